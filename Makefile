@@ -1,0 +1,82 @@
+# petals: from nothing to a scored submission. `make help` lists the targets.
+# Every stage target calls one `python -m pipeline <stage>` and produces one artifact;
+# the first target that needs Python builds the project virtualenv in .venv/.
+
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# ---- knobs (override on the command line: make fetch SOURCE=kaggle DATA=/data/flowers)
+DATA        ?= data#             data dir: the TFRecords (or a manifest pointing at them)
+SOURCE      ?= auto#             auto | kaggle | gcs | kaggle-input | synthetic
+COMPETITION ?= flowers#          competition spec under competition/
+GCS_PATH    ?=#                  gs:// folder of the competition's files, for SOURCE=gcs
+SIZE        ?= 192#              synthetic image size (pixels)
+SEED        ?= 0#                synthetic dataset seed
+SCALE       ?= 1.0#              synthetic images-per-class multiplier
+FORCE       ?=#                  FORCE=1 fetches again over a complete data dir
+PYTEST_ARGS ?=#                  extra pytest arguments, e.g. PYTEST_ARGS="-k fetch"
+
+# ---- the project virtualenv
+VENV   ?= .venv
+PYTHON ?= python3
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+# TensorFlow: reuse one that already imports (Kaggle/Colab/TPU images must never reinstall it),
+# else tensorflow[and-cuda] where an NVIDIA driver is present, else the CPU-only build.
+TF_PRESENT := $(shell $(PYTHON) -c 'import tensorflow' >/dev/null 2>&1 && echo yes)
+ifeq ($(TF_PRESENT),yes)
+  TF_EXTRA     ?=
+  VENV_FLAGS   ?= --system-site-packages
+else ifneq ($(shell command -v nvidia-smi 2>/dev/null),)
+  TF_EXTRA     ?= gpu,
+else
+  TF_EXTRA     ?= cpu,
+endif
+
+FETCH_ARGS := --source $(SOURCE) --data-dir $(DATA) --competition $(COMPETITION) \
+	--size $(SIZE) --seed $(SEED) --scale $(SCALE) $(if $(GCS_PATH),--gcs-path $(GCS_PATH)) $(if $(FORCE),--force)
+
+.PHONY: help install fetch test lint format bench clean clean-data
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@echo "  knobs: DATA=$(DATA) SOURCE=$(SOURCE) COMPETITION=$(COMPETITION) SIZE=$(SIZE) SEED=$(SEED) FORCE=$(FORCE)"
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[$(TF_EXTRA)dev]"
+	@touch $@
+
+install: $(STAMP) ## build the project virtualenv (.venv/); reruns only when setup.cfg changes
+
+$(DATA)/manifest.json: | $(STAMP)
+	$(PY) -m pipeline fetch $(FETCH_ARGS)
+
+# FORCE=1 makes the manifest out of date so the stage runs again.
+ifneq ($(FORCE),)
+.PHONY: $(DATA)/manifest.json
+endif
+
+fetch: $(DATA)/manifest.json ## fetch and verify the competition TFRecords into DATA (SOURCE=auto|kaggle|gcs|kaggle-input|synthetic)
+
+test: $(STAMP) ## run the test suite
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP) ## check style and common bugs with ruff
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP) ## reformat the code with ruff
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: $(STAMP) ## measure the fetch stage (synthetic generation time, size, counts) into benchmarks/latest.json
+	$(PY) benchmarks/bench_fetch.py --size $(SIZE) --seed $(SEED) --scale $(SCALE)
+
+clean-data: ## delete the data dir
+	rm -rf $(DATA) $(DATA).partial $(DATA).old $(DATA).download
+
+clean: ## delete the virtualenv and caches (keeps data and runs)
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,63 @@
+"""Command line: one subcommand per stage; failures become one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from pipeline.errors import PetalsError
+
+# Before any stage imports TensorFlow: keep its C++ start-up chatter out of the logs.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# Stage name -> module with `add_arguments(parser)` and `run(args)`.
+STAGES = {
+    "fetch": "pipeline.fetch",
+}
+EXIT_ERROR = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is reported in one line, like every other error."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see --help)\n")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m pipeline", description="petals: the stages of the flower-classification pipeline."
+    )
+    parser.add_argument("--quiet", action="store_true", help="log warnings and errors only")
+    stages = parser.add_subparsers(dest="stage", required=True, metavar="STAGE", parser_class=_Parser)
+    for name, module_name in STAGES.items():
+        module = importlib.import_module(module_name)
+        summary = (module.__doc__ or name).strip().splitlines()[0]
+        sub = stages.add_parser(
+            name, help=summary, description=module.__doc__, formatter_class=_HelpFormatter
+        )
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
+    try:
+        args.run(args)
+    except PetalsError as err:
+        print(f"petals {args.stage}: error: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print(f"petals {args.stage}: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    return 0

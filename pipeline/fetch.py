@@ -1,0 +1,478 @@
+"""Fetch stage: put the competition's TFRecords where later stages find them, verified.
+
+Sources: the Kaggle API, a `gs://` (or any tf.io.gfile) path, `/kaggle/input/<slug>`
+inside Kaggle, or the embedded synthetic dataset. Copies are made in a staging
+folder, verified against the competition spec and swapped into place, so an
+interrupted fetch never leaves a half-valid data dir. `manifest.json` in the data
+dir records the source, the counts and a content fingerprint; later stages read
+the data's location from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import tensorflow as tf
+from tqdm import tqdm
+
+from competition import CompetitionSpec, load_spec
+from pipeline import __version__, kaggle_client, records, synthetic
+from pipeline.errors import PetalsError
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("auto", "kaggle", "gcs", "kaggle-input", "synthetic")
+MANIFEST = "manifest.json"
+GCS_PATH_VARIABLE = "PETALS_GCS_PATH"
+
+
+@dataclass(frozen=True)
+class FetchOptions:
+    source: str = "auto"
+    data_dir: Path = Path("data")
+    slug: str | None = None  # None: the spec's default slug
+    gcs_path: str | None = None
+    gcs_in_place: bool = False
+    kaggle_input: Path = Path("/kaggle/input")
+    sizes: tuple[int, ...] | None = None  # resolutions to keep and verify; None: all present
+    synthetic_size: int = 192
+    seed: int = 0
+    scale: float = 1.0
+    workers: int | None = None
+    retries: int = 3
+    force: bool = False
+    progress: bool = True
+
+
+# ----------------------------------------------------------------------------- manifest
+
+
+def read_manifest(data_dir: Path) -> dict[str, Any] | None:
+    """The data dir's manifest, or None if there is none."""
+    path = data_dir / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise PetalsError(f"{path} is not valid JSON ({err}): delete it and fetch again") from None
+
+
+def data_root(data_dir: Path, manifest: dict[str, Any]) -> str:
+    """Where the TFRecords of a fetched data dir live: the data dir itself, a local path or a gs:// URL."""
+    root = manifest["root"]
+    return str(data_dir.resolve()) if root == "." else root
+
+
+def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- verification
+
+
+def _first_line(err: Exception) -> str:
+    text = getattr(err, "message", None) or str(err)
+    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
+
+
+def _check_first_record(path: str, spec: CompetitionSpec, size: int, split: str) -> None:
+    """Parse one record of a shard against the split's schema and decode its image."""
+    try:
+        serialized = next(iter(tf.data.TFRecordDataset(path).take(1))).numpy()
+    except StopIteration:
+        raise PetalsError(f"{path}: shard holds no records") from None
+    features = tf.train.Example.FromString(serialized).features.feature
+    schema = spec.schema
+    for key in (schema.image, schema.id):
+        if key not in features:
+            raise PetalsError(f"{split} record in {path} has no {key!r} feature")
+    if spec.is_labeled(split):
+        if schema.label not in features:
+            raise PetalsError(f"{split} record in {path} has no {schema.label!r} feature (labels missing)")
+        label = features[schema.label].int64_list.value[0]
+        if not 0 <= label < spec.num_classes:
+            raise PetalsError(
+                f"{split} record in {path} has class {label}, outside 0..{spec.num_classes - 1}"
+            )
+    try:
+        image = tf.io.decode_jpeg(features[schema.image].bytes_list.value[0], channels=3)
+    except tf.errors.OpError as err:
+        raise PetalsError(f"{path}: first image is not a readable JPEG ({_first_line(err)})") from None
+    if tuple(image.shape) != (size, size, 3):
+        raise PetalsError(f"{path}: image is {tuple(image.shape)}, expected ({size}, {size}, 3)")
+
+
+def found_sizes(root: str, spec: CompetitionSpec) -> list[int]:
+    """Resolutions present under a data root, from its folder names."""
+    try:
+        names = tf.io.gfile.listdir(root)
+    except tf.errors.OpError as err:
+        raise PetalsError(f"cannot read {root}: {_first_line(err)}") from None
+    return sorted(s for n in names if (s := spec.size_from_record_dir(n.rstrip("/"))) is not None)
+
+
+def verify_layout(
+    root: str, spec: CompetitionSpec, sizes: tuple[int, ...] | None = None
+) -> dict[int, dict[str, dict[str, int]]]:
+    """Check a data root against the spec; return {size: {split: {images, shards}}}.
+
+    Every split present with the spec's number of shards; every shard's record count
+    (which reading also checksums) equal to the count in its name; one record per
+    split parsed against its schema; sample_submission listing the test ids' count.
+    """
+    present = found_sizes(root, spec)
+    if not present:
+        expected = spec.record_dir(spec.resolutions[0]).replace(str(spec.resolutions[0]), "<size>")
+        raise PetalsError(f"{root}: no {expected} folder: not a {spec.name} data dir")
+    missing = sorted(set(sizes or ()) - set(present))
+    if missing:
+        raise PetalsError(f"{root}: no {spec.record_dir(missing[0])} folder (resolutions present: {present})")
+    counts: dict[int, dict[str, dict[str, int]]] = {}
+    for size in sizes or tuple(present):
+        counts[size] = {}
+        for split in spec.splits:
+            shards = records.list_shards(root, spec, size, split)
+            where = f"{root}/{spec.record_dir(size)}/{split}"
+            if not shards:
+                raise PetalsError(f"{where}: split missing (no .tfrec shards)")
+            if len(shards) != spec.shards_per_split:
+                raise PetalsError(f"{where}: {len(shards)} shards, expected {spec.shards_per_split}")
+            images = 0
+            for path in shards:
+                try:
+                    n = records.count_records(path)
+                except tf.errors.OpError as err:
+                    raise PetalsError(f"corrupt shard {path}: {_first_line(err)}") from None
+                named = records.count_from_name(path)
+                if named is not None and named != n:
+                    raise PetalsError(f"{path}: its name says {named} records but it holds {n}")
+                images += n
+            _check_first_record(shards[0], spec, size, split)
+            counts[size][split] = {"images": images, "shards": len(shards)}
+    _check_sample_submission(root, spec, counts)
+    return counts
+
+
+def _check_sample_submission(root: str, spec: CompetitionSpec, counts: dict) -> None:
+    path = f"{root.rstrip('/')}/{spec.sample_submission}"
+    if not tf.io.gfile.exists(path):
+        raise PetalsError(f"{path}: missing")
+    with tf.io.gfile.GFile(path) as f:
+        frame = pd.read_csv(f, dtype=str)
+    if list(frame.columns) != [spec.id_column, spec.label_column]:
+        raise PetalsError(
+            f"{path}: header is {list(frame.columns)}, expected {spec.id_column},{spec.label_column}"
+        )
+    test = next(s for s in spec.splits if not spec.is_labeled(s))
+    for size, splits in counts.items():
+        images = splits[test]["images"]
+        if images != len(frame):
+            raise PetalsError(
+                f"{path}: {len(frame)} rows but the {size}px {test} split holds {images} images"
+            )
+
+
+def fingerprint(root: str, spec: CompetitionSpec, sizes: list[int]) -> str:
+    """sha256 over the relative path, size and content of every verified file."""
+    paths = [f"{root.rstrip('/')}/{spec.sample_submission}"]
+    for size in sizes:
+        for split in spec.splits:
+            paths += records.list_shards(root, spec, size, split)
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+        digest.update(path[len(root.rstrip("/")) + 1 :].encode() + b"\0")
+        file_digest = hashlib.sha256()
+        with tf.io.gfile.GFile(path, "rb") as f:
+            while chunk := f.read(1 << 22):
+                file_digest.update(chunk)
+        digest.update(file_digest.digest())
+    return "sha256:" + digest.hexdigest()
+
+
+# ----------------------------------------------------------------------------- sources
+
+
+def resolve_source(options: FetchOptions, spec: CompetitionSpec) -> tuple[str, str]:
+    """The concrete source for `auto` (the first that applies), with the reason in words."""
+    if options.source != "auto":
+        return options.source, "asked for"
+    slug = options.slug or spec.default_slug
+    for candidate in (slug, *spec.slugs):
+        if (options.kaggle_input / candidate).is_dir():
+            return "kaggle-input", f"{options.kaggle_input / candidate} exists (running inside Kaggle)"
+    if options.gcs_path:
+        return "gcs", f"a GCS path was given ({options.gcs_path})"
+    where = kaggle_client.find_credentials()
+    if where:
+        return "kaggle", f"Kaggle credentials found in {where}"
+    return "synthetic", (
+        "no /kaggle/input data, GCS path or Kaggle credentials found; using the embedded offline dataset "
+        f"({kaggle_client.CREDENTIALS_HELP} to fetch the real data)"
+    )
+
+
+@contextmanager
+def _staging(data_dir: Path) -> Iterator[Path]:
+    """A fresh sibling folder to build the data dir in; swapped into place only on success."""
+    staging = data_dir.with_name(data_dir.name + ".partial")
+    old = data_dir.with_name(data_dir.name + ".old")
+    for leftover in (staging, old):  # from an interrupted earlier run
+        if leftover.exists():
+            shutil.rmtree(leftover)
+    staging.mkdir(parents=True)
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if data_dir.exists():
+        data_dir.rename(old)
+    staging.rename(data_dir)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _unpack(archive: Path, dest: Path, spec: CompetitionSpec, sizes: tuple[int, ...] | None, progress: bool):
+    """Unpack Kaggle's archive keeping its layout (only the chosen resolutions, if any)."""
+    keep_dirs = {spec.record_dir(s) for s in sizes} if sizes else None
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            members = [m for m in zf.infolist() if not m.is_dir()]
+            for m in members:
+                if m.filename.startswith("/") or ".." in Path(m.filename).parts:
+                    raise PetalsError(f"corrupt archive {archive}: unsafe member path {m.filename!r}")
+            if keep_dirs is not None:
+                members = [
+                    m for m in members if m.filename.split("/")[0] in keep_dirs or "/" not in m.filename
+                ]
+            total = sum(m.file_size for m in members)
+            with tqdm(total=total, unit="B", unit_scale=True, desc="unpacking", disable=not progress) as bar:
+                for m in members:
+                    zf.extract(m, dest)
+                    bar.update(m.file_size)
+    except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile, OSError) as err:
+        archive.unlink(missing_ok=True)  # so the next run downloads it again
+        raise PetalsError(f"corrupt archive {archive} ({err}): it was deleted, run fetch again") from None
+
+
+def _copy_tree(source_root: str, dest: Path, spec: CompetitionSpec, sizes: list[int], progress: bool) -> None:
+    paths = [f"{source_root.rstrip('/')}/{spec.sample_submission}"]
+    for size in sizes:
+        for split in spec.splits:
+            paths += records.list_shards(source_root, spec, size, split)
+    for path in tqdm(paths, unit="file", desc=f"copying from {source_root}", disable=not progress):
+        target = dest / path[len(source_root.rstrip("/")) + 1 :]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            tf.io.gfile.copy(path, str(target), overwrite=True)
+        except tf.errors.OpError as err:
+            raise PetalsError(f"cannot copy {path}: {_first_line(err)}") from None
+
+
+def _note_unusual_counts(counts: dict, spec: CompetitionSpec) -> None:
+    for size, splits in counts.items():
+        for split, c in splits.items():
+            if spec.split_counts.get(split) not in (None, c["images"]):
+                log.warning(
+                    "note: %s at %dpx has %d images, the spec expects %d (another version of the data?)",
+                    split,
+                    size,
+                    c["images"],
+                    spec.split_counts[split],
+                )
+
+
+# ----------------------------------------------------------------------------- the stage
+
+
+def _synthetic_request(options: FetchOptions) -> dict[str, Any]:
+    return {"seed": options.seed, "size": options.synthetic_size, "scale": options.scale}
+
+
+def _reuse_existing(options: FetchOptions, existing: dict[str, Any]) -> None:
+    """Refuse, with the way out, to silently keep data that differs from what was asked for."""
+    flag = "--force (make fetch FORCE=1)"
+    if options.source not in ("auto", existing["source"]):
+        raise PetalsError(
+            f"{options.data_dir} already holds {existing['source']} data; pass {flag} "
+            f"to replace it with {options.source} data, or choose another --data-dir"
+        )
+    if existing["source"] == "synthetic" and options.source == "synthetic":
+        made, asked = existing.get("synthetic") or {}, _synthetic_request(options)
+        if made != asked:
+            raise PetalsError(
+                f"{options.data_dir} holds synthetic data made with {made}, not {asked}; "
+                f"pass {flag} to regenerate"
+            )
+
+
+def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
+    """Run the fetch stage; returns the manifest. A second run is a no-op unless `force`."""
+    if options.source not in SOURCES:
+        raise PetalsError(f"unknown source {options.source!r} (choose from {', '.join(SOURCES)})")
+    data_dir = options.data_dir
+    existing = read_manifest(data_dir)
+    if existing and not options.force:
+        _reuse_existing(options, existing)
+        log.info(
+            "fetch: %s already holds %s data (%s); nothing to do (--force to fetch again)",
+            data_dir,
+            existing["source"],
+            existing["fingerprint"][:19],
+        )
+        return existing
+
+    source, why = resolve_source(options, spec)
+    log.info("fetch: source %s: %s", source, why)
+    slug = options.slug or spec.default_slug
+    started = time.perf_counter()
+    cache_dir = data_dir.with_name(data_dir.name + ".download")
+    extra: dict[str, Any] = {}
+    with _staging(data_dir) as staging:
+        if source == "synthetic":
+            split_counts = synthetic.write_dataset(
+                staging,
+                spec,
+                size=options.synthetic_size,
+                seed=options.seed,
+                scale=options.scale,
+                workers=options.workers,
+                progress=options.progress,
+            )
+            root, origin, sizes = str(staging), "embedded synthetic dataset", (options.synthetic_size,)
+            extra["synthetic"] = _synthetic_request(options)
+            log.info("fetch: drew %s images", split_counts)
+        elif source == "kaggle":
+            if not kaggle_client.find_credentials():
+                raise PetalsError(
+                    f"--source kaggle needs Kaggle credentials: {kaggle_client.CREDENTIALS_HELP}"
+                )
+            archive = kaggle_client.download_competition(
+                slug, cache_dir, retries=options.retries, quiet=not options.progress
+            )
+            _unpack(archive, staging, spec, options.sizes, options.progress)
+            root, origin, sizes = str(staging), f"kaggle competition {slug}", options.sizes
+        elif source == "gcs":
+            if not options.gcs_path:
+                raise PetalsError(
+                    f"--source gcs needs --gcs-path gs://... (or the {GCS_PATH_VARIABLE} variable)"
+                )
+            remote = options.gcs_path.rstrip("/")
+            sizes = options.sizes or tuple(found_sizes(remote, spec))
+            if options.gcs_in_place:
+                root = remote
+            else:
+                _copy_tree(remote, staging, spec, list(sizes), options.progress)
+                root = str(staging)
+            origin = remote
+        else:  # kaggle-input
+            candidates = [options.kaggle_input / s for s in dict.fromkeys((slug, *spec.slugs))]
+            found = next((c for c in candidates if c.is_dir()), None)
+            if found is None:
+                raise PetalsError(f"--source kaggle-input: none of {', '.join(map(str, candidates))} exists")
+            root, origin, sizes = str(found), str(found), options.sizes
+
+        counts = verify_layout(root, spec, sizes)
+        if source != "synthetic":
+            _note_unusual_counts(counts, spec)
+        manifest = {
+            "competition": spec.name,
+            "slug": slug,
+            "source": source,
+            "origin": origin,
+            "root": "." if root == str(staging) else root,
+            "sizes": {str(size): splits for size, splits in counts.items()},
+            "fingerprint": fingerprint(root, spec, list(counts)),
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "seconds": round(time.perf_counter() - started, 1),
+            "petals_version": __version__,
+            "synthetic": extra.get("synthetic"),
+        }
+        _write_json_atomic(staging / MANIFEST, manifest)
+    shutil.rmtree(cache_dir, ignore_errors=True)  # the archive is unpacked and verified
+    for size, splits in counts.items():
+        summary = ", ".join(f"{split} {c['images']}" for split, c in splits.items())
+        log.info("fetch: %s ready at %dpx: %s images", data_dir, size, summary)
+    return manifest
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--source", default="auto", choices=SOURCES, help="where the data comes from")
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path("data"), help="where the data (or its manifest) goes"
+    )
+    parser.add_argument("--competition", default="flowers", help="competition spec under competition/")
+    parser.add_argument(
+        "--slug", default=None, help="Kaggle competition slug (default: the spec's first slug)"
+    )
+    parser.add_argument(
+        "--gcs-path",
+        default=os.environ.get(GCS_PATH_VARIABLE),
+        help=f"gs:// folder holding the competition's files (default: ${GCS_PATH_VARIABLE})",
+    )
+    parser.add_argument(
+        "--gcs-in-place", action="store_true", help="read the gs:// data in place, do not copy it"
+    )
+    parser.add_argument(
+        "--kaggle-input", type=Path, default=Path("/kaggle/input"), help="Kaggle's input folder"
+    )
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="resolutions to keep and verify (default: all present)",
+    )
+    parser.add_argument("--size", type=int, default=192, help="synthetic image size in pixels")
+    parser.add_argument("--seed", type=int, default=0, help="synthetic dataset seed")
+    parser.add_argument("--scale", type=float, default=1.0, help="synthetic images-per-class multiplier")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="synthetic drawing processes (default: CPUs)"
+    )
+    parser.add_argument("--retries", type=int, default=3, help="attempts for Kaggle server errors")
+    parser.add_argument("--force", action="store_true", help="fetch again even if the data dir is complete")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
+
+
+def run(args: argparse.Namespace) -> None:
+    try:
+        spec = load_spec(args.competition)
+    except ValueError as err:
+        raise PetalsError(str(err)) from None
+    if args.slug and args.slug not in spec.slugs:
+        raise PetalsError(f"slug {args.slug!r} is not one of this competition's: {', '.join(spec.slugs)}")
+    options = FetchOptions(
+        source=args.source,
+        data_dir=args.data_dir,
+        slug=args.slug,
+        gcs_path=args.gcs_path,
+        gcs_in_place=args.gcs_in_place,
+        kaggle_input=args.kaggle_input,
+        sizes=tuple(args.sizes) if args.sizes else None,
+        synthetic_size=args.size,
+        seed=args.seed,
+        scale=args.scale,
+        workers=args.workers,
+        retries=args.retries,
+        force=args.force,
+        progress=args.progress,
+    )
+    try:
+        fetch(options, spec)
+    except ValueError as err:  # bad synthetic parameters
+        raise PetalsError(str(err)) from None

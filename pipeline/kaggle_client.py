@@ -1,0 +1,174 @@
+"""The one thin layer over the official `kaggle` client.
+
+Functions here raise PetalsError with one actionable line on failure; secrets are
+never printed. Everything that talks to Kaggle goes through `api()`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+import requests
+
+from pipeline.errors import PetalsError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+CREDENTIALS_HELP = (
+    "create a token at kaggle.com > Settings > API and save kaggle.json in ~/.kaggle/ (chmod 600), "
+    "or set KAGGLE_USERNAME and KAGGLE_KEY, or KAGGLE_API_TOKEN"
+)
+
+
+def config_dir() -> Path:
+    """Where the client looks for kaggle.json (KAGGLE_CONFIG_DIR, ~/.kaggle, or XDG on Linux)."""
+    if os.environ.get("KAGGLE_CONFIG_DIR"):
+        return Path(os.environ["KAGGLE_CONFIG_DIR"])
+    home = Path.home() / ".kaggle"
+    if sys.platform.startswith("linux") and not home.exists():
+        return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "kaggle"
+    return home
+
+
+def find_credentials() -> str | None:
+    """Where the client will find credentials, checked without any network call; None if nowhere."""
+    if os.environ.get("KAGGLE_API_TOKEN"):
+        return "the KAGGLE_API_TOKEN variable"
+    if os.environ.get("KAGGLE_USERNAME") and os.environ.get("KAGGLE_KEY"):
+        return "the KAGGLE_USERNAME and KAGGLE_KEY variables"
+    token = Path.home() / ".kaggle" / "access_token"
+    if token.is_file() and token.read_text().strip():
+        return str(token)
+    config = config_dir() / "kaggle.json"
+    if config.is_file():
+        try:
+            values = json.loads(config.read_text() or "{}")
+        except json.JSONDecodeError:
+            return None
+        if values.get("username") and values.get("key"):
+            return str(config)
+    return None
+
+
+@cache
+def _api_class() -> type:
+    # Importing any part of `kaggle` runs its package __init__, which tries to
+    # authenticate and prints a help text when there are no credentials; we
+    # report missing credentials ourselves, in one line.
+    with contextlib.redirect_stdout(io.StringIO()):
+        from kaggle.api.kaggle_api_extended import KaggleApi
+    from kagglesdk import KaggleClient
+    from kagglesdk.kaggle_env import get_env
+
+    class PetalsKaggleApi(KaggleApi):
+        """The official client, honouring KAGGLE_API_ENVIRONMENT for every call.
+
+        kaggle 2.2.x maps only KAGGLE_API_ENVIRONMENT=LOCALHOST and otherwise always
+        talks to production; kagglesdk itself also understands TEST
+        (http://localhost:7777). Passing kagglesdk's own reading of the variable lets
+        the unmodified client run end to end against a loopback server in tests.
+        """
+
+        def build_kaggle_client(self) -> Any:
+            if not os.environ.get("KAGGLE_API_ENVIRONMENT"):
+                return super().build_kaggle_client()
+            return KaggleClient(
+                env=get_env(),
+                verbose="--verbose" in self.args,
+                username=self.config_values.get(self.CONFIG_NAME_USER),
+                password=self.config_values.get(self.CONFIG_NAME_KEY),
+                api_token=self.config_values.get(self.CONFIG_NAME_TOKEN),
+                response_processor=self.get_response_processor(),
+            )
+
+    return PetalsKaggleApi
+
+
+def api() -> Any:
+    """An authenticated official client; PetalsError saying where credentials go if there are none."""
+    client = _api_class()()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            client.authenticate()
+    except SystemExit:  # the client calls exit(1) when it finds no credentials
+        raise PetalsError(f"no Kaggle credentials found: {CREDENTIALS_HELP}") from None
+    return client
+
+
+def explain_http_error(status: int, slug: str, action: str) -> str:
+    """One actionable line for an HTTP status Kaggle answered with."""
+    page = f"https://www.kaggle.com/competitions/{slug}"
+    if status == 400:
+        return f"Kaggle answered 400 while {action}: join the competition at {page} (and accept its rules)"
+    if status == 401:
+        return f"Kaggle rejected the credentials (401) while {action}: {CREDENTIALS_HELP}"
+    if status == 403:
+        return (
+            f"Kaggle refused access (403) while {action}: accept the competition rules at {page}/rules "
+            "and check that the credentials belong to that account"
+        )
+    if status == 404:
+        return f"Kaggle has no competition {slug!r} (404) while {action}: check the competition slug"
+    if status == 429:
+        return f"Kaggle rate-limited the request (429) while {action}: wait a few minutes and rerun"
+    return f"Kaggle answered {status} while {action}: the service may be down, rerun later"
+
+
+def call_with_retries(
+    fn: Callable[[], T], *, slug: str, action: str, retries: int = 3, backoff_s: float = 2.0
+) -> T:
+    """Run `fn`, retrying server errors (5xx), timeouts and dropped connections with exponential backoff.
+
+    Client errors (4xx) are not retried: they need the user to act.
+    """
+    for attempt in range(1, retries + 1):
+        try:
+            return fn()
+        except requests.HTTPError as err:
+            status = err.response.status_code if err.response is not None else 0
+            if status < 500 or attempt == retries:
+                raise PetalsError(explain_http_error(status, slug, action)) from None
+            reason = f"HTTP {status}"
+        except (requests.ConnectionError, requests.Timeout) as err:
+            if attempt == retries:
+                raise PetalsError(
+                    f"cannot reach Kaggle while {action} ({type(err).__name__}): "
+                    "check the network connection, then rerun"
+                ) from None
+            reason = type(err).__name__
+        delay = backoff_s * 2 ** (attempt - 1)
+        log.warning(
+            "%s: %s, retrying in %.0f s (attempt %d of %d)", action, reason, delay, attempt + 1, retries
+        )
+        time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def download_competition(slug: str, dest: Path, *, retries: int = 3, quiet: bool = False) -> Path:
+    """Download the competition's data archive into `dest` and return its path.
+
+    The client shows a progress bar and resumes a partial download left in `dest`.
+    """
+    client = api()
+    dest.mkdir(parents=True, exist_ok=True)
+    call_with_retries(
+        lambda: client.competition_download_files(slug, path=str(dest), quiet=quiet),
+        slug=slug,
+        action=f"downloading the data of {slug!r}",
+        retries=retries,
+    )
+    archives = sorted(p for p in dest.glob(f"{slug}.*") if p.suffix != ".kaggle-partial")
+    if not archives:
+        raise PetalsError(f"Kaggle download of {slug!r} left no archive in {dest}")
+    return archives[0]

@@ -1,0 +1,95 @@
+"""TFRecord I/O for the competition's layout: shard names, counts, parsing and writing.
+
+Paths may be local or any `tf.io.gfile` URL (`gs://...`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+
+import tensorflow as tf
+
+from competition import CompetitionSpec, RecordSchema
+
+# Kaggle's shard names end in `-<count>.tfrec`; public kernels count images with this.
+_COUNT_IN_NAME = re.compile(r"-([0-9]+)\.tfrec$")
+
+
+def count_from_name(path: str) -> int | None:
+    """Record count carried by a shard's file name, or None if the name carries none."""
+    match = _COUNT_IN_NAME.search(path.rsplit("/", 1)[-1])
+    return int(match.group(1)) if match else None
+
+
+def count_records(path: str) -> int:
+    """Count records by reading the whole shard (also verifies every record's checksums)."""
+    dataset = tf.data.TFRecordDataset(path)
+    return int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1).numpy())
+
+
+def count_images(paths: Iterable[str]) -> int:
+    """Images in a list of shards: from the names where they carry counts, else by reading."""
+    return sum(n if (n := count_from_name(p)) is not None else count_records(p) for p in paths)
+
+
+def list_shards(root: str, spec: CompetitionSpec, size: int, split: str) -> list[str]:
+    """Sorted shard paths of one split at one resolution."""
+    return sorted(tf.io.gfile.glob(f"{root.rstrip('/')}/{spec.record_dir(size)}/{split}/*.tfrec"))
+
+
+def feature_spec(schema: RecordSchema, labeled: bool) -> dict[str, tf.io.FixedLenFeature]:
+    """Parsing spec: labeled records (train, val) carry a class, unlabeled (test) do not."""
+    features = {
+        schema.image: tf.io.FixedLenFeature([], tf.string),
+        schema.id: tf.io.FixedLenFeature([], tf.string),
+    }
+    if labeled:
+        features[schema.label] = tf.io.FixedLenFeature([], tf.int64)
+    return features
+
+
+def decode_image(image_bytes: tf.Tensor, size: int) -> tf.Tensor:
+    """JPEG bytes -> uint8 [size, size, 3] with a static shape (TPUs need static shapes)."""
+    image = tf.io.decode_jpeg(image_bytes, channels=3)
+    return tf.reshape(image, [size, size, 3])
+
+
+def parse_record(serialized: tf.Tensor, schema: RecordSchema, labeled: bool) -> dict[str, tf.Tensor]:
+    """One serialized tf.train.Example -> {image (JPEG bytes), id, [label]} by schema key."""
+    return tf.io.parse_single_example(serialized, feature_spec(schema, labeled))
+
+
+def read_record(
+    serialized: tf.Tensor, schema: RecordSchema, size: int, labeled: bool
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Serialized record -> (uint8 image [size, size, 3], label) when labeled, (image, id) when not.
+
+    One `labeled` flag serves train/val and test records, as in the keras-io TFRecord recipe.
+    """
+    example = parse_record(serialized, schema, labeled)
+    image = decode_image(example[schema.image], size)
+    if labeled:
+        return image, tf.cast(example[schema.label], tf.int32)
+    return image, example[schema.id]
+
+
+def serialize_example(schema: RecordSchema, image_jpeg: bytes, image_id: str, label: int | None) -> bytes:
+    """A tf.train.Example in the competition's schema; `label=None` writes an unlabeled (test) record."""
+
+    def _bytes(value: bytes) -> tf.train.Feature:
+        return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+    feature = {schema.image: _bytes(image_jpeg), schema.id: _bytes(image_id.encode())}
+    if label is not None:
+        feature[schema.label] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def write_shard(path: str, records: Sequence[bytes]) -> None:
+    """Write serialized records to `path` atomically: a temporary file, then a rename."""
+    tmp = f"{path}.partial"
+    with tf.io.TFRecordWriter(tmp) as writer:
+        for record in records:
+            writer.write(record)
+    tf.io.gfile.rename(tmp, path, overwrite=True)

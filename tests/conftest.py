@@ -1,0 +1,58 @@
+"""Shared fixtures: the competition spec and a tiny synthetic dataset in Kaggle's layout."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from competition import CompetitionSpec, load_spec
+from pipeline import synthetic
+
+REPO = Path(__file__).resolve().parent.parent
+TINY_SIZE = 32
+TINY_SCALE = 0.05  # about 150 train, 104 val and 104 test images
+
+
+@pytest.fixture(scope="session")
+def spec() -> CompetitionSpec:
+    return load_spec("flowers")
+
+
+@pytest.fixture(scope="session")
+def tiny_dataset(tmp_path_factory, spec) -> Path:
+    """A tiny synthetic data root (32 px) written once per session; copy it before changing it."""
+    root = tmp_path_factory.mktemp("tiny") / "data"
+    synthetic.write_dataset(root, spec, size=TINY_SIZE, seed=0, scale=TINY_SCALE, workers=2, progress=False)
+    return root
+
+
+@pytest.fixture
+def tiny_copy(tiny_dataset, tmp_path) -> Path:
+    """A private copy of the tiny dataset that a test may damage."""
+    return Path(shutil.copytree(tiny_dataset, tmp_path / "copy"))
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess:
+    """Run `python -m pipeline ...` in a fresh process, as the Makefile does."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline", *args],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def error_lines(stderr: str) -> list[str]:
+    """The stage's own error lines (TensorFlow prints start-up chatter to stderr too)."""
+    return [line for line in stderr.splitlines() if line.startswith(("petals ", "python -m pipeline"))]

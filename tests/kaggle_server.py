@@ -1,0 +1,94 @@
+"""A loopback stand-in for the Kaggle API, for the real `kaggle` client in TEST mode.
+
+`KAGGLE_API_ENVIRONMENT=TEST` sends the client to http://localhost:7777. The server
+speaks the same protocol as the service: a JSON POST to
+/api/v1/<service>/<method> with Basic or Bearer auth, answered by a redirect to
+the file, which it then streams with Content-Length.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PORT = 7777
+
+
+@dataclass
+class Behaviour:
+    archive: bytes = b""
+    username: str = "petals-user"
+    key: str = "petals-key"
+    fail_with: list[int] = field(default_factory=list)  # statuses to answer, one per request, first
+    requests: list[dict] = field(default_factory=list)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    behaviour: Behaviour
+
+    def log_message(self, *args) -> None:  # keep test output clean
+        pass
+
+    def _reply(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _authorised(self) -> bool:
+        expected = base64.b64encode(f"{self.behaviour.username}:{self.behaviour.key}".encode()).decode()
+        return self.headers.get("Authorization") == f"Basic {expected}"
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        payload = json.loads(self.rfile.read(length) or b"{}")
+        self.behaviour.requests.append({"path": self.path, "json": payload})
+        if self.behaviour.fail_with:
+            status = self.behaviour.fail_with.pop(0)
+            body = json.dumps({"code": status, "message": f"test server says {status}"}).encode()
+            return self._reply(status, body, {"Content-Type": "application/json"})
+        if not self._authorised():
+            body = json.dumps({"code": 401, "message": "Unauthenticated"}).encode()
+            return self._reply(401, body, {"Content-Type": "application/json"})
+        if self.path == "/api/v1/competitions.CompetitionApiService/DownloadDataFiles":
+            slug = payload.get("competitionName", "")
+            return self._reply(302, headers={"Location": f"/files/{slug}.zip"})
+        return self._reply(404, b"{}", {"Content-Type": "application/json"})
+
+    def do_GET(self) -> None:
+        self.behaviour.requests.append({"path": self.path})
+        if self.path.startswith("/files/") and self.path.endswith(".zip"):
+            return self._reply(
+                200,
+                self.behaviour.archive,
+                {
+                    "Content-Type": "application/zip",
+                    "Last-Modified": "Mon, 02 Mar 2020 10:00:00 GMT",
+                    "ETag": '"petals-test"',
+                    "Accept-Ranges": "bytes",
+                },
+            )
+        return self._reply(404)
+
+
+class KaggleTestServer:
+    """Serve `Behaviour` on localhost:7777 in a background thread (use as a context manager)."""
+
+    def __init__(self, behaviour: Behaviour):
+        handler = type("Handler", (_Handler,), {"behaviour": behaviour})
+        self.behaviour = behaviour
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", PORT), handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> KaggleTestServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

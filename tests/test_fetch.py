@@ -1,0 +1,211 @@
+"""The fetch stage: sources, verification, idempotency and atomicity (Kaggle API in test_kaggle_fetch)."""
+
+import json
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from pipeline import fetch as fetch_stage
+from pipeline import records
+from pipeline.errors import PetalsError
+from pipeline.fetch import FetchOptions, fetch, verify_layout
+from tests.conftest import TINY_SCALE, TINY_SIZE
+
+
+@pytest.fixture
+def no_credentials(monkeypatch, tmp_path):
+    """No Kaggle credentials anywhere the client looks."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(home / ".kaggle"))
+    for name in ("KAGGLE_API_TOKEN", "KAGGLE_USERNAME", "KAGGLE_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    return home
+
+
+def _options(tmp_path, **overrides) -> FetchOptions:
+    base = FetchOptions(
+        data_dir=tmp_path / "data",
+        kaggle_input=tmp_path / "no-kaggle-input",
+        synthetic_size=TINY_SIZE,
+        scale=TINY_SCALE,
+        workers=2,
+        progress=False,
+        retries=1,
+    )
+    return replace(base, **overrides)
+
+
+# ----------------------------------------------------------------------------- synthetic and auto
+
+
+def test_auto_without_anything_draws_the_synthetic_dataset(tmp_path, spec, no_credentials, tiny_dataset):
+    manifest = fetch(_options(tmp_path), spec)
+    data = tmp_path / "data"
+    assert manifest["source"] == "synthetic" and manifest["root"] == "."
+    assert json.loads((data / "manifest.json").read_text()) == manifest
+    assert manifest["synthetic"] == {"seed": 0, "size": TINY_SIZE, "scale": TINY_SCALE}
+    counts = manifest["sizes"][str(TINY_SIZE)]
+    assert counts == {k: v for k, v in verify_layout(str(tiny_dataset), spec)[TINY_SIZE].items()}
+    # Same seed, same bytes: the fingerprint equals the session's tiny dataset's.
+    assert manifest["fingerprint"] == fetch_stage.fingerprint(str(tiny_dataset), spec, [TINY_SIZE])
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("data")) == ["data"]
+
+
+def test_second_fetch_is_a_no_op_unless_forced(tmp_path, spec, no_credentials):
+    options = _options(tmp_path, source="synthetic")
+    first = fetch(options, spec)
+    stamp = (tmp_path / "data" / "manifest.json").stat().st_mtime_ns
+    assert fetch(options, spec) == first
+    assert (tmp_path / "data" / "manifest.json").stat().st_mtime_ns == stamp
+    forced = fetch(replace(options, force=True), spec)
+    assert forced["fingerprint"] == first["fingerprint"] and forced["created"] >= first["created"]
+
+
+def test_existing_data_of_another_kind_is_not_silently_kept(tmp_path, spec, no_credentials):
+    fetch(_options(tmp_path, source="synthetic"), spec)
+    with pytest.raises(PetalsError, match="already holds synthetic data; pass --force"):
+        fetch(_options(tmp_path, source="kaggle"), spec)
+    with pytest.raises(PetalsError, match=r"made with .*'seed': 0.*pass --force"):
+        fetch(_options(tmp_path, source="synthetic", seed=1), spec)
+
+
+def test_explicit_kaggle_without_credentials_never_falls_back(tmp_path, spec, no_credentials):
+    with pytest.raises(PetalsError, match=r"needs Kaggle credentials: .*kaggle\.json"):
+        fetch(_options(tmp_path, source="kaggle"), spec)
+    assert not (tmp_path / "data").exists()
+
+
+def test_auto_prefers_kaggle_input_then_gcs_then_credentials(tmp_path, spec, no_credentials):
+    options = _options(tmp_path)
+    assert fetch_stage.resolve_source(options, spec)[0] == "synthetic"
+    (no_credentials / ".kaggle").mkdir()
+    (no_credentials / ".kaggle" / "kaggle.json").write_text('{"username": "u", "key": "k"}')
+    source, why = fetch_stage.resolve_source(options, spec)
+    assert source == "kaggle" and "kaggle.json" in why and '"k"' not in why
+    assert fetch_stage.resolve_source(replace(options, gcs_path="gs://b/flowers"), spec)[0] == "gcs"
+    (tmp_path / "no-kaggle-input" / "flower-classification-with-tpus").mkdir(parents=True)
+    assert fetch_stage.resolve_source(options, spec)[0] == "kaggle-input"
+
+
+def test_interrupted_fetch_leaves_the_data_dir_as_it_was(tmp_path, spec, no_credentials, monkeypatch):
+    options = _options(tmp_path, source="synthetic")
+    first = fetch(options, spec)
+
+    def broken_verify(*args, **kwargs):
+        raise KeyboardInterrupt  # as if the user pressed Ctrl-C during verification
+
+    monkeypatch.setattr(fetch_stage, "verify_layout", broken_verify)
+    with pytest.raises(KeyboardInterrupt):
+        fetch(replace(options, force=True, seed=3), spec)
+    assert json.loads((tmp_path / "data" / "manifest.json").read_text()) == first
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("data")) == ["data"]
+
+
+# ----------------------------------------------------------------------------- gcs and kaggle-input
+
+
+def test_gcs_source_copies_and_verifies(tmp_path, spec, tiny_dataset, no_credentials):
+    # Any tf.io.gfile path works as a "GCS" path; a local folder exercises the same copy code.
+    manifest = fetch(_options(tmp_path, source="gcs", gcs_path=str(tiny_dataset)), spec)
+    assert manifest["source"] == "gcs" and manifest["root"] == "." and manifest["origin"] == str(tiny_dataset)
+    assert manifest["fingerprint"] == fetch_stage.fingerprint(str(tiny_dataset), spec, [TINY_SIZE])
+
+
+def test_gcs_in_place_points_at_the_remote_data(tmp_path, spec, tiny_dataset, no_credentials):
+    manifest = fetch(_options(tmp_path, source="gcs", gcs_path=str(tiny_dataset), gcs_in_place=True), spec)
+    assert manifest["root"] == str(tiny_dataset)
+    assert fetch_stage.data_root(tmp_path / "data", manifest) == str(tiny_dataset)
+    assert [p.name for p in (tmp_path / "data").iterdir()] == ["manifest.json"]
+
+
+def test_unreachable_gcs_path_is_one_line(tmp_path, spec, no_credentials):
+    with pytest.raises(PetalsError, match="cannot read gs://petals-test-no-such-bucket/flowers") as err:
+        fetch(_options(tmp_path, source="gcs", gcs_path="gs://petals-test-no-such-bucket/flowers"), spec)
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "data").exists()
+
+
+def test_kaggle_input_is_used_in_place(tmp_path, spec, tiny_dataset, no_credentials):
+    inputs = tmp_path / "kaggle-input"
+    shutil.copytree(tiny_dataset, inputs / "tpu-getting-started")
+    manifest = fetch(_options(tmp_path, kaggle_input=inputs), spec)
+    assert manifest["source"] == "kaggle-input"
+    assert manifest["root"] == str(inputs / "tpu-getting-started")
+
+
+# ----------------------------------------------------------------------------- verification
+
+
+def _split_dir(root: Path, spec, split: str) -> Path:
+    return root / spec.record_dir(TINY_SIZE) / split
+
+
+def test_verify_catches_a_missing_split(tiny_copy, spec):
+    shutil.rmtree(_split_dir(tiny_copy, spec, "val"))
+    with pytest.raises(PetalsError, match=r"tfrecords-jpeg-32x32/val: split missing"):
+        verify_layout(str(tiny_copy), spec)
+
+
+def test_verify_catches_a_count_that_disagrees_with_the_name(tiny_copy, spec):
+    shard = sorted(_split_dir(tiny_copy, spec, "train").glob("*.tfrec"))[3]
+    count = records.count_from_name(str(shard))
+    shard.rename(shard.with_name(shard.name.replace(f"-{count}.", f"-{count + 1}.")))
+    with pytest.raises(PetalsError, match=rf"03-32x32-{count + 1}\.tfrec: its name says {count + 1} records"):
+        verify_layout(str(tiny_copy), spec)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_verify_catches_a_corrupt_shard(tiny_copy, spec, damage):
+    shard = sorted(_split_dir(tiny_copy, spec, "test").glob("*.tfrec"))[5]
+    data = bytearray(shard.read_bytes())
+    if damage == "truncate":
+        data = data[: len(data) * 2 // 3]
+    else:
+        data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(PetalsError, match=rf"corrupt shard .*{shard.name}"):
+        verify_layout(str(tiny_copy), spec)
+
+
+def test_verify_catches_a_train_record_without_class(tiny_copy, spec):
+    train = _split_dir(tiny_copy, spec, "train")
+    first = sorted(train.glob("*.tfrec"))[0]
+    test_shard = sorted(_split_dir(tiny_copy, spec, "test").glob("*.tfrec"))[0]
+    n = records.count_from_name(str(test_shard))
+    first.unlink()
+    shutil.copy(test_shard, train / spec.shard_name(0, TINY_SIZE, n))
+    with pytest.raises(PetalsError, match=r"train record in .*00-32x32-\d+\.tfrec has no 'class' feature"):
+        verify_layout(str(tiny_copy), spec)
+
+
+def test_verify_catches_a_wrong_layout(tmp_path, spec):
+    (tmp_path / "flowers").mkdir()
+    (tmp_path / "flowers" / "train.csv").write_text("a,b\n")
+    with pytest.raises(PetalsError, match=r"no tfrecords-jpeg-<size>x<size> folder: not a flowers data dir"):
+        verify_layout(str(tmp_path / "flowers"), spec)
+
+
+def test_verify_catches_a_sample_submission_that_does_not_match(tiny_copy, spec):
+    path = tiny_copy / spec.sample_submission
+    path.write_text("\n".join(path.read_text().splitlines()[:-3]) + "\n")
+    with pytest.raises(PetalsError, match=r"sample_submission.csv: \d+ rows but the 32px test split holds"):
+        verify_layout(str(tiny_copy), spec)
+
+
+def test_verify_reports_a_missing_resolution(tiny_copy, spec):
+    with pytest.raises(
+        PetalsError, match=r"no tfrecords-jpeg-512x512 folder \(resolutions present: \[32\]\)"
+    ):
+        verify_layout(str(tiny_copy), spec, sizes=(512,))
+
+
+def test_manifest_that_is_not_json_is_named(tmp_path):
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(PetalsError, match=r"manifest.json is not valid JSON"):
+        fetch_stage.read_manifest(tmp_path)
+    assert os.path.exists(tmp_path / "manifest.json")

@@ -1,0 +1,53 @@
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipeline import records, synthetic
+
+
+def test_count_from_name_reads_kaggles_names():
+    assert records.count_from_name("gs://b/tfrecords-jpeg-192x192/train/00-192x192-798.tfrec") == 798
+    assert records.count_from_name("/x/15-512x512-783.tfrec") == 783
+    assert records.count_from_name("/x/shard-a.tfrec") is None
+    assert records.count_from_name("/x/train.tfrec") is None
+
+
+def _write(path, spec, n, labeled=True, size=32):
+    rng = np.random.default_rng(0)
+    jpeg = synthetic.encode_jpeg(rng.integers(0, 255, (size, size, 3), dtype=np.uint8))
+    recs = [
+        records.serialize_example(spec.schema, jpeg, f"id{i:03d}", i % 7 if labeled else None)
+        for i in range(n)
+    ]
+    records.write_shard(str(path), recs)
+
+
+def test_count_images_uses_names_and_falls_back_to_reading(tmp_path, spec):
+    named, unnamed = tmp_path / "00-32x32-5.tfrec", tmp_path / "unnamed.tfrec"
+    _write(named, spec, 5)
+    _write(unnamed, spec, 3)
+    assert records.count_records(str(unnamed)) == 3
+    assert records.count_images([str(named), str(unnamed)]) == 8
+    assert not list(tmp_path.glob("*.partial"))  # writes are atomic
+
+
+@pytest.mark.parametrize("size", [32, 33])
+def test_read_record_gives_static_shapes_for_labeled_and_unlabeled(tmp_path, spec, size):
+    _write(tmp_path / "l.tfrec", spec, 4, labeled=True, size=size)
+    _write(tmp_path / "u.tfrec", spec, 4, labeled=False, size=size)
+    labeled = tf.data.TFRecordDataset(str(tmp_path / "l.tfrec")).map(
+        lambda r: records.read_record(r, spec.schema, size, labeled=True)
+    )
+    unlabeled = tf.data.TFRecordDataset(str(tmp_path / "u.tfrec")).map(
+        lambda r: records.read_record(r, spec.schema, size, labeled=False)
+    )
+    assert labeled.element_spec[0].shape == (size, size, 3)  # static, as TPUs need
+    assert labeled.element_spec[0].dtype == tf.uint8
+    assert [int(label) for _, label in labeled] == [0, 1, 2, 3]
+    assert [i.numpy().decode() for _, i in unlabeled] == ["id000", "id001", "id002", "id003"]
+
+
+def test_test_records_have_no_class(tmp_path, spec):
+    _write(tmp_path / "u.tfrec", spec, 1, labeled=False)
+    serialized = next(iter(tf.data.TFRecordDataset(str(tmp_path / "u.tfrec")))).numpy()
+    assert set(tf.train.Example.FromString(serialized).features.feature) == {"image", "id"}
