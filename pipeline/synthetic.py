@@ -299,11 +299,11 @@ def render_image(traits: FlowerTraits, rng: np.random.Generator, size: int) -> n
     """One photo-like uint8 [size, size, 3] image of a flower with these traits."""
     yy, xx = _grid(size)
     image = _background(rng, size)
-    # A stem, drawn before the flower so the flower covers its top.
-    stem_x = size * rng.uniform(0.3, 0.7)
-    stem_mask = np.clip(size * 0.018 - np.abs(xx - stem_x - (yy - size) * rng.uniform(-0.3, 0.3)), 0, 1)
-    stem_mask = stem_mask * (yy > size * 0.5)
-    image = image * (1 - stem_mask[..., None]) + _rgb((0.3, 0.7, 0.4)) * stem_mask[..., None]
+    # A stem in the lower half, drawn before the flower so the flower covers its top.
+    stem_x, lean, half = size * rng.uniform(0.3, 0.7), rng.uniform(-0.3, 0.3), size // 2
+    lower_x, lower_y = xx[half:], yy[half:]
+    stem = np.clip(size * 0.018 - np.abs(lower_x - stem_x - (lower_y - size) * lean), 0, 1)[..., None]
+    image[half:] += stem * (_rgb((0.3, 0.7, 0.4)) - image[half:])
     image, cx, cy, radius = _flower(traits, rng, size, image)
     if rng.random() < 0.3:  # occlusion: a leaf in front of part of the flower
         angle = rng.uniform(0, 2 * math.pi)
@@ -312,11 +312,13 @@ def render_image(traits: FlowerTraits, rng: np.random.Generator, size: int) -> n
         leaf_rgb = _rgb((rng.uniform(0.22, 0.36), rng.uniform(0.5, 0.9), rng.uniform(0.3, 0.7)))
         image = image * (1 - leaf[..., None]) + leaf_rgb * leaf[..., None]
     # Lighting: exposure, a colour cast and a directional gradient.
-    direction = rng.uniform(0, 2 * math.pi)
-    gradient = ((xx - size / 2) * math.cos(direction) + (yy - size / 2) * math.sin(direction)) / size
-    light = rng.uniform(0.75, 1.15) * (1 + rng.uniform(0, 0.4) * gradient)[..., None]
-    image = image * light * (1 + rng.normal(0, 0.05, 3)).astype(np.float32)
-    image = image + rng.uniform(0, 0.03) * rng.standard_normal(image.shape, dtype=np.float32)
+    direction, strength = rng.uniform(0, 2 * math.pi), rng.uniform(0, 0.4)
+    ramp = (np.arange(size, dtype=np.float32) - size / 2) / size * strength
+    light = 1 + ramp[None, :] * math.cos(direction) + ramp[:, None] * math.sin(direction)  # outer sum
+    cast = rng.uniform(0.75, 1.15) * (1 + rng.normal(0, 0.05, 3)).astype(np.float32)
+    image = image * (light[..., None] * cast)
+    noise = rng.uniform(0, 0.03) * rng.standard_normal((size, size, 1), dtype=np.float32)  # sensor grain
+    image = image + noise
     pil = Image.fromarray((np.clip(image, 0, 1) * 255).astype(np.uint8))
     if rng.random() < 0.4:
         pil = pil.filter(ImageFilter.GaussianBlur(rng.uniform(0.3, 1.2) * size / 192))

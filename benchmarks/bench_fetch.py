@@ -1,0 +1,104 @@
+"""Benchmark the fetch stage on the embedded dataset: generation time, size on disk, counts.
+
+Usage: python benchmarks/bench_fetch.py [--size 192] [--seed 0] [--scale 1.0]
+Writes its figures into benchmarks/latest.json (merged with other benchmarks' figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from competition import load_spec
+from pipeline import synthetic
+from pipeline.fetch import fingerprint, verify_layout
+
+LATEST = Path(__file__).resolve().parent / "latest.json"
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"
+
+
+def record(figures: list[dict]) -> None:
+    """Merge figures into latest.json by name, atomically."""
+    current = json.loads(LATEST.read_text()) if LATEST.is_file() else {}
+    current.update({f["name"]: f for f in figures})
+    tmp = LATEST.with_suffix(".json.partial")
+    tmp.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, LATEST)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size", type=int, default=192)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--workers", type=int, default=None)
+    args = parser.parse_args()
+    spec = load_spec()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "data"
+        started = time.perf_counter()
+        counts = synthetic.write_dataset(
+            root, spec, size=args.size, seed=args.seed, scale=args.scale, workers=args.workers, progress=False
+        )
+        generated = time.perf_counter() - started
+        verify_layout(str(root), spec)
+        fingerprint(str(root), spec, [args.size])
+        verified = time.perf_counter() - started - generated
+        size_mib = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 2**20
+        shutil.rmtree(root)
+    settings = {
+        "size": args.size,
+        "seed": args.seed,
+        "scale": args.scale,
+        "workers": args.workers or min(os.cpu_count() or 1, 8),
+        "machine": machine(),
+    }
+    total = sum(counts.values())
+    figures = [
+        {
+            "name": "synthetic_generation_seconds",
+            "value": round(generated, 1),
+            "unit": "s",
+            "settings": settings,
+        },
+        {
+            "name": "synthetic_images_per_second",
+            "value": round(total / generated, 1),
+            "unit": "img/s",
+            "settings": settings,
+        },
+        {
+            "name": "synthetic_verify_fingerprint_seconds",
+            "value": round(verified, 1),
+            "unit": "s",
+            "settings": settings,
+        },
+        {"name": "synthetic_size_on_disk", "value": round(size_mib, 1), "unit": "MiB", "settings": settings},
+    ] + [
+        {"name": f"synthetic_{split}_images", "value": n, "unit": "images", "settings": settings}
+        for split, n in counts.items()
+    ]
+    record(figures)
+    print(f"{'figure':40} {'value':>10}  unit")
+    for f in figures:
+        print(f"{f['name']:40} {f['value']:>10}  {f['unit']}")
+    print(f"settings: {settings}\nwritten to {LATEST}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+"""The command line and the Make chain, as a user meets them."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pipeline import cli
+from tests.conftest import REPO
+
+
+def test_every_stage_answers_help_with_its_defaults(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["--help"])
+    assert exit_.value.code == 0
+    assert "fetch" in capsys.readouterr().out
+    for stage in cli.STAGES:
+        with pytest.raises(SystemExit):
+            cli.main([stage, "--help"])
+        assert "(default:" in capsys.readouterr().out
+
+
+def test_a_bad_argument_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["fetch", "--source", "ftp"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "invalid choice: 'ftp'" in err[0]
+
+
+def test_an_unknown_slug_is_refused(capsys, tmp_path):
+    assert cli.main(["fetch", "--slug", "tpu-getting-startd", "--data-dir", str(tmp_path / "d")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "petals fetch: error: slug 'tpu-getting-startd' is not one of this competition's: "
+        "tpu-getting-started, flower-classification-with-tpus"
+    ]
+
+
+def test_make_fetch_builds_the_manifest_and_then_skips(tmp_path):
+    """The Make chain, smoke-tested: the stage runs once, then Make finds the artifact up to date."""
+    data = tmp_path / "data"
+    venv = sys.prefix  # the virtualenv running the tests, which `make test` built
+    args = [
+        "make",
+        "-C",
+        str(REPO),
+        f"VENV={venv}",
+        f"DATA={data}",
+        "SOURCE=synthetic",
+        "SIZE=32",
+        "SCALE=0.05",
+    ]
+    first = subprocess.run([*args, "fetch"], capture_output=True, text=True, timeout=300, check=False)
+    assert first.returncode == 0, first.stderr
+    manifest = json.loads((data / "manifest.json").read_text())
+    assert manifest["source"] == "synthetic" and manifest["sizes"]["32"]["train"]["images"] > 100
+    second = subprocess.run([*args, "fetch"], capture_output=True, text=True, timeout=300, check=False)
+    assert second.returncode == 0 and "pipeline fetch" not in second.stdout
