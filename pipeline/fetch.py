@@ -18,6 +18,7 @@ import os
 import shutil
 import time
 import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -188,14 +189,19 @@ def _check_sample_submission(root: str, spec: CompetitionSpec, counts: dict) -> 
             )
 
 
-def fingerprint(root: str, spec: CompetitionSpec, sizes: list[int]) -> str:
-    """sha256 over the relative path, size and content of every verified file."""
+def data_files(root: str, spec: CompetitionSpec, sizes: list[int]) -> list[str]:
+    """The files a data root is made of: the sample submission and every shard at these resolutions."""
     paths = [f"{root.rstrip('/')}/{spec.sample_submission}"]
     for size in sizes:
         for split in spec.splits:
             paths += records.list_shards(root, spec, size, split)
+    return paths
+
+
+def fingerprint(root: str, spec: CompetitionSpec, sizes: list[int]) -> str:
+    """sha256 over the relative path and content of every data file."""
     digest = hashlib.sha256()
-    for path in sorted(paths):
+    for path in sorted(data_files(root, spec, sizes)):
         digest.update(path[len(root.rstrip("/")) + 1 :].encode() + b"\0")
         file_digest = hashlib.sha256()
         with tf.io.gfile.GFile(path, "rb") as f:
@@ -265,16 +271,13 @@ def _unpack(archive: Path, dest: Path, spec: CompetitionSpec, sizes: tuple[int, 
                 for m in members:
                     zf.extract(m, dest)
                     bar.update(m.file_size)
-    except (zipfile.BadZipFile, EOFError, zipfile.LargeZipFile, OSError) as err:
+    except (zipfile.BadZipFile, EOFError, zlib.error) as err:  # damaged bytes, not a full disk
         archive.unlink(missing_ok=True)  # so the next run downloads it again
         raise PetalsError(f"corrupt archive {archive} ({err}): it was deleted, run fetch again") from None
 
 
 def _copy_tree(source_root: str, dest: Path, spec: CompetitionSpec, sizes: list[int], progress: bool) -> None:
-    paths = [f"{source_root.rstrip('/')}/{spec.sample_submission}"]
-    for size in sizes:
-        for split in spec.splits:
-            paths += records.list_shards(source_root, spec, size, split)
+    paths = data_files(source_root, spec, sizes)
     for path in tqdm(paths, unit="file", desc=f"copying from {source_root}", disable=not progress):
         target = dest / path[len(source_root.rstrip("/")) + 1 :]
         target.parent.mkdir(parents=True, exist_ok=True)

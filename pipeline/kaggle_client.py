@@ -160,12 +160,14 @@ def download_competition(slug: str, dest: Path, *, retries: int = 3, quiet: bool
 
     The client shows a progress bar and resumes a partial download left in `dest`.
     """
-    client = api()
+    action = f"downloading the data of {slug!r}"
+    # Authenticating checks an access token over the network, so it is retried like the download.
+    client = call_with_retries(api, slug=slug, action=action, retries=retries)
     dest.mkdir(parents=True, exist_ok=True)
     call_with_retries(
         lambda: client.competition_download_files(slug, path=str(dest), quiet=quiet),
         slug=slug,
-        action=f"downloading the data of {slug!r}",
+        action=action,
         retries=retries,
     )
     archives = sorted(p for p in dest.glob(f"{slug}.*") if p.suffix != ".kaggle-partial")
