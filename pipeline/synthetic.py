@@ -31,7 +31,6 @@ from competition import CompetitionSpec
 
 SHAPES = ("elliptic", "pointed", "broad", "notched", "fringed", "wavy")
 CENTRE_STYLES = ("disc", "dotted", "stamens")
-SPECIES_PER_GENUS = 4
 # Flower hues people actually see: reds, oranges, yellows, pinks, purples, blues, whites.
 _HUES = (0.0, 0.03, 0.08, 0.13, 0.16, 0.55, 0.62, 0.7, 0.76, 0.83, 0.9, 0.95)
 
@@ -116,16 +115,22 @@ def _mutate(base: FlowerTraits, trait: str, rng: np.random.Generator) -> FlowerT
 
 @cache
 def class_traits(num_classes: int, seed: int) -> tuple[FlowerTraits, ...]:
-    """Traits for every class: genera of SPECIES_PER_GENUS related species, in shuffled class order."""
+    """Traits for every class: genera of four related species, in shuffled class order.
+
+    A genus's species are its base form, two forms that each change one trait, and one
+    that changes two, so every species has a sister that differs in a single trait.
+    """
     rng = np.random.default_rng([seed, 0x5EED])
     traits: list[FlowerTraits] = []
     while len(traits) < num_classes:
         genus = _genus(rng)
         changes = rng.permutation(["hue", "tip", "centre", "pattern", "shape"])
-        traits.append(genus)
-        traits.append(_mutate(genus, changes[0], rng))
-        traits.append(_mutate(genus, changes[1], rng))
-        traits.append(_mutate(_mutate(genus, changes[0], rng), changes[2], rng))
+        traits += [
+            genus,
+            _mutate(genus, changes[0], rng),
+            _mutate(genus, changes[1], rng),
+            _mutate(_mutate(genus, changes[0], rng), changes[2], rng),
+        ]
     order = rng.permutation(len(traits))[:num_classes]
     return tuple(traits[i] for i in order)
 
