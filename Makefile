@@ -15,6 +15,7 @@ SEED        ?= 0#                synthetic dataset seed
 SCALE       ?= 1.0#              synthetic images-per-class multiplier
 FORCE       ?=#                  FORCE=1 fetches again over a complete data dir
 PYTEST_ARGS ?=#                  extra pytest arguments, e.g. PYTEST_ARGS="-k fetch"
+ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 
 # ---- the project virtualenv
 VENV   ?= .venv
@@ -34,10 +35,16 @@ else
   TF_EXTRA     ?= cpu,
 endif
 
-FETCH_ARGS := --source $(SOURCE) --data-dir $(DATA) --competition $(COMPETITION) \
+fetch_ARGS := --source $(SOURCE) --data-dir $(DATA) --competition $(COMPETITION) \
 	--size $(SIZE) --seed $(SEED) --scale $(SCALE) $(if $(GCS_PATH),--gcs-path $(GCS_PATH)) $(if $(FORCE),--force)
 
-.PHONY: help install fetch test lint format bench clean clean-data
+.PHONY: help install fetch test lint format bench clean clean-data always
+
+# A stage reruns when its arguments change, not only when its inputs do: each stage's
+# arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
+# stamp moves only then). The stage itself decides whether there is work to do.
+$(ARGS_DIR)/%.args: always
+	@mkdir -p $(@D); echo '$($*_ARGS)' | cmp -s - $@ 2>/dev/null || echo '$($*_ARGS)' > $@
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -51,8 +58,11 @@ $(STAMP): setup.cfg pyproject.toml
 
 install: $(STAMP) ## build the project virtualenv (.venv/); reruns only when setup.cfg changes
 
-$(DATA)/manifest.json: | $(STAMP)
-	$(PY) -m pipeline fetch $(FETCH_ARGS)
+# The stage leaves a complete manifest untouched when there is nothing to do; the touch
+# records that it was checked against the current arguments.
+$(DATA)/manifest.json: $(ARGS_DIR)/fetch.args | $(STAMP)
+	$(PY) -m pipeline fetch $(fetch_ARGS)
+	@touch $@
 
 # FORCE=1 makes the manifest out of date so the stage runs again.
 ifneq ($(FORCE),)
@@ -79,4 +89,4 @@ clean-data: ## delete the data dir
 	rm -rf $(DATA) $(DATA).partial $(DATA).old $(DATA).download
 
 clean: ## delete the virtualenv and caches (keeps data and runs)
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) $(ARGS_DIR) .pytest_cache .ruff_cache *.egg-info
