@@ -1,0 +1,258 @@
+"""One typed configuration: frozen dataclasses, recipe files that override only what differs,
+and `--set section.key=value` overrides that reject unknown keys and wrong types.
+
+Precedence: the defaults below < `competition/recipes/<recipe>.toml` < `--set` overrides.
+The resolved config is written beside every run's outputs (`Config.to_dict`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tomllib
+import types
+import typing
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from competition.spec import SPEC_DIR
+from pipeline.errors import PetalsError
+
+RECIPE_DIR = SPEC_DIR / "recipes"
+DEFAULT_RECIPE = "default"  # the plain defaults below, no recipe file
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """What the input pipeline reads and how it batches."""
+
+    image_size: int = 192  # resolution of the TFRecords to read (tfrecords-jpeg-<size>x<size>)
+    input_size: int = 0  # resolution the model sees; 0 = image_size (else resized in the pipeline)
+    batch_size: int = 16  # per replica; global batch = batch_size x replicas
+    shuffle_buffer: int = 2048  # training examples shuffled in memory
+    cache: bool = False  # keep decoded records in memory after the first epoch
+    skip_bad_records: bool = False  # skip unreadable records (reported per file) instead of failing
+
+
+@dataclass(frozen=True)
+class AugmentConfig:
+    """Training augmentation. Each one is off at 0 (or false); all are batch-level ops.
+
+    `where`: `host` runs them in tf.data after batching; `device` runs them at the start of
+    the train step on the accelerator, so a host with few cores only reads, decodes and
+    batches (uint8 batches also cross to the device at a quarter of float32's size).
+    """
+
+    where: str = "device"  # host | device
+    flip: bool = True  # random left-right flip
+    flip_vertical: bool = False  # random up-down flip
+    # Colour, drawn uniformly per image: brightness shifts by up to +-brightness x 255,
+    # contrast and saturation scale by 1 +- x, hue rotates by up to +-hue turns.
+    brightness: float = 0.1
+    contrast: float = 0.1
+    saturation: float = 0.2
+    hue: float = 0.0
+    # One affine transform per image (normally distributed, the public kernels' recipe):
+    # rotation and shear in degrees (std), zoom 1 +- N(0, zoom), shift in pixels at
+    # image_size (std; scaled with the image).
+    rotation: float = 15.0
+    shear: float = 5.0
+    zoom: float = 0.1
+    shift: float = 16.0
+    interpolation: str = "bilinear"  # bilinear | nearest
+    fill_mode: str = "reflect"  # reflect | nearest | constant (black)
+    # Occlusion, per image with this probability.
+    erasing: float = 0.0  # random erasing: one rectangle of noise
+    erasing_area: float = 0.25  # its largest share of the image
+    gridmask: float = 0.0  # GridMask: a grid of dropped squares
+    gridmask_ratio: float = 0.4  # share of each grid cell's side that is dropped
+    # Batch mixing, per image with this probability; labels become soft (one-hot mixes).
+    cutmix: float = 0.0
+    mixup: float = 0.0
+    mix_alpha: float = 1.0  # the mixing share is drawn from Beta(alpha, alpha)
+
+
+@dataclass(frozen=True)
+class Config:
+    recipe: str = DEFAULT_RECIPE
+    competition: str = "flowers"
+    seed: int = 0
+    data: DataConfig = field(default_factory=DataConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "augment.where": ("host", "device"),
+    "augment.interpolation": ("bilinear", "nearest"),
+    "augment.fill_mode": ("reflect", "nearest", "constant"),
+}
+
+
+def recipe_names() -> list[str]:
+    """Recipes shipped under competition/recipes/, plus `default` (no file: the defaults)."""
+    return sorted([DEFAULT_RECIPE, *(p.stem for p in RECIPE_DIR.glob("*.toml"))])
+
+
+def recipe_path(name: str) -> Path:
+    path = Path(name) if name.endswith(".toml") else RECIPE_DIR / f"{name}.toml"
+    if not path.is_file():
+        raise PetalsError(f"unknown recipe {name!r}: no {path} (recipes: {', '.join(recipe_names())})")
+    return path
+
+
+def _coerce(key: str, value: Any, hint: Any) -> Any:
+    """`value` (from TOML or a `--set` string) as the field's type, or a PetalsError naming the key."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # `X | None`
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        hint = args[0]
+    if typing.get_origin(hint) is tuple:
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise PetalsError(f"{key}: expected a list, got {value!r}")
+        (item_type, *_) = typing.get_args(hint)
+        return tuple(_coerce(key, v.strip() if isinstance(v, str) else v, item_type) for v in items)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "false", "0", "no"):
+            return value.lower() in ("true", "1", "yes")
+        raise PetalsError(f"{key}: expected true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, bool):
+            raise PetalsError(f"{key}: expected an integer, got {value!r}")
+        try:
+            number = int(value) if isinstance(value, str) else value
+        except ValueError:
+            raise PetalsError(f"{key}: expected an integer, got {value!r}") from None
+        if not isinstance(number, int):
+            raise PetalsError(f"{key}: expected an integer, got {value!r}")
+        return number
+    if hint is float:
+        if isinstance(value, bool):
+            raise PetalsError(f"{key}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise PetalsError(f"{key}: expected a number, got {value!r}") from None
+    if hint is str:
+        if not isinstance(value, str):
+            raise PetalsError(f"{key}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"{key}: unsupported config type {hint}")  # a bug in this module, not in input
+
+
+def _apply(obj: Any, updates: dict[str, Any], prefix: str, where: str) -> Any:
+    """A copy of the dataclass `obj` with nested `updates` applied, every key and type checked."""
+    hints = typing.get_type_hints(type(obj))
+    names = {f.name for f in dataclasses.fields(obj)}
+    changes = {}
+    for key, value in updates.items():
+        full = f"{prefix}{key}"
+        if key not in names:
+            known = ", ".join(f"{prefix}{n}" for n in sorted(names))
+            raise PetalsError(f"{where}: unknown key {full!r} (known: {known})")
+        current = getattr(obj, key)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise PetalsError(f"{where}: {full} is a section; set its keys, e.g. {full}.<key>=...")
+            changes[key] = _apply(current, value, f"{full}.", where)
+        else:
+            try:
+                changes[key] = _coerce(full, value, hints[key])
+            except PetalsError as err:
+                raise PetalsError(f"{where}: {err}") from None
+            if full in CHOICES and changes[key] not in CHOICES[full]:
+                raise PetalsError(f"{where}: {full}: {value!r} is not one of {', '.join(CHOICES[full])}")
+    return dataclasses.replace(obj, **changes)
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """`["augment.cutmix=0.5", "seed=1"]` -> `{"augment": {"cutmix": "0.5"}, "seed": "1"}`."""
+    nested: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise PetalsError(f"--set {item!r}: expected key=value, e.g. augment.cutmix=0.5")
+        node = nested
+        *parents, leaf = key.strip().split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise PetalsError(f"--set {item!r}: {part} is set twice, as a value and as a section")
+        node[leaf] = value.strip()
+    return nested
+
+
+def load_config(recipe: str = DEFAULT_RECIPE, overrides: Iterable[str] = ()) -> Config:
+    """Defaults, then the recipe file, then `--set` overrides; all keys and types checked."""
+    config = Config()
+    if recipe != DEFAULT_RECIPE:
+        path = recipe_path(recipe)
+        try:
+            raw = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as err:
+            raise PetalsError(f"{path}: not valid TOML ({err})") from None
+        raw.pop("recipe", None)
+        config = _apply(config, raw, "", str(path))
+        config = dataclasses.replace(config, recipe=path.stem)
+    config = _apply(config, parse_overrides(overrides), "", "--set")
+    validate(config)
+    return config
+
+
+def validate(config: Config) -> None:
+    """Value checks that a type alone cannot express."""
+    data, aug = config.data, config.augment
+    if data.image_size <= 0 or data.input_size < 0:
+        raise PetalsError(
+            f"data.image_size={data.image_size}, data.input_size={data.input_size}: must be > 0"
+        )
+    if data.batch_size <= 0:
+        raise PetalsError(
+            f"data.batch_size={data.batch_size}: must be a positive number of images per replica"
+        )
+    for name in ("erasing", "gridmask", "cutmix", "mixup"):
+        if not 0.0 <= getattr(aug, name) <= 1.0:
+            raise PetalsError(f"augment.{name}={getattr(aug, name)}: a probability, must be in [0, 1]")
+    if not 0.0 < aug.erasing_area <= 1.0 or not 0.0 < aug.gridmask_ratio < 1.0:
+        raise PetalsError("augment.erasing_area must be in (0, 1] and augment.gridmask_ratio in (0, 1)")
+    if aug.cutmix + aug.mixup > 1.0:
+        raise PetalsError(
+            f"augment.cutmix={aug.cutmix} + augment.mixup={aug.mixup}: each image gets at most one, "
+            "so their sum must be <= 1"
+        )
+    if aug.mix_alpha <= 0:
+        raise PetalsError(f"augment.mix_alpha={aug.mix_alpha}: must be > 0")
+    for name in ("brightness", "contrast", "saturation", "hue", "rotation", "shear", "zoom", "shift"):
+        if getattr(aug, name) < 0:
+            raise PetalsError(
+                f"augment.{name}={getattr(aug, name)}: a magnitude, must be >= 0 (0 turns it off)"
+            )
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--recipe` and `--set`, for every stage that reads the config."""
+    parser.add_argument(
+        "--recipe",
+        default=DEFAULT_RECIPE,
+        help=f"recipe under competition/recipes/ or a .toml path (known: {', '.join(recipe_names())})",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config value, e.g. --set augment.cutmix=0.5 (repeatable)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    return load_config(args.recipe, args.overrides)
