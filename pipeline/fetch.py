@@ -78,6 +78,14 @@ def data_root(data_dir: Path, manifest: dict[str, Any]) -> str:
     return str(data_dir.resolve()) if root == "." else root
 
 
+def locate_data(data_dir: Path) -> str:
+    """The TFRecord root of a fetched data dir, or a PetalsError saying to fetch first."""
+    manifest = read_manifest(data_dir)
+    if manifest is None:
+        raise PetalsError(f"{data_dir}: no {MANIFEST}; run `make fetch` (or pass the fetched --data-dir)")
+    return data_root(data_dir, manifest)
+
+
 def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
     tmp = path.with_name(path.name + ".partial")
     tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")

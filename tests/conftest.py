@@ -12,6 +12,7 @@ import pytest
 
 from competition import CompetitionSpec, load_spec
 from pipeline import synthetic
+from pipeline.fetch import FetchOptions, fetch
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_SIZE = 32
@@ -29,6 +30,17 @@ def tiny_dataset(tmp_path_factory, spec) -> Path:
     root = tmp_path_factory.mktemp("tiny") / "data"
     synthetic.write_dataset(root, spec, size=TINY_SIZE, seed=0, scale=TINY_SCALE, workers=2, progress=False)
     return root
+
+
+@pytest.fixture(scope="session")
+def tiny_data_dir(tmp_path_factory, spec, tiny_dataset) -> Path:
+    """A fetched data dir (manifest included) whose records are the tiny dataset, read in place."""
+    data_dir = tmp_path_factory.mktemp("fetched") / "data"
+    options = FetchOptions(
+        source="kaggle-input", data_dir=data_dir, kaggle_input=tiny_dataset.parent, slug=tiny_dataset.name
+    )
+    fetch(options, spec)
+    return data_dir
 
 
 @pytest.fixture
