@@ -14,6 +14,9 @@ SIZE        ?= 192#              synthetic image size (pixels)
 SEED        ?= 0#                synthetic dataset seed
 SCALE       ?= 1.0#              synthetic images-per-class multiplier
 FORCE       ?=#                  FORCE=1 fetches again over a complete data dir
+RECIPE      ?= default#          training recipe: competition/recipes/<RECIPE>.toml (default: no file)
+SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 data.batch_size=32"
+INSPECT_DIR ?= runs/inspect#     where `make inspect` writes batch.png and class_counts.csv
 PYTEST_ARGS ?=#                  extra pytest arguments, e.g. PYTEST_ARGS="-k fetch"
 ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 
@@ -38,7 +41,10 @@ endif
 fetch_ARGS := --source $(SOURCE) --data-dir $(DATA) --competition $(COMPETITION) \
 	--size $(SIZE) --seed $(SEED) --scale $(SCALE) $(if $(GCS_PATH),--gcs-path $(GCS_PATH)) $(if $(FORCE),--force)
 
-.PHONY: help install fetch test lint format bench clean clean-data always
+config_ARGS := --recipe $(RECIPE) $(foreach s,$(SET),--set $(s))
+inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(config_ARGS)
+
+.PHONY: help install fetch inspect test lint format bench bench-fetch bench-input clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -71,6 +77,11 @@ endif
 
 fetch: $(DATA)/manifest.json ## fetch and verify the competition TFRecords into DATA (SOURCE=auto|kaggle|gcs|kaggle-input|synthetic)
 
+$(INSPECT_DIR)/batch.png: $(DATA)/manifest.json $(ARGS_DIR)/inspect.args $(wildcard competition/recipes/*.toml)
+	$(PY) -m pipeline inspect $(inspect_ARGS)
+
+inspect: $(INSPECT_DIR)/batch.png ## PNG grid of one augmented training batch + per-class counts (RECIPE=, SET=)
+
 test: $(STAMP) ## run the test suite
 	$(PY) -m pytest $(PYTEST_ARGS)
 
@@ -82,8 +93,13 @@ format: $(STAMP) ## reformat the code with ruff
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-bench: $(STAMP) ## measure the fetch stage (synthetic generation time, size, counts) into benchmarks/latest.json
+bench: bench-fetch bench-input ## run every benchmark; figures go to benchmarks/latest.json
+
+bench-fetch: $(STAMP) ## fetch stage: synthetic generation time, verification, size, counts
 	$(PY) benchmarks/bench_fetch.py --size $(SIZE) --seed $(SEED) --scale $(SCALE)
+
+bench-input: $(DATA)/manifest.json ## input pipeline: images/s and peak memory, petals vs decode-only vs starter kernel
+	$(PY) benchmarks/bench_input.py --data-dir $(DATA) --size $(SIZE)
 
 clean-data: ## delete the data dir
 	rm -rf $(DATA) $(DATA).partial $(DATA).old $(DATA).download

@@ -17,6 +17,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Stage name -> module with `add_arguments(parser)` and `run(args)`.
 STAGES = {
     "fetch": "pipeline.fetch",
+    "inspect": "pipeline.inspect",
 }
 EXIT_ERROR = 2
 

@@ -1,0 +1,181 @@
+"""Inspect stage: a PNG grid of one augmented training batch and per-class counts of every split.
+
+Look before training: the grid shows what the model will see under the recipe's
+augmentation (whether it runs on the host or the device), titled with class names (the
+two largest shares for CutMix/MixUp soft labels); the table shows the class balance.
+Writes `batch.png` and `class_counts.csv` to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from competition import CompetitionSpec, load_spec
+from pipeline import config as config_module
+from pipeline.config import Config
+from pipeline.errors import PetalsError
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="fetched data dir")
+    parser.add_argument("--out", type=Path, default=Path("runs/inspect"), help="folder for the PNG and CSV")
+    parser.add_argument("--images", type=int, default=20, help="images in the grid (one batch)")
+    config_module.add_config_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> None:
+    config = config_module.config_from_args(args)
+    if args.images <= 0:
+        raise PetalsError(f"--images {args.images}: must be positive")
+    inspect(config, args.data_dir, args.out, args.images)
+
+
+def inspect(config: Config, data_dir: Path, out: Path, images: int) -> dict[str, Path]:
+    """Write the batch grid and the class-count table; return their paths."""
+    import tensorflow as tf
+
+    from pipeline import data
+    from pipeline.fetch import locate_data
+
+    spec = load_spec(config.competition)
+    root = locate_data(data_dir)
+    size = config.data.image_size
+    files = {split: data.shard_files(root, spec, size, split) for split in spec.splits}
+    tf.random.set_seed(config.seed)
+    out.mkdir(parents=True, exist_ok=True)
+
+    counts = class_counts(files, spec, size, config.data.skip_bad_records)
+    counts_path = out / "class_counts.csv"
+    _write_atomic(counts_path, lambda tmp: counts.to_csv(tmp, index_label="class"))
+    _print_counts(counts, spec)
+
+    train = files["train"]
+    with data.naming_bad_records(train, spec, size, labeled=True):
+        batch_images, batch_labels = _one_augmented_batch(train, spec, config, images)
+    grid_path = out / "batch.png"
+    _write_atomic(grid_path, lambda tmp: _save_grid(batch_images, batch_labels, spec, tmp, config))
+    log.info("inspect: wrote %s and %s", grid_path, counts_path)
+
+    if config.data.skip_bad_records:
+        reports = [
+            r
+            for split in spec.splits
+            for r in data.scan_shards(files[split], spec, size, spec.is_labeled(split))
+        ]
+        for line in data.skipped_summary(reports) or ["no unreadable records"]:
+            log.warning("inspect: %s", line)
+    return {"grid": grid_path, "counts": counts_path}
+
+
+# ----------------------------------------------------------------------------- counts
+
+
+def class_counts(
+    files: dict[str, list[str]], spec: CompetitionSpec, size: int, skip_bad: bool
+) -> pd.DataFrame:
+    """Images per class in each labeled split (labels parsed, images not decoded), plus names."""
+    import tensorflow as tf
+
+    from pipeline import data
+
+    table = pd.DataFrame({"name": spec.classes})
+    feature = {spec.schema.label: tf.io.FixedLenFeature([], tf.int64)}
+    for split in spec.labeled_splits:
+        reads = tf.data.Dataset.from_tensor_slices(files[split]).interleave(
+            lambda path: data.file_records(path, skip_bad), num_parallel_calls=data.AUTOTUNE
+        )
+        labels = reads.batch(4096).map(lambda r: tf.io.parse_example(r, feature)[spec.schema.label])
+        with data.naming_bad_records(files[split], spec, size, labeled=True):
+            values = np.concatenate([*labels.as_numpy_iterator(), np.zeros(0, np.int64)])
+        if values.size and (values.min() < 0 or values.max() >= spec.num_classes):
+            raise PetalsError(
+                f"{split}: labels outside 0..{spec.num_classes - 1} ({values.min()}..{values.max()})"
+            )
+        table[split] = np.bincount(values, minlength=spec.num_classes)
+    return table
+
+
+def _print_counts(counts: pd.DataFrame, spec: CompetitionSpec) -> None:
+    lines = [f"{'split':<8}{'images':>8}{'classes':>9}{'min':>6}{'median':>8}{'max':>6}"]
+    for split in spec.labeled_splits:
+        column = counts[split]
+        lines.append(
+            f"{split:<8}{column.sum():>8}{(column > 0).sum():>9}{column.min():>6}"
+            f"{column.median():>8.0f}{column.max():>6}"
+        )
+    rarest = counts.nsmallest(5, spec.labeled_splits[0])
+    lines.append(
+        f"rarest in {spec.labeled_splits[0]}: "
+        + ", ".join(f"{row['name']} ({row[spec.labeled_splits[0]]})" for _, row in rarest.iterrows())
+    )
+    for split in spec.labeled_splits:
+        absent = counts.index[counts[split] == 0].tolist()
+        if absent:
+            lines.append(f"warning: {len(absent)} classes have no {split} images: {absent[:10]}")
+    print("\n".join(lines))
+
+
+# ----------------------------------------------------------------------------- the grid
+
+
+def _one_augmented_batch(files: list[str], spec: CompetitionSpec, config: Config, images: int):
+    """One training batch augmented as the model would see it, wherever the recipe runs augmentation."""
+    import dataclasses
+
+    from pipeline import data
+
+    on_host = dataclasses.replace(config, augment=dataclasses.replace(config.augment, where="host"))
+    batch = next(iter(data.train_dataset(files, spec, on_host, images)))
+    return batch[0].numpy(), batch[1].numpy()
+
+
+def _title(label: np.ndarray, spec: CompetitionSpec) -> str:
+    if label.ndim == 0:
+        return spec.classes[int(label)]
+    top = np.argsort(label)[::-1][:2]
+    parts = [f"{spec.classes[i]} {label[i]:.0%}" for i in top if label[i] > 0.005]
+    return "\n".join(parts)
+
+
+def _save_grid(
+    images: np.ndarray, labels: np.ndarray, spec: CompetitionSpec, path: str, config: Config
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(images)
+    cols = min(n, 5)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * 2.6, rows * 2.9), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, image, label in zip(axes.flat, images, labels, strict=False):
+        ax.imshow(np.clip(image / 255.0, 0.0, 1.0))
+        ax.set_title(_title(label, spec), fontsize=8)
+    aug = config.augment
+    fig.suptitle(
+        f"one training batch, recipe {config.recipe}, {images.shape[1]} px, augmentation on the {aug.where}",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.savefig(path, format="png", dpi=80)
+    plt.close(fig)
+
+
+def _write_atomic(path: Path, write) -> None:
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        write(str(tmp))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
