@@ -1,0 +1,241 @@
+"""Backbones by name, and the classifier built on them.
+
+`BACKBONES` maps a name to how to build it: the `efficientnet` package (B0..B7, the source
+of noisy-student weights), `keras.applications` (EfficientNet B0..B7, EfficientNetV2,
+DenseNet201, Xception, ResNet50) and `cnn`, a small network for CPU runs. Every model is
+the same shape: uint8 or float pixels in [0, 255] -> the backbone's own preprocessing ->
+backbone -> global average pooling -> dropout -> dense softmax over the classes (float32
+even under mixed precision).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import keras
+from keras import layers
+
+from pipeline.errors import PetalsError
+
+log = logging.getLogger(__name__)
+
+WEIGHT_CHOICES = ("imagenet", "noisy-student", "none")  # or a path to a local weights file
+
+
+@dataclass(frozen=True)
+class Backbone:
+    """How to build one backbone without its top, and how it wants its pixels."""
+
+    name: str
+    build: Callable[..., keras.Model]  # (input_shape, weights) -> model without the top
+    preprocess: str  # raw (takes 0..255 itself) | unit (0..1) | torch | tf (-1..1) | caffe
+    weights: tuple[str, ...]  # pretrained weights it can download
+    min_size: int = 32  # smallest input it accepts
+
+    def describe(self) -> str:
+        return f"{self.name:<22} pretrained: {', '.join(self.weights) or '-'}"
+
+
+def _keras_app(constructor: str) -> Callable[..., keras.Model]:
+    def build(input_shape, weights):
+        app = getattr(keras.applications, constructor)
+        return app(include_top=False, weights=weights, input_shape=input_shape)
+
+    return build
+
+
+def _efficientnet_package(constructor: str) -> Callable[..., keras.Model]:
+    def build(input_shape, weights):
+        import efficientnet.tfkeras as efn  # the package registers its custom objects on import
+
+        return getattr(efn, constructor)(include_top=False, weights=weights, input_shape=input_shape)
+
+    return build
+
+
+def _small_cnn(input_shape, weights):
+    """Three conv + pool blocks (32/64/128 filters) and a dense layer: trains in minutes on two CPU cores.
+
+    With the head's classifier, that is two dense layers with dropout.
+    """
+    inputs = keras.Input(shape=input_shape)
+    x = inputs
+    for filters in (32, 64, 128):
+        x = layers.Conv2D(filters, 3, padding="same", use_bias=False)(x)
+        x = layers.BatchNormalization()(x)
+        x = layers.Activation("relu")(x)
+        x = layers.MaxPooling2D(2)(x)
+    x = layers.GlobalAveragePooling2D()(x)
+    x = layers.Dense(256, activation="relu")(x)
+    x = layers.Dropout(0.3)(x)
+    model = keras.Model(inputs, x, name="cnn")
+    if weights is not None:
+        model.load_weights(weights)
+    return model
+
+
+def _registry() -> dict[str, Backbone]:
+    entries = [Backbone("cnn", _small_cnn, "unit", ())]
+    for i in range(8):
+        entries.append(
+            Backbone(
+                f"efficientnet-b{i}",
+                _efficientnet_package(f"EfficientNetB{i}"),
+                "torch",
+                ("imagenet", "noisy-student"),
+            )
+        )
+        entries.append(
+            Backbone(f"keras-efficientnet-b{i}", _keras_app(f"EfficientNetB{i}"), "raw", ("imagenet",))
+        )
+    for variant in ("B0", "B1", "B2", "B3", "S", "M", "L"):
+        entries.append(
+            Backbone(
+                f"keras-efficientnetv2-{variant.lower()}",
+                _keras_app(f"EfficientNetV2{variant}"),
+                "raw",
+                ("imagenet",),
+            )
+        )
+    entries += [
+        Backbone("densenet201", _keras_app("DenseNet201"), "torch", ("imagenet",)),
+        Backbone("xception", _keras_app("Xception"), "tf", ("imagenet",), min_size=71),
+        Backbone("resnet50", _keras_app("ResNet50"), "caffe", ("imagenet",)),
+    ]
+    return {b.name: b for b in entries}
+
+
+BACKBONES = _registry()
+
+
+def list_backbones(pattern: str = "*") -> list[str]:
+    """Backbone names matching a glob, e.g. `list_backbones("*efficientnet-b*")`."""
+    return [name for name in BACKBONES if fnmatch.fnmatch(name, pattern)]
+
+
+def get_backbone(name: str) -> Backbone:
+    if name not in BACKBONES:
+        close = [n for n in BACKBONES if name.split("-")[0] in n][:6]
+        hint = (
+            f" (did you mean: {', '.join(close)})"
+            if close
+            else " (python -m pipeline train --list-backbones)"
+        )
+        raise PetalsError(f"unknown backbone {name!r}{hint}")
+    return BACKBONES[name]
+
+
+# ----------------------------------------------------------------------------- preprocessing
+
+
+_MEAN = (0.485, 0.456, 0.406)
+_STD = (0.229, 0.224, 0.225)
+_CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)
+
+
+def preprocessing_layers(kind: str) -> list[layers.Layer]:
+    """Keras layers mapping [0, 255] RGB to what the backbone was trained on."""
+    if kind == "raw":
+        return []
+    if kind == "unit":
+        return [layers.Rescaling(1.0 / 255.0)]
+    if kind == "tf":
+        return [layers.Rescaling(1.0 / 127.5, offset=-1.0)]
+    if kind == "torch":
+        return [
+            layers.Rescaling(1.0 / 255.0),
+            layers.Normalization(mean=_MEAN, variance=[s * s for s in _STD]),
+        ]
+    if kind == "caffe":  # BGR, mean-subtracted
+        return [
+            layers.Lambda(lambda x: x[..., ::-1]),
+            layers.Normalization(mean=_CAFFE_MEAN_BGR, variance=[1, 1, 1]),
+        ]
+    raise ValueError(f"unknown preprocessing {kind!r}")
+
+
+# ----------------------------------------------------------------------------- the classifier
+
+
+def resolve_weights(backbone: Backbone, weights: str) -> str | None:
+    """`none` -> None; a pretrained name the backbone has; or an existing local file."""
+    if weights == "none":
+        return None
+    if weights in WEIGHT_CHOICES:
+        if weights not in backbone.weights:
+            have = ", ".join(backbone.weights) or "none"
+            raise PetalsError(f"backbone {backbone.name} has no {weights!r} weights (it has: {have})")
+        return weights
+    if not Path(weights).is_file():
+        raise PetalsError(
+            f"model.weights={weights!r}: not one of {', '.join(WEIGHT_CHOICES)} and no such file"
+        )
+    return weights
+
+
+def build_backbone(backbone: Backbone, size: int, weights: str | None) -> keras.Model:
+    """The backbone with its weights; a failed download or a misfit file becomes one line."""
+    try:
+        return backbone.build((size, size, 3), weights)
+    except PetalsError:
+        raise
+    except (ValueError, OSError) as err:  # a local file that is not these weights
+        if weights is None or weights in WEIGHT_CHOICES:
+            raise
+        raise PetalsError(
+            f"{weights}: does not fit backbone {backbone.name} ({_first_line(err)[:200]})"
+        ) from None
+    except Exception as err:
+        # keras.utils.get_file raises a bare Exception when a download fails (offline).
+        if weights not in WEIGHT_CHOICES:
+            raise
+        raise PetalsError(
+            f"could not get {weights} weights for {backbone.name} ({_first_line(err)[:160]}); offline, "
+            "download the no-top weights file elsewhere and pass it: --set model.weights=/path/to/file.h5 "
+            "(pretrained weights are never silently replaced by random ones; model.weights=none trains "
+            "from scratch)"
+        ) from None
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+def build_classifier(
+    backbone_name: str,
+    size: int,
+    num_classes: int,
+    weights: str = "none",
+    dropout: float = 0.2,
+    input_dtype: str = "uint8",
+    batch_size: int | None = None,
+) -> keras.Model:
+    """pixels [batch, size, size, 3] -> class probabilities [batch, num_classes] (float32).
+
+    `batch_size=None` gives a variable batch dimension: what inference anywhere needs,
+    whatever static batch a TPU trained with.
+    """
+    backbone = get_backbone(backbone_name)
+    resolved = resolve_weights(backbone, weights)
+    inputs = keras.Input(shape=(size, size, 3), batch_size=batch_size, dtype=input_dtype, name="image")
+    x = (
+        layers.Activation("linear", dtype="float32", name="to_float")(inputs)
+        if input_dtype != "float32"
+        else inputs
+    )
+    for layer in preprocessing_layers(backbone.preprocess):
+        x = layer(x)
+    body = build_backbone(backbone, size, resolved)
+    body.name = "backbone"  # one nested layer: freezing it is one switch
+    features = body(x)
+    if len(features.shape) == 4:  # a feature map (every backbone but cnn, which pools itself)
+        features = layers.GlobalAveragePooling2D(name="pool")(features)
+    features = layers.Dropout(dropout, name="head_dropout")(features)
+    logits = layers.Dense(num_classes, name="logits")(features)
+    outputs = layers.Activation("softmax", dtype="float32", name="probabilities")(logits)
+    return keras.Model(inputs, outputs, name=f"{backbone_name}-{size}")

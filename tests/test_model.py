@@ -1,0 +1,72 @@
+"""The backbone registry: every entry builds and predicts; weights are resolved or refused in one line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pipeline import model
+from pipeline.errors import PetalsError
+
+
+def test_the_registry_lists_what_the_recipes_need():
+    names = model.list_backbones()
+    for required in ("cnn", "efficientnet-b0", "efficientnet-b7", "keras-efficientnet-b7", "densenet201"):
+        assert required in names
+    assert model.list_backbones("efficientnet-b*") == [f"efficientnet-b{i}" for i in range(8)]
+    assert "keras-efficientnetv2-s" in model.list_backbones("*v2*")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", model.list_backbones())
+def test_every_backbone_builds_and_gives_finite_probabilities(name):
+    backbone = model.get_backbone(name)
+    size = max(32, backbone.min_size)
+    net = model.build_classifier(name, size, num_classes=7, weights="none", dropout=0.1)
+    pixels = np.random.default_rng(0).integers(0, 256, (2, size, size, 3), dtype=np.uint8)
+    probabilities = np.asarray(net(pixels, training=False))
+    assert probabilities.shape == (2, 7) and probabilities.dtype == np.float32
+    assert np.isfinite(probabilities).all()
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+
+
+def test_an_unknown_backbone_suggests_close_names():
+    with pytest.raises(
+        PetalsError, match=r"unknown backbone 'efficientnet-b9' \(did you mean: efficientnet-b0"
+    ):
+        model.get_backbone("efficientnet-b9")
+
+
+def test_weights_a_backbone_does_not_have_are_refused():
+    with pytest.raises(PetalsError, match="backbone cnn has no 'imagenet' weights"):
+        model.build_classifier("cnn", 32, 5, weights="imagenet")
+    with pytest.raises(PetalsError, match="backbone densenet201 has no 'noisy-student' weights"):
+        model.build_classifier("densenet201", 32, 5, weights="noisy-student")
+    with pytest.raises(PetalsError, match=r"model\.weights='/no/such\.h5': not one of imagenet"):
+        model.build_classifier("cnn", 32, 5, weights="/no/such.h5")
+
+
+def test_offline_pretrained_weights_say_how_to_pass_a_local_file(monkeypatch):
+    def offline(*args, **kwargs):
+        raise Exception("URL fetch failure on https://example/weights.h5: None -- [Errno -3] name resolution")
+
+    monkeypatch.setattr("keras.utils.get_file", offline)
+    monkeypatch.setattr("keras.src.utils.file_utils.get_file", offline)
+    with pytest.raises(
+        PetalsError, match=r"could not get imagenet weights for resnet50 .*--set model.weights="
+    ):
+        model.build_classifier("resnet50", 32, 5, weights="imagenet")
+
+
+def test_a_local_weights_file_loads_and_a_misfit_one_is_named(tmp_path):
+    source = model.build_classifier("cnn", 32, 5)
+    backbone = source.get_layer("backbone")
+    good = tmp_path / "cnn.weights.h5"
+    backbone.save_weights(good)
+    rebuilt = model.build_classifier("cnn", 32, 5, weights=str(good))
+    for a, b in zip(backbone.weights, rebuilt.get_layer("backbone").weights, strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    other = tmp_path / "other.weights.h5"
+    model.build_classifier("efficientnet-b0", 32, 5).get_layer("backbone").save_weights(other)
+    with pytest.raises(PetalsError, match=f"{other}: does not fit backbone cnn"):
+        model.build_classifier("cnn", 32, 5, weights=str(other))
