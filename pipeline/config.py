@@ -75,12 +75,49 @@ class AugmentConfig:
 
 
 @dataclass(frozen=True)
+class ModelConfig:
+    """The network: a backbone from the registry (`pipeline.model.BACKBONES`) and its head."""
+
+    backbone: str = "cnn"
+    weights: str = "none"  # imagenet | noisy-student | none | a local weights file (offline kernels)
+    dropout: float = 0.2  # before the classifier
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The training policy and the speed settings (auto: chosen by the strategy)."""
+
+    epochs: int = 12
+    loop: str = "fit"  # fit (Keras) | custom (strategy.run)
+    steps_per_epoch: int = 0  # 0: training images / global batch
+    # Learning rate per epoch: ramp linearly from lr_start to lr_max x replicas over
+    # lr_ramp_epochs, hold lr_sustain_epochs, then decay exponentially (lr_decay) to lr_min.
+    lr_start: float = 1e-5
+    lr_max: float = 5e-5  # per replica
+    lr_min: float = 1e-5
+    lr_ramp_epochs: int = 5
+    lr_sustain_epochs: int = 0
+    lr_decay: float = 0.8
+    label_smoothing: float = 0.0
+    frozen_epochs: int = 0  # first epochs train the head only, the backbone frozen
+    freeze_batchnorm: bool = True  # when fine-tuning, BatchNorm keeps its statistics
+    merge_val: bool = False  # final run: train on train + val (no validation score)
+    folds: int = 0  # k-fold over train + val when > 1
+    fold: int = 0  # which fold this run holds out
+    precision: str = "auto"  # auto | float32 | mixed_float16 | mixed_bfloat16
+    jit_compile: str = "auto"  # auto | on | off
+    steps_per_execution: int = 0  # 0: auto (1 on CPU, more on accelerators)
+
+
+@dataclass(frozen=True)
 class Config:
     recipe: str = DEFAULT_RECIPE
     competition: str = "flowers"
     seed: int = 0
     data: DataConfig = field(default_factory=DataConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -90,6 +127,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "augment.where": ("host", "device"),
     "augment.interpolation": ("bilinear", "nearest"),
     "augment.fill_mode": ("reflect", "nearest", "constant"),
+    "train.loop": ("fit", "custom"),
+    "train.precision": ("auto", "float32", "mixed_float16", "mixed_bfloat16"),
+    "train.jit_compile": ("auto", "on", "off"),
 }
 
 
@@ -230,6 +270,24 @@ def validate(config: Config) -> None:
         )
     if aug.mix_alpha <= 0:
         raise PetalsError(f"augment.mix_alpha={aug.mix_alpha}: must be > 0")
+    train = config.train
+    if train.epochs <= 0 or train.frozen_epochs < 0 or train.frozen_epochs > train.epochs:
+        raise PetalsError(
+            f"train.epochs={train.epochs}, train.frozen_epochs={train.frozen_epochs}: "
+            "need epochs > 0 and 0 <= frozen_epochs <= epochs"
+        )
+    if min(train.lr_start, train.lr_max, train.lr_min) <= 0 or not 0 < train.lr_decay <= 1:
+        raise PetalsError("train.lr_start, lr_max and lr_min must be > 0 and train.lr_decay in (0, 1]")
+    if not 0 <= train.label_smoothing < 1:
+        raise PetalsError(f"train.label_smoothing={train.label_smoothing}: must be in [0, 1)")
+    if train.folds == 1 or train.folds < 0 or (train.folds and not 0 <= train.fold < train.folds):
+        raise PetalsError(
+            f"train.folds={train.folds}, train.fold={train.fold}: need folds >= 2 and 0 <= fold < folds"
+        )
+    if train.folds and train.merge_val:
+        raise PetalsError("train.folds and train.merge_val exclude each other: folds already use train + val")
+    if not 0 <= config.model.dropout < 1:
+        raise PetalsError(f"model.dropout={config.model.dropout}: must be in [0, 1)")
     for name in ("brightness", "contrast", "saturation", "hue", "rotation", "shear", "zoom", "shift"):
         if getattr(aug, name) < 0:
             raise PetalsError(
@@ -242,7 +300,8 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--recipe",
         default=DEFAULT_RECIPE,
-        help=f"recipe under competition/recipes/ or a .toml path (known: {', '.join(recipe_names())})",
+        help=f"recipe under competition/recipes/, a .toml path, or auto: tpu, gpu or cpu by accelerator "
+        f"(known: {', '.join(recipe_names())})",
     )
     parser.add_argument(
         "--set",

@@ -1,0 +1,29 @@
+"""Training policy as pure functions: the learning-rate schedule, batch scaling, fine-tuning."""
+
+from __future__ import annotations
+
+from pipeline.config import TrainConfig
+
+
+def learning_rate(epoch: int, train: TrainConfig, replicas: int) -> float:
+    """LR of a 0-based epoch: ramp from lr_start to lr_max x replicas, hold, decay exponentially to lr_min.
+
+    The public TPU recipe: 1e-5 ramping over 5 epochs to 5e-5 x 8, then x0.8 per epoch down to 1e-5.
+    """
+    peak = train.lr_max * replicas
+    if epoch < train.lr_ramp_epochs:
+        return train.lr_start + (peak - train.lr_start) * epoch / train.lr_ramp_epochs
+    if epoch < train.lr_ramp_epochs + train.lr_sustain_epochs:
+        return peak
+    decayed = epoch - train.lr_ramp_epochs - train.lr_sustain_epochs
+    return train.lr_min + (peak - train.lr_min) * train.lr_decay**decayed
+
+
+def steps_per_epoch(train: TrainConfig, images: int, global_batch: int) -> int:
+    """Steps that see every training image about once (at least one step)."""
+    return train.steps_per_epoch or max(1, images // global_batch)
+
+
+def backbone_trainable(epoch: int, train: TrainConfig) -> bool:
+    """Whether the backbone trains in this epoch: frozen for the warm-up epochs, then fine-tuned."""
+    return epoch >= train.frozen_epochs
