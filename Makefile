@@ -14,9 +14,14 @@ SIZE        ?= 192#              synthetic image size (pixels)
 SEED        ?= 0#                synthetic dataset seed
 SCALE       ?= 1.0#              synthetic images-per-class multiplier
 FORCE       ?=#                  FORCE=1 fetches again over a complete data dir
-RECIPE      ?= default#          training recipe: competition/recipes/<RECIPE>.toml (default: no file)
+RECIPE      ?= auto#             recipe: competition/recipes/<RECIPE>.toml; auto: tpu, gpu or cpu by accelerator
 SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 data.batch_size=32"
 INSPECT_DIR ?= runs/inspect#     where `make inspect` writes batch.png and class_counts.csv
+RUNS        ?= runs#             run directories (make train)
+RUN         ?=#                  run id (default: recipe, backbone, size and a config hash)
+STRATEGY    ?= auto#             auto | tpu | mirrored | multi-worker | gpu | cpu
+CPU_REPLICAS ?= 0#               split the CPU into N logical replicas (tests multi-replica code)
+RETRAIN     ?=#                  RETRAIN=1 trains again over a finished run
 PYTEST_ARGS ?=#                  extra pytest arguments, e.g. PYTEST_ARGS="-k fetch"
 ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 
@@ -43,8 +48,10 @@ fetch_ARGS := --source $(SOURCE) --data-dir $(DATA) --competition $(COMPETITION)
 
 config_ARGS := --recipe $(RECIPE) $(foreach s,$(SET),--set $(s))
 inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(config_ARGS)
+train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS) --strategy $(STRATEGY) --cpu-replicas $(CPU_REPLICAS) \
+	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install fetch inspect test lint format bench bench-fetch bench-input clean clean-data always
+.PHONY: help install fetch inspect train test lint format bench bench-fetch bench-input clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -81,6 +88,10 @@ $(INSPECT_DIR)/batch.png: $(DATA)/manifest.json $(ARGS_DIR)/inspect.args $(wildc
 	$(PY) -m pipeline inspect $(inspect_ARGS)
 
 inspect: $(INSPECT_DIR)/batch.png ## PNG grid of one augmented training batch + per-class counts (RECIPE=, SET=)
+
+# The stage finds its run by the config's hash: a finished run is a no-op, an interrupted one resumes.
+train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an interrupted run; RETRAIN=1 redoes it)
+	$(PY) -m pipeline train $(train_ARGS)
 
 test: $(STAMP) ## run the test suite
 	$(PY) -m pytest $(PYTEST_ARGS)

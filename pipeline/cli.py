@@ -18,6 +18,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 STAGES = {
     "fetch": "pipeline.fetch",
     "inspect": "pipeline.inspect",
+    "train": "pipeline.train",
 }
 EXIT_ERROR = 2
 

@@ -32,6 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    if args.recipe == "auto":
+        from pipeline.strategy import pick_strategy
+        from pipeline.train import resolve_recipe
+
+        args.recipe = resolve_recipe("auto", pick_strategy("auto").kind)
     config = config_module.config_from_args(args)
     if args.images <= 0:
         raise PetalsError(f"--images {args.images}: must be positive")

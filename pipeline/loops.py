@@ -1,0 +1,355 @@
+"""The two training loops, Keras `fit` and a custom `strategy.run` loop, with the same outputs.
+
+Both train epoch by epoch and, after each epoch: score val macro-F1 with scikit-learn, append
+a row to `history.csv`, save the last (and, if better, the best) weights and a checkpoint of
+weights + optimizer + epoch. A rerun restores that checkpoint and goes on from the next epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from pathlib import Path
+
+import keras
+import numpy as np
+import pandas as pd
+import tensorflow as tf
+
+from pipeline import augment, data, model, policy, strategy
+from pipeline.errors import PetalsError
+
+log = logging.getLogger(__name__)
+
+# Keras warns that a tf.data dataset ignores fit's shuffle flag, and that a finite val set
+# "ran out of data" after predict has read all of it: both are what is meant here.
+warnings.filterwarnings("ignore", message=r"`shuffle=True` was passed", category=UserWarning)
+warnings.filterwarnings("ignore", message=r"Your input ran out of data", category=UserWarning)
+
+HISTORY = "history.csv"
+BEST = "best.weights.h5"
+LAST = "last.weights.h5"
+
+
+class Classifier(keras.Model):
+    """The classifier for training: labels become (soft) one-hot rows, and with `augment.where=device`
+    the batch is augmented here, at the start of the step, on the accelerator."""
+
+    def __init__(self, net: keras.Model, num_classes: int, aug, augment_here: bool, **kwargs):
+        super().__init__(**kwargs)
+        self.net = net
+        self.num_classes = num_classes
+        self.aug = aug
+        self.augment_here = augment_here
+
+    def call(self, images, training=False):
+        return self.net(tf.cast(images, tf.float32), training=training)
+
+    def one_hot(self, labels):
+        """Class indices -> one-hot rows; soft rows (CutMix/MixUp) pass through."""
+        if labels is not None and len(labels.shape) == 1:
+            return tf.one_hot(tf.cast(labels, tf.int32), self.num_classes)
+        return labels
+
+    def prepare(self, images, labels, training: bool):
+        images = tf.cast(images, tf.float32)
+        if training and self.augment_here:
+            images, labels = augment.augment_batch(
+                images, labels, self.aug, self.num_classes, xla=bool(self.jit_compile)
+            )
+        return images, self.one_hot(labels)
+
+    def train_step(self, batch):
+        return super().train_step(self.prepare(*batch, training=True))
+
+    def test_step(self, batch):
+        return super().test_step(self.prepare(*batch, training=False))
+
+    # Keras also calls these on the raw batch when it builds under a distribution strategy.
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        return super().compute_loss(x, self.one_hot(y), y_pred, sample_weight, training)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        return super().compute_metrics(x, self.one_hot(y), y_pred, sample_weight)
+
+
+def loss_function(label_smoothing: float, reduction: str = "sum_over_batch_size") -> keras.losses.Loss:
+    return keras.losses.CategoricalCrossentropy(label_smoothing=label_smoothing, reduction=reduction)
+
+
+def _layers_within(layer: keras.layers.Layer):
+    for inner in getattr(layer, "layers", []):
+        yield inner
+        yield from _layers_within(inner)
+
+
+def set_backbone_trainable(net: keras.Model, trainable: bool, freeze_batchnorm: bool) -> None:
+    """Freeze or unfreeze the backbone; fine-tuning keeps BatchNorm statistics frozen if asked."""
+    backbone = net.get_layer("backbone")
+    backbone.trainable = trainable
+    if trainable and freeze_batchnorm:
+        for layer in _layers_within(backbone):
+            if isinstance(layer, keras.layers.BatchNormalization):
+                layer.trainable = False
+
+
+class Trainer:
+    """One run: builds everything under the strategy, restores, trains the remaining epochs."""
+
+    def __init__(self, job, verbose: int = 1, restart: bool = False):
+        self.job = job
+        self.config = job.config
+        self.verbose = verbose
+        self.restart = restart
+        self.run_dir: Path = job.run_dir
+        picked = job.picked
+        train = self.config.train
+        self.precision = strategy.pick_precision(picked.device, train.precision)
+        self.jit_compile = strategy.pick_jit_compile(picked.device, train.jit_compile)
+        self.steps_per_execution = strategy.pick_steps_per_execution(picked.device, train.steps_per_execution)
+        self.steps = policy.steps_per_epoch(train, job.train_images, job.global_batch)
+        self.size = data.input_size(self.config)
+
+    # ------------------------------------------------------------------ building
+
+    def build(self) -> None:
+        """Build the model (pretrained or local weights loaded), optimizer and checkpoint; writes nothing."""
+        config, job = self.config, self.job
+        keras.mixed_precision.set_global_policy(self.precision)
+        keras.utils.set_random_seed(config.seed)
+        with job.picked.strategy.scope():
+            net = model.build_classifier(
+                config.model.backbone,
+                self.size,
+                job.spec.num_classes,
+                weights=config.model.weights,
+                dropout=config.model.dropout,
+                input_dtype="float32",
+            )
+            self.net = net
+            self.classifier = Classifier(
+                net, job.spec.num_classes, config.augment, augment_here=config.augment.where == "device"
+            )
+            self.optimizer = keras.optimizers.Adam(learning_rate=config.train.lr_start)
+            if self.precision == "mixed_float16":
+                self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
+            self.optimizer.build(net.trainable_variables)  # every variable that will ever train
+            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+            self.best_f1 = tf.Variable(-1.0, dtype=tf.float64, trainable=False, name="best_f1")
+        self.checkpoint = tf.train.Checkpoint(
+            net=net, optimizer=self.optimizer, epoch=self.epoch, best_f1=self.best_f1
+        )
+        self.manager = tf.train.CheckpointManager(self.checkpoint, job.checkpoint_dir, max_to_keep=1)
+
+    def _restore(self) -> int:
+        """The first epoch still to train: 0, or the one after the last checkpoint."""
+        if self.restart or not self.manager.latest_checkpoint:
+            return 0
+        self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
+        done = int(self.epoch.numpy())
+        log.info(
+            "train: resuming %s after epoch %d (checkpoint %s)",
+            self.run_dir,
+            done,
+            self.manager.latest_checkpoint,
+        )
+        return done
+
+    def _datasets(self):
+        job, config = self.job, self.config
+        train = data.train_dataset(job.train_files, job.spec, config, job.global_batch)
+        val = None
+        if job.val_files:
+            val = data.eval_dataset(
+                job.val_files, job.spec, config, job.global_batch, labeled=True, pad_to_batch=True
+            )
+        return train, val
+
+    # ------------------------------------------------------------------ scoring
+
+    def _score(self, val) -> dict[str, float]:
+        """Loss, accuracy and macro-F1 (scikit-learn) on the val split, padding dropped."""
+        from sklearn.metrics import f1_score
+
+        if self._val_labels is None:
+            self._val_labels = np.concatenate([tags for _, tags in val.as_numpy_iterator()])
+        probabilities = self.classifier.predict(val.map(lambda images, _: images), verbose=0)
+        real = self._val_labels != data.PAD_LABEL
+        probabilities, labels = probabilities[real], self._val_labels[real]
+        predicted = probabilities.argmax(axis=1)
+        losses = -np.log(np.clip(probabilities[np.arange(len(labels)), labels], 1e-7, 1.0))
+        every_class = np.arange(self.job.spec.num_classes)
+        return {
+            "val_loss": float(losses.mean()),
+            "val_accuracy": float((predicted == labels).mean()),
+            "val_macro_f1": float(
+                f1_score(labels, predicted, average="macro", labels=every_class, zero_division=0)
+            ),
+        }
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self) -> pd.DataFrame:
+        start = self._restore()
+        history = self._history(start)
+        train, val = self._datasets()
+        train_config = self.config.train
+        self._val_labels = None
+        step = self._fit_epoch if train_config.loop == "fit" else self._custom_epoch
+        self._trainable = None
+        for epoch in range(start, train_config.epochs):
+            self._set_trainable(policy.backbone_trainable(epoch, train_config))
+            lr = policy.learning_rate(epoch, train_config, self.job.picked.replicas)
+            self.optimizer.learning_rate.assign(lr)
+            started = time.perf_counter()
+            logs = step(train, epoch)
+            seconds = time.perf_counter() - started
+            row = {
+                "epoch": epoch + 1,
+                "lr": lr,
+                **logs,
+                "seconds": seconds,
+                "images": self.steps * self.job.global_batch,
+            }
+            row["images_per_second"] = row["images"] / seconds
+            if val is not None:
+                row.update(self._score(val))
+            history = pd.concat([history, pd.DataFrame([row])], ignore_index=True)
+            self._end_epoch(epoch, row, history)
+        return history
+
+    def _set_trainable(self, trainable: bool) -> None:
+        if trainable == self._trainable:
+            return
+        set_backbone_trainable(self.net, trainable, self.config.train.freeze_batchnorm)
+        if not trainable or self._trainable is not None:
+            log.info("train: backbone %s", "fine-tuning" if trainable else "frozen (training the head)")
+        self._trainable = trainable
+        self._compiled = False
+        self._custom_step = None
+
+    def _history(self, start: int) -> pd.DataFrame:
+        path = self.run_dir / HISTORY
+        if start and path.is_file():
+            return pd.read_csv(path).query("epoch <= @start")  # rows past the checkpoint are redone
+        return pd.DataFrame()
+
+    def _end_epoch(self, epoch: int, row: dict, history: pd.DataFrame) -> None:
+        from pipeline.train import save_weights
+
+        save_weights(self.net, self.run_dir / LAST)
+        score = row.get("val_macro_f1", -row["loss"])
+        if score > float(self.best_f1.numpy()):
+            self.best_f1.assign(score)
+            save_weights(self.net, self.run_dir / BEST)
+        tmp = self.run_dir / (HISTORY + ".partial")
+        history.to_csv(tmp, index=False)
+        tmp.replace(self.run_dir / HISTORY)
+        self.epoch.assign(epoch + 1)
+        self.manager.save(checkpoint_number=epoch + 1)  # last, so a checkpoint implies its outputs
+        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}
+        log.info("train: epoch %d/%d %s", epoch + 1, self.config.train.epochs, shown)
+
+    # ------------------------------------------------------------------ Keras fit
+
+    def _fit_epoch(self, train, epoch: int) -> dict[str, float]:
+        if not self._compiled:
+            self.classifier.compile(
+                optimizer=self.optimizer,
+                loss=loss_function(self.config.train.label_smoothing),
+                metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
+                jit_compile=self.jit_compile,
+                steps_per_execution=self.steps_per_execution,
+            )
+            self._compiled = True
+        result = self.classifier.fit(
+            train, epochs=epoch + 1, initial_epoch=epoch, steps_per_epoch=self.steps, verbose=self.verbose
+        )
+        return {k: float(v[-1]) for k, v in result.history.items() if k in ("loss", "accuracy")}
+
+    # ------------------------------------------------------------------ custom loop
+
+    def _custom_epoch(self, train, epoch: int) -> dict[str, float]:
+        picked, job = self.job.picked, self.job
+        if self._custom_step is None:
+            self._build_custom_step()
+        if not hasattr(self, "_iterator"):
+            per_replica = job.global_batch // picked.replicas
+
+            def dataset_fn(context):
+                return data.train_dataset(
+                    job.train_files, job.spec, self.config, per_replica, input_context=context
+                )
+
+            self._iterator = iter(picked.strategy.distribute_datasets_from_function(dataset_fn))
+        loss_sum = correct = 0.0
+        calls = -(-self.steps // self.steps_per_execution)
+        done = 0
+        for _ in range(calls):
+            n = min(self.steps_per_execution, self.steps - done)
+            loss, right = self._custom_step(self._iterator, tf.constant(n))
+            loss_sum += float(loss)
+            correct += float(right)
+            done += n
+        return {"loss": loss_sum / self.steps, "accuracy": correct / (self.steps * job.global_batch)}
+
+    def _build_custom_step(self) -> None:
+        picked, job, config = self.job.picked, self.job, self.config
+        classifier, optimizer = self.classifier, self.optimizer
+        loss_fn = loss_function(config.train.label_smoothing, reduction="none")
+        trainable = self.net.trainable_variables
+
+        def replica_step(images, labels):
+            images, labels = classifier.prepare(images, labels, training=True)
+            with tf.GradientTape() as tape:
+                probabilities = classifier(images, training=True)
+                per_example = loss_fn(labels, probabilities)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=job.global_batch)
+                if classifier.losses:
+                    loss += tf.nn.scale_regularization_loss(tf.add_n(classifier.losses))
+                scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
+            gradients = tape.gradient(scaled, trainable)
+            optimizer.apply(gradients, trainable)
+            right = tf.reduce_sum(
+                tf.cast(tf.equal(tf.argmax(probabilities, 1), tf.argmax(labels, 1)), tf.float32)
+            )
+            return loss, right
+
+        compiled_step = tf.function(replica_step, jit_compile=self.jit_compile)
+
+        @tf.function
+        def steps(iterator, n):
+            loss_sum = tf.constant(0.0)
+            right_sum = tf.constant(0.0)
+            for _ in tf.range(n):
+                images, labels = next(iterator)
+                loss, right = picked.strategy.run(compiled_step, args=(images, labels))
+                loss_sum += picked.strategy.reduce("SUM", loss, axis=None)
+                right_sum += picked.strategy.reduce("SUM", right, axis=None)
+            return loss_sum, right_sum
+
+        self._custom_step = steps
+
+
+def load_inference_model(run_dir: Path, weights: str = BEST) -> keras.Model:
+    """The trained classifier with a variable batch dimension, on whatever device is here (CPU included)."""
+    import json
+
+    config_path = Path(run_dir) / "config.json"
+    if not config_path.is_file():
+        raise PetalsError(f"{run_dir}: not a run directory (no config.json)")
+    config = json.loads(config_path.read_text())
+    size = config["data"]["input_size"] or config["data"]["image_size"]
+    from competition import load_spec
+
+    spec = load_spec(config["competition"])
+    keras.mixed_precision.set_global_policy("float32")
+    net = model.build_classifier(
+        config["model"]["backbone"], size, spec.num_classes, weights="none", input_dtype="float32"
+    )
+    path = Path(run_dir) / weights
+    if not path.is_file():
+        raise PetalsError(f"{path}: missing; train the run first")
+    net.load_weights(path)
+    return net

@@ -1,0 +1,163 @@
+"""The train stage on tiny data: the run dir, both loops on 8 replicas, resume after kill -9, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import cli, loops, policy, train
+from pipeline.config import load_config
+from pipeline.strategy import pick_strategy
+from tests.conftest import REPO, TINY_SIZE, error_lines
+
+TINY = [
+    f"data.image_size={TINY_SIZE}",
+    "data.batch_size=8",
+    "data.shuffle_buffer=64",
+    "model.backbone=cnn",
+    "train.epochs=2",
+    "train.steps_per_epoch=3",
+    "train.lr_ramp_epochs=0",
+    "train.lr_max=0.002",
+]
+
+
+def _train_args(data_dir, runs_dir, *extra):
+    args = ["train", "--data-dir", str(data_dir), "--runs-dir", str(runs_dir), "--recipe", "default"]
+    for override in TINY:
+        args += ["--set", override]
+    return [*args, *extra]
+
+
+@pytest.mark.slow
+def test_a_run_directory_holds_everything_and_reruns_are_no_ops(tiny_data_dir, tmp_path, caplog):
+    config = load_config(overrides=TINY)
+    job = train.prepare(config, pick_strategy("cpu"), tiny_data_dir, tmp_path, None, None)
+    metrics = train.fit(job, verbose=0)
+    run_dir = job.run_dir
+    for name in ("config.json", "data_manifest.json", "run.json", "history.csv", "best.weights.h5",
+                 "last.weights.h5", "curves.png", "metrics.json"):  # fmt: skip
+        assert (run_dir / name).is_file(), name
+    assert json.loads((run_dir / "config.json").read_text()) == config.to_dict()
+    history = pd.read_csv(run_dir / "history.csv")
+    assert history["epoch"].tolist() == [1, 2]
+    for key in ("val_macro_f1", "val_accuracy", "train_seconds", "images_per_second"):
+        assert np.isfinite(metrics[key])
+    assert metrics["val_macro_f1"] == pytest.approx(history["val_macro_f1"].max())
+    assert len(metrics["epoch_seconds"]) == 2
+    # The same command again finds the finished run and does nothing.
+    again = train.prepare(config, pick_strategy("cpu"), tiny_data_dir, tmp_path, None, None)
+    assert again.run_dir == run_dir and again.finished == metrics
+
+    # The inference model: a variable batch dimension, the trained weights, on the CPU.
+    net = loops.load_inference_model(run_dir)
+    assert net.input_shape == (None, TINY_SIZE, TINY_SIZE, 3)
+    trained = loops.load_inference_model(run_dir, weights=loops.BEST)
+    for batch in (1, 5):
+        pixels = (
+            np.random.default_rng(batch).uniform(0, 255, (batch, TINY_SIZE, TINY_SIZE, 3)).astype("float32")
+        )
+        assert np.asarray(net(pixels)).shape == (batch, 104)
+        np.testing.assert_allclose(np.asarray(net(pixels)), np.asarray(trained(pixels)), atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_both_loops_train_on_8_logical_cpu_replicas_and_lower_the_loss(tiny_data_dir, tmp_path, loop):
+    args = _train_args(
+        tiny_data_dir, tmp_path, "--cpu-replicas", "8", "--run", loop,
+        "--set", "data.batch_size=2", "--set", f"train.loop={loop}", "--set", "train.epochs=4",
+        "--set", "train.steps_per_epoch=6", "--set", "train.lr_max=0.0005",
+        "--set", "train.lr_sustain_epochs=9", "--set", "augment.where=device",
+    )  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline", "--quiet", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads((tmp_path / loop / "run.json").read_text())
+    assert run["replicas"] == 8 and run["global_batch"] == 16  # 2 per replica x 8
+    history = pd.read_csv(tmp_path / loop / "history.csv")
+    assert history["images"].tolist() == [6 * 16] * 4
+    assert history["lr"].tolist() == pytest.approx([0.0005 * 8] * 4)  # the peak scales with replicas
+    assert history["loss"].iloc[-1] < history["loss"].iloc[0]
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
+    args = _train_args(
+        tiny_data_dir, tmp_path, "--run", "killed",
+        "--set", "train.epochs=5", "--set", "train.steps_per_epoch=20", "--set", "train.lr_ramp_epochs=2",
+    )  # fmt: skip
+    command = [sys.executable, "-m", "pipeline", *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    index = tmp_path / "killed" / "checkpoints" / "checkpoint"
+    deadline = time.monotonic() + 240
+    while not index.is_file() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert index.is_file(), "no checkpoint was written before the deadline"
+    assert not (tmp_path / "killed" / "metrics.json").is_file()
+
+    second = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resuming" in second.stderr
+    history = pd.read_csv(tmp_path / "killed" / "history.csv")
+    assert history["epoch"].tolist() == [1, 2, 3, 4, 5]  # every epoch once, none redone twice
+    config = load_config(overrides=[*TINY, "train.epochs=5", "train.lr_ramp_epochs=2"])
+    expected = [policy.learning_rate(e, config.train, 1) for e in range(5)]
+    assert history["lr"].tolist() == pytest.approx(expected)
+    metrics = json.loads((tmp_path / "killed" / "metrics.json").read_text())
+    assert metrics["epochs"] == 5 and np.isfinite(metrics["val_macro_f1"])
+
+
+def _train_here(capsys, *args) -> tuple[int, list[str]]:
+    code = cli.main(list(args))
+    return code, error_lines(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.backbone=efficientnet-b9", "unknown backbone 'efficientnet-b9'"),
+        ("data.image_size=512", "no tfrecords-jpeg-512x512/train shards"),
+        ("data.batch_size=100000", "is more than the"),
+        ("model.bakbone=cnn", "unknown key 'model.bakbone'"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_no_run(tiny_data_dir, tmp_path, capsys, override, message):
+    code, lines = _train_here(capsys, *_train_args(tiny_data_dir, tmp_path / "runs", "--set", override))
+    assert code == 2 and len(lines) == 1 and message in lines[0], lines
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_weights_file_that_does_not_fit_is_named_and_writes_no_run(tiny_data_dir, tmp_path, capsys):
+    from pipeline import model
+
+    misfit = tmp_path / "other.weights.h5"
+    model.build_classifier("efficientnet-b0", 32, 5).get_layer("backbone").save_weights(misfit)
+    code, lines = _train_here(
+        capsys, *_train_args(tiny_data_dir, tmp_path / "runs", "--set", f"model.weights={misfit}")
+    )
+    assert code == 2 and lines == [lines[0]] and f"{misfit}: does not fit backbone cnn" in lines[0]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_list_backbones(capsys):
+    assert cli.main(["train", "--list-backbones"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("efficientnet-b7 ") and "noisy-student" in line for line in listed)
+    assert len(listed) == len(__import__("pipeline.model").model.BACKBONES)
