@@ -26,20 +26,21 @@ _GAMMA_TRIALS = 8  # Marsaglia-Tsang candidates per sample; all rejected has pro
 # ----------------------------------------------------------------------------- affine
 
 
-def affine_transforms(n: tf.Tensor, size: int, aug: AugmentConfig) -> tf.Tensor:
+def affine_transforms(n: tf.Tensor, size: int, aug: AugmentConfig, shift_scale: float = 1.0) -> tf.Tensor:
     """`[n, 8]` projective transforms (output pixel -> input pixel), one random affine map per image.
 
     Composes, about the image centre: flips, rotation, shear, zoom (independent in x and y;
     > 1 magnifies) and shift, all drawn per image. The rotation, shear and shift scales are
-    standard deviations, as in the public kernels' recipe.
+    standard deviations, as in the public kernels' recipe. `shift` is in pixels of the records;
+    `shift_scale` (model input size / record size) converts it when the images were resized.
     """
     deg = math.pi / 180.0
     rotation = aug.rotation * deg * tf.random.normal([n])
     shear = aug.shear * deg * tf.random.normal([n])
     zoom_x = 1.0 + aug.zoom * tf.random.normal([n])
     zoom_y = 1.0 + aug.zoom * tf.random.normal([n])
-    shift_x = aug.shift * tf.random.normal([n])
-    shift_y = aug.shift * tf.random.normal([n])
+    shift_x = aug.shift * shift_scale * tf.random.normal([n])
+    shift_y = aug.shift * shift_scale * tf.random.normal([n])
     # A flip is a sign on the sampling axis: free inside the same transform.
     flip_x = _random_sign(n) if aug.flip else tf.ones([n])
     flip_y = _random_sign(n) if aug.flip_vertical else tf.ones([n])
@@ -295,7 +296,12 @@ def mixes_labels(aug: AugmentConfig) -> bool:
 
 
 def augment_batch(
-    images: tf.Tensor, labels: tf.Tensor, aug: AugmentConfig, num_classes: int, xla: bool = False
+    images: tf.Tensor,
+    labels: tf.Tensor,
+    aug: AugmentConfig,
+    num_classes: int,
+    xla: bool = False,
+    shift_scale: float = 1.0,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Every enabled augmentation on one batch: float32 images in [0, 255], labels.
 
@@ -305,7 +311,7 @@ def augment_batch(
     images = tf.cast(images, tf.float32)
     size = images.shape[1]
     if has_affine(aug):
-        transforms = affine_transforms(tf.shape(images)[0], size, aug)
+        transforms = affine_transforms(tf.shape(images)[0], size, aug, shift_scale)
         images = transform(images, transforms, aug.interpolation, aug.fill_mode, xla=xla)
     if has_colour(aug):
         images = colour_jitter(images, aug)

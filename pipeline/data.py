@@ -112,6 +112,11 @@ def input_size(config: Config) -> int:
     return config.data.input_size or config.data.image_size
 
 
+def shift_scale(config: Config) -> float:
+    """Model pixels per record pixel: `augment.shift` is in record pixels."""
+    return input_size(config) / config.data.image_size
+
+
 # ----------------------------------------------------------------------------- datasets
 
 
@@ -151,7 +156,13 @@ def train_dataset(
     if config.augment.where == "host":
         # XLA fuses the whole augmentation into a few loops: 2.5x the plain graph on CPU.
         augment_on_host = tf.function(
-            partial(augment.augment_batch, aug=config.augment, num_classes=spec.num_classes, xla=True),
+            partial(
+                augment.augment_batch,
+                aug=config.augment,
+                num_classes=spec.num_classes,
+                xla=True,
+                shift_scale=shift_scale(config),
+            ),
             jit_compile=True,
         )
         dataset = dataset.map(augment_on_host, num_parallel_calls=AUTOTUNE, deterministic=False)
