@@ -69,7 +69,7 @@ def _small_cnn(input_shape, weights):
         x = layers.BatchNormalization()(x)
         x = layers.Activation("relu")(x)
         x = layers.MaxPooling2D(2)(x)
-    x = layers.GlobalAveragePooling2D()(x)
+    x = layers.Flatten()(x)  # keeps where things are: the centre, the petals around it
     x = layers.Dense(256, activation="relu")(x)
     x = layers.Dropout(0.3)(x)
     model = keras.Model(inputs, x, name="cnn")
