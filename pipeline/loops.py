@@ -36,12 +36,15 @@ class Classifier(keras.Model):
     """The classifier for training: labels become (soft) one-hot rows, and with `augment.where=device`
     the batch is augmented here, at the start of the step, on the accelerator."""
 
-    def __init__(self, net: keras.Model, num_classes: int, aug, augment_here: bool, **kwargs):
+    def __init__(
+        self, net: keras.Model, num_classes: int, aug, augment_here: bool, shift_scale: float, **kwargs
+    ):
         super().__init__(**kwargs)
         self.net = net
         self.num_classes = num_classes
         self.aug = aug
         self.augment_here = augment_here
+        self.shift_scale = shift_scale
 
     def call(self, images, training=False):
         return self.net(tf.cast(images, tf.float32), training=training)
@@ -56,7 +59,12 @@ class Classifier(keras.Model):
         images = tf.cast(images, tf.float32)
         if training and self.augment_here:
             images, labels = augment.augment_batch(
-                images, labels, self.aug, self.num_classes, xla=bool(self.jit_compile)
+                images,
+                labels,
+                self.aug,
+                self.num_classes,
+                xla=bool(self.jit_compile),
+                shift_scale=self.shift_scale,
             )
         return images, self.one_hot(labels)
 
@@ -129,16 +137,21 @@ class Trainer:
             )
             self.net = net
             self.classifier = Classifier(
-                net, job.spec.num_classes, config.augment, augment_here=config.augment.where == "device"
+                net,
+                job.spec.num_classes,
+                config.augment,
+                augment_here=config.augment.where == "device",
+                shift_scale=data.shift_scale(config),
             )
             self.optimizer = keras.optimizers.Adam(learning_rate=config.train.lr_start)
             if self.precision == "mixed_float16":
                 self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
             self.optimizer.build(net.trainable_variables)  # every variable that will ever train
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-            self.best_f1 = tf.Variable(-1.0, dtype=tf.float64, trainable=False, name="best_f1")
+            # The best val macro-F1 so far (minus the training loss when there is no val split).
+            self.best_score = tf.Variable(-np.inf, dtype=tf.float64, trainable=False, name="best_score")
         self.checkpoint = tf.train.Checkpoint(
-            net=net, optimizer=self.optimizer, epoch=self.epoch, best_f1=self.best_f1
+            net=net, optimizer=self.optimizer, epoch=self.epoch, best_score=self.best_score
         )
         self.manager = tf.train.CheckpointManager(self.checkpoint, job.checkpoint_dir, max_to_keep=1)
 
@@ -169,8 +182,8 @@ class Trainer:
     # ------------------------------------------------------------------ scoring
 
     def _score(self, val) -> dict[str, float]:
-        """Loss, accuracy and macro-F1 (scikit-learn) on the val split, padding dropped."""
-        from sklearn.metrics import f1_score
+        """Loss, accuracy and the competition's macro-F1 on the val split, padding dropped."""
+        from competition.metric import macro_f1
 
         if self._val_labels is None:
             self._val_labels = np.concatenate([tags for _, tags in val.as_numpy_iterator()])
@@ -179,13 +192,10 @@ class Trainer:
         probabilities, labels = probabilities[real], self._val_labels[real]
         predicted = probabilities.argmax(axis=1)
         losses = -np.log(np.clip(probabilities[np.arange(len(labels)), labels], 1e-7, 1.0))
-        every_class = np.arange(self.job.spec.num_classes)
         return {
             "val_loss": float(losses.mean()),
             "val_accuracy": float((predicted == labels).mean()),
-            "val_macro_f1": float(
-                f1_score(labels, predicted, average="macro", labels=every_class, zero_division=0)
-            ),
+            "val_macro_f1": macro_f1(labels, predicted),
         }
 
     # ------------------------------------------------------------------ the loop
@@ -240,8 +250,8 @@ class Trainer:
 
         save_weights(self.net, self.run_dir / LAST)
         score = row.get("val_macro_f1", -row["loss"])
-        if score > float(self.best_f1.numpy()):
-            self.best_f1.assign(score)
+        if score > float(self.best_score.numpy()):
+            self.best_score.assign(score)
             save_weights(self.net, self.run_dir / BEST)
         tmp = self.run_dir / (HISTORY + ".partial")
         history.to_csv(tmp, index=False)

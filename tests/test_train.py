@@ -161,3 +161,39 @@ def test_list_backbones(capsys):
     listed = capsys.readouterr().out.splitlines()
     assert any(line.startswith("efficientnet-b7 ") and "noisy-student" in line for line in listed)
     assert len(listed) == len(__import__("pipeline.model").model.BACKBONES)
+
+
+def test_fine_tuning_unfreezes_the_backbone_but_keeps_batchnorm_frozen():
+    from pipeline import model
+
+    net = model.build_classifier("cnn", 32, 5)
+    backbone = net.get_layer("backbone")
+    loops.set_backbone_trainable(net, False, freeze_batchnorm=True)
+    assert not backbone.trainable and all(not w.trainable for w in backbone.weights)
+    head = {w.path for w in net.trainable_weights}
+    assert head and all(not path.startswith("backbone") for path in head)
+    loops.set_backbone_trainable(net, True, freeze_batchnorm=True)
+    norms = [
+        layer for layer in backbone.layers if isinstance(layer, __import__("keras").layers.BatchNormalization)
+    ]
+    assert norms and all(not layer.trainable for layer in norms)
+    convs = [layer for layer in backbone.layers if "conv" in layer.name]
+    assert convs and all(layer.trainable for layer in convs)
+
+
+def test_folds_hold_out_every_kth_shard_and_cover_everything():
+    files = [f"shard-{i:02d}" for i in range(32)]
+    held_out = [train._folds(files, 5, fold)[1] for fold in range(5)]
+    assert sorted(f for held in held_out for f in held) == files
+    kept, held = train._folds(files, 5, 2)
+    assert not set(kept) & set(held) and len(kept) + len(held) == 32
+
+
+@pytest.mark.slow
+def test_merging_val_into_train_trains_without_a_val_split(tiny_data_dir, tmp_path):
+    config = load_config(overrides=[*TINY, "train.merge_val=true"])
+    job = train.prepare(config, pick_strategy("cpu"), tiny_data_dir, tmp_path, "merged", None)
+    assert job.val_files == [] and len(job.train_files) == 32
+    metrics = train.fit(job, verbose=0)
+    assert (job.run_dir / "best.weights.h5").is_file() and metrics["epochs"] == 2
+    assert "val_macro_f1" not in pd.read_csv(job.run_dir / "history.csv").columns
