@@ -51,7 +51,7 @@ inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(config_ARGS)
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS) --strategy $(STRATEGY) --cpu-replicas $(CPU_REPLICAS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install fetch inspect train test lint format bench bench-fetch bench-input clean clean-data always
+.PHONY: help install fetch inspect train test lint format bench bench-fetch bench-input bench-train clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -62,6 +62,7 @@ $(ARGS_DIR)/%.args: always
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  knobs: DATA=$(DATA) SOURCE=$(SOURCE) COMPETITION=$(COMPETITION) SIZE=$(SIZE) SEED=$(SEED) FORCE=$(FORCE)"
+	@echo "         RECIPE=$(RECIPE) SET=\"$(SET)\" STRATEGY=$(STRATEGY) RUNS=$(RUNS) RUN=$(RUN) RETRAIN=$(RETRAIN)"
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -104,13 +105,16 @@ format: $(STAMP) ## reformat the code with ruff
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-bench: bench-fetch bench-input ## run every benchmark; figures go to benchmarks/latest.json
+bench: bench-fetch bench-input bench-train ## run every benchmark; figures go to benchmarks/latest.json
 
 bench-fetch: $(STAMP) ## fetch stage: synthetic generation time, verification, size, counts
 	$(PY) benchmarks/bench_fetch.py --size $(SIZE) --seed $(SEED) --scale $(SCALE)
 
 bench-input: $(DATA)/manifest.json ## input pipeline: images/s and peak memory, petals vs decode-only vs starter kernel
 	$(PY) benchmarks/bench_input.py --data-dir $(DATA) --size $(SIZE)
+
+bench-train: $(DATA)/manifest.json ## train stage: the CPU recipe (time, img/s, val macro-F1), EfficientNetB0 speed
+	$(PY) benchmarks/bench_train.py --data-dir $(DATA)
 
 clean-data: ## delete the data dir
 	rm -rf $(DATA) $(DATA).partial $(DATA).old $(DATA).download
