@@ -38,8 +38,8 @@ def test_an_unknown_slug_is_refused(capsys, tmp_path):
     ]
 
 
-def test_make_fetch_builds_the_manifest_and_then_skips(tmp_path):
-    """The Make chain, smoke-tested: the stage runs once, then Make finds the artifact up to date."""
+def test_make_fetch_then_train_build_their_artifacts_and_then_skip(tmp_path):
+    """The Make chain, smoke-tested: each stage runs once, then finds its work done."""
     data = tmp_path / "data"
     venv = sys.prefix  # the virtualenv running the tests, which `make test` built
     args = [
@@ -58,3 +58,12 @@ def test_make_fetch_builds_the_manifest_and_then_skips(tmp_path):
     assert manifest["source"] == "synthetic" and manifest["sizes"]["32"]["train"]["images"] > 100
     second = subprocess.run([*args, "fetch"], capture_output=True, text=True, timeout=300, check=False)
     assert second.returncode == 0 and "pipeline fetch" not in second.stdout
+    # The next link: make train on that data, then again (the finished run is found, not redone).
+    overrides = "data.image_size=32 data.batch_size=8 train.epochs=1 train.steps_per_epoch=2"
+    train = [*args, "RECIPE=default", f"SET={overrides}", f"RUNS={tmp_path / 'runs'}", "train"]
+    trained = subprocess.run(train, capture_output=True, text=True, timeout=300, check=False)
+    assert trained.returncode == 0, trained.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert (run_dir / "metrics.json").is_file() and run_dir.name.startswith("default-cnn-32-")
+    again = subprocess.run(train, capture_output=True, text=True, timeout=300, check=False)
+    assert again.returncode == 0 and "is finished" in again.stderr
