@@ -46,15 +46,9 @@ def shard_files(root: str, spec: CompetitionSpec, size: int, split: str) -> list
     """A split's shards at one resolution, or a PetalsError that says what the data dir has."""
     files = records.list_shards(root, spec, size, split)
     if not files:
-        present = (
-            sorted(
-                s
-                for n in tf.io.gfile.listdir(root)
-                if (s := spec.size_from_record_dir(n.rstrip("/"))) is not None
-            )
-            if tf.io.gfile.isdir(root)
-            else []
-        )
+        from pipeline.fetch import found_sizes
+
+        present = found_sizes(root, spec) if tf.io.gfile.isdir(root) else []
         raise PetalsError(
             f"{root}: no {spec.record_dir(size)}/{split} shards (resolutions present: {present or 'none'}); "
             f"fetch that resolution or set data.image_size to one of them"

@@ -130,13 +130,11 @@ def prepare(
     """Check the config against the data and the replicas; nothing is written here."""
     from competition import load_spec
     from pipeline import data, model, records
-    from pipeline.fetch import data_root, read_manifest
+    from pipeline.fetch import locate_data, read_manifest
 
     spec = load_spec(config.competition)
+    root = locate_data(data_dir)
     manifest = read_manifest(data_dir)
-    if manifest is None:
-        raise PetalsError(f"{data_dir}: no manifest.json; run `make fetch` (or pass the fetched --data-dir)")
-    root = data_root(data_dir, manifest)
     size = config.data.image_size
     train_files = data.shard_files(root, spec, size, "train")
     val_files = data.shard_files(root, spec, size, "val")
@@ -175,24 +173,18 @@ def prepare(
 
 
 def git_commit() -> str:
-    try:
+    """The checkout's commit, `+dirty` when it has uncommitted changes, or `unknown` outside git."""
+
+    def git(*args: str) -> str:
         done = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).parent,
+            ["git", *args], capture_output=True, text=True, check=True, cwd=Path(__file__).parent
         )
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).parent,
-        )
+        return done.stdout.strip()
+
+    try:
+        return git("rev-parse", "HEAD") + ("+dirty" if git("status", "--porcelain") else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return done.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def write_json(path: Path, payload: dict) -> None:
