@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from competition import load_spec
 from pipeline import synthetic
 from pipeline.fetch import fingerprint, verify_layout
+from pipeline.files import write_json
 
 LATEST = Path(__file__).resolve().parent / "latest.json"
 
@@ -34,9 +35,7 @@ def record(figures: list[dict]) -> None:
     """Merge figures into latest.json by name, atomically."""
     current = json.loads(LATEST.read_text()) if LATEST.is_file() else {}
     current.update({f["name"]: f for f in figures})
-    tmp = LATEST.with_suffix(".json.partial")
-    tmp.write_text(json.dumps(current, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, LATEST)
+    write_json(LATEST, current)
 
 
 def main() -> None:

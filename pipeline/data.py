@@ -23,7 +23,7 @@ import tensorflow as tf
 from competition import CompetitionSpec
 from pipeline import augment, records
 from pipeline.config import Config
-from pipeline.errors import PetalsError
+from pipeline.errors import PetalsError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -239,20 +239,13 @@ class ShardReport:
         return f"{self.path}: {'; '.join(parts)}"
 
 
-def _first_line(err: Exception) -> str:
-    text = (getattr(err, "message", None) or str(err)).strip()
-    line = text.splitlines()[0] if text else type(err).__name__
-    # TF prefixes messages with the op's function name in braces; the rest is the reason.
-    return line.split("}} ", 1)[-1].strip()
-
-
 def scan_shard(path: str, spec: CompetitionSpec, size: int, labeled: bool) -> ShardReport:
     """Read and decode every record of one shard; report what cannot be read."""
     report = ShardReport(path=path, records=0, expected=records.count_from_name(path))
     try:
         report.records = records.count_records(path)
     except tf.errors.DataLossError as err:
-        report.truncation_error = _first_line(err)
+        report.truncation_error = first_line(err)
         readable = tf.data.TFRecordDataset(path).ignore_errors()
         report.records = int(readable.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
     parse = partial(records.read_record, schema=spec.schema, size=size, labeled=labeled)
@@ -272,7 +265,7 @@ def scan_shard(path: str, spec: CompetitionSpec, size: int, labeled: bool) -> Sh
             parse(serialized)
             report.decode_error = "does not decode"
         except (tf.errors.InvalidArgumentError, ValueError) as err:
-            report.decode_error = _first_line(err)
+            report.decode_error = first_line(err)
     return report
 
 

@@ -31,7 +31,8 @@ from tqdm import tqdm
 
 from competition import CompetitionSpec, load_spec
 from pipeline import __version__, kaggle_client, records, synthetic
-from pipeline.errors import PetalsError
+from pipeline.errors import PetalsError, first_line
+from pipeline.files import write_json
 
 log = logging.getLogger(__name__)
 
@@ -86,18 +87,7 @@ def locate_data(data_dir: Path) -> str:
     return data_root(data_dir, manifest)
 
 
-def _write_json_atomic(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-
-
 # ----------------------------------------------------------------------------- verification
-
-
-def _first_line(err: Exception) -> str:
-    text = getattr(err, "message", None) or str(err)
-    return text.strip().splitlines()[0] if text.strip() else type(err).__name__
 
 
 def _check_first_record(path: str, spec: CompetitionSpec, size: int, split: str) -> None:
@@ -122,7 +112,7 @@ def _check_first_record(path: str, spec: CompetitionSpec, size: int, split: str)
     try:
         image = tf.io.decode_jpeg(features[schema.image].bytes_list.value[0], channels=3)
     except tf.errors.OpError as err:
-        raise PetalsError(f"{path}: first image is not a readable JPEG ({_first_line(err)})") from None
+        raise PetalsError(f"{path}: first image is not a readable JPEG ({first_line(err)})") from None
     if tuple(image.shape) != (size, size, 3):
         raise PetalsError(f"{path}: image is {tuple(image.shape)}, expected ({size}, {size}, 3)")
 
@@ -132,7 +122,7 @@ def found_sizes(root: str, spec: CompetitionSpec) -> list[int]:
     try:
         names = tf.io.gfile.listdir(root)
     except tf.errors.OpError as err:
-        raise PetalsError(f"cannot read {root}: {_first_line(err)}") from None
+        raise PetalsError(f"cannot read {root}: {first_line(err)}") from None
     return sorted(s for n in names if (s := spec.size_from_record_dir(n.rstrip("/"))) is not None)
 
 
@@ -167,7 +157,7 @@ def verify_layout(
                 try:
                     n = records.count_records(path)
                 except tf.errors.OpError as err:
-                    raise PetalsError(f"corrupt shard {path}: {_first_line(err)}") from None
+                    raise PetalsError(f"corrupt shard {path}: {first_line(err)}") from None
                 named = records.count_from_name(path)
                 if named is not None and named != n:
                     raise PetalsError(f"{path}: its name says {named} records but it holds {n}")
@@ -292,7 +282,7 @@ def _copy_tree(source_root: str, dest: Path, spec: CompetitionSpec, sizes: list[
         try:
             tf.io.gfile.copy(path, str(target), overwrite=True)
         except tf.errors.OpError as err:
-            raise PetalsError(f"cannot copy {path}: {_first_line(err)}") from None
+            raise PetalsError(f"cannot copy {path}: {first_line(err)}") from None
 
 
 def _note_unusual_counts(counts: dict, spec: CompetitionSpec) -> None:
@@ -414,7 +404,7 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
             "petals_version": __version__,
             "synthetic": extra.get("synthetic"),
         }
-        _write_json_atomic(staging / MANIFEST, manifest)
+        write_json(staging / MANIFEST, manifest)
     shutil.rmtree(cache_dir, ignore_errors=True)  # the archive is unpacked and verified
     for size, splits in counts.items():
         summary = ", ".join(f"{split} {c['images']}" for split, c in splits.items())

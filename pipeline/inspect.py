@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from competition import CompetitionSpec, load_spec
 from pipeline import config as config_module
 from pipeline.config import Config
 from pipeline.errors import PetalsError
+from pipeline.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -59,14 +59,14 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int) -> dict[str,
 
     counts = class_counts(files, spec, size, config.data.skip_bad_records)
     counts_path = out / "class_counts.csv"
-    _write_atomic(counts_path, lambda tmp: counts.to_csv(tmp, index_label="class"))
+    write_atomically(counts_path, lambda tmp: counts.to_csv(tmp, index_label="class"))
     _print_counts(counts, spec)
 
     train = files["train"]
     with data.naming_bad_records(train, spec, size, labeled=True):
         batch_images, batch_labels = _one_augmented_batch(train, spec, config, images)
     grid_path = out / "batch.png"
-    _write_atomic(grid_path, lambda tmp: _save_grid(batch_images, batch_labels, spec, tmp, config))
+    write_atomically(grid_path, lambda tmp: _save_grid(batch_images, batch_labels, spec, tmp, config))
     log.info("inspect: wrote %s and %s", grid_path, counts_path)
 
     if config.data.skip_bad_records:
@@ -175,12 +175,3 @@ def _save_grid(
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.savefig(path, format="png", dpi=80)
     plt.close(fig)
-
-
-def _write_atomic(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        write(str(tmp))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from pipeline import augment, data, model, policy, strategy
 from pipeline.errors import PetalsError
+from pipeline.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,11 @@ class Classifier(keras.Model):
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         return super().compute_metrics(x, self.one_hot(y), y_pred, sample_weight)
+
+
+def save_weights(net: keras.Model, path: Path) -> None:
+    """The network's weights, atomically (Keras insists on the `.weights.h5` ending)."""
+    write_atomically(path, net.save_weights, tmp_name="partial-" + path.name)
 
 
 def loss_function(label_smoothing: float, reduction: str = "sum_over_batch_size") -> keras.losses.Loss:
@@ -246,16 +252,12 @@ class Trainer:
         return pd.DataFrame()
 
     def _end_epoch(self, epoch: int, row: dict, history: pd.DataFrame) -> None:
-        from pipeline.train import save_weights
-
         save_weights(self.net, self.run_dir / LAST)
         score = row.get("val_macro_f1", -row["loss"])
         if score > float(self.best_score.numpy()):
             self.best_score.assign(score)
             save_weights(self.net, self.run_dir / BEST)
-        tmp = self.run_dir / (HISTORY + ".partial")
-        history.to_csv(tmp, index=False)
-        tmp.replace(self.run_dir / HISTORY)
+        write_atomically(self.run_dir / HISTORY, lambda tmp: history.to_csv(tmp, index=False))
         self.epoch.assign(epoch + 1)
         self.manager.save(checkpoint_number=epoch + 1)  # last, so a checkpoint implies its outputs
         shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}

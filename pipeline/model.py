@@ -19,7 +19,7 @@ from pathlib import Path
 import keras
 from keras import layers
 
-from pipeline.errors import PetalsError
+from pipeline.errors import PetalsError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -187,23 +187,18 @@ def build_backbone(backbone: Backbone, size: int, weights: str | None) -> keras.
         if weights is None or weights in WEIGHT_CHOICES:
             raise
         raise PetalsError(
-            f"{weights}: does not fit backbone {backbone.name} ({_first_line(err)[:200]})"
+            f"{weights}: does not fit backbone {backbone.name} ({first_line(err)[:200]})"
         ) from None
     except Exception as err:
         # keras.utils.get_file raises a bare Exception when a download fails (offline).
         if weights not in WEIGHT_CHOICES:
             raise
         raise PetalsError(
-            f"could not get {weights} weights for {backbone.name} ({_first_line(err)[:160]}); offline, "
+            f"could not get {weights} weights for {backbone.name} ({first_line(err)[:160]}); offline, "
             "download the no-top weights file elsewhere and pass it: --set model.weights=/path/to/file.h5 "
             "(pretrained weights are never silently replaced by random ones; model.weights=none trains "
             "from scratch)"
         ) from None
-
-
-def _first_line(err: Exception) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def build_classifier(

@@ -14,7 +14,6 @@ import argparse
 import hashlib
 import json
 import logging
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ import numpy as np
 from pipeline import config as config_module
 from pipeline.config import Config
 from pipeline.errors import PetalsError
+from pipeline.files import write_atomically, write_json
 
 log = logging.getLogger(__name__)
 
@@ -187,19 +187,6 @@ def git_commit() -> str:
         return "unknown"
 
 
-def write_json(path: Path, payload: dict) -> None:
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str) + "\n")
-    os.replace(tmp, path)
-
-
-def save_weights(net, path: Path) -> None:
-    """Keras wants the `.weights.h5` ending; write beside, then rename over."""
-    tmp = path.with_name("partial-" + path.name)
-    net.save_weights(tmp)
-    os.replace(tmp, path)
-
-
 def plot_curves(history, path: Path) -> None:
     import matplotlib
 
@@ -220,10 +207,8 @@ def plot_curves(history, path: Path) -> None:
     right.set_ylim(0, 1)
     right.legend()
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".partial")
-    fig.savefig(tmp, format="png", dpi=80)
+    write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=80))
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 # ----------------------------------------------------------------------------- training
