@@ -108,6 +108,21 @@ def set_backbone_trainable(net: keras.Model, trainable: bool, freeze_batchnorm: 
                 layer.trainable = False
 
 
+class _EpochHooks(keras.callbacks.Callback):
+    """Keras `fit`'s side of the per-epoch work the custom loop does inline."""
+
+    def __init__(self, trainer: Trainer):
+        super().__init__()
+        self.trainer = trainer
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.trainer._begin_epoch(epoch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        self.trainer._finish_epoch(epoch, {k: float(logs[k]) for k in ("loss", "accuracy") if k in logs})
+
+
 class Trainer:
     """One run: builds everything under the strategy, restores, trains the remaining epochs."""
 
@@ -175,15 +190,13 @@ class Trainer:
         )
         return done
 
-    def _datasets(self):
-        job, config = self.job, self.config
-        train = data.train_dataset(job.train_files, job.spec, config, job.global_batch)
-        val = None
-        if job.val_files:
-            val = data.eval_dataset(
-                job.val_files, job.spec, config, job.global_batch, labeled=True, pad_to_batch=True
-            )
-        return train, val
+    def _val_dataset(self):
+        job = self.job
+        if not job.val_files:
+            return None
+        return data.eval_dataset(
+            job.val_files, job.spec, self.config, job.global_batch, labeled=True, pad_to_batch=True
+        )
 
     # ------------------------------------------------------------------ scoring
 
@@ -207,33 +220,42 @@ class Trainer:
     # ------------------------------------------------------------------ the loop
 
     def run(self) -> pd.DataFrame:
+        """Train the epochs still to do; the history of every epoch, the restored ones included."""
         start = self._restore()
-        history = self._history(start)
-        train, val = self._datasets()
-        train_config = self.config.train
+        self.history = self._history(start)
+        self._val = self._val_dataset()
         self._val_labels = None
-        step = self._fit_epoch if train_config.loop == "fit" else self._custom_epoch
         self._trainable = None
-        for epoch in range(start, train_config.epochs):
-            self._set_trainable(policy.backbone_trainable(epoch, train_config))
-            lr = policy.learning_rate(epoch, train_config, self.job.picked.replicas)
-            self.optimizer.learning_rate.assign(lr)
-            started = time.perf_counter()
-            logs = step(train, epoch)
-            seconds = time.perf_counter() - started
-            row = {
-                "epoch": epoch + 1,
-                "lr": lr,
-                **logs,
-                "seconds": seconds,
-                "images": self.steps * self.job.global_batch,
-            }
-            row["images_per_second"] = row["images"] / seconds
-            if val is not None:
-                row.update(self._score(val))
-            history = pd.concat([history, pd.DataFrame([row])], ignore_index=True)
-            self._end_epoch(epoch, row, history)
-        return history
+        train_config = self.config.train
+        if train_config.loop == "fit":
+            self._fit(start)
+        else:
+            for epoch in range(start, train_config.epochs):
+                self._begin_epoch(epoch)
+                self._finish_epoch(epoch, self._custom_epoch())
+        return self.history
+
+    def _phases(self, start: int) -> list[tuple[int, int]]:
+        """[first, end) epoch ranges with one backbone setting each: the frozen warm-up, then the rest."""
+        cut = min(max(self.config.train.frozen_epochs, start), self.config.train.epochs)
+        return [(a, b) for a, b in ((start, cut), (cut, self.config.train.epochs)) if a < b]
+
+    def _begin_epoch(self, epoch: int) -> None:
+        self._set_trainable(policy.backbone_trainable(epoch, self.config.train))
+        self._lr = policy.learning_rate(epoch, self.config.train, self.job.picked.replicas)
+        self.optimizer.learning_rate.assign(self._lr)
+        self._started = time.perf_counter()
+
+    def _finish_epoch(self, epoch: int, logs: dict[str, float]) -> None:
+        """Score, record and checkpoint one finished epoch (both loops)."""
+        seconds = time.perf_counter() - self._started
+        images = self.steps * self.job.global_batch
+        row = {"epoch": epoch + 1, "lr": self._lr, **logs, "seconds": seconds, "images": images}
+        row["images_per_second"] = images / seconds
+        if self._val is not None:
+            row.update(self._score(self._val))
+        self.history = pd.concat([self.history, pd.DataFrame([row])], ignore_index=True)
+        self._end_epoch(epoch, row, self.history)
 
     def _set_trainable(self, trainable: bool) -> None:
         if trainable == self._trainable:
@@ -242,7 +264,6 @@ class Trainer:
         if not trainable or self._trainable is not None:
             log.info("train: backbone %s", "fine-tuning" if trainable else "frozen (training the head)")
         self._trainable = trainable
-        self._compiled = False
         self._custom_step = None
 
     def _history(self, start: int) -> pd.DataFrame:
@@ -265,24 +286,33 @@ class Trainer:
 
     # ------------------------------------------------------------------ Keras fit
 
-    def _fit_epoch(self, train, epoch: int) -> dict[str, float]:
-        if not self._compiled:
-            self.classifier.compile(
+    def _fit(self, start: int) -> None:
+        """One Keras `fit` per backbone setting, so the data iterator and the compiled step live
+        across epochs; the per-epoch work runs in a callback."""
+        job = self.job
+        train = data.train_dataset(job.train_files, job.spec, self.config, job.global_batch)
+        epochs = _EpochHooks(self)
+        for first, end in self._phases(start):
+            self._set_trainable(policy.backbone_trainable(first, self.config.train))
+            self.classifier.compile(  # a trainability change needs a fresh compile; the optimizer is kept
                 optimizer=self.optimizer,
                 loss=loss_function(self.config.train.label_smoothing),
                 metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
                 jit_compile=self.jit_compile,
                 steps_per_execution=self.steps_per_execution,
             )
-            self._compiled = True
-        result = self.classifier.fit(
-            train, epochs=epoch + 1, initial_epoch=epoch, steps_per_epoch=self.steps, verbose=self.verbose
-        )
-        return {k: float(v[-1]) for k, v in result.history.items() if k in ("loss", "accuracy")}
+            self.classifier.fit(
+                train,
+                epochs=end,
+                initial_epoch=first,
+                steps_per_epoch=self.steps,
+                callbacks=[epochs],
+                verbose=self.verbose,
+            )
 
     # ------------------------------------------------------------------ custom loop
 
-    def _custom_epoch(self, train, epoch: int) -> dict[str, float]:
+    def _custom_epoch(self) -> dict[str, float]:
         picked, job = self.job.picked, self.job
         if self._custom_step is None:
             self._build_custom_step()

@@ -197,3 +197,16 @@ def test_merging_val_into_train_trains_without_a_val_split(tiny_data_dir, tmp_pa
     metrics = train.fit(job, verbose=0)
     assert (job.run_dir / "best.weights.h5").is_file() and metrics["epochs"] == 2
     assert "val_macro_f1" not in pd.read_csv(job.run_dir / "history.csv").columns
+
+
+@pytest.mark.slow
+def test_a_frozen_warm_up_then_fine_tuning_trains_every_epoch_once(tiny_data_dir, tmp_path):
+    config = load_config(overrides=[*TINY, "train.epochs=3", "train.frozen_epochs=1"])
+    job = train.prepare(config, pick_strategy("cpu"), tiny_data_dir, tmp_path, "warm", None)
+    trainer = loops.Trainer(job, verbose=0)
+    trainer.build()
+    job.run_dir.mkdir(parents=True)
+    assert trainer._phases(0) == [(0, 1), (1, 3)] and trainer._phases(2) == [(2, 3)]
+    history = trainer.run()
+    assert history["epoch"].tolist() == [1, 2, 3]
+    assert trainer.net.get_layer("backbone").trainable  # fine-tuning after the warm-up
