@@ -146,7 +146,7 @@ def train_dataset(
         dataset = dataset.cache()
     dataset = dataset.repeat().shuffle(data.shuffle_buffer)
     dataset = dataset.batch(batch_size, drop_remainder=True, num_parallel_calls=AUTOTUNE, deterministic=False)
-    dataset = dataset.map(partial(_resize_only, size=input_size(config)), num_parallel_calls=AUTOTUNE)
+    dataset = _resized(dataset, config)
     if config.augment.where == "host":
         # XLA fuses the whole augmentation into a few loops: 2.5x the plain graph on CPU.
         augment_on_host = tf.function(
@@ -163,8 +163,12 @@ def train_dataset(
     return dataset.prefetch(AUTOTUNE)
 
 
-def _resize_only(images: tf.Tensor, labels: tf.Tensor, size: int) -> tuple[tf.Tensor, tf.Tensor]:
-    return resize_batch(images, size), labels
+def _resized(batches: tf.data.Dataset, config: Config) -> tf.data.Dataset:
+    """Batches at the model's input size; no extra stage when the records already are."""
+    size = input_size(config)
+    if size == config.data.image_size:
+        return batches
+    return batches.map(lambda images, tags: (resize_batch(images, size), tags), num_parallel_calls=AUTOTUNE)
 
 
 def eval_dataset(
@@ -192,7 +196,7 @@ def eval_dataset(
         padding = tf.data.Dataset.from_tensors((blank, tag)).repeat(batch_size - 1)
         dataset = dataset.concatenate(padding)
     dataset = dataset.batch(batch_size, drop_remainder=pad_to_batch)
-    dataset = dataset.map(partial(_resize_only, size=input_size(config)), num_parallel_calls=AUTOTUNE)
+    dataset = _resized(dataset, config)
     return dataset.prefetch(AUTOTUNE)
 
 
