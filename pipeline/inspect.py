@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> None:
         from pipeline.strategy import pick_strategy
         from pipeline.train import resolve_recipe
 
-        args.recipe = resolve_recipe("auto", pick_strategy("auto").kind)
+        args.recipe = resolve_recipe("auto", pick_strategy("auto").device)
     config = config_module.config_from_args(args)
     if args.images <= 0:
         raise PetalsError(f"--images {args.images}: must be positive")

@@ -28,7 +28,7 @@ from pipeline.files import write_atomically, write_json
 
 log = logging.getLogger(__name__)
 
-AUTO_RECIPES = {"tpu": "tpu", "gpu": "gpu", "mirrored": "gpu", "multi-worker": "gpu", "cpu": "cpu"}
+AUTO_RECIPES = {"TPU": "tpu", "GPU": "gpu", "CPU": "cpu"}  # by what the replicas run on
 METRICS = "metrics.json"
 
 
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> None:
 
     picked = pick_strategy(args.strategy, args.tpu, args.cpu_replicas)
     log.info("strategy: %s (%s), %d replica(s)", picked.kind, picked.reason, picked.replicas)
-    recipe = resolve_recipe(args.recipe, picked.kind)
+    recipe = resolve_recipe(args.recipe, picked.device)
     config = config_module.load_config(recipe, args.overrides)
     job = prepare(config, picked, args.data_dir, args.runs_dir, args.run_id, args.checkpoint_dir)
     if job.finished and not args.force:
@@ -85,9 +85,9 @@ def run(args: argparse.Namespace) -> None:
     )
 
 
-def resolve_recipe(recipe: str, kind: str) -> str:
+def resolve_recipe(recipe: str, device: str) -> str:
     """`auto` -> the recipe for this accelerator (tpu, gpu or cpu)."""
-    return AUTO_RECIPES[kind] if recipe == "auto" else recipe
+    return AUTO_RECIPES[device] if recipe == "auto" else recipe
 
 
 # ----------------------------------------------------------------------------- the job

@@ -57,3 +57,10 @@ def test_cpu_replicas_give_a_mirrored_strategy_over_logical_devices():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "mirrored 8 8 logical CPU replicas asked for"
+
+
+def test_auto_recipe_follows_what_the_replicas_run_on():
+    from pipeline.train import resolve_recipe
+
+    assert [resolve_recipe("auto", d) for d in ("TPU", "GPU", "CPU")] == ["tpu", "gpu", "cpu"]
+    assert resolve_recipe("densenet201", "TPU") == "densenet201"
