@@ -7,6 +7,7 @@ weights + optimizer + epoch. A rerun restores that checkpoint and goes on from t
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import warnings
@@ -17,6 +18,7 @@ import numpy as np
 import pandas as pd
 import tensorflow as tf
 
+from competition import load_spec
 from pipeline import augment, data, model, policy, strategy
 from pipeline.errors import PetalsError
 from pipeline.files import write_atomically
@@ -139,6 +141,7 @@ class Trainer:
         self.steps_per_execution = strategy.pick_steps_per_execution(picked.device, train.steps_per_execution)
         self.steps = policy.steps_per_epoch(train, job.train_images, job.global_batch)
         self.size = data.input_size(self.config)
+        self._iterator = None  # the custom loop's distributed training data, made once
 
     # ------------------------------------------------------------------ building
 
@@ -316,7 +319,7 @@ class Trainer:
         picked, job = self.job.picked, self.job
         if self._custom_step is None:
             self._build_custom_step()
-        if not hasattr(self, "_iterator"):
+        if self._iterator is None:
             per_replica = job.global_batch // picked.replicas
 
             def dataset_fn(context):
@@ -350,7 +353,7 @@ class Trainer:
                 loss = tf.nn.compute_average_loss(per_example, global_batch_size=job.global_batch)
                 if classifier.losses:
                     loss += tf.nn.scale_regularization_loss(tf.add_n(classifier.losses))
-                scaled = optimizer.scale_loss(loss) if hasattr(optimizer, "scale_loss") else loss
+                scaled = optimizer.scale_loss(loss)  # a no-op unless a LossScaleOptimizer (float16)
             gradients = tape.gradient(scaled, trainable)
             optimizer.apply(gradients, trainable)
             right = tf.reduce_sum(
@@ -376,15 +379,11 @@ class Trainer:
 
 def load_inference_model(run_dir: Path, weights: str = BEST) -> keras.Model:
     """The trained classifier with a variable batch dimension, on whatever device is here (CPU included)."""
-    import json
-
     config_path = Path(run_dir) / "config.json"
     if not config_path.is_file():
         raise PetalsError(f"{run_dir}: not a run directory (no config.json)")
     config = json.loads(config_path.read_text())
     size = config["data"]["input_size"] or config["data"]["image_size"]
-    from competition import load_spec
-
     spec = load_spec(config["competition"])
     keras.mixed_precision.set_global_policy("float32")
     net = model.build_classifier(

@@ -119,9 +119,10 @@ def _folds(files: list[str], folds: int, fold: int) -> tuple[list[str], list[str
 
 def run_id(config: Config, fingerprint: str) -> str:
     """Same config and data -> same id, so rerunning a command finds (and resumes) its run."""
+    from pipeline.data import input_size
+
     digest = hashlib.sha256(json.dumps([config.to_dict(), fingerprint], sort_keys=True).encode()).hexdigest()
-    size = config.data.input_size or config.data.image_size
-    return f"{config.recipe}-{config.model.backbone}-{size}-{digest[:8]}"
+    return f"{config.recipe}-{config.model.backbone}-{input_size(config)}-{digest[:8]}"
 
 
 def prepare(
@@ -256,7 +257,7 @@ def fit(job: Job, verbose: int = 1, restart: bool = False) -> dict:
         "epoch_seconds": [round(float(s), 2) for s in history["seconds"]],
         "recipe": config.recipe,
         "backbone": config.model.backbone,
-        "image_size": config.data.input_size or config.data.image_size,
+        "image_size": trainer.size,
         "strategy": job.picked.kind,
         "replicas": job.picked.replicas,
         "global_batch": job.global_batch,
