@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import tomllib
-import types
 import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -146,18 +145,10 @@ def recipe_path(name: str) -> Path:
 
 
 def _coerce(key: str, value: Any, hint: Any) -> Any:
-    """`value` (from TOML or a `--set` string) as the field's type, or a PetalsError naming the key."""
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):  # `X | None`
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
-            return None
-        hint = args[0]
-    if typing.get_origin(hint) is tuple:
-        items = value.split(",") if isinstance(value, str) else value
-        if not isinstance(items, list | tuple):
-            raise PetalsError(f"{key}: expected a list, got {value!r}")
-        (item_type, *_) = typing.get_args(hint)
-        return tuple(_coerce(key, v.strip() if isinstance(v, str) else v, item_type) for v in items)
+    """`value` (from TOML or a `--set` string) as the field's type, or a PetalsError naming the key.
+
+    Config fields are plain bool, int, float and str: that is all this needs to read.
+    """
     if hint is bool:
         if isinstance(value, bool):
             return value
