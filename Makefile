@@ -17,11 +17,19 @@ FORCE       ?=#                  FORCE=1 fetches again over a complete data dir
 RECIPE      ?= auto#             recipe: competition/recipes/<RECIPE>.toml; auto: tpu, gpu or cpu by accelerator
 SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 data.batch_size=32"
 INSPECT_DIR ?= runs/inspect#     where `make inspect` writes batch.png and class_counts.csv
-RUNS        ?= runs#             run directories (make train)
+RUNS_DIR    ?= runs#             run directories (make train)
 RUN         ?=#                  run id (default: recipe, backbone, size and a config hash)
 STRATEGY    ?= auto#             auto | tpu | mirrored | multi-worker | gpu | cpu
 CPU_REPLICAS ?= 0#               split the CPU into N logical replicas (tests multi-replica code)
 RETRAIN     ?=#                  RETRAIN=1 trains again over a finished run
+TTA         ?= 1#                test-time augmentation passes for evaluate, predict and ensemble
+RUNS        ?=#                  make ensemble: the run ids to blend, RUNS="a b"
+WEIGHTS     ?=#                  make ensemble: one weight per run (default equal)
+SEARCH      ?=#                  make ensemble: SEARCH=1 picks the weights on val macro-F1
+SUBMISSIONS ?= submissions#      submission CSVs and the offline leaderboard
+FILE        ?=#                  make submit: the CSV (default: the newest in SUBMISSIONS)
+MESSAGE     ?=#                  make submit: the submission description
+SLUG        ?=#                  Kaggle competition slug (default: the data's)
 PYTEST_ARGS ?=#                  extra pytest arguments, e.g. PYTEST_ARGS="-k fetch"
 ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 
@@ -48,10 +56,10 @@ fetch_ARGS := --source $(SOURCE) --data-dir $(DATA) --competition $(COMPETITION)
 
 config_ARGS := --recipe $(RECIPE) $(foreach s,$(SET),--set $(s))
 inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(config_ARGS)
-train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS) --strategy $(STRATEGY) --cpu-replicas $(CPU_REPLICAS) \
+train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) --strategy $(STRATEGY) --cpu-replicas $(CPU_REPLICAS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install fetch inspect train test lint format bench bench-fetch bench-input bench-train clean clean-data always
+.PHONY: help install fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync test lint format bench bench-fetch bench-input bench-train clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -62,7 +70,7 @@ $(ARGS_DIR)/%.args: always
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  knobs: DATA=$(DATA) SOURCE=$(SOURCE) COMPETITION=$(COMPETITION) SIZE=$(SIZE) SEED=$(SEED) FORCE=$(FORCE)"
-	@echo "         RECIPE=$(RECIPE) SET=\"$(SET)\" STRATEGY=$(STRATEGY) RUNS=$(RUNS) RUN=$(RUN) RETRAIN=$(RETRAIN)"
+	@echo "         RECIPE=$(RECIPE) SET=\"$(SET)\" STRATEGY=$(STRATEGY) RUNS_DIR=$(RUNS_DIR) RUN=$(RUN) RETRAIN=$(RETRAIN)"
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -93,6 +101,32 @@ inspect: $(INSPECT_DIR)/batch.png ## PNG grid of one augmented training batch + 
 # The stage finds its run by the config's hash: a finished run is a no-op, an interrupted one resumes.
 train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an interrupted run; RETRAIN=1 redoes it)
 	$(PY) -m pipeline train $(train_ARGS)
+
+# `make train submit` runs every stage between (train, evaluate, predict, submit) on the run
+# RECIPE and SET name; alone, each target works on what is already there.
+CHAIN := $(filter train,$(MAKECMDGOALS))
+run_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) --strategy $(STRATEGY) $(config_ARGS) $(if $(RUN),--run $(RUN)) \
+	--submissions-dir $(SUBMISSIONS)
+
+evaluate: $(DATA)/manifest.json $(CHAIN) ## score RUN (default: RECIPE's run) on val: macro-F1, per class, confusions (TTA=)
+	$(PY) -m pipeline evaluate $(run_ARGS) --tta $(TTA)
+
+predict: $(DATA)/manifest.json $(if $(CHAIN),evaluate) ## test predictions of RUN (TTA=) -> SUBMISSIONS/<run-id>.csv
+	$(PY) -m pipeline predict $(run_ARGS) --tta $(TTA)
+
+ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1): val macro-F1 and a submission
+	$(PY) -m pipeline ensemble --runs $(RUNS) $(if $(WEIGHTS),--weights $(WEIGHTS)) $(if $(SEARCH),--search) \
+		--tta $(TTA) --data-dir $(DATA) --runs-dir $(RUNS_DIR) --submissions-dir $(SUBMISSIONS) --strategy $(STRATEGY)
+
+submit: $(if $(and $(CHAIN),$(if $(FILE),,1)),predict) | $(STAMP) ## check and upload FILE (default: the newest CSV); a dry run without credentials
+	$(PY) -m pipeline submit --data-dir $(DATA) --submissions-dir $(SUBMISSIONS) $(if $(FILE),--file $(FILE)) \
+		$(if $(MESSAGE),--message "$(MESSAGE)") $(if $(SLUG),--slug $(SLUG))
+
+leaderboard: | $(STAMP) ## print the offline leaderboard and plot it (SUBMISSIONS/leaderboard.png)
+	$(PY) -m pipeline leaderboard --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
+
+leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into the leaderboard, then print it
+	$(PY) -m pipeline leaderboard --sync --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
 
 test: $(STAMP) ## run the test suite
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -19,6 +19,11 @@ STAGES = {
     "fetch": "pipeline.fetch",
     "inspect": "pipeline.inspect",
     "train": "pipeline.train",
+    "evaluate": "pipeline.evaluate",
+    "predict": "pipeline.predict",
+    "ensemble": "pipeline.ensemble",
+    "submit": "pipeline.submit",
+    "leaderboard": "pipeline.leaderboard",
 }
 EXIT_ERROR = 2
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import tomllib
 import typing
 from collections.abc import Iterable
@@ -234,6 +235,17 @@ def load_config(recipe: str = DEFAULT_RECIPE, overrides: Iterable[str] = ()) -> 
         config = _apply(config, raw, "", str(path))
         config = dataclasses.replace(config, recipe=path.stem)
     config = _apply(config, parse_overrides(overrides), "", "--set")
+    validate(config)
+    return config
+
+
+def read_config(path: Path) -> Config:
+    """A resolved config saved beside a run's outputs (`config.json`), every key checked again."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise PetalsError(f"{path}: unreadable config ({err})") from None
+    config = _apply(Config(), raw, "", str(path))
     validate(config)
     return config
 

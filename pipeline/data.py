@@ -73,8 +73,10 @@ def read_examples(
     labeled: bool,
     ordered: bool,
     skip_bad: bool = False,
+    with_ids: bool = False,
 ) -> tf.data.Dataset:
-    """Examples `(uint8 image [size, size, 3], label int32 | id string)` from shards.
+    """Examples `(uint8 image [size, size, 3], label int32 | id string)` from shards
+    (`(image, label, id)` for labeled records `with_ids`).
 
     Reads up to 16 shards at once; `ordered=False` lets tf.data hand out whichever record is
     ready first (training), `ordered=True` fixes the order run to run (validation, test).
@@ -86,7 +88,7 @@ def read_examples(
         num_parallel_calls=AUTOTUNE,
         deterministic=ordered,
     )
-    parse = partial(records.read_record, schema=spec.schema, size=size, labeled=labeled)
+    parse = partial(records.read_record, schema=spec.schema, size=size, labeled=labeled, with_id=with_ids)
     dataset = dataset.map(parse, num_parallel_calls=AUTOTUNE, deterministic=ordered)
     if skip_bad:
         dataset = dataset.ignore_errors()  # a record whose image does not decode
@@ -168,7 +170,7 @@ def _resized(batches: tf.data.Dataset, config: Config) -> tf.data.Dataset:
     size = input_size(config)
     if size == config.data.image_size:
         return batches
-    return batches.map(lambda images, tags: (resize_batch(images, size), tags), num_parallel_calls=AUTOTUNE)
+    return batches.map(lambda images, *tags: (resize_batch(images, size), *tags), num_parallel_calls=AUTOTUNE)
 
 
 def eval_dataset(
@@ -178,22 +180,32 @@ def eval_dataset(
     batch_size: int,
     labeled: bool,
     pad_to_batch: bool = False,
+    with_ids: bool = False,
 ) -> tf.data.Dataset:
-    """Validation (`labeled`: image, label) or test (image, id) batches in a fixed order, unaugmented.
+    """Validation (`labeled`: image, label) or test (image, id) batches in a fixed order, unaugmented;
+    `with_ids` gives labeled batches as (image, label, id).
 
     `pad_to_batch` appends padding examples (label -1, id "") so that every batch is full,
     which static-shape devices need; drop them after predicting with `is_padding`.
     """
     data = config.data
     dataset = read_examples(
-        files, spec, data.image_size, labeled=labeled, ordered=True, skip_bad=data.skip_bad_records
+        files,
+        spec,
+        data.image_size,
+        labeled=labeled,
+        ordered=True,
+        skip_bad=data.skip_bad_records,
+        with_ids=with_ids and labeled,
     )
     if data.cache:
         dataset = dataset.cache()
     if pad_to_batch:
         blank = tf.zeros([data.image_size, data.image_size, 3], tf.uint8)
-        tag = tf.constant(PAD_LABEL, tf.int32) if labeled else tf.constant(PAD_ID)
-        padding = tf.data.Dataset.from_tensors((blank, tag)).repeat(batch_size - 1)
+        tags = (tf.constant(PAD_LABEL, tf.int32),) if labeled else ()
+        if with_ids or not labeled:
+            tags += (tf.constant(PAD_ID),)
+        padding = tf.data.Dataset.from_tensors((blank, *tags)).repeat(batch_size - 1)
         dataset = dataset.concatenate(padding)
     dataset = dataset.batch(batch_size, drop_remainder=pad_to_batch)
     dataset = _resized(dataset, config)

@@ -31,6 +31,15 @@ CREDENTIALS_HELP = (
 )
 
 
+class UploadIncomplete(requests.ConnectionError):
+    """The client's file upload stopped short; retried like a dropped connection."""
+
+
+def is_production() -> bool:
+    """True when the client talks to kaggle.com (not a loopback or staging server)."""
+    return os.environ.get("KAGGLE_API_ENVIRONMENT") in (None, "", "PROD")
+
+
 def config_dir() -> Path:
     """Where the client looks for kaggle.json (KAGGLE_CONFIG_DIR, ~/.kaggle, or XDG on Linux)."""
     if os.environ.get("KAGGLE_CONFIG_DIR"):
@@ -174,3 +183,20 @@ def download_competition(slug: str, dest: Path, *, retries: int = 3, quiet: bool
     if not archives:
         raise PetalsError(f"Kaggle download of {slug!r} left no archive in {dest}")
     return archives[0]
+
+
+def submit_file(path: Path, slug: str, message: str, *, retries: int = 3) -> Any:
+    """Upload a submission CSV with the official client; its answer (`message`, `ref`).
+
+    The client's flow: ask for an upload URL, PUT the bytes there, then create the submission.
+    """
+    action = f"submitting {path.name} to {slug!r}"
+    client = call_with_retries(api, slug=slug, action=action, retries=retries)
+
+    def once() -> Any:
+        answer = client.competition_submit(str(path), message, slug, quiet=False)
+        if answer.message == client.COMPETITION_SUBMIT_UPLOAD_FAILED_MESSAGE:
+            raise UploadIncomplete("the file upload did not complete")
+        return answer
+
+    return call_with_retries(once, slug=slug, action=action, retries=retries)

@@ -61,16 +61,18 @@ def parse_record(serialized: tf.Tensor, schema: RecordSchema, labeled: bool) -> 
 
 
 def read_record(
-    serialized: tf.Tensor, schema: RecordSchema, size: int, labeled: bool
-) -> tuple[tf.Tensor, tf.Tensor]:
+    serialized: tf.Tensor, schema: RecordSchema, size: int, labeled: bool, with_id: bool = False
+) -> tuple[tf.Tensor, ...]:
     """Serialized record -> (uint8 image [size, size, 3], label) when labeled, (image, id) when not.
 
-    One `labeled` flag serves train/val and test records, as in the keras-io TFRecord recipe.
+    One `labeled` flag serves train/val and test records, as in the keras-io TFRecord recipe;
+    `with_id` keeps a labeled record's id too, `(image, label, id)`, to line up predictions.
     """
     example = parse_record(serialized, schema, labeled)
     image = decode_image(example[schema.image], size)
     if labeled:
-        return image, tf.cast(example[schema.label], tf.int32)
+        label = tf.cast(example[schema.label], tf.int32)
+        return (image, label, example[schema.id]) if with_id else (image, label)
     return image, example[schema.id]
 
 

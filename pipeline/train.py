@@ -111,7 +111,7 @@ class Job:
     finished: dict | None  # a finished run's metrics
 
 
-def _folds(files: list[str], folds: int, fold: int) -> tuple[list[str], list[str]]:
+def held_out(files: list[str], folds: int, fold: int) -> tuple[list[str], list[str]]:
     """Shard-level k-fold: fold `fold` holds out every `folds`-th shard."""
     held = [f for i, f in enumerate(files) if i % folds == fold]
     return [f for f in files if f not in held], held
@@ -143,7 +143,7 @@ def prepare(
     if train.merge_val:
         train_files, val_files = train_files + val_files, []
     elif train.folds:
-        train_files, val_files = _folds(train_files + val_files, train.folds, train.fold)
+        train_files, val_files = held_out(train_files + val_files, train.folds, train.fold)
     model.get_backbone(config.model.backbone)  # an unknown name fails here, before any work
     global_batch = data.global_batch_size(config.data.batch_size, picked.replicas)
     train_images = records.count_images(train_files)

@@ -17,6 +17,16 @@ from pipeline.fetch import FetchOptions, fetch
 REPO = Path(__file__).resolve().parent.parent
 TINY_SIZE = 32
 TINY_SCALE = 0.05  # about 150 train, 104 val and 104 test images
+TINY = [  # a recipe that trains in seconds: the small cnn on 32 px, a few steps
+    f"data.image_size={TINY_SIZE}",
+    "data.batch_size=8",
+    "data.shuffle_buffer=64",
+    "model.backbone=cnn",
+    "train.epochs=2",
+    "train.steps_per_epoch=3",
+    "train.lr_ramp_epochs=0",
+    "train.lr_max=0.002",
+]
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +51,23 @@ def tiny_data_dir(tmp_path_factory, spec, tiny_dataset) -> Path:
     )
     fetch(options, spec)
     return data_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory, tiny_data_dir) -> list[Path]:
+    """Two finished tiny runs (seeds 0 and 1) on the tiny data, trained once per session."""
+    from pipeline import train
+    from pipeline.config import load_config
+    from pipeline.strategy import pick_strategy
+
+    runs_dir = tmp_path_factory.mktemp("runs")
+    run_dirs = []
+    for seed in (0, 1):
+        config = load_config(overrides=[*TINY, "train.epochs=3", f"seed={seed}"])
+        job = train.prepare(config, pick_strategy("cpu"), tiny_data_dir, runs_dir, None, None)
+        train.fit(job, verbose=0)
+        run_dirs.append(job.run_dir)
+    return run_dirs
 
 
 @pytest.fixture

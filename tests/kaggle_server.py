@@ -24,6 +24,9 @@ class Behaviour:
     key: str = "petals-key"
     fail_with: list[int] = field(default_factory=list)  # statuses to answer, one per request, first
     requests: list[dict] = field(default_factory=list)
+    uploads: dict[str, bytes] = field(default_factory=dict)  # upload token -> the bytes PUT there
+    created: list[dict] = field(default_factory=list)  # CreateSubmission requests that succeeded
+    submissions: list[dict] = field(default_factory=list)  # what ListSubmissions answers
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -55,10 +58,39 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorised():
             body = json.dumps({"code": 401, "message": "Unauthenticated"}).encode()
             return self._reply(401, body, {"Content-Type": "application/json"})
-        if self.path == "/api/v1/competitions.CompetitionApiService/DownloadDataFiles":
+        method = self.path.removeprefix("/api/v1/competitions.CompetitionApiService/")
+        if method == "DownloadDataFiles":
             slug = payload.get("competitionName", "")
             return self._reply(302, headers={"Location": f"/files/{slug}.zip"})
+        if method == "StartSubmissionUpload":
+            token = f"blob-{len(self.behaviour.uploads) + 1}"
+            self.behaviour.uploads[token] = b""
+            url = f"http://localhost:{PORT}/upload/{token}"
+            return self._json({"token": token, "createUrl": url})
+        if method == "CreateSubmission":
+            if self.behaviour.uploads.get(payload.get("blobFileTokens")) in (None, b""):
+                return self._reply(
+                    400, b'{"message": "no such upload"}', {"Content-Type": "application/json"}
+                )
+            self.behaviour.created.append(payload)
+            ref = 1000 + len(self.behaviour.created)
+            return self._json({"message": "Successfully submitted to the test server", "ref": ref})
+        if method == "ListSubmissions":
+            return self._json({"submissions": self.behaviour.submissions})
         return self._reply(404, b"{}", {"Content-Type": "application/json"})
+
+    def _json(self, payload: dict) -> None:
+        self._reply(200, json.dumps(payload).encode(), {"Content-Type": "application/json"})
+
+    def do_PUT(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        body = self.rfile.read(length)
+        token = self.path.removeprefix("/upload/")
+        self.behaviour.requests.append({"path": self.path, "bytes": len(body)})
+        if token not in self.behaviour.uploads:
+            return self._reply(404)
+        self.behaviour.uploads[token] = body
+        return self._reply(200, b"{}", {"Content-Type": "application/json"})
 
     def do_GET(self) -> None:
         self.behaviour.requests.append({"path": self.path})

@@ -1,6 +1,7 @@
 """The command line and the Make chain, as a user meets them."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -60,10 +61,30 @@ def test_make_fetch_then_train_build_their_artifacts_and_then_skip(tmp_path):
     assert second.returncode == 0 and "pipeline fetch" not in second.stdout
     # The next link: make train on that data, then again (the finished run is found, not redone).
     overrides = "data.image_size=32 data.batch_size=8 train.epochs=1 train.steps_per_epoch=2"
-    train = [*args, "RECIPE=default", f"SET={overrides}", f"RUNS={tmp_path / 'runs'}", "train"]
+    train = [*args, "RECIPE=default", f"SET={overrides}", f"RUNS_DIR={tmp_path / 'runs'}", "train"]
     trained = subprocess.run(train, capture_output=True, text=True, timeout=300, check=False)
     assert trained.returncode == 0, trained.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert (run_dir / "metrics.json").is_file() and run_dir.name.startswith("default-cnn-32-")
     again = subprocess.run(train, capture_output=True, text=True, timeout=300, check=False)
     assert again.returncode == 0 and "is finished" in again.stderr
+    # The main job, `make train submit`: the finished run is evaluated, predicted and submitted,
+    # which without Kaggle credentials ends in a validated dry run.
+    home = tmp_path / "home"
+    home.mkdir()
+    no_credentials = {**os.environ, "HOME": str(home), "KAGGLE_CONFIG_DIR": str(home / "kaggle")}
+    for name in ("KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_API_TOKEN", "KAGGLE_API_ENVIRONMENT"):
+        no_credentials.pop(name, None)
+    subs = tmp_path / "submissions"
+    job = [*train[:-1], f"SUBMISSIONS={subs}", "train", "submit"]
+    done = subprocess.run(job, capture_output=True, text=True, timeout=300, env=no_credentials, check=False)
+    assert done.returncode == 0, done.stderr
+    stages = [
+        line.split("-m pipeline ")[1].split()[0]
+        for line in done.stdout.splitlines()
+        if "-m pipeline " in line
+    ]
+    assert stages == ["train", "evaluate", "predict", "submit"]
+    assert f"DRY RUN, NOT UPLOADED: would upload {subs / run_dir.name}.csv" in done.stdout
+    assert "evaluation" in json.loads((run_dir / "metrics.json").read_text())
+    assert run_dir.name in (subs / "leaderboard.csv").read_text()

@@ -16,18 +16,7 @@ import pytest
 from pipeline import cli, loops, policy, train
 from pipeline.config import load_config
 from pipeline.strategy import pick_strategy
-from tests.conftest import REPO, TINY_SIZE, error_lines
-
-TINY = [
-    f"data.image_size={TINY_SIZE}",
-    "data.batch_size=8",
-    "data.shuffle_buffer=64",
-    "model.backbone=cnn",
-    "train.epochs=2",
-    "train.steps_per_epoch=3",
-    "train.lr_ramp_epochs=0",
-    "train.lr_max=0.002",
-]
+from tests.conftest import REPO, TINY, TINY_SIZE, error_lines
 
 
 def _train_args(data_dir, runs_dir, *extra):
@@ -183,9 +172,9 @@ def test_fine_tuning_unfreezes_the_backbone_but_keeps_batchnorm_frozen():
 
 def test_folds_hold_out_every_kth_shard_and_cover_everything():
     files = [f"shard-{i:02d}" for i in range(32)]
-    held_out = [train._folds(files, 5, fold)[1] for fold in range(5)]
-    assert sorted(f for held in held_out for f in held) == files
-    kept, held = train._folds(files, 5, 2)
+    folds = [train.held_out(files, 5, fold)[1] for fold in range(5)]
+    assert sorted(f for held in folds for f in held) == files
+    kept, held = train.held_out(files, 5, 2)
     assert not set(kept) & set(held) and len(kept) + len(held) == 32
 
 

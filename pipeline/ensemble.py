@@ -1,0 +1,183 @@
+"""Ensemble stage: blend runs' saved class probabilities, score the blend on val, write its submission.
+
+`--runs a b --weights 0.6 0.4` averages the members' val and test probabilities with those
+weights (equal when none are given; they need not sum to 1). `--search` picks the weights
+that maximise val macro-F1 by coordinate ascent on a 0.05 grid, starting from equal weights;
+a score chosen on val flatters the blend, so the report marks it as searched. Members must
+have been trained on the same data and scored on the same val images; their predictions are
+made (or reused) as `evaluate` and `predict` would. The blend lives in
+`runs/ensemble-<hash>/` like a run, with its own leaderboard row and `submissions/` CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from competition.metric import macro_f1
+from pipeline.errors import PetalsError
+from pipeline.files import write_json
+
+log = logging.getLogger(__name__)
+
+GRID = np.round(np.arange(0.0, 1.0001, 0.05), 2)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs", nargs="+", required=True, help="run ids or run dirs to blend")
+    parser.add_argument("--weights", nargs="+", type=float, default=None, help="one weight per run")
+    parser.add_argument("--search", action="store_true", help="search the weights on val macro-F1")
+    parser.add_argument(
+        "--name", default=None, help="ensemble id (default: ensemble-<hash of runs and weights>)"
+    )
+    parser.add_argument("--tta", type=int, default=1, help="TTA passes for predictions not yet made")
+    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="fetched data dir")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories are")
+    parser.add_argument("--submissions-dir", type=Path, default=Path("submissions"), help="where CSVs go")
+    parser.add_argument("--strategy", default="auto", help="auto | tpu | mirrored | gpu | cpu")
+
+
+def run(args: argparse.Namespace) -> None:
+    from competition import load_spec
+    from pipeline import leaderboard
+    from pipeline.infer import Predictions, check_same_data, predict_split, predictions_path
+    from pipeline.predict import write_submission
+    from pipeline.strategy import pick_strategy
+
+    if len(args.runs) < 2:
+        raise PetalsError(f"--runs {' '.join(args.runs)}: an ensemble blends at least two runs")
+    if len(set(args.runs)) != len(args.runs):
+        raise PetalsError(f"--runs {' '.join(args.runs)}: a run is listed twice")
+    if args.weights is not None and len(args.weights) != len(args.runs):
+        raise PetalsError(f"--weights: {len(args.weights)} weight(s) for {len(args.runs)} run(s)")
+    if args.weights is not None and (min(args.weights) < 0 or sum(args.weights) <= 0):
+        raise PetalsError(f"--weights {args.weights}: need weights >= 0 with a positive sum")
+    run_dirs = [member_dir(args.runs_dir, name) for name in args.runs]
+    competitions = {json.loads((d / "config.json").read_text())["competition"] for d in run_dirs}
+    if len(competitions) > 1:
+        raise PetalsError(
+            f"--runs: the runs belong to different competitions ({', '.join(sorted(competitions))})"
+        )
+    spec = load_spec(competitions.pop())
+    manifest = check_same_data(run_dirs[0], args.data_dir)
+    for run_dir in run_dirs[1:]:
+        check_same_data(run_dir, args.data_dir)
+    picked = pick_strategy(args.strategy)
+    val = [predict_split(d, args.data_dir, "val", args.tta, picked) for d in run_dirs]
+    test = [predict_split(d, args.data_dir, "test", args.tta, picked) for d in run_dirs]
+    val = aligned(val, run_dirs, "val")
+    test = aligned(test, run_dirs, "test")
+
+    weights = np.ones(len(run_dirs)) if args.weights is None else np.asarray(args.weights, float)
+    weights = weights / weights.sum()
+    if args.search:  # the very weights whose blend it scored, so the reported score is that one
+        weights = search_weights([v.probabilities for v in val], val[0].labels, weights)
+    members = {d.name: macro_f1(v.labels, v.predicted) for d, v in zip(run_dirs, val, strict=True)}
+    val_blend = Predictions(val[0].ids, blend([v.probabilities for v in val], weights), val[0].labels)
+    test_blend = Predictions(test[0].ids, blend([t.probabilities for t in test], weights))
+    score = macro_f1(val_blend.labels, val_blend.predicted)
+    accuracy = float((val_blend.predicted == val_blend.labels).mean())
+
+    name = args.name or ensemble_id([d.name for d in run_dirs], weights)
+    out = args.runs_dir / name
+    out.mkdir(parents=True, exist_ok=True)
+    val_blend.save(predictions_path(out, "val"))
+    test_blend.save(predictions_path(out, "test"))
+    described = " ".join(f"{d.name}:{w:.3f}" for d, w in zip(run_dirs, weights, strict=True))
+    write_json(
+        out / "metrics.json",
+        {
+            "kind": "ensemble",
+            "members": {d.name: float(w) for d, w in zip(run_dirs, weights, strict=True)},
+            "member_val_macro_f1": members,
+            "weights_searched_on_val": args.search,
+            "val_macro_f1": score,
+            "val_accuracy": accuracy,
+            "images": len(val_blend.ids),
+        },
+    )
+    path = write_submission(
+        args.submissions_dir, name, test_blend.ids, test_blend.predicted, spec, args.data_dir, manifest, score
+    )
+    leaderboard.update(
+        args.submissions_dir / leaderboard.BOARD,
+        name,
+        kind="ensemble",
+        time=leaderboard.now(),
+        competition=spec.name,
+        data_source=manifest.get("source"),
+        data_fingerprint=manifest.get("fingerprint"),
+        members=described + (" (searched on val)" if args.search else ""),
+        val_macro_f1=round(score, 5),
+        val_accuracy=round(accuracy, 5),
+        submission=str(path),
+    )
+    best_member = max(members.values())
+    print(
+        f"{name}: val macro-F1 {score:.4f} (best member {best_member:.4f}), accuracy {accuracy:.4f}; "
+        f"weights {described}{' searched on val' if args.search else ''} -> {path}"
+    )
+
+
+def member_dir(runs_dir: Path, name: str) -> Path:
+    given = Path(name)
+    run_dir = given if (given / "config.json").is_file() else runs_dir / name
+    if not (run_dir / "config.json").is_file() or not (run_dir / "metrics.json").is_file():
+        raise PetalsError(f"{run_dir}: not a finished run (train it first, or check the name)")
+    return run_dir
+
+
+def aligned(predictions: list, run_dirs: list[Path], split: str) -> list:
+    """Every member's predictions in the first member's id order; an error if the id sets differ."""
+    first = predictions[0]
+    ids = set(first.ids.tolist())
+    for run_dir, other in zip(run_dirs[1:], predictions[1:], strict=True):
+        if set(other.ids.tolist()) != ids:
+            raise PetalsError(
+                f"{run_dirs[0].name} and {run_dir.name} predicted different {split} images "
+                "(another fold or data split): blend runs scored on the same split"
+            )
+    return [first, *(p.by_ids(first.ids) for p in predictions[1:])]
+
+
+def blend(probabilities: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
+    """The weighted mean of the members' probabilities (weights normalised to sum to 1)."""
+    weights = np.asarray(weights, dtype=np.float64) / np.sum(weights)
+    return np.tensordot(weights, np.stack(probabilities).astype(np.float64), axes=1).astype(np.float32)
+
+
+def search_weights(
+    probabilities: list[np.ndarray], labels: np.ndarray, start: np.ndarray, rounds: int = 3
+) -> np.ndarray:
+    """Coordinate ascent on val macro-F1: each weight in turn tried over GRID, the others fixed."""
+
+    def score(weights: np.ndarray) -> float:
+        return macro_f1(labels, blend(probabilities, weights).argmax(axis=1))
+
+    weights = np.asarray(start, dtype=np.float64) / np.sum(start)
+    best = score(weights)
+    for _ in range(rounds):
+        improved = False
+        for i in range(len(weights)):
+            for value in GRID:
+                trial = weights.copy()
+                trial[i] = value
+                if trial.sum() <= 0:
+                    continue
+                trial /= trial.sum()
+                trial_score = score(trial)
+                if trial_score > best + 1e-9:
+                    best, weights, improved = trial_score, trial, True
+        if not improved:
+            break
+    return weights
+
+
+def ensemble_id(names: list[str], weights: np.ndarray) -> str:
+    key = json.dumps([names, [round(float(w), 4) for w in weights]])
+    return "ensemble-" + hashlib.sha256(key.encode()).hexdigest()[:8]

@@ -1,0 +1,168 @@
+"""Evaluate stage: a run's val macro-F1, accuracy, per-class scores and confusions, optionally with TTA.
+
+Predicts the val shards with the run's best weights and writes, into the run dir:
+`val_predictions.npz` (ids, labels, probabilities), `per_class.csv` (precision, recall, F1
+and support of every class), `confusion.png` (the row-normalised confusion matrix, every
+class named) and `confusions.csv` (the most frequent mistakes by name); `metrics.json`
+gains an `evaluation` section, and the run gets its row on the offline leaderboard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pipeline.errors import PetalsError
+from pipeline.files import write_atomically, write_json
+
+log = logging.getLogger(__name__)
+
+TOP_CONFUSIONS = 10
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from pipeline.infer import add_run_arguments
+
+    add_run_arguments(parser)
+    parser.add_argument("--tta", type=int, default=1, help="test-time augmentation passes (1: none)")
+    parser.add_argument(
+        "--submissions-dir", type=Path, default=Path("submissions"), help="the leaderboard's folder"
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    from pipeline.infer import find_run
+    from pipeline.strategy import pick_strategy
+
+    picked = pick_strategy(args.strategy)
+    run_dir = find_run(args, picked.device)
+    report = evaluate(run_dir, args.data_dir, args.tta, picked, args.submissions_dir)
+    print(summary_text(run_dir.name, report))
+
+
+def evaluate(run_dir: Path, data_dir: Path, tta: int, picked, submissions_dir: Path) -> dict:
+    """Score the run on its val split, write the report files, record it; return the evaluation."""
+    import json
+
+    from competition import load_spec
+    from competition.metric import macro_f1
+    from pipeline import leaderboard
+    from pipeline.infer import predict_split
+
+    config = json.loads((run_dir / "config.json").read_text())
+    if config["train"]["merge_val"]:
+        raise PetalsError(
+            f"{run_dir.name} trained on the val split (train.merge_val=true): "
+            "it has no held-out images to score"
+        )
+    spec = load_spec(config["competition"])
+    val = predict_split(run_dir, data_dir, "val", tta, picked)
+    predicted = val.predicted
+    per_class = per_class_table(val.labels, predicted, spec.classes)
+    confusions = top_confusions(val.labels, predicted, spec.classes)
+    write_atomically(run_dir / "per_class.csv", lambda tmp: per_class.to_csv(tmp, index=False))
+    write_atomically(run_dir / "confusions.csv", lambda tmp: confusions.to_csv(tmp, index=False))
+    plot_confusion(val.labels, predicted, spec.classes, run_dir / "confusion.png")
+    evaluation = {
+        "val_macro_f1": macro_f1(val.labels, predicted),
+        "val_accuracy": float((predicted == val.labels).mean()),
+        "images": len(val.labels),
+        "tta": tta,
+        "evaluated_at": leaderboard.now(),
+        "worst_classes": per_class.nsmallest(5, "f1")["class"].tolist(),
+        "top_confusions": confusions.head(TOP_CONFUSIONS).to_dict(orient="records"),
+    }
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    write_json(run_dir / "metrics.json", {**metrics, "evaluation": evaluation})
+    leaderboard.update(
+        submissions_dir / leaderboard.BOARD,
+        run_dir.name,
+        **leaderboard.run_fields(run_dir),
+        time=evaluation["evaluated_at"],
+        val_macro_f1=round(evaluation["val_macro_f1"], 5),
+        val_accuracy=round(evaluation["val_accuracy"], 5),
+        tta=tta,
+    )
+    return evaluation
+
+
+def per_class_table(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str, ...]) -> pd.DataFrame:
+    """Precision, recall, F1 and support of every class, scikit-learn's numbers."""
+    from sklearn.metrics import precision_recall_fscore_support
+
+    precision, recall, f1, support = precision_recall_fscore_support(
+        labels, predicted, labels=np.arange(len(classes)), zero_division=0
+    )
+    return pd.DataFrame(
+        {
+            "label": np.arange(len(classes)),
+            "class": classes,
+            "precision": precision.round(4),
+            "recall": recall.round(4),
+            "f1": f1.round(4),
+            "support": support,
+        }
+    )
+
+
+def top_confusions(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str, ...]) -> pd.DataFrame:
+    """Every (true, predicted) mistake by name, most frequent first, with its share of the true class."""
+    from sklearn.metrics import confusion_matrix
+
+    matrix = confusion_matrix(labels, predicted, labels=np.arange(len(classes)))
+    np.fill_diagonal(matrix, 0)
+    true, wrong = np.nonzero(matrix)
+    counts = matrix[true, wrong]
+    support = np.bincount(labels, minlength=len(classes))
+    table = pd.DataFrame(
+        {
+            "true": [classes[i] for i in true],
+            "predicted": [classes[j] for j in wrong],
+            "count": counts,
+            "share_of_true": (counts / np.maximum(support[true], 1)).round(3),
+        }
+    )
+    return table.sort_values(["count", "share_of_true"], ascending=False, kind="stable").reset_index(
+        drop=True
+    )
+
+
+def plot_confusion(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str, ...], path: Path) -> None:
+    """The row-normalised confusion matrix, large enough that 104 class names stay legible."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import confusion_matrix
+
+    n = len(classes)
+    matrix = confusion_matrix(labels, predicted, labels=np.arange(n), normalize="true")
+    side = max(6.0, n * 0.16)  # ~0.16 inch per class: 6-point names do not overlap
+    fig, axis = plt.subplots(figsize=(side + 1.5, side))
+    shown = np.ma.masked_equal(matrix, 0)  # empty cells stay white, so mistakes stand out
+    image = axis.imshow(shown, cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
+    axis.set_xticks(np.arange(n), [f"{c} {i}" for i, c in enumerate(classes)], rotation=90, fontsize=6)
+    axis.set_yticks(np.arange(n), [f"{i} {c}" for i, c in enumerate(classes)], fontsize=6)
+    axis.set_xlabel("predicted")
+    axis.set_ylabel("true")
+    axis.set_title("confusion matrix (share of each true class)")
+    fig.colorbar(image, ax=axis, fraction=0.03)
+    fig.tight_layout()
+    write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
+    plt.close(fig)
+
+
+def summary_text(name: str, evaluation: dict) -> str:
+    """A few lines for the terminal: the scores, the weakest classes, the top confusions."""
+    lines = [
+        f"{name}: val macro-F1 {evaluation['val_macro_f1']:.4f}, accuracy {evaluation['val_accuracy']:.4f} "
+        f"on {evaluation['images']} images (TTA {evaluation['tta']})",
+        "  weakest classes: " + ", ".join(evaluation["worst_classes"]),
+        "  top confusions (true -> predicted, count):",
+    ]
+    lines += [f"    {c['true']} -> {c['predicted']}: {c['count']}" for c in evaluation["top_confusions"][:5]]
+    return "\n".join(lines)

@@ -1,0 +1,251 @@
+"""Leaderboard stage: the offline leaderboard of every evaluated run and ensemble.
+
+`submissions/leaderboard.csv` has one row per run or ensemble: what it was trained on and
+how (data source and fingerprint, recipe, backbone, size, epochs, git commit), how it
+scored (val macro-F1, accuracy, training time), its submission file and, once Kaggle has
+scored it, the public score. Every write is a read-modify-replace under an exclusive lock,
+so two stages finishing at the same moment both land. `--sync` pulls the public scores of
+your Kaggle submissions and matches them to rows; the stage prints the table ranked by val
+macro-F1 and writes `leaderboard.png` (val macro-F1 and public score over time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import logging
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pipeline.errors import PetalsError
+from pipeline.files import write_atomically
+
+log = logging.getLogger(__name__)
+
+BOARD = "leaderboard.csv"
+PLOT = "leaderboard.png"
+COLUMNS = [
+    "entry",
+    "kind",  # run | ensemble | kaggle
+    "time",
+    "git_commit",
+    "competition",
+    "data_source",
+    "data_fingerprint",
+    "recipe",
+    "backbone",
+    "image_size",
+    "epochs",
+    "val_macro_f1",
+    "val_accuracy",
+    "tta",
+    "train_seconds",
+    "members",  # an ensemble's runs and weights
+    "submission",
+    "submitted_at",
+    "submission_ref",
+    "public_score",
+    "private_score",
+    "kaggle_status",
+]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--submissions-dir", type=Path, default=Path("submissions"), help="the leaderboard's folder"
+    )
+    parser.add_argument(
+        "--sync", action="store_true", help="first pull the public scores of your Kaggle submissions"
+    )
+    parser.add_argument("--competition", default="flowers", help="competition spec under competition/")
+    parser.add_argument("--slug", default=None, help="Kaggle competition slug (default: the spec's first)")
+    parser.add_argument("--top", type=int, default=20, help="rows to print")
+
+
+def run(args: argparse.Namespace) -> None:
+    from competition import load_spec
+
+    board = args.submissions_dir / BOARD
+    if args.sync:
+        slug = args.slug or load_spec(args.competition).default_slug
+        matched = sync(board, slug)
+        log.info("leaderboard: %d row(s) matched to Kaggle submissions of %s", matched, slug)
+    table = read(board)
+    if table.empty:
+        raise PetalsError(f"{board}: no entries yet; `make evaluate` records a run")
+    print(ranked(table).head(args.top).to_string(index=False))
+    plot(table, args.submissions_dir / PLOT)
+    log.info("leaderboard: %d entries; plot in %s", len(table), args.submissions_dir / PLOT)
+
+
+# ----------------------------------------------------------------------------- the durable file
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@contextmanager
+def locked(board: Path) -> Iterator[None]:
+    """An exclusive lock on the board (a lock file beside it), held across read-modify-replace."""
+    board.parent.mkdir(parents=True, exist_ok=True)
+    with open(board.with_name(f".{board.name}.lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def read(board: Path) -> pd.DataFrame:
+    if not board.is_file():
+        return pd.DataFrame(columns=COLUMNS)
+    try:
+        table = pd.read_csv(board, dtype={"entry": str, "submission_ref": str, "git_commit": str})
+    except (pd.errors.ParserError, UnicodeDecodeError) as err:
+        raise PetalsError(f"{board}: unreadable leaderboard ({err})") from None
+    return table.reindex(columns=list(dict.fromkeys([*COLUMNS, *table.columns])))
+
+
+def update(board: Path, entry: str, **fields: Any) -> None:
+    """Insert or update the row `entry`; fields given as None leave the stored value alone."""
+    unknown = set(fields) - set(COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown leaderboard column(s): {sorted(unknown)}")  # a bug, not input
+    with locked(board):
+        table = read(board)
+        values = {k: v for k, v in fields.items() if v is not None}
+        if (table["entry"] == entry).any():
+            for key, value in values.items():
+                table[key] = table[key].astype(object)
+                table.loc[table["entry"] == entry, key] = value
+        else:
+            row = pd.DataFrame([{"entry": entry, **values}], columns=table.columns)
+            table = row if table.empty else pd.concat([table, row], ignore_index=True)
+        write_atomically(board, lambda tmp: table.to_csv(tmp, index=False))
+
+
+# ----------------------------------------------------------------------------- what a row says
+
+
+def run_fields(run_dir: Path) -> dict[str, Any]:
+    """A run's leaderboard fields, from what `train` wrote into its dir."""
+
+    def load(name: str) -> dict:
+        path = run_dir / name
+        return json.loads(path.read_text()) if path.is_file() else {}
+
+    metrics, config, manifest, meta = (
+        load(n) for n in ("metrics.json", "config.json", "data_manifest.json", "run.json")
+    )
+    return {
+        "kind": "run",
+        "git_commit": meta.get("git_commit"),
+        "competition": config.get("competition"),
+        "data_source": manifest.get("source"),
+        "data_fingerprint": manifest.get("fingerprint"),
+        "recipe": metrics.get("recipe"),
+        "backbone": metrics.get("backbone"),
+        "image_size": metrics.get("image_size"),
+        "epochs": metrics.get("epochs"),
+        "train_seconds": round(metrics["train_seconds"], 1) if "train_seconds" in metrics else None,
+    }
+
+
+def ranked(table: pd.DataFrame) -> pd.DataFrame:
+    """The table as printed: best val macro-F1 first, the columns that tell runs apart."""
+    shown = table.sort_values("val_macro_f1", ascending=False, na_position="last").reset_index(drop=True)
+    shown.insert(0, "rank", range(1, len(shown) + 1))
+    columns = ["rank", "entry", "kind", "backbone", "image_size", "epochs", "val_macro_f1", "val_accuracy"]
+    columns += ["public_score", "data_source", "time"]
+    for column in ("image_size", "epochs"):
+        shown[column] = pd.to_numeric(shown[column], errors="coerce").astype("Int64")
+    return shown[columns].astype(object).fillna("")
+
+
+def plot(table: pd.DataFrame, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = table[pd.to_datetime(table["time"], utc=True, errors="coerce").notna()]
+    times = pd.to_datetime(table["time"], utc=True)
+    fig, axis = plt.subplots(figsize=(8, 4))
+    for kind, marker in (("run", "o"), ("ensemble", "s"), ("kaggle", "^")):
+        rows = table["kind"] == kind
+        if rows.any():
+            axis.scatter(
+                times[rows], table.loc[rows, "val_macro_f1"], marker=marker, label=f"{kind}: val macro-F1"
+            )
+    public = pd.to_numeric(table["public_score"], errors="coerce")
+    if public.notna().any():
+        axis.scatter(times[public.notna()], public[public.notna()], marker="*", s=90, label="public score")
+    axis.set_ylabel("macro-F1")
+    axis.set_ylim(0, 1)
+    axis.legend(loc="lower right", fontsize=8)
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=90))
+    plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- Kaggle scores
+
+
+def _score(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def sync(board: Path, slug: str) -> int:
+    """Pull your submissions' scores on `slug` and write them onto the rows they came from."""
+    from pipeline import kaggle_client
+
+    action = f"listing your submissions to {slug!r}"
+    client = kaggle_client.call_with_retries(kaggle_client.api, slug=slug, action=action)
+    submissions = kaggle_client.call_with_retries(
+        lambda: client.competition_submissions(slug, page_size=100) or [], slug=slug, action=action
+    )
+    table = read(board)
+    matched = 0
+    for sub in submissions:
+        entry = match(table, str(sub.ref), sub.file_name or "", sub.description or "")
+        if entry is None:
+            continue
+        update(
+            board,
+            entry,
+            submission_ref=str(sub.ref),
+            public_score=_score(sub.public_score),
+            private_score=_score(sub.private_score),
+            kaggle_status=str(sub.status).rsplit(".", 1)[-1].removeprefix("SUBMISSION_STATUS_").lower()
+            or None,
+        )
+        matched += 1
+    return matched
+
+
+def match(table: pd.DataFrame, ref: str, file_name: str, description: str) -> str | None:
+    """The row a Kaggle submission belongs to: by ref, else file name, else the entry named in its message."""
+    by_ref = table[table["submission_ref"].astype(str) == ref]
+    if len(by_ref):
+        return by_ref["entry"].iloc[0]
+    names = table["submission"].fillna("").map(lambda p: Path(p).name if p else "")
+    by_name = table[(names == file_name) & (names != "")]
+    if len(by_name) == 1:
+        return by_name["entry"].iloc[0]
+    for entry in table["entry"]:
+        if entry and entry in description:
+            return entry
+    return None

@@ -1,0 +1,137 @@
+"""Predict stage: a run's test-set probabilities (optionally with TTA) and its submission CSV.
+
+Writes `test_predictions.npz` (ids, probabilities) into the run dir and
+`submissions/<run-id>.csv` in Kaggle's exact format (header `id,label`, every test id of
+`sample_submission.csv` once, integer labels in range), checked before it replaces any
+earlier file. Beside it, `<run-id>.json` records what the file was made from (data source
+and fingerprint), which `submit` reads to refuse uploading predictions of the embedded
+synthetic data to the real competition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from competition import CompetitionSpec
+from pipeline.errors import PetalsError
+from pipeline.files import write_atomically, write_json
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from pipeline.infer import add_run_arguments
+
+    add_run_arguments(parser)
+    parser.add_argument("--tta", type=int, default=1, help="test-time augmentation passes (1: none)")
+    parser.add_argument("--submissions-dir", type=Path, default=Path("submissions"), help="where CSVs go")
+
+
+def run(args: argparse.Namespace) -> None:
+    import json
+
+    from competition import load_spec
+    from pipeline import leaderboard
+    from pipeline.infer import check_same_data, find_run, predict_split
+    from pipeline.strategy import pick_strategy
+
+    picked = pick_strategy(args.strategy)
+    run_dir = find_run(args, picked.device)
+    spec = load_spec(json.loads((run_dir / "config.json").read_text())["competition"])
+    manifest = check_same_data(run_dir, args.data_dir)
+    test = predict_split(run_dir, args.data_dir, "test", args.tta, picked)
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    score = metrics.get("evaluation", metrics).get("val_macro_f1")
+    path = write_submission(
+        args.submissions_dir, run_dir.name, test.ids, test.predicted, spec, args.data_dir, manifest, score
+    )
+    board = args.submissions_dir / leaderboard.BOARD
+    fields = leaderboard.run_fields(run_dir)
+    if not (board.is_file() and (leaderboard.read(board)["entry"] == run_dir.name).any()):
+        fields.update(time=leaderboard.now(), val_macro_f1=score, val_accuracy=metrics.get("val_accuracy"))
+    leaderboard.update(board, run_dir.name, **fields, submission=str(path))
+    print(f"{run_dir.name}: {len(test.ids)} test predictions (TTA {args.tta}) -> {path}")
+
+
+def sample_ids(data_dir: Path, spec: CompetitionSpec) -> list[str]:
+    """The test ids of the data dir's `sample_submission.csv` (local or gs://)."""
+    import tensorflow as tf
+
+    from competition.submission import SubmissionError, read_sample_ids
+    from pipeline.fetch import locate_data
+
+    path = f"{locate_data(data_dir).rstrip('/')}/{spec.sample_submission}"
+    try:
+        with tf.io.gfile.GFile(path) as f:
+            text = f.read()
+    except tf.errors.OpError as err:
+        raise PetalsError(
+            f"cannot read {path}: {err.message.splitlines()[0]}; fetch the data again"
+        ) from None
+    try:
+        return read_sample_ids(text, spec, path)
+    except SubmissionError as err:
+        raise PetalsError(str(err)) from None
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_submission(
+    submissions_dir: Path,
+    entry: str,
+    ids: np.ndarray,
+    labels: np.ndarray,
+    spec: CompetitionSpec,
+    data_dir: Path,
+    manifest: dict[str, Any],
+    val_macro_f1: float | None,
+) -> Path:
+    """`<entry>.csv` in the sample submission's id order, checked, then its provenance `<entry>.json`."""
+    from competition.submission import SubmissionError, check_submission, submission_frame
+    from pipeline import leaderboard
+
+    expected = sample_ids(data_dir, spec)
+    by_id = dict(zip(ids.tolist(), labels.tolist(), strict=True))
+    missing = [i for i in expected if i not in by_id]
+    if missing or len(by_id) != len(expected):
+        raise PetalsError(
+            f"{entry}: predictions cover {len(by_id)} ids but {spec.sample_submission} lists {len(expected)} "
+            f"({len(missing)} missing, e.g. {missing[:2]}): "
+            "the test shards and the sample submission disagree"
+        )
+    frame = submission_frame(spec, expected, [by_id[i] for i in expected])
+    submissions_dir.mkdir(parents=True, exist_ok=True)
+    path = submissions_dir / f"{entry}.csv"
+
+    def write(tmp: Path) -> None:
+        frame.to_csv(tmp, index=False)
+        try:
+            check_submission(tmp, spec, expected)
+        except SubmissionError as err:  # a bug here, never the user's: keep the old file
+            raise PetalsError(f"refusing to write {path}: {str(err).split(': ', 1)[-1]}") from None
+
+    write_atomically(path, write)
+    write_json(
+        path.with_suffix(".json"),
+        {
+            "entry": entry,
+            "csv_sha256": sha256(path),
+            "competition": spec.name,
+            "slug": manifest.get("slug"),
+            "data_source": manifest.get("source"),
+            "data_origin": manifest.get("origin"),
+            "data_fingerprint": manifest.get("fingerprint"),
+            "rows": len(frame),
+            "val_macro_f1": val_macro_f1,
+            "created": leaderboard.now(),
+        },
+    )
+    return path

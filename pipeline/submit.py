@@ -1,0 +1,133 @@
+"""Submit stage: check a submission CSV as Kaggle would, then upload it with the official client.
+
+The file (default: the newest CSV in `submissions/`) is checked against the data dir's
+`sample_submission.csv`: header, every id once, no unknown id, integer labels in range. A
+file made from the embedded synthetic data is never uploaded to the real competition.
+Without Kaggle credentials the stage is a dry run: it checks the file, says exactly what
+would go where and how to add credentials, and exits 0 marked NOT UPLOADED. Server errors
+and timeouts are retried with backoff; refusals (400, 401, 403, 404) become one line saying
+what to do. Credentials are only ever named by where they were found, never shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+from pipeline.errors import PetalsError
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--file", type=Path, default=None, help="CSV to submit (default: the newest in --submissions-dir)"
+    )
+    parser.add_argument(
+        "--message", default=None, help="submission description (default: the entry and its val macro-F1)"
+    )
+    parser.add_argument(
+        "--data-dir", type=Path, default=Path("data"), help="fetched data dir (its sample_submission.csv)"
+    )
+    parser.add_argument("--submissions-dir", type=Path, default=Path("submissions"), help="where CSVs are")
+    parser.add_argument("--competition", default="flowers", help="competition spec under competition/")
+    parser.add_argument(
+        "--slug", default=None, help="Kaggle competition slug (default: the data's, else the spec's first)"
+    )
+    parser.add_argument("--retries", type=int, default=3, help="attempts on server errors and timeouts")
+
+
+def run(args: argparse.Namespace) -> None:
+    from competition import load_spec
+    from competition.submission import SubmissionError, check_submission
+    from pipeline import kaggle_client, leaderboard
+    from pipeline.fetch import read_manifest
+    from pipeline.predict import sample_ids, sha256
+
+    path = args.file or newest_submission(args.submissions_dir)
+    spec = load_spec(args.competition)
+    manifest = read_manifest(args.data_dir)
+    if manifest is None:
+        raise PetalsError(
+            f"{args.data_dir}: no manifest.json; checking {path} needs the fetched data's "
+            f"{spec.sample_submission} (pass --data-dir / DATA=)"
+        )
+    # Predictions of the embedded synthetic data, however it was fetched, have the wrong test set.
+    real_rows = spec.split_counts.get("test")
+    synthetic = manifest.get("source") == "synthetic"
+    try:
+        summary = check_submission(path, spec, sample_ids(args.data_dir, spec))
+    except SubmissionError as err:
+        hint = (
+            f" ({args.data_dir} holds the embedded synthetic dataset)"
+            if synthetic and "not in the test set" in str(err)
+            else ""
+        )
+        raise PetalsError(f"{err}{hint}") from None
+    if real_rows and summary.rows != real_rows:
+        synthetic = True
+    provenance = sidecar(path, sha256(path))
+    entry = provenance.get("entry", path.stem)
+    slug = args.slug or manifest.get("slug") or spec.default_slug
+    message = args.message or default_message(entry, provenance)
+    page = f"https://www.kaggle.com/competitions/{slug}"
+    what = (
+        f"{path} ({summary.rows} rows, {summary.classes_used} classes predicted, {summary.bytes} bytes, "
+        f"sha256 {sha256(path)[:12]}) to competition {slug!r} ({page}/submissions) with message {message!r}"
+    )
+    log.info("submit: %s is a valid submission", path)
+    credentials = kaggle_client.find_credentials()
+    if credentials is None:
+        print(f"DRY RUN, NOT UPLOADED: would upload {what}.")
+        if synthetic:
+            print(
+                "  It was made from the embedded synthetic dataset, which Kaggle cannot score: petals will "
+                "refuse to upload it. Fetch the real data first (make fetch SOURCE=kaggle), then train again."
+            )
+        print(f"  To upload: {kaggle_client.CREDENTIALS_HELP}; then rerun `make submit`.")
+        return
+    if synthetic and kaggle_client.is_production():
+        raise PetalsError(
+            f"{path} was made from the embedded synthetic dataset ({manifest.get('origin')}, "
+            f"{summary.rows} test rows where {slug!r} has {real_rows}): refusing to upload it; "
+            "fetch the real data (make fetch SOURCE=kaggle) and train again"
+        )
+    if args.retries < 1:
+        raise PetalsError(f"--retries {args.retries}: must be at least 1")
+    log.info("submit: uploading %s (credentials from %s)", what, credentials)
+    answer = kaggle_client.submit_file(path, slug, message, retries=args.retries)
+    leaderboard.update(
+        args.submissions_dir / leaderboard.BOARD,
+        entry,
+        submission=str(path),
+        submitted_at=leaderboard.now(),
+        submission_ref=str(answer.ref) if answer.ref else None,
+    )
+    print(
+        f"UPLOADED {path} to {slug!r}: {answer.message or 'accepted'} (ref {answer.ref}); "
+        "`make leaderboard-sync` fetches its public score once Kaggle has scored it"
+    )
+
+
+def newest_submission(submissions_dir: Path) -> Path:
+    files = [p for p in submissions_dir.glob("*.csv") if p.name != "leaderboard.csv"]
+    if not files:
+        raise PetalsError(f"{submissions_dir}: no submission CSV; run `make predict` (or pass FILE=)")
+    return max(files, key=lambda p: p.stat().st_mtime)
+
+
+def sidecar(path: Path, digest: str) -> dict:
+    """What `predict`/`ensemble` recorded about the file, if it is still the file they wrote."""
+    meta = path.with_suffix(".json")
+    try:
+        recorded = json.loads(meta.read_text()) if meta.is_file() else {}
+    except json.JSONDecodeError:
+        return {}
+    return recorded if recorded.get("csv_sha256") == digest else {}
+
+
+def default_message(entry: str, provenance: dict) -> str:
+    score = provenance.get("val_macro_f1")
+    return f"petals {entry}" + (f" val-F1 {score:.4f}" if isinstance(score, float) else "")

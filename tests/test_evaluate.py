@@ -1,0 +1,154 @@
+"""Evaluate, predict and ensemble on two tiny trained runs: scores, files, TTA and blend shapes, ids."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import f1_score
+
+from competition.submission import check_submission
+from pipeline import cli, ensemble, leaderboard
+from pipeline.infer import Predictions, predictions_path
+from pipeline.predict import sample_ids
+
+pytestmark = pytest.mark.slow
+
+
+def _stage(*args: str) -> int:
+    return cli.main(["--quiet", *args])
+
+
+@pytest.fixture
+def runs(tiny_runs, tmp_path):
+    """Private copies of the two trained runs, and where their submissions and board go."""
+    runs_dir = tmp_path / "runs"
+    for run_dir in tiny_runs:
+        shutil.copytree(run_dir, runs_dir / run_dir.name)
+    return runs_dir, [d.name for d in tiny_runs], tmp_path / "submissions"
+
+
+def test_evaluate_reports_scikit_learns_macro_f1_and_writes_its_files(runs, tiny_data_dir, spec, capsys):
+    runs_dir, (name, _), subs = runs
+    common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
+    assert _stage("evaluate", *common, "--run", name) == 0
+    run_dir = runs_dir / name
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    evaluation = metrics["evaluation"]
+    val = Predictions.load(run_dir / "val_predictions.npz")
+    assert val.probabilities.shape == (evaluation["images"], spec.num_classes)
+    assert len(set(val.ids.tolist())) == len(val.ids) and val.labels.min() >= 0
+    expected = f1_score(val.labels, val.predicted, average="macro")
+    assert evaluation["val_macro_f1"] == pytest.approx(expected)
+    # The best weights again give the val macro-F1 training recorded for its best epoch.
+    assert evaluation["val_macro_f1"] == pytest.approx(metrics["val_macro_f1"], abs=1e-6)
+    per_class = pd.read_csv(run_dir / "per_class.csv")
+    assert len(per_class) == spec.num_classes and per_class["support"].sum() == len(val.ids)
+    confusions = pd.read_csv(run_dir / "confusions.csv")
+    assert confusions["count"].sum() == int((val.predicted != val.labels).sum())
+    assert set(confusions["true"]) <= set(spec.classes)
+    assert (run_dir / "confusion.png").stat().st_size > 10_000
+    out = capsys.readouterr().out
+    assert f"val macro-F1 {expected:.4f}" in out and "top confusions" in out
+    row = leaderboard.read(subs / leaderboard.BOARD).set_index("entry").loc[name]
+    manifest = json.loads((tiny_data_dir / "manifest.json").read_text())
+    assert row["kind"] == "run" and row["backbone"] == "cnn"
+    assert row["data_source"] == manifest["source"] and row["data_fingerprint"] == manifest["fingerprint"]
+    assert row["val_macro_f1"] == pytest.approx(expected, abs=1e-5)
+
+
+def test_predict_with_tta_writes_a_valid_submission_of_every_test_id(runs, tiny_data_dir, spec, caplog):
+    runs_dir, (name, _), subs = runs
+    common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
+    assert _stage("predict", *common, "--run", name, "--tta", "3") == 0
+    test = Predictions.load(predictions_path(runs_dir / name, "test", 3))
+    expected_ids = sample_ids(tiny_data_dir, spec)
+    assert sorted(test.ids.tolist()) == sorted(expected_ids) and test.tta == 3
+    assert test.probabilities.shape == (len(expected_ids), spec.num_classes)
+    np.testing.assert_allclose(test.probabilities.sum(axis=1), 1.0, atol=1e-4)
+    csv = subs / f"{name}.csv"
+    check_submission(csv, spec, expected_ids)
+    frame = pd.read_csv(csv, dtype={"id": str})
+    assert frame["id"].tolist() == expected_ids  # the sample submission's order
+    assert frame["label"].tolist() == test.by_ids(np.array(expected_ids)).predicted.tolist()
+    # TTA passes differ from the plain pass; a rerun reuses the saved predictions.
+    assert _stage("predict", *common, "--run", name) == 0
+    plain = Predictions.load(predictions_path(runs_dir / name, "test", 1))
+    assert not np.allclose(plain.probabilities, test.by_ids(plain.ids).probabilities)
+    caplog.set_level("INFO")
+    assert cli.main(["predict", *common, "--run", name]) == 0
+    assert "test predictions are up to date" in caplog.text
+    meta = json.loads(csv.with_suffix(".json").read_text())
+    assert (
+        meta["entry"] == name and meta["data_source"] == "kaggle-input" and meta["rows"] == len(expected_ids)
+    )
+
+
+def test_an_ensemble_blends_probabilities_and_its_weight_search_beats_each_member(runs, tiny_data_dir, spec):
+    runs_dir, names, subs = runs
+    common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
+    assert _stage("ensemble", "--runs", *names, "--weights", "1", "3", "--name", "blend", *common) == 0
+    members = [Predictions.load(runs_dir / n / "val_predictions.npz") for n in names]
+    blended = Predictions.load(runs_dir / "blend" / "val_predictions.npz")
+    second = members[1].by_ids(members[0].ids)
+    np.testing.assert_allclose(
+        blended.probabilities, 0.25 * members[0].probabilities + 0.75 * second.probabilities, atol=1e-6
+    )
+    metrics = json.loads((runs_dir / "blend" / "metrics.json").read_text())
+    assert metrics["val_macro_f1"] == pytest.approx(
+        f1_score(blended.labels, blended.predicted, average="macro")
+    )
+    test = Predictions.load(runs_dir / "blend" / "test_predictions.npz")
+    check_submission(subs / "blend.csv", spec, sample_ids(tiny_data_dir, spec))
+    assert test.probabilities.shape == (len(sample_ids(tiny_data_dir, spec)), spec.num_classes)
+
+    assert _stage("ensemble", "--runs", *names, "--search", "--name", "searched", *common) == 0
+    searched = json.loads((runs_dir / "searched" / "metrics.json").read_text())
+    assert searched["weights_searched_on_val"] is True
+    assert searched["val_macro_f1"] >= max(searched["member_val_macro_f1"].values()) - 1e-9
+    assert sum(searched["members"].values()) == pytest.approx(1.0)
+    board = leaderboard.read(subs / leaderboard.BOARD).set_index("entry")
+    assert board.loc["blend", "kind"] == "ensemble" and "searched on val" in board.loc["searched", "members"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--weights", "1"], "--weights: 1 weight(s) for 2 run(s)"),
+        (["--weights", "1", "-1"], "need weights >= 0"),
+    ],
+)
+def test_ensemble_bad_input_is_one_line(runs, tiny_data_dir, capsys, extra, message):
+    runs_dir, names, subs = runs
+    common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
+    assert cli.main(["ensemble", "--runs", *names, *extra, *common]) == 2
+    assert message in capsys.readouterr().err
+    assert not subs.exists()
+
+
+def test_members_scored_on_different_images_are_refused(tmp_path):
+    a = Predictions(np.array(["x", "y"]), np.eye(2, dtype=np.float32), np.array([0, 1]))
+    b = Predictions(np.array(["x", "z"]), np.eye(2, dtype=np.float32), np.array([0, 1]))
+    swapped = Predictions(np.array(["y", "x"]), np.eye(2, dtype=np.float32)[::-1], np.array([1, 0]))
+    _, second = ensemble.aligned([a, swapped], [tmp_path / "a", tmp_path / "s"], "val")
+    np.testing.assert_array_equal(second.probabilities, a.probabilities)  # lined up by id
+    with pytest.raises(Exception, match="a and b predicted different val images"):
+        ensemble.aligned([a, b], [tmp_path / "a", tmp_path / "b"], "val")
+
+
+def test_predicting_on_other_data_than_the_run_was_trained_on_is_refused(
+    runs, tiny_data_dir, tmp_path, capsys
+):
+    runs_dir, (name, _), _ = runs
+    other = tmp_path / "other-data"
+    other.mkdir()
+    (other / "manifest.json").write_text(json.dumps({"fingerprint": "sha256:0000", "origin": "elsewhere"}))
+    code = cli.main(["predict", "--data-dir", str(other), "--runs-dir", str(runs_dir), "--run", name])
+    assert code == 2
+    origin = json.loads((tiny_data_dir / "manifest.json").read_text())["origin"]
+    err = capsys.readouterr().err
+    assert f"{name} was trained on {origin}" in err and "holds elsewhere" in err
+    assert not predictions_path(runs_dir / name, "test").exists()

@@ -1,0 +1,93 @@
+"""The offline leaderboard: concurrent writers lose nothing, ranking, the plot, syncing public scores."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+
+from pipeline import leaderboard
+from tests.conftest import run_cli
+from tests.kaggle_server import Behaviour, KaggleTestServer
+from tests.test_kaggle_fetch import kaggle_env  # noqa: F401  (a fixture)
+
+
+def _write_many(board, worker: int, rows: int, start) -> None:
+    start.wait()  # every process starts writing at the same moment
+    for i in range(rows):
+        leaderboard.update(board, f"run-{worker}-{i}", kind="run", val_macro_f1=worker / 10 + i / 1000)
+        leaderboard.update(board, "shared", **{("recipe" if worker % 2 else "backbone"): f"w{worker}"})
+
+
+def test_concurrent_writers_lose_nothing(tmp_path):
+    board = tmp_path / "submissions" / leaderboard.BOARD
+    context = multiprocessing.get_context("fork")
+    start = context.Barrier(6)
+    workers = [context.Process(target=_write_many, args=(board, w, 15, start)) for w in range(6)]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(timeout=120)
+        assert process.exitcode == 0
+    table = leaderboard.read(board)
+    assert len(table) == 6 * 15 + 1 and table["entry"].is_unique
+    shared = table.set_index("entry").loc["shared"]
+    assert shared["recipe"].startswith("w") and shared["backbone"].startswith("w")  # both writers' fields
+    assert not list(board.parent.glob("*.partial"))
+
+
+def test_an_update_keeps_what_it_does_not_set_and_the_table_ranks_by_val_f1(tmp_path):
+    board = tmp_path / leaderboard.BOARD
+    leaderboard.update(board, "a", kind="run", val_macro_f1=0.5, image_size=192, time="2026-11-01T00:00:00Z")
+    leaderboard.update(board, "b", kind="ensemble", val_macro_f1=0.7, time="2026-11-02T00:00:00Z")
+    leaderboard.update(board, "c", kind="run", time="2026-11-03T00:00:00Z")  # not evaluated yet
+    leaderboard.update(board, "a", public_score=0.48)
+    table = leaderboard.read(board)
+    assert table.set_index("entry").loc["a", "val_macro_f1"] == 0.5
+    shown = leaderboard.ranked(table)
+    assert shown["entry"].tolist() == ["b", "a", "c"] and shown["image_size"].tolist()[1] == 192
+    leaderboard.plot(table, tmp_path / "board.png")
+    assert (tmp_path / "board.png").stat().st_size > 5_000
+    with pytest.raises(ValueError, match="unknown leaderboard column"):
+        leaderboard.update(board, "a", score=1.0)
+
+
+def test_sync_pulls_public_scores_through_the_kaggle_client(tmp_path, kaggle_env):  # noqa: F811
+    subs = tmp_path / "submissions"
+    board = subs / leaderboard.BOARD
+    leaderboard.update(board, "by-ref", kind="run", val_macro_f1=0.6, submission_ref="1001")
+    leaderboard.update(board, "by-name", kind="run", val_macro_f1=0.5, submission=str(subs / "by-name.csv"))
+    leaderboard.update(board, "by-message", kind="ensemble", val_macro_f1=0.7)
+    leaderboard.update(board, "never-sent", kind="run", val_macro_f1=0.4)
+    answers = [
+        {"ref": 1001, "fileName": "x.csv", "publicScore": "0.61234", "status": "COMPLETE"},
+        {"ref": 1002, "fileName": "by-name.csv", "publicScore": "0.5", "status": "COMPLETE"},
+        {
+            "ref": 1003,
+            "fileName": "y.csv",
+            "description": "petals by-message val-F1 0.7",
+            "status": "PENDING",
+        },
+        {"ref": 1004, "fileName": "someone-else.csv", "publicScore": "0.9", "status": "COMPLETE"},
+    ]
+    behaviour = Behaviour(submissions=answers)
+    with KaggleTestServer(behaviour):
+        result = run_cli("leaderboard", "--sync", "--submissions-dir", str(subs), env=kaggle_env)
+    assert result.returncode == 0, result.stderr
+    assert behaviour.requests[0]["path"].endswith("CompetitionApiService/ListSubmissions")
+    assert behaviour.requests[0]["json"]["competitionName"] == "tpu-getting-started"
+    table = leaderboard.read(board).set_index("entry")
+    assert table.loc["by-ref", "public_score"] == pytest.approx(0.61234)
+    assert table.loc["by-name", "public_score"] == 0.5 and table.loc["by-name", "submission_ref"] == "1002"
+    assert table.loc["by-message", "kaggle_status"] == "pending"
+    assert str(table.loc["never-sent", "public_score"]) == "nan"
+    assert "3 row(s) matched" in result.stderr and "by-ref" in result.stdout
+    assert (subs / leaderboard.PLOT).is_file()
+    assert "petals-key" not in result.stdout + result.stderr
+
+
+def test_an_empty_leaderboard_says_how_to_fill_it(tmp_path):
+    result = run_cli("leaderboard", "--submissions-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert "no entries yet; `make evaluate` records a run" in result.stderr
+    assert not list(tmp_path.iterdir())  # nothing was written

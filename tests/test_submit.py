@@ -1,0 +1,149 @@
+"""`submit` through the real kaggle client against a loopback server: checks, dry run, upload, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from competition.submission import submission_frame
+from pipeline import cli, leaderboard
+from pipeline.predict import sample_ids
+from tests.conftest import error_lines
+from tests.kaggle_server import Behaviour, KaggleTestServer
+from tests.test_kaggle_fetch import kaggle_env  # noqa: F401  (a fixture)
+
+SLUG = "tpu-getting-started"
+
+
+@pytest.fixture
+def csv(tiny_data_dir, spec, tmp_path):
+    """A valid submission for the tiny data, with the provenance `predict` writes beside it."""
+    subs = tmp_path / "submissions"
+    subs.mkdir()
+    ids = sample_ids(tiny_data_dir, spec)
+    path = subs / "tiny-run.csv"
+    submission_frame(spec, ids, [i % spec.num_classes for i in range(len(ids))]).to_csv(path, index=False)
+    return path
+
+
+@pytest.fixture
+def submit(monkeypatch, capsys):
+    """Run the stage in this process (TensorFlow is already imported) with its own environment."""
+
+    def run(csv, data_dir, env, *extra) -> subprocess.CompletedProcess:
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        args = ["submit", "--data-dir", str(data_dir), "--submissions-dir", str(csv.parent), "--slug", SLUG]
+        code = cli.main([*args, *extra])
+        captured = capsys.readouterr()
+        return subprocess.CompletedProcess(args, code, captured.out, captured.err)
+
+    return run
+
+
+def _no_credentials(tmp_path) -> dict[str, str]:
+    home = tmp_path / "empty-home"
+    home.mkdir(exist_ok=True)
+    env = {"HOME": str(home), "KAGGLE_CONFIG_DIR": str(home / "kaggle"), "XDG_CONFIG_HOME": str(home)}
+    return {**env, "KAGGLE_USERNAME": "", "KAGGLE_KEY": "", "KAGGLE_API_TOKEN": ""}
+
+
+def test_without_credentials_it_is_a_validated_dry_run(submit, csv, tiny_data_dir, tmp_path):
+    result = submit(csv, tiny_data_dir, _no_credentials(tmp_path))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith(f"DRY RUN, NOT UPLOADED: would upload {csv} (104 rows")
+    assert "to competition 'tpu-getting-started'" in out and "message 'petals tiny-run'" in out
+    assert "embedded synthetic dataset" in out and "KAGGLE_USERNAME and KAGGLE_KEY" in out
+    assert not (csv.parent / leaderboard.BOARD).exists()
+
+
+def test_the_uploaded_bytes_arrive_intact_and_the_run_is_recorded(submit, csv, tiny_data_dir, kaggle_env):  # noqa: F811
+    behaviour = Behaviour()
+    with KaggleTestServer(behaviour):
+        result = submit(csv, tiny_data_dir, kaggle_env, "--message", "first try")
+    assert result.returncode == 0, result.stderr
+    assert list(behaviour.uploads.values()) == [csv.read_bytes()]
+    start = behaviour.requests[0]
+    assert start["path"].endswith("CompetitionApiService/StartSubmissionUpload")
+    assert start["json"]["fileName"] == csv.name and start["json"]["contentLength"] == csv.stat().st_size
+    (created,) = behaviour.created
+    assert created["competitionName"] == "tpu-getting-started"
+    assert created["submissionDescription"] == "first try" and created["blobFileTokens"] == "blob-1"
+    assert "UPLOADED" in result.stdout and "ref 1001" in result.stdout
+    row = leaderboard.read(csv.parent / leaderboard.BOARD).set_index("entry").loc["tiny-run"]
+    assert row["submission_ref"] == "1001" and row["submission"] == str(csv)
+    assert "petals-key" not in result.stdout + result.stderr
+
+
+def test_a_server_error_is_retried(submit, csv, tiny_data_dir, kaggle_env, caplog):  # noqa: F811
+    behaviour = Behaviour(fail_with=[500])
+    with KaggleTestServer(behaviour):
+        result = submit(csv, tiny_data_dir, kaggle_env)
+    assert result.returncode == 0, result.stderr
+    assert "HTTP 500, retrying in 2 s (attempt 2 of 3)" in caplog.text
+    assert list(behaviour.uploads.values())[-1] == csv.read_bytes() and len(behaviour.created) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "line"),
+    [
+        (400, "join the competition at https://www.kaggle.com/competitions/tpu-getting-started"),
+        (401, "Kaggle rejected the credentials (401)"),
+        (
+            403,
+            "accept the competition rules at https://www.kaggle.com/competitions/tpu-getting-started/rules",
+        ),
+        (404, "Kaggle has no competition 'tpu-getting-started' (404)"),
+    ],
+)
+def test_refusals_become_one_actionable_line(submit, csv, tiny_data_dir, kaggle_env, status, line):  # noqa: F811
+    behaviour = Behaviour(fail_with=[status])
+    with KaggleTestServer(behaviour):
+        result = submit(csv, tiny_data_dir, kaggle_env)
+    assert result.returncode == 2
+    (error,) = error_lines(result.stderr)
+    assert line in error and "petals-key" not in result.stdout + result.stderr
+    assert not behaviour.created and not (csv.parent / leaderboard.BOARD).exists()
+
+
+def test_synthetic_predictions_are_never_uploaded_to_the_real_competition(
+    submit,
+    csv,
+    tiny_data_dir,
+    kaggle_env,  # noqa: F811
+):
+    env = {**kaggle_env, "KAGGLE_API_ENVIRONMENT": ""}  # production, with credentials
+    result = submit(csv, tiny_data_dir, env)
+    assert result.returncode == 2
+    (error,) = error_lines(result.stderr)
+    assert (
+        "embedded synthetic dataset" in error
+        and "104 test rows where 'tpu-getting-started' has 7382" in error
+    )
+
+
+def test_a_defective_file_is_refused_before_any_request(submit, csv, tiny_data_dir, kaggle_env, tmp_path):  # noqa: F811
+    lines = csv.read_text().splitlines()
+    broken = tmp_path / "broken.csv"
+    broken.write_text("\n".join([*lines, lines[1]]) + "\n")  # one id twice
+    behaviour = Behaviour()
+    with KaggleTestServer(behaviour):
+        result = submit(csv, tiny_data_dir, kaggle_env, "--file", str(broken))
+    assert result.returncode == 2
+    assert error_lines(result.stderr) == [
+        f"petals submit: error: {broken}: 1 duplicate id(s): {lines[1].split(',')[0]!r}"
+    ]
+    assert behaviour.requests == []
+
+
+def test_the_newest_submission_is_the_default(submit, csv, tiny_data_dir, tmp_path):
+    older = csv.with_name("older.csv")
+    older.write_text(csv.read_text())
+    os.utime(older, (1, 1))
+    (csv.parent / "tiny-run.json").write_text(json.dumps({"entry": "ignored: another file's digest"}))
+    result = submit(csv, tiny_data_dir, _no_credentials(tmp_path))
+    assert result.returncode == 0 and f"would upload {csv} " in result.stdout
