@@ -59,7 +59,7 @@ inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(config_ARGS)
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) --strategy $(STRATEGY) --cpu-replicas $(CPU_REPLICAS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync test lint format bench bench-fetch bench-input bench-train clean clean-data always
+.PHONY: help install fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync test lint format bench bench-fetch bench-input bench-train bench-submit clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -139,7 +139,7 @@ format: $(STAMP) ## reformat the code with ruff
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-bench: bench-fetch bench-input bench-train ## run every benchmark; figures go to benchmarks/latest.json
+bench: bench-fetch bench-input bench-train bench-submit ## run every benchmark; figures go to benchmarks/latest.json
 
 bench-fetch: $(STAMP) ## fetch stage: synthetic generation time, verification, size, counts
 	$(PY) benchmarks/bench_fetch.py --size $(SIZE) --seed $(SEED) --scale $(SCALE)
@@ -149,6 +149,9 @@ bench-input: $(DATA)/manifest.json ## input pipeline: images/s and peak memory, 
 
 bench-train: $(DATA)/manifest.json ## train stage: the CPU recipe (time, img/s, val macro-F1), EfficientNetB0 speed
 	$(PY) benchmarks/bench_train.py --data-dir $(DATA)
+
+bench-submit: $(DATA)/manifest.json $(if $(RUN),,train) ## evaluate and predict (TTA 1 and 4) on the newest finished run: wall seconds, val macro-F1
+	$(PY) benchmarks/bench_submit.py --data-dir $(DATA) $(if $(RUN),--run $(RUNS_DIR)/$(RUN))
 
 clean-data: ## delete the data dir
 	rm -rf $(DATA) $(DATA).partial $(DATA).old $(DATA).download
