@@ -30,6 +30,13 @@ SUBMISSIONS ?= submissions#      submission CSVs and the offline leaderboard
 FILE        ?=#                  make submit: the CSV (default: the newest in SUBMISSIONS)
 MESSAGE     ?=#                  make submit: the submission description
 SLUG        ?=#                  Kaggle competition slug (default: the data's)
+KERNEL      ?=#                  kernel folder and slug under kernels/ (default: petals-<recipe>)
+OWNER       ?=#                  Kaggle user owning the kernel (default: the credentials' username)
+ACCELERATOR ?= TpuV5E8#          kernel accelerator: TpuV5E8 TpuV6E8 Tpu1VmV38 TpuV38 NvidiaTeslaT4 ... None
+KERNEL_TYPE ?= script#           script | notebook
+INTERNET    ?= on#               the kernel's internet (pretrained weights download): on | off
+DATASETS    ?=#                  datasets to attach, e.g. DATASETS="me/b7-weights"
+TIMEOUT     ?=#                  kernel-push: the kernel's longest run, seconds
 PYTEST_ARGS ?=#                  extra pytest arguments, e.g. PYTEST_ARGS="-k fetch"
 ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 
@@ -59,7 +66,7 @@ inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(config_ARGS)
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) --strategy $(STRATEGY) --cpu-replicas $(CPU_REPLICAS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync test lint format bench bench-fetch bench-input bench-train bench-submit clean clean-data always
+.PHONY: help install fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output test lint format bench bench-fetch bench-input bench-train bench-submit clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -127,6 +134,23 @@ leaderboard: | $(STAMP) ## print the offline leaderboard and plot it (SUBMISSION
 
 leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into the leaderboard, then print it
 	$(PY) -m pipeline leaderboard --sync --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
+
+KERNEL_RECIPE := $(if $(filter auto,$(RECIPE)),tpu,$(RECIPE))
+kernel_ARGS := --recipe $(KERNEL_RECIPE) $(foreach s,$(SET),--set $(s)) $(if $(KERNEL),--name $(KERNEL)) \
+	$(if $(OWNER),--owner $(OWNER)) --accelerator $(ACCELERATOR) --kernel-type $(KERNEL_TYPE) --internet $(INTERNET) \
+	$(foreach d,$(DATASETS),--dataset $(d)) --tta $(TTA) $(if $(SLUG),--slug $(SLUG)) --submissions-dir $(SUBMISSIONS)
+
+kernel: | $(STAMP) ## generate kernels/<name>/ for RECIPE (default tpu): bundled script + kernel-metadata.json, checked
+	$(PY) -m pipeline kernel generate $(kernel_ARGS)
+
+kernel-push: kernel ## regenerate, check and push the kernel with the official client (ACCELERATOR=, TIMEOUT=)
+	$(PY) -m pipeline kernel push $(kernel_ARGS) $(if $(TIMEOUT),--timeout $(TIMEOUT))
+
+kernel-status: | $(STAMP) ## the pushed kernel's status (queued, running, complete, error)
+	$(PY) -m pipeline kernel status $(kernel_ARGS)
+
+kernel-output: | $(STAMP) ## download the kernel's outputs and record its run on the leaderboard as a Kaggle run
+	$(PY) -m pipeline kernel output $(kernel_ARGS)
 
 test: $(STAMP) ## run the test suite
 	$(PY) -m pytest $(PYTEST_ARGS)

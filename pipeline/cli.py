@@ -24,6 +24,7 @@ STAGES = {
     "ensemble": "pipeline.ensemble",
     "submit": "pipeline.submit",
     "leaderboard": "pipeline.leaderboard",
+    "kernel": "pipeline.kernel",
 }
 EXIT_ERROR = 2
 

@@ -134,12 +134,39 @@ def explain_http_error(status: int, slug: str, action: str) -> str:
     return f"Kaggle answered {status} while {action}: the service may be down, rerun later"
 
 
+def explain_kernel_error(status: int, kernel: str, action: str) -> str:
+    """One actionable line for an HTTP status Kaggle answered a kernel call with."""
+    if status == 400:
+        return (
+            f"Kaggle rejected the request (400) while {action}: "
+            "check kernel-metadata.json (sources, accelerator)"
+        )
+    if status == 403:
+        return (
+            f"Kaggle refused access (403) while {action}: {kernel} belongs to another account, "
+            "or the competition's rules are not accepted yet"
+        )
+    if status == 404:
+        return (
+            f"Kaggle has no kernel {kernel!r} (404) while {action}: "
+            "push it first (make kernel-push) or check OWNER"
+        )
+    return explain_http_error(status, kernel, action)
+
+
 def call_with_retries(
-    fn: Callable[[], T], *, slug: str, action: str, retries: int = 3, backoff_s: float = 2.0
+    fn: Callable[[], T],
+    *,
+    slug: str,
+    action: str,
+    retries: int = 3,
+    backoff_s: float = 2.0,
+    explain: Callable[[int, str, str], str] = explain_http_error,
 ) -> T:
     """Run `fn`, retrying server errors (5xx), timeouts and dropped connections with exponential backoff.
 
-    Client errors (4xx) are not retried: they need the user to act.
+    Client errors (4xx) are not retried: they need the user to act; `explain(status, slug, action)`
+    says what to do.
     """
     for attempt in range(1, retries + 1):
         try:
@@ -147,7 +174,7 @@ def call_with_retries(
         except requests.HTTPError as err:
             status = err.response.status_code if err.response is not None else 0
             if status < 500 or attempt == retries:
-                raise PetalsError(explain_http_error(status, slug, action)) from None
+                raise PetalsError(explain(status, slug, action)) from None
             reason = f"HTTP {status}"
         except (requests.ConnectionError, requests.Timeout) as err:
             if attempt == retries:

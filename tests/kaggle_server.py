@@ -27,6 +27,9 @@ class Behaviour:
     uploads: dict[str, bytes] = field(default_factory=dict)  # upload token -> the bytes PUT there
     created: list[dict] = field(default_factory=list)  # CreateSubmission requests that succeeded
     submissions: list[dict] = field(default_factory=list)  # what ListSubmissions answers
+    kernel_status: str = "COMPLETE"  # what GetKernelSessionStatus answers
+    kernel_files: dict[str, bytes] = field(default_factory=dict)  # a kernel's output files by name
+    pushed: list[dict] = field(default_factory=list)  # SaveKernel requests
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -58,6 +61,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorised():
             body = json.dumps({"code": 401, "message": "Unauthenticated"}).encode()
             return self._reply(401, body, {"Content-Type": "application/json"})
+        if self.path.startswith("/api/v1/kernels.KernelsApiService/"):
+            return self._kernels(self.path.rsplit("/", 1)[-1], payload)
         method = self.path.removeprefix("/api/v1/competitions.CompetitionApiService/")
         if method == "DownloadDataFiles":
             slug = payload.get("competitionName", "")
@@ -79,6 +84,21 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json({"submissions": self.behaviour.submissions})
         return self._reply(404, b"{}", {"Content-Type": "application/json"})
 
+    def _kernels(self, method: str, payload: dict) -> None:
+        if method == "SaveKernel":
+            self.behaviour.pushed.append(payload)
+            url = f"https://www.kaggle.com/code/{payload.get('slug')}"
+            return self._json({"ref": f"/code/{payload.get('slug')}", "url": url, "versionNumber": 1})
+        if method == "GetKernelSessionStatus":
+            return self._json({"status": self.behaviour.kernel_status, "failureMessage": ""})
+        if method == "ListKernelSessionOutput":
+            files = [
+                {"fileName": name, "url": f"http://localhost:{PORT}/kernel-files/{name}"}
+                for name in self.behaviour.kernel_files
+            ]
+            return self._json({"files": files, "log": "kernel log"})
+        return self._reply(404, b"{}", {"Content-Type": "application/json"})
+
     def _json(self, payload: dict) -> None:
         self._reply(200, json.dumps(payload).encode(), {"Content-Type": "application/json"})
 
@@ -94,6 +114,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.behaviour.requests.append({"path": self.path})
+        if self.path.startswith("/kernel-files/"):
+            name = self.path.removeprefix("/kernel-files/")
+            if name in self.behaviour.kernel_files:
+                return self._reply(200, self.behaviour.kernel_files[name])
+            return self._reply(404)
         if self.path.startswith("/files/") and self.path.endswith(".zip"):
             return self._reply(
                 200,

@@ -1,0 +1,271 @@
+"""Kaggle kernels: generated from the pipeline, run locally on CPU, pushed and collected by the client."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+
+import pandas as pd
+import pytest
+
+from competition.submission import check_submission
+from pipeline import cli, kernel, leaderboard
+from pipeline.predict import sample_ids
+from tests.conftest import REPO, TINY, error_lines
+from tests.kaggle_server import Behaviour, KaggleTestServer
+from tests.test_kaggle_fetch import kaggle_env  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.slow
+# The tiny recipe minus its 32 px records: a kernel is checked against Kaggle's resolutions,
+# so the local run passes `--set data.image_size=32` to the generated script instead.
+KERNEL_RECIPE = [o for o in TINY if not o.startswith("data.image_size")]
+
+
+def _generate(kernels_dir, *extra: str) -> int:
+    args = ["kernel", "generate", "--kernels-dir", str(kernels_dir), "--recipe", "default"]
+    for override in KERNEL_RECIPE:
+        args += ["--set", override]
+    return cli.main([*args, *extra])
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory):
+    """A kernel for the tiny recipe, generated once (generation runs the script's --help)."""
+    kernels_dir = tmp_path_factory.mktemp("kernels")
+    assert _generate(kernels_dir, "--owner", "petals-user", "--name", "petals-tiny") == 0
+    return kernels_dir / "petals-tiny"
+
+
+def _bundle(folder) -> zipfile.ZipFile:
+    code = (folder / kernel.SCRIPT).read_text()
+    encoded = re.search(r'BUNDLE = """\n(.*?)\n"""', code, re.S).group(1)
+    return zipfile.ZipFile(io.BytesIO(base64.b64decode(encoded)))
+
+
+def test_generate_writes_the_bundled_script_and_exact_metadata(generated, tmp_path):
+    meta = json.loads((generated / kernel.METADATA).read_text())
+    assert meta == {
+        "id": "petals-user/petals-tiny",
+        "title": "petals tiny",
+        "code_file": "petals_kernel.py",
+        "language": "python",
+        "kernel_type": "script",
+        "is_private": True,
+        "enable_internet": True,
+        "enable_gpu": False,
+        "enable_tpu": True,
+        "machine_shape": "TpuV5E8",
+        "competition_sources": ["tpu-getting-started"],
+        "dataset_sources": [],
+        "kernel_sources": [],
+        "model_sources": [],
+        "keywords": [],
+    }
+    # The bundle is this repo's pipeline/ and competition/, byte for byte.
+    with _bundle(generated) as archive:
+        names = set(archive.namelist())
+        for path in [*(REPO / "pipeline").glob("*.py"), *(REPO / "competition").rglob("*.toml")]:
+            name = path.relative_to(REPO).as_posix()
+            assert name in names and archive.read(name) == path.read_bytes(), name
+    # Regenerating gives the same bytes.
+    again = tmp_path / "again"
+    assert _generate(again, "--owner", "petals-user", "--name", "petals-tiny") == 0
+    assert (again / "petals-tiny" / kernel.SCRIPT).read_bytes() == (generated / kernel.SCRIPT).read_bytes()
+
+
+def test_the_generated_kernel_runs_end_to_end_on_cpu(generated, tiny_data_dir, spec, tmp_path):
+    """Outside the repo, with no PYTHONPATH: everything it runs comes from its own bundle."""
+    working = tmp_path / "working"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, str(generated / kernel.SCRIPT), "--working", str(working), "--data-dir",
+         str(tiny_data_dir), "--strategy", "cpu", "--set", "data.image_size=32"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    check_submission(working / "submission.csv", spec, sample_ids(tiny_data_dir, spec))
+    summary = json.loads((working / kernel.SUMMARY).read_text())
+    assert summary["recipe"] == "default" and summary["extra_overrides"] == ["data.image_size=32"]
+    assert not summary["code_root"].startswith(str(REPO))  # the bundle ran, not this checkout
+    assert summary["config"]["data"]["image_size"] == 32 and summary["run"]["strategy"] == "cpu"
+    assert set(summary["timings_seconds"]) == {"train", "evaluate", "predict", "total"}
+    evaluation = summary["metrics"]["evaluation"]
+    per_class = pd.read_csv(working / "petals_run" / "per_class.csv")
+    assert evaluation["images"] == per_class["support"].sum() and 0 <= evaluation["val_macro_f1"] <= 1
+    assert (working / "petals_run" / "history.csv").is_file()
+    assert not (working / "petals_run" / "best.weights.h5").exists()
+
+
+def test_push_status_and_output_go_through_the_official_client(generated, tmp_path, kaggle_env):  # noqa: F811
+    folder = tmp_path / "petals-tiny"
+    folder.mkdir()
+    for name in (kernel.SCRIPT, kernel.METADATA):
+        (folder / name).write_bytes((generated / name).read_bytes())
+    common = [
+        "--kernels-dir",
+        str(tmp_path),
+        "--name",
+        "petals-tiny",
+        "--submissions-dir",
+        str(tmp_path / "subs"),
+    ]
+    summary = {
+        "run_id": "default-cnn-192-abc",
+        "competition": "flowers",
+        "petals_commit": "abc123",
+        "finished": "2026-11-21T12:00:00Z",
+        "data_source": "kaggle-input",
+        "data_fingerprint": "sha256:feed",
+        "metrics": {"recipe": "tpu", "backbone": "efficientnet-b7", "image_size": 512, "epochs": 20,
+                    "train_seconds": 3000.0,
+                    "evaluation": {"val_macro_f1": 0.95, "val_accuracy": 0.96, "tta": 4}},
+    }  # fmt: skip
+    files = {"submission.csv": b"id,label\nabc,3\n", kernel.SUMMARY: json.dumps(summary).encode()}
+    behaviour = Behaviour(kernel_status="RUNNING", kernel_files=files)
+    with KaggleTestServer(behaviour):
+        for name, value in kaggle_env.items():
+            os.environ[name] = value
+        try:
+            assert cli.main(["kernel", "push", *common, "--timeout", "7200"]) == 0
+            assert cli.main(["kernel", "status", *common]) == 0
+            assert cli.main(["kernel", "output", *common]) == 0
+        finally:
+            for name in kaggle_env:
+                os.environ.pop(name, None)
+    (pushed,) = behaviour.pushed
+    assert pushed["slug"] == "petals-user/petals-tiny" and pushed["newTitle"] == "petals tiny"
+    assert pushed["text"] == (generated / kernel.SCRIPT).read_text()
+    assert pushed["language"] == "python" and pushed["kernelType"] == "script" and pushed["isPrivate"] is True
+    assert (
+        pushed["enableInternet"] is True
+        and pushed["enableTpu"] is True
+        and pushed["machineShape"] == "TpuV5E8"
+    )
+    assert (
+        pushed["competitionDataSources"] == ["tpu-getting-started"]
+        and pushed["sessionTimeoutSeconds"] == 7200
+    )
+    assert "dockerImage" not in pushed
+    assert (folder / "output" / "submission.csv").read_bytes() == files["submission.csv"]
+    row = (
+        leaderboard.read(tmp_path / "subs" / leaderboard.BOARD)
+        .set_index("entry")
+        .loc["kaggle-default-cnn-192-abc"]
+    )
+    assert row["kind"] == "kaggle" and row["val_macro_f1"] == 0.95 and row["backbone"] == "efficientnet-b7"
+
+
+def test_status_reports_the_kernels_state(generated, tmp_path, kaggle_env, capsys):  # noqa: F811
+    behaviour = Behaviour(kernel_status="ERROR")
+    args = ["kernel", "status", "--kernels-dir", str(generated.parent), "--name", "petals-tiny"]
+    with KaggleTestServer(behaviour):
+        for name, value in kaggle_env.items():
+            os.environ[name] = value
+        try:
+            assert cli.main(args) == 0
+        finally:
+            for name in kaggle_env:
+                os.environ.pop(name, None)
+    assert "kernel petals-user/petals-tiny: error" in capsys.readouterr().out
+    assert behaviour.requests[0]["json"] == {"userName": "petals-user", "kernelSlug": "petals-tiny"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--owner", "me", "--set", "data.image_size=32"], "Kaggle ships 192, 224, 331, 512 px records only"),
+        (["--owner", "me", "--set", "model.weights=/home/me/b7.h5"], "which the kernel cannot see"),
+        (
+            ["--owner", "me", "--internet", "off", "--set", "model.weights=imagenet"],
+            "the kernel has no internet",
+        ),
+        (
+            ["--owner", "me", "--accelerator", "TpuV99"],
+            "accelerator 'TpuV99': Kaggle accepts TpuV5E8, TpuV6E8",
+        ),
+        (["--owner", "me", "--name", "Petals_Tiny"], "use lowercase letters, digits and single dashes"),
+        ([], "no Kaggle owner for the kernel: pass OWNER=<your Kaggle username>"),
+    ],
+)
+def test_what_a_kernel_cannot_do_is_one_line_and_writes_nothing(
+    tmp_path, monkeypatch, capsys, extra, message
+):
+    for name in ("KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KAGGLE_CONFIG_DIR", str(tmp_path / "no-credentials"))
+    assert _generate(tmp_path / "kernels", *extra) == 2
+    (line,) = error_lines(capsys.readouterr().err)
+    assert message in line
+    assert not (tmp_path / "kernels").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda meta: {**meta, "title": "something else"},
+            "must be 5 to 50 characters and slugify to 'petals-tiny'",
+        ),
+        (lambda meta: {**meta, "docker_image": "gcr.io/kaggle-images/python"}, "remove docker_image"),
+        (lambda meta: {**meta, "competition_sources": ["c/tpu-getting-started"]}, "must be the plain slug"),
+        (
+            lambda meta: {**meta, "keywords": ["0123456789abcdef0123456789abcdef"]},
+            "one of your Kaggle secrets",
+        ),
+        (lambda meta: {k: v for k, v in meta.items() if k != "enable_internet"}, "missing enable_internet"),
+    ],
+)
+def test_checks_before_a_push_refuse_and_push_nothing(
+    generated,
+    tmp_path,
+    kaggle_env,  # noqa: F811
+    monkeypatch,
+    capsys,
+    edit,
+    message,
+):
+    folder = tmp_path / "petals-tiny"
+    folder.mkdir()
+    (folder / kernel.SCRIPT).write_bytes((generated / kernel.SCRIPT).read_bytes())
+    meta = json.loads((generated / kernel.METADATA).read_text())
+    (folder / kernel.METADATA).write_text(json.dumps(edit(meta)))
+    for name, value in kaggle_env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("KAGGLE_KEY", "0123456789abcdef0123456789abcdef")
+    behaviour = Behaviour()
+    with KaggleTestServer(behaviour):
+        assert cli.main(["kernel", "push", "--kernels-dir", str(tmp_path), "--name", "petals-tiny"]) == 2
+    assert message in error_lines(capsys.readouterr().err)[0]
+    assert behaviour.requests == []
+
+
+def test_a_refused_push_is_one_actionable_line(generated, tmp_path, kaggle_env, monkeypatch, capsys):  # noqa: F811
+    for name, value in kaggle_env.items():
+        monkeypatch.setenv(name, value)
+    behaviour = Behaviour(fail_with=[403])
+    with KaggleTestServer(behaviour):
+        code = cli.main(["kernel", "push", "--kernels-dir", str(generated.parent), "--name", "petals-tiny"])
+    assert code == 2
+    (line,) = error_lines(capsys.readouterr().err)
+    assert "refused access (403) while pushing kernel petals-user/petals-tiny" in line
+    assert not behaviour.pushed
+
+
+def test_a_notebook_kernel_carries_the_same_script_in_one_cell(generated, tmp_path):
+    assert (
+        _generate(tmp_path, "--owner", "petals-user", "--name", "petals-tiny", "--kernel-type", "notebook")
+        == 0
+    )
+    folder = tmp_path / "petals-tiny"
+    meta = json.loads((folder / kernel.METADATA).read_text())
+    assert meta["kernel_type"] == "notebook" and meta["code_file"] == "petals_kernel.ipynb"
+    (cell,) = json.loads((folder / kernel.NOTEBOOK).read_text())["cells"]
+    script = (generated / kernel.SCRIPT).read_text()
+    assert cell["source"] == script.replace('if __name__ == "__main__":\n    sys.exit(main())', "main([])")
+    assert not (folder / kernel.SCRIPT).exists()
