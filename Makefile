@@ -66,7 +66,7 @@ inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(config_ARGS)
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) --strategy $(STRATEGY) --cpu-replicas $(CPU_REPLICAS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output test lint format bench bench-fetch bench-input bench-train bench-submit clean clean-data always
+.PHONY: help install fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output test lint format bench bench-fetch bench-input bench-train bench-submit bench-kernel clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -163,7 +163,7 @@ format: $(STAMP) ## reformat the code with ruff
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-bench: bench-fetch bench-input bench-train bench-submit ## run every benchmark; figures go to benchmarks/latest.json
+bench: bench-fetch bench-input bench-train bench-submit bench-kernel ## run every benchmark; figures go to benchmarks/latest.json
 
 bench-fetch: $(STAMP) ## fetch stage: synthetic generation time, verification, size, counts
 	$(PY) benchmarks/bench_fetch.py --size $(SIZE) --seed $(SEED) --scale $(SCALE)
@@ -176,6 +176,9 @@ bench-train: $(DATA)/manifest.json ## train stage: the CPU recipe (time, img/s, 
 
 bench-submit: $(DATA)/manifest.json $(if $(RUN),,train) ## evaluate and predict (TTA 1 and 4) on the newest finished run: wall seconds, val macro-F1
 	$(PY) benchmarks/bench_submit.py --data-dir $(DATA) $(if $(RUN),--run $(RUNS_DIR)/$(RUN))
+
+bench-kernel: $(DATA)/manifest.json ## generate the cpu-recipe kernel and run it locally on the CPU (3 epochs): seconds, size
+	$(PY) benchmarks/bench_kernel.py --data-dir $(DATA)
 
 clean-data: ## delete the data dir
 	rm -rf $(DATA) $(DATA).partial $(DATA).old $(DATA).download
