@@ -10,6 +10,7 @@ and petals_run/ (the run's history, curves, per-class scores and confusions).
 from __future__ import annotations
 
 import argparse
+import atexit
 import base64
 import io
 import json
@@ -38,9 +39,16 @@ RUN_FILES = (
 )
 
 
+def scratch_dir(prefix: str) -> Path:
+    """A temporary folder that goes away when the kernel exits (outputs are copied out first)."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def unpack() -> Path:
     """The bundled packages, unpacked and importable."""
-    root = Path(tempfile.mkdtemp(prefix="petals-code-"))
+    root = scratch_dir("petals-code-")
     with zipfile.ZipFile(io.BytesIO(base64.b64decode(BUNDLE))) as archive:
         archive.extractall(root)
     sys.path.insert(0, str(root))
@@ -105,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parse(argv)
     args.working.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(prefix="petals-work-"))
+    scratch = scratch_dir("petals-work-")
     data_dir = args.data_dir or scratch / "data"
     runs, submissions = scratch / "runs", scratch / "submissions"
     config = ["--recipe", SETTINGS["recipe"]]
