@@ -419,10 +419,13 @@ def status(folder: Path) -> str:
 
     kernel = _id(folder)
     action = f"asking for the status of kernel {kernel}"
-    client = kaggle_client.call_with_retries(kaggle_client.api, slug="", action=action)
+    client = kaggle_client.call_with_retries(kaggle_client.api, slug=kernel, action=action)
     try:
         answer = kaggle_client.call_with_retries(
-            lambda: client.kernels_status(kernel), slug="", action=action
+            lambda: client.kernels_status(kernel),
+            slug=kernel,
+            action=action,
+            explain=kaggle_client.explain_kernel_error,
         )
     except ValueError as err:  # the client's own words for 401/403 on a kernel
         raise PetalsError(f"cannot see kernel {kernel}: check the owner and the slug ({err})") from None

@@ -269,3 +269,27 @@ def test_a_notebook_kernel_carries_the_same_script_in_one_cell(generated, tmp_pa
     script = (generated / kernel.SCRIPT).read_text()
     assert cell["source"] == script.replace('if __name__ == "__main__":\n    sys.exit(main())', "main([])")
     assert not (folder / kernel.SCRIPT).exists()
+
+
+@pytest.mark.parametrize(
+    ("status", "line"),
+    [
+        (404, "Kaggle has no kernel 'petals-user/petals-tiny' (404) while asking for the status"),
+        (403, "cannot see kernel petals-user/petals-tiny: check the owner and the slug"),
+    ],
+)
+def test_status_of_a_kernel_kaggle_does_not_show_is_one_line(
+    generated,
+    kaggle_env,  # noqa: F811
+    monkeypatch,
+    capsys,
+    status,
+    line,
+):
+    for name, value in kaggle_env.items():
+        monkeypatch.setenv(name, value)
+    with KaggleTestServer(Behaviour(fail_with=[status])):
+        code = cli.main(["kernel", "status", "--kernels-dir", str(generated.parent), "--name", "petals-tiny"])
+    assert code == 2
+    (error,) = error_lines(capsys.readouterr().err)
+    assert line in error
