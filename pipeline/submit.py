@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> None:
         synthetic = True
     provenance = sidecar(path, sha256(path))
     entry = provenance.get("entry", path.stem)
-    slug = args.slug or manifest.get("slug") or spec.default_slug
+    data_slug = manifest.get("slug")  # the competition the data came from, if it is one of the spec's
+    slug = args.slug or (data_slug if data_slug in spec.slugs else spec.default_slug)
     message = args.message or default_message(entry, provenance)
     page = f"https://www.kaggle.com/competitions/{slug}"
     what = (

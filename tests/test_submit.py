@@ -147,3 +147,14 @@ def test_the_newest_submission_is_the_default(submit, csv, tiny_data_dir, tmp_pa
     (csv.parent / "tiny-run.json").write_text(json.dumps({"entry": "ignored: another file's digest"}))
     result = submit(csv, tiny_data_dir, _no_credentials(tmp_path))
     assert result.returncode == 0 and f"would upload {csv} " in result.stdout
+
+
+def test_the_slug_defaults_to_the_datas_competition_or_the_specs_first(
+    csv, tiny_data_dir, tmp_path, monkeypatch, capsys
+):
+    for name, value in _no_credentials(tmp_path).items():
+        monkeypatch.setenv(name, value)
+    manifest = json.loads((tiny_data_dir / "manifest.json").read_text())
+    assert manifest["slug"] not in ("tpu-getting-started", "flower-classification-with-tpus")
+    code = cli.main(["submit", "--data-dir", str(tiny_data_dir), "--submissions-dir", str(csv.parent)])
+    assert code == 0 and "to competition 'tpu-getting-started'" in capsys.readouterr().out
