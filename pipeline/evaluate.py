@@ -1,10 +1,11 @@
 """Evaluate stage: a run's val macro-F1, accuracy, per-class scores and confusions, optionally with TTA.
 
 Predicts the val shards with the run's best weights and writes, into the run dir:
-`val_predictions.npz` (ids, labels, probabilities), `per_class.csv` (precision, recall, F1
-and support of every class), `confusion.png` (the row-normalised confusion matrix, every
-class named) and `confusions.csv` (the most frequent mistakes by name); `metrics.json`
-gains an `evaluation` section, and the run gets its row on the offline leaderboard.
+`val_predictions.npz` (ids, labels, probabilities; `val_predictions-ttaN.npz` with TTA),
+`per_class.csv` (precision, recall, F1 and support of every class), `confusion.png` (the
+row-normalised confusion matrix, every class named) and `confusions.csv` (the most frequent
+mistakes by name); `metrics.json` gains an `evaluation` section, and the run gets its row on
+the offline leaderboard.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Predict stage: a run's test-set probabilities (optionally with TTA) and its submission CSV.
 
-Writes `test_predictions.npz` (ids, probabilities) into the run dir and
+Writes `test_predictions.npz` (ids, probabilities; `test_predictions-ttaN.npz` with TTA) into the run dir and
 `submissions/<run-id>.csv` in Kaggle's exact format (header `id,label`, every test id of
 `sample_submission.csv` once, integer labels in range), checked before it replaces any
 earlier file. Beside it, `<run-id>.json` records what the file was made from (data source
