@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.errors import PetalsError
-from pipeline.files import write_atomically, write_json
+from pipeline.files import pyplot, save_figure, write_atomically, write_json
 
 log = logging.getLogger(__name__)
 
@@ -134,11 +134,9 @@ def top_confusions(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str
 
 def plot_confusion(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str, ...], path: Path) -> None:
     """The row-normalised confusion matrix, large enough that 104 class names stay legible."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from sklearn.metrics import confusion_matrix
+
+    plt = pyplot()
 
     n = len(classes)
     matrix = confusion_matrix(labels, predicted, labels=np.arange(n), normalize="true")
@@ -153,8 +151,7 @@ def plot_confusion(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str
     axis.set_title("confusion matrix (share of each true class)")
     fig.colorbar(image, ax=axis, fraction=0.03)
     fig.tight_layout()
-    write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=100))
-    plt.close(fig)
+    save_figure(fig, path, dpi=100)
 
 
 def summary_text(name: str, evaluation: dict) -> str:

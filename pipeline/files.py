@@ -1,4 +1,8 @@
-"""Atomic writes: an output is either the old file or the complete new one, never half of it."""
+"""Atomic writes: an output is either the old file or the complete new one, never half of it.
+
+Figures go the same way: `pyplot()` gives matplotlib on its file-only backend (servers and
+kernels have no display), `save_figure` writes a PNG atomically and frees the figure.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,22 @@ def write_atomically(path: Path, write: Callable[[Path], None], tmp_name: str | 
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def pyplot() -> Any:
+    """`matplotlib.pyplot` on the Agg backend, which only writes files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig: Any, path: Path, dpi: int) -> None:
+    """A matplotlib figure as a PNG at `path`, atomically, then closed."""
+    write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
+    pyplot().close(fig)
 
 
 def write_json(path: Path, payload: dict[str, Any]) -> None:

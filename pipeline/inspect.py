@@ -19,7 +19,7 @@ from competition import CompetitionSpec, load_spec
 from pipeline import config as config_module
 from pipeline.config import Config
 from pipeline.errors import PetalsError
-from pipeline.files import write_atomically
+from pipeline.files import pyplot, save_figure, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int) -> dict[str,
     with data.naming_bad_records(train, spec, size, labeled=True):
         batch_images, batch_labels = _one_augmented_batch(train, spec, config, images)
     grid_path = out / "batch.png"
-    write_atomically(grid_path, lambda tmp: _save_grid(batch_images, batch_labels, spec, tmp, config))
+    save_figure(_grid(batch_images, batch_labels, spec, config), grid_path, dpi=80)
     log.info("inspect: wrote %s and %s", grid_path, counts_path)
 
     if config.data.skip_bad_records:
@@ -150,13 +150,9 @@ def _title(label: np.ndarray, spec: CompetitionSpec) -> str:
     return "\n".join(parts)
 
 
-def _save_grid(
-    images: np.ndarray, labels: np.ndarray, spec: CompetitionSpec, path: str, config: Config
-) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _grid(images: np.ndarray, labels: np.ndarray, spec: CompetitionSpec, config: Config):
+    """The batch as a grid of images, each titled with its class (or its two largest shares)."""
+    plt = pyplot()
 
     n = len(images)
     cols = min(n, 5)
@@ -173,5 +169,4 @@ def _save_grid(
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0, 1, 0.97))
-    fig.savefig(path, format="png", dpi=80)
-    plt.close(fig)
+    return fig

@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from pipeline.errors import PetalsError
-from pipeline.files import write_atomically
+from pipeline.files import pyplot, save_figure, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -171,10 +171,7 @@ def ranked(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot(table: pd.DataFrame, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     table = table[pd.to_datetime(table["time"], utc=True, errors="coerce").notna()]
     times = pd.to_datetime(table["time"], utc=True)
@@ -193,8 +190,7 @@ def plot(table: pd.DataFrame, path: Path) -> None:
     axis.legend(loc="lower right", fontsize=8)
     fig.autofmt_xdate()
     fig.tight_layout()
-    write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=90))
-    plt.close(fig)
+    save_figure(fig, path, dpi=90)
 
 
 # ----------------------------------------------------------------------------- Kaggle scores

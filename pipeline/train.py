@@ -24,7 +24,7 @@ import numpy as np
 from pipeline import config as config_module
 from pipeline.config import Config
 from pipeline.errors import PetalsError
-from pipeline.files import write_atomically, write_json
+from pipeline.files import pyplot, save_figure, write_json
 
 log = logging.getLogger(__name__)
 
@@ -189,10 +189,7 @@ def git_commit() -> str:
 
 
 def plot_curves(history, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     left.plot(history["epoch"], history["loss"], label="train loss")
@@ -208,8 +205,7 @@ def plot_curves(history, path: Path) -> None:
     right.set_ylim(0, 1)
     right.legend()
     fig.tight_layout()
-    write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=80))
-    plt.close(fig)
+    save_figure(fig, path, dpi=80)
 
 
 # ----------------------------------------------------------------------------- training
