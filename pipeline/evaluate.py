@@ -49,25 +49,29 @@ def evaluate(run_dir: Path, data_dir: Path, tta: int, picked, submissions_dir: P
     """Score the run on its val split, write the report files, record it; return the evaluation."""
     import json
 
+    from sklearn.metrics import confusion_matrix
+
     from competition import load_spec
     from competition.metric import macro_f1
     from pipeline import leaderboard
+    from pipeline.config import read_config
     from pipeline.infer import predict_split
 
-    config = json.loads((run_dir / "config.json").read_text())
-    if config["train"]["merge_val"]:
+    config = read_config(run_dir / "config.json")
+    if config.train.merge_val:
         raise PetalsError(
             f"{run_dir.name} trained on the val split (train.merge_val=true): "
             "it has no held-out images to score"
         )
-    spec = load_spec(config["competition"])
+    spec = load_spec(config.competition)
     val = predict_split(run_dir, data_dir, "val", tta, picked)
     predicted = val.predicted
+    matrix = confusion_matrix(val.labels, predicted, labels=np.arange(spec.num_classes))
     per_class = per_class_table(val.labels, predicted, spec.classes)
-    confusions = top_confusions(val.labels, predicted, spec.classes)
+    confusions = top_confusions(matrix, spec.classes)
     write_atomically(run_dir / "per_class.csv", lambda tmp: per_class.to_csv(tmp, index=False))
     write_atomically(run_dir / "confusions.csv", lambda tmp: confusions.to_csv(tmp, index=False))
-    plot_confusion(val.labels, predicted, spec.classes, run_dir / "confusion.png")
+    plot_confusion(matrix, spec.classes, run_dir / "confusion.png")
     evaluation = {
         "val_macro_f1": macro_f1(val.labels, predicted),
         "val_accuracy": float((predicted == val.labels).mean()),
@@ -110,15 +114,14 @@ def per_class_table(labels: np.ndarray, predicted: np.ndarray, classes: tuple[st
     )
 
 
-def top_confusions(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str, ...]) -> pd.DataFrame:
-    """Every (true, predicted) mistake by name, most frequent first, with its share of the true class."""
-    from sklearn.metrics import confusion_matrix
-
-    matrix = confusion_matrix(labels, predicted, labels=np.arange(len(classes)))
-    np.fill_diagonal(matrix, 0)
-    true, wrong = np.nonzero(matrix)
-    counts = matrix[true, wrong]
-    support = np.bincount(labels, minlength=len(classes))
+def top_confusions(matrix: np.ndarray, classes: tuple[str, ...]) -> pd.DataFrame:
+    """Every (true, predicted) mistake of a confusion matrix (counts) by name, most frequent first,
+    with its share of the true class."""
+    support = matrix.sum(axis=1)
+    mistakes = matrix.copy()
+    np.fill_diagonal(mistakes, 0)
+    true, wrong = np.nonzero(mistakes)
+    counts = mistakes[true, wrong]
     table = pd.DataFrame(
         {
             "true": [classes[i] for i in true],
@@ -132,17 +135,15 @@ def top_confusions(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str
     )
 
 
-def plot_confusion(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str, ...], path: Path) -> None:
-    """The row-normalised confusion matrix, large enough that 104 class names stay legible."""
-    from sklearn.metrics import confusion_matrix
-
+def plot_confusion(matrix: np.ndarray, classes: tuple[str, ...], path: Path) -> None:
+    """The confusion matrix (counts) normalised by row, large enough that 104 class names stay legible."""
     plt = pyplot()
 
     n = len(classes)
-    matrix = confusion_matrix(labels, predicted, labels=np.arange(n), normalize="true")
+    shares = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
     side = max(6.0, n * 0.16)  # ~0.16 inch per class: 6-point names do not overlap
     fig, axis = plt.subplots(figsize=(side + 1.5, side))
-    shown = np.ma.masked_equal(matrix, 0)  # empty cells stay white, so mistakes stand out
+    shown = np.ma.masked_equal(shares, 0)  # empty cells stay white, so mistakes stand out
     image = axis.imshow(shown, cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
     axis.set_xticks(np.arange(n), [f"{c} {i}" for i, c in enumerate(classes)], rotation=90, fontsize=6)
     axis.set_yticks(np.arange(n), [f"{i} {c}" for i, c in enumerate(classes)], fontsize=6)

@@ -6,6 +6,7 @@ kernels have no display), `save_figure` writes a PNG atomically and frees the fi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -24,6 +25,15 @@ def write_atomically(path: Path, write: Callable[[Path], None], tmp_name: str | 
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def sha256(path: Path) -> str:
+    """The hex sha256 of a local file, read in 4 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def pyplot() -> Any:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.errors import PetalsError
-from pipeline.files import write_atomically
+from pipeline.files import sha256, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -116,14 +115,6 @@ def find_run(args: argparse.Namespace, device: str) -> Path:
     return run_dir
 
 
-def file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()[:16]
-
-
 def check_same_data(run_dir: Path, data_dir: Path) -> dict:
     """The data dir's manifest, after checking it is the data the run was trained on."""
     from pipeline.fetch import read_manifest
@@ -193,7 +184,7 @@ def predict_split(run_dir: Path, data_dir: Path, split: str, tta: int, picked) -
     spec = load_spec(config.competition)
     weights = run_dir / loops.BEST
     source = json.dumps(
-        {"weights": file_digest(weights), "data": manifest.get("fingerprint"), "tta": tta}, sort_keys=True
+        {"weights": sha256(weights)[:16], "data": manifest.get("fingerprint"), "tta": tta}, sort_keys=True
     )
     path = predictions_path(run_dir, split, tta)
     if path.is_file():

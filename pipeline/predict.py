@@ -11,7 +11,6 @@ synthetic data to the real competition.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import numpy as np
 
 from competition import CompetitionSpec
 from pipeline.errors import PetalsError
-from pipeline.files import write_atomically, write_json
+from pipeline.files import sha256, write_atomically, write_json
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +77,6 @@ def sample_ids(data_dir: Path, spec: CompetitionSpec) -> list[str]:
         return read_sample_ids(text, spec, path)
     except SubmissionError as err:
         raise PetalsError(str(err)) from None
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def write_submission(

@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> None:
     from competition.submission import SubmissionError, check_submission
     from pipeline import kaggle_client, leaderboard
     from pipeline.fetch import read_manifest
-    from pipeline.predict import sample_ids, sha256
+    from pipeline.files import sha256
+    from pipeline.predict import sample_ids
 
     path = args.file or newest_submission(args.submissions_dir)
     spec = load_spec(args.competition)
@@ -68,7 +69,8 @@ def run(args: argparse.Namespace) -> None:
         raise PetalsError(f"{err}{hint}") from None
     if real_rows and summary.rows != real_rows:
         synthetic = True
-    provenance = sidecar(path, sha256(path))
+    digest = sha256(path)
+    provenance = sidecar(path, digest)
     entry = provenance.get("entry", path.stem)
     data_slug = manifest.get("slug")  # the competition the data came from, if it is one of the spec's
     slug = args.slug or (data_slug if data_slug in spec.slugs else spec.default_slug)
@@ -76,7 +78,7 @@ def run(args: argparse.Namespace) -> None:
     page = f"https://www.kaggle.com/competitions/{slug}"
     what = (
         f"{path} ({summary.rows} rows, {summary.classes_used} classes predicted, {summary.bytes} bytes, "
-        f"sha256 {sha256(path)[:12]}) to competition {slug!r} ({page}/submissions) with message {message!r}"
+        f"sha256 {digest[:12]}) to competition {slug!r} ({page}/submissions) with message {message!r}"
     )
     log.info("submit: %s is a valid submission", path)
     credentials = kaggle_client.find_credentials()
