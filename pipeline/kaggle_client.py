@@ -50,23 +50,34 @@ def config_dir() -> Path:
     return home
 
 
+def access_token_file() -> Path:
+    return Path.home() / ".kaggle" / "access_token"
+
+
+def config_file_values() -> dict[str, str]:
+    """What kaggle.json holds (`username`, `key`), or {} when it is missing or not valid JSON."""
+    config = config_dir() / "kaggle.json"
+    if not config.is_file():
+        return {}
+    try:
+        values = json.loads(config.read_text() or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return values if isinstance(values, dict) else {}
+
+
 def find_credentials() -> str | None:
     """Where the client will find credentials, checked without any network call; None if nowhere."""
     if os.environ.get("KAGGLE_API_TOKEN"):
         return "the KAGGLE_API_TOKEN variable"
     if os.environ.get("KAGGLE_USERNAME") and os.environ.get("KAGGLE_KEY"):
         return "the KAGGLE_USERNAME and KAGGLE_KEY variables"
-    token = Path.home() / ".kaggle" / "access_token"
+    token = access_token_file()
     if token.is_file() and token.read_text().strip():
         return str(token)
-    config = config_dir() / "kaggle.json"
-    if config.is_file():
-        try:
-            values = json.loads(config.read_text() or "{}")
-        except json.JSONDecodeError:
-            return None
-        if values.get("username") and values.get("key"):
-            return str(config)
+    values = config_file_values()
+    if values.get("username") and values.get("key"):
+        return str(config_dir() / "kaggle.json")
     return None
 
 

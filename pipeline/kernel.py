@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import contextlib
 import io
 import json
 import logging
@@ -180,13 +179,7 @@ def find_owner(given: str | None) -> str:
         return given
     from pipeline import kaggle_client
 
-    name = os.environ.get("KAGGLE_USERNAME")
-    config = kaggle_client.config_dir() / "kaggle.json"
-    if not name and config.is_file():
-        try:
-            name = json.loads(config.read_text() or "{}").get("username")
-        except json.JSONDecodeError:
-            name = None
+    name = os.environ.get("KAGGLE_USERNAME") or kaggle_client.config_file_values().get("username")
     if not name:
         raise PetalsError(
             "no Kaggle owner for the kernel: pass OWNER=<your Kaggle username> (or --owner), "
@@ -291,10 +284,8 @@ def _secrets() -> list[str]:
     from pipeline import kaggle_client
 
     found = [os.environ.get(name, "") for name in ("KAGGLE_KEY", "KAGGLE_API_TOKEN")]
-    config = kaggle_client.config_dir() / "kaggle.json"
-    with contextlib.suppress(json.JSONDecodeError):
-        found.append(json.loads(config.read_text()).get("key", "") if config.is_file() else "")
-    token = Path.home() / ".kaggle" / "access_token"
+    found.append(str(kaggle_client.config_file_values().get("key", "")))
+    token = kaggle_client.access_token_file()
     if token.is_file():
         found.append(token.read_text().strip())
     return [s for s in found if len(s) >= 8]
