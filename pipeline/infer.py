@@ -81,18 +81,13 @@ class Predictions:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """--run / --runs-dir / --data-dir, plus the recipe arguments that name a run like `train` does."""
+    """train's run arguments, plus the recipe arguments that name a run the way `train` does."""
     from pipeline import config as config_module
+    from pipeline.train import add_run_arguments as add_train_run_arguments
 
-    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="fetched data dir")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories are")
-    parser.add_argument(
-        "--run",
-        dest="run_id",
-        default=None,
-        help="run id or run dir (default: the run `train` makes of the same --recipe and --set)",
+    add_train_run_arguments(
+        parser, "run id or run dir (default: the run `train` makes of the same --recipe and --set)"
     )
-    parser.add_argument("--strategy", default="auto", help="auto | tpu | mirrored | gpu | cpu")
     config_module.add_config_arguments(parser)
 
 

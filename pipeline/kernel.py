@@ -53,6 +53,7 @@ ACCELERATORS = (
 )
 DEFAULT_ACCELERATOR = "TpuV5E8"
 TITLE_LIMIT = 50  # Kaggle's longest kernel title
+DATASET_SOURCE = re.compile(r"[A-Za-z0-9_-]+/[A-Za-z0-9_.-]+")  # owner/dataset-slug
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -158,14 +159,17 @@ def check_recipe(config, spec, internet: bool, datasets: list[str]) -> None:
             f"data.image_size={size}: Kaggle ships {', '.join(map(str, spec.resolutions))} px records only; "
             "the kernel cannot run this recipe"
         )
+    from pipeline.model import WEIGHT_CHOICES
+
     weights = config.model.weights
-    if weights not in ("none", "imagenet", "noisy-student") and not weights.startswith("/kaggle/input/"):
+    downloaded = [w for w in WEIGHT_CHOICES if w != "none"]
+    if weights not in WEIGHT_CHOICES and not weights.startswith("/kaggle/input/"):
         raise PetalsError(
             f"model.weights={weights!r} is a file on this machine, which the kernel cannot see: "
             "upload it as a Kaggle dataset, attach it (DATASETS=owner/slug) "
             "and set model.weights=/kaggle/input/<slug>/<file>"
         )
-    if weights in ("imagenet", "noisy-student") and not internet and not datasets:
+    if weights in downloaded and not internet and not datasets:
         raise PetalsError(
             f"model.weights={weights} downloads its weights, but the kernel has no internet: "
             "use INTERNET=on, or attach the weights as a dataset (DATASETS=owner/slug) "
@@ -241,7 +245,7 @@ def generate(args: argparse.Namespace) -> Path:
     if slug not in spec.slugs:
         raise PetalsError(f"slug {slug!r} is not one of this competition's: {', '.join(spec.slugs)}")
     for dataset in args.dataset:
-        if not re.fullmatch(r"[A-Za-z0-9_-]+/[A-Za-z0-9_.-]+", dataset):
+        if not DATASET_SOURCE.fullmatch(dataset):
             raise PetalsError(f"--dataset {dataset!r}: expected owner/dataset-slug")
     check_recipe(config, spec, args.internet == "on", args.dataset)
     name = args.name or default_name(config.recipe)
@@ -326,7 +330,7 @@ def check(folder: Path) -> None:
         if "/" in source:
             raise PetalsError(f"{path}: competition source {source!r} must be the plain slug (no 'c/')")
     for source in meta.get("dataset_sources", []):
-        if not re.fullmatch(r"[A-Za-z0-9_-]+/[A-Za-z0-9_.-]+", source):
+        if not DATASET_SOURCE.fullmatch(source):
             raise PetalsError(f"{path}: dataset source {source!r} must be owner/dataset-slug")
     if meta.get("machine_shape") not in (None, *ACCELERATORS):
         raise PetalsError(

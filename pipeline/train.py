@@ -32,19 +32,19 @@ AUTO_RECIPES = {"TPU": "tpu", "GPU": "gpu", "CPU": "cpu"}  # by what the replica
 METRICS = "metrics.json"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_run_arguments(parser: argparse.ArgumentParser, run_help: str) -> None:
+    """--data-dir, --runs-dir, --run and --strategy: how the stages that work on a run find it."""
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="fetched data dir")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories go")
-    parser.add_argument(
-        "--run",
-        dest="run_id",
-        default=None,
-        help="run id (default: recipe, backbone, size and a config hash)",
-    )
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories are")
+    parser.add_argument("--run", dest="run_id", default=None, help=run_help)
+    parser.add_argument("--strategy", default="auto", help="auto | tpu | mirrored | multi-worker | gpu | cpu")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_run_arguments(parser, "run id (default: recipe, backbone, size and a config hash)")
     parser.add_argument(
         "--checkpoint-dir", default=None, help="checkpoints elsewhere, e.g. gs://bucket/petals"
     )
-    parser.add_argument("--strategy", default="auto", help="auto | tpu | mirrored | multi-worker | gpu | cpu")
     parser.add_argument(
         "--tpu", default=None, help="TPU name or address (default: discovered; 'local' on TPU VMs)"
     )
