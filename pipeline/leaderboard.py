@@ -114,9 +114,11 @@ def read(board: Path) -> pd.DataFrame:
     return table.reindex(columns=list(dict.fromkeys([*COLUMNS, *table.columns])))
 
 
-def update(board: Path, entry: str, **fields: Any) -> None:
-    """Insert or update the row `entry`; fields given as None leave the stored value alone."""
-    unknown = set(fields) - set(COLUMNS)
+def update(board: Path, entry: str, defaults: dict[str, Any] | None = None, **fields: Any) -> None:
+    """Insert or update the row `entry`; fields given as None leave the stored value alone, and
+    `defaults` fill a row only when it is new (under the same lock, so no writer slips between)."""
+    defaults = defaults or {}
+    unknown = (set(fields) | set(defaults)) - set(COLUMNS)
     if unknown:
         raise ValueError(f"unknown leaderboard column(s): {sorted(unknown)}")  # a bug, not input
     with locked(board):
@@ -127,7 +129,8 @@ def update(board: Path, entry: str, **fields: Any) -> None:
                 table[key] = table[key].astype(object)
                 table.loc[table["entry"] == entry, key] = value
         else:
-            row = pd.DataFrame([{"entry": entry, **values}], columns=table.columns)
+            new = {k: v for k, v in defaults.items() if v is not None}
+            row = pd.DataFrame([{"entry": entry, **new, **values}], columns=table.columns)
             table = row if table.empty else pd.concat([table, row], ignore_index=True)
         write_atomically(board, lambda tmp: table.to_csv(tmp, index=False))
 

@@ -50,11 +50,18 @@ def run(args: argparse.Namespace) -> None:
     path = write_submission(
         args.submissions_dir, run_dir.name, test.ids, test.predicted, spec, args.data_dir, manifest, score
     )
-    board = args.submissions_dir / leaderboard.BOARD
-    fields = leaderboard.run_fields(run_dir)
-    if not (board.is_file() and (leaderboard.read(board)["entry"] == run_dir.name).any()):
-        fields.update(time=leaderboard.now(), val_macro_f1=score, val_accuracy=metrics.get("val_accuracy"))
-    leaderboard.update(board, run_dir.name, **fields, submission=str(path))
+    leaderboard.update(
+        args.submissions_dir / leaderboard.BOARD,
+        run_dir.name,
+        # A run predicted before it was evaluated: its training scores until evaluate runs.
+        defaults={
+            "time": leaderboard.now(),
+            "val_macro_f1": score,
+            "val_accuracy": metrics.get("val_accuracy"),
+        },
+        **leaderboard.run_fields(run_dir),
+        submission=str(path),
+    )
     print(f"{run_dir.name}: {len(test.ids)} test predictions (TTA {args.tta}) -> {path}")
 
 

@@ -91,3 +91,15 @@ def test_an_empty_leaderboard_says_how_to_fill_it(tmp_path):
     assert result.returncode == 2
     assert "no entries yet; `make evaluate` records a run" in result.stderr
     assert not list(tmp_path.iterdir())  # nothing was written
+
+
+def test_defaults_fill_only_a_new_row(tmp_path):
+    board = tmp_path / leaderboard.BOARD
+    leaderboard.update(board, "evaluated", val_macro_f1=0.8)
+    for entry in ("evaluated", "predicted-first"):
+        leaderboard.update(board, entry, defaults={"val_macro_f1": 0.5}, submission=f"{entry}.csv")
+    table = leaderboard.read(board).set_index("entry")
+    assert (
+        table.loc["evaluated", "val_macro_f1"] == 0.8 and table.loc["predicted-first", "val_macro_f1"] == 0.5
+    )
+    assert table["submission"].tolist() == ["evaluated.csv", "predicted-first.csv"]
