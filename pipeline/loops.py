@@ -7,7 +7,6 @@ weights + optimizer + epoch. A rerun restores that checkpoint and goes on from t
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import warnings
@@ -20,6 +19,7 @@ import tensorflow as tf
 
 from competition import load_spec
 from pipeline import augment, data, model, policy, strategy
+from pipeline.config import read_config
 from pipeline.errors import PetalsError
 from pipeline.files import write_atomically
 
@@ -382,12 +382,15 @@ def load_inference_model(run_dir: Path, weights: str = BEST) -> keras.Model:
     config_path = Path(run_dir) / "config.json"
     if not config_path.is_file():
         raise PetalsError(f"{run_dir}: not a run directory (no config.json)")
-    config = json.loads(config_path.read_text())
-    size = config["data"]["input_size"] or config["data"]["image_size"]
-    spec = load_spec(config["competition"])
+    config = read_config(config_path)
+    spec = load_spec(config.competition)
     keras.mixed_precision.set_global_policy("float32")
     net = model.build_classifier(
-        config["model"]["backbone"], size, spec.num_classes, weights="none", input_dtype="float32"
+        config.model.backbone,
+        data.input_size(config),
+        spec.num_classes,
+        weights="none",
+        input_dtype="float32",
     )
     path = Path(run_dir) / weights
     if not path.is_file():
