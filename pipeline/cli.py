@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
+import importlib.util
 import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from pipeline.errors import PetalsError
 
@@ -40,25 +43,37 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescrip
     pass
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _docstring(module_name: str) -> str:
+    """A stage module's docstring, read from its source without importing it (and TensorFlow)."""
+    origin = importlib.util.find_spec(module_name).origin
+    return ast.get_docstring(ast.parse(Path(origin).read_text())) or ""
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every stage. Stage modules are imported to add their arguments: all of them
+    by default, else only the one named `only`, so start-up stays cheap for stages that do not
+    need TensorFlow."""
     parser = _Parser(
         prog="python -m pipeline", description="petals: the stages of the flower-classification pipeline."
     )
     parser.add_argument("--quiet", action="store_true", help="log warnings and errors only")
     stages = parser.add_subparsers(dest="stage", required=True, metavar="STAGE", parser_class=_Parser)
     for name, module_name in STAGES.items():
-        module = importlib.import_module(module_name)
-        summary = (module.__doc__ or name).strip().splitlines()[0]
-        sub = stages.add_parser(
-            name, help=summary, description=module.__doc__, formatter_class=_HelpFormatter
-        )
-        module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+        doc = _docstring(module_name)
+        summary = (doc or name).strip().splitlines()[0]
+        sub = stages.add_parser(name, help=summary, description=doc, formatter_class=_HelpFormatter)
+        if only in (None, name):
+            module = importlib.import_module(module_name)
+            module.add_arguments(sub)
+            sub.set_defaults(run=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    stage = next((a for a in argv if not a.startswith("-")), None)
+    # Only the stage asked for is imported ("" for none: `--help`, or a name argparse will refuse).
+    args = build_parser(only=stage if stage in STAGES else "").parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
     try:
         args.run(args)
