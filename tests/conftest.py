@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -68,6 +69,26 @@ def tiny_runs(tmp_path_factory, tiny_data_dir) -> list[Path]:
         train.fit(job, verbose=0)
         run_dirs.append(job.run_dir)
     return run_dirs
+
+
+@pytest.fixture
+def kaggle_env(tmp_path) -> dict[str, str]:
+    """Credentials in a private kaggle.json and the client pointed at localhost:7777."""
+    config = tmp_path / "kaggle-config"
+    config.mkdir()
+    (config / "kaggle.json").write_text(json.dumps({"username": "petals-user", "key": "petals-key"}))
+    (config / "kaggle.json").chmod(0o600)
+    home = tmp_path / "home"
+    home.mkdir()
+    return {"KAGGLE_API_ENVIRONMENT": "TEST", "KAGGLE_CONFIG_DIR": str(config), "HOME": str(home)}
+
+
+@pytest.fixture
+def in_kaggle_env(kaggle_env, monkeypatch) -> dict[str, str]:
+    """`kaggle_env` set in this process, for stages run in-process with `cli.main`."""
+    for name, value in kaggle_env.items():
+        monkeypatch.setenv(name, value)
+    return kaggle_env
 
 
 @pytest.fixture

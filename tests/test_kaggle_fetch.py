@@ -23,18 +23,6 @@ def archive(tiny_dataset, tmp_path_factory) -> bytes:
     return path.read_bytes()
 
 
-@pytest.fixture
-def kaggle_env(tmp_path) -> dict[str, str]:
-    """Credentials in a private kaggle.json and the client pointed at localhost:7777."""
-    config = tmp_path / "kaggle-config"
-    config.mkdir()
-    (config / "kaggle.json").write_text(json.dumps({"username": "petals-user", "key": "petals-key"}))
-    (config / "kaggle.json").chmod(0o600)
-    home = tmp_path / "home"
-    home.mkdir()
-    return {"KAGGLE_API_ENVIRONMENT": "TEST", "KAGGLE_CONFIG_DIR": str(config), "HOME": str(home)}
-
-
 def _fetch(tmp_path, env, *extra):
     return run_cli(
         "fetch", "--source", "kaggle", "--data-dir", str(tmp_path / "data"), "--no-progress", *extra, env=env

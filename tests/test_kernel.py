@@ -19,7 +19,6 @@ from pipeline import cli, kernel, leaderboard
 from pipeline.predict import sample_ids
 from tests.conftest import REPO, TINY, error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer
-from tests.test_kaggle_fetch import kaggle_env  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.slow
 # The tiny recipe minus its 32 px records: a kernel is checked against Kaggle's resolutions,
@@ -102,7 +101,7 @@ def test_the_generated_kernel_runs_end_to_end_on_cpu(generated, tiny_data_dir, s
     assert not (working / "petals_run" / "best.weights.h5").exists()
 
 
-def test_push_status_and_output_go_through_the_official_client(generated, tmp_path, kaggle_env):  # noqa: F811
+def test_push_status_and_output_go_through_the_official_client(generated, tmp_path, in_kaggle_env):
     folder = tmp_path / "petals-tiny"
     folder.mkdir()
     for name in (kernel.SCRIPT, kernel.METADATA):
@@ -129,15 +128,9 @@ def test_push_status_and_output_go_through_the_official_client(generated, tmp_pa
     files = {"submission.csv": b"id,label\nabc,3\n", kernel.SUMMARY: json.dumps(summary).encode()}
     behaviour = Behaviour(kernel_status="RUNNING", kernel_files=files)
     with KaggleTestServer(behaviour):
-        for name, value in kaggle_env.items():
-            os.environ[name] = value
-        try:
-            assert cli.main(["kernel", "push", *common, "--timeout", "7200"]) == 0
-            assert cli.main(["kernel", "status", *common]) == 0
-            assert cli.main(["kernel", "output", *common]) == 0
-        finally:
-            for name in kaggle_env:
-                os.environ.pop(name, None)
+        assert cli.main(["kernel", "push", *common, "--timeout", "7200"]) == 0
+        assert cli.main(["kernel", "status", *common]) == 0
+        assert cli.main(["kernel", "output", *common]) == 0
     (pushed,) = behaviour.pushed
     assert pushed["slug"] == "petals-user/petals-tiny" and pushed["newTitle"] == "petals tiny"
     assert pushed["text"] == (generated / kernel.SCRIPT).read_text()
@@ -161,17 +154,11 @@ def test_push_status_and_output_go_through_the_official_client(generated, tmp_pa
     assert row["kind"] == "kaggle" and row["val_macro_f1"] == 0.95 and row["backbone"] == "efficientnet-b7"
 
 
-def test_status_reports_the_kernels_state(generated, tmp_path, kaggle_env, capsys):  # noqa: F811
+def test_status_reports_the_kernels_state(generated, in_kaggle_env, capsys):
     behaviour = Behaviour(kernel_status="ERROR")
     args = ["kernel", "status", "--kernels-dir", str(generated.parent), "--name", "petals-tiny"]
     with KaggleTestServer(behaviour):
-        for name, value in kaggle_env.items():
-            os.environ[name] = value
-        try:
-            assert cli.main(args) == 0
-        finally:
-            for name in kaggle_env:
-                os.environ.pop(name, None)
+        assert cli.main(args) == 0
     assert "kernel petals-user/petals-tiny: error" in capsys.readouterr().out
     assert behaviour.requests[0]["json"] == {"userName": "petals-user", "kernelSlug": "petals-tiny"}
 
@@ -224,7 +211,7 @@ def test_what_a_kernel_cannot_do_is_one_line_and_writes_nothing(
 def test_checks_before_a_push_refuse_and_push_nothing(
     generated,
     tmp_path,
-    kaggle_env,  # noqa: F811
+    in_kaggle_env,
     monkeypatch,
     capsys,
     edit,
@@ -235,8 +222,6 @@ def test_checks_before_a_push_refuse_and_push_nothing(
     (folder / kernel.SCRIPT).write_bytes((generated / kernel.SCRIPT).read_bytes())
     meta = json.loads((generated / kernel.METADATA).read_text())
     (folder / kernel.METADATA).write_text(json.dumps(edit(meta)))
-    for name, value in kaggle_env.items():
-        monkeypatch.setenv(name, value)
     monkeypatch.setenv("KAGGLE_KEY", "0123456789abcdef0123456789abcdef")
     behaviour = Behaviour()
     with KaggleTestServer(behaviour):
@@ -245,9 +230,7 @@ def test_checks_before_a_push_refuse_and_push_nothing(
     assert behaviour.requests == []
 
 
-def test_a_refused_push_is_one_actionable_line(generated, tmp_path, kaggle_env, monkeypatch, capsys):  # noqa: F811
-    for name, value in kaggle_env.items():
-        monkeypatch.setenv(name, value)
+def test_a_refused_push_is_one_actionable_line(generated, in_kaggle_env, capsys):
     behaviour = Behaviour(fail_with=[403])
     with KaggleTestServer(behaviour):
         code = cli.main(["kernel", "push", "--kernels-dir", str(generated.parent), "--name", "petals-tiny"])
@@ -280,14 +263,11 @@ def test_a_notebook_kernel_carries_the_same_script_in_one_cell(generated, tmp_pa
 )
 def test_status_of_a_kernel_kaggle_does_not_show_is_one_line(
     generated,
-    kaggle_env,  # noqa: F811
-    monkeypatch,
+    in_kaggle_env,
     capsys,
     status,
     line,
 ):
-    for name, value in kaggle_env.items():
-        monkeypatch.setenv(name, value)
     with KaggleTestServer(Behaviour(fail_with=[status])):
         code = cli.main(["kernel", "status", "--kernels-dir", str(generated.parent), "--name", "petals-tiny"])
     assert code == 2

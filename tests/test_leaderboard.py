@@ -9,7 +9,6 @@ import pytest
 from pipeline import leaderboard
 from tests.conftest import run_cli
 from tests.kaggle_server import Behaviour, KaggleTestServer
-from tests.test_kaggle_fetch import kaggle_env  # noqa: F401  (a fixture)
 
 
 def _write_many(board, worker: int, rows: int, start) -> None:
@@ -52,7 +51,7 @@ def test_an_update_keeps_what_it_does_not_set_and_the_table_ranks_by_val_f1(tmp_
         leaderboard.update(board, "a", score=1.0)
 
 
-def test_sync_pulls_public_scores_through_the_kaggle_client(tmp_path, kaggle_env):  # noqa: F811
+def test_sync_pulls_public_scores_through_the_kaggle_client(tmp_path, kaggle_env):
     subs = tmp_path / "submissions"
     board = subs / leaderboard.BOARD
     leaderboard.update(board, "by-ref", kind="run", val_macro_f1=0.6, submission_ref="1001")

@@ -13,7 +13,6 @@ from pipeline import cli, leaderboard
 from pipeline.predict import sample_ids
 from tests.conftest import error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer
-from tests.test_kaggle_fetch import kaggle_env  # noqa: F401  (a fixture)
 
 SLUG = "tpu-getting-started"
 
@@ -61,7 +60,7 @@ def test_without_credentials_it_is_a_validated_dry_run(submit, csv, tiny_data_di
     assert not (csv.parent / leaderboard.BOARD).exists()
 
 
-def test_the_uploaded_bytes_arrive_intact_and_the_run_is_recorded(submit, csv, tiny_data_dir, kaggle_env):  # noqa: F811
+def test_the_uploaded_bytes_arrive_intact_and_the_run_is_recorded(submit, csv, tiny_data_dir, kaggle_env):
     behaviour = Behaviour()
     with KaggleTestServer(behaviour):
         result = submit(csv, tiny_data_dir, kaggle_env, "--message", "first try")
@@ -79,7 +78,7 @@ def test_the_uploaded_bytes_arrive_intact_and_the_run_is_recorded(submit, csv, t
     assert "petals-key" not in result.stdout + result.stderr
 
 
-def test_a_server_error_is_retried(submit, csv, tiny_data_dir, kaggle_env, caplog):  # noqa: F811
+def test_a_server_error_is_retried(submit, csv, tiny_data_dir, kaggle_env, caplog):
     behaviour = Behaviour(fail_with=[500])
     with KaggleTestServer(behaviour):
         result = submit(csv, tiny_data_dir, kaggle_env)
@@ -100,7 +99,7 @@ def test_a_server_error_is_retried(submit, csv, tiny_data_dir, kaggle_env, caplo
         (404, "Kaggle has no competition 'tpu-getting-started' (404)"),
     ],
 )
-def test_refusals_become_one_actionable_line(submit, csv, tiny_data_dir, kaggle_env, status, line):  # noqa: F811
+def test_refusals_become_one_actionable_line(submit, csv, tiny_data_dir, kaggle_env, status, line):
     behaviour = Behaviour(fail_with=[status])
     with KaggleTestServer(behaviour):
         result = submit(csv, tiny_data_dir, kaggle_env)
@@ -114,7 +113,7 @@ def test_synthetic_predictions_are_never_uploaded_to_the_real_competition(
     submit,
     csv,
     tiny_data_dir,
-    kaggle_env,  # noqa: F811
+    kaggle_env,
 ):
     env = {**kaggle_env, "KAGGLE_API_ENVIRONMENT": ""}  # production, with credentials
     result = submit(csv, tiny_data_dir, env)
@@ -126,7 +125,7 @@ def test_synthetic_predictions_are_never_uploaded_to_the_real_competition(
     )
 
 
-def test_a_defective_file_is_refused_before_any_request(submit, csv, tiny_data_dir, kaggle_env, tmp_path):  # noqa: F811
+def test_a_defective_file_is_refused_before_any_request(submit, csv, tiny_data_dir, kaggle_env, tmp_path):
     lines = csv.read_text().splitlines()
     broken = tmp_path / "broken.csv"
     broken.write_text("\n".join([*lines, lines[1]]) + "\n")  # one id twice
