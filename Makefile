@@ -12,7 +12,7 @@ COMPETITION ?= flowers#          competition spec under competition/
 GCS_PATH    ?=#                  gs:// folder of the competition's files, for SOURCE=gcs
 SIZE        ?= 192#              synthetic image size (pixels)
 SEED        ?= 0#                synthetic dataset seed
-SCALE       ?= 1.0#              synthetic images-per-class multiplier
+SCALE       ?=#                  synthetic images-per-class multiplier (default 4: ~9,600 train images)
 FORCE       ?=#                  FORCE=1 fetches again over a complete data dir
 RECIPE      ?= auto#             recipe: competition/recipes/<RECIPE>.toml; auto: tpu, gpu or cpu by accelerator
 SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 data.batch_size=32"
@@ -59,7 +59,7 @@ else
 endif
 
 fetch_ARGS := --source $(SOURCE) --data-dir $(DATA) --competition $(COMPETITION) \
-	--size $(SIZE) --seed $(SEED) --scale $(SCALE) $(if $(GCS_PATH),--gcs-path $(GCS_PATH)) $(if $(FORCE),--force)
+	--size $(SIZE) --seed $(SEED) $(if $(SCALE),--scale $(SCALE)) $(if $(GCS_PATH),--gcs-path $(GCS_PATH)) $(if $(FORCE),--force)
 
 config_ARGS := --recipe $(RECIPE) $(foreach s,$(SET),--set $(s))
 inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(config_ARGS)
@@ -166,7 +166,7 @@ format: $(STAMP) ## reformat the code with ruff
 bench: bench-fetch bench-input bench-train bench-submit bench-kernel ## run every benchmark; figures go to benchmarks/latest.json
 
 bench-fetch: $(STAMP) ## fetch stage: synthetic generation time, verification, size, counts
-	$(PY) benchmarks/bench_fetch.py --size $(SIZE) --seed $(SEED) --scale $(SCALE)
+	$(PY) benchmarks/bench_fetch.py --size $(SIZE) --seed $(SEED) $(if $(SCALE),--scale $(SCALE))
 
 bench-input: $(DATA)/manifest.json ## input pipeline: images/s and peak memory, petals vs decode-only vs starter kernel
 	$(PY) benchmarks/bench_input.py --data-dir $(DATA) --size $(SIZE)

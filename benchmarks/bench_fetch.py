@@ -1,6 +1,6 @@
 """Benchmark the fetch stage on the embedded dataset: generation time, size on disk, counts.
 
-Usage: python benchmarks/bench_fetch.py [--size 192] [--seed 0] [--scale 1.0]
+Usage: python benchmarks/bench_fetch.py [--size 192] [--seed 0] [--scale 4.0]
 Writes its figures into benchmarks/latest.json (merged with other benchmarks' figures).
 """
 
@@ -44,7 +44,7 @@ def main() -> None:
     )
     parser.add_argument("--size", type=int, default=192)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--scale", type=float, default=synthetic.DEFAULT_SCALE)
     parser.add_argument("--workers", type=int, default=None)
     args = parser.parse_args()
     spec = load_spec()

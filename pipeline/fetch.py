@@ -52,7 +52,7 @@ class FetchOptions:
     sizes: tuple[int, ...] | None = None  # resolutions to keep and verify; None: all present
     synthetic_size: int = 192
     seed: int = 0
-    scale: float = 1.0
+    scale: float = synthetic.DEFAULT_SCALE
     workers: int | None = None
     retries: int = 3
     force: bool = False
@@ -441,7 +441,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--size", type=int, default=192, help="synthetic image size in pixels")
     parser.add_argument("--seed", type=int, default=0, help="synthetic dataset seed")
-    parser.add_argument("--scale", type=float, default=1.0, help="synthetic images-per-class multiplier")
+    parser.add_argument(
+        "--scale", type=float, default=synthetic.DEFAULT_SCALE, help="synthetic images-per-class multiplier"
+    )
     parser.add_argument(
         "--workers", type=int, default=None, help="synthetic drawing processes (default: CPUs)"
     )

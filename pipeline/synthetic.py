@@ -341,6 +341,11 @@ def encode_jpeg(image: np.ndarray, quality: int = 90) -> bytes:
 # Images per class at scale 1.0, before the long-tailed class weights (0.25..1): the real
 # data is imbalanced too, and macro-F1 rewards getting the rare classes right.
 BASE_PER_CLASS = {"train": 48, "val": 14, "test": 18}
+# The embedded dataset's size: 9,607 train, 2,797 val and 3,605 test images at seed 0, about three
+# quarters of the real train and val (12,753 and 3,712 images, ~120 per class) and half the test,
+# drawn in under two minutes on two cores. At scale 1 (23 train images per class) a network
+# trained from scratch is starved of examples of the one-trait differences between sister species.
+DEFAULT_SCALE = 4.0
 
 
 def class_weights(num_classes: int, seed: int) -> np.ndarray:
@@ -385,7 +390,7 @@ def write_dataset(
     *,
     size: int = 192,
     seed: int = 0,
-    scale: float = 1.0,
+    scale: float = DEFAULT_SCALE,
     workers: int | None = None,
     progress: bool = True,
 ) -> dict[str, int]:
