@@ -12,7 +12,7 @@ COMPETITION ?= flowers#          competition spec under competition/
 GCS_PATH    ?=#                  gs:// folder of the competition's files, for SOURCE=gcs
 SIZE        ?= 192#              synthetic image size (pixels)
 SEED        ?= 0#                synthetic dataset seed
-SCALE       ?=#                  synthetic images-per-class multiplier (default 4: ~9,600 train images)
+SCALE       ?=#                  synthetic images-per-class multiplier (default: synthetic.DEFAULT_SCALE)
 FORCE       ?=#                  FORCE=1 fetches again over a complete data dir
 RECIPE      ?= auto#             recipe: competition/recipes/<RECIPE>.toml; auto: tpu, gpu or cpu by accelerator
 SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 data.batch_size=32"

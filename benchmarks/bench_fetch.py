@@ -1,6 +1,6 @@
 """Benchmark the fetch stage on the embedded dataset: generation time, size on disk, counts.
 
-Usage: python benchmarks/bench_fetch.py [--size 192] [--seed 0] [--scale 4.0]
+Usage: python benchmarks/bench_fetch.py [--size 192] [--seed 0] [--scale N (default: synthetic.DEFAULT_SCALE)]
 Writes its figures into benchmarks/latest.json (merged with other benchmarks' figures).
 """
 
