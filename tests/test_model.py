@@ -70,3 +70,33 @@ def test_a_local_weights_file_loads_and_a_misfit_one_is_named(tmp_path):
     model.build_classifier("efficientnet-b0", 32, 5).get_layer("backbone").save_weights(other)
     with pytest.raises(PetalsError, match=f"{other}: does not fit backbone cnn"):
         model.build_classifier("cnn", 32, 5, weights=str(other))
+
+
+def test_the_cnn_reads_every_pixel_of_192_px_at_the_cost_of_64_px():
+    import keras
+
+    def pooled_maps(size):
+        backbone = model.build_classifier("cnn", size, 5).get_layer("backbone")
+        maps = [
+            tuple(layer.output.shape[1:])
+            for layer in backbone.layers
+            if isinstance(layer, keras.layers.MaxPooling2D)
+        ]
+        return maps, backbone
+
+    small, _ = pooled_maps(64)
+    large, backbone = pooled_maps(192)
+    assert small == large == [(32, 32, 32), (16, 16, 64), (8, 8, 128)]
+    stem = next(layer for layer in backbone.layers if isinstance(layer, keras.layers.Conv2D))
+    assert stem.strides == (3, 3) and stem.kernel_size == (5, 5)  # wider than its stride: no pixel skipped
+
+
+def test_the_cnn_finds_a_flower_wherever_it_is():
+    backbone = model.build_classifier("cnn", 192, 5).get_layer("backbone")
+    images = np.zeros((3, 192, 192, 3), np.float32)
+    patch = np.random.default_rng(0).uniform(0, 1, (24, 24, 3))
+    images[1, 48:72, 48:72] = patch
+    images[2, 120:144, 120:144] = patch  # moved 72 px: a whole number of the blocks' 24 px steps
+    empty, here, there = np.asarray(backbone(images, training=False))
+    assert np.abs(here - empty).max() > 1e-3  # the patch shows in the features...
+    np.testing.assert_allclose(here, there, rtol=1e-4, atol=1e-5)  # ...wherever it is
