@@ -71,15 +71,9 @@ def _small_cnn(input_shape, weights):
     stride = max(1, round(input_shape[0] / CNN_WORKING_SIZE))
     inputs = keras.Input(shape=input_shape)
     x = inputs
-    for filters in (32, 64, 128):
-        first = filters == 32
-        x = layers.Conv2D(
-            filters,
-            stride + 2 if first else 3,
-            strides=stride if first else 1,
-            padding="same",
-            use_bias=False,
-        )(x)
+    for block, filters in enumerate((32, 64, 128)):
+        kernel, strides = (stride + 2, stride) if block == 0 else (3, 1)
+        x = layers.Conv2D(filters, kernel, strides=strides, padding="same", use_bias=False)(x)
         x = layers.BatchNormalization()(x)
         x = layers.Activation("relu")(x)
         x = layers.MaxPooling2D(2)(x)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import keras
 import numpy as np
 import pytest
 
@@ -73,8 +74,6 @@ def test_a_local_weights_file_loads_and_a_misfit_one_is_named(tmp_path):
 
 
 def test_the_cnn_reads_every_pixel_of_192_px_at_the_cost_of_64_px():
-    import keras
-
     def pooled_maps(size):
         backbone = model.build_classifier("cnn", size, 5).get_layer("backbone")
         maps = [
