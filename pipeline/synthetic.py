@@ -343,7 +343,7 @@ def encode_jpeg(image: np.ndarray, quality: int = 90) -> bytes:
 BASE_PER_CLASS = {"train": 48, "val": 14, "test": 18}
 # The embedded dataset's size: 9,607 train, 2,797 val and 3,605 test images at seed 0, about three
 # quarters of the real train and val (12,753 and 3,712 images, ~120 per class) and half the test,
-# drawn in under two minutes on two cores. At scale 1 (23 train images per class) a network
+# drawn in about two minutes on two cores. At scale 1 (23 train images per class) a network
 # trained from scratch is starved of examples of the one-trait differences between sister species.
 DEFAULT_SCALE = 4.0
 
