@@ -20,7 +20,7 @@ import tensorflow as tf
 from competition import load_spec
 from pipeline import augment, data, model, policy, strategy
 from pipeline.config import read_config
-from pipeline.errors import PetalsError
+from pipeline.errors import PetalsError, first_line
 from pipeline.files import write_atomically
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,10 @@ class Trainer:
     # ------------------------------------------------------------------ building
 
     def build(self) -> None:
-        """Build the model (pretrained or local weights loaded), optimizer and checkpoint; writes nothing."""
+        """Build the model (pretrained or local weights loaded), optimizer and checkpoint; writes nothing.
+
+        An interrupted run's last checkpoint is restored here, so one that does not fit fails early.
+        """
         config, job = self.config, self.job
         keras.mixed_precision.set_global_policy(self.precision)
         keras.utils.set_random_seed(config.seed)
@@ -178,12 +181,21 @@ class Trainer:
             net=net, optimizer=self.optimizer, epoch=self.epoch, best_score=self.best_score
         )
         self.manager = tf.train.CheckpointManager(self.checkpoint, job.checkpoint_dir, max_to_keep=1)
+        self.start = self._restore()  # a checkpoint that does not fit fails here, before any write
 
     def _restore(self) -> int:
         """The first epoch still to train: 0, or the one after the last checkpoint."""
         if self.restart or not self.manager.latest_checkpoint:
             return 0
-        self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
+        latest = self.manager.latest_checkpoint
+        try:
+            self.checkpoint.restore(latest).assert_existing_objects_matched()
+        except (ValueError, AssertionError) as err:  # saved by another model: an older petals, say
+            tf.get_logger().setLevel(logging.ERROR)  # not TF's warning about the values left unrestored
+            raise PetalsError(
+                f"{latest}: does not fit this run's model ({first_line(err)[:200]}); "
+                "--force trains the run again from scratch"
+            ) from None
         done = int(self.epoch.numpy())
         log.info(
             "train: resuming %s after epoch %d (checkpoint %s)",
@@ -224,7 +236,7 @@ class Trainer:
 
     def run(self) -> pd.DataFrame:
         """Train the epochs still to do; the history of every epoch, the restored ones included."""
-        start = self._restore()
+        start = self.start
         self.history = self._history(start)
         self._val = self._val_dataset()
         self._val_labels = None
@@ -395,5 +407,8 @@ def load_inference_model(run_dir: Path, weights: str = BEST) -> keras.Model:
     path = Path(run_dir) / weights
     if not path.is_file():
         raise PetalsError(f"{path}: missing; train the run first")
-    net.load_weights(path)
+    try:
+        net.load_weights(path)
+    except ValueError as err:
+        raise PetalsError(f"{path}: does not fit this run's model ({first_line(err)[:200]})") from None
     return net

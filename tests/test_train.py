@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 from pipeline import cli, loops, policy, train
 from pipeline.config import load_config
+from pipeline.errors import PetalsError
 from pipeline.strategy import pick_strategy
 from tests.conftest import REPO, TINY, TINY_SIZE, error_lines
 
@@ -143,6 +145,31 @@ def test_a_weights_file_that_does_not_fit_is_named_and_writes_no_run(tiny_data_d
     )
     assert code == 2 and lines == [lines[0]] and f"{misfit}: does not fit backbone cnn" in lines[0]
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_checkpoint_another_model_saved_is_named_and_kept(tiny_data_dir, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    assert _train_here(capsys, *_train_args(tiny_data_dir, runs, "--run", "old"))[0] == 0
+    (runs / "old" / "metrics.json").unlink()  # as if interrupted after its last checkpoint
+    before = {p.name: p.read_bytes() for p in (runs / "old").rglob("*") if p.is_file()}
+    code, lines = _train_here(
+        capsys,
+        *_train_args(tiny_data_dir, runs, "--run", "old", "--set", "model.backbone=efficientnet-b0"),
+    )
+    assert code == 2 and lines == [lines[0]], lines
+    assert "checkpoints/ckpt-" in lines[0] and "does not fit this run's model" in lines[0], lines
+    assert "--force" in lines[0]
+    assert {p.name: p.read_bytes() for p in (runs / "old").rglob("*") if p.is_file()} == before
+
+
+def test_weights_that_do_not_fit_the_run_are_named(tiny_runs, tmp_path):
+    from pipeline import model
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_runs[0], run_dir)
+    model.build_classifier("cnn", TINY_SIZE, 5).save_weights(run_dir / loops.BEST)
+    with pytest.raises(PetalsError, match=r"best\.weights\.h5: does not fit this run's model"):
+        loops.load_inference_model(run_dir)
 
 
 def test_list_backbones(capsys):
