@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from competition import load_spec
 from pipeline import augment, data, model, policy, strategy
-from pipeline.config import read_config
+from pipeline.config import TrainConfig, read_config
 from pipeline.errors import PetalsError, first_line
 from pipeline.files import write_atomically
 
@@ -90,8 +90,39 @@ def save_weights(net: keras.Model, path: Path) -> None:
     write_atomically(path, net.save_weights, tmp_name="partial-" + path.name)
 
 
-def loss_function(label_smoothing: float, reduction: str = "sum_over_batch_size") -> keras.losses.Loss:
-    return keras.losses.CategoricalCrossentropy(label_smoothing=label_smoothing, reduction=reduction)
+class LogitAdjustedCrossentropy(keras.losses.Loss):
+    """Cross-entropy of the logits plus tau x log(class prior) (Menon et al., 2021, "Long-tail
+    learning via logit adjustment"): a frequent class must win by its prior's margin, so the
+    network learns scores that do not lean towards the frequent classes.
+
+    It takes the classifier's softmax probabilities, whose logs are the logits up to a
+    per-example constant that the softmax cancels.
+    """
+
+    def __init__(self, prior: np.ndarray, tau: float, label_smoothing: float, reduction: str):
+        super().__init__(reduction=reduction, name="logit_adjusted_crossentropy")
+        self.shift = tf.constant(tau * np.log(prior), tf.float32)
+        self.label_smoothing = label_smoothing
+
+    def call(self, y_true, y_pred):
+        epsilon = keras.config.epsilon()  # where Keras clips probabilities for its cross-entropy
+        logits = tf.math.log(tf.clip_by_value(tf.cast(y_pred, tf.float32), epsilon, 1.0)) + self.shift
+        return keras.losses.categorical_crossentropy(
+            y_true, logits, from_logits=True, label_smoothing=self.label_smoothing
+        )
+
+
+def loss_function(
+    train: TrainConfig, class_counts: np.ndarray | None = None, reduction: str = "sum_over_batch_size"
+) -> keras.losses.Loss:
+    """The training loss: cross-entropy with label smoothing, logit-adjusted by the class counts
+    when `train.logit_adjustment` > 0 (a class without images counts as one)."""
+    if not train.logit_adjustment:
+        return keras.losses.CategoricalCrossentropy(label_smoothing=train.label_smoothing, reduction=reduction)
+    if class_counts is None:
+        raise ValueError("train.logit_adjustment needs the training shards' class counts")
+    counts = np.maximum(class_counts, 1)
+    return LogitAdjustedCrossentropy(counts / counts.sum(), train.logit_adjustment, train.label_smoothing, reduction)
 
 
 def _layers_within(layer: keras.layers.Layer):
@@ -181,6 +212,15 @@ class Trainer:
             net=net, optimizer=self.optimizer, epoch=self.epoch, best_score=self.best_score
         )
         self.manager = tf.train.CheckpointManager(self.checkpoint, job.checkpoint_dir, max_to_keep=1)
+        self.class_counts = None
+        if config.train.logit_adjustment:
+            self.class_counts = data.class_counts(job.train_files, job.spec)
+            log.info(
+                "train: logit adjustment tau=%g over %d..%d training images per class",
+                config.train.logit_adjustment,
+                self.class_counts.min(),
+                self.class_counts.max(),
+            )
         self.start = self._restore()  # a checkpoint that does not fit fails here, before any write
 
     def _restore(self) -> int:
@@ -311,7 +351,7 @@ class Trainer:
             self._set_trainable(policy.backbone_trainable(first, self.config.train))
             self.classifier.compile(  # a trainability change needs a fresh compile; the optimizer is kept
                 optimizer=self.optimizer,
-                loss=loss_function(self.config.train.label_smoothing),
+                loss=loss_function(self.config.train, self.class_counts),
                 metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
                 jit_compile=self.jit_compile,
                 steps_per_execution=self.steps_per_execution,
@@ -354,7 +394,7 @@ class Trainer:
     def _build_custom_step(self) -> None:
         picked, job, config = self.job.picked, self.job, self.config
         classifier, optimizer = self.classifier, self.optimizer
-        loss_fn = loss_function(config.train.label_smoothing, reduction="none")
+        loss_fn = loss_function(config.train, self.class_counts, reduction="none")
         trainable = self.net.trainable_variables
 
         def replica_step(images, labels):

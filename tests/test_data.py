@@ -124,6 +124,25 @@ def test_padding_makes_every_batch_full_and_is_marked(tiny_dataset, spec, labele
     assert real[: real.sum()].all()  # padding only at the end
 
 
+def test_class_counts_are_the_labels_of_every_record(tiny_dataset, spec):
+    files = _files(tiny_dataset, spec, "train")
+    labels = [int(label) for _, label in data.read_examples(files, spec, TINY_SIZE, True, True)]
+    counts = data.class_counts(files, spec)
+    assert counts.shape == (spec.num_classes,) and counts.sum() == records.count_images(files)
+    np.testing.assert_array_equal(counts, np.bincount(labels, minlength=spec.num_classes))
+
+
+def test_a_label_outside_the_classes_is_named_with_its_shard(tiny_copy, spec):
+    files = _files(tiny_copy, spec, "train")
+    victim = files[2]
+    serialized = [r.numpy() for r in tf.data.TFRecordDataset(victim)]
+    example = tf.train.Example.FromString(serialized[0])
+    example.features.feature[spec.schema.label].int64_list.value[0] = spec.num_classes
+    records.write_shard(victim, [example.SerializeToString(), *serialized[1:]])
+    with pytest.raises(PetalsError, match=f"^{victim}: label 104 is not a class \\(0..103\\)$"):
+        data.class_counts(files, spec)
+
+
 # ----------------------------------------------------------------------------- bad records
 
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from pipeline import cli, loops, policy, train
-from pipeline.config import load_config
+from pipeline.config import TrainConfig, load_config
 from pipeline.errors import PetalsError
 from pipeline.strategy import pick_strategy
 from tests.conftest import REPO, TINY, TINY_SIZE, error_lines
@@ -68,6 +68,7 @@ def test_both_loops_train_on_8_logical_cpu_replicas_and_lower_the_loss(tiny_data
         "--set", "data.batch_size=2", "--set", f"train.loop={loop}", "--set", "train.epochs=4",
         "--set", "train.steps_per_epoch=6", "--set", "train.lr_max=0.0005",
         "--set", "train.lr_sustain_epochs=9", "--set", "augment.where=device",
+        "--set", "train.logit_adjustment=1.0",
     )  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-m", "pipeline", "--quiet", *args],
@@ -170,6 +171,32 @@ def test_weights_that_do_not_fit_the_run_are_named(tiny_runs, tmp_path):
     model.build_classifier("cnn", TINY_SIZE, 5).save_weights(run_dir / loops.BEST)
     with pytest.raises(PetalsError, match=r"best\.weights\.h5: does not fit this run's model"):
         loops.load_inference_model(run_dir)
+
+
+def _crossentropy(train, counts, labels, probabilities):
+    loss = loops.loss_function(train, counts, reduction="none")
+    one_hot = np.eye(len(probabilities[0]))[labels]
+    return np.asarray(loss(one_hot, np.asarray(probabilities, "float32")))
+
+
+def test_the_logit_adjusted_loss_makes_a_frequent_class_win_by_its_prior():
+    plain, adjusted = TrainConfig(), TrainConfig(logit_adjustment=1.0)
+    counts = np.array([90, 10, 0])  # a class without training images counts as one
+    prior = np.array([90, 10, 1]) / 101
+    probabilities = [[0.5, 0.4, 0.1], [0.5, 0.4, 0.1]]
+    expected = -np.log((np.array(probabilities) * prior) / (np.array(probabilities) * prior).sum(1, keepdims=True))
+    np.testing.assert_allclose(
+        _crossentropy(adjusted, counts, [0, 1], probabilities), expected[[0, 1], [0, 1]], rtol=1e-5
+    )
+    np.testing.assert_allclose(_crossentropy(plain, counts, [0, 1], probabilities), -np.log([0.5, 0.4]), rtol=1e-5)
+    # Balanced classes, or tau 0: plain cross-entropy, label smoothing included.
+    smooth = TrainConfig(logit_adjustment=1.0, label_smoothing=0.1)
+    np.testing.assert_allclose(
+        _crossentropy(smooth, np.array([7, 7, 7]), [0, 2], probabilities),
+        _crossentropy(TrainConfig(label_smoothing=0.1), None, [0, 2], probabilities),
+        rtol=1e-5,
+    )
+    assert np.isfinite(_crossentropy(smooth, counts, [2, 2], [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])).all()
 
 
 def test_list_backbones(capsys):
