@@ -118,11 +118,15 @@ def loss_function(
     """The training loss: cross-entropy with label smoothing, logit-adjusted by the class counts
     when `train.logit_adjustment` > 0 (a class without images counts as one)."""
     if not train.logit_adjustment:
-        return keras.losses.CategoricalCrossentropy(label_smoothing=train.label_smoothing, reduction=reduction)
+        return keras.losses.CategoricalCrossentropy(
+            label_smoothing=train.label_smoothing, reduction=reduction
+        )
     if class_counts is None:
         raise ValueError("train.logit_adjustment needs the training shards' class counts")
     counts = np.maximum(class_counts, 1)
-    return LogitAdjustedCrossentropy(counts / counts.sum(), train.logit_adjustment, train.label_smoothing, reduction)
+    return LogitAdjustedCrossentropy(
+        counts / counts.sum(), train.logit_adjustment, train.label_smoothing, reduction
+    )
 
 
 def _layers_within(layer: keras.layers.Layer):

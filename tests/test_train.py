@@ -184,11 +184,15 @@ def test_the_logit_adjusted_loss_makes_a_frequent_class_win_by_its_prior():
     counts = np.array([90, 10, 0])  # a class without training images counts as one
     prior = np.array([90, 10, 1]) / 101
     probabilities = [[0.5, 0.4, 0.1], [0.5, 0.4, 0.1]]
-    expected = -np.log((np.array(probabilities) * prior) / (np.array(probabilities) * prior).sum(1, keepdims=True))
+    expected = -np.log(
+        (np.array(probabilities) * prior) / (np.array(probabilities) * prior).sum(1, keepdims=True)
+    )
     np.testing.assert_allclose(
         _crossentropy(adjusted, counts, [0, 1], probabilities), expected[[0, 1], [0, 1]], rtol=1e-5
     )
-    np.testing.assert_allclose(_crossentropy(plain, counts, [0, 1], probabilities), -np.log([0.5, 0.4]), rtol=1e-5)
+    np.testing.assert_allclose(
+        _crossentropy(plain, counts, [0, 1], probabilities), -np.log([0.5, 0.4]), rtol=1e-5
+    )
     # Balanced classes, or tau 0: plain cross-entropy, label smoothing included.
     smooth = TrainConfig(logit_adjustment=1.0, label_smoothing=0.1)
     np.testing.assert_allclose(
