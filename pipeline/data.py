@@ -98,24 +98,28 @@ def read_examples(
     return dataset.with_options(options)
 
 
-def class_counts(files: Sequence[str], spec: CompetitionSpec) -> np.ndarray:
+def class_counts(
+    files: Sequence[str], spec: CompetitionSpec, size: int, skip_bad: bool = False
+) -> np.ndarray:
     """Images per class in labeled shards, read in parallel without decoding one image."""
     feature = {spec.schema.label: tf.io.FixedLenFeature([], tf.int64)}
 
     def labels_of(path):
-        batches = tf.data.TFRecordDataset(path).batch(4096)
+        batches = file_records(path, skip_bad).batch(4096)
         return batches.map(lambda records: (tf.io.parse_example(records, feature)[spec.schema.label], path))
 
-    files = tf.data.Dataset.from_tensor_slices(list(files))
-    dataset = files.interleave(labels_of, cycle_length=CYCLE_LENGTH, num_parallel_calls=AUTOTUNE)
+    files = list(files)
+    reads = tf.data.Dataset.from_tensor_slices(files)
+    dataset = reads.interleave(labels_of, cycle_length=CYCLE_LENGTH, num_parallel_calls=AUTOTUNE)
     counts = np.zeros(spec.num_classes, np.int64)
-    for labels, path in dataset.as_numpy_iterator():
-        outside = labels[(labels < 0) | (labels >= spec.num_classes)]
-        if outside.size:
-            raise PetalsError(
-                f"{path.decode()}: label {outside[0]} is not a class (0..{spec.num_classes - 1})"
-            )
-        counts += np.bincount(labels, minlength=spec.num_classes)
+    with naming_bad_records(files, spec, size, labeled=True):
+        for labels, path in dataset.as_numpy_iterator():
+            outside = labels[(labels < 0) | (labels >= spec.num_classes)]
+            if outside.size:
+                raise PetalsError(
+                    f"{path.decode()}: label {outside[0]} is not a class (0..{spec.num_classes - 1})"
+                )
+            counts += np.bincount(labels, minlength=spec.num_classes)
     return counts
 
 

@@ -87,24 +87,11 @@ def class_counts(
     files: dict[str, list[str]], spec: CompetitionSpec, size: int, skip_bad: bool
 ) -> pd.DataFrame:
     """Images per class in each labeled split (labels parsed, images not decoded), plus names."""
-    import tensorflow as tf
-
     from pipeline import data
 
     table = pd.DataFrame({"name": spec.classes})
-    feature = {spec.schema.label: tf.io.FixedLenFeature([], tf.int64)}
     for split in spec.labeled_splits:
-        reads = tf.data.Dataset.from_tensor_slices(files[split]).interleave(
-            lambda path: data.file_records(path, skip_bad), num_parallel_calls=data.AUTOTUNE
-        )
-        labels = reads.batch(4096).map(lambda r: tf.io.parse_example(r, feature)[spec.schema.label])
-        with data.naming_bad_records(files[split], spec, size, labeled=True):
-            values = np.concatenate([*labels.as_numpy_iterator(), np.zeros(0, np.int64)])
-        if values.size and (values.min() < 0 or values.max() >= spec.num_classes):
-            raise PetalsError(
-                f"{split}: labels outside 0..{spec.num_classes - 1} ({values.min()}..{values.max()})"
-            )
-        table[split] = np.bincount(values, minlength=spec.num_classes)
+        table[split] = data.class_counts(files[split], spec, size, skip_bad)
     return table
 
 

@@ -218,7 +218,9 @@ class Trainer:
         self.manager = tf.train.CheckpointManager(self.checkpoint, job.checkpoint_dir, max_to_keep=1)
         self.class_counts = None
         if config.train.logit_adjustment:
-            self.class_counts = data.class_counts(job.train_files, job.spec)
+            self.class_counts = data.class_counts(
+                job.train_files, job.spec, config.data.image_size, config.data.skip_bad_records
+            )
             log.info(
                 "train: logit adjustment tau=%g over %d..%d training images per class",
                 config.train.logit_adjustment,

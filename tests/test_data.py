@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import faulthandler
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -127,7 +128,7 @@ def test_padding_makes_every_batch_full_and_is_marked(tiny_dataset, spec, labele
 def test_class_counts_are_the_labels_of_every_record(tiny_dataset, spec):
     files = _files(tiny_dataset, spec, "train")
     labels = [int(label) for _, label in data.read_examples(files, spec, TINY_SIZE, True, True)]
-    counts = data.class_counts(files, spec)
+    counts = data.class_counts(files, spec, TINY_SIZE)
     assert counts.shape == (spec.num_classes,) and counts.sum() == records.count_images(files)
     np.testing.assert_array_equal(counts, np.bincount(labels, minlength=spec.num_classes))
 
@@ -140,7 +141,17 @@ def test_a_label_outside_the_classes_is_named_with_its_shard(tiny_copy, spec):
     example.features.feature[spec.schema.label].int64_list.value[0] = spec.num_classes
     records.write_shard(victim, [example.SerializeToString(), *serialized[1:]])
     with pytest.raises(PetalsError, match=f"^{victim}: label 104 is not a class \\(0..103\\)$"):
-        data.class_counts(files, spec)
+        data.class_counts(files, spec, TINY_SIZE)
+
+
+def test_counting_classes_names_a_truncated_shard_or_skips_it(tiny_copy, spec):
+    files = _files(tiny_copy, spec, "train")
+    whole = data.class_counts(files, spec, TINY_SIZE)
+    content = Path(files[5]).read_bytes()
+    Path(files[5]).write_bytes(content[: len(content) * 2 // 3])
+    with pytest.raises(PetalsError, match=f"^{files[5]}: .*truncated after .*skip_bad_records"):
+        data.class_counts(files, spec, TINY_SIZE)
+    assert data.class_counts(files, spec, TINY_SIZE, skip_bad=True).sum() < whole.sum()
 
 
 # ----------------------------------------------------------------------------- bad records
