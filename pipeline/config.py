@@ -103,6 +103,9 @@ class TrainConfig:
     # tau x log(class frequency in the training shards), so the network learns scores that
     # do not favour the frequent classes; macro-F1 counts every class alike. 0: plain loss.
     logit_adjustment: float = 0.0
+    # Momentum of an exponential moving average of the weights (Polyak averaging): the average is
+    # what is scored every epoch and saved as the best and last weights. 0: no average.
+    ema: float = 0.0
     frozen_epochs: int = 0  # first epochs train the head only, the backbone frozen
     freeze_batchnorm: bool = True  # when fine-tuning, BatchNorm keeps its statistics
     merge_val: bool = False  # final run: train on train + val (no validation score)
@@ -289,6 +292,8 @@ def validate(config: Config) -> None:
         raise PetalsError(f"train.label_smoothing={train.label_smoothing}: must be in [0, 1)")
     if train.logit_adjustment < 0:
         raise PetalsError(f"train.logit_adjustment={train.logit_adjustment}: must be >= 0 (0 turns it off)")
+    if not 0 <= train.ema < 1:
+        raise PetalsError(f"train.ema={train.ema}: a momentum, must be in [0, 1) (0 turns it off)")
     if train.folds == 1 or train.folds < 0 or (train.folds and not 0 <= train.fold < train.folds):
         raise PetalsError(
             f"train.folds={train.folds}, train.fold={train.fold}: need folds >= 2 and 0 <= fold < folds"

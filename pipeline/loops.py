@@ -3,10 +3,13 @@
 Both train epoch by epoch and, after each epoch: score val macro-F1 with scikit-learn, append
 a row to `history.csv`, save the last (and, if better, the best) weights and a checkpoint of
 weights + optimizer + epoch. A rerun restores that checkpoint and goes on from the next epoch.
+With `train.ema`, the optimizer also keeps a moving average of the weights; that average is what
+is scored and saved as best and last weights, while training goes on from the trained weights.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import warnings
@@ -160,6 +163,18 @@ class _EpochHooks(keras.callbacks.Callback):
         self.trainer._finish_epoch(epoch, {k: float(logs[k]) for k in ("loss", "accuracy") if k in logs})
 
 
+class AveragingAdam(keras.optimizers.Adam):
+    """Adam whose weight average (`use_ema`) stays in the optimizer when a Keras `fit` call ends.
+
+    Keras copies the average into the network at the end of `fit`; petals scores and saves the
+    average every epoch itself (`Trainer._averaged_weights`) and trains on from the trained
+    weights, across `fit` calls (warm-up, then fine-tuning) and across an interrupted run's resume.
+    """
+
+    def finalize_variable_values(self, var_list):
+        pass
+
+
 class Trainer:
     """One run: builds everything under the strategy, restores, trains the remaining epochs."""
 
@@ -205,7 +220,10 @@ class Trainer:
                 augment_here=config.augment.where == "device",
                 shift_scale=data.shift_scale(config),
             )
-            self.optimizer = keras.optimizers.Adam(learning_rate=config.train.lr_start)
+            ema = config.train.ema
+            self.optimizer = AveragingAdam(
+                learning_rate=config.train.lr_start, use_ema=ema > 0, ema_momentum=ema or 0.99
+            )
             if self.precision == "mixed_float16":
                 self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
             self.optimizer.build(net.trainable_variables)  # every variable that will ever train
@@ -313,10 +331,31 @@ class Trainer:
         images = self.steps * self.job.global_batch
         row = {"epoch": epoch + 1, "lr": self._lr, **logs, "seconds": seconds, "images": images}
         row["images_per_second"] = images / seconds
-        if self._val is not None:
-            row.update(self._score(self._val))
+        with self._averaged_weights():  # what is scored and saved; training goes on from its own
+            if self._val is not None:
+                row.update(self._score(self._val))
+            self._save_weights(row)
         self.history = pd.concat([self.history, pd.DataFrame([row])], ignore_index=True)
         self._end_epoch(epoch, row, self.history)
+
+    @contextlib.contextmanager
+    def _averaged_weights(self):
+        """With `train.ema`, the weights' moving average in the network for the block, then the
+        trained weights back (as Keras's SwapEMAWeights does, for both loops)."""
+        if not self.config.train.ema:
+            yield
+            return
+        optimizer = getattr(self.optimizer, "inner_optimizer", self.optimizer)
+        averages = optimizer._model_variables_moving_average  # Keras's own SwapEMAWeights reads it too
+        pairs = list(zip(optimizer._trainable_variables, averages, strict=True))
+        trained = [variable.numpy() for variable, _ in pairs]
+        for variable, average in pairs:
+            variable.assign(average)
+        try:
+            yield
+        finally:
+            for (variable, _), value in zip(pairs, trained, strict=True):
+                variable.assign(value)
 
     def _set_trainable(self, trainable: bool) -> None:
         if trainable == self._trainable:
@@ -333,12 +372,14 @@ class Trainer:
             return pd.read_csv(path).query("epoch <= @start")  # rows past the checkpoint are redone
         return pd.DataFrame()
 
-    def _end_epoch(self, epoch: int, row: dict, history: pd.DataFrame) -> None:
+    def _save_weights(self, row: dict) -> None:
         save_weights(self.net, self.run_dir / LAST)
         score = row.get("val_macro_f1", -row["loss"])
         if score > float(self.best_score.numpy()):
             self.best_score.assign(score)
             save_weights(self.net, self.run_dir / BEST)
+
+    def _end_epoch(self, epoch: int, row: dict, history: pd.DataFrame) -> None:
         write_atomically(self.run_dir / HISTORY, lambda tmp: history.to_csv(tmp, index=False))
         self.epoch.assign(epoch + 1)
         self.manager.save(checkpoint_number=epoch + 1)  # last, so a checkpoint implies its outputs

@@ -43,6 +43,7 @@ def test_a_recipe_overrides_only_what_it_names(tmp_path):
         ("augment.rotation=-1", "augment.rotation=-1.0: a magnitude"),
         ("data.batch_size=0", "data.batch_size=0: must be a positive"),
         ("train.logit_adjustment=-1", "train.logit_adjustment=-1.0: must be >= 0"),
+        ("train.ema=1", "train.ema=1.0: a momentum, must be in"),
         ("augment=1", "augment is a section"),
         ("nokey", "expected key=value"),
     ],

@@ -14,9 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from competition.metric import macro_f1
 from pipeline import cli, loops, policy, train
 from pipeline.config import TrainConfig, load_config
 from pipeline.errors import PetalsError
+from pipeline.infer import predict_split
 from pipeline.strategy import pick_strategy
 from tests.conftest import REPO, TINY, TINY_SIZE, error_lines
 
@@ -68,7 +70,7 @@ def test_both_loops_train_on_8_logical_cpu_replicas_and_lower_the_loss(tiny_data
         "--set", "data.batch_size=2", "--set", f"train.loop={loop}", "--set", "train.epochs=4",
         "--set", "train.steps_per_epoch=6", "--set", "train.lr_max=0.0005",
         "--set", "train.lr_sustain_epochs=9", "--set", "augment.where=device",
-        "--set", "train.logit_adjustment=1.0",
+        "--set", "train.logit_adjustment=1.0", "--set", "train.ema=0.9",
     )  # fmt: skip
     done = subprocess.run(
         [sys.executable, "-m", "pipeline", "--quiet", *args],
@@ -114,6 +116,36 @@ def test_a_killed_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
     assert history["lr"].tolist() == pytest.approx(expected)
     metrics = json.loads((tmp_path / "killed" / "metrics.json").read_text())
     assert metrics["epochs"] == 5 and np.isfinite(metrics["val_macro_f1"])
+
+
+@pytest.mark.slow
+def test_the_weight_average_is_scored_and_saved_while_training_goes_on_from_the_trained_weights(
+    tiny_data_dir, tmp_path
+):
+    config = load_config(overrides=[*TINY, "train.epochs=3", "train.frozen_epochs=1", "train.ema=0.9"])
+    picked = pick_strategy("cpu")
+    job = train.prepare(config, picked, tiny_data_dir, tmp_path, "ema", None)
+    trainer = loops.Trainer(job, verbose=0)
+    trainer.build()
+    job.run_dir.mkdir(parents=True)
+    history = trainer.run()  # two Keras `fit` calls: the frozen warm-up, then fine-tuning
+    optimizer = trainer.optimizer
+    average = {
+        id(variable): mean
+        for variable, mean in zip(
+            optimizer._trainable_variables, optimizer._model_variables_moving_average, strict=True
+        )
+    }
+    trained = trainer.net.trainable_variables
+    saved = loops.load_inference_model(job.run_dir, weights=loops.LAST).trainable_variables
+    assert len(saved) == len(trained) == len(average)
+    for variable, kept in zip(trained, saved, strict=True):  # the last weights saved are the average
+        np.testing.assert_allclose(kept.numpy(), average[id(variable)].numpy(), atol=1e-6)
+    # ... while the network trains on from its own weights, after each `fit` call too.
+    assert not all(np.allclose(v.numpy(), average[id(v)].numpy()) for v in trained)
+    # The best weights are the ones scored: predicting val with them gives the best F1 recorded.
+    val = predict_split(job.run_dir, tiny_data_dir, "val", 1, picked)
+    assert macro_f1(val.labels, val.probabilities.argmax(1)) == pytest.approx(history["val_macro_f1"].max())
 
 
 def _train_here(capsys, *args) -> tuple[int, list[str]]:
