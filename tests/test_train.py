@@ -18,6 +18,7 @@ from competition.metric import macro_f1
 from pipeline import cli, loops, policy, train
 from pipeline.config import TrainConfig, load_config
 from pipeline.errors import PetalsError
+from pipeline.files import write_json
 from pipeline.infer import predict_split
 from pipeline.strategy import pick_strategy
 from tests.conftest import REPO, TINY, TINY_SIZE, error_lines
@@ -128,24 +129,26 @@ def test_the_weight_average_is_scored_and_saved_while_training_goes_on_from_the_
     trainer = loops.Trainer(job, verbose=0)
     trainer.build()
     job.run_dir.mkdir(parents=True)
+    write_json(job.run_dir / "config.json", config.to_dict())  # what `train.fit` writes first
+    write_json(job.run_dir / "data_manifest.json", job.manifest)
     history = trainer.run()  # two Keras `fit` calls: the frozen warm-up, then fine-tuning
-    optimizer = trainer.optimizer
-    average = {
-        id(variable): mean
-        for variable, mean in zip(
-            optimizer._trainable_variables, optimizer._model_variables_moving_average, strict=True
-        )
-    }
-    trained = trainer.net.trainable_variables
+    optimizer = trainer.optimizer  # built on every variable of the network, in its order
+    pairs = list(zip(optimizer._trainable_variables, optimizer._model_variables_moving_average, strict=True))
     saved = loops.load_inference_model(job.run_dir, weights=loops.LAST).trainable_variables
-    assert len(saved) == len(trained) == len(average)
-    for variable, kept in zip(trained, saved, strict=True):  # the last weights saved are the average
-        np.testing.assert_allclose(kept.numpy(), average[id(variable)].numpy(), atol=1e-6)
+    for (_, mean), kept in zip(pairs, saved, strict=True):  # the last weights saved are the average
+        np.testing.assert_allclose(kept.numpy(), mean.numpy(), atol=1e-6)
     # ... while the network trains on from its own weights, after each `fit` call too.
-    assert not all(np.allclose(v.numpy(), average[id(v)].numpy()) for v in trained)
+    assert not all(np.allclose(variable.numpy(), mean.numpy()) for variable, mean in pairs)
     # The best weights are the ones scored: predicting val with them gives the best F1 recorded.
     val = predict_split(job.run_dir, tiny_data_dir, "val", 1, picked)
     assert macro_f1(val.labels, val.probabilities.argmax(1)) == pytest.approx(history["val_macro_f1"].max())
+    # The checkpoint holds the average, so a resumed run averages on from where it stopped.
+    resumed = loops.Trainer(job, verbose=0)
+    resumed.build()
+    assert resumed.start == 3
+    kept = resumed.optimizer._model_variables_moving_average
+    for mean, restored in zip(optimizer._model_variables_moving_average, kept, strict=True):
+        np.testing.assert_array_equal(restored.numpy(), mean.numpy())
 
 
 def _train_here(capsys, *args) -> tuple[int, list[str]]:
