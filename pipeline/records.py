@@ -85,7 +85,10 @@ def serialize_example(schema: RecordSchema, image_jpeg: bytes, image_id: str, la
     feature = {schema.image: _bytes(image_jpeg), schema.id: _bytes(image_id.encode())}
     if label is not None:
         feature[schema.label] = tf.train.Feature(int64_list=tf.train.Int64List(value=[int(label)]))
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    # Deterministic: protobuf orders a map's entries by a per-process hash otherwise, and the data
+    # fingerprint hashes the shards' bytes, so the same dataset drawn twice would differ.
+    example = tf.train.Example(features=tf.train.Features(feature=feature))
+    return example.SerializeToString(deterministic=True)
 
 
 def write_shard(path: str, records: Sequence[bytes]) -> None:

@@ -1,8 +1,13 @@
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from pipeline import records, synthetic
+from tests.conftest import REPO
 
 
 def test_count_from_name_reads_kaggles_names():
@@ -51,3 +56,18 @@ def test_test_records_have_no_class(tmp_path, spec):
     _write(tmp_path / "u.tfrec", spec, 1, labeled=False)
     serialized = next(iter(tf.data.TFRecordDataset(str(tmp_path / "u.tfrec")))).numpy()
     assert set(tf.train.Example.FromString(serialized).features.feature) == {"image", "id"}
+
+
+def test_a_record_serializes_to_the_same_bytes_in_every_process(spec):
+    """The data fingerprint hashes shard bytes: drawing the embedded dataset again must match."""
+    code = (
+        "import sys; from competition import load_spec; from pipeline import records; "
+        "sys.stdout.write(records.serialize_example(load_spec('flowers').schema, b'jpeg', 'abc', 7).hex())"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-c", code]
+    outputs = {
+        subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout
+        for _ in range(4)
+    }
+    assert outputs == {records.serialize_example(spec.schema, b"jpeg", "abc", 7).hex()}
