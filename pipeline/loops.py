@@ -220,10 +220,8 @@ class Trainer:
                 augment_here=config.augment.where == "device",
                 shift_scale=data.shift_scale(config),
             )
-            ema = config.train.ema
-            self.optimizer = AveragingAdam(
-                learning_rate=config.train.lr_start, use_ema=ema > 0, ema_momentum=ema or 0.99
-            )
+            ema = config.train.ema  # 0: no average
+            self.optimizer = AveragingAdam(config.train.lr_start, use_ema=ema > 0, ema_momentum=ema)
             if self.precision == "mixed_float16":
                 self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
             self.optimizer.build(net.trainable_variables)  # every variable that will ever train
