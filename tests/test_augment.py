@@ -42,14 +42,18 @@ def test_everything_off_is_the_identity():
 
 
 @pytest.mark.parametrize("xla", [False, True])
-def test_flip_alone_mirrors_each_image_or_leaves_it(xla):
-    images = _images(16, 9)
-    flips = dataclasses.replace(OFF, flip=True)
+@pytest.mark.parametrize("key, axis", [("flip", 2), ("flip_vertical", 1)])
+@pytest.mark.parametrize("dtype", [tf.float32, tf.uint8])
+def test_flip_alone_mirrors_each_image_or_leaves_it(xla, key, axis, dtype):
+    images = tf.cast(_images(16, 9), dtype)
+    flips = dataclasses.replace(OFF, **{key: True})
     run = tf.function(
         lambda x: augment.augment_batch(x, tf.zeros([16], tf.int32), flips, 104, xla=xla)[0], jit_compile=xla
     )
     out = run(images).numpy()
-    mirrored = images.numpy()[:, :, ::-1]
+    assert out.dtype == np.float32
+    images = tf.cast(images, tf.float32)
+    mirrored = np.flip(images.numpy(), axis)
     same = [np.allclose(o, i, atol=1e-3) for o, i in zip(out, images.numpy(), strict=True)]
     flipped = [np.allclose(o, m, atol=1e-3) for o, m in zip(out, mirrored, strict=True)]
     assert all(s or f for s, f in zip(same, flipped, strict=True))
