@@ -6,6 +6,9 @@
   petals-host-starter-aug   the same, with the starter kernel's augmentation choices
   starter       the public starter-kernel approach: a per-image map with a per-image
                 gather-based rotation/shear/zoom/shift and flip, deterministic read order
+  cpu-recipe    petals' training dataset under the CPU recipe (its batch of 32, flips on the
+                host, decoded images cached in memory), measured once a first pass has filled
+                the cache: what feeds every epoch after the first of `make train` on a laptop
 
 Each variant runs in its own process (so its peak RSS is its own) for `--seconds` after a
 warm-up. Usage: python benchmarks/bench_input.py [--data-dir data] [--size 192] [--batch 128]
@@ -30,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_fetch import machine, record  # noqa: E402
 
-VARIANTS = ("decode-only", "petals", "petals-host", "petals-host-starter-aug", "starter")
+VARIANTS = ("decode-only", "petals", "petals-host", "petals-host-starter-aug", "starter", "cpu-recipe")
 # The starter kernel's augmentation in petals' terms: flip and affine, nearest neighbour, no colour.
 STARTER_AUGMENTATION = [
     "augment.brightness=0",
@@ -128,6 +131,9 @@ def build(variant: str, data_dir: Path, size: int, batch: int):
         return examples.repeat().batch(batch, drop_remainder=True).prefetch(data.AUTOTUNE)
     if variant == "starter":
         return starter_kernel_dataset(files, spec, size, batch)
+    if variant == "cpu-recipe":
+        config = load_config("cpu", overrides)
+        return data.train_dataset(files, spec, config, config.data.batch_size)
     if variant.startswith("petals-host"):
         overrides.append("augment.where=host")
     if variant == "petals-host-starter-aug":
@@ -141,7 +147,14 @@ def measure(variant: str, data_dir: Path, size: int, batch: int, seconds: float)
 
     startup_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     batches = iter(build(variant, data_dir, size, batch))
-    for _ in range(5):  # warm-up: tracing, thread pools, autotuning's first guesses
+    warmup = 5  # tracing, thread pools, autotuning's first guesses
+    if variant == "cpu-recipe":  # and a whole pass, which fills the cache
+        from pipeline.config import load_config
+        from pipeline.fetch import read_manifest
+
+        train_images = read_manifest(data_dir)["sizes"][str(size)]["train"]["images"]
+        warmup += math.ceil(train_images / load_config("cpu").data.batch_size)
+    for _ in range(warmup):
         next(batches)
     images, started = 0, time.perf_counter()
     while (elapsed := time.perf_counter() - started) < seconds:
@@ -185,7 +198,7 @@ def main() -> None:
             sys.exit(f"bench_input: {variant} failed:\n{done.stderr[-2000:]}")
         results[variant] = json.loads(done.stdout.strip().splitlines()[-1])
 
-    ceiling, ours, host, host_same, starter = (results[v]["images_per_second"] for v in VARIANTS)
+    ceiling, ours, host, host_same, starter = (results[v]["images_per_second"] for v in VARIANTS[:5])
     print(f"\ninput pipeline, {args.size} px, batch {args.batch}, {machine()}")
     print(f"{'variant':<26}{'images/s':>10}{'peak RSS MiB':>14}")
     for variant in VARIANTS:
