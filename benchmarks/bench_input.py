@@ -198,7 +198,10 @@ def main() -> None:
             sys.exit(f"bench_input: {variant} failed:\n{done.stderr[-2000:]}")
         results[variant] = json.loads(done.stdout.strip().splitlines()[-1])
 
-    ceiling, ours, host, host_same, starter = (results[v]["images_per_second"] for v in VARIANTS[:5])
+    ceiling, ours, host, host_same, starter = (
+        results[v]["images_per_second"]
+        for v in ("decode-only", "petals", "petals-host", "petals-host-starter-aug", "starter")
+    )
     print(f"\ninput pipeline, {args.size} px, batch {args.batch}, {machine()}")
     print(f"{'variant':<26}{'images/s':>10}{'peak RSS MiB':>14}")
     for variant in VARIANTS:
