@@ -152,3 +152,21 @@ def test_predicting_on_other_data_than_the_run_was_trained_on_is_refused(
     err = capsys.readouterr().err
     assert f"{name} was trained on {origin}" in err and "holds elsewhere" in err
     assert not predictions_path(runs_dir / name, "test").exists()
+
+
+def test_the_weight_search_never_ends_below_its_best_member():
+    # From equal weights, coordinate ascent first moves to the second member's corner (better than
+    # the equal blend), and from a corner no single weight reaches the first member, which is best.
+    labels = np.array([2, 1, 2, 2, 2, 0])
+    first = np.array(
+        [[0.2, 0, 0.8], [0, 0.1, 0.8], [0, 0.3, 0.7], [0, 0.2, 0.8], [0.4, 0.3, 0.3], [0.5, 0.2, 0.2]],
+        np.float32,
+    )
+    second = np.array(
+        [[0.2, 0.2, 0.6], [0.1, 0.5, 0.4], [0.3, 0.7, 0], [0.6, 0.2, 0.2], [0.1, 0.7, 0.2], [0.3, 0.1, 0.7]],
+        np.float32,
+    )
+    weights = ensemble.search_weights([first, second], labels, np.ones(2))
+    blended = ensemble.blend([first, second], weights).argmax(axis=1)
+    best_member = max(f1_score(labels, p.argmax(axis=1), average="macro") for p in (first, second))
+    assert f1_score(labels, blended, average="macro") >= best_member - 1e-9
