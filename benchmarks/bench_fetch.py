@@ -20,9 +20,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from competition import load_spec
-from pipeline import synthetic
-from pipeline.fetch import fingerprint, verify_layout
-from pipeline.files import write_json
+from pipeline.core.files import write_json
+from pipeline.data import synthetic
+from pipeline.stages.fetch import fingerprint, verify_layout
 
 LATEST = Path(__file__).resolve().parent / "latest.json"
 

@@ -56,7 +56,7 @@ def starter_kernel_dataset(files, spec, size: int, batch: int):
     """
     import tensorflow as tf
 
-    from pipeline import records
+    from pipeline.data import records
 
     auto = tf.data.AUTOTUNE
 
@@ -119,26 +119,26 @@ def starter_kernel_dataset(files, spec, size: int, batch: int):
 
 def build(variant: str, data_dir: Path, size: int, batch: int):
     from competition import load_spec
-    from pipeline import data
-    from pipeline.config import load_config
-    from pipeline.fetch import locate_data
+    from pipeline.core.config import load_config
+    from pipeline.data import datasets
+    from pipeline.stages.fetch import locate_data
 
     spec = load_spec()
-    files = data.shard_files(locate_data(data_dir), spec, size, "train")
+    files = datasets.shard_files(locate_data(data_dir), spec, size, "train")
     overrides = [f"data.image_size={size}"]
     if variant == "decode-only":
-        examples = data.read_examples(files, spec, size, labeled=True, ordered=False)
-        return examples.repeat().batch(batch, drop_remainder=True).prefetch(data.AUTOTUNE)
+        examples = datasets.read_examples(files, spec, size, labeled=True, ordered=False)
+        return examples.repeat().batch(batch, drop_remainder=True).prefetch(datasets.AUTOTUNE)
     if variant == "starter":
         return starter_kernel_dataset(files, spec, size, batch)
     if variant == "cpu-recipe":
         config = load_config("cpu", overrides)
-        return data.train_dataset(files, spec, config, config.data.batch_size)
+        return datasets.train_dataset(files, spec, config, config.data.batch_size)
     if variant.startswith("petals-host"):
         overrides.append("augment.where=host")
     if variant == "petals-host-starter-aug":
         overrides += STARTER_AUGMENTATION
-    return data.train_dataset(files, spec, load_config("default", overrides), batch)
+    return datasets.train_dataset(files, spec, load_config("default", overrides), batch)
 
 
 def measure(variant: str, data_dir: Path, size: int, batch: int, seconds: float) -> dict:
@@ -149,8 +149,8 @@ def measure(variant: str, data_dir: Path, size: int, batch: int, seconds: float)
     batches = iter(build(variant, data_dir, size, batch))
     warmup = 5  # tracing, thread pools, autotuning's first guesses
     if variant == "cpu-recipe":  # and a whole pass, which fills the cache
-        from pipeline.config import load_config
-        from pipeline.fetch import read_manifest
+        from pipeline.core.config import load_config
+        from pipeline.stages.fetch import read_manifest
 
         train_images = read_manifest(data_dir)["sizes"][str(size)]["train"]["images"]
         warmup += math.ceil(train_images / load_config("cpu").data.batch_size)

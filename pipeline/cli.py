@@ -12,22 +12,22 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.errors import PetalsError
+from pipeline.core.errors import PetalsError
 
 # Before any stage imports TensorFlow: keep its C++ start-up chatter out of the logs.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # Stage name -> module with `add_arguments(parser)` and `run(args)`.
 STAGES = {
-    "fetch": "pipeline.fetch",
-    "inspect": "pipeline.inspect",
-    "train": "pipeline.train",
-    "evaluate": "pipeline.evaluate",
-    "predict": "pipeline.predict",
-    "ensemble": "pipeline.ensemble",
-    "submit": "pipeline.submit",
-    "leaderboard": "pipeline.leaderboard",
-    "kernel": "pipeline.kernel",
+    "fetch": "pipeline.stages.fetch",
+    "inspect": "pipeline.stages.inspect",
+    "train": "pipeline.stages.train",
+    "evaluate": "pipeline.stages.evaluate",
+    "predict": "pipeline.stages.predict",
+    "ensemble": "pipeline.stages.ensemble",
+    "submit": "pipeline.stages.submit",
+    "leaderboard": "pipeline.stages.leaderboard",
+    "kernel": "pipeline.stages.kernel",
 }
 EXIT_ERROR = 2
 

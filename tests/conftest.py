@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from competition import CompetitionSpec, load_spec
-from pipeline import synthetic
-from pipeline.fetch import FetchOptions, fetch
+from pipeline.data import synthetic
+from pipeline.stages.fetch import FetchOptions, fetch
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_SIZE = 32
@@ -57,9 +57,9 @@ def tiny_data_dir(tmp_path_factory, spec, tiny_dataset) -> Path:
 @pytest.fixture(scope="session")
 def tiny_runs(tmp_path_factory, tiny_data_dir) -> list[Path]:
     """Two finished tiny runs (seeds 0 and 1) on the tiny data, trained once per session."""
-    from pipeline import train
-    from pipeline.config import load_config
-    from pipeline.strategy import pick_strategy
+    from pipeline.core.config import load_config
+    from pipeline.core.strategy import pick_strategy
+    from pipeline.stages import train
 
     runs_dir = tmp_path_factory.mktemp("runs")
     run_dirs = []

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline import augment
-from pipeline.config import AugmentConfig
+from pipeline.core.config import AugmentConfig
+from pipeline.data import augment
 
 OFF = AugmentConfig(
     flip=False, brightness=0.0, contrast=0.0, saturation=0.0, rotation=0.0, shear=0.0, zoom=0.0, shift=0.0

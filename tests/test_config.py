@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.config import AugmentConfig, Config, load_config, parse_overrides
-from pipeline.errors import PetalsError
+from pipeline.core.config import AugmentConfig, Config, load_config, parse_overrides
+from pipeline.core.errors import PetalsError
 
 
 def test_defaults_are_the_dataclass_defaults():

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline import data, records
-from pipeline.config import load_config
-from pipeline.errors import PetalsError
+from pipeline.core.config import load_config
+from pipeline.core.errors import PetalsError
+from pipeline.data import datasets, records
 from tests.conftest import TINY_SIZE
 
 
@@ -28,25 +28,25 @@ def _config(*overrides: str):
 
 
 def _files(root, spec, split):
-    return data.shard_files(str(root), spec, TINY_SIZE, split)
+    return datasets.shard_files(str(root), spec, TINY_SIZE, split)
 
 
 def test_global_batch_is_per_replica_times_replicas():
-    assert data.global_batch_size(16, 8) == 128
+    assert datasets.global_batch_size(16, 8) == 128
     with pytest.raises(PetalsError, match="must be positive"):
-        data.global_batch_size(0, 8)
+        datasets.global_batch_size(0, 8)
 
 
 def test_missing_resolution_says_what_the_data_has(tiny_dataset, spec):
     expected = r"no tfrecords-jpeg-512x512/train shards \(resolutions present: \[32\]\)"
     with pytest.raises(PetalsError, match=expected):
-        data.shard_files(str(tiny_dataset), spec, 512, "train")
+        datasets.shard_files(str(tiny_dataset), spec, 512, "train")
 
 
 @pytest.mark.parametrize("where", ["device", "host"])
 def test_train_batches_have_static_shapes_and_labels_in_range(tiny_dataset, spec, where):
-    batch = data.global_batch_size(4, 2)
-    dataset = data.train_dataset(
+    batch = datasets.global_batch_size(4, 2)
+    dataset = datasets.train_dataset(
         _files(tiny_dataset, spec, "train"), spec, _config(f"augment.where={where}"), batch
     )
     images_spec, labels_spec = dataset.element_spec
@@ -60,27 +60,27 @@ def test_train_batches_have_static_shapes_and_labels_in_range(tiny_dataset, spec
 
 def test_host_mixing_gives_soft_labels(tiny_dataset, spec):
     config = _config("augment.where=host", "augment.cutmix=0.5", "augment.mixup=0.5")
-    _, labels = next(iter(data.train_dataset(_files(tiny_dataset, spec, "train"), spec, config, 8)))
+    _, labels = next(iter(datasets.train_dataset(_files(tiny_dataset, spec, "train"), spec, config, 8)))
     assert labels.shape == (8, spec.num_classes)
     np.testing.assert_allclose(labels.numpy().sum(axis=1), 1.0, atol=1e-5)
 
 
 def test_training_resolution_can_differ_from_the_records(tiny_dataset, spec):
     config = _config("data.input_size=24", "augment.where=host")
-    images, _ = next(iter(data.train_dataset(_files(tiny_dataset, spec, "train"), spec, config, 4)))
+    images, _ = next(iter(datasets.train_dataset(_files(tiny_dataset, spec, "train"), spec, config, 4)))
     assert images.shape == (4, 24, 24, 3)
 
 
 def test_input_pipelines_read_disjoint_shards_that_cover_the_split(tiny_dataset, spec):
     files = _files(tiny_dataset, spec, "train")
     contexts = [tf.distribute.InputContext(num_input_pipelines=3, input_pipeline_id=i) for i in range(3)]
-    shares = [data.files_for_pipeline(files, c) for c in contexts]
+    shares = [datasets.files_for_pipeline(files, c) for c in contexts]
     assert sorted(f for share in shares for f in share) == sorted(files)
     assert all(len(share) in (5, 6) for share in shares)
-    dataset = data.train_dataset(files, spec, _config(), 4, input_context=contexts[1])
+    dataset = datasets.train_dataset(files, spec, _config(), 4, input_context=contexts[1])
     assert dataset.element_spec[0].shape[0] == 4  # a per-replica batch
     with pytest.raises(PetalsError, match="16 shards cannot feed 32 input pipelines"):
-        data.files_for_pipeline(
+        datasets.files_for_pipeline(
             files, tf.distribute.InputContext(num_input_pipelines=32, input_pipeline_id=20)
         )
 
@@ -92,8 +92,8 @@ def _all(dataset):
 
 def test_validation_is_deterministic_and_complete(tiny_dataset, spec):
     files = _files(tiny_dataset, spec, "val")
-    first = _all(data.eval_dataset(files, spec, _config(), 16, labeled=True))
-    second = _all(data.eval_dataset(files, spec, _config(), 16, labeled=True))
+    first = _all(datasets.eval_dataset(files, spec, _config(), 16, labeled=True))
+    second = _all(datasets.eval_dataset(files, spec, _config(), 16, labeled=True))
     np.testing.assert_array_equal(first[0], second[0])
     np.testing.assert_array_equal(first[1], second[1])
     assert len(first[1]) == records.count_images(files)
@@ -101,8 +101,8 @@ def test_validation_is_deterministic_and_complete(tiny_dataset, spec):
 
 def test_test_ids_stay_with_their_images_in_a_fixed_order(tiny_dataset, spec):
     files = _files(tiny_dataset, spec, "test")
-    images, ids = _all(data.eval_dataset(files, spec, _config(), 16, labeled=False))
-    _, ids_again = _all(data.eval_dataset(files, spec, _config(), 16, labeled=False))
+    images, ids = _all(datasets.eval_dataset(files, spec, _config(), 16, labeled=False))
+    _, ids_again = _all(datasets.eval_dataset(files, spec, _config(), 16, labeled=False))
     assert ids.tolist() == ids_again.tolist()
     # The reference: every record decoded on its own, straight from the shards.
     reference = {}
@@ -117,18 +117,18 @@ def test_test_ids_stay_with_their_images_in_a_fixed_order(tiny_dataset, spec):
 @pytest.mark.parametrize("labeled", [True, False])
 def test_padding_makes_every_batch_full_and_is_marked(tiny_dataset, spec, labeled):
     files = _files(tiny_dataset, spec, "val" if labeled else "test")
-    dataset = data.eval_dataset(files, spec, _config(), 32, labeled=labeled, pad_to_batch=True)
+    dataset = datasets.eval_dataset(files, spec, _config(), 32, labeled=labeled, pad_to_batch=True)
     assert dataset.element_spec[0].shape[0] == 32
     tags = np.concatenate([tags for _, tags in dataset.as_numpy_iterator()])
-    real = ~data.is_padding(tf.constant(tags)).numpy()
+    real = ~datasets.is_padding(tf.constant(tags)).numpy()
     assert len(tags) % 32 == 0 and real.sum() == records.count_images(files)
     assert real[: real.sum()].all()  # padding only at the end
 
 
 def test_class_counts_are_the_labels_of_every_record(tiny_dataset, spec):
     files = _files(tiny_dataset, spec, "train")
-    labels = [int(label) for _, label in data.read_examples(files, spec, TINY_SIZE, True, True)]
-    counts = data.class_counts(files, spec, TINY_SIZE)
+    labels = [int(label) for _, label in datasets.read_examples(files, spec, TINY_SIZE, True, True)]
+    counts = datasets.class_counts(files, spec, TINY_SIZE)
     assert counts.shape == (spec.num_classes,) and counts.sum() == records.count_images(files)
     np.testing.assert_array_equal(counts, np.bincount(labels, minlength=spec.num_classes))
 
@@ -141,17 +141,17 @@ def test_a_label_outside_the_classes_is_named_with_its_shard(tiny_copy, spec):
     example.features.feature[spec.schema.label].int64_list.value[0] = spec.num_classes
     records.write_shard(victim, [example.SerializeToString(), *serialized[1:]])
     with pytest.raises(PetalsError, match=f"^{victim}: label 104 is not a class \\(0..103\\)$"):
-        data.class_counts(files, spec, TINY_SIZE)
+        datasets.class_counts(files, spec, TINY_SIZE)
 
 
 def test_counting_classes_names_a_truncated_shard_or_skips_it(tiny_copy, spec):
     files = _files(tiny_copy, spec, "train")
-    whole = data.class_counts(files, spec, TINY_SIZE)
+    whole = datasets.class_counts(files, spec, TINY_SIZE)
     content = Path(files[5]).read_bytes()
     Path(files[5]).write_bytes(content[: len(content) * 2 // 3])
     with pytest.raises(PetalsError, match=f"^{files[5]}: .*truncated after .*skip_bad_records"):
-        data.class_counts(files, spec, TINY_SIZE)
-    assert data.class_counts(files, spec, TINY_SIZE, skip_bad=True).sum() < whole.sum()
+        datasets.class_counts(files, spec, TINY_SIZE)
+    assert datasets.class_counts(files, spec, TINY_SIZE, skip_bad=True).sum() < whole.sum()
 
 
 # ----------------------------------------------------------------------------- bad records
@@ -180,8 +180,11 @@ def test_a_bad_record_fails_naming_the_shard(tiny_copy, spec, damage):
     files = _files(tiny_copy, spec, "val")
     victim = tiny_copy / files[3].split(str(tiny_copy) + "/")[1]
     _rewrite_with_corrupt_jpeg(victim, spec, 1) if damage == "jpeg" else _truncate(victim)
-    dataset = data.eval_dataset(files, spec, _config(), 16, labeled=True)
-    with pytest.raises(PetalsError) as caught, data.naming_bad_records(files, spec, TINY_SIZE, labeled=True):
+    dataset = datasets.eval_dataset(files, spec, _config(), 16, labeled=True)
+    with (
+        pytest.raises(PetalsError) as caught,
+        datasets.naming_bad_records(files, spec, TINY_SIZE, labeled=True),
+    ):
         _drain(dataset)
     message = str(caught.value)
     assert message.startswith(str(victim)) and "skip_bad_records" in message and "\n" not in message
@@ -194,13 +197,13 @@ def test_skipping_bad_records_reports_them_per_file(tiny_copy, spec, damage):
     victim = tiny_copy / files[5].split(str(tiny_copy) + "/")[1]
     _rewrite_with_corrupt_jpeg(victim, spec, 0) if damage == "jpeg" else _truncate(victim)
     config = _config("data.skip_bad_records=true")
-    read = _drain(data.eval_dataset(files, spec, config, 16, labeled=True))
-    reports = data.scan_shards(files, spec, TINY_SIZE, labeled=True)
+    read = _drain(datasets.eval_dataset(files, spec, config, 16, labeled=True))
+    reports = datasets.scan_shards(files, spec, TINY_SIZE, labeled=True)
     assert [r.path for r in reports] == [str(victim)]
     assert read == records.count_images(files) - reports[0].skipped
     assert reports[0].skipped == 1 if damage == "jpeg" else reports[0].skipped > 0
-    summary = data.skipped_summary(reports)
+    summary = datasets.skipped_summary(reports)
     assert summary[0].startswith(f"skipped {reports[0].skipped} unreadable record(s) in 1 shard(s)")
     # Training keeps going past the bad records, epoch after epoch.
-    train = data.train_dataset(files, spec, config, 8)
+    train = datasets.train_dataset(files, spec, config, 8)
     assert sum(1 for _ in train.take(3 * read // 8)) == 3 * read // 8

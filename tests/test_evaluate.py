@@ -11,9 +11,10 @@ import pytest
 from sklearn.metrics import f1_score
 
 from competition.submission import check_submission
-from pipeline import cli, ensemble, leaderboard
-from pipeline.infer import Predictions, predictions_path
-from pipeline.predict import sample_ids
+from pipeline import cli
+from pipeline.modeling.inference import Predictions, predictions_path
+from pipeline.stages import ensemble, leaderboard
+from pipeline.stages.predict import sample_ids
 
 pytestmark = pytest.mark.slow
 

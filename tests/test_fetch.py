@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import fetch as fetch_stage
-from pipeline import records
-from pipeline.errors import PetalsError
-from pipeline.fetch import FetchOptions, fetch, verify_layout
+from pipeline.core.errors import PetalsError
+from pipeline.data import records
+from pipeline.stages import fetch as fetch_stage
+from pipeline.stages.fetch import FetchOptions, fetch, verify_layout
 from tests.conftest import TINY_SCALE, TINY_SIZE
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import fetch as fetch_stage
+from pipeline.stages import fetch as fetch_stage
 from tests.conftest import TINY_SIZE, error_lines, run_cli
 from tests.kaggle_server import Behaviour, KaggleTestServer
 

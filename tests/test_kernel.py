@@ -15,8 +15,9 @@ import pandas as pd
 import pytest
 
 from competition.submission import check_submission
-from pipeline import cli, kernel, leaderboard
-from pipeline.predict import sample_ids
+from pipeline import cli
+from pipeline.stages import kernel, leaderboard
+from pipeline.stages.predict import sample_ids
 from tests.conftest import REPO, TINY, error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer
 

@@ -6,24 +6,24 @@ import keras
 import numpy as np
 import pytest
 
-from pipeline import model
-from pipeline.errors import PetalsError
+from pipeline.core.errors import PetalsError
+from pipeline.modeling import registry
 
 
 def test_the_registry_lists_what_the_recipes_need():
-    names = model.list_backbones()
+    names = registry.list_backbones()
     for required in ("cnn", "efficientnet-b0", "efficientnet-b7", "keras-efficientnet-b7", "densenet201"):
         assert required in names
-    assert model.list_backbones("efficientnet-b*") == [f"efficientnet-b{i}" for i in range(8)]
-    assert "keras-efficientnetv2-s" in model.list_backbones("*v2*")
+    assert registry.list_backbones("efficientnet-b*") == [f"efficientnet-b{i}" for i in range(8)]
+    assert "keras-efficientnetv2-s" in registry.list_backbones("*v2*")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", model.list_backbones())
+@pytest.mark.parametrize("name", registry.list_backbones())
 def test_every_backbone_builds_and_gives_finite_probabilities(name):
-    backbone = model.get_backbone(name)
+    backbone = registry.get_backbone(name)
     size = max(32, backbone.min_size)
-    net = model.build_classifier(name, size, num_classes=7, weights="none", dropout=0.1)
+    net = registry.build_classifier(name, size, num_classes=7, weights="none", dropout=0.1)
     pixels = np.random.default_rng(0).integers(0, 256, (2, size, size, 3), dtype=np.uint8)
     probabilities = np.asarray(net(pixels, training=False))
     assert probabilities.shape == (2, 7) and probabilities.dtype == np.float32
@@ -35,16 +35,16 @@ def test_an_unknown_backbone_suggests_close_names():
     with pytest.raises(
         PetalsError, match=r"unknown backbone 'efficientnet-b9' \(did you mean: efficientnet-b0"
     ):
-        model.get_backbone("efficientnet-b9")
+        registry.get_backbone("efficientnet-b9")
 
 
 def test_weights_a_backbone_does_not_have_are_refused():
     with pytest.raises(PetalsError, match="backbone cnn has no 'imagenet' weights"):
-        model.build_classifier("cnn", 32, 5, weights="imagenet")
+        registry.build_classifier("cnn", 32, 5, weights="imagenet")
     with pytest.raises(PetalsError, match="backbone densenet201 has no 'noisy-student' weights"):
-        model.build_classifier("densenet201", 32, 5, weights="noisy-student")
+        registry.build_classifier("densenet201", 32, 5, weights="noisy-student")
     with pytest.raises(PetalsError, match=r"model\.weights='/no/such\.h5': not one of imagenet"):
-        model.build_classifier("cnn", 32, 5, weights="/no/such.h5")
+        registry.build_classifier("cnn", 32, 5, weights="/no/such.h5")
 
 
 def test_offline_pretrained_weights_say_how_to_pass_a_local_file(monkeypatch):
@@ -56,26 +56,26 @@ def test_offline_pretrained_weights_say_how_to_pass_a_local_file(monkeypatch):
     with pytest.raises(
         PetalsError, match=r"could not get imagenet weights for resnet50 .*--set model.weights="
     ):
-        model.build_classifier("resnet50", 32, 5, weights="imagenet")
+        registry.build_classifier("resnet50", 32, 5, weights="imagenet")
 
 
 def test_a_local_weights_file_loads_and_a_misfit_one_is_named(tmp_path):
-    source = model.build_classifier("cnn", 32, 5)
+    source = registry.build_classifier("cnn", 32, 5)
     backbone = source.get_layer("backbone")
     good = tmp_path / "cnn.weights.h5"
     backbone.save_weights(good)
-    rebuilt = model.build_classifier("cnn", 32, 5, weights=str(good))
+    rebuilt = registry.build_classifier("cnn", 32, 5, weights=str(good))
     for a, b in zip(backbone.weights, rebuilt.get_layer("backbone").weights, strict=True):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     other = tmp_path / "other.weights.h5"
-    model.build_classifier("efficientnet-b0", 32, 5).get_layer("backbone").save_weights(other)
+    registry.build_classifier("efficientnet-b0", 32, 5).get_layer("backbone").save_weights(other)
     with pytest.raises(PetalsError, match=f"{other}: does not fit backbone cnn"):
-        model.build_classifier("cnn", 32, 5, weights=str(other))
+        registry.build_classifier("cnn", 32, 5, weights=str(other))
 
 
 def test_the_cnn_reads_every_pixel_of_192_px_at_the_cost_of_64_px():
     def pooled_maps(size):
-        backbone = model.build_classifier("cnn", size, 5).get_layer("backbone")
+        backbone = registry.build_classifier("cnn", size, 5).get_layer("backbone")
         maps = [
             tuple(layer.output.shape[1:])
             for layer in backbone.layers
@@ -91,7 +91,7 @@ def test_the_cnn_reads_every_pixel_of_192_px_at_the_cost_of_64_px():
 
 
 def test_the_cnn_finds_a_flower_wherever_it_is():
-    backbone = model.build_classifier("cnn", 192, 5).get_layer("backbone")
+    backbone = registry.build_classifier("cnn", 192, 5).get_layer("backbone")
     images = np.zeros((3, 192, 192, 3), np.float32)
     patch = np.random.default_rng(0).uniform(0, 1, (24, 24, 3))
     images[1, 48:72, 48:72] = patch

@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from pipeline import policy
-from pipeline.config import TrainConfig
+from pipeline.core.config import TrainConfig
+from pipeline.modeling import policy
 
 PUBLIC_TPU = TrainConfig(
     lr_start=1e-5, lr_max=5e-5, lr_min=1e-5, lr_ramp_epochs=5, lr_sustain_epochs=0, lr_decay=0.8

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline import records, synthetic
+from pipeline.data import records, synthetic
 from tests.conftest import REPO
 
 
@@ -61,7 +61,7 @@ def test_test_records_have_no_class(tmp_path, spec):
 def test_a_record_serializes_to_the_same_bytes_in_every_process(spec):
     """The data fingerprint hashes shard bytes: drawing the embedded dataset again must match."""
     code = (
-        "import sys; from competition import load_spec; from pipeline import records; "
+        "import sys; from competition import load_spec; from pipeline.data import records; "
         "sys.stdout.write(records.serialize_example(load_spec('flowers').schema, b'jpeg', 'abc', 7).hex())"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}

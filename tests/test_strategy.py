@@ -8,8 +8,8 @@ import textwrap
 
 import pytest
 
-from pipeline import strategy
-from pipeline.errors import PetalsError
+from pipeline.core import strategy
+from pipeline.core.errors import PetalsError
 from tests.conftest import REPO
 
 
@@ -47,7 +47,7 @@ def test_cpu_replicas_give_a_mirrored_strategy_over_logical_devices():
     # A fresh process: logical devices must be set before TensorFlow starts.
     code = textwrap.dedent(
         """
-        from pipeline import strategy
+        from pipeline.core import strategy
         picked = strategy.pick_strategy("auto", cpu_replicas=8)
         print(picked.kind, picked.replicas, picked.reason)
         """
@@ -60,7 +60,7 @@ def test_cpu_replicas_give_a_mirrored_strategy_over_logical_devices():
 
 
 def test_auto_recipe_follows_what_the_replicas_run_on():
-    from pipeline.train import resolve_recipe
+    from pipeline.stages.train import resolve_recipe
 
     assert [resolve_recipe("auto", d) for d in ("TPU", "GPU", "CPU")] == ["tpu", "gpu", "cpu"]
     assert resolve_recipe("densenet201", "TPU") == "densenet201"

@@ -9,8 +9,9 @@ import subprocess
 import pytest
 
 from competition.submission import submission_frame
-from pipeline import cli, leaderboard
-from pipeline.predict import sample_ids
+from pipeline import cli
+from pipeline.stages import leaderboard
+from pipeline.stages.predict import sample_ids
 from tests.conftest import error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer
 

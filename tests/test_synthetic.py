@@ -3,8 +3,8 @@ import pandas as pd
 import pytest
 import tensorflow as tf
 
-from pipeline import records, synthetic
-from pipeline.fetch import fingerprint, verify_layout
+from pipeline.data import records, synthetic
+from pipeline.stages.fetch import fingerprint, verify_layout
 from tests.conftest import TINY_SCALE, TINY_SIZE
 
 

@@ -15,12 +15,14 @@ import pandas as pd
 import pytest
 
 from competition.metric import macro_f1
-from pipeline import cli, loops, policy, train
-from pipeline.config import TrainConfig, load_config
-from pipeline.errors import PetalsError
-from pipeline.files import write_json
-from pipeline.infer import predict_split
-from pipeline.strategy import pick_strategy
+from pipeline import cli
+from pipeline.core.config import TrainConfig, load_config
+from pipeline.core.errors import PetalsError
+from pipeline.core.files import write_json
+from pipeline.core.strategy import pick_strategy
+from pipeline.modeling import loops, policy, registry
+from pipeline.modeling.inference import predict_split
+from pipeline.stages import train
 from tests.conftest import REPO, TINY, TINY_SIZE, error_lines
 
 
@@ -172,10 +174,10 @@ def test_bad_input_is_one_line_and_writes_no_run(tiny_data_dir, tmp_path, capsys
 
 
 def test_a_weights_file_that_does_not_fit_is_named_and_writes_no_run(tiny_data_dir, tmp_path, capsys):
-    from pipeline import model
+    from pipeline.modeling import registry
 
     misfit = tmp_path / "other.weights.h5"
-    model.build_classifier("efficientnet-b0", 32, 5).get_layer("backbone").save_weights(misfit)
+    registry.build_classifier("efficientnet-b0", 32, 5).get_layer("backbone").save_weights(misfit)
     code, lines = _train_here(
         capsys, *_train_args(tiny_data_dir, tmp_path / "runs", "--set", f"model.weights={misfit}")
     )
@@ -199,11 +201,11 @@ def test_a_checkpoint_another_model_saved_is_named_and_kept(tiny_data_dir, tmp_p
 
 
 def test_weights_that_do_not_fit_the_run_are_named(tiny_runs, tmp_path):
-    from pipeline import model
+    from pipeline.modeling import registry
 
     run_dir = tmp_path / "run"
     shutil.copytree(tiny_runs[0], run_dir)
-    model.build_classifier("cnn", TINY_SIZE, 5).save_weights(run_dir / loops.BEST)
+    registry.build_classifier("cnn", TINY_SIZE, 5).save_weights(run_dir / loops.BEST)
     with pytest.raises(PetalsError, match=r"best\.weights\.h5: does not fit this run's model"):
         loops.load_inference_model(run_dir)
 
@@ -242,13 +244,13 @@ def test_list_backbones(capsys):
     assert cli.main(["train", "--list-backbones"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert any(line.startswith("efficientnet-b7 ") and "noisy-student" in line for line in listed)
-    assert len(listed) == len(__import__("pipeline.model").model.BACKBONES)
+    assert len(listed) == len(registry.BACKBONES)
 
 
 def test_fine_tuning_unfreezes_the_backbone_but_keeps_batchnorm_frozen():
-    from pipeline import model
+    from pipeline.modeling import registry
 
-    net = model.build_classifier("cnn", 32, 5)
+    net = registry.build_classifier("cnn", 32, 5)
     backbone = net.get_layer("backbone")
     loops.set_backbone_trainable(net, False, freeze_batchnorm=True)
     assert not backbone.trainable and all(not w.trainable for w in backbone.weights)

@@ -30,9 +30,11 @@ import tensorflow as tf
 from tqdm import tqdm
 
 from competition import CompetitionSpec, load_spec
-from pipeline import __version__, kaggle_client, records, synthetic
-from pipeline.errors import PetalsError, first_line
-from pipeline.files import write_json
+from pipeline import __version__
+from pipeline.core import kaggle_client
+from pipeline.core.errors import PetalsError, first_line
+from pipeline.core.files import write_json
+from pipeline.data import records, synthetic
 
 log = logging.getLogger(__name__)
 

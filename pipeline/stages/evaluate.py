@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.errors import PetalsError
-from pipeline.files import pyplot, save_figure, write_atomically, write_json
+from pipeline.core.errors import PetalsError
+from pipeline.core.files import pyplot, save_figure, write_atomically, write_json
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +26,7 @@ TOP_CONFUSIONS = 10
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipeline.infer import add_run_arguments
+    from pipeline.modeling.inference import add_run_arguments
 
     add_run_arguments(parser)
     parser.add_argument("--tta", type=int, default=1, help="test-time augmentation passes (1: none)")
@@ -36,8 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from pipeline.infer import find_run
-    from pipeline.strategy import pick_strategy
+    from pipeline.core.strategy import pick_strategy
+    from pipeline.modeling.inference import find_run
 
     picked = pick_strategy(args.strategy)
     run_dir = find_run(args, picked.device)
@@ -53,9 +53,9 @@ def evaluate(run_dir: Path, data_dir: Path, tta: int, picked, submissions_dir: P
 
     from competition import load_spec
     from competition.metric import macro_f1
-    from pipeline import leaderboard
-    from pipeline.config import read_config
-    from pipeline.infer import predict_split
+    from pipeline.core.config import read_config
+    from pipeline.modeling.inference import predict_split
+    from pipeline.stages import leaderboard
 
     config = read_config(run_dir / "config.json")
     if config.train.merge_val:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.errors import PetalsError
-from pipeline.files import sha256, write_atomically
+from pipeline.core.errors import PetalsError
+from pipeline.core.files import sha256, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +82,8 @@ class Predictions:
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """train's run arguments, plus the recipe arguments that name a run the way `train` does."""
-    from pipeline import config as config_module
-    from pipeline.train import add_run_arguments as add_train_run_arguments
+    from pipeline.core import config as config_module
+    from pipeline.stages.train import add_run_arguments as add_train_run_arguments
 
     add_train_run_arguments(
         parser, "run id or run dir (default: the run `train` makes of the same --recipe and --set)"
@@ -93,9 +93,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def find_run(args: argparse.Namespace, device: str) -> Path:
     """The run dir `--run` names, or the one `train` makes of the same recipe, overrides and data."""
-    from pipeline import config as config_module
-    from pipeline.fetch import read_manifest
-    from pipeline.train import METRICS, resolve_recipe, run_id
+    from pipeline.core import config as config_module
+    from pipeline.stages.fetch import read_manifest
+    from pipeline.stages.train import METRICS, resolve_recipe, run_id
 
     if args.run_id:
         given = Path(args.run_id)
@@ -112,7 +112,7 @@ def find_run(args: argparse.Namespace, device: str) -> Path:
 
 def check_same_data(run_dir: Path, data_dir: Path) -> dict:
     """The data dir's manifest, after checking it is the data the run was trained on."""
-    from pipeline.fetch import read_manifest
+    from pipeline.stages.fetch import read_manifest
 
     manifest = read_manifest(data_dir)
     if manifest is None:
@@ -140,7 +140,7 @@ def view(images, index: int, aug, num_classes: int, shift_scale: float):
     """Pass `index` of test-time augmentation: 0 the images, 1 mirrored, then random augmentations."""
     import tensorflow as tf
 
-    from pipeline import augment
+    from pipeline.data import augment
 
     images = tf.cast(images, tf.float32)
     if index == 0:
@@ -153,14 +153,14 @@ def view(images, index: int, aug, num_classes: int, shift_scale: float):
 
 def split_files(config, spec, root: str, split: str) -> list[str]:
     """The shards of `split`; for a k-fold run, "val" is the fold it held out of train + val."""
-    from pipeline import data
-    from pipeline.train import held_out
+    from pipeline.data import datasets
+    from pipeline.stages.train import held_out
 
     size = config.data.image_size
     if split == "val" and config.train.folds:
-        both = data.shard_files(root, spec, size, "train") + data.shard_files(root, spec, size, "val")
+        both = datasets.shard_files(root, spec, size, "train") + datasets.shard_files(root, spec, size, "val")
         return held_out(both, config.train.folds, config.train.fold)[1]
-    return data.shard_files(root, spec, size, split)
+    return datasets.shard_files(root, spec, size, split)
 
 
 def predict_split(run_dir: Path, data_dir: Path, split: str, tta: int, picked) -> Predictions:
@@ -168,9 +168,10 @@ def predict_split(run_dir: Path, data_dir: Path, split: str, tta: int, picked) -
     import tensorflow as tf
 
     from competition import load_spec
-    from pipeline import config as config_module
-    from pipeline import data, loops
-    from pipeline.fetch import locate_data
+    from pipeline.core import config as config_module
+    from pipeline.data import datasets
+    from pipeline.modeling import loops
+    from pipeline.stages.fetch import locate_data
 
     if tta < 1:
         raise PetalsError(f"--tta {tta}: the number of passes must be at least 1")
@@ -189,16 +190,18 @@ def predict_split(run_dir: Path, data_dir: Path, split: str, tta: int, picked) -
             return saved
     files = split_files(config, spec, locate_data(data_dir), split)
     labeled = spec.is_labeled(split)
-    batch = data.global_batch_size(config.data.batch_size, picked.replicas)
-    dataset = data.eval_dataset(files, spec, config, batch, labeled=labeled, pad_to_batch=True, with_ids=True)
+    batch = datasets.global_batch_size(config.data.batch_size, picked.replicas)
+    dataset = datasets.eval_dataset(
+        files, spec, config, batch, labeled=labeled, pad_to_batch=True, with_ids=True
+    )
     with picked.strategy.scope():
         net = loops.load_inference_model(run_dir)
-    with data.naming_bad_records(files, spec, config.data.image_size, labeled):
+    with datasets.naming_bad_records(files, spec, config.data.image_size, labeled):
         tags = list(dataset.map(lambda images, *tags: tags).as_numpy_iterator())
         ids = np.concatenate([t[-1] for t in tags]).astype(str)
-        real = ids != data.PAD_ID.decode()
+        real = ids != datasets.PAD_ID.decode()
         total = np.zeros((int(real.sum()), spec.num_classes), np.float64)
-        aug, scale = tta_augment(config), data.shift_scale(config)
+        aug, scale = tta_augment(config), datasets.shift_scale(config)
         for index in range(tta):
             tf.random.set_seed(config.seed + index)  # the same random views on every rerun
             views = dataset.map(lambda images, *tags, i=index: view(images, i, aug, spec.num_classes, scale))

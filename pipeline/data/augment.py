@@ -15,7 +15,7 @@ import math
 
 import tensorflow as tf
 
-from pipeline.config import AugmentConfig
+from pipeline.core.config import AugmentConfig
 
 # ITU-R 601 luma weights, as in tf.image.rgb_to_grayscale / adjust_saturation.
 _LUMA = (0.299, 0.587, 0.114)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from competition.spec import SPEC_DIR
-from pipeline.errors import PetalsError
+from pipeline.core.errors import PetalsError
 
 RECIPE_DIR = SPEC_DIR / "recipes"
 DEFAULT_RECIPE = "default"  # the plain defaults below, no recipe file
@@ -76,7 +76,7 @@ class AugmentConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The network: a backbone from the registry (`pipeline.model.BACKBONES`) and its head."""
+    """The network: a backbone from the registry (`pipeline.modeling.registry.BACKBONES`) and its head."""
 
     backbone: str = "cnn"
     weights: str = "none"  # imagenet | noisy-student | none | a local weights file (offline kernels)

@@ -16,7 +16,7 @@ import json
 import logging
 from pathlib import Path
 
-from pipeline.errors import PetalsError
+from pipeline.core.errors import PetalsError
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from competition import load_spec
     from competition.submission import SubmissionError, check_submission
-    from pipeline import kaggle_client, leaderboard
-    from pipeline.fetch import read_manifest
-    from pipeline.files import sha256
-    from pipeline.predict import sample_ids
+    from pipeline.core import kaggle_client
+    from pipeline.core.files import sha256
+    from pipeline.stages import leaderboard
+    from pipeline.stages.fetch import read_manifest
+    from pipeline.stages.predict import sample_ids
 
     path = args.file or newest_submission(args.submissions_dir)
     spec = load_spec(args.competition)

@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             raise SystemExit(f"petals kernel: the {name} stage failed (exit {code})")
 
-    from pipeline.config import load_config
+    from pipeline.core.config import load_config
 
     resolved = load_config(SETTINGS["recipe"], [*SETTINGS["overrides"], *args.extra])
     ensure_backbone_package(resolved.model.backbone)

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from pipeline import config as config_module
-from pipeline.config import Config
-from pipeline.errors import PetalsError
-from pipeline.files import pyplot, save_figure, write_json
+from pipeline.core import config as config_module
+from pipeline.core.config import Config
+from pipeline.core.errors import PetalsError
+from pipeline.core.files import pyplot, save_figure, write_json
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +56,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     if args.list_backbones:
-        from pipeline.model import BACKBONES
+        from pipeline.modeling.registry import BACKBONES
 
         print("\n".join(b.describe() for b in BACKBONES.values()))
         return
-    from pipeline.strategy import pick_strategy
+    from pipeline.core.strategy import pick_strategy
 
     picked = pick_strategy(args.strategy, args.tpu, args.cpu_replicas)
     log.info("strategy: %s (%s), %d replica(s)", picked.kind, picked.reason, picked.replicas)
@@ -119,7 +119,7 @@ def held_out(files: list[str], folds: int, fold: int) -> tuple[list[str], list[s
 
 def run_id(config: Config, fingerprint: str) -> str:
     """Same config and data -> same id, so rerunning a command finds (and resumes) its run."""
-    from pipeline.data import input_size
+    from pipeline.data.datasets import input_size
 
     digest = hashlib.sha256(json.dumps([config.to_dict(), fingerprint], sort_keys=True).encode()).hexdigest()
     return f"{config.recipe}-{config.model.backbone}-{input_size(config)}-{digest[:8]}"
@@ -130,22 +130,23 @@ def prepare(
 ) -> Job:
     """Check the config against the data and the replicas; nothing is written here."""
     from competition import load_spec
-    from pipeline import data, model, records
-    from pipeline.fetch import locate_data, read_manifest
+    from pipeline.data import datasets, records
+    from pipeline.modeling import registry
+    from pipeline.stages.fetch import locate_data, read_manifest
 
     spec = load_spec(config.competition)
     root = locate_data(data_dir)
     manifest = read_manifest(data_dir)
     size = config.data.image_size
-    train_files = data.shard_files(root, spec, size, "train")
-    val_files = data.shard_files(root, spec, size, "val")
+    train_files = datasets.shard_files(root, spec, size, "train")
+    val_files = datasets.shard_files(root, spec, size, "val")
     train = config.train
     if train.merge_val:
         train_files, val_files = train_files + val_files, []
     elif train.folds:
         train_files, val_files = held_out(train_files + val_files, train.folds, train.fold)
-    model.get_backbone(config.model.backbone)  # an unknown name fails here, before any work
-    global_batch = data.global_batch_size(config.data.batch_size, picked.replicas)
+    registry.get_backbone(config.model.backbone)  # an unknown name fails here, before any work
+    global_batch = datasets.global_batch_size(config.data.batch_size, picked.replicas)
     train_images = records.count_images(train_files)
     if global_batch > train_images:
         raise PetalsError(
@@ -213,7 +214,7 @@ def plot_curves(history, path: Path) -> None:
 
 def fit(job: Job, verbose: int = 1, restart: bool = False) -> dict:
     """Train the job's recipe to its last epoch, resuming from the last checkpoint; return its metrics."""
-    from pipeline import loops
+    from pipeline.modeling import loops
 
     config = job.config
     trainer = loops.Trainer(job, verbose=verbose, restart=restart)

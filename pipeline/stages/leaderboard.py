@@ -24,8 +24,8 @@ from typing import Any
 
 import pandas as pd
 
-from pipeline.errors import PetalsError
-from pipeline.files import pyplot, save_figure, write_atomically
+from pipeline.core.errors import PetalsError
+from pipeline.core.files import pyplot, save_figure, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ def _score(value: Any) -> float | None:
 
 def sync(board: Path, slug: str) -> int:
     """Pull your submissions' scores on `slug` and write them onto the rows they came from."""
-    from pipeline import kaggle_client
+    from pipeline.core import kaggle_client
 
     action = f"listing your submissions to {slug!r}"
     client = kaggle_client.call_with_retries(kaggle_client.api, slug=slug, action=action)

@@ -21,10 +21,12 @@ import pandas as pd
 import tensorflow as tf
 
 from competition import load_spec
-from pipeline import augment, data, model, policy, strategy
-from pipeline.config import TrainConfig, read_config
-from pipeline.errors import PetalsError, first_line
-from pipeline.files import write_atomically
+from pipeline.core import strategy
+from pipeline.core.config import TrainConfig, read_config
+from pipeline.core.errors import PetalsError, first_line
+from pipeline.core.files import write_atomically
+from pipeline.data import augment, datasets
+from pipeline.modeling import policy, registry
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +192,7 @@ class Trainer:
         self.jit_compile = strategy.pick_jit_compile(picked.device, train.jit_compile)
         self.steps_per_execution = strategy.pick_steps_per_execution(picked.device, train.steps_per_execution)
         self.steps = policy.steps_per_epoch(train, job.train_images, job.global_batch)
-        self.size = data.input_size(self.config)
+        self.size = datasets.input_size(self.config)
         self._iterator = None  # the custom loop's distributed training data, made once
 
     # ------------------------------------------------------------------ building
@@ -204,7 +206,7 @@ class Trainer:
         keras.mixed_precision.set_global_policy(self.precision)
         keras.utils.set_random_seed(config.seed)
         with job.picked.strategy.scope():
-            net = model.build_classifier(
+            net = registry.build_classifier(
                 config.model.backbone,
                 self.size,
                 job.spec.num_classes,
@@ -218,7 +220,7 @@ class Trainer:
                 job.spec.num_classes,
                 config.augment,
                 augment_here=config.augment.where == "device",
-                shift_scale=data.shift_scale(config),
+                shift_scale=datasets.shift_scale(config),
             )
             ema = config.train.ema  # 0: no average
             self.optimizer = AveragingAdam(config.train.lr_start, use_ema=ema > 0, ema_momentum=ema)
@@ -234,7 +236,7 @@ class Trainer:
         self.manager = tf.train.CheckpointManager(self.checkpoint, job.checkpoint_dir, max_to_keep=1)
         self.class_counts = None
         if config.train.logit_adjustment:
-            self.class_counts = data.class_counts(
+            self.class_counts = datasets.class_counts(
                 job.train_files, job.spec, config.data.image_size, config.data.skip_bad_records
             )
             log.info(
@@ -271,7 +273,7 @@ class Trainer:
         job = self.job
         if not job.val_files:
             return None
-        return data.eval_dataset(
+        return datasets.eval_dataset(
             job.val_files, job.spec, self.config, job.global_batch, labeled=True, pad_to_batch=True
         )
 
@@ -284,7 +286,7 @@ class Trainer:
         if self._val_labels is None:
             self._val_labels = np.concatenate([tags for _, tags in val.as_numpy_iterator()])
         probabilities = self.classifier.predict(val.map(lambda images, _: images), verbose=0)
-        real = self._val_labels != data.PAD_LABEL
+        real = self._val_labels != datasets.PAD_LABEL
         probabilities, labels = probabilities[real], self._val_labels[real]
         predicted = probabilities.argmax(axis=1)
         losses = -np.log(np.clip(probabilities[np.arange(len(labels)), labels], 1e-7, 1.0))
@@ -390,7 +392,7 @@ class Trainer:
         """One Keras `fit` per backbone setting, so the data iterator and the compiled step live
         across epochs; the per-epoch work runs in a callback."""
         job = self.job
-        train = data.train_dataset(job.train_files, job.spec, self.config, job.global_batch)
+        train = datasets.train_dataset(job.train_files, job.spec, self.config, job.global_batch)
         epochs = _EpochHooks(self)
         for first, end in self._phases(start):
             self._set_trainable(policy.backbone_trainable(first, self.config.train))
@@ -420,7 +422,7 @@ class Trainer:
             per_replica = job.global_batch // picked.replicas
 
             def dataset_fn(context):
-                return data.train_dataset(
+                return datasets.train_dataset(
                     job.train_files, job.spec, self.config, per_replica, input_context=context
                 )
 
@@ -482,9 +484,9 @@ def load_inference_model(run_dir: Path, weights: str = BEST) -> keras.Model:
     config = read_config(config_path)
     spec = load_spec(config.competition)
     keras.mixed_precision.set_global_policy("float32")
-    net = model.build_classifier(
+    net = registry.build_classifier(
         config.model.backbone,
-        data.input_size(config),
+        datasets.input_size(config),
         spec.num_classes,
         weights="none",
         input_dtype="float32",

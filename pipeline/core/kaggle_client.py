@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import requests
 
-from pipeline.errors import PetalsError
+from pipeline.core.errors import PetalsError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -27,12 +27,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import PetalsError
-from pipeline.files import write_atomically, write_json
+from pipeline.core.errors import PetalsError
+from pipeline.core.files import write_atomically, write_json
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BUNDLED = ("pipeline", "competition")  # the packages the kernel carries
 METADATA = "kernel-metadata.json"
 SCRIPT = "petals_kernel.py"
@@ -57,7 +57,7 @@ DATASET_SOURCE = re.compile(r"[A-Za-z0-9_-]+/[A-Za-z0-9_.-]+")  # owner/dataset-
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipeline import config as config_module
+    from pipeline.core import config as config_module
 
     parser.add_argument(
         "action", choices=("generate", "check", "push", "status", "output"), help="what to do"
@@ -138,7 +138,7 @@ def bundle() -> bytes:
 
 
 def kernel_settings(args: argparse.Namespace, config, spec) -> dict[str, Any]:
-    from pipeline.train import git_commit
+    from pipeline.stages.train import git_commit
 
     return {
         "recipe": args.recipe,
@@ -159,7 +159,7 @@ def check_recipe(config, spec, internet: bool, datasets: list[str]) -> None:
             f"data.image_size={size}: Kaggle ships {', '.join(map(str, spec.resolutions))} px records only; "
             "the kernel cannot run this recipe"
         )
-    from pipeline.model import WEIGHT_CHOICES
+    from pipeline.modeling.registry import WEIGHT_CHOICES
 
     weights = config.model.weights
     downloaded = [w for w in WEIGHT_CHOICES if w != "none"]
@@ -181,7 +181,7 @@ def find_owner(given: str | None) -> str:
     """The kernel's owner: --owner, else the username of the Kaggle credentials."""
     if given:
         return given
-    from pipeline import kaggle_client
+    from pipeline.core import kaggle_client
 
     name = os.environ.get("KAGGLE_USERNAME") or kaggle_client.config_file_values().get("username")
     if not name:
@@ -235,7 +235,7 @@ def script_text(settings: dict[str, Any], payload: bytes, notebook: bool) -> str
 
 def generate(args: argparse.Namespace) -> Path:
     from competition import load_spec
-    from pipeline import config as config_module
+    from pipeline.core import config as config_module
 
     if args.recipe == "auto":
         args.recipe = "tpu"  # a kernel is for Kaggle's accelerators
@@ -285,7 +285,7 @@ def _code(folder: Path, meta: dict) -> str:
 
 def _secrets() -> list[str]:
     """This machine's Kaggle secrets (values only), to make sure none went into the bundle."""
-    from pipeline import kaggle_client
+    from pipeline.core import kaggle_client
 
     found = [os.environ.get(name, "") for name in ("KAGGLE_KEY", "KAGGLE_API_TOKEN")]
     found.append(str(kaggle_client.config_file_values().get("key", "")))
@@ -386,7 +386,7 @@ def _id(folder: Path) -> str:
 
 
 def push(folder: Path, timeout: int | None) -> None:
-    from pipeline import kaggle_client
+    from pipeline.core import kaggle_client
 
     meta = json.loads((folder / METADATA).read_text())
     slug = (meta.get("competition_sources") or [""])[0]
@@ -410,7 +410,7 @@ def push(folder: Path, timeout: int | None) -> None:
 
 
 def status(folder: Path) -> str:
-    from pipeline import kaggle_client
+    from pipeline.core import kaggle_client
 
     kernel = _id(folder)
     action = f"asking for the status of kernel {kernel}"
@@ -431,7 +431,8 @@ def status(folder: Path) -> str:
 
 def output(folder: Path, submissions_dir: Path) -> None:
     """Download the kernel's outputs into `<folder>/output/` and record its run on the leaderboard."""
-    from pipeline import kaggle_client, leaderboard
+    from pipeline.core import kaggle_client
+    from pipeline.stages import leaderboard
 
     kernel = _id(folder)
     target = folder / "output"

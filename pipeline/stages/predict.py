@@ -18,14 +18,14 @@ from typing import Any
 import numpy as np
 
 from competition import CompetitionSpec
-from pipeline.errors import PetalsError
-from pipeline.files import sha256, write_atomically, write_json
+from pipeline.core.errors import PetalsError
+from pipeline.core.files import sha256, write_atomically, write_json
 
 log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipeline.infer import add_run_arguments
+    from pipeline.modeling.inference import add_run_arguments
 
     add_run_arguments(parser)
     parser.add_argument("--tta", type=int, default=1, help="test-time augmentation passes (1: none)")
@@ -36,9 +36,9 @@ def run(args: argparse.Namespace) -> None:
     import json
 
     from competition import load_spec
-    from pipeline import leaderboard
-    from pipeline.infer import check_same_data, find_run, predict_split
-    from pipeline.strategy import pick_strategy
+    from pipeline.core.strategy import pick_strategy
+    from pipeline.modeling.inference import check_same_data, find_run, predict_split
+    from pipeline.stages import leaderboard
 
     picked = pick_strategy(args.strategy)
     run_dir = find_run(args, picked.device)
@@ -70,7 +70,7 @@ def sample_ids(data_dir: Path, spec: CompetitionSpec) -> list[str]:
     import tensorflow as tf
 
     from competition.submission import SubmissionError, read_sample_ids
-    from pipeline.fetch import locate_data
+    from pipeline.stages.fetch import locate_data
 
     path = f"{locate_data(data_dir).rstrip('/')}/{spec.sample_submission}"
     try:
@@ -98,7 +98,7 @@ def write_submission(
 ) -> Path:
     """`<entry>.csv` in the sample submission's id order, checked, then its provenance `<entry>.json`."""
     from competition.submission import SubmissionError, check_submission, submission_frame
-    from pipeline import leaderboard
+    from pipeline.stages import leaderboard
 
     expected = sample_ids(data_dir, spec)
     by_id = dict(zip(ids.tolist(), labels.tolist(), strict=True))

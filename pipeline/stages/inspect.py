@@ -16,10 +16,10 @@ import numpy as np
 import pandas as pd
 
 from competition import CompetitionSpec, load_spec
-from pipeline import config as config_module
-from pipeline.config import Config
-from pipeline.errors import PetalsError
-from pipeline.files import pyplot, save_figure, write_atomically
+from pipeline.core import config as config_module
+from pipeline.core.config import Config
+from pipeline.core.errors import PetalsError
+from pipeline.core.files import pyplot, save_figure, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     if args.recipe == "auto":
-        from pipeline.strategy import pick_strategy
-        from pipeline.train import resolve_recipe
+        from pipeline.core.strategy import pick_strategy
+        from pipeline.stages.train import resolve_recipe
 
         args.recipe = resolve_recipe("auto", pick_strategy("auto").device)
     config = config_module.config_from_args(args)
@@ -47,13 +47,13 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int) -> dict[str,
     """Write the batch grid and the class-count table; return their paths."""
     import tensorflow as tf
 
-    from pipeline import data
-    from pipeline.fetch import locate_data
+    from pipeline.data import datasets
+    from pipeline.stages.fetch import locate_data
 
     spec = load_spec(config.competition)
     root = locate_data(data_dir)
     size = config.data.image_size
-    files = {split: data.shard_files(root, spec, size, split) for split in spec.splits}
+    files = {split: datasets.shard_files(root, spec, size, split) for split in spec.splits}
     tf.random.set_seed(config.seed)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -63,7 +63,7 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int) -> dict[str,
     _print_counts(counts, spec)
 
     train = files["train"]
-    with data.naming_bad_records(train, spec, size, labeled=True):
+    with datasets.naming_bad_records(train, spec, size, labeled=True):
         batch_images, batch_labels = _one_augmented_batch(train, spec, config, images)
     grid_path = out / "batch.png"
     save_figure(_grid(batch_images, batch_labels, spec, config), grid_path, dpi=80)
@@ -73,9 +73,9 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int) -> dict[str,
         reports = [
             r
             for split in spec.splits
-            for r in data.scan_shards(files[split], spec, size, spec.is_labeled(split))
+            for r in datasets.scan_shards(files[split], spec, size, spec.is_labeled(split))
         ]
-        for line in data.skipped_summary(reports) or ["no unreadable records"]:
+        for line in datasets.skipped_summary(reports) or ["no unreadable records"]:
             log.warning("inspect: %s", line)
     return {"grid": grid_path, "counts": counts_path}
 
@@ -87,11 +87,11 @@ def class_counts(
     files: dict[str, list[str]], spec: CompetitionSpec, size: int, skip_bad: bool
 ) -> pd.DataFrame:
     """Images per class in each labeled split (labels parsed, images not decoded), plus names."""
-    from pipeline import data
+    from pipeline.data import datasets
 
     table = pd.DataFrame({"name": spec.classes})
     for split in spec.labeled_splits:
-        table[split] = data.class_counts(files[split], spec, size, skip_bad)
+        table[split] = datasets.class_counts(files[split], spec, size, skip_bad)
     return table
 
 
@@ -122,10 +122,10 @@ def _one_augmented_batch(files: list[str], spec: CompetitionSpec, config: Config
     """One training batch augmented as the model would see it, wherever the recipe runs augmentation."""
     import dataclasses
 
-    from pipeline import data
+    from pipeline.data import datasets
 
     on_host = dataclasses.replace(config, augment=dataclasses.replace(config.augment, where="host"))
-    batch = next(iter(data.train_dataset(files, spec, on_host, images)))
+    batch = next(iter(datasets.train_dataset(files, spec, on_host, images)))
     return batch[0].numpy(), batch[1].numpy()
 
 

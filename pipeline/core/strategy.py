@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from pipeline.errors import PetalsError
+from pipeline.core.errors import PetalsError
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.config import TrainConfig
+from pipeline.core.config import TrainConfig
 
 
 def learning_rate(epoch: int, train: TrainConfig, replicas: int) -> float:

@@ -399,7 +399,7 @@ def write_dataset(
     Shards carry their counts in their names, test records carry no class, and
     `sample_submission.csv` lists the test ids. Returns images per split.
     """
-    from pipeline import records  # TensorFlow, needed only in the writing process
+    from pipeline.data import records  # TensorFlow, needed only in the writing process
 
     if size < 16:
         raise ValueError(f"synthetic image size {size} is too small (at least 16 px)")

@@ -22,9 +22,9 @@ import numpy as np
 import tensorflow as tf
 
 from competition import CompetitionSpec
-from pipeline import augment, records
-from pipeline.config import Config
-from pipeline.errors import PetalsError, first_line
+from pipeline.core.config import Config
+from pipeline.core.errors import PetalsError, first_line
+from pipeline.data import augment, records
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def shard_files(root: str, spec: CompetitionSpec, size: int, split: str) -> list
     """A split's shards at one resolution, or a PetalsError that says what the data dir has."""
     files = records.list_shards(root, spec, size, split)
     if not files:
-        from pipeline.fetch import found_sizes
+        from pipeline.stages.fetch import found_sizes
 
         present = found_sizes(root, spec) if tf.io.gfile.isdir(root) else []
         raise PetalsError(

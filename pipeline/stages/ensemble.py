@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from competition.metric import macro_f1
-from pipeline.errors import PetalsError
-from pipeline.files import write_json
+from pipeline.core.errors import PetalsError
+from pipeline.core.files import write_json
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +44,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from competition import load_spec
-    from pipeline import leaderboard
-    from pipeline.infer import Predictions, check_same_data, predict_split, predictions_path
-    from pipeline.predict import write_submission
-    from pipeline.strategy import pick_strategy
+    from pipeline.core.strategy import pick_strategy
+    from pipeline.modeling.inference import Predictions, check_same_data, predict_split, predictions_path
+    from pipeline.stages import leaderboard
+    from pipeline.stages.predict import write_submission
 
     if len(args.runs) < 2:
         raise PetalsError(f"--runs {' '.join(args.runs)}: an ensemble blends at least two runs")

@@ -19,7 +19,7 @@ from pathlib import Path
 import keras
 from keras import layers
 
-from pipeline.errors import PetalsError, first_line
+from pipeline.core.errors import PetalsError, first_line
 
 log = logging.getLogger(__name__)
 

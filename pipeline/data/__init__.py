@@ -1,0 +1,1 @@
+"""Data: TFRecords, tf.data datasets, augmentation and the embedded offline dataset."""

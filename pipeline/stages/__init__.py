@@ -1,0 +1,1 @@
+"""The stages the Makefile calls, one module each (`python -m pipeline <stage>`): thin drivers."""
