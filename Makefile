@@ -38,6 +38,7 @@ INTERNET    ?= on#               the kernel's internet (pretrained weights downl
 DATASETS    ?=#                  datasets to attach, e.g. DATASETS="me/b7-weights"
 TIMEOUT     ?=#                  kernel-push: the kernel's longest run, seconds
 PYTEST_ARGS ?=#                  extra pytest arguments, e.g. PYTEST_ARGS="-k fetch"
+TEST_WORKERS ?= 2#               parallel pytest workers (pytest-xdist); 0 runs the tests in this process
 ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 
 # ---- the project virtualenv
@@ -153,7 +154,7 @@ kernel-output: | $(STAMP) ## download the kernel's outputs and record its run on
 	$(PY) -m pipeline kernel output $(kernel_ARGS)
 
 test: $(STAMP) ## run the test suite
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 lint: $(STAMP) ## check style and common bugs with ruff
 	$(VENV)/bin/ruff check .

@@ -134,8 +134,7 @@ def build(variant: str, data_dir: Path, size: int, batch: int):
     if variant == "cpu-recipe":
         config = load_config("cpu", overrides)
         return datasets.train_dataset(files, spec, config, config.data.batch_size)
-    if variant.startswith("petals-host"):
-        overrides.append("augment.where=host")
+    overrides.append("augment.where=" + ("host" if variant.startswith("petals-host") else "device"))
     if variant == "petals-host-starter-aug":
         overrides += STARTER_AUGMENTATION
     return datasets.train_dataset(files, spec, load_config("default", overrides), batch)

@@ -12,7 +12,6 @@ Usage: python benchmarks/bench_submit.py [--data-dir data] [--run runs/<run-id>]
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -25,15 +24,17 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_fetch import machine, record  # noqa: E402
 from benchmarks.bench_train import figure  # noqa: E402
+from pipeline.core.rundir import RunDir  # noqa: E402
 
-KEEP = ("config.json", "data_manifest.json", "run.json", "metrics.json", "best.weights.h5")
+# What evaluate and predict read of a run.
+KEEP = (RunDir.CONFIG, RunDir.DATA_MANIFEST, RunDir.RUN_INFO, RunDir.METRICS, RunDir.BEST)
 
 
 def newest_run(runs_dir: Path) -> Path:
-    runs = [p.parent for p in runs_dir.glob("*/metrics.json") if (p.parent / "config.json").is_file()]
+    runs = [RunDir(p) for p in runs_dir.iterdir() if RunDir(p).finished and RunDir(p).exists]
     if not runs:
         sys.exit(f"bench_submit: no finished run under {runs_dir}; train one first (make train)")
-    return max(runs, key=lambda p: (p / "metrics.json").stat().st_mtime)
+    return max(runs, key=lambda run: run.metrics_file.stat().st_mtime).path
 
 
 def stage(name: str, *args: str) -> float:
@@ -63,7 +64,7 @@ def main() -> None:
         evaluate = stage("evaluate", *common)
         predict = stage("predict", *common)
         predict_tta = stage("predict", *common, "--tta", "4")
-        evaluation = json.loads((run_dir / "metrics.json").read_text())["evaluation"]
+        evaluation = RunDir(run_dir).metrics()["evaluation"]
     settings = {"run": source.name, "data_dir": str(args.data_dir), "machine": machine()}
     settings["val_images"] = evaluation["images"]
     figures = [

@@ -15,7 +15,6 @@ Writes the figures into benchmarks/latest.json (merged with other benchmarks' fi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -45,11 +44,13 @@ def train(
         wall = time.perf_counter() - started
         if done.returncode != 0:
             sys.exit(f"bench_train: {' '.join(command)} failed:\n{done.stderr[-3000:]}")
-        run = Path(runs) / "bench"
-        metrics = json.loads((run / "metrics.json").read_text())
         import pandas as pd
 
-        history = pd.read_csv(run / "history.csv").to_dict("records")
+        from pipeline.core.rundir import RunDir
+
+        run = RunDir(Path(runs) / "bench")
+        metrics = run.metrics()
+        history = pd.read_csv(run.history_file).to_dict("records")
     return metrics, history, wall
 
 

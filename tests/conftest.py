@@ -55,17 +55,24 @@ def tiny_data_dir(tmp_path_factory, spec, tiny_dataset) -> Path:
 
 
 @pytest.fixture(scope="session")
-def tiny_runs(tmp_path_factory, tiny_data_dir) -> list[Path]:
+def cpu():
+    """The platform the in-process tests train on: TensorFlow on the CPU (pytest's Keras backend)."""
+    from pipeline.core import device
+
+    return device.pick("tensorflow", "cpu")
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory, tiny_data_dir, cpu) -> list[Path]:
     """Two finished tiny runs (seeds 0 and 1) on the tiny data, trained once per session."""
     from pipeline.core.config import load_config
-    from pipeline.core.strategy import pick_strategy
     from pipeline.stages import train
 
     runs_dir = tmp_path_factory.mktemp("runs")
     run_dirs = []
     for seed in (0, 1):
         config = load_config(overrides=[*TINY, "train.epochs=3", f"seed={seed}"])
-        job = train.prepare(config, pick_strategy("cpu"), tiny_data_dir, runs_dir, None, None)
+        job = train.prepare(config, cpu, tiny_data_dir, runs_dir, None, None)
         train.fit(job, verbose=0)
         run_dirs.append(job.run_dir)
     return run_dirs

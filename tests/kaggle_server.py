@@ -9,12 +9,16 @@ the file, which it then streams with Content-Length.
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 PORT = 7777
+LOCK = Path(tempfile.gettempdir()) / f"petals-kaggle-test-server-{PORT}.lock"
 
 
 @dataclass
@@ -134,18 +138,26 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class KaggleTestServer:
-    """Serve `Behaviour` on localhost:7777 in a background thread (use as a context manager)."""
+    """Serve `Behaviour` on localhost:7777 in a background thread (use as a context manager).
+
+    The client's TEST endpoint is that one fixed port, so servers in parallel test workers take
+    turns: each holds an exclusive lock on a file for as long as it serves.
+    """
 
     def __init__(self, behaviour: Behaviour):
-        handler = type("Handler", (_Handler,), {"behaviour": behaviour})
         self.behaviour = behaviour
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", PORT), handler)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.handler = type("Handler", (_Handler,), {"behaviour": behaviour})
 
     def __enter__(self) -> KaggleTestServer:
+        self.lock = open(LOCK, "w")
+        fcntl.flock(self.lock, fcntl.LOCK_EX)
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", PORT), self.handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+        fcntl.flock(self.lock, fcntl.LOCK_UN)
+        self.lock.close()

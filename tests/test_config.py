@@ -11,7 +11,7 @@ from pipeline.core.errors import PetalsError
 def test_defaults_are_the_dataclass_defaults():
     config = load_config()
     assert config == Config()
-    assert config.augment.where == "device"
+    assert config.augment.where == "auto"  # resolved per backend and device (augment.placement)
 
 
 def test_overrides_are_typed_and_nested():
@@ -38,7 +38,7 @@ def test_a_recipe_overrides_only_what_it_names(tmp_path):
         ("data.batch_size=eight", "data.batch_size: expected an integer, got 'eight'"),
         ("data.batch_size=1.5", "expected an integer"),
         ("data.cache=maybe", "data.cache: expected true or false"),
-        ("augment.where=gpu", "augment.where: 'gpu' is not one of host, device"),
+        ("augment.where=gpu", "augment.where: 'gpu' is not one of auto, host, device"),
         ("augment.cutmix=1.5", "augment.cutmix=1.5: a probability"),
         ("augment.rotation=-1", "augment.rotation=-1.0: a magnitude"),
         ("data.batch_size=0", "data.batch_size=0: must be a positive"),

@@ -24,7 +24,8 @@ def _never_hang():
 
 
 def _config(*overrides: str):
-    return load_config(overrides=[f"data.image_size={TINY_SIZE}", *overrides])
+    """The defaults at the tiny size, augmentation placed on the device (as the trainer resolves it)."""
+    return load_config(overrides=[f"data.image_size={TINY_SIZE}", "augment.where=device", *overrides])
 
 
 def _files(root, spec, split):

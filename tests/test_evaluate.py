@@ -12,7 +12,8 @@ from sklearn.metrics import f1_score
 
 from competition.submission import check_submission
 from pipeline import cli
-from pipeline.modeling.inference import Predictions, predictions_path
+from pipeline.core.rundir import RunDir
+from pipeline.modeling.inference import Predictions
 from pipeline.stages import ensemble, leaderboard
 from pipeline.stages.predict import sample_ids
 
@@ -65,7 +66,7 @@ def test_predict_with_tta_writes_a_valid_submission_of_every_test_id(runs, tiny_
     runs_dir, (name, _), subs = runs
     common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
     assert _stage("predict", *common, "--run", name, "--tta", "3") == 0
-    test = Predictions.load(predictions_path(runs_dir / name, "test", 3))
+    test = Predictions.load(RunDir(runs_dir / name).predictions("test", 3))
     expected_ids = sample_ids(tiny_data_dir, spec)
     assert sorted(test.ids.tolist()) == sorted(expected_ids) and test.tta == 3
     assert test.probabilities.shape == (len(expected_ids), spec.num_classes)
@@ -77,7 +78,7 @@ def test_predict_with_tta_writes_a_valid_submission_of_every_test_id(runs, tiny_
     assert frame["label"].tolist() == test.by_ids(np.array(expected_ids)).predicted.tolist()
     # TTA passes differ from the plain pass; a rerun reuses the saved predictions.
     assert _stage("predict", *common, "--run", name) == 0
-    plain = Predictions.load(predictions_path(runs_dir / name, "test", 1))
+    plain = Predictions.load(RunDir(runs_dir / name).predictions("test", 1))
     assert not np.allclose(plain.probabilities, test.by_ids(plain.ids).probabilities)
     caplog.set_level("INFO")
     assert cli.main(["predict", *common, "--run", name]) == 0
@@ -152,7 +153,7 @@ def test_predicting_on_other_data_than_the_run_was_trained_on_is_refused(
     origin = json.loads((tiny_data_dir / "manifest.json").read_text())["origin"]
     err = capsys.readouterr().err
     assert f"{name} was trained on {origin}" in err and "holds elsewhere" in err
-    assert not predictions_path(runs_dir / name, "test").exists()
+    assert not RunDir(runs_dir / name).predictions("test").exists()
 
 
 def test_the_weight_search_never_ends_below_its_best_member():

@@ -19,9 +19,13 @@ from pipeline import cli
 from pipeline.core.config import TrainConfig, load_config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
-from pipeline.core.strategy import pick_strategy
-from pipeline.modeling import loops, policy, registry
-from pipeline.modeling.inference import predict_split
+from pipeline.data import datasets
+from pipeline.modeling import policy, registry
+from pipeline.modeling.classifier import set_backbone_trainable
+from pipeline.modeling.inference import load_inference_model, predict_split
+from pipeline.modeling.losses import loss_function
+from pipeline.modeling.optimizer import averaging
+from pipeline.modeling.trainer import Trainer
 from pipeline.stages import train
 from tests.conftest import REPO, TINY, TINY_SIZE, error_lines
 
@@ -34,9 +38,9 @@ def _train_args(data_dir, runs_dir, *extra):
 
 
 @pytest.mark.slow
-def test_a_run_directory_holds_everything_and_reruns_are_no_ops(tiny_data_dir, tmp_path, caplog):
+def test_a_run_directory_holds_everything_and_reruns_are_no_ops(cpu, tiny_data_dir, tmp_path, caplog):
     config = load_config(overrides=TINY)
-    job = train.prepare(config, pick_strategy("cpu"), tiny_data_dir, tmp_path, None, None)
+    job = train.prepare(config, cpu, tiny_data_dir, tmp_path, None, None)
     metrics = train.fit(job, verbose=0)
     run_dir = job.run_dir
     for name in ("config.json", "data_manifest.json", "run.json", "history.csv", "best.weights.h5",
@@ -50,13 +54,13 @@ def test_a_run_directory_holds_everything_and_reruns_are_no_ops(tiny_data_dir, t
     assert metrics["val_macro_f1"] == pytest.approx(history["val_macro_f1"].max())
     assert len(metrics["epoch_seconds"]) == 2
     # The same command again finds the finished run and does nothing.
-    again = train.prepare(config, pick_strategy("cpu"), tiny_data_dir, tmp_path, None, None)
+    again = train.prepare(config, cpu, tiny_data_dir, tmp_path, None, None)
     assert again.run_dir == run_dir and again.finished == metrics
 
     # The inference model: a variable batch dimension, the trained weights, on the CPU.
-    net = loops.load_inference_model(run_dir)
+    net = load_inference_model(run_dir)
     assert net.input_shape == (None, TINY_SIZE, TINY_SIZE, 3)
-    trained = loops.load_inference_model(run_dir, weights=loops.BEST)
+    trained = load_inference_model(run_dir, weights="best")
     for batch in (1, 5):
         pixels = (
             np.random.default_rng(batch).uniform(0, 255, (batch, TINY_SIZE, TINY_SIZE, 3)).astype("float32")
@@ -98,7 +102,7 @@ def test_a_killed_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
     command = [sys.executable, "-m", "pipeline", *args]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    index = tmp_path / "killed" / "checkpoints" / "checkpoint"
+    index = tmp_path / "killed" / "checkpoints" / "latest.json"
     deadline = time.monotonic() + 240
     while not index.is_file() and first.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -123,20 +127,20 @@ def test_a_killed_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
 
 @pytest.mark.slow
 def test_the_weight_average_is_scored_and_saved_while_training_goes_on_from_the_trained_weights(
-    tiny_data_dir, tmp_path
+    cpu, tiny_data_dir, tmp_path
 ):
     config = load_config(overrides=[*TINY, "train.epochs=3", "train.frozen_epochs=1", "train.ema=0.9"])
-    picked = pick_strategy("cpu")
+    picked = cpu
     job = train.prepare(config, picked, tiny_data_dir, tmp_path, "ema", None)
-    trainer = loops.Trainer(job, verbose=0)
+    trainer = Trainer(job, verbose=0)
     trainer.build()
     job.run_dir.mkdir(parents=True)
     write_json(job.run_dir / "config.json", config.to_dict())  # what `train.fit` writes first
     write_json(job.run_dir / "data_manifest.json", job.manifest)
-    history = trainer.run()  # two Keras `fit` calls: the frozen warm-up, then fine-tuning
-    optimizer = trainer.optimizer  # built on every variable of the network, in its order
+    history = trainer.run_epochs()  # two Keras `fit` calls: the frozen warm-up, then fine-tuning
+    optimizer = averaging(trainer.optimizer)  # built on every variable of the network, in its order
     pairs = list(zip(optimizer._trainable_variables, optimizer._model_variables_moving_average, strict=True))
-    saved = loops.load_inference_model(job.run_dir, weights=loops.LAST).trainable_variables
+    saved = load_inference_model(job.run_dir, weights="last").trainable_variables
     for (_, mean), kept in zip(pairs, saved, strict=True):  # the last weights saved are the average
         np.testing.assert_allclose(kept.numpy(), mean.numpy(), atol=1e-6)
     # ... while the network trains on from its own weights, after each `fit` call too.
@@ -145,10 +149,10 @@ def test_the_weight_average_is_scored_and_saved_while_training_goes_on_from_the_
     val = predict_split(job.run_dir, tiny_data_dir, "val", 1, picked)
     assert macro_f1(val.labels, val.probabilities.argmax(1)) == pytest.approx(history["val_macro_f1"].max())
     # The checkpoint holds the average, so a resumed run averages on from where it stopped.
-    resumed = loops.Trainer(job, verbose=0)
+    resumed = Trainer(job, verbose=0)
     resumed.build()
     assert resumed.start == 3
-    kept = resumed.optimizer._model_variables_moving_average
+    kept = averaging(resumed.optimizer)._model_variables_moving_average
     for mean, restored in zip(optimizer._model_variables_moving_average, kept, strict=True):
         np.testing.assert_array_equal(restored.numpy(), mean.numpy())
 
@@ -205,13 +209,13 @@ def test_weights_that_do_not_fit_the_run_are_named(tiny_runs, tmp_path):
 
     run_dir = tmp_path / "run"
     shutil.copytree(tiny_runs[0], run_dir)
-    registry.build_classifier("cnn", TINY_SIZE, 5).save_weights(run_dir / loops.BEST)
+    registry.build_classifier("cnn", TINY_SIZE, 5).save_weights(run_dir / "best.weights.h5")
     with pytest.raises(PetalsError, match=r"best\.weights\.h5: does not fit this run's model"):
-        loops.load_inference_model(run_dir)
+        load_inference_model(run_dir)
 
 
 def _crossentropy(train, counts, labels, probabilities):
-    loss = loops.loss_function(train, counts, reduction="none")
+    loss = loss_function(train, counts, reduction="none")
     one_hot = np.eye(len(probabilities[0]))[labels]
     return np.asarray(loss(one_hot, np.asarray(probabilities, "float32")))
 
@@ -252,11 +256,11 @@ def test_fine_tuning_unfreezes_the_backbone_but_keeps_batchnorm_frozen():
 
     net = registry.build_classifier("cnn", 32, 5)
     backbone = net.get_layer("backbone")
-    loops.set_backbone_trainable(net, False, freeze_batchnorm=True)
+    set_backbone_trainable(net, False, freeze_batchnorm=True)
     assert not backbone.trainable and all(not w.trainable for w in backbone.weights)
     head = {w.path for w in net.trainable_weights}
     assert head and all(not path.startswith("backbone") for path in head)
-    loops.set_backbone_trainable(net, True, freeze_batchnorm=True)
+    set_backbone_trainable(net, True, freeze_batchnorm=True)
     norms = [
         layer for layer in backbone.layers if isinstance(layer, __import__("keras").layers.BatchNormalization)
     ]
@@ -267,16 +271,16 @@ def test_fine_tuning_unfreezes_the_backbone_but_keeps_batchnorm_frozen():
 
 def test_folds_hold_out_every_kth_shard_and_cover_everything():
     files = [f"shard-{i:02d}" for i in range(32)]
-    folds = [train.held_out(files, 5, fold)[1] for fold in range(5)]
+    folds = [datasets.held_out(files, 5, fold)[1] for fold in range(5)]
     assert sorted(f for held in folds for f in held) == files
-    kept, held = train.held_out(files, 5, 2)
+    kept, held = datasets.held_out(files, 5, 2)
     assert not set(kept) & set(held) and len(kept) + len(held) == 32
 
 
 @pytest.mark.slow
-def test_merging_val_into_train_trains_without_a_val_split(tiny_data_dir, tmp_path):
+def test_merging_val_into_train_trains_without_a_val_split(cpu, tiny_data_dir, tmp_path):
     config = load_config(overrides=[*TINY, "train.merge_val=true"])
-    job = train.prepare(config, pick_strategy("cpu"), tiny_data_dir, tmp_path, "merged", None)
+    job = train.prepare(config, cpu, tiny_data_dir, tmp_path, "merged", None)
     assert job.val_files == [] and len(job.train_files) == 32
     metrics = train.fit(job, verbose=0)
     assert (job.run_dir / "best.weights.h5").is_file() and metrics["epochs"] == 2
@@ -284,13 +288,13 @@ def test_merging_val_into_train_trains_without_a_val_split(tiny_data_dir, tmp_pa
 
 
 @pytest.mark.slow
-def test_a_frozen_warm_up_then_fine_tuning_trains_every_epoch_once(tiny_data_dir, tmp_path):
+def test_a_frozen_warm_up_then_fine_tuning_trains_every_epoch_once(cpu, tiny_data_dir, tmp_path):
     config = load_config(overrides=[*TINY, "train.epochs=3", "train.frozen_epochs=1"])
-    job = train.prepare(config, pick_strategy("cpu"), tiny_data_dir, tmp_path, "warm", None)
-    trainer = loops.Trainer(job, verbose=0)
+    job = train.prepare(config, cpu, tiny_data_dir, tmp_path, "warm", None)
+    trainer = Trainer(job, verbose=0)
     trainer.build()
     job.run_dir.mkdir(parents=True)
     assert trainer._phases(0) == [(0, 1), (1, 3)] and trainer._phases(2) == [(2, 3)]
-    history = trainer.run()
+    history = trainer.run_epochs()
     assert history["epoch"].tolist() == [1, 2, 3]
     assert trainer.net.get_layer("backbone").trainable  # fine-tuning after the warm-up

@@ -22,6 +22,8 @@ from pipeline.core.errors import PetalsError
 
 RECIPE_DIR = SPEC_DIR / "recipes"
 DEFAULT_RECIPE = "default"  # the plain defaults below, no recipe file
+AUTO_RECIPE = "auto"  # the recipe for what the replicas run on (Platform.device):
+AUTO_RECIPES = {"TPU": "tpu", "GPU": "gpu", "CPU": "cpu"}
 
 
 @dataclass(frozen=True)
@@ -41,11 +43,13 @@ class AugmentConfig:
     """Training augmentation. Each one is off at 0 (or false); all are batch-level ops.
 
     `where`: `host` runs them in tf.data after batching; `device` runs them at the start of
-    the train step on the accelerator, so a host with few cores only reads, decodes and
-    batches (uint8 batches also cross to the device at a quarter of float32's size).
+    the train step on the accelerator (TensorFlow), so a host with few cores only reads, decodes
+    and batches (uint8 batches also cross to the device at a quarter of float32's size); `auto`:
+    the device for TensorFlow on an accelerator, else the host (the CPU, and JAX, whose jitted
+    step runs no TensorFlow ops: `pipeline.data.augment.placement`).
     """
 
-    where: str = "device"  # host | device
+    where: str = "auto"  # auto | host | device
     flip: bool = True  # random left-right flip
     flip_vertical: bool = False  # random up-down flip
     # Colour, drawn uniformly per image: brightness shifts by up to +-brightness x 255,
@@ -131,7 +135,7 @@ class Config:
 
 
 CHOICES: dict[str, tuple[str, ...]] = {
-    "augment.where": ("host", "device"),
+    "augment.where": ("auto", "host", "device"),
     "augment.interpolation": ("bilinear", "nearest"),
     "augment.fill_mode": ("reflect", "nearest", "constant"),
     "train.loop": ("fit", "custom"),
@@ -229,8 +233,23 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     return nested
 
 
-def load_config(recipe: str = DEFAULT_RECIPE, overrides: Iterable[str] = ()) -> Config:
-    """Defaults, then the recipe file, then `--set` overrides; all keys and types checked."""
+def resolve_recipe(recipe: str, device: str | None) -> str:
+    """`auto` -> the recipe for the device the replicas run on (TPU, GPU or CPU); others as given."""
+    if recipe != AUTO_RECIPE:
+        return recipe
+    if device not in AUTO_RECIPES:
+        raise ValueError(f"recipe auto needs the device (one of {', '.join(AUTO_RECIPES)}), got {device!r}")
+    return AUTO_RECIPES[device]
+
+
+def load_config(
+    recipe: str = DEFAULT_RECIPE, overrides: Iterable[str] = (), device: str | None = None
+) -> Config:
+    """Defaults, then the recipe file, then `--set` overrides; all keys and types checked.
+
+    `recipe="auto"` takes the recipe for `device` (TPU, GPU or CPU: `Platform.device`).
+    """
+    recipe = resolve_recipe(recipe, device)
     config = Config()
     if recipe != DEFAULT_RECIPE:
         path = recipe_path(recipe)
@@ -327,5 +346,5 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
-    return load_config(args.recipe, args.overrides)
+def config_from_args(args: argparse.Namespace, device: str | None = None) -> Config:
+    return load_config(args.recipe, args.overrides, device)

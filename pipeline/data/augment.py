@@ -16,11 +16,33 @@ import math
 import tensorflow as tf
 
 from pipeline.core.config import AugmentConfig
+from pipeline.core.errors import PetalsError
 
 # ITU-R 601 luma weights, as in tf.image.rgb_to_grayscale / adjust_saturation.
 _LUMA = (0.299, 0.587, 0.114)
 _RGB_TO_YIQ = ((0.299, 0.587, 0.114), (0.596, -0.274, -0.322), (0.211, -0.523, 0.312))
 _GAMMA_TRIALS = 8  # Marsaglia-Tsang candidates per sample; all rejected has probability < 1e-10
+
+
+# ----------------------------------------------------------------------------- where
+
+
+def placement(where: str, backend: str, device: str) -> str:
+    """Where augmentation runs: `host` (tf.data) or `device` (the train step), for `augment.where`.
+
+    `auto` puts it on the device for TensorFlow on an accelerator (a few host cores then only
+    decode), and on the host otherwise: on the CPU, where tf.data's parallel XLA-compiled map was
+    the faster place (docs/BENCHMARKS.md), and on JAX, whose jitted step runs no TensorFlow ops;
+    a TPU VM's host has dozens of cores for tf.data, as JAX's own input pipelines use them.
+    """
+    if where == "device" and backend == "jax":
+        raise PetalsError(
+            "augment.where=device: on the JAX backend augmentation runs in tf.data on the host "
+            "(the jitted step runs no TensorFlow ops); use augment.where=auto or host"
+        )
+    if where != "auto":
+        return where
+    return "device" if backend == "tensorflow" and device != "CPU" else "host"
 
 
 # ----------------------------------------------------------------------------- affine

@@ -142,6 +142,12 @@ def shift_scale(config: Config) -> float:
 # ----------------------------------------------------------------------------- datasets
 
 
+def held_out(files: list[str], folds: int, fold: int) -> tuple[list[str], list[str]]:
+    """Shard-level k-fold: fold `fold` holds out every `folds`-th shard; (kept, held out)."""
+    held = [f for i, f in enumerate(files) if i % folds == fold]
+    return [f for f in files if f not in held], held
+
+
 def files_for_pipeline(files: Sequence[str], context: tf.distribute.InputContext) -> list[str]:
     """This input pipeline's share of the shards (every n-th), so pipelines never read the same record."""
     share = list(files)[context.input_pipeline_id :: context.num_input_pipelines]
@@ -164,6 +170,8 @@ def train_dataset(
     With `augment.where == "host"` the batches leave augmented (float32, maybe soft labels);
     with `"device"` they leave as uint8 and the train step augments them.
     """
+    if config.augment.where not in ("host", "device"):
+        raise ValueError(f"augment.where={config.augment.where!r}: resolve it first (augment.placement)")
     data = config.data
     if input_context is not None:
         files = files_for_pipeline(files, input_context)

@@ -14,18 +14,19 @@ import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pipeline.core.errors import PetalsError
+from pipeline.core import rundir
+from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import sha256, write_atomically
+from pipeline.core.rundir import RunDir
+
+if TYPE_CHECKING:
+    import keras
 
 log = logging.getLogger(__name__)
-
-
-def predictions_path(run_dir: Path, split: str, tta: int = 1) -> Path:
-    """`val_predictions.npz`, `test_predictions-tta4.npz`: one file per split and TTA setting."""
-    return run_dir / f"{split}_predictions{f'-tta{tta}' if tta > 1 else ''}.npz"
 
 
 @dataclass
@@ -81,51 +82,75 @@ class Predictions:
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """train's run arguments, plus the recipe arguments that name a run the way `train` does."""
+    """How the stages that work on a finished run find it: by id or path, or the way `train` names it."""
     from pipeline.core import config as config_module
-    from pipeline.stages.train import add_run_arguments as add_train_run_arguments
+    from pipeline.core import device
 
-    add_train_run_arguments(
-        parser, "run id or run dir (default: the run `train` makes of the same --recipe and --set)"
+    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="fetched data dir")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories are")
+    parser.add_argument(
+        "--run",
+        dest="run_id",
+        default=None,
+        help="run id or run dir (default: the run `train` makes of the same --recipe and --set)",
     )
+    device.add_arguments(parser, tpu=False)
     config_module.add_config_arguments(parser)
 
 
-def find_run(args: argparse.Namespace, device: str) -> Path:
-    """The run dir `--run` names, or the one `train` makes of the same recipe, overrides and data."""
+def find_run(args: argparse.Namespace, platform) -> RunDir:
+    """The finished run `--run` names, or the one `train` makes of the same recipe, overrides and data."""
     from pipeline.core import config as config_module
     from pipeline.stages.fetch import read_manifest
-    from pipeline.stages.train import METRICS, resolve_recipe, run_id
 
     if args.run_id:
-        given = Path(args.run_id)
-        run_dir = given if (given / "config.json").is_file() else args.runs_dir / args.run_id
-    else:
-        config = config_module.load_config(resolve_recipe(args.recipe, device), args.overrides)
-        manifest = read_manifest(args.data_dir) or {}
-        run_dir = args.runs_dir / run_id(config, manifest.get("fingerprint", ""))
-    if not (run_dir / METRICS).is_file():
-        hint = "train it first (make train)" if (run_dir / "config.json").is_file() else "no such run"
-        raise PetalsError(f"{run_dir}: not a finished run: {hint}")
-    return run_dir
+        return rundir.finished_run(args.runs_dir, args.run_id)
+    config = config_module.load_config(args.recipe, args.overrides, device=platform.device)
+    manifest = read_manifest(args.data_dir) or {}
+    return rundir.finished_run(args.runs_dir, rundir.run_id(config, manifest.get("fingerprint", "")))
 
 
-def check_same_data(run_dir: Path, data_dir: Path) -> dict:
+def check_same_data(run: RunDir, data_dir: Path) -> dict:
     """The data dir's manifest, after checking it is the data the run was trained on."""
     from pipeline.stages.fetch import read_manifest
 
     manifest = read_manifest(data_dir)
-    if manifest is None:
-        raise PetalsError(f"{data_dir}: no manifest.json; run `make fetch` (or pass the fetched --data-dir)")
-    trained_on = json.loads((run_dir / "data_manifest.json").read_text())
-    if trained_on.get("fingerprint") != manifest.get("fingerprint"):
-        raise PetalsError(
-            f"{run_dir.name} was trained on {trained_on.get('origin')} "
-            f"({trained_on.get('fingerprint', '?')[:15]}…), but {data_dir} holds {manifest.get('origin')} "
-            f"({manifest.get('fingerprint', '?')[:15]}…): "
-            "pass the run's --data-dir"
-        )
+    run.check_same_data(manifest, data_dir)
     return manifest
+
+
+# ----------------------------------------------------------------------------- inference model
+
+
+def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Model:
+    """The trained classifier with a variable batch dimension, in float32, on whatever backend and
+    device is here (the CPU included): weights trained at a static batch on a TPU under JAX serve
+    at any batch under TensorFlow."""
+    import keras
+
+    from competition import load_spec
+    from pipeline.data import datasets
+    from pipeline.modeling import registry
+
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    config = run.read_config()
+    spec = load_spec(config.competition)
+    keras.mixed_precision.set_global_policy("float32")
+    net = registry.build_classifier(
+        config.model.backbone,
+        datasets.input_size(config),
+        spec.num_classes,
+        weights="none",
+        input_dtype="float32",
+    )
+    path = run.weights(weights)
+    if not path.is_file():
+        raise PetalsError(f"{path}: missing; train the run first")
+    try:
+        net.load_weights(path)
+    except ValueError as err:
+        raise PetalsError(f"{path}: does not fit this run's model ({first_line(err)[:200]})") from None
+    return net
 
 
 # ----------------------------------------------------------------------------- predicting
@@ -154,48 +179,46 @@ def view(images, index: int, aug, num_classes: int, shift_scale: float):
 def split_files(config, spec, root: str, split: str) -> list[str]:
     """The shards of `split`; for a k-fold run, "val" is the fold it held out of train + val."""
     from pipeline.data import datasets
-    from pipeline.stages.train import held_out
 
     size = config.data.image_size
     if split == "val" and config.train.folds:
         both = datasets.shard_files(root, spec, size, "train") + datasets.shard_files(root, spec, size, "val")
-        return held_out(both, config.train.folds, config.train.fold)[1]
+        return datasets.held_out(both, config.train.folds, config.train.fold)[1]
     return datasets.shard_files(root, spec, size, split)
 
 
-def predict_split(run_dir: Path, data_dir: Path, split: str, tta: int, picked) -> Predictions:
+def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -> Predictions:
     """Class probabilities of `split` (val or test) for the run's best weights, TTA passes averaged."""
     import tensorflow as tf
 
     from competition import load_spec
-    from pipeline.core import config as config_module
     from pipeline.data import datasets
-    from pipeline.modeling import loops
     from pipeline.stages.fetch import locate_data
 
     if tta < 1:
         raise PetalsError(f"--tta {tta}: the number of passes must be at least 1")
-    manifest = check_same_data(run_dir, data_dir)
-    config = config_module.read_config(run_dir / "config.json")
+    run = run if isinstance(run, RunDir) else RunDir(run)
+    manifest = check_same_data(run, data_dir)
+    config = run.read_config()
     spec = load_spec(config.competition)
-    weights = run_dir / loops.BEST
     source = json.dumps(
-        {"weights": sha256(weights)[:16], "data": manifest.get("fingerprint"), "tta": tta}, sort_keys=True
+        {"weights": sha256(run.best_weights)[:16], "data": manifest.get("fingerprint"), "tta": tta},
+        sort_keys=True,
     )
-    path = predictions_path(run_dir, split, tta)
+    path = run.predictions(split, tta)
     if path.is_file():
         saved = Predictions.load(path)
         if saved.source == source:
-            log.info("%s: %s predictions are up to date", run_dir.name, split)
+            log.info("%s: %s predictions are up to date", run.name, split)
             return saved
     files = split_files(config, spec, locate_data(data_dir), split)
     labeled = spec.is_labeled(split)
-    batch = datasets.global_batch_size(config.data.batch_size, picked.replicas)
+    batch = datasets.global_batch_size(config.data.batch_size, platform.replicas)
     dataset = datasets.eval_dataset(
         files, spec, config, batch, labeled=labeled, pad_to_batch=True, with_ids=True
     )
-    with picked.strategy.scope():
-        net = loops.load_inference_model(run_dir)
+    with platform.scope():
+        net = load_inference_model(run)
     with datasets.naming_bad_records(files, spec, config.data.image_size, labeled):
         tags = list(dataset.map(lambda images, *tags: tags).as_numpy_iterator())
         ids = np.concatenate([t[-1] for t in tags]).astype(str)
@@ -206,7 +229,7 @@ def predict_split(run_dir: Path, data_dir: Path, split: str, tta: int, picked) -
             tf.random.set_seed(config.seed + index)  # the same random views on every rerun
             views = dataset.map(lambda images, *tags, i=index: view(images, i, aug, spec.num_classes, scale))
             total += net.predict(views, verbose=0)[real]
-            log.info("%s: %s pass %d/%d done", run_dir.name, split, index + 1, tta)
+            log.info("%s: %s pass %d/%d done", run.name, split, index + 1, tta)
     labels = np.concatenate([t[0] for t in tags])[real] if labeled else None
     predictions = Predictions(
         ids=ids[real], probabilities=(total / tta).astype(np.float32), labels=labels, tta=tta, source=source

@@ -1,8 +1,9 @@
 """Backbones by name, and the classifier built on them.
 
 `BACKBONES` maps a name to how to build it: the `efficientnet` package (B0..B7, the source
-of noisy-student weights), `keras.applications` (EfficientNet B0..B7, EfficientNetV2,
-DenseNet201, Xception, ResNet50) and `cnn`, a small network for CPU runs. Every model is
+of noisy-student weights; TensorFlow only), `keras.applications` (EfficientNet B0..B7 with
+ImageNet or the package's noisy-student weights carried over by `convert`, EfficientNetV2,
+DenseNet201, Xception, ResNet50; both backends) and `cnn`, a small network for CPU runs. Every model is
 the same shape: uint8 or float pixels in [0, 255] -> the backbone's own preprocessing ->
 backbone -> global average pooling (`cnn` pools itself, max and average) -> dropout -> dense
 softmax over the classes (float32 even under mixed precision).
@@ -36,14 +37,36 @@ class Backbone:
     preprocess: str  # raw (takes 0..255 itself) | unit (0..1) | torch | tf (-1..1) | caffe
     weights: tuple[str, ...]  # pretrained weights it can download
     min_size: int = 32  # smallest input it accepts
+    backends: tuple[str, ...] = ("tensorflow", "jax")  # Keras backends it builds on
 
     def describe(self) -> str:
-        return f"{self.name:<22} pretrained: {', '.join(self.weights) or '-'}"
+        backends = "" if len(self.backends) > 1 else f"  ({self.backends[0]} only)"
+        return f"{self.name:<26} pretrained: {', '.join(self.weights) or '-'}{backends}"
 
 
 def _keras_app(constructor: str) -> Callable[..., keras.Model]:
     def build(input_shape, weights):
         app = getattr(keras.applications, constructor)
+        return app(include_top=False, weights=weights, input_shape=input_shape)
+
+    return build
+
+
+def _keras_efficientnet(variant: str) -> Callable[..., keras.Model]:
+    """keras.applications' EfficientNet; noisy-student weights (or a file in the `efficientnet`
+    package's format) are carried over by `pipeline.modeling.convert`."""
+    constructor = f"EfficientNet{variant.upper()}"
+
+    def build(input_shape, weights):
+        from pipeline.modeling import convert
+
+        app = getattr(keras.applications, constructor)
+        if weights == "noisy-student" or (
+            weights not in (None, "imagenet") and convert.is_package_file(weights)
+        ):
+            model = app(include_top=False, weights=None, input_shape=input_shape)
+            convert.load_into(model, convert.download(variant) if weights == "noisy-student" else weights)
+            return model
         return app(include_top=False, weights=weights, input_shape=input_shape)
 
     return build
@@ -95,10 +118,13 @@ def _registry() -> dict[str, Backbone]:
                 _efficientnet_package(f"EfficientNetB{i}"),
                 "torch",
                 ("imagenet", "noisy-student"),
+                backends=("tensorflow",),  # its swish needs Keras 2's keras.backend.sigmoid elsewhere
             )
         )
         entries.append(
-            Backbone(f"keras-efficientnet-b{i}", _keras_app(f"EfficientNetB{i}"), "raw", ("imagenet",))
+            Backbone(
+                f"keras-efficientnet-b{i}", _keras_efficientnet(f"b{i}"), "raw", ("imagenet", "noisy-student")
+            )
         )
     for variant in ("B0", "B1", "B2", "B3", "S", "M", "L"):
         entries.append(
@@ -125,6 +151,18 @@ def list_backbones(pattern: str = "*") -> list[str]:
     return [name for name in BACKBONES if fnmatch.fnmatch(name, pattern)]
 
 
+def check_backbone(name: str, backend: str) -> Backbone:
+    """The backbone, if it builds on `backend`; else a PetalsError with the way out."""
+    backbone = get_backbone(name)
+    if backend not in backbone.backends:
+        twin = f"keras-{name}" if f"keras-{name}" in BACKBONES else None
+        hint = f"; use {twin} (the same network; noisy-student weights are carried over)" if twin else ""
+        raise PetalsError(
+            f"backbone {name} builds on {', '.join(backbone.backends)} only, not on {backend}{hint}"
+        )
+    return backbone
+
+
 def get_backbone(name: str) -> Backbone:
     if name not in BACKBONES:
         close = [n for n in BACKBONES if name.split("-")[0] in n][:6]
@@ -140,8 +178,9 @@ def get_backbone(name: str) -> Backbone:
 # ----------------------------------------------------------------------------- preprocessing
 
 
-_MEAN = (0.485, 0.456, 0.406)
-_STD = (0.229, 0.224, 0.225)
+# ImageNet statistics of "torch" preprocessing (the `efficientnet` package's, DenseNet's).
+TORCH_MEAN = (0.485, 0.456, 0.406)
+TORCH_STD = (0.229, 0.224, 0.225)
 _CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)
 
 
@@ -156,7 +195,7 @@ def preprocessing_layers(kind: str) -> list[layers.Layer]:
     if kind == "torch":
         return [
             layers.Rescaling(1.0 / 255.0),
-            layers.Normalization(mean=_MEAN, variance=[s * s for s in _STD]),
+            layers.Normalization(mean=TORCH_MEAN, variance=[s * s for s in TORCH_STD]),
         ]
     if kind == "caffe":  # BGR, mean-subtracted
         return [

@@ -21,7 +21,7 @@ import numpy as np
 
 from competition.metric import macro_f1
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import write_json
+from pipeline.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,8 @@ GRID = np.round(np.arange(0.0, 1.0001, 0.05), 2)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from pipeline.core import device
+
     parser.add_argument("--runs", nargs="+", required=True, help="run ids or run dirs to blend")
     parser.add_argument("--weights", nargs="+", type=float, default=None, help="one weight per run")
     parser.add_argument("--search", action="store_true", help="search the weights on val macro-F1")
@@ -39,13 +41,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="fetched data dir")
     parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories are")
     parser.add_argument("--submissions-dir", type=Path, default=Path("submissions"), help="where CSVs go")
-    parser.add_argument("--strategy", default="auto", help="auto | tpu | mirrored | gpu | cpu")
+    device.add_arguments(parser, tpu=False)
 
 
 def run(args: argparse.Namespace) -> None:
     from competition import load_spec
-    from pipeline.core.strategy import pick_strategy
-    from pipeline.modeling.inference import Predictions, check_same_data, predict_split, predictions_path
+    from pipeline.core import device
+    from pipeline.core.rundir import finished_run
+    from pipeline.modeling.inference import Predictions, check_same_data, predict_split
     from pipeline.stages import leaderboard
     from pipeline.stages.predict import write_submission
 
@@ -57,8 +60,10 @@ def run(args: argparse.Namespace) -> None:
         raise PetalsError(f"--weights: {len(args.weights)} weight(s) for {len(args.runs)} run(s)")
     if args.weights is not None and (min(args.weights) < 0 or sum(args.weights) <= 0):
         raise PetalsError(f"--weights {args.weights}: need weights >= 0 with a positive sum")
-    run_dirs = [member_dir(args.runs_dir, name) for name in args.runs]
-    competitions = {json.loads((d / "config.json").read_text())["competition"] for d in run_dirs}
+    platform = device.pick_from_args(args)  # before Keras is imported: it fixes the backend
+    log.info("device: %s", platform.describe("float32"))
+    run_dirs = [finished_run(args.runs_dir, name) for name in args.runs]
+    competitions = {run.competition() for run in run_dirs}
     if len(competitions) > 1:
         raise PetalsError(
             f"--runs: the runs belong to different competitions ({', '.join(sorted(competitions))})"
@@ -67,9 +72,8 @@ def run(args: argparse.Namespace) -> None:
     manifest = check_same_data(run_dirs[0], args.data_dir)
     for run_dir in run_dirs[1:]:
         check_same_data(run_dir, args.data_dir)
-    picked = pick_strategy(args.strategy)
-    val = [predict_split(d, args.data_dir, "val", args.tta, picked) for d in run_dirs]
-    test = [predict_split(d, args.data_dir, "test", args.tta, picked) for d in run_dirs]
+    val = [predict_split(d, args.data_dir, "val", args.tta, platform) for d in run_dirs]
+    test = [predict_split(d, args.data_dir, "test", args.tta, platform) for d in run_dirs]
     val = aligned(val, run_dirs, "val")
     test = aligned(test, run_dirs, "test")
 
@@ -84,13 +88,13 @@ def run(args: argparse.Namespace) -> None:
     accuracy = float((val_blend.predicted == val_blend.labels).mean())
 
     name = args.name or ensemble_id([d.name for d in run_dirs], weights)
-    out = args.runs_dir / name
-    out.mkdir(parents=True, exist_ok=True)
-    val_blend.save(predictions_path(out, "val"))
-    test_blend.save(predictions_path(out, "test"))
+    out = RunDir(args.runs_dir / name)
+    out.path.mkdir(parents=True, exist_ok=True)
+    val_blend.save(out.predictions("val"))
+    test_blend.save(out.predictions("test"))
     described = " ".join(f"{d.name}:{w:.3f}" for d, w in zip(run_dirs, weights, strict=True))
-    write_json(
-        out / "metrics.json",
+    out.write_json(
+        RunDir.METRICS,
         {
             "kind": "ensemble",
             "members": {d.name: float(w) for d, w in zip(run_dirs, weights, strict=True)},
@@ -124,15 +128,7 @@ def run(args: argparse.Namespace) -> None:
     )
 
 
-def member_dir(runs_dir: Path, name: str) -> Path:
-    given = Path(name)
-    run_dir = given if (given / "config.json").is_file() else runs_dir / name
-    if not (run_dir / "config.json").is_file() or not (run_dir / "metrics.json").is_file():
-        raise PetalsError(f"{run_dir}: not a finished run (train it first, or check the name)")
-    return run_dir
-
-
-def aligned(predictions: list, run_dirs: list[Path], split: str) -> list:
+def aligned(predictions: list, run_dirs: list[RunDir], split: str) -> list:
     """Every member's predictions in the first member's id order; an error if the id sets differ."""
     first = predictions[0]
     ids = set(first.ids.tolist())

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import pyplot, save_figure, write_atomically, write_json
+from pipeline.core.files import pyplot, save_figure, write_atomically
+from pipeline.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -36,42 +37,39 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from pipeline.core.strategy import pick_strategy
+    from pipeline.core import device
     from pipeline.modeling.inference import find_run
 
-    picked = pick_strategy(args.strategy)
-    run_dir = find_run(args, picked.device)
-    report = evaluate(run_dir, args.data_dir, args.tta, picked, args.submissions_dir)
-    print(summary_text(run_dir.name, report))
+    platform = device.pick_from_args(args)  # before Keras is imported: it fixes the backend
+    log.info("device: %s", platform.describe("float32"))
+    run = find_run(args, platform)
+    report = evaluate(run, args.data_dir, args.tta, platform, args.submissions_dir)
+    print(summary_text(run.name, report))
 
 
-def evaluate(run_dir: Path, data_dir: Path, tta: int, picked, submissions_dir: Path) -> dict:
+def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: Path) -> dict:
     """Score the run on its val split, write the report files, record it; return the evaluation."""
-    import json
-
     from sklearn.metrics import confusion_matrix
 
     from competition import load_spec
     from competition.metric import macro_f1
-    from pipeline.core.config import read_config
     from pipeline.modeling.inference import predict_split
     from pipeline.stages import leaderboard
 
-    config = read_config(run_dir / "config.json")
+    config = run.read_config()
     if config.train.merge_val:
         raise PetalsError(
-            f"{run_dir.name} trained on the val split (train.merge_val=true): "
-            "it has no held-out images to score"
+            f"{run.name} trained on the val split (train.merge_val=true): it has no held-out images to score"
         )
     spec = load_spec(config.competition)
-    val = predict_split(run_dir, data_dir, "val", tta, picked)
+    val = predict_split(run, data_dir, "val", tta, platform)
     predicted = val.predicted
     matrix = confusion_matrix(val.labels, predicted, labels=np.arange(spec.num_classes))
     per_class = per_class_table(val.labels, predicted, spec.classes)
     confusions = top_confusions(matrix, spec.classes)
-    write_atomically(run_dir / "per_class.csv", lambda tmp: per_class.to_csv(tmp, index=False))
-    write_atomically(run_dir / "confusions.csv", lambda tmp: confusions.to_csv(tmp, index=False))
-    plot_confusion(matrix, spec.classes, run_dir / "confusion.png")
+    write_atomically(run.file(RunDir.PER_CLASS), lambda tmp: per_class.to_csv(tmp, index=False))
+    write_atomically(run.file(RunDir.CONFUSIONS), lambda tmp: confusions.to_csv(tmp, index=False))
+    plot_confusion(matrix, spec.classes, run.file(RunDir.CONFUSION_PLOT))
     evaluation = {
         "val_macro_f1": macro_f1(val.labels, predicted),
         "val_accuracy": float((predicted == val.labels).mean()),
@@ -81,12 +79,11 @@ def evaluate(run_dir: Path, data_dir: Path, tta: int, picked, submissions_dir: P
         "worst_classes": per_class.nsmallest(5, "f1")["class"].tolist(),
         "top_confusions": confusions.head(TOP_CONFUSIONS).to_dict(orient="records"),
     }
-    metrics = json.loads((run_dir / "metrics.json").read_text())
-    write_json(run_dir / "metrics.json", {**metrics, "evaluation": evaluation})
+    run.write_json(RunDir.METRICS, {**run.metrics(), "evaluation": evaluation})
     leaderboard.update(
         submissions_dir / leaderboard.BOARD,
-        run_dir.name,
-        **leaderboard.run_fields(run_dir),
+        run.name,
+        **leaderboard.run_fields(run),
         time=evaluation["evaluated_at"],
         val_macro_f1=round(evaluation["val_macro_f1"], 5),
         val_accuracy=round(evaluation["val_accuracy"], 5),

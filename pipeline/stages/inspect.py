@@ -17,6 +17,7 @@ import pandas as pd
 
 from competition import CompetitionSpec, load_spec
 from pipeline.core import config as config_module
+from pipeline.core import device
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure, write_atomically
@@ -28,23 +29,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", type=Path, default=Path("data"), help="fetched data dir")
     parser.add_argument("--out", type=Path, default=Path("runs/inspect"), help="folder for the PNG and CSV")
     parser.add_argument("--images", type=int, default=20, help="images in the grid (one batch)")
+    device.add_arguments(parser, tpu=False)
     config_module.add_config_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> None:
-    if args.recipe == "auto":
-        from pipeline.core.strategy import pick_strategy
-        from pipeline.stages.train import resolve_recipe
+    from pipeline.data import augment
 
-        args.recipe = resolve_recipe("auto", pick_strategy("auto").device)
-    config = config_module.config_from_args(args)
     if args.images <= 0:
         raise PetalsError(f"--images {args.images}: must be positive")
-    inspect(config, args.data_dir, args.out, args.images)
+    platform = device.pick_from_args(args)  # the recipe and where augmentation runs follow the device
+    config = config_module.config_from_args(args, platform.device)
+    where = augment.placement(config.augment.where, platform.backend, platform.device)
+    inspect(config, args.data_dir, args.out, args.images, where)
 
 
-def inspect(config: Config, data_dir: Path, out: Path, images: int) -> dict[str, Path]:
-    """Write the batch grid and the class-count table; return their paths."""
+def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str = "host") -> dict[str, Path]:
+    """Write the batch grid and the class-count table; return their paths.
+
+    `where` (host or device) only labels the grid: the batch is augmented here either way.
+    """
     import tensorflow as tf
 
     from pipeline.data import datasets
@@ -66,7 +70,7 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int) -> dict[str,
     with datasets.naming_bad_records(train, spec, size, labeled=True):
         batch_images, batch_labels = _one_augmented_batch(train, spec, config, images)
     grid_path = out / "batch.png"
-    save_figure(_grid(batch_images, batch_labels, spec, config), grid_path, dpi=80)
+    save_figure(_grid(batch_images, batch_labels, spec, config, where), grid_path, dpi=80)
     log.info("inspect: wrote %s and %s", grid_path, counts_path)
 
     if config.data.skip_bad_records:
@@ -137,7 +141,7 @@ def _title(label: np.ndarray, spec: CompetitionSpec) -> str:
     return "\n".join(parts)
 
 
-def _grid(images: np.ndarray, labels: np.ndarray, spec: CompetitionSpec, config: Config):
+def _grid(images: np.ndarray, labels: np.ndarray, spec: CompetitionSpec, config: Config, where: str):
     """The batch as a grid of images, each titled with its class (or its two largest shares)."""
     plt = pyplot()
 
@@ -150,9 +154,8 @@ def _grid(images: np.ndarray, labels: np.ndarray, spec: CompetitionSpec, config:
     for ax, image, label in zip(axes.flat, images, labels, strict=False):
         ax.imshow(np.clip(image / 255.0, 0.0, 1.0))
         ax.set_title(_title(label, spec), fontsize=8)
-    aug = config.augment
     fig.suptitle(
-        f"one training batch, recipe {config.recipe}, {images.shape[1]} px, augmentation on the {aug.where}",
+        f"one training batch, recipe {config.recipe}, {images.shape[1]} px, augmentation on the {where}",
         fontsize=10,
     )
     fig.tight_layout(rect=(0, 0, 1, 0.97))

@@ -26,18 +26,6 @@ from pathlib import Path
 SETTINGS = {}
 BUNDLE = ""
 
-RUN_FILES = (
-    "config.json",
-    "data_manifest.json",
-    "run.json",
-    "metrics.json",
-    "history.csv",
-    "curves.png",
-    "per_class.csv",
-    "confusions.csv",
-    "confusion.png",
-)
-
 
 def scratch_dir(prefix: str) -> Path:
     """A temporary folder that goes away when the kernel exits (outputs are copied out first)."""
@@ -142,29 +130,31 @@ def main(argv: list[str] | None = None) -> int:
         stage("evaluate", *scoring)
     stage("predict", *scoring)
 
-    (run_dir,) = [p for p in runs.iterdir() if (p / "metrics.json").is_file()]
-    shutil.copy2(submissions / f"{run_dir.name}.csv", args.working / "submission.csv")
+    from pipeline.core.rundir import RunDir
+
+    (run,) = [RunDir(p) for p in runs.iterdir() if RunDir(p).finished]
+    shutil.copy2(submissions / f"{run.name}.csv", args.working / "submission.csv")
     kept = args.working / "petals_run"
     kept.mkdir(exist_ok=True)
-    for name in (*RUN_FILES, *(["best.weights.h5"] if args.keep_weights else [])):
-        if (run_dir / name).is_file():
-            shutil.copy2(run_dir / name, kept / name)
-    manifest = json.loads((run_dir / "data_manifest.json").read_text())
+    for name in (*RunDir.SMALL_FILES, *([RunDir.BEST] if args.keep_weights else [])):
+        if run.file(name).is_file():
+            shutil.copy2(run.file(name), kept / name)
+    manifest = run.trained_on()
     summary = {
         **SETTINGS,
         "extra_overrides": args.extra,
         "code_root": str(root),
-        "run_id": run_dir.name,
-        "config": json.loads((run_dir / "config.json").read_text()),
-        "metrics": json.loads((run_dir / "metrics.json").read_text()),
-        "run": json.loads((run_dir / "run.json").read_text()),
+        "run_id": run.name,
+        "config": run.read_json(RunDir.CONFIG),
+        "metrics": run.metrics(),
+        "run": run.read_json(RunDir.RUN_INFO),
         "timings_seconds": {**timings, "total": round(sum(timings.values()), 1)},
         "data_source": manifest.get("source"),
         "data_fingerprint": manifest.get("fingerprint"),
         "finished": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
     (args.working / "petals_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    print(f"petals kernel: {run_dir.name} done in {summary['timings_seconds']['total']} s -> {args.working}")
+    print(f"petals kernel: {run.name} done in {summary['timings_seconds']['total']} s -> {args.working}")
     return 0
 
 

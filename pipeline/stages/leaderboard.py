@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import json
 import logging
 import math
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ import pandas as pd
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure, write_atomically
+from pipeline.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ COLUMNS = [
     "recipe",
     "backbone",
     "image_size",
+    "backend",  # the Keras backend it trained on
     "epochs",
     "val_macro_f1",
     "val_accuracy",
@@ -138,19 +139,16 @@ def update(board: Path, entry: str, defaults: dict[str, Any] | None = None, **fi
 # ----------------------------------------------------------------------------- what a row says
 
 
-def run_fields(run_dir: Path) -> dict[str, Any]:
+def run_fields(run: RunDir) -> dict[str, Any]:
     """A run's leaderboard fields, from what `train` wrote into its dir."""
-
-    def load(name: str) -> dict:
-        path = run_dir / name
-        return json.loads(path.read_text()) if path.is_file() else {}
-
     metrics, config, manifest, meta = (
-        load(n) for n in ("metrics.json", "config.json", "data_manifest.json", "run.json")
+        run.read_json(name, default={})
+        for name in (RunDir.METRICS, RunDir.CONFIG, RunDir.DATA_MANIFEST, RunDir.RUN_INFO)
     )
     return {
         "kind": "run",
         "git_commit": meta.get("git_commit"),
+        "backend": meta.get("backend"),
         "competition": config.get("competition"),
         "data_source": manifest.get("source"),
         "data_fingerprint": manifest.get("fingerprint"),

@@ -33,36 +33,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    import json
-
     from competition import load_spec
-    from pipeline.core.strategy import pick_strategy
+    from pipeline.core import device
     from pipeline.modeling.inference import check_same_data, find_run, predict_split
     from pipeline.stages import leaderboard
 
-    picked = pick_strategy(args.strategy)
-    run_dir = find_run(args, picked.device)
-    spec = load_spec(json.loads((run_dir / "config.json").read_text())["competition"])
-    manifest = check_same_data(run_dir, args.data_dir)
-    test = predict_split(run_dir, args.data_dir, "test", args.tta, picked)
-    metrics = json.loads((run_dir / "metrics.json").read_text())
+    platform = device.pick_from_args(args)  # before Keras is imported: it fixes the backend
+    log.info("device: %s", platform.describe("float32"))
+    run = find_run(args, platform)
+    spec = load_spec(run.competition())
+    manifest = check_same_data(run, args.data_dir)
+    test = predict_split(run, args.data_dir, "test", args.tta, platform)
+    metrics = run.metrics()
     score = metrics.get("evaluation", metrics).get("val_macro_f1")
     path = write_submission(
-        args.submissions_dir, run_dir.name, test.ids, test.predicted, spec, args.data_dir, manifest, score
+        args.submissions_dir, run.name, test.ids, test.predicted, spec, args.data_dir, manifest, score
     )
     leaderboard.update(
         args.submissions_dir / leaderboard.BOARD,
-        run_dir.name,
+        run.name,
         # A run predicted before it was evaluated: its training scores until evaluate runs.
         defaults={
             "time": leaderboard.now(),
             "val_macro_f1": score,
             "val_accuracy": metrics.get("val_accuracy"),
         },
-        **leaderboard.run_fields(run_dir),
+        **leaderboard.run_fields(run),
         submission=str(path),
     )
-    print(f"{run_dir.name}: {len(test.ids)} test predictions (TTA {args.tta}) -> {path}")
+    print(f"{run.name}: {len(test.ids)} test predictions (TTA {args.tta}) -> {path}")
 
 
 def sample_ids(data_dir: Path, spec: CompetitionSpec) -> list[str]:

@@ -11,8 +11,6 @@ written before the config, the data and the model have all been checked.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import logging
 import subprocess
 from dataclasses import dataclass
@@ -22,33 +20,30 @@ from typing import Any
 import numpy as np
 
 from pipeline.core import config as config_module
+from pipeline.core import rundir
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import pyplot, save_figure, write_json
+from pipeline.core.files import pyplot, save_figure
+from pipeline.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
-AUTO_RECIPES = {"TPU": "tpu", "GPU": "gpu", "CPU": "cpu"}  # by what the replicas run on
-METRICS = "metrics.json"
-
-
-def add_run_arguments(parser: argparse.ArgumentParser, run_help: str) -> None:
-    """--data-dir, --runs-dir, --run and --strategy: how the stages that work on a run find it."""
-    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="fetched data dir")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories are")
-    parser.add_argument("--run", dest="run_id", default=None, help=run_help)
-    parser.add_argument("--strategy", default="auto", help="auto | tpu | mirrored | multi-worker | gpu | cpu")
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_run_arguments(parser, "run id (default: recipe, backbone, size and a config hash)")
+    from pipeline.core import device
+
+    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="fetched data dir")
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories are")
+    parser.add_argument(
+        "--run",
+        dest="run_id",
+        default=None,
+        help="run id (default: recipe, backbone, size and a config hash)",
+    )
     parser.add_argument(
         "--checkpoint-dir", default=None, help="checkpoints elsewhere, e.g. gs://bucket/petals"
     )
-    parser.add_argument(
-        "--tpu", default=None, help="TPU name or address (default: discovered; 'local' on TPU VMs)"
-    )
-    parser.add_argument("--cpu-replicas", type=int, default=0, help="split the CPU into N logical replicas")
+    device.add_arguments(parser)
     parser.add_argument("--force", action="store_true", help="train again over a finished run")
     parser.add_argument("--list-backbones", action="store_true", help="list the backbone registry and exit")
     config_module.add_config_arguments(parser)
@@ -60,34 +55,28 @@ def run(args: argparse.Namespace) -> None:
 
         print("\n".join(b.describe() for b in BACKBONES.values()))
         return
-    from pipeline.core.strategy import pick_strategy
+    from pipeline.core import device
 
-    picked = pick_strategy(args.strategy, args.tpu, args.cpu_replicas)
-    log.info("strategy: %s (%s), %d replica(s)", picked.kind, picked.reason, picked.replicas)
-    recipe = resolve_recipe(args.recipe, picked.device)
-    config = config_module.load_config(recipe, args.overrides)
-    job = prepare(config, picked, args.data_dir, args.runs_dir, args.run_id, args.checkpoint_dir)
+    platform = device.pick_from_args(args)  # before Keras is imported: it fixes the backend
+    config = config_module.load_config(args.recipe, args.overrides, device=platform.device)
+    log.info("device: %s", platform.describe(device.pick_precision(platform, config.train.precision)))
+    job = prepare(config, platform, args.data_dir, args.runs_dir, args.run_id, args.checkpoint_dir)
     if job.finished and not args.force:
         log.info(
             "train: %s is finished (val macro-F1 %s); --force to train again",
-            job.run_dir,
+            job.run,
             job.finished.get("val_macro_f1"),
         )
         return
     metrics = fit(job, verbose=0 if args.quiet else 1, restart=args.force)
     log.info(
         "train: %s: val macro-F1 %.4f, accuracy %.4f, %.0f s, %.0f img/s",
-        job.run_dir,
+        job.run,
         metrics["val_macro_f1"],
         metrics["val_accuracy"],
         metrics["train_seconds"],
         metrics["images_per_second"],
     )
-
-
-def resolve_recipe(recipe: str, device: str) -> str:
-    """`auto` -> the recipe for this accelerator (tpu, gpu or cpu)."""
-    return AUTO_RECIPES[device] if recipe == "auto" else recipe
 
 
 # ----------------------------------------------------------------------------- the job
@@ -98,7 +87,7 @@ class Job:
     """Everything checked and built before anything is written."""
 
     config: Config
-    picked: Any  # strategy.Picked
+    platform: Any  # device.Platform
     spec: Any  # CompetitionSpec
     manifest: dict
     train_files: list[str]
@@ -106,31 +95,21 @@ class Job:
     train_images: int
     val_images: int
     global_batch: int
-    run_dir: Path
+    run: RunDir
     checkpoint_dir: str
     finished: dict | None  # a finished run's metrics
 
-
-def held_out(files: list[str], folds: int, fold: int) -> tuple[list[str], list[str]]:
-    """Shard-level k-fold: fold `fold` holds out every `folds`-th shard."""
-    held = [f for i, f in enumerate(files) if i % folds == fold]
-    return [f for f in files if f not in held], held
-
-
-def run_id(config: Config, fingerprint: str) -> str:
-    """Same config and data -> same id, so rerunning a command finds (and resumes) its run."""
-    from pipeline.data.datasets import input_size
-
-    digest = hashlib.sha256(json.dumps([config.to_dict(), fingerprint], sort_keys=True).encode()).hexdigest()
-    return f"{config.recipe}-{config.model.backbone}-{input_size(config)}-{digest[:8]}"
+    @property
+    def run_dir(self) -> Path:
+        return self.run.path
 
 
 def prepare(
-    config: Config, picked, data_dir: Path, runs_dir: Path, name: str | None, checkpoint_dir: str | None
+    config: Config, platform, data_dir: Path, runs_dir: Path, name: str | None, checkpoint_dir: str | None
 ) -> Job:
-    """Check the config against the data and the replicas; nothing is written here."""
+    """Check the config against the data, the replicas and the backend; nothing is written here."""
     from competition import load_spec
-    from pipeline.data import datasets, records
+    from pipeline.data import augment, datasets, records
     from pipeline.modeling import registry
     from pipeline.stages.fetch import locate_data, read_manifest
 
@@ -144,20 +123,20 @@ def prepare(
     if train.merge_val:
         train_files, val_files = train_files + val_files, []
     elif train.folds:
-        train_files, val_files = held_out(train_files + val_files, train.folds, train.fold)
-    registry.get_backbone(config.model.backbone)  # an unknown name fails here, before any work
-    global_batch = datasets.global_batch_size(config.data.batch_size, picked.replicas)
+        train_files, val_files = datasets.held_out(train_files + val_files, train.folds, train.fold)
+    registry.check_backbone(config.model.backbone, platform.backend)  # before any work
+    augment.placement(config.augment.where, platform.backend, platform.device)
+    global_batch = datasets.global_batch_size(config.data.batch_size, platform.replicas)
     train_images = records.count_images(train_files)
     if global_batch > train_images:
         raise PetalsError(
-            f"batch {config.data.batch_size} per replica x {picked.replicas} replicas = {global_batch} "
+            f"batch {config.data.batch_size} per replica x {platform.replicas} replicas = {global_batch} "
             f"is more than the {train_images} training images; lower data.batch_size"
         )
-    run_dir = runs_dir / (name or run_id(config, manifest.get("fingerprint", "")))
-    finished = json.loads((run_dir / METRICS).read_text()) if (run_dir / METRICS).is_file() else None
+    run = RunDir(runs_dir / (name or rundir.run_id(config, manifest.get("fingerprint", ""))))
     return Job(
         config=config,
-        picked=picked,
+        platform=platform,
         spec=spec,
         manifest=manifest,
         train_files=train_files,
@@ -165,9 +144,9 @@ def prepare(
         train_images=train_images,
         val_images=records.count_images(val_files) if val_files else 0,
         global_batch=global_batch,
-        run_dir=run_dir,
-        checkpoint_dir=checkpoint_dir or str(run_dir / "checkpoints"),
-        finished=finished,
+        run=run,
+        checkpoint_dir=checkpoint_dir or run.checkpoints,
+        finished=run.metrics() if run.finished else None,
     )
 
 
@@ -214,33 +193,37 @@ def plot_curves(history, path: Path) -> None:
 
 def fit(job: Job, verbose: int = 1, restart: bool = False) -> dict:
     """Train the job's recipe to its last epoch, resuming from the last checkpoint; return its metrics."""
-    from pipeline.modeling import loops
+    from pipeline.modeling.trainer import Trainer
 
-    config = job.config
-    trainer = loops.Trainer(job, verbose=verbose, restart=restart)
+    config, run, platform = job.config, job.run, job.platform
+    trainer = Trainer(job, verbose=verbose, restart=restart)
     trainer.build()  # weights downloaded or loaded: a failure here leaves no run dir behind
-    job.run_dir.mkdir(parents=True, exist_ok=True)
-    write_json(job.run_dir / "config.json", config.to_dict())
-    write_json(job.run_dir / "data_manifest.json", job.manifest)
-    write_json(
-        job.run_dir / "run.json",
+    run.path.mkdir(parents=True, exist_ok=True)
+    run.write_json(RunDir.CONFIG, config.to_dict())
+    run.write_json(RunDir.DATA_MANIFEST, job.manifest)
+    run.write_json(
+        RunDir.RUN_INFO,
         {
             "git_commit": git_commit(),
-            "strategy": job.picked.kind,
-            "strategy_reason": job.picked.reason,
-            "replicas": job.picked.replicas,
+            "backend": platform.backend,
+            "device": platform.device,
+            "devices": platform.devices,
+            "strategy": platform.kind,
+            "strategy_reason": platform.reason,
+            "replicas": platform.replicas,
             "global_batch": job.global_batch,
             "train_images": job.train_images,
             "val_images": job.val_images,
             "precision": trainer.precision,
             "jit_compile": trainer.jit_compile,
             "steps_per_execution": trainer.steps_per_execution,
+            "augment_where": trainer.data_config.augment.where,
         },
     )
     if restart:
-        (job.run_dir / METRICS).unlink(missing_ok=True)
-    history = trainer.run()
-    plot_curves(history, job.run_dir / "curves.png")
+        run.metrics_file.unlink(missing_ok=True)
+    history = trainer.run_epochs()
+    plot_curves(history, run.file(RunDir.CURVES))
     best = history.loc[history["val_macro_f1"].idxmax()] if job.val_files else history.iloc[-1]
     seconds = float(history["seconds"].sum())
     metrics = {
@@ -255,10 +238,11 @@ def fit(job: Job, verbose: int = 1, restart: bool = False) -> dict:
         "recipe": config.recipe,
         "backbone": config.model.backbone,
         "image_size": trainer.size,
-        "strategy": job.picked.kind,
-        "replicas": job.picked.replicas,
+        "backend": platform.backend,
+        "strategy": platform.kind,
+        "replicas": platform.replicas,
         "global_batch": job.global_batch,
         "loop": config.train.loop,
     }
-    write_json(job.run_dir / METRICS, metrics)
+    run.write_json(RunDir.METRICS, metrics)  # last: its presence means the run is finished
     return metrics

@@ -1,0 +1,419 @@
+"""The one place that decides the backend, the device and the distribution.
+
+`pick` chooses Keras's backend before Keras is first imported (TensorFlow imports Keras, so
+this is decided from device files and installed packages alone), then builds what runs the
+replicas: a `tf.distribute` strategy on TensorFlow (TPUStrategy, mirrored GPUs, a TF_CONFIG
+cluster, one GPU, the CPU, or N logical CPUs) or a `keras.distribution.DataParallel` over
+every device on JAX. It says what it chose and why, and a TPU that was asked for (or that
+this machine is built around) is used or the stage stops with one line: never a silent run
+on the host CPU. Everything else asks the returned `Platform` for a scope and a replica
+count, never for the backend by name.
+
+Why these defaults: TensorFlow's TPUStrategy where TensorFlow can reach the TPU (a
+`tensorflow-tpu` build); Keras on JAX where only JAX can (Kaggle's and Colab's TPU images ship
+`tensorflow-cpu` since 2025-09); TensorFlow on GPUs and the CPU, where it ran this project's
+CPU recipe about twice as fast as JAX (docs/BENCHMARKS.md; no GPU comparison was possible).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import glob
+import importlib.metadata
+import json
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.core.errors import PetalsError, first_line
+
+log = logging.getLogger(__name__)
+
+BACKENDS = ("auto", "tensorflow", "jax")
+STRATEGIES = ("auto", "tpu", "mirrored", "multi-worker", "gpu", "cpu")
+TPU_ADDRESS_VARIABLES = ("TPU_NAME", "COLAB_TPU_ADDR")  # a TPU reached over gRPC (TPU Nodes, old Colab)
+# Kernel emulation only (make kernel-emulate): JAX's CPU devices stand in for the TPU cores of a
+# TPU VM, so the TPU code path runs end to end on a machine without one. Says so on every stage.
+TPU_STANDIN_VARIABLE = "PETALS_TPU_STANDIN"
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What the replicas run on, and how: the answer of `pick`."""
+
+    backend: str  # tensorflow | jax
+    kind: str  # tpu | mirrored | multi-worker | gpu | cpu (TensorFlow); data-parallel | one-device (JAX)
+    device: str  # TPU | GPU | CPU: what the replicas run on
+    devices: int  # how many of them
+    replicas: int  # batches are split this many ways
+    reason: str
+    device_name: str = ""  # e.g. "TPU v5 lite", as the backend names it
+    strategy: Any = None  # tf.distribute.Strategy (TensorFlow)
+    distribution: Any = None  # keras.distribution.Distribution (JAX, several devices)
+
+    @property
+    def accelerated(self) -> bool:
+        return self.device != "CPU"
+
+    def scope(self) -> contextlib.AbstractContextManager:
+        """Where variables must be created: the strategy's scope on TensorFlow. On JAX the
+        distribution is global (set by `pick`), so variables made anywhere are laid out by it."""
+        return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
+
+    def describe(self, precision: str | None = None) -> str:
+        """The line every stage prints: backend, devices, replicas, precision, why."""
+        name = f" ({self.device_name})" if self.device_name.lower() not in ("", self.device.lower()) else ""
+        devices = f"{self.devices} {self.device}{'s' if self.devices != 1 else ''}{name}"
+        parts = [f"backend {self.backend}", devices, f"{self.replicas} replica{'s' * (self.replicas != 1)}"]
+        if precision:
+            parts.append(precision)
+        return f"{', '.join(parts)}: {self.reason}"
+
+
+# ----------------------------------------------------------------------------- what this machine is
+
+
+def tpu_signs() -> list[str]:
+    """Evidence that this machine is (or reaches) a TPU, in words; empty on a plain machine."""
+    signs = []
+    if os.environ.get("ISTPUVM") == "1":
+        signs.append("ISTPUVM=1")
+    accel = sorted(glob.glob("/dev/accel*"))
+    if accel:
+        signs.append(f"{len(accel)} /dev/accel* device(s)")
+    vfio = [p for p in glob.glob("/dev/vfio/*") if os.path.basename(p) != "vfio"]
+    if vfio:
+        signs.append("/dev/vfio devices")
+    signs += [f"{v} is set" for v in TPU_ADDRESS_VARIABLES if os.environ.get(v) and not on_tpu_vm()]
+    return signs
+
+
+def on_tpu_vm() -> bool:
+    """A TPU VM (Kaggle's and Colab's TPUs today): the TPU is local, never a gRPC address."""
+    return os.environ.get("ISTPUVM") == "1" or bool(glob.glob("/dev/accel*"))
+
+
+def tensorflow_build() -> tuple[str, str]:
+    """The installed TensorFlow distribution and its version, read without importing it."""
+    for name in ("tensorflow-tpu", "tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos"):
+        try:
+            return name, importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "", ""
+
+
+def jax_installed() -> bool:
+    try:
+        importlib.metadata.version("jax")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def tensorflow_sees_tpus() -> tuple[bool, str]:
+    """Whether this TensorFlow can drive a TPU here, and what was found, in words."""
+    name, version = tensorflow_build()
+    if not name:
+        return False, "TensorFlow is not installed"
+    if on_tpu_vm() and name != "tensorflow-tpu":
+        return False, f"TensorFlow {version} is a CPU-only build ({name}), which cannot drive a TPU VM's TPU"
+    return True, f"{name} {version}"
+
+
+# ----------------------------------------------------------------------------- the backend
+
+
+def choose_backend(backend: str, strategy: str, tpu: str | None) -> tuple[str, str]:
+    """The Keras backend for this process and why; set in KERAS_BACKEND before Keras is imported."""
+    if backend not in BACKENDS:
+        raise PetalsError(f"unknown backend {backend!r} (choose from {', '.join(BACKENDS)})")
+    if strategy not in STRATEGIES:
+        raise PetalsError(f"unknown strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
+    if backend != "auto":
+        chosen, why = backend, "asked for"
+    else:
+        chosen, why = _auto_backend(strategy, tpu)
+    if chosen == "jax" and not jax_installed():
+        raise PetalsError("backend jax: JAX is not installed (pip install jax, or jax[tpu] on a TPU VM)")
+    if "keras" in sys.modules:
+        import keras
+
+        if keras.backend.backend() != chosen:
+            raise PetalsError(
+                f"backend {chosen}: Keras was already imported with the {keras.backend.backend()} backend "
+                "in this process, and its backend cannot change; start a new process"
+            )
+    os.environ["KERAS_BACKEND"] = chosen
+    return chosen, why
+
+
+def _auto_backend(strategy: str, tpu: str | None) -> tuple[str, str]:
+    signs = tpu_signs()
+    wants_tpu = strategy == "tpu" or bool(tpu) or (strategy == "auto" and bool(signs))
+    if not wants_tpu:
+        return "tensorflow", "TensorFlow: the faster backend on GPUs and CPUs here"
+    sees, found = tensorflow_sees_tpus()
+    if sees:
+        return "tensorflow", f"{found}: TPUStrategy"
+    if jax_installed():
+        return "jax", f"{found}; JAX drives the TPU"
+    raise PetalsError(
+        f"a TPU was {'asked for' if strategy == 'tpu' or tpu else 'found (' + ', '.join(signs) + ')'}, but "
+        f"{found} and JAX is not installed: install jax[tpu], or pass --strategy cpu to train on the host"
+    )
+
+
+# ----------------------------------------------------------------------------- picking
+
+
+@functools.cache
+def pick(
+    backend: str = "auto", strategy: str = "auto", tpu: str | None = None, cpu_replicas: int = 0
+) -> Platform:
+    """The backend, device and distribution for this machine (or the ones asked for), made once per
+    process: a TPU is initialised once however many stages run in it."""
+    chosen, why = choose_backend(backend, strategy, tpu)
+    if chosen == "jax":
+        platform = _pick_jax(strategy, cpu_replicas, why)
+    else:
+        platform = _pick_tensorflow(strategy, tpu, cpu_replicas, why)
+    return platform
+
+
+def pick_from_args(args) -> Platform:
+    """`pick` with a stage's --backend, --strategy, --tpu and --cpu-replicas."""
+    return pick(args.backend, args.strategy, getattr(args, "tpu", None), getattr(args, "cpu_replicas", 0))
+
+
+def add_arguments(parser, tpu: bool = True) -> None:
+    """--backend, --strategy (and --tpu, --cpu-replicas) for the stages that run a model."""
+    parser.add_argument(
+        "--backend", default="auto", choices=BACKENDS, help="Keras backend (auto: by machine)"
+    )
+    parser.add_argument("--strategy", default="auto", choices=STRATEGIES, help="what the replicas run on")
+    parser.add_argument(
+        "--cpu-replicas", type=int, default=0, help="split the CPU into N replicas (tests multi-replica code)"
+    )
+    if tpu:
+        parser.add_argument(
+            "--tpu", default=None, help="TPU name or gRPC address (default: the local TPU of a TPU VM)"
+        )
+
+
+def _refuse_tpu(strategy: str, found: str) -> None:
+    """A TPU was asked for, or this is a TPU machine in `auto`: stop, naming what was found."""
+    signs = tpu_signs()
+    if strategy == "tpu" or signs:
+        asked = "--strategy tpu" if strategy == "tpu" else f"this is a TPU machine ({', '.join(signs)})"
+        raise PetalsError(
+            f"{asked}, but no TPU can be used: {found}; nothing was trained on the CPU instead "
+            "(--strategy cpu does that on purpose)"
+        )
+
+
+# ----------------------------------------------------------------------------- TensorFlow
+
+
+def _split_cpu(tf, replicas: int) -> None:
+    """`replicas` logical CPU devices (must happen before TensorFlow initialises its devices)."""
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * replicas)
+    except RuntimeError:
+        current = len(tf.config.list_logical_devices("CPU"))
+        if current != replicas:
+            raise PetalsError(
+                f"--cpu-replicas {replicas}: TensorFlow already started with {current} CPU device(s); "
+                "it must be set before anything else runs"
+            ) from None
+
+
+def _connect_tpu(tf, tpu: str | None) -> tuple[Any, str] | tuple[None, str]:
+    """A TPUStrategy and where, or None and why not."""
+    if on_tpu_vm():
+        candidates = [tpu or "local"]  # the TPU is attached: no gRPC address is ever tried
+    else:
+        address = tpu or next((os.environ[v] for v in TPU_ADDRESS_VARIABLES if os.environ.get(v)), None)
+        candidates = [address] if address else [None, "local"]  # None: the resolver's own discovery
+    tf_logger = logging.getLogger("tensorflow")
+    failures = []
+    for candidate in candidates:
+        level = tf_logger.level
+        tf_logger.setLevel(logging.WARNING)  # its "Initializing the TPU system" lines
+        try:
+            resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=candidate)
+            tf.config.experimental_connect_to_cluster(resolver)
+            tf.tpu.experimental.initialize_tpu_system(resolver)
+        except (
+            ValueError,
+            tf.errors.NotFoundError,
+            tf.errors.UnavailableError,
+            tf.errors.InvalidArgumentError,
+        ) as err:
+            log.debug("device: no TPU at %r: %s", candidate, err)
+            failures.append(f"{candidate or 'discovery'}: {first_line(err)[:120]}")
+            continue
+        finally:
+            tf_logger.setLevel(level)
+        where = candidate or resolver.master() or "discovered"
+        return tf.distribute.TPUStrategy(resolver), f"TPU at {where}"
+    return None, "TensorFlow found no TPU (" + "; ".join(failures) + ")"
+
+
+def _workers_in_tf_config() -> int:
+    try:
+        cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
+    except json.JSONDecodeError:
+        raise PetalsError("TF_CONFIG is set but is not valid JSON") from None
+    return len(cluster.get("worker", [])) + len(cluster.get("chief", []))
+
+
+def _pick_tensorflow(strategy: str, tpu: str | None, cpu_replicas: int, why: str) -> Platform:
+    import tensorflow as tf
+
+    def platform(strategy_object, kind, device, reason, devices=None):
+        replicas = strategy_object.num_replicas_in_sync
+        return Platform(
+            "tensorflow", kind, device, devices or replicas, replicas, reason, strategy=strategy_object
+        )
+
+    if cpu_replicas > 1:
+        _split_cpu(tf, cpu_replicas)
+        cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
+        return platform(
+            tf.distribute.MirroredStrategy(cpus),
+            "mirrored",
+            "CPU",
+            f"{len(cpus)} logical CPU replicas asked for",
+        )
+    signs = tpu_signs()
+    if strategy == "tpu" or tpu or (strategy == "auto" and signs):
+        sees, found = tensorflow_sees_tpus()
+        connected, where = _connect_tpu(tf, tpu) if sees else (None, found)
+        if connected is not None:
+            return platform(connected, "tpu", "TPU", f"{where}; {why}")
+        _refuse_tpu("tpu" if (strategy == "tpu" or tpu) else strategy, where)
+    gpus = tf.config.list_logical_devices("GPU")
+    workers = _workers_in_tf_config()
+    if strategy == "multi-worker" or (strategy == "auto" and workers > 1):
+        if workers < 1:
+            raise PetalsError("--strategy multi-worker needs TF_CONFIG describing the cluster")
+        return platform(
+            tf.distribute.MultiWorkerMirroredStrategy(),
+            "multi-worker",
+            "GPU" if gpus else "CPU",
+            f"TF_CONFIG lists {workers} workers",
+        )
+    if strategy == "mirrored" or (strategy == "auto" and len(gpus) > 1):
+        if not gpus:
+            raise PetalsError(
+                "--strategy mirrored: no GPU found (use --cpu-replicas N to mirror over the CPU)"
+            )
+        return platform(tf.distribute.MirroredStrategy(), "mirrored", "GPU", f"{len(gpus)} GPUs; {why}")
+    if strategy == "gpu" or (strategy == "auto" and gpus):
+        if not gpus:
+            raise PetalsError("--strategy gpu: no GPU found")
+        return platform(tf.distribute.OneDeviceStrategy(gpus[0].name), "gpu", "GPU", f"one GPU; {why}")
+    reason = "asked for" if strategy == "cpu" else f"no TPU, no GPU and no TF_CONFIG cluster; {why}"
+    return platform(tf.distribute.get_strategy(), "cpu", "CPU", reason)
+
+
+# ----------------------------------------------------------------------------- JAX
+
+
+def _jax_cpu_devices(replicas: int) -> None:
+    """Ask XLA for `replicas` host devices; only possible before JAX starts its CPU backend."""
+    flag = f"--xla_force_host_platform_device_count={replicas}"
+    flags = [
+        f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f
+    ]
+    os.environ["XLA_FLAGS"] = " ".join([*flags, flag])
+
+
+def _pick_jax(strategy: str, cpu_replicas: int, why: str) -> Platform:
+    if strategy == "multi-worker":
+        raise PetalsError("--strategy multi-worker (TF_CONFIG) is TensorFlow's; use --backend tensorflow")
+    if cpu_replicas > 1:
+        _jax_cpu_devices(cpu_replicas)
+    import jax
+
+    standin = os.environ.get(TPU_STANDIN_VARIABLE) == "cpu"
+    if strategy == "cpu" or cpu_replicas > 1:
+        devices, reason = (
+            jax.devices("cpu"),
+            "asked for" if strategy == "cpu" else f"{cpu_replicas} CPU devices asked for",
+        )
+    else:
+        devices = jax.devices()
+        reason = why
+    platform_name = devices[0].platform  # cpu | gpu | tpu
+    device = {"tpu": "TPU", "gpu": "GPU", "cuda": "GPU", "rocm": "GPU"}.get(platform_name, "CPU")
+    if cpu_replicas > 1 and len(devices) != cpu_replicas:
+        raise PetalsError(
+            f"--cpu-replicas {cpu_replicas}: JAX already started with {len(devices)} CPU device(s); "
+            "it must be set before anything else runs"
+        )
+    tpu_wanted = strategy == "tpu" or (strategy == "auto" and tpu_signs())
+    if tpu_wanted and device != "TPU":
+        if standin and device == "CPU":
+            reason = (
+                f"{len(devices)} CPU devices stand in for the TPU ({TPU_STANDIN_VARIABLE}=cpu: emulation)"
+            )
+            device = "TPU"
+        else:
+            jax_found = f"JAX sees no TPU ({len(devices)} {platform_name} device(s))"
+            if why != "asked for":  # auto chose JAX because TensorFlow cannot drive the TPU: say both
+                jax_found = f"{tensorflow_sees_tpus()[1]}, and {jax_found}"
+            _refuse_tpu(strategy, jax_found)
+    if strategy in ("gpu", "mirrored") and device != "GPU":
+        raise PetalsError(
+            f"--strategy {strategy}: JAX sees no GPU ({len(devices)} {platform_name} device(s))"
+        )
+    import keras
+
+    distribution = None
+    if len(devices) > 1:
+        distribution = keras.distribution.DataParallel(devices=devices)
+        keras.distribution.set_distribution(distribution)
+    kind = "data-parallel" if distribution else "one-device"
+    return Platform(
+        "jax",
+        kind,
+        device,
+        len(devices),
+        len(devices),
+        reason,
+        devices[0].device_kind,
+        distribution=distribution,
+    )
+
+
+# ----------------------------------------------------------------------------- speed settings
+
+
+def pick_precision(platform: Platform, asked: str = "auto") -> str:
+    """The Keras dtype policy: bfloat16 on TPUs, float16 on GPUs, float32 on the CPU."""
+    if asked != "auto":
+        return asked
+    return {"TPU": "mixed_bfloat16", "GPU": "mixed_float16"}.get(platform.device, "float32")
+
+
+def pick_jit_compile(platform: Platform, asked: str = "auto") -> bool:
+    """XLA on accelerators (TPUs always compile); JAX always compiles (its eager mode is for debugging);
+    off for TensorFlow on the CPU, where it rarely pays for itself."""
+    if platform.device == "TPU" or platform.backend == "jax":
+        return True
+    if asked != "auto":
+        return asked == "on"
+    return platform.device == "GPU"
+
+
+def pick_steps_per_execution(platform: Platform, asked: int = 0) -> int:
+    """Steps run per call into the device: amortises host round trips on accelerators."""
+    if asked:
+        return asked
+    return {"TPU": 32, "GPU": 8}.get(platform.device, 1)

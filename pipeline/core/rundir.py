@@ -1,0 +1,178 @@
+"""A run directory: its layout, its id, finding it again, and reading and writing its files.
+
+`runs/<run-id>/` is where `train` puts one run and where evaluate, predict, ensemble, the
+leaderboard and kernels find it. Every file name a run holds is spelled here and only here.
+A run id is the recipe, backbone, input size and a hash of the resolved config and the data
+fingerprint, so the same command on the same data finds (and resumes) the same run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.errors import PetalsError
+from pipeline.core.files import write_json
+
+
+class RunDir:
+    """One run's folder and the names of everything in it."""
+
+    CONFIG = "config.json"  # the resolved config
+    DATA_MANIFEST = "data_manifest.json"  # the data dir's manifest at training time
+    RUN_INFO = "run.json"  # git commit, backend, device, replicas, precision...
+    HISTORY = "history.csv"  # one row per epoch
+    BEST = "best.weights.h5"  # the best epoch's weights (the weight average with train.ema)
+    LAST = "last.weights.h5"
+    CURVES = "curves.png"
+    METRICS = "metrics.json"  # written last by train: its presence means the run is finished
+    CHECKPOINTS = "checkpoints"
+    PER_CLASS = "per_class.csv"
+    CONFUSIONS = "confusions.csv"
+    CONFUSION_PLOT = "confusion.png"
+    # The small files worth keeping beside a submission (a kernel copies these to its output).
+    SMALL_FILES = (CONFIG, DATA_MANIFEST, RUN_INFO, METRICS, HISTORY, CURVES, PER_CLASS, CONFUSIONS,
+                   CONFUSION_PLOT)  # fmt: skip
+
+    def __init__(self, path: Path | str):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RunDir) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    # ------------------------------------------------------------------ well-known files
+
+    @property
+    def config_file(self) -> Path:
+        return self.path / self.CONFIG
+
+    @property
+    def metrics_file(self) -> Path:
+        return self.path / self.METRICS
+
+    @property
+    def history_file(self) -> Path:
+        return self.path / self.HISTORY
+
+    @property
+    def best_weights(self) -> Path:
+        return self.path / self.BEST
+
+    @property
+    def last_weights(self) -> Path:
+        return self.path / self.LAST
+
+    @property
+    def checkpoints(self) -> str:
+        return str(self.path / self.CHECKPOINTS)
+
+    def weights(self, which: str = "best") -> Path:
+        """`best` or `last`: the weights file of that name."""
+        return self.path / {"best": self.BEST, "last": self.LAST}[which]
+
+    def predictions(self, split: str, tta: int = 1) -> Path:
+        """`val_predictions.npz`, `test_predictions-tta4.npz`: one file per split and TTA setting."""
+        return self.path / f"{split}_predictions{f'-tta{tta}' if tta > 1 else ''}.npz"
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def exists(self) -> bool:
+        return self.config_file.is_file()
+
+    @property
+    def finished(self) -> bool:
+        return self.metrics_file.is_file()
+
+    # ------------------------------------------------------------------ reading and writing
+
+    def read_json(self, name: str, default: dict | None = None) -> dict[str, Any]:
+        """A JSON file of the run; `default` when it is missing (an error naming it when no default)."""
+        path = self.path / name
+        if not path.is_file():
+            if default is not None:
+                return default
+            raise PetalsError(f"{path}: missing; train the run first")
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise PetalsError(f"{path}: not valid JSON ({err}); train the run again (--force)") from None
+
+    def write_json(self, name: str, payload: dict[str, Any]) -> None:
+        write_json(self.path / name, payload)
+
+    def read_config(self):
+        """The run's resolved config, every key checked again."""
+        from pipeline.core.config import read_config
+
+        if not self.config_file.is_file():
+            raise PetalsError(f"{self.path}: not a run directory (no {self.CONFIG})")
+        return read_config(self.config_file)
+
+    def competition(self) -> str:
+        return self.read_json(self.CONFIG)["competition"]
+
+    def metrics(self) -> dict[str, Any]:
+        return self.read_json(self.METRICS)
+
+    def trained_on(self) -> dict[str, Any]:
+        """The manifest of the data the run was trained on."""
+        return self.read_json(self.DATA_MANIFEST)
+
+    def check_same_data(self, manifest: dict[str, Any] | None, data_dir: Path) -> None:
+        """A PetalsError unless `manifest` (of `data_dir`) is the data this run was trained on."""
+        if manifest is None:
+            raise PetalsError(
+                f"{data_dir}: no manifest.json; run `make fetch` (or pass the fetched --data-dir)"
+            )
+        trained_on = self.trained_on()
+        if trained_on.get("fingerprint") != manifest.get("fingerprint"):
+            raise PetalsError(
+                f"{self.name} was trained on {trained_on.get('origin')} "
+                f"({trained_on.get('fingerprint', '?')[:15]}…), but {data_dir} holds "
+                f"{manifest.get('origin')} ({manifest.get('fingerprint', '?')[:15]}…): "
+                "pass the run's --data-dir"
+            )
+
+
+# ----------------------------------------------------------------------------- ids and finding runs
+
+
+def run_id(config, fingerprint: str) -> str:
+    """Same config and data -> same id, so rerunning a command finds (and resumes) its run."""
+    size = config.data.input_size or config.data.image_size
+    digest = hashlib.sha256(json.dumps([config.to_dict(), fingerprint], sort_keys=True).encode()).hexdigest()
+    return f"{config.recipe}-{config.model.backbone}-{size}-{digest[:8]}"
+
+
+def locate(runs_dir: Path, name: str) -> RunDir:
+    """A run named by its id (under `runs_dir`) or by its path."""
+    given = RunDir(name)
+    return given if given.exists else RunDir(Path(runs_dir) / name)
+
+
+def finished_run(runs_dir: Path, name: str) -> RunDir:
+    """A finished run by id or path, or a PetalsError that says what is missing."""
+    run = locate(runs_dir, name)
+    if not run.finished:
+        hint = "train it first (make train)" if run.exists else "no such run; check the name"
+        raise PetalsError(f"{run}: not a finished run: {hint}")
+    return run

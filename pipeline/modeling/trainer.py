@@ -1,0 +1,273 @@
+"""One run's training, epoch by epoch, with Keras `fit` or a custom loop, on either backend.
+
+After each epoch, both loops: score val macro-F1 with scikit-learn, append a row to
+`history.csv`, save the last (and, if better, the best) weights, then a checkpoint of weights +
+optimizer + epoch. A rerun restores that checkpoint and goes on from the next epoch. With
+`train.ema`, the optimizer also keeps a moving average of the weights; that average is what is
+scored and saved as best and last weights, while training goes on from the trained weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import warnings
+
+import keras
+import numpy as np
+import pandas as pd
+
+from pipeline.core import device
+from pipeline.core.files import write_atomically
+from pipeline.data import augment, datasets
+from pipeline.modeling import custom_loop, policy, registry
+from pipeline.modeling.checkpoint import Checkpoint
+from pipeline.modeling.classifier import Classifier, set_backbone_trainable
+from pipeline.modeling.losses import loss_function
+from pipeline.modeling.optimizer import averaged_weights, make_optimizer
+
+log = logging.getLogger(__name__)
+
+# Keras warns that a tf.data dataset ignores fit's shuffle flag, and that a finite val set
+# "ran out of data" after predict has read all of it: both are what is meant here.
+warnings.filterwarnings("ignore", message=r"`shuffle=True` was passed", category=UserWarning)
+warnings.filterwarnings("ignore", message=r"Your input ran out of data", category=UserWarning)
+
+
+def save_weights(net: keras.Model, path) -> None:
+    """The network's weights, atomically (Keras insists on the `.weights.h5` ending)."""
+    write_atomically(path, net.save_weights, tmp_name="partial-" + path.name)
+
+
+class Trainer:
+    """One run: builds everything on the platform, restores, trains the remaining epochs."""
+
+    def __init__(self, job, verbose: int = 1, restart: bool = False):
+        self.job = job
+        self.config = job.config
+        self.verbose = verbose
+        self.restart = restart
+        self.run = job.run
+        platform, train = job.platform, self.config.train
+        self.precision = device.pick_precision(platform, train.precision)
+        self.jit_compile = device.pick_jit_compile(platform, train.jit_compile)
+        self.steps_per_execution = device.pick_steps_per_execution(platform, train.steps_per_execution)
+        self.steps = policy.steps_per_epoch(train, job.train_images, job.global_batch)
+        self.size = datasets.input_size(self.config)
+        # Where augmentation runs here (host or device); the datasets read it from this config.
+        where = augment.placement(self.config.augment.where, platform.backend, platform.device)
+        self.data_config = dataclasses.replace(
+            self.config, augment=dataclasses.replace(self.config.augment, where=where)
+        )
+        self._custom = None  # the custom loop's compiled steps and data, made when first needed
+
+    # ------------------------------------------------------------------ building
+
+    def build(self) -> None:
+        """Build the model (pretrained or local weights loaded), optimizer and checkpoint; writes nothing.
+
+        An interrupted run's last checkpoint is restored here, so one that does not fit fails early.
+        """
+        config, job = self.config, self.job
+        keras.mixed_precision.set_global_policy(self.precision)
+        keras.utils.set_random_seed(config.seed)
+        with job.platform.scope():
+            self.net = registry.build_classifier(
+                config.model.backbone,
+                self.size,
+                job.spec.num_classes,
+                weights=config.model.weights,
+                dropout=config.model.dropout,
+                input_dtype="float32",
+            )
+            self.classifier = Classifier(
+                self.net,
+                job.spec.num_classes,
+                config.augment,
+                augment_here=self.data_config.augment.where == "device",
+                shift_scale=datasets.shift_scale(config),
+            )
+            self.classifier.build((None, self.size, self.size, 3))  # stateless calls need it built
+            self.optimizer = make_optimizer(
+                config.train.lr_start,
+                config.train.ema,
+                self.precision,
+                self.net.trainable_variables,  # every variable that will ever train
+                training=lambda: self.classifier.trainable_variables,
+            )
+        self.checkpoint = Checkpoint(
+            job.checkpoint_dir, {"net": self.net.weights, "optimizer": self.optimizer.variables}
+        )
+        # The best val macro-F1 so far (minus the training loss when there is no val split).
+        self.best_score = -np.inf
+        self.class_counts = None
+        if config.train.logit_adjustment:
+            self.class_counts = datasets.class_counts(
+                job.train_files, job.spec, config.data.image_size, config.data.skip_bad_records
+            )
+            log.info(
+                "train: logit adjustment tau=%g over %d..%d training images per class",
+                config.train.logit_adjustment,
+                self.class_counts.min(),
+                self.class_counts.max(),
+            )
+        self.start = self._restore()  # a checkpoint that does not fit fails here, before any write
+
+    def _restore(self) -> int:
+        """The first epoch still to train: 0, or the one after the last checkpoint."""
+        if self.restart:
+            return 0
+        saved = self.checkpoint.restore()
+        if saved is None:
+            return 0
+        self.best_score = saved.best_score
+        log.info("train: resuming %s after epoch %d (checkpoint %s)", self.run, saved.epoch, saved.path)
+        return saved.epoch
+
+    def _val_dataset(self):
+        job = self.job
+        if not job.val_files:
+            return None
+        return datasets.eval_dataset(
+            job.val_files, job.spec, self.data_config, job.global_batch, labeled=True, pad_to_batch=True
+        )
+
+    # ------------------------------------------------------------------ scoring
+
+    def _score(self, val) -> dict[str, float]:
+        """Loss, accuracy and the competition's macro-F1 on the val split, padding dropped."""
+        from competition.metric import macro_f1
+
+        if self._val_labels is None:
+            self._val_labels = np.concatenate([tags for _, tags in val.as_numpy_iterator()])
+        probabilities = self.classifier.predict(val.map(lambda images, _: images), verbose=0)
+        real = self._val_labels != datasets.PAD_LABEL
+        probabilities, labels = probabilities[real], self._val_labels[real]
+        predicted = probabilities.argmax(axis=1)
+        losses = -np.log(np.clip(probabilities[np.arange(len(labels)), labels], 1e-7, 1.0))
+        return {
+            "val_loss": float(losses.mean()),
+            "val_accuracy": float((predicted == labels).mean()),
+            "val_macro_f1": macro_f1(labels, predicted),
+        }
+
+    # ------------------------------------------------------------------ the loop
+
+    def run_epochs(self) -> pd.DataFrame:
+        """Train the epochs still to do; the history of every epoch, the restored ones included."""
+        start = self.start
+        self.history = self._history(start)
+        self._val = self._val_dataset()
+        self._val_labels = None
+        self._trainable = None
+        train_config = self.config.train
+        if train_config.loop == "fit":
+            self._fit(start)
+        else:
+            for epoch in range(start, train_config.epochs):
+                self._begin_epoch(epoch)
+                self._finish_epoch(epoch, self._custom_epoch())
+        return self.history
+
+    def _phases(self, start: int) -> list[tuple[int, int]]:
+        """[first, end) epoch ranges with one backbone setting each: the frozen warm-up, then the rest."""
+        cut = min(max(self.config.train.frozen_epochs, start), self.config.train.epochs)
+        return [(a, b) for a, b in ((start, cut), (cut, self.config.train.epochs)) if a < b]
+
+    def _begin_epoch(self, epoch: int) -> None:
+        self._set_trainable(policy.backbone_trainable(epoch, self.config.train))
+        self._lr = policy.learning_rate(epoch, self.config.train, self.job.platform.replicas)
+        self.optimizer.learning_rate.assign(self._lr)
+        self._started = time.perf_counter()
+
+    def _finish_epoch(self, epoch: int, logs: dict[str, float]) -> None:
+        """Score, record and checkpoint one finished epoch (both loops)."""
+        seconds = time.perf_counter() - self._started
+        images = self.steps * self.job.global_batch
+        row = {"epoch": epoch + 1, "lr": self._lr, **logs, "seconds": seconds, "images": images}
+        row["images_per_second"] = images / seconds
+        with averaged_weights(self.optimizer):  # what is scored and saved; training goes on from its own
+            if self._val is not None:
+                row.update(self._score(self._val))
+            self._save_weights(row)
+        self.history = pd.concat([self.history, pd.DataFrame([row])], ignore_index=True)
+        self._end_epoch(epoch, row, self.history)
+
+    def _set_trainable(self, trainable: bool) -> None:
+        if trainable == self._trainable:
+            return
+        set_backbone_trainable(self.net, trainable, self.config.train.freeze_batchnorm)
+        if not trainable or self._trainable is not None:
+            log.info("train: backbone %s", "fine-tuning" if trainable else "frozen (training the head)")
+        self._trainable = trainable
+        if self._custom is not None:
+            self._custom.trainability_changed()
+
+    def _history(self, start: int) -> pd.DataFrame:
+        path = self.run.history_file
+        if start and path.is_file():
+            return pd.read_csv(path).query("epoch <= @start")  # rows past the checkpoint are redone
+        return pd.DataFrame()
+
+    def _save_weights(self, row: dict) -> None:
+        save_weights(self.net, self.run.last_weights)
+        score = row.get("val_macro_f1", -row["loss"])
+        if score > self.best_score:
+            self.best_score = score
+            save_weights(self.net, self.run.best_weights)
+
+    def _end_epoch(self, epoch: int, row: dict, history: pd.DataFrame) -> None:
+        write_atomically(self.run.history_file, lambda tmp: history.to_csv(tmp, index=False))
+        self.checkpoint.save(epoch + 1, self.best_score)  # last, so a checkpoint implies its outputs
+        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}
+        log.info("train: epoch %d/%d %s", epoch + 1, self.config.train.epochs, shown)
+
+    # ------------------------------------------------------------------ Keras fit
+
+    def _fit(self, start: int) -> None:
+        """One Keras `fit` per backbone setting, so the data iterator and the compiled step live
+        across epochs; the per-epoch work runs in a callback."""
+        job = self.job
+        train = datasets.train_dataset(job.train_files, job.spec, self.data_config, job.global_batch)
+        epochs = _EpochHooks(self)
+        for first, end in self._phases(start):
+            self._set_trainable(policy.backbone_trainable(first, self.config.train))
+            self.classifier.compile(  # a trainability change needs a fresh compile; the optimizer is kept
+                optimizer=self.optimizer,
+                loss=loss_function(self.config.train, self.class_counts),
+                metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
+                jit_compile=self.jit_compile,
+                steps_per_execution=self.steps_per_execution,
+            )
+            self.classifier.fit(
+                train,
+                epochs=end,
+                initial_epoch=first,
+                steps_per_epoch=self.steps,
+                callbacks=[epochs],
+                verbose=self.verbose,
+            )
+
+    # ------------------------------------------------------------------ custom loop
+
+    def _custom_epoch(self) -> dict[str, float]:
+        if self._custom is None:
+            loss = loss_function(self.config.train, self.class_counts, reduction="none")
+            self._custom = custom_loop.for_backend(self, loss)
+        return self._custom.epoch()
+
+
+class _EpochHooks(keras.callbacks.Callback):
+    """Keras `fit`'s side of the per-epoch work the custom loop does inline."""
+
+    def __init__(self, trainer: Trainer):
+        super().__init__()
+        self.trainer = trainer
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.trainer._begin_epoch(epoch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        self.trainer._finish_epoch(epoch, {k: float(logs[k]) for k in ("loss", "accuracy") if k in logs})

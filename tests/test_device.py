@@ -1,0 +1,161 @@
+"""The backend and device picker: choices, refusals, logical CPU replicas on both backends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from pipeline.core import device
+from pipeline.core.config import resolve_recipe
+from pipeline.core.device import Platform
+from pipeline.core.errors import PetalsError
+from tests.conftest import REPO, error_lines, run_cli
+
+
+@pytest.fixture
+def plain_machine(monkeypatch):
+    """No TPU signs in the environment (this machine has no /dev/accel or /dev/vfio devices)."""
+    for variable in ("ISTPUVM", "TF_CONFIG", device.TPU_STANDIN_VARIABLE, *device.TPU_ADDRESS_VARIABLES):
+        monkeypatch.delenv(variable, raising=False)
+    assert device.tpu_signs() == []
+
+
+def _python(
+    code: str, env: dict[str, str] | None = None, timeout: float = 180
+) -> subprocess.CompletedProcess:
+    import os
+
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    for variable in ("ISTPUVM", "KERAS_BACKEND", "XLA_FLAGS", device.TPU_STANDIN_VARIABLE):
+        if variable not in (env or {}):
+            full_env.pop(variable, None)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_without_accelerators_auto_takes_tensorflow_on_the_cpu_and_says_why(plain_machine):
+    picked = device.pick("auto", "auto")
+    assert (picked.backend, picked.kind, picked.device, picked.replicas) == ("tensorflow", "cpu", "CPU", 1)
+    assert not picked.accelerated and "no TPU, no GPU" in picked.reason
+    line = picked.describe("float32")
+    assert line.startswith("backend tensorflow, 1 CPU, 1 replica, float32: ") and "\n" not in line
+
+
+def test_unknown_names_and_missing_devices_are_one_line(plain_machine):
+    with pytest.raises(PetalsError, match="--strategy gpu: no GPU found"):
+        device.pick("tensorflow", "gpu")
+    with pytest.raises(PetalsError, match="unknown strategy 'tpus'"):
+        device.pick("auto", "tpus")
+    with pytest.raises(PetalsError, match="unknown backend 'torch'"):
+        device.pick("torch")
+    with pytest.raises(PetalsError, match="Keras was already imported with the tensorflow backend"):
+        device.pick("jax", "cpu")  # this process's Keras is TensorFlow's: the backend cannot change
+
+
+def test_the_backend_is_chosen_from_the_machine_before_anything_is_imported(plain_machine, monkeypatch):
+    assert device.choose_backend("auto", "auto", None)[0] == "tensorflow"
+    monkeypatch.setenv("ISTPUVM", "1")  # Kaggle's TPU image: tensorflow-cpu, jax[tpu]
+    backend, why = device._auto_backend("auto", None)
+    assert backend == "jax" and "is a CPU-only build (tensorflow-cpu)" in why
+    monkeypatch.setattr(device, "jax_installed", lambda: False)
+    with pytest.raises(PetalsError, match=r"a TPU was found \(ISTPUVM=1\), but .* JAX is not installed"):
+        device._auto_backend("auto", None)
+
+
+def _platform(device_name: str, backend: str = "tensorflow") -> Platform:
+    return Platform(backend, "x", device_name, 1, 1, "test")
+
+
+def test_precision_and_compile_defaults_follow_the_hardware():
+    tpu, gpu, cpu = _platform("TPU"), _platform("GPU"), _platform("CPU")
+    assert device.pick_precision(tpu) == "mixed_bfloat16" and device.pick_precision(gpu) == "mixed_float16"
+    assert device.pick_precision(cpu) == "float32"  # logical CPU replicas included
+    assert device.pick_precision(gpu, "float32") == "float32"
+    assert device.pick_jit_compile(tpu, "off") is True  # TPUs always compile
+    assert device.pick_jit_compile(cpu) is False and device.pick_jit_compile(cpu, "on") is True
+    assert device.pick_jit_compile(gpu) is True
+    assert device.pick_jit_compile(_platform("CPU", "jax"), "off") is True  # JAX always compiles
+    assert device.pick_steps_per_execution(tpu) == 32 and device.pick_steps_per_execution(cpu) == 1
+    assert device.pick_steps_per_execution(tpu, 4) == 4
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+def test_cpu_replicas_split_the_cpu_on_both_backends(backend):
+    done = _python(
+        f"""
+        from pipeline.core import device
+        picked = device.pick("{backend}", "auto", cpu_replicas=8)
+        import keras
+        print(keras.backend.backend(), picked.kind, picked.devices, picked.replicas, picked.reason)
+        """
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    kind = "mirrored" if backend == "tensorflow" else "data-parallel"
+    assert done.stdout.split()[:4] == [backend, kind, "8", "8"]
+
+
+def test_stages_import_no_framework_before_the_backend_is_chosen():
+    done = _python(
+        """
+        import sys
+        from pipeline import cli
+        from pipeline.stages import ensemble, evaluate, inspect, predict, train
+        cli.build_parser(only="train").parse_args(["train", "--backend", "jax"])
+        print(sorted(m for m in ("keras", "tensorflow", "jax") if m in sys.modules))
+        """
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "found"),
+    [
+        (["--strategy", "tpu"], {}, "--strategy tpu, but no TPU can be used: TensorFlow found no TPU"),
+        ([], {"ISTPUVM": "1"}, "this is a TPU machine (ISTPUVM=1), but no TPU can be used: TensorFlow 2.21"
+         ".0 is a CPU-only build (tensorflow-cpu), which cannot drive a TPU VM's TPU, and JAX sees no TPU"),
+        (["--backend", "tensorflow"], {"ISTPUVM": "1"}, "CPU-only build (tensorflow-cpu)"),
+        (["--backend", "jax", "--strategy", "tpu"], {}, "JAX sees no TPU"),
+    ],
+)  # fmt: skip
+def test_a_tpu_asked_for_but_unreachable_stops_in_one_line_and_writes_nothing(
+    tiny_data_dir, tmp_path, args, env, found
+):
+    runs = tmp_path / "runs"
+    done = run_cli(
+        "train", "--data-dir", str(tiny_data_dir), "--runs-dir", str(runs), "--recipe", "cpu", *args, env=env
+    )
+    lines = error_lines(done.stderr)
+    assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+    assert found in lines[0] and "nothing was trained on the CPU instead" in lines[0], lines[0]
+    assert not runs.exists()
+
+
+def test_an_emulated_tpu_is_jax_cpu_devices_and_says_so():
+    done = _python(
+        """
+        from pipeline.core import device
+        picked = device.pick("auto", "tpu", cpu_replicas=8)
+        print(picked.backend, picked.device, picked.replicas)
+        print(picked.reason)
+        """,
+        env={"ISTPUVM": "1", device.TPU_STANDIN_VARIABLE: "cpu"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    first, reason = done.stdout.strip().splitlines()[-2:]
+    assert first == "jax TPU 8" and "stand in for the TPU" in reason and "emulation" in reason
+
+
+def test_auto_recipe_follows_what_the_replicas_run_on():
+    assert [resolve_recipe("auto", d) for d in ("TPU", "GPU", "CPU")] == ["tpu", "gpu", "cpu"]
+    assert resolve_recipe("densenet201", "TPU") == "densenet201"
