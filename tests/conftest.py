@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,27 @@ def run_cli(
         [sys.executable, "-m", "pipeline", *args],
         cwd=REPO,
         env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def run_python(
+    code: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Run a Python snippet in a fresh process (its own Keras backend), from the repository root.
+
+    Backend and device variables of this process are dropped unless `env` sets them.
+    """
+    full_env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for variable in ("ISTPUVM", "KERAS_BACKEND", "XLA_FLAGS", "PETALS_TPU_STANDIN"):
+        full_env.pop(variable, None)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPO,
+        env={**full_env, **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,

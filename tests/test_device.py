@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
-
 import pytest
 
 from pipeline.core import device
 from pipeline.core.config import resolve_recipe
 from pipeline.core.device import Platform
 from pipeline.core.errors import PetalsError
-from tests.conftest import REPO, error_lines, run_cli
+from tests.conftest import error_lines, run_cli, run_python
 
 
 @pytest.fixture
@@ -21,26 +17,6 @@ def plain_machine(monkeypatch):
     for variable in ("ISTPUVM", "TF_CONFIG", device.TPU_STANDIN_VARIABLE, *device.TPU_ADDRESS_VARIABLES):
         monkeypatch.delenv(variable, raising=False)
     assert device.tpu_signs() == []
-
-
-def _python(
-    code: str, env: dict[str, str] | None = None, timeout: float = 180
-) -> subprocess.CompletedProcess:
-    import os
-
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    for variable in ("ISTPUVM", "KERAS_BACKEND", "XLA_FLAGS", device.TPU_STANDIN_VARIABLE):
-        if variable not in (env or {}):
-            full_env.pop(variable, None)
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=REPO,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def test_without_accelerators_auto_takes_tensorflow_on_the_cpu_and_says_why(plain_machine):
@@ -91,7 +67,7 @@ def test_precision_and_compile_defaults_follow_the_hardware():
 
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
 def test_cpu_replicas_split_the_cpu_on_both_backends(backend):
-    done = _python(
+    done = run_python(
         f"""
         from pipeline.core import device
         picked = device.pick("{backend}", "auto", cpu_replicas=8)
@@ -105,7 +81,7 @@ def test_cpu_replicas_split_the_cpu_on_both_backends(backend):
 
 
 def test_stages_import_no_framework_before_the_backend_is_chosen():
-    done = _python(
+    done = run_python(
         """
         import sys
         from pipeline import cli
@@ -142,7 +118,7 @@ def test_a_tpu_asked_for_but_unreachable_stops_in_one_line_and_writes_nothing(
 
 
 def test_an_emulated_tpu_is_jax_cpu_devices_and_says_so():
-    done = _python(
+    done = run_python(
         """
         from pipeline.core import device
         picked = device.pick("auto", "tpu", cpu_replicas=8)

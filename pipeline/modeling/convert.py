@@ -87,12 +87,16 @@ def load_into(model, path: str | Path) -> None:
     layer in the file must be used: a file of another variant is a PetalsError naming the first
     layer that does not fit.
     """
+    import keras
+
     saved = _package_weights(path)
     used = set()
     for layer in model.layers:
         if not layer.weights:
             continue
-        if layer.name == "normalization":  # keras.applications' own input scaling: the package's stats
+        if isinstance(
+            layer, keras.layers.Normalization
+        ):  # keras.applications' input scaling: the package's stats
             stats = [
                 np.asarray(TORCH_MEAN, "float32"),
                 np.square(np.asarray(TORCH_STD, "float32")),
@@ -112,5 +116,8 @@ def load_into(model, path: str | Path) -> None:
         used.add(layer.name)
     unused = sorted(set(saved) - used)
     if unused:
-        raise PetalsError(f"{path}: does not fit {model.name}: the file has layers it lacks ({unused[:3]})")
+        raise PetalsError(
+            f"{path}: does not fit {model.name}: the file has layers it lacks ({unused[:3]}; "
+            "another variant's weights?)"
+        )
     log.info("weights: %s carried into %s (%d layers)", Path(path).name, model.name, len(used))

@@ -1,0 +1,67 @@
+"""The JAX side of the JAX tests, run in its own process: `python -m tests.jax_side TASK JSON`.
+
+pytest's process runs Keras on TensorFlow and a process's Keras backend cannot change, so each
+test starts this with the backend chosen by `pipeline.core.device.pick` (before Keras is
+imported), lets it train or predict, and reads back what it printed (one JSON line) and wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def train_and_inspect(args: dict) -> dict:
+    """Train a tiny run on 8 JAX devices, then report how its state is laid out and typed, and
+    save predictions of fixed pixels made under JAX for TensorFlow to compare."""
+    from pipeline.core import device
+
+    platform = device.pick("jax", "auto", cpu_replicas=8)
+    import numpy as np
+
+    from pipeline.core.config import load_config
+    from pipeline.modeling.custom_loop import JaxLoop
+    from pipeline.modeling.inference import load_inference_model
+    from pipeline.modeling.optimizer import averaging
+    from pipeline.modeling.trainer import Trainer
+    from pipeline.stages import train
+
+    out = Path(args["out"])
+    config = load_config("default", args["overrides"], device=platform.device)
+    job = train.prepare(config, platform, Path(args["data_dir"]), out, args["run"], None)
+    metrics = train.fit(job, verbose=0)
+    trainer = Trainer(job, verbose=0)
+    trainer.build()  # a second build restores the checkpoint: look at what a resumed run holds
+    shardings = [v.value.sharding for v in trainer.net.weights]
+    size = config.data.image_size
+    batch = JaxLoop(trainer, None)._on_devices(np.zeros((job.global_batch, size, size, 3), "uint8"))
+    convs = [layer for layer in trainer.net.get_layer("backbone").layers if "conv" in layer.name]
+    inner = averaging(trainer.optimizer)
+    last = load_inference_model(job.run_dir, weights="last").trainable_variables  # the optimizer's order
+    averages = inner._model_variables_moving_average
+    gaps = [
+        np.abs(average.numpy() - kept.numpy()).max() for average, kept in zip(averages, last, strict=True)
+    ]
+    net = load_inference_model(job.run_dir)  # float32 and a variable batch, here on JAX
+    pixels = np.random.default_rng(0).uniform(0, 255, (64, size, size, 3)).astype("float32")
+    np.save(out / "pixels.npy", pixels)
+    np.save(out / "jax_probabilities.npy", np.asarray(net.predict(pixels, batch_size=64, verbose=0)))
+    return {
+        "metrics": metrics,
+        "devices": sorted({len(s.device_set) for s in shardings}),
+        "replicated": all(s.is_fully_replicated for s in shardings),
+        "batch_spec": str(batch.sharding.spec),
+        "batch_shards": sorted({tuple(shard.data.shape) for shard in batch.addressable_shards}),
+        "conv_dtypes": sorted({(layer.compute_dtype, layer.kernel.dtype) for layer in convs}),
+        "output_dtype": str(trainer.net(np.zeros((8, size, size, 3), "uint8")).dtype),
+        "resumed_at": trainer.start,
+        "average_vs_last_weights": float(max(gaps)),  # the saved weights are the weight average
+    }
+
+
+TASKS = {"train_and_inspect": train_and_inspect}
+
+if __name__ == "__main__":
+    task, arguments = sys.argv[1], json.loads(sys.argv[2])
+    print(json.dumps(TASKS[task](arguments), default=str))

@@ -1,0 +1,152 @@
+"""Keras on JAX, as it runs on a TPU, tested on 8 JAX CPU devices (`--cpu-replicas 8`).
+
+Each test runs the JAX side in a fresh process (pytest's own Keras is TensorFlow's, and a
+process's backend cannot change), then checks what it wrote, often from TensorFlow: the
+weights and checkpoints a TPU writes under JAX must serve and resume on any machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.core.rundir import RunDir
+from pipeline.modeling import policy
+from tests.conftest import REPO, TINY, run_cli
+
+JAX_8 = ["--backend", "jax", "--cpu-replicas", "8"]
+
+
+def run_jax_side(task: str, arguments: dict) -> subprocess.CompletedProcess:
+    """`tests/jax_side.py` in a fresh process: the JAX half of a test."""
+    env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "XLA_FLAGS", "ISTPUVM")}
+    return subprocess.run(
+        [sys.executable, "-m", "tests.jax_side", task, json.dumps(arguments)],
+        cwd=REPO,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _train_args(data_dir, runs_dir, name, *overrides):
+    args = [
+        "train",
+        "--data-dir",
+        str(data_dir),
+        "--runs-dir",
+        str(runs_dir),
+        "--run",
+        name,
+        "--recipe",
+        "default",
+    ]
+    for override in [*TINY, *overrides]:
+        args += ["--set", override]
+    return args
+
+
+@pytest.mark.slow
+def test_jax_trains_in_bfloat16_over_8_devices_and_its_weights_serve_on_tensorflow(tiny_data_dir, tmp_path):
+    """Keras fit on JAX: weights replicated on 8 devices, batches split over them, bfloat16 compute;
+    then TensorFlow predicts with those weights at any batch size and resumes the JAX checkpoint."""
+    overrides = [*TINY, "data.batch_size=8", "train.epochs=2", "train.frozen_epochs=1", "train.ema=0.9",
+                 "train.logit_adjustment=1.0", "train.precision=mixed_bfloat16"]  # fmt: skip
+    arguments = {"data_dir": str(tiny_data_dir), "out": str(tmp_path), "run": "jax", "overrides": overrides}
+    done = run_jax_side("train_and_inspect", arguments)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    run = RunDir(tmp_path / "jax")
+    info = run.read_json(RunDir.RUN_INFO)
+    assert (info["backend"], info["devices"], info["replicas"]) == ("jax", 8, 8)
+    assert (
+        info["precision"] == "mixed_bfloat16"
+        and info["global_batch"] == 64
+        and info["augment_where"] == "host"
+    )
+    assert seen["devices"] == [8] and seen["replicated"]  # every weight on all 8 devices
+    assert seen["batch_spec"] == "P('batch', None, None, None)" and seen["batch_shards"] == [[8, 32, 32, 3]]
+    assert seen["conv_dtypes"] == [["bfloat16", "float32"]] and seen["output_dtype"] == "float32"
+    assert seen["resumed_at"] == 2 and np.isfinite(seen["metrics"]["val_macro_f1"])
+    assert seen["average_vs_last_weights"] < 1e-6
+
+    # TensorFlow (this process) serves the JAX-trained weights at any batch size, identically.
+    from pipeline.modeling.inference import load_inference_model
+
+    net = load_inference_model(run.path)
+    pixels, expected = np.load(tmp_path / "pixels.npy"), np.load(tmp_path / "jax_probabilities.npy")
+    for batch in (1, 7, 64):
+        got = np.concatenate([np.asarray(net(pixels[i : i + batch])) for i in range(0, 64, batch)])
+        assert np.abs(got - expected).max() <= 1e-5, batch
+
+    # ... and resumes JAX's checkpoint: a third epoch on TensorFlow after two on JAX.
+    run.metrics_file.unlink()  # as if the JAX run had been stopped after its second epoch
+    overrides = ["data.batch_size=8", "train.epochs=3", "train.frozen_epochs=1", "train.ema=0.9",
+                 "train.logit_adjustment=1.0"]  # fmt: skip
+    resumed = run_cli(*_train_args(tiny_data_dir, tmp_path, "jax", *overrides), "--backend", "tensorflow")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resuming" in resumed.stderr and "after epoch 2" in resumed.stderr
+    assert pd.read_csv(run.history_file)["epoch"].tolist() == [1, 2, 3]
+    assert run.read_json(RunDir.RUN_INFO)["backend"] == "tensorflow"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_both_loops_train_on_8_jax_devices_and_lower_the_loss(tiny_data_dir, tmp_path, loop):
+    args = _train_args(
+        tiny_data_dir, tmp_path, loop, "data.batch_size=2", f"train.loop={loop}", "train.epochs=4",
+        "train.steps_per_epoch=6", "train.lr_max=0.0005", "train.lr_sustain_epochs=9",
+        "train.logit_adjustment=1.0", "train.ema=0.9",
+    )  # fmt: skip
+    done = run_cli("--quiet", *args, *JAX_8, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = RunDir(tmp_path / loop)
+    info = run.read_json(RunDir.RUN_INFO)
+    assert (info["backend"], info["replicas"], info["global_batch"]) == ("jax", 8, 16)  # 2 per device x 8
+    history = pd.read_csv(run.history_file)
+    assert history["images"].tolist() == [6 * 16] * 4
+    assert history["lr"].tolist() == pytest.approx([0.0005 * 8] * 4)  # the peak scales with replicas
+    assert history["loss"].iloc[-1] < history["loss"].iloc[0]
+
+
+@pytest.mark.slow
+def test_a_killed_jax_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
+    args = _train_args(
+        tiny_data_dir, tmp_path, "killed", "train.epochs=5", "train.steps_per_epoch=8",
+        "train.lr_ramp_epochs=2", "train.loop=custom",
+    )  # fmt: skip
+    command = [sys.executable, "-m", "pipeline", *args, *JAX_8]
+    env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "XLA_FLAGS")}
+    env["PYTHONPATH"] = str(REPO)
+    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    latest = tmp_path / "killed" / "checkpoints" / "latest.json"
+    deadline = time.monotonic() + 240
+    while not latest.is_file() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert latest.is_file(), "no checkpoint was written before the deadline"
+    assert not (tmp_path / "killed" / "metrics.json").is_file()
+
+    second = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resuming" in second.stderr
+    history = pd.read_csv(tmp_path / "killed" / "history.csv")
+    assert history["epoch"].tolist() == [1, 2, 3, 4, 5]  # every epoch once, none redone twice
+    from pipeline.core.config import load_config
+
+    config = load_config(overrides=[*TINY, "train.epochs=5", "train.lr_ramp_epochs=2"])
+    expected = [policy.learning_rate(e, config.train, 8) for e in range(5)]
+    assert history["lr"].tolist() == pytest.approx(expected)
