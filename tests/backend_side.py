@@ -1,8 +1,9 @@
-"""The JAX side of the JAX tests, run in its own process: `python -m tests.jax_side TASK JSON`.
+"""Work a test runs on a given Keras backend: `python -m tests.backend_side TASK JSON`.
 
-pytest's process runs Keras on TensorFlow and a process's Keras backend cannot change, so each
-test starts this with the backend chosen by `pipeline.core.device.pick` (before Keras is
-imported), lets it train or predict, and reads back what it printed (one JSON line) and wrote.
+pytest's process runs Keras on TensorFlow and a process's Keras backend cannot change, so the
+JAX half of a test runs this in a fresh process, with the backend chosen by
+`pipeline.core.device.pick` before Keras is imported, and reads back what it printed (one JSON
+line) and wrote. The TensorFlow half may call the same functions in pytest's process.
 """
 
 from __future__ import annotations
@@ -60,7 +61,56 @@ def train_and_inspect(args: dict) -> dict:
     }
 
 
-TASKS = {"train_and_inspect": train_and_inspect}
+def same_computation(args: dict) -> dict:
+    """Train the CPU recipe as the same computation on either backend: given initial weights (written
+    by the first backend to get here), dropout off, records in a fixed order, tf.data's seeded
+    augmentation. Returns the history; what differs between backends is then only float rounding."""
+    from pipeline.core import device
+
+    platform = device.pick(args["backend"], "cpu")
+    import keras
+    import numpy as np
+
+    from pipeline.core.config import load_config
+    from pipeline.core.rundir import RunDir
+    from pipeline.data import datasets
+    from pipeline.modeling.optimizer import averaging
+    from pipeline.modeling.trainer import Trainer
+    from pipeline.stages import train
+
+    read_examples = datasets.read_examples
+    datasets.read_examples = lambda *a, **k: read_examples(*a, **{**k, "ordered": True})
+    try:
+        config = load_config("cpu", args["overrides"], device="CPU")
+        job = train.prepare(
+            config, platform, Path(args["data_dir"]), Path(args["out"]), args["backend"], None
+        )
+        trainer = Trainer(job, verbose=0)
+        trainer.build()
+        init = Path(args["init"])
+        if not init.is_file():
+            np.savez(init, *[v.numpy() for v in trainer.net.weights])
+        with np.load(init) as saved:
+            for i, variable in enumerate(trainer.net.weights):
+                variable.assign(saved[f"arr_{i}"])
+        inner = averaging(trainer.optimizer)
+        for variable, average in zip(
+            inner._trainable_variables, inner._model_variables_moving_average, strict=True
+        ):
+            average.assign(variable.numpy())
+        for layer in trainer.net._flatten_layers():
+            if isinstance(layer, keras.layers.Dropout):
+                layer.rate = 0.0
+        job.run.path.mkdir(parents=True, exist_ok=True)
+        job.run.write_json(RunDir.CONFIG, config.to_dict())
+        job.run.write_json(RunDir.DATA_MANIFEST, job.manifest)
+        history = trainer.run_epochs()
+    finally:
+        datasets.read_examples = read_examples
+    return {"history": history.to_dict("list")}
+
+
+TASKS = {"train_and_inspect": train_and_inspect, "same_computation": same_computation}
 
 if __name__ == "__main__":
     task, arguments = sys.argv[1], json.loads(sys.argv[2])
