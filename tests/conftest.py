@@ -17,6 +17,47 @@ from pipeline.data import synthetic
 from pipeline.stages.fetch import FetchOptions, fetch
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config):
+    """One JAX compilation cache for the whole run (every xdist worker and the processes tests
+    start inherit this environment): a JAX process finds what an earlier one compiled, as stages
+    do in use, and a cold cache at each run keeps the suite's timings honest."""
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ and not hasattr(config, "workerinput"):
+        import tempfile
+
+        config.petals_jax_cache = tempfile.mkdtemp(prefix="petals-jax-cache-")
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = config.petals_jax_cache
+
+
+@pytest.fixture(autouse=True)
+def _machine_turns(request, tmp_path_factory):
+    """Under pytest-xdist, a test marked `alone` runs while no other test does.
+
+    TensorFlow's 8 logical CPU replicas stall for minutes on an oversubscribed CPU (threads of
+    eight input pipelines and collectives queueing behind the other worker's; 25 s alone, up to
+    180 s beside another test). A readers-writer lock over the workers: every test holds it
+    shared, an `alone` test exclusively; the turnstile stops a stream of shared holders from
+    starving the exclusive one."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    import fcntl
+
+    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every worker
+    alone = request.node.get_closest_marker("alone") is not None
+    with open(shared / "turnstile.lock", "a") as turnstile, open(shared / "machine.lock", "a") as machine:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(turnstile, fcntl.LOCK_UN)
+        yield
+
+
+def pytest_unconfigure(config):
+    if hasattr(config, "petals_jax_cache"):
+        shutil.rmtree(config.petals_jax_cache, ignore_errors=True)
+
+
 TINY_SIZE = 32
 TINY_SCALE = 0.05  # about 150 train, 104 val and 104 test images
 TINY = [  # a recipe that trains in seconds: the small cnn on 32 px, a few steps
@@ -142,7 +183,7 @@ def run_python(
     Backend and device variables of this process are dropped unless `env` sets them.
     """
     full_env = {**os.environ, "PYTHONPATH": str(REPO)}
-    for variable in ("ISTPUVM", "KERAS_BACKEND", "XLA_FLAGS", "PETALS_TPU_STANDIN"):
+    for variable in ("ISTPUVM", "KERAS_BACKEND", "PETALS_TPU_STANDIN"):
         full_env.pop(variable, None)
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],

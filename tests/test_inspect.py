@@ -43,16 +43,17 @@ def _damaged_data_dir(tiny_copy, tmp_path, spec):
 
 
 @pytest.mark.slow
-def test_a_corrupt_image_stops_inspect_naming_the_shard_unless_skipped(tiny_copy, spec, tmp_path):
+def test_a_corrupt_image_stops_inspect_naming_the_shard_unless_skipped(
+    tiny_copy, spec, tmp_path, capsys, caplog
+):
     data_dir, victim = _damaged_data_dir(tiny_copy, tmp_path, spec)
-    failed = _inspect(data_dir, tmp_path / "out", "--set", "data.shuffle_buffer=10000")
-    assert failed.returncode == 2
-    (line,) = error_lines(failed.stderr)
-    assert line.startswith(f"petals inspect: error: {victim}: 1 unreadable record(s), first record 0 (")
-    assert "skip_bad_records=true" in failed.stderr
-    skipped = _inspect(data_dir, tmp_path / "out", "--set", "data.skip_bad_records=true")
-    assert skipped.returncode == 0, skipped.stderr
-    assert f"{victim}: 1 skipped" in skipped.stderr
+    failed = _inspect_here(capsys, data_dir, tmp_path / "out", "--set", "data.shuffle_buffer=10000")
+    assert failed[0] == 2 and len(failed) == 2, failed
+    assert failed[1].startswith(f"petals inspect: error: {victim}: 1 unreadable record(s), first record 0 (")
+    assert "skip_bad_records=true" in failed[1]
+    skipped = _inspect_here(capsys, data_dir, tmp_path / "out", "--set", "data.skip_bad_records=true")
+    assert skipped == [0], skipped
+    assert f"{victim}: 1 skipped" in caplog.text
 
 
 def _inspect_here(capsys, data_dir, out, *extra) -> list[str]:

@@ -1,4 +1,5 @@
-"""`fetch --source kaggle` end to end: the real kaggle client, in a new process, against a loopback server."""
+"""`fetch --source kaggle`: the real kaggle client against a loopback server; the download end to end in
+a new process, the failures in this one (cheaper: the client is the same)."""
 
 import json
 import re
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import cli
 from pipeline.stages import fetch as fetch_stage
 from tests.conftest import TINY_SIZE, error_lines, run_cli
 from tests.kaggle_server import Behaviour, KaggleTestServer
@@ -29,6 +31,15 @@ def _fetch(tmp_path, env, *extra):
     )
 
 
+def _fetch_here(tmp_path, capsys, *extra) -> tuple[int, list[str], str]:
+    """The stage in this process: its exit code, its error lines and everything it printed."""
+    code = cli.main(
+        ["fetch", "--source", "kaggle", "--data-dir", str(tmp_path / "data"), "--no-progress", *extra]
+    )
+    captured = capsys.readouterr()
+    return code, error_lines(captured.err), captured.out + captured.err
+
+
 def test_download_unpacks_kaggles_layout_and_verifies(tmp_path, kaggle_env, archive, tiny_dataset, spec):
     behaviour = Behaviour(archive=archive)
     with KaggleTestServer(behaviour):
@@ -47,12 +58,12 @@ def test_download_unpacks_kaggles_layout_and_verifies(tmp_path, kaggle_env, arch
     assert "petals-key" not in result.stdout + result.stderr
 
 
-def test_server_errors_are_retried(tmp_path, kaggle_env, archive):
+def test_server_errors_are_retried(tmp_path, in_kaggle_env, archive, capsys, caplog):
     behaviour = Behaviour(archive=archive, fail_with=[500])
     with KaggleTestServer(behaviour):
-        result = _fetch(tmp_path, kaggle_env, "--retries", "2")
-    assert result.returncode == 0, result.stderr
-    assert "HTTP 500, retrying" in result.stderr
+        code, _, printed = _fetch_here(tmp_path, capsys, "--retries", "2")
+    assert code == 0, printed
+    assert "HTTP 500, retrying" in caplog.text
     assert (tmp_path / "data" / "manifest.json").is_file()
 
 
@@ -65,32 +76,29 @@ def test_server_errors_are_retried(tmp_path, kaggle_env, archive):
         (500, r"answered 500 .*rerun later"),
     ],
 )
-def test_error_answers_become_one_actionable_line(tmp_path, kaggle_env, status, advice):
+def test_error_answers_become_one_actionable_line(tmp_path, in_kaggle_env, capsys, status, advice):
     behaviour = Behaviour(fail_with=[status] * 3)
     with KaggleTestServer(behaviour):
-        result = _fetch(tmp_path, kaggle_env, "--retries", "2" if status == 500 else "1")
-    assert result.returncode == 2
-    lines = error_lines(result.stderr)
-    assert len(lines) == 1, result.stderr
+        code, lines, printed = _fetch_here(tmp_path, capsys, "--retries", "2" if status == 500 else "1")
+    assert code == 2
+    assert len(lines) == 1, printed
     assert lines[0].startswith("petals fetch: error: ")
     assert re.search(advice, lines[0]), lines[0]
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in printed
     assert not (tmp_path / "data").exists() and not (tmp_path / "data.partial").exists()
 
 
-def test_corrupt_archive_is_named_and_deleted(tmp_path, kaggle_env):
+def test_corrupt_archive_is_named_and_deleted(tmp_path, in_kaggle_env, capsys):
     with KaggleTestServer(Behaviour(archive=b"PK\x03\x04 this is not a zip archive" * 100)):
-        result = _fetch(tmp_path, kaggle_env)
-    assert result.returncode == 2
-    (line,) = error_lines(result.stderr)
+        code, (line,), _ = _fetch_here(tmp_path, capsys)
+    assert code == 2
     assert "corrupt archive" in line and "tpu-getting-started.zip" in line and "run fetch again" in line
     assert not list(Path(tmp_path / "data.download").glob("*.zip"))
     assert not (tmp_path / "data").exists()
 
 
-def test_missing_credentials_say_where_they_go(tmp_path, kaggle_env):
-    (Path(kaggle_env["KAGGLE_CONFIG_DIR"]) / "kaggle.json").unlink()
-    result = _fetch(tmp_path, kaggle_env)
-    assert result.returncode == 2
-    (line,) = error_lines(result.stderr)
+def test_missing_credentials_say_where_they_go(tmp_path, in_kaggle_env, capsys):
+    (Path(in_kaggle_env["KAGGLE_CONFIG_DIR"]) / "kaggle.json").unlink()
+    code, (line,), _ = _fetch_here(tmp_path, capsys)
+    assert code == 2
     assert "needs Kaggle credentials" in line and "~/.kaggle/" in line and "KAGGLE_USERNAME" in line

@@ -68,6 +68,6 @@ def test_a_record_serializes_to_the_same_bytes_in_every_process(spec):
     command = [sys.executable, "-c", code]
     outputs = {
         subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout
-        for _ in range(4)
+        for _ in range(2)  # two fresh processes, and this one
     }
     assert outputs == {records.serialize_example(spec.schema, b"jpeg", "abc", 7).hex()}

@@ -71,6 +71,7 @@ def test_a_run_directory_holds_everything_and_reruns_are_no_ops(cpu, tiny_data_d
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["fit", "custom"])
+@pytest.mark.alone
 def test_both_loops_train_on_8_logical_cpu_replicas_and_lower_the_loss(tiny_data_dir, tmp_path, loop):
     args = _train_args(
         tiny_data_dir, tmp_path, "--cpu-replicas", "8", "--run", loop,

@@ -26,6 +26,7 @@ import logging
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import PetalsError, first_line
@@ -38,6 +39,7 @@ TPU_ADDRESS_VARIABLES = ("TPU_NAME", "COLAB_TPU_ADDR")  # a TPU reached over gRP
 # Kernel emulation only (make kernel-emulate): JAX's CPU devices stand in for the TPU cores of a
 # TPU VM, so the TPU code path runs end to end on a machine without one. Says so on every stage.
 TPU_STANDIN_VARIABLE = "PETALS_TPU_STANDIN"
+JAX_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "petals" / "jax"
 
 
 @dataclass(frozen=True)
@@ -334,6 +336,16 @@ def _jax_cpu_devices(replicas: int) -> None:
     os.environ["XLA_FLAGS"] = " ".join([*flags, flag])
 
 
+def _keep_compiled_programs(jax) -> None:
+    """XLA's compiled programs on disk, so the next process finds them: evaluate and predict build the
+    model that train built, a resumed run or a new kernel version compiles the same step. On this CPU
+    it takes building EfficientNetB0 under JAX from 40 s to 14 s (its initialisers compile per shape,
+    each under the default 1 s threshold, hence 0; about 2 MB). JAX_COMPILATION_CACHE_DIR moves it."""
+    if not jax.config.jax_compilation_cache_dir:
+        jax.config.update("jax_compilation_cache_dir", str(JAX_CACHE))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+
+
 def _pick_jax(strategy: str, cpu_replicas: int, why: str) -> Platform:
     if strategy == "multi-worker":
         raise PetalsError("--strategy multi-worker (TF_CONFIG) is TensorFlow's; use --backend tensorflow")
@@ -341,6 +353,7 @@ def _pick_jax(strategy: str, cpu_replicas: int, why: str) -> Platform:
         _jax_cpu_devices(cpu_replicas)
     import jax
 
+    _keep_compiled_programs(jax)
     standin = os.environ.get(TPU_STANDIN_VARIABLE) == "cpu"
     if strategy == "cpu" or cpu_replicas > 1:
         devices, reason = (
