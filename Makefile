@@ -19,8 +19,10 @@ SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 
 INSPECT_DIR ?= runs/inspect#     where `make inspect` writes batch.png and class_counts.csv
 RUNS_DIR    ?= runs#             run directories (make train)
 RUN         ?=#                  run id (default: recipe, backbone, size and a config hash)
+BACKEND     ?= auto#             Keras backend: auto (TensorFlow, or JAX where only JAX drives the TPU) | tensorflow | jax
 STRATEGY    ?= auto#             auto | tpu | mirrored | multi-worker | gpu | cpu
-CPU_REPLICAS ?= 0#               split the CPU into N logical replicas (tests multi-replica code)
+CPU_REPLICAS ?= 0#               split the CPU into N replicas (tests multi-replica code on either backend)
+device_ARGS = --backend $(BACKEND) --strategy $(STRATEGY) --cpu-replicas $(CPU_REPLICAS)
 RETRAIN     ?=#                  RETRAIN=1 trains again over a finished run
 TTA         ?= 1#                test-time augmentation passes for evaluate, predict and ensemble
 RUNS        ?=#                  make ensemble: the run ids to blend, RUNS="a b"
@@ -63,11 +65,11 @@ fetch_ARGS := --source $(SOURCE) --data-dir $(DATA) --competition $(COMPETITION)
 	--size $(SIZE) --seed $(SEED) $(if $(SCALE),--scale $(SCALE)) $(if $(GCS_PATH),--gcs-path $(GCS_PATH)) $(if $(FORCE),--force)
 
 config_ARGS := --recipe $(RECIPE) $(foreach s,$(SET),--set $(s))
-inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(config_ARGS)
-train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) --strategy $(STRATEGY) --cpu-replicas $(CPU_REPLICAS) \
+inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(device_ARGS) $(config_ARGS)
+train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output test lint format bench bench-fetch bench-input bench-train bench-submit bench-kernel clean clean-data always
+.PHONY: help install fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output test test-fast lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -78,7 +80,7 @@ $(ARGS_DIR)/%.args: always
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 	@echo "  knobs: DATA=$(DATA) SOURCE=$(SOURCE) COMPETITION=$(COMPETITION) SIZE=$(SIZE) SEED=$(SEED) FORCE=$(FORCE)"
-	@echo "         RECIPE=$(RECIPE) SET=\"$(SET)\" STRATEGY=$(STRATEGY) RUNS_DIR=$(RUNS_DIR) RUN=$(RUN) RETRAIN=$(RETRAIN)"
+	@echo "         RECIPE=$(RECIPE) SET=\"$(SET)\" BACKEND=$(BACKEND) STRATEGY=$(STRATEGY) RUNS_DIR=$(RUNS_DIR) RUN=$(RUN) RETRAIN=$(RETRAIN)"
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
@@ -113,7 +115,7 @@ train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an int
 # `make train submit` runs every stage between (train, evaluate, predict, submit) on the run
 # RECIPE and SET name; alone, each target works on what is already there.
 CHAIN := $(filter train,$(MAKECMDGOALS))
-run_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) --strategy $(STRATEGY) $(config_ARGS) $(if $(RUN),--run $(RUN)) \
+run_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) $(config_ARGS) $(if $(RUN),--run $(RUN)) \
 	--submissions-dir $(SUBMISSIONS)
 
 evaluate: $(DATA)/manifest.json $(CHAIN) ## score RUN (default: RECIPE's run) on val: macro-F1, per class, confusions (TTA=)
@@ -124,7 +126,7 @@ predict: $(DATA)/manifest.json $(if $(CHAIN),evaluate) ## test predictions of RU
 
 ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1): val macro-F1 and a submission
 	$(PY) -m pipeline ensemble --runs $(RUNS) $(if $(WEIGHTS),--weights $(WEIGHTS)) $(if $(SEARCH),--search) \
-		--tta $(TTA) --data-dir $(DATA) --runs-dir $(RUNS_DIR) --submissions-dir $(SUBMISSIONS) --strategy $(STRATEGY)
+		--tta $(TTA) --data-dir $(DATA) --runs-dir $(RUNS_DIR) --submissions-dir $(SUBMISSIONS) $(device_ARGS)
 
 submit: $(if $(and $(CHAIN),$(if $(FILE),,1)),predict) | $(STAMP) ## check and upload FILE (default: the newest CSV); a dry run without credentials
 	$(PY) -m pipeline submit --data-dir $(DATA) --submissions-dir $(SUBMISSIONS) $(if $(FILE),--file $(FILE)) \
@@ -153,8 +155,11 @@ kernel-status: | $(STAMP) ## the pushed kernel's status (queued, running, comple
 kernel-output: | $(STAMP) ## download the kernel's outputs and record its run on the leaderboard as a Kaggle run
 	$(PY) -m pipeline kernel output $(kernel_ARGS)
 
-test: $(STAMP) ## run the test suite
-	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
+test: $(STAMP) ## run the test suite (what CI runs)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+test-fast: $(STAMP) ## the inner loop: every test that trains nothing (pytest -m "not slow")
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP) ## check style and common bugs with ruff
 	$(VENV)/bin/ruff check .
@@ -174,6 +179,9 @@ bench-input: $(DATA)/manifest.json ## input pipeline: images/s and peak memory, 
 
 bench-train: $(DATA)/manifest.json ## train stage: the CPU recipe (time, img/s, val macro-F1), EfficientNetB0 speed
 	$(PY) benchmarks/bench_train.py --data-dir $(DATA)
+
+bench-backends: $(DATA)/manifest.json ## the CPU recipe on TensorFlow and on JAX, interleaved, twice each (about 30 min here)
+	$(PY) benchmarks/bench_train.py --data-dir $(DATA) --only backends
 
 bench-submit: $(DATA)/manifest.json $(if $(RUN),,train) ## evaluate and predict (TTA 1 and 4) on the newest finished run: wall seconds, val macro-F1
 	$(PY) benchmarks/bench_submit.py --data-dir $(DATA) $(if $(RUN),--run $(RUNS_DIR)/$(RUN))
