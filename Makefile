@@ -180,8 +180,9 @@ bench-input: $(DATA)/manifest.json ## input pipeline: images/s and peak memory, 
 bench-train: $(DATA)/manifest.json ## train stage: the CPU recipe (time, img/s, val macro-F1), EfficientNetB0 speed
 	$(PY) benchmarks/bench_train.py --data-dir $(DATA)
 
-bench-backends: $(DATA)/manifest.json ## the CPU recipe on TensorFlow and on JAX, interleaved, twice each (about 30 min here)
-	$(PY) benchmarks/bench_train.py --data-dir $(DATA) --only backends
+BENCH_EPOCHS ?= 0#               bench-backends: epochs per run (0: the recipe's 20)
+bench-backends: $(DATA)/manifest.json ## the CPU recipe on TensorFlow and on JAX, interleaved, twice each (30+ min here)
+	$(PY) benchmarks/bench_train.py --data-dir $(DATA) --only backends --epochs $(BENCH_EPOCHS)
 
 bench-submit: $(DATA)/manifest.json $(if $(RUN),,train) ## evaluate and predict (TTA 1 and 4) on the newest finished run: wall seconds, val macro-F1
 	$(PY) benchmarks/bench_submit.py --data-dir $(DATA) $(if $(RUN),--run $(RUNS_DIR)/$(RUN))

@@ -81,12 +81,14 @@ def spread(values: list[float]) -> str:
     return f"{min(values):.4g}-{max(values):.4g}" if len(values) > 1 else f"{values[0]:.4g}"
 
 
-def compare_backends(data_dir: Path, repeat: int, settings: dict) -> list[dict]:
+def compare_backends(data_dir: Path, repeat: int, epochs: int, settings: dict) -> list[dict]:
     """The CPU recipe on each backend, alternating, `repeat` times each: img/s, F1, seconds."""
     results: dict[str, list[dict]] = {"tensorflow": [], "jax": []}
+    overrides = [f"train.epochs={epochs}"] if epochs else []
+    settings = {**settings, "epochs": epochs or "recipe"}
     for round_ in range(repeat):
         for backend in results:
-            metrics, _, wall = train(data_dir, "cpu", [], strategy="cpu", backend=backend)
+            metrics, _, wall = train(data_dir, "cpu", overrides, strategy="cpu", backend=backend)
             results[backend].append({**metrics, "wall": wall})
             print(
                 f"  round {round_ + 1} {backend:<10} {metrics['images_per_second']:6.0f} img/s, "
@@ -126,6 +128,7 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=REPO / "data")
     parser.add_argument("--only", choices=PARTS, action="append", help="run only these parts")
     parser.add_argument("--repeat", type=int, default=2, help="backends: runs of each backend")
+    parser.add_argument("--epochs", type=int, default=0, help="backends: epochs (default: the recipe's)")
     args = parser.parse_args()
     parts = args.only or list(DEFAULT_PARTS)
     settings = {"data_dir": str(args.data_dir), "machine": machine()}
@@ -214,7 +217,7 @@ def main() -> None:
             ]
 
     if "backends" in parts:
-        figures += compare_backends(args.data_dir, args.repeat, settings)
+        figures += compare_backends(args.data_dir, args.repeat, args.epochs, settings)
     record(figures)
 
 
