@@ -109,19 +109,17 @@ def test_a_keras_3_weights_file_is_not_taken_for_a_package_file(tmp_path):
     assert not convert.is_package_file(tmp_path / "missing.h5")
 
 
-def test_noisy_student_needs_the_file_or_the_package_that_knows_where_it_is(monkeypatch):
-    import builtins
+def test_noisy_student_files_are_where_and_what_the_package_says():
+    """The URL and md5s are carried here (Kaggle's TPU image has no `efficientnet` package): the same."""
+    from efficientnet.weights import NS_WEIGHTS_HASHES, NS_WEIGHTS_PATH
 
-    real_import = builtins.__import__
-
-    def without_package(name, *args, **kwargs):
-        if name.startswith("efficientnet"):
-            raise ImportError(name)
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", without_package)
-    with pytest.raises(PetalsError, match=r"pass the file instead: --set model\.weights=.*b7_noisy-student"):
-        convert.download("b7")
+    assert convert.NS_WEIGHTS_URL == NS_WEIGHTS_PATH
+    assert {f"efficientnet-{v}": md5 for v, md5 in convert.NS_NOTOP_MD5.items()} == {
+        name: hashes[1] for name, hashes in NS_WEIGHTS_HASHES.items()
+    }
+    assert convert.noisy_student_file("b7") == "efficientnet-b7_noisy-student_notop.h5"
+    with pytest.raises(PetalsError, match="no noisy-student weights for efficientnet-b8"):
+        convert.download("b8")
 
 
 def test_the_efficientnet_package_is_tensorflow_only_and_says_what_to_use():

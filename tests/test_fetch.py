@@ -3,6 +3,8 @@
 import json
 import os
 import shutil
+import sys
+import types
 from dataclasses import replace
 from pathlib import Path
 
@@ -88,7 +90,10 @@ def test_auto_prefers_kaggle_input_then_gcs_then_credentials(tmp_path, spec, no_
     source, why = fetch_stage.resolve_source(options, spec)
     assert source == "kaggle" and "kaggle.json" in why and '"k"' not in why
     assert fetch_stage.resolve_source(replace(options, gcs_path="gs://b/flowers"), spec)[0] == "gcs"
-    (tmp_path / "no-kaggle-input" / "flower-classification-with-tpus").mkdir(parents=True)
+    attached = tmp_path / "no-kaggle-input" / "flower-classification-with-tpus"
+    (attached / spec.record_dir(192)).mkdir(parents=True)
+    assert fetch_stage.resolve_source(options, spec)[0] == "kaggle"  # no sample: not the competition
+    (attached / spec.sample_submission).write_text("id,label\n")
     assert fetch_stage.resolve_source(options, spec)[0] == "kaggle-input"
 
 
@@ -130,12 +135,54 @@ def test_unreachable_gcs_path_is_one_line(tmp_path, spec, no_credentials):
     assert not (tmp_path / "data").exists()
 
 
-def test_kaggle_input_is_used_in_place(tmp_path, spec, tiny_dataset, no_credentials):
+@pytest.mark.parametrize(
+    "mounted",
+    [
+        "competitions/tpu-getting-started",  # 2026
+        "tpu-getting-started",  # before
+        "competitions/flower-classification-with-tpus",  # the competition's other slug
+        "datasets/someone/flowers-copy",  # neither: found by its marker files
+    ],
+)
+def test_kaggle_input_finds_the_competition_wherever_kaggle_mounted_it(
+    tmp_path, spec, tiny_dataset, no_credentials, mounted, caplog
+):
     inputs = tmp_path / "kaggle-input"
-    shutil.copytree(tiny_dataset, inputs / "tpu-getting-started")
-    manifest = fetch(_options(tmp_path, kaggle_input=inputs), spec)
-    assert manifest["source"] == "kaggle-input"
-    assert manifest["root"] == str(inputs / "tpu-getting-started")
+    (inputs / "datasets" / "someone" / "weights").mkdir(parents=True)  # a decoy without the markers
+    (inputs / mounted).parent.mkdir(parents=True, exist_ok=True)
+    (inputs / mounted).symlink_to(tiny_dataset)
+    with caplog.at_level("INFO"):
+        manifest = fetch(_options(tmp_path, kaggle_input=inputs, source="kaggle-input"), spec)
+    assert manifest["source"] == "kaggle-input" and manifest["root"] == str(inputs / mounted)
+    how = "a search of" if mounted.startswith("datasets") else f"the layout {mounted}"
+    assert f"attached at {inputs / mounted} ({how}" in caplog.text
+
+
+def test_kaggle_input_without_the_competition_is_one_line(tmp_path, spec, no_credentials):
+    inputs = tmp_path / "kaggle-input"
+    (inputs / "competitions" / "tpu-getting-started").mkdir(parents=True)  # mounted, but empty
+    with pytest.raises(
+        PetalsError, match=r"no folder under .*kaggle-input holds sample_submission\.csv and "
+    ):
+        fetch(_options(tmp_path, kaggle_input=inputs, source="kaggle-input"), spec)
+    assert not (tmp_path / "data").exists()
+
+
+def test_inside_a_kernel_kagglehub_says_where_the_competition_is(
+    tmp_path, spec, tiny_dataset, no_credentials, monkeypatch
+):
+    asked = []
+
+    def competition_download(handle):
+        asked.append(handle)
+        return str(tiny_dataset)  # a mount outside the usual layouts: only kagglehub knows it
+
+    monkeypatch.setitem(
+        sys.modules, "kagglehub", types.SimpleNamespace(competition_download=competition_download)
+    )
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
+    manifest = fetch(_options(tmp_path, kaggle_input=tmp_path / "empty", source="kaggle-input"), spec)
+    assert asked == ["tpu-getting-started"] and manifest["root"] == str(tiny_dataset)
 
 
 # ----------------------------------------------------------------------------- verification

@@ -94,12 +94,15 @@ def test_the_generated_kernel_runs_end_to_end_on_cpu(generated, tiny_data_dir, s
     assert summary["recipe"] == "default" and summary["extra_overrides"] == ["data.image_size=32"]
     assert not summary["code_root"].startswith(str(REPO))  # the bundle ran, not this checkout
     assert summary["config"]["data"]["image_size"] == 32 and summary["run"]["strategy"] == "cpu"
-    assert set(summary["timings_seconds"]) == {"train", "evaluate", "predict", "total"}
+    assert set(summary["timings_seconds"]) == {"setup", "train", "evaluate", "predict", "total"}
+    assert summary["strategy"] == "tpu" and summary["accelerator"] == "TpuV5E8"  # --strategy cpu ran it here
+    # The run was written into the working folder as it trained: a kill keeps its epochs.
+    run = working / "petals_runs" / summary["run_id"]
     evaluation = summary["metrics"]["evaluation"]
-    per_class = pd.read_csv(working / "petals_run" / "per_class.csv")
+    per_class = pd.read_csv(run / "per_class.csv")
     assert evaluation["images"] == per_class["support"].sum() and 0 <= evaluation["val_macro_f1"] <= 1
-    assert (working / "petals_run" / "history.csv").is_file()
-    assert not (working / "petals_run" / "best.weights.h5").exists()
+    assert (run / "history.csv").is_file() and (run / "best.weights.h5").is_file()
+    assert not (working / "best.weights.h5").exists()
 
 
 def test_push_status_and_output_go_through_the_official_client(generated, tmp_path, in_kaggle_env):
@@ -177,6 +180,43 @@ def test_status_reports_the_kernels_state(generated, in_kaggle_env, capsys):
             ["--owner", "me", "--accelerator", "TpuV99"],
             "accelerator 'TpuV99': Kaggle accepts TpuV5E8, TpuV6E8",
         ),
+        (
+            ["--owner", "me", "--accelerator", "TpuV38"],
+            "TpuV38 is retired: Kaggle silently runs something else",
+        ),
+        (["--owner", "me", "--accelerator", "NvidiaTeslaP100"], "use ACCELERATOR=NvidiaTeslaT4"),
+        (
+            [
+                "--owner",
+                "me",
+                "--internet",
+                "off",
+                "--set",
+                "model.backbone=keras-efficientnet-b0",
+                "--set",
+                "model.weights=noisy-student",
+            ],
+            "downloads efficientnet-b0_noisy-student_notop.h5, but the kernel has no internet: attach a dataset",
+        ),
+        (
+            ["--owner", "me", "--set", "model.backbone=efficientnet-b0"],
+            "builds on tensorflow only, not on jax; use keras-efficientnet-b0 (the same network; noisy-student weights are "
+            "carried over); Kaggle's TPU image trains on JAX",
+        ),
+        (
+            [
+                "--owner",
+                "me",
+                "--accelerator",
+                "NvidiaTeslaT4",
+                "--internet",
+                "off",
+                "--set",
+                "model.backbone=efficientnet-b0",
+            ],
+            "needs the efficientnet package, which Kaggle's images lack, and the kernel has no internet",
+        ),
+        (["--owner", "me", "--resume-from", "nobody"], "--resume-from 'nobody': expected owner/kernel-slug"),
         (["--owner", "me", "--name", "Petals_Tiny"], "use lowercase letters, digits and single dashes"),
         ([], "no Kaggle owner for the kernel: pass OWNER=<your Kaggle username>"),
     ],
@@ -251,7 +291,7 @@ def test_a_notebook_kernel_carries_the_same_script_in_one_cell(generated, tmp_pa
     assert meta["kernel_type"] == "notebook" and meta["code_file"] == "petals_kernel.ipynb"
     (cell,) = json.loads((folder / kernel.NOTEBOOK).read_text())["cells"]
     script = (generated / kernel.SCRIPT).read_text()
-    assert cell["source"] == script.replace('if __name__ == "__main__":\n    sys.exit(main())', "main([])")
+    assert cell["source"] == script.replace(*kernel.NOTEBOOK_ENTRY)
     assert not (folder / kernel.SCRIPT).exists()
 
 

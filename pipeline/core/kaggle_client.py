@@ -202,19 +202,31 @@ def call_with_retries(
     raise AssertionError("unreachable")
 
 
+def with_client(
+    fn: Callable[[Any], T],
+    *,
+    slug: str,
+    action: str,
+    retries: int = 3,
+    explain: Callable[[int, str, str], str] = explain_http_error,
+) -> T:
+    """Log in, then `fn(client)`: each retried on server errors and dropped connections, each 4xx
+    one line from `explain`. Every call petals makes to Kaggle goes through here."""
+    # Authenticating checks an access token over the network, so it is retried like the call.
+    client = call_with_retries(api, slug=slug, action=action, retries=retries)
+    return call_with_retries(lambda: fn(client), slug=slug, action=action, retries=retries, explain=explain)
+
+
 def download_competition(slug: str, dest: Path, *, retries: int = 3, quiet: bool = False) -> Path:
     """Download the competition's data archive into `dest` and return its path.
 
     The client shows a progress bar and resumes a partial download left in `dest`.
     """
-    action = f"downloading the data of {slug!r}"
-    # Authenticating checks an access token over the network, so it is retried like the download.
-    client = call_with_retries(api, slug=slug, action=action, retries=retries)
     dest.mkdir(parents=True, exist_ok=True)
-    call_with_retries(
-        lambda: client.competition_download_files(slug, path=str(dest), quiet=quiet),
+    with_client(
+        lambda client: client.competition_download_files(slug, path=str(dest), quiet=quiet),
         slug=slug,
-        action=action,
+        action=f"downloading the data of {slug!r}",
         retries=retries,
     )
     archives = sorted(p for p in dest.glob(f"{slug}.*") if p.suffix != ".kaggle-partial")
@@ -228,13 +240,45 @@ def submit_file(path: Path, slug: str, message: str, *, retries: int = 3) -> Any
 
     The client's flow: ask for an upload URL, PUT the bytes there, then create the submission.
     """
-    action = f"submitting {path.name} to {slug!r}"
-    client = call_with_retries(api, slug=slug, action=action, retries=retries)
 
-    def once() -> Any:
+    def once(client) -> Any:
         answer = client.competition_submit(str(path), message, slug, quiet=False)
         if answer.message == client.COMPETITION_SUBMIT_UPLOAD_FAILED_MESSAGE:
             raise UploadIncomplete("the file upload did not complete")
         return answer
 
-    return call_with_retries(once, slug=slug, action=action, retries=retries)
+    return with_client(once, slug=slug, action=f"submitting {path.name} to {slug!r}", retries=retries)
+
+
+def push_kernel(folder: Path, slug: str, kernel: str, timeout: int | None, accelerator: str | None) -> Any:
+    """`kaggle kernels push -p folder [-t timeout] [--accelerator id]`: the client's answer. A push's
+    400/403/404 are about its competition source `slug`, so they get the competition's explanations."""
+    return with_client(
+        lambda client: client.kernels_push(str(folder), str(timeout) if timeout else None, accelerator),
+        slug=slug,
+        action=f"pushing kernel {kernel}",
+    )
+
+
+def _kernel_call(fn: Callable[[Any], T], kernel: str, action: str) -> T:
+    try:
+        return with_client(fn, slug=kernel, action=action, explain=explain_kernel_error)
+    except ValueError as err:  # the client's own words for 401/403 on a kernel
+        raise PetalsError(f"cannot see kernel {kernel}: check the owner and the slug ({err})") from None
+
+
+def kernel_status(kernel: str) -> Any:
+    """The client's status answer (`status`, `failure_message`) for `owner/slug`."""
+    return _kernel_call(
+        lambda c: c.kernels_status(kernel), kernel, f"asking for the status of kernel {kernel}"
+    )
+
+
+def kernel_output(kernel: str, target: Path) -> list[str]:
+    """Download the kernel's latest outputs into `target`; the files written."""
+    files, _ = _kernel_call(
+        lambda c: c.kernels_output(kernel, str(target), force=True, quiet=True),
+        kernel,
+        f"downloading the output of kernel {kernel}",
+    )
+    return files

@@ -56,26 +56,37 @@ def _package_weights(path: str | Path) -> dict[str, list[np.ndarray]]:
     return layers
 
 
+# Where the `efficientnet` package (1.1.1, efficientnet/weights.py) fetches its noisy-student no-top
+# files, and their md5s: kept here because Kaggle's TPU image, where they matter most, lacks the package.
+NS_WEIGHTS_URL = "https://github.com/qubvel/efficientnet/releases/download/v0.0.1/"
+NS_NOTOP_MD5 = {
+    "b0": "a5b48ae7547fc990c7e4f3951230290d",
+    "b1": "4d35baa41ca36f175506a33918f7e334",
+    "b2": "e496e531f41242598288ff3a4b4199f9",
+    "b3": "47da5b154de1372b557a65795d3e6135",
+    "b4": "47c10902a4949eec589ab92fe1c35ed8",
+    "b5": "4d53ef3544d4114e2d8080d6d777a74c",
+    "b6": "71f96d7e15d9f891f3729b4f4e701f77",
+    "b7": "e112b00c464fe929b821edbb35d1af55",
+}
+
+
+def noisy_student_file(variant: str) -> str:
+    """The file name of `efficientnet-<variant>`'s noisy-student no-top weights (b0..b7)."""
+    return f"efficientnet-{variant}_noisy-student_notop.h5"
+
+
 def download(variant: str) -> Path:
-    """The noisy-student no-top file of `efficientnet-<variant>` (b0..b7), as the package fetches it."""
-    try:
-        from efficientnet.weights import NS_WEIGHTS_HASHES, NS_WEIGHTS_PATH  # data only: no Keras
-    except ImportError:
-        raise PetalsError(
-            f"noisy-student weights for efficientnet-{variant}: the `efficientnet` package, which knows "
-            "where they are, is not installed; pass the file instead: "
-            f"--set model.weights=/path/to/efficientnet-{variant}_noisy-student_notop.h5"
-        ) from None
+    """The noisy-student no-top file of `efficientnet-<variant>`, from Keras's cache (a kernel without
+    internet links an attached copy there) or downloaded as the package does, checked by its md5."""
     import keras
 
-    name = f"efficientnet-{variant}"
-    file_name = f"{name}_noisy-student_notop.h5"
+    if variant not in NS_NOTOP_MD5:
+        raise PetalsError(f"no noisy-student weights for efficientnet-{variant}")
+    file_name = noisy_student_file(variant)
     return Path(
         keras.utils.get_file(
-            file_name,
-            NS_WEIGHTS_PATH + file_name,
-            cache_subdir="models",
-            file_hash=NS_WEIGHTS_HASHES[name][1],
+            file_name, NS_WEIGHTS_URL + file_name, cache_subdir="models", file_hash=NS_NOTOP_MD5[variant]
         )
     )
 

@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from competition import CompetitionSpec, load_spec
 from pipeline import __version__
-from pipeline.core import kaggle_client
+from pipeline.core import kaggle_client, kaggle_input
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import write_json
 from pipeline.data import records, synthetic
@@ -218,10 +218,9 @@ def resolve_source(options: FetchOptions, spec: CompetitionSpec) -> tuple[str, s
     """The concrete source for `auto` (the first that applies), with the reason in words."""
     if options.source != "auto":
         return options.source, "asked for"
-    slug = options.slug or spec.default_slug
-    for candidate in (slug, *spec.slugs):
-        if (options.kaggle_input / candidate).is_dir():
-            return "kaggle-input", f"{options.kaggle_input / candidate} exists (running inside Kaggle)"
+    found = find_kaggle_input(options, spec)
+    if found:
+        return "kaggle-input", f"the competition is attached at {found} (running inside Kaggle)"
     if options.gcs_path:
         return "gcs", f"a GCS path was given ({options.gcs_path})"
     where = kaggle_client.find_credentials()
@@ -230,6 +229,24 @@ def resolve_source(options: FetchOptions, spec: CompetitionSpec) -> tuple[str, s
     return "synthetic", (
         "no /kaggle/input data, GCS path or Kaggle credentials found; using the embedded offline dataset "
         f"({kaggle_client.CREDENTIALS_HELP} to fetch the real data)"
+    )
+
+
+def _markers(spec: CompetitionSpec) -> str:
+    return f"{spec.sample_submission} and {spec.record_dir_pattern.format(size='<size>')}/"
+
+
+def find_kaggle_input(options: FetchOptions, spec: CompetitionSpec) -> kaggle_input.Found | None:
+    """The attached competition under Kaggle's input folder, wherever this year's layout put it."""
+
+    def holds(folder: Path) -> bool:
+        if not (folder / spec.sample_submission).is_file():
+            return False
+        return any(spec.size_from_record_dir(p.name) for p in folder.iterdir() if p.is_dir())
+
+    slug = options.slug or spec.default_slug
+    return kaggle_input.find(
+        "competition", slug, holds, _markers(spec), options.kaggle_input, aliases=spec.slugs
     )
 
 
@@ -384,11 +401,14 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
                 root = str(staging)
             origin = remote
         else:  # kaggle-input
-            candidates = [options.kaggle_input / s for s in dict.fromkeys((slug, *spec.slugs))]
-            found = next((c for c in candidates if c.is_dir()), None)
+            found = find_kaggle_input(options, spec)
             if found is None:
-                raise PetalsError(f"--source kaggle-input: none of {', '.join(map(str, candidates))} exists")
-            root, origin, sizes = str(found), str(found), options.sizes
+                raise PetalsError(
+                    f"--source kaggle-input: no folder under {options.kaggle_input} holds "
+                    f"{_markers(spec)} (attach the competition {slug} to the kernel)"
+                )
+            log.info("fetch: the competition is attached at %s", found)
+            root, origin, sizes = str(found.path), str(found.path), options.sizes
 
         counts = verify_layout(root, spec, sizes)
         if source != "synthetic":

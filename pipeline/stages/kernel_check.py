@@ -1,0 +1,139 @@
+"""The checks a generated kernel passes before it is pushed: what Kaggle or the run would trip on.
+
+`check(folder)` raises one PetalsError line for the first fault: metadata Kaggle would refuse or
+silently change (a retired accelerator, a pinned image on a TPU kernel), a missing code file, a
+Kaggle secret in the bundle, or a script that does not import its bundle and answer --help.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from pipeline.core.errors import PetalsError
+from pipeline.stages.kernel import (
+    DATASET_SOURCE,
+    METADATA,
+    NOTEBOOK_ENTRY,
+    SCRIPT,
+    TITLE_LIMIT,
+    check_accelerator,
+)
+
+
+def _code(folder: Path, meta: dict) -> str:
+    path = folder / meta["code_file"]
+    text = path.read_text()
+    if meta["kernel_type"] == "notebook":
+        cells = json.loads(text)["cells"]
+        return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    return text
+
+
+def _secrets() -> list[str]:
+    """This machine's Kaggle secrets (values only), to make sure none went into the bundle."""
+    from pipeline.core import kaggle_client
+
+    found = [os.environ.get(name, "") for name in ("KAGGLE_KEY", "KAGGLE_API_TOKEN")]
+    found.append(str(kaggle_client.config_file_values().get("key", "")))
+    token = kaggle_client.access_token_file()
+    if token.is_file():
+        found.append(token.read_text().strip())
+    return [s for s in found if len(s) >= 8]
+
+
+SECRET_PATTERNS = (
+    re.compile(r"KAGGLE_KEY\s*=\s*['\"]?[0-9a-f]{32}"),
+    re.compile(r"['\"]key['\"]\s*:\s*['\"][0-9a-f]{32}['\"]"),
+    re.compile(r"KGAT_[0-9A-Za-z]{20,}"),
+)
+
+
+def check(folder: Path) -> None:
+    """Everything Kaggle or the run would trip on, caught here: one line for the first fault."""
+    from slugify import slugify
+
+    path = folder / METADATA
+    try:
+        meta = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise PetalsError(f"{path}: unreadable ({err})") from None
+    required = ("id", "title", "code_file", "language", "kernel_type", "is_private", "enable_internet")
+    missing = [key for key in required if key not in meta]
+    if missing:
+        raise PetalsError(f"{path}: missing {', '.join(missing)}")
+    owner, _, slug = str(meta["id"]).partition("/")
+    if not owner or not slug or "/" in slug:
+        raise PetalsError(f"{path}: id {meta['id']!r} must be owner/kernel-slug")
+    if not 5 <= len(meta["title"]) <= TITLE_LIMIT or slugify(meta["title"]) != slug:
+        raise PetalsError(
+            f"{path}: title {meta['title']!r} must be 5 to {TITLE_LIMIT} characters and slugify to {slug!r}"
+        )
+    if meta["language"] != "python" or meta["kernel_type"] not in ("script", "notebook"):
+        raise PetalsError(f"{path}: language must be python and kernel_type script or notebook")
+    if "docker_image" in meta or "docker_image_pinning_type" in meta:
+        raise PetalsError(f"{path}: remove docker_image: a pinned image runs a TPU kernel on the CPU")
+    for source in meta.get("competition_sources", []):
+        if "/" in source:
+            raise PetalsError(f"{path}: competition source {source!r} must be the plain slug (no 'c/')")
+    for source in meta.get("dataset_sources", []):
+        if not DATASET_SOURCE.fullmatch(source):
+            raise PetalsError(f"{path}: dataset source {source!r} must be owner/dataset-slug")
+    if meta.get("machine_shape") == "None":
+        raise PetalsError(f"{path}: a CPU kernel names no machine_shape; remove it")
+    if "machine_shape" in meta:
+        try:
+            check_accelerator(meta["machine_shape"])
+        except PetalsError as err:
+            raise PetalsError(f"{path}: machine_shape: {err}") from None
+    for source in meta.get("kernel_sources", []):
+        if not DATASET_SOURCE.fullmatch(source):
+            raise PetalsError(f"{path}: kernel source {source!r} must be owner/kernel-slug")
+    if not (folder / meta["code_file"]).is_file():
+        raise PetalsError(f"{folder / meta['code_file']}: the code file is missing")
+    code = _code(folder, meta)
+    texts = [code, path.read_text(), *_bundled_texts(code)]
+    for secret in _secrets():
+        if any(secret in text for text in texts):
+            raise PetalsError(f"{folder}: the kernel contains one of your Kaggle secrets; regenerate it")
+    for pattern in SECRET_PATTERNS:
+        if any(pattern.search(text) for text in texts):
+            raise PetalsError(
+                f"{folder}: the kernel contains what looks like a Kaggle key ({pattern.pattern})"
+            )
+    _answers_help(code, folder)
+
+
+def _bundled_texts(code: str) -> list[str]:
+    match = re.search(r'BUNDLE = """\n(.*?)\n"""', code, re.S)
+    if not match:
+        raise PetalsError("the kernel script carries no bundle; regenerate it (make kernel)")
+    with zipfile.ZipFile(io.BytesIO(base64.b64decode(match.group(1)))) as archive:
+        return [archive.read(name).decode("utf-8", "replace") for name in archive.namelist()]
+
+
+def _answers_help(code: str, folder: Path) -> None:
+    """The kernel imports its bundle and answers --help in a clean process, outside this repo."""
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / SCRIPT
+        script.write_text(code.replace(NOTEBOOK_ENTRY[1], NOTEBOOK_ENTRY[0]))
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        done = subprocess.run(
+            [sys.executable, str(script), "--help"],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    if done.returncode != 0 or "usage:" not in done.stdout:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PetalsError(f"{folder}: the kernel script does not answer --help ({last})")

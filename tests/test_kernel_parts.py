@@ -1,0 +1,130 @@
+"""A kernel's parts that need no generated script: metadata per accelerator, and what the kernel does
+with its attached inputs (weights, wheels, an earlier version's runs) before it trains."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from pipeline.core import kaggle_input
+from pipeline.core.errors import PetalsError
+from pipeline.stages import kernel
+from pipeline.stages import kernel_template as template
+
+
+def _args(accelerator: str, **extra) -> argparse.Namespace:
+    base = {"kernel_type": "script", "internet": "on", "dataset": [], "resume_from": []}
+    return argparse.Namespace(accelerator=accelerator, **{**base, **extra})
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "gpu", "tpu", "strategy"),
+    [
+        ("TpuV5E8", False, True, "tpu"),
+        ("TpuV6E8", False, True, "tpu"),
+        ("NvidiaTeslaT4", True, False, "mirrored"),
+        ("NvidiaL4", True, False, "mirrored"),
+        ("NvidiaH100", True, False, "mirrored"),
+        ("None", False, False, "cpu"),
+    ],
+)
+def test_metadata_names_the_accelerator_as_kaggle_takes_it(accelerator, gpu, tpu, strategy):
+    meta = kernel.metadata(_args(accelerator), "me", "petals-cpu", "tpu-getting-started")
+    assert meta["enable_gpu"] is gpu and meta["enable_tpu"] is tpu
+    if accelerator == "None":
+        assert "machine_shape" not in meta  # a CPU kernel names no accelerator, not "None"
+    else:
+        assert meta["machine_shape"] == accelerator
+    assert "docker_image" not in meta and "docker_image_pinning_type" not in meta
+    assert kernel.KERNEL_STRATEGY[kernel.check_accelerator(accelerator)] == strategy
+
+
+def test_every_retired_accelerator_is_refused_with_the_one_to_use():
+    for retired, instead in kernel.RETIRED.items():
+        assert instead in kernel.ACCELERATORS
+        with pytest.raises(PetalsError, match=f"{retired} is retired.*use ACCELERATOR={instead}$"):
+            kernel.check_accelerator(retired)
+
+
+def test_resume_from_attaches_earlier_outputs_as_kernel_sources():
+    meta = kernel.metadata(
+        _args("TpuV5E8", resume_from=["self", "friend/their-run", "self"]), "me", "petals-tpu", "x"
+    )
+    assert meta["kernel_sources"] == ["me/petals-tpu", "friend/their-run"]
+
+
+# ----------------------------------------------------------------------------- inside the kernel
+
+
+@pytest.fixture
+def settings(monkeypatch):
+    values = {"internet": False, "weights_file": None, "packages": [], "resume_from": []}
+    monkeypatch.setattr(template, "SETTINGS", values)
+    return values
+
+
+def test_offline_weights_come_from_an_attached_dataset(tmp_path, settings):
+    name = "efficientnet-b7_noisy-student_notop.h5"
+    mounted = tmp_path / "input" / "datasets" / "me" / "b7-weights"
+    mounted.mkdir(parents=True)
+    (mounted / name).write_bytes(b"weights")
+    settings["weights_file"] = name
+    args = argparse.Namespace(input=tmp_path / "input")
+    done = template.provide_offline(args, tmp_path / "keras")
+    assert (tmp_path / "keras" / "models" / name).read_bytes() == b"weights"
+    assert done == [f"weights {mounted / name}"]
+
+
+def test_offline_weights_that_no_source_holds_stop_the_kernel_in_one_line(tmp_path, settings):
+    settings["weights_file"] = "efficientnet-b7_noisy-student_notop.h5"
+    (tmp_path / "input" / "competitions" / "tpu-getting-started").mkdir(parents=True)
+    args = argparse.Namespace(input=tmp_path / "input")
+    with pytest.raises(
+        PetalsError, match=r"needs efficientnet-b7_noisy-student_notop\.h5, no attached source"
+    ):
+        template.provide_offline(args, tmp_path / "keras")
+
+
+def test_a_missing_package_without_internet_or_wheel_is_one_line(tmp_path, settings):
+    settings["packages"] = ["no_such_package_petals"]
+    args = argparse.Namespace(input=tmp_path / "input")
+    with pytest.raises(PetalsError, match="the image lacks the no_such_package_petals package, no attached"):
+        template.provide_offline(args, tmp_path / "keras")
+
+
+@pytest.mark.parametrize("mounted", ["notebooks/me/petals-tpu", "petals-tpu"])
+def test_an_earlier_versions_runs_are_copied_in_to_resume(tmp_path, settings, mounted):
+    earlier = tmp_path / "input" / mounted / template.RUNS / "tpu-cnn-192-abc"
+    (earlier / "checkpoints").mkdir(parents=True)
+    (earlier / "config.json").write_text(json.dumps({"recipe": "tpu"}))
+    (earlier / "checkpoints" / "epoch-1.npz").write_bytes(b"state")
+    runs = tmp_path / "working" / template.RUNS
+    (runs / "kept-run").mkdir(parents=True)
+    settings["resume_from"] = ["me/petals-tpu", "me/not-attached"]
+    args = argparse.Namespace(input=tmp_path / "input")
+    restored = template.restore_runs(args, runs)
+    assert (runs / "tpu-cnn-192-abc" / "checkpoints" / "epoch-1.npz").read_bytes() == b"state"
+    assert restored == [
+        f"tpu-cnn-192-abc from {kaggle_input.Found(tmp_path / 'input' / mounted, f'the layout {mounted}')}"
+    ]
+    assert sorted(p.name for p in runs.iterdir()) == ["kept-run", "tpu-cnn-192-abc"]
+    assert template.restore_runs(args, runs) == []  # a run already here is kept as it is
+
+
+def test_attached_sources_are_found_in_every_layout(tmp_path):
+    root = tmp_path / "input"
+    for relative in ("competitions/c", "datasets/me/d", "models/me/m/keras/v1/2", "notebooks/me/k"):
+        (root / relative).mkdir(parents=True)
+        (root / relative / "file.txt").write_text("x")
+    assert kaggle_input.files_named("file.txt", root) == [
+        root / r / "file.txt"
+        for r in ("competitions/c", "datasets/me/d", "notebooks/me/k", "models/me/m/keras/v1/2")
+    ]
+    holds = lambda folder: (folder / "file.txt").is_file()  # noqa: E731
+    assert kaggle_input.find("model", "me/m/keras/v1/2", holds, "file.txt", root).how == (
+        "the layout models/me/m/keras/v1/2"
+    )
+    assert kaggle_input.find("dataset", "me/d", holds, "file.txt", root).path == root / "datasets/me/d"
+    assert kaggle_input.find("dataset", "me/absent", lambda f: False, "nothing", root) is None
