@@ -34,11 +34,12 @@ MESSAGE     ?=#                  make submit: the submission description
 SLUG        ?=#                  Kaggle competition slug (default: the data's)
 KERNEL      ?=#                  kernel folder and slug under kernels/ (default: petals-<recipe>)
 OWNER       ?=#                  Kaggle user owning the kernel (default: the credentials' username)
-ACCELERATOR ?= TpuV5E8#          kernel accelerator: TpuV5E8 TpuV6E8 Tpu1VmV38 TpuV38 NvidiaTeslaT4 ... None
+ACCELERATOR ?= TpuV5E8#          kernel accelerator: TpuV5E8 TpuV6E8 NvidiaTeslaT4 NvidiaL4 NvidiaH100 ... None (CPU)
 KERNEL_TYPE ?= script#           script | notebook
 INTERNET    ?= on#               the kernel's internet (pretrained weights download): on | off
 DATASETS    ?=#                  datasets to attach, e.g. DATASETS="me/b7-weights"
 TIMEOUT     ?=#                  kernel-push: the kernel's longest run, seconds
+RESUME_FROM ?=#                  kernels whose output a new version resumes from: owner/slug, or self
 PYTEST_ARGS ?=#                  extra pytest arguments, e.g. PYTEST_ARGS="-k fetch"
 TEST_WORKERS ?= 2#               parallel pytest workers (pytest-xdist); 0 runs the tests in this process
 ARGS_DIR    ?= .make#            where each stage's last arguments are kept
@@ -69,7 +70,7 @@ inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(device_ARGS) $(config_
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output test test-fast lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel clean clean-data always
+.PHONY: help install fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -141,7 +142,8 @@ leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into
 KERNEL_RECIPE := $(if $(filter auto,$(RECIPE)),tpu,$(RECIPE))
 kernel_ARGS := --recipe $(KERNEL_RECIPE) $(foreach s,$(SET),--set $(s)) $(if $(KERNEL),--name $(KERNEL)) \
 	$(if $(OWNER),--owner $(OWNER)) --accelerator $(ACCELERATOR) --kernel-type $(KERNEL_TYPE) --internet $(INTERNET) \
-	$(foreach d,$(DATASETS),--dataset $(d)) --tta $(TTA) $(if $(SLUG),--slug $(SLUG)) --submissions-dir $(SUBMISSIONS)
+	$(foreach d,$(DATASETS),--dataset $(d)) $(foreach k,$(RESUME_FROM),--resume-from $(k)) --tta $(TTA) \
+	$(if $(SLUG),--slug $(SLUG)) --submissions-dir $(SUBMISSIONS)
 
 kernel: | $(STAMP) ## generate kernels/<name>/ for RECIPE (default tpu): bundled script + kernel-metadata.json, checked
 	$(PY) -m pipeline kernel generate $(kernel_ARGS)
@@ -154,6 +156,18 @@ kernel-status: | $(STAMP) ## the pushed kernel's status (queued, running, comple
 
 kernel-output: | $(STAMP) ## download the kernel's outputs and record its run on the leaderboard as a Kaggle run
 	$(PY) -m pipeline kernel output $(kernel_ARGS)
+
+# Kaggle's TPU image as a second virtualenv (kernels/tpu-image.txt: TensorFlow CPU 2.20, Keras 3, JAX,
+# no efficientnet package), never mixed with the project's.
+TPU_VENV := .venv-kaggle-tpu
+$(TPU_VENV)/.installed: kernels/tpu-image.txt
+	$(PYTHON) -m venv $(TPU_VENV)
+	$(TPU_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(TPU_VENV)/bin/python -m pip install --quiet -r kernels/tpu-image.txt
+	@touch $@
+
+kernel-emulate: $(TPU_VENV)/.installed | $(STAMP) ## run a generated TPU kernel as Kaggle would: TPU image pins, /kaggle layout, 8 JAX devices, no network
+	$(PY) kernels/emulate.py --python $(TPU_VENV)/bin/python
 
 test: $(STAMP) ## run the test suite (what CI runs)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)

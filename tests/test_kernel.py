@@ -196,12 +196,12 @@ def test_status_reports_the_kernels_state(generated, in_kaggle_env, capsys):
                 "--set",
                 "model.weights=noisy-student",
             ],
-            "downloads efficientnet-b0_noisy-student_notop.h5, but the kernel has no internet: attach a dataset",
+            "downloads efficientnet-b0_noisy-student_notop.h5, but the kernel has no internet: attach",
         ),
         (
             ["--owner", "me", "--set", "model.backbone=efficientnet-b0"],
-            "builds on tensorflow only, not on jax; use keras-efficientnet-b0 (the same network; noisy-student weights are "
-            "carried over); Kaggle's TPU image trains on JAX",
+            "builds on tensorflow only, not on jax; use keras-efficientnet-b0 (the same network; "
+            "noisy-student weights are carried over); Kaggle's TPU image trains on JAX",
         ),
         (
             [

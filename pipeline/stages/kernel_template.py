@@ -95,6 +95,8 @@ def provide_offline(args: argparse.Namespace, keras_home: Path) -> list[str]:
     models = keras_home / "models"
     models.mkdir(parents=True, exist_ok=True)
     for folder in kaggle_input.attached(args.input):
+        if RUNS in folder.parts:  # an earlier version's checkpoints, not pretrained weights
+            continue
         for path in sorted(folder.glob("*.h5")):
             if not (models / path.name).exists():
                 (models / path.name).symlink_to(path)

@@ -1,0 +1,227 @@
+"""`make kernel-emulate`: a generated TPU kernel, run as Kaggle runs it, on a machine without a TPU.
+
+What stands in for what:
+- Kaggle's TPU image: the virtualenv given by --python, built from `kernels/tpu-image.txt` (TensorFlow
+  CPU 2.20, Keras 3, JAX, no `efficientnet` package);
+- `/kaggle`: a temporary folder (PETALS_KAGGLE_ROOT), with the embedded dataset drawn at a Kaggle
+  resolution in `input/competitions/<slug>` (2026's layout) and an empty `working/`, the kernel's
+  current folder;
+- the TPU VM: ISTPUVM=1, as Kaggle's image sets it; its 8 cores: 8 JAX CPU devices
+  (PETALS_TPU_STANDIN=cpu, which every stage names in its device line);
+- internet off: the kernel runs in a new network namespace (`unshare -rn`), where only loopback exists.
+
+Three runs of the generated script, each checked, one line each:
+1. no stand-in, so the TPU asked for cannot be used: a non-zero exit within 60 s, with one line;
+2. killed (-9) as soon as its first epoch's checkpoint is in working/;
+3. a new version with the first one's output attached (input/notebooks/<owner>/<slug>, as Kaggle mounts
+   a kernel source): it resumes after epoch 1, finishes, and working/submission.csv passes the
+   validator against the sample.
+Exit 1 at the first check that fails, leaving the folder for a look (--keep keeps it anyway).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+OWNER, NAME = "petals-emulator", "petals-emulate"
+RECIPE = [  # a TPU kernel small enough for two CPU cores: the small CNN, a few steps, two epochs
+    "model.backbone=cnn",
+    "model.weights=none",
+    "data.image_size=192",
+    "data.batch_size=16",
+    "data.shuffle_buffer=64",
+    "train.epochs=2",
+    "train.steps_per_epoch=4",
+    "train.lr_ramp_epochs=0",
+]
+REFUSAL_LIMIT_S = 60
+
+
+class Failed(Exception):
+    pass
+
+
+def draw_competition(root: Path, slug: str, scale: float) -> Path:
+    from competition import load_spec
+    from pipeline.data import synthetic
+
+    folder = root / "input" / "competitions" / slug
+    synthetic.write_dataset(
+        folder, load_spec("flowers"), size=192, seed=0, scale=scale, workers=2, progress=False
+    )
+    return folder
+
+
+def generate(root: Path) -> Path:
+    from pipeline import cli
+
+    args = ["kernel", "generate", "--kernels-dir", str(root / "kernels"), "--owner", OWNER, "--name", NAME,
+            "--recipe", "default", "--accelerator", "TpuV5E8", "--internet", "off",
+            "--resume-from", "self"]  # fmt: skip
+    for override in RECIPE:
+        args += ["--set", override]
+    if cli.main(args) != 0:
+        raise Failed("make kernel refused the emulation's recipe")
+    return root / "kernels" / NAME / "petals_kernel.py"
+
+
+def offline_prefix() -> list[str]:
+    """A command prefix that cuts the network off (a user and network namespace), or a Failed."""
+    probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True, text=True, check=False)
+    if probe.returncode != 0:
+        raise Failed(f"cannot cut the network off (unshare -rn: {probe.stderr.strip() or probe.returncode})")
+    return ["unshare", "-rn"]
+
+
+def environment(root: Path, standin: bool) -> dict[str, str]:
+    keep = ("PATH", "LANG", "LC_ALL", "TMPDIR")
+    env = {k: os.environ[k] for k in keep if k in os.environ}
+    env.update(
+        PETALS_KAGGLE_ROOT=str(root),
+        HOME=str(root / "home"),  # no Kaggle credentials, no Keras cache from this machine
+        ISTPUVM="1",
+        XLA_FLAGS="--xla_force_host_platform_device_count=8",
+        JAX_COMPILATION_CACHE_DIR=str(root / "jax-cache"),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONUNBUFFERED="1",
+    )
+    if standin:
+        env["PETALS_TPU_STANDIN"] = "cpu"
+    return env
+
+
+def start(python: str, script: Path, root: Path, standin: bool, log: Path) -> subprocess.Popen:
+    (root / "working").mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [*offline_prefix(), python, str(script)],
+        cwd=root / "working",
+        env=environment(root, standin),
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def last_lines(log: Path, n: int = 15) -> str:
+    return "\n".join(log.read_text(errors="replace").splitlines()[-n:])
+
+
+def check_refusal(python: str, script: Path, root: Path) -> str:
+    log = root / "refusal.log"
+    began = time.perf_counter()
+    process = start(python, script, root, standin=False, log=log)
+    code = process.wait(timeout=600)
+    seconds = time.perf_counter() - began
+    lines = [line for line in log.read_text().splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    if code == 0 or seconds > REFUSAL_LIMIT_S or len(errors) != 1:
+        raise Failed(f"TPU asked for, none usable: exit {code} after {seconds:.0f} s\n{last_lines(log)}")
+    if any((root / "working").iterdir()):
+        raise Failed(f"the refused kernel wrote {sorted(p.name for p in (root / 'working').iterdir())}")
+    return f"no TPU usable: exit {code} in {seconds:.0f} s, one line: {errors[0]}"
+
+
+def check_killed(python: str, script: Path, root: Path) -> str:
+    log = root / "killed.log"
+    began = time.perf_counter()
+    process = start(python, script, root, standin=True, log=log)
+    runs = root / "working" / "petals_runs"
+    while not list(runs.glob("*/checkpoints/ckpt-1.npz")):
+        if process.poll() is not None:
+            raise Failed(
+                f"the kernel ended (exit {process.returncode}) before its first epoch\n{last_lines(log)}"
+            )
+        if time.perf_counter() - began > 1200:
+            os.killpg(process.pid, signal.SIGKILL)
+            raise Failed(f"no first epoch after 20 minutes\n{last_lines(log)}")
+        time.sleep(0.5)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    return f"killed (-9) after its first epoch, {time.perf_counter() - began:.0f} s in"
+
+
+def attach_as_earlier_version(root: Path) -> None:
+    """Kaggle mounts an attached kernel's output read-only under input/notebooks/<owner>/<slug>."""
+    earlier = root / "input" / "notebooks" / OWNER / NAME
+    earlier.parent.mkdir(parents=True, exist_ok=True)
+    (root / "working").rename(earlier)
+
+
+def check_resumed(python: str, script: Path, root: Path) -> str:
+    from competition import load_spec
+    from competition.submission import check_submission, read_sample_ids
+
+    log = root / "resumed.log"
+    began = time.perf_counter()
+    code = start(python, script, root, standin=True, log=log).wait(timeout=1800)
+    seconds = time.perf_counter() - began
+    text = log.read_text()
+    if code != 0:
+        raise Failed(f"the resumed kernel failed (exit {code})\n{last_lines(log)}")
+    if "resuming" not in text or "after epoch 1" not in text:
+        raise Failed(f"the second version did not resume after epoch 1\n{last_lines(log, 30)}")
+    working = root / "working"
+    run = json.loads((working / "petals_summary.json").read_text())
+    spec = load_spec(run["competition"])
+    sample = root / "input" / "competitions" / run["slug"] / spec.sample_submission
+    summary = check_submission(
+        working / "submission.csv", spec, read_sample_ids(sample.read_text(), spec, str(sample))
+    )
+    info, score = run["run"], run["metrics"].get("evaluation", {}).get("val_macro_f1", 0)
+    where = f"{info.get('backend')}, {info.get('replicas')} {info.get('device')} replicas"
+    return (
+        f"resumed after epoch 1 and finished in {seconds:.0f} s ({where}); "
+        f"submission.csv valid ({summary.rows} rows); val macro-F1 {score:.4f}"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--python", required=True, help="the Python of the TPU-image virtualenv")
+    parser.add_argument(
+        "--scale", type=float, default=0.05, help="embedded dataset's images-per-class multiplier"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the emulated /kaggle folder")
+    args = parser.parse_args()
+    args.python = os.path.abspath(args.python)  # not resolved: the venv's python is a symlink
+    root = Path(tempfile.mkdtemp(prefix="petals-kaggle-"))
+    began = time.perf_counter()
+    ok = False
+    try:
+        slug = "tpu-getting-started"
+        draw_competition(root, slug, args.scale)
+        script = generate(root)
+        (root / "home").mkdir()
+        print(
+            f"kernel-emulate: /kaggle is {root}; {args.python} stands in for Kaggle's TPU image", flush=True
+        )
+        for check in (check_refusal, check_killed):
+            print(f"kernel-emulate: {check(args.python, script, root)}", flush=True)
+        attach_as_earlier_version(root)
+        print(f"kernel-emulate: {check_resumed(args.python, script, root)}", flush=True)
+        ok = True
+    except Failed as err:
+        print(f"kernel-emulate: FAILED: {err}", file=sys.stderr)
+    finally:
+        print(f"kernel-emulate: {'passed' if ok else 'failed'} in {time.perf_counter() - began:.0f} s")
+        if ok and not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"kernel-emulate: the emulated /kaggle is kept in {root}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
