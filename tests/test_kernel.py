@@ -291,7 +291,7 @@ def test_a_notebook_kernel_carries_the_same_script_in_one_cell(generated, tmp_pa
     assert meta["kernel_type"] == "notebook" and meta["code_file"] == "petals_kernel.ipynb"
     (cell,) = json.loads((folder / kernel.NOTEBOOK).read_text())["cells"]
     script = (generated / kernel.SCRIPT).read_text()
-    assert cell["source"] == script.replace(*kernel.NOTEBOOK_ENTRY)
+    assert cell["source"] == script.replace(*kernel.notebook_entry())
     assert not (folder / kernel.SCRIPT).exists()
 
 

@@ -35,8 +35,16 @@ METADATA = "kernel-metadata.json"
 SCRIPT = "petals_kernel.py"
 NOTEBOOK = "petals_kernel.ipynb"
 SUMMARY = "petals_summary.json"
-# A script leaves through `leave` (no interpreter teardown); a notebook cell must not end its kernel.
-NOTEBOOK_ENTRY = ('if __name__ == "__main__":\n    leave(main())', "main([])")
+TEMPLATE = Path(__file__).parent / "kernel_template.py"
+
+
+def notebook_entry() -> tuple[str, str]:
+    """The script's closing entry point, and what a notebook cell runs instead: ipykernel's argv is not
+    the kernel's, and a cell must not end its Python (the script leaves through `cli.leave`)."""
+    text = TEMPLATE.read_text()
+    return text[text.index('if __name__ == "__main__":') :], "main([])\n"
+
+
 # Accelerator ids the official client documents in 2026 (../shared/facts/tpus-in-2026.md) -> what the
 # session has. "None" is a CPU session: no machine_shape and no --accelerator at all.
 ACCELERATORS = {
@@ -297,13 +305,13 @@ def metadata(args: argparse.Namespace, owner: str, name: str, slug: str) -> dict
 
 
 def script_text(settings: dict[str, Any], payload: bytes, notebook: bool) -> str:
-    template = (Path(__file__).parent / "kernel_template.py").read_text()
+    template = TEMPLATE.read_text()
     encoded = base64.b64encode(payload).decode()
     lines = "\n".join(encoded[i : i + 100] for i in range(0, len(encoded), 100))
     text = template.replace("SETTINGS = {}", "SETTINGS = " + pprint.pformat(settings, width=100))
     text = text.replace('BUNDLE = ""', f'BUNDLE = """\n{lines}\n"""')
     if notebook:  # a notebook cell has ipykernel's argv: run with the defaults
-        text = text.replace(NOTEBOOK_ENTRY[0], NOTEBOOK_ENTRY[1])
+        text = text.replace(*notebook_entry())
     return text
 
 

@@ -22,10 +22,10 @@ from pipeline.core.errors import PetalsError
 from pipeline.stages.kernel import (
     DATASET_SOURCE,
     METADATA,
-    NOTEBOOK_ENTRY,
     SCRIPT,
     TITLE_LIMIT,
     check_accelerator,
+    notebook_entry,
 )
 
 
@@ -124,7 +124,7 @@ def _answers_help(code: str, folder: Path) -> None:
     """The kernel imports its bundle and answers --help in a clean process, outside this repo."""
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / SCRIPT
-        script.write_text(code.replace(NOTEBOOK_ENTRY[1], NOTEBOOK_ENTRY[0]))
+        script.write_text(code.replace(*reversed(notebook_entry())))
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         done = subprocess.run(
             [sys.executable, str(script), "--help"],

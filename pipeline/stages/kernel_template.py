@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import base64
 import io
-import json
 import os
 import shutil
 import subprocess
@@ -94,9 +93,9 @@ def provide_offline(args: argparse.Namespace, keras_home: Path) -> list[str]:
     done = []
     models = keras_home / "models"
     models.mkdir(parents=True, exist_ok=True)
-    for folder in kaggle_input.attached(args.input):
-        if RUNS in folder.parts:  # an earlier version's checkpoints, not pretrained weights
-            continue
+    # An earlier version's checkpoints (petals_runs/) are not pretrained weights.
+    attached = [f for f in kaggle_input.attached(args.input) if RUNS not in f.parts]
+    for folder in attached:
         for path in sorted(folder.glob("*.h5")):
             if not (models / path.name).exists():
                 (models / path.name).symlink_to(path)
@@ -113,7 +112,7 @@ def provide_offline(args: argparse.Namespace, keras_home: Path) -> list[str]:
             continue
         except ImportError:
             pass
-        wheels = sorted({str(p.parent) for f in kaggle_input.attached(args.input) for p in f.glob("*.whl")})
+        wheels = sorted({str(p.parent) for f in attached for p in f.glob("*.whl")})
         if not SETTINGS["internet"] and not wheels:
             raise PetalsError(
                 f"the image lacks the {package} package, no attached source holds a wheel, and the kernel "
@@ -151,20 +150,21 @@ def copy_submission(submissions: Path, run_name: str, working: Path, data_dir: P
     """The run's CSV as /kaggle/working/submission.csv, checked against the sample first."""
     from competition import load_spec
     from competition.submission import check_submission
+    from pipeline.core.files import write_atomically
     from pipeline.stages.predict import sample_ids
 
     spec = load_spec(SETTINGS["competition"])
     source = submissions / f"{run_name}.csv"
     check_submission(source, spec, sample_ids(data_dir, spec))
     target = working / "submission.csv"
-    shutil.copy2(source, working / ".submission.csv.partial")
-    os.replace(working / ".submission.csv.partial", target)
+    write_atomically(target, lambda tmp: shutil.copy2(source, tmp))
     return target
 
 
 def main(argv: list[str] | None = None) -> int:
     root = unpack()
     args = parse(argv)
+    from pipeline import cli  # noqa: F401  (imports no TensorFlow; the exit needs it after clean_up)
     from pipeline.core.errors import PetalsError
 
     try:
@@ -221,6 +221,7 @@ def run(args: argparse.Namespace, root: Path) -> int:
     common = ["--data-dir", str(data_dir), "--runs-dir", str(runs), "--strategy", args.strategy, *config]
     stage("train", *common)
     from pipeline.core.config import load_config
+    from pipeline.core.files import write_json
     from pipeline.core.rundir import RunDir
 
     merged = load_config(SETTINGS["recipe"], [*SETTINGS["overrides"], *args.extra]).train.merge_val
@@ -249,18 +250,13 @@ def run(args: argparse.Namespace, root: Path) -> int:
         "data_fingerprint": manifest.get("fingerprint"),
         "finished": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    (args.working / "petals_summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    write_json(args.working / "petals_summary.json", summary)
     print(f"petals kernel: {run.name} done in {summary['timings_seconds']['total']} s -> {args.working}")
     return 0
 
 
-def leave(code: int) -> None:
-    """Exit without the interpreter's teardown, as `python -m pipeline` does: TensorFlow can block for
-    minutes destroying its input iterators at exit. Every output is written and closed by now."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    leave(main())
+    code = main()
+    from pipeline.cli import leave  # the bundled one, imported by main(): `python -m pipeline`'s exit
+
+    leave(code)
