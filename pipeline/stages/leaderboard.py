@@ -209,10 +209,10 @@ def sync(board: Path, slug: str) -> int:
     """Pull your submissions' scores on `slug` and write them onto the rows they came from."""
     from pipeline.core import kaggle_client
 
-    action = f"listing your submissions to {slug!r}"
-    client = kaggle_client.call_with_retries(kaggle_client.api, slug=slug, action=action)
-    submissions = kaggle_client.call_with_retries(
-        lambda: client.competition_submissions(slug, page_size=100) or [], slug=slug, action=action
+    submissions = kaggle_client.with_client(
+        lambda client: client.competition_submissions(slug, page_size=100) or [],
+        slug=slug,
+        action=f"listing your submissions to {slug!r}",
     )
     table = read(board)
     matched = 0
