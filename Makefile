@@ -70,7 +70,7 @@ inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(device_ARGS) $(config_
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel clean clean-data always
+.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -113,6 +113,9 @@ inspect: $(INSPECT_DIR)/batch.png ## PNG grid of one augmented training batch + 
 train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an interrupted run; RETRAIN=1 redoes it)
 	$(PY) -m pipeline train $(train_ARGS)
 
+config: | $(STAMP) ## print the config `make train` resolves (RECIPE, SET, the device), each value with its source
+	@$(PY) -m pipeline --quiet train $(train_ARGS) --print-config
+
 # `make train submit` runs every stage between (train, evaluate, predict, submit) on the run
 # RECIPE and SET name; alone, each target works on what is already there.
 CHAIN := $(filter train,$(MAKECMDGOALS))
@@ -139,13 +142,12 @@ leaderboard: | $(STAMP) ## print the offline leaderboard and plot it (SUBMISSION
 leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into the leaderboard, then print it
 	$(PY) -m pipeline leaderboard --sync --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
 
-KERNEL_RECIPE := $(if $(filter auto,$(RECIPE)),tpu,$(RECIPE))
-kernel_ARGS := --recipe $(KERNEL_RECIPE) $(foreach s,$(SET),--set $(s)) $(if $(KERNEL),--name $(KERNEL)) \
+kernel_ARGS := --recipe $(RECIPE) $(foreach s,$(SET),--set $(s)) $(if $(KERNEL),--name $(KERNEL)) \
 	$(if $(OWNER),--owner $(OWNER)) --accelerator $(ACCELERATOR) --kernel-type $(KERNEL_TYPE) --internet $(INTERNET) \
 	$(foreach d,$(DATASETS),--dataset $(d)) $(foreach k,$(RESUME_FROM),--resume-from $(k)) --tta $(TTA) \
 	$(if $(SLUG),--slug $(SLUG)) --submissions-dir $(SUBMISSIONS)
 
-kernel: | $(STAMP) ## generate kernels/<name>/ for RECIPE (default tpu): bundled script + kernel-metadata.json, checked
+kernel: | $(STAMP) ## generate kernels/<name>/ for RECIPE (auto: the ACCELERATOR's): bundled script + kernel-metadata.json, checked
 	$(PY) -m pipeline kernel generate $(kernel_ARGS)
 
 kernel-push: kernel ## regenerate, check and push the kernel with the official client (ACCELERATOR=, TIMEOUT=)

@@ -39,8 +39,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see --help)\n")
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's default once, and only where it says something: an option whose help names
+    its default itself, a flag (on or off is the flag), and an unset (None) default get none."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            "default" in text
+            or action.default in (None, argparse.SUPPRESS)
+            or action.nargs == 0  # store_true / store_false / help
+            or action.option_strings == []
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
 
 
 def _docstring(module_name: str) -> str:

@@ -1,25 +1,45 @@
 """The command line and the Make chain, as a user meets them."""
 
+import argparse
+import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 from pipeline import cli
-from tests.conftest import REPO
+from pipeline.core import config
+from tests.conftest import REPO, run_cli
 
 
-def test_every_stage_answers_help_with_its_defaults(capsys):
+def test_every_stage_answers_help_with_each_default_once_and_true(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main(["--help"])
     assert exit_.value.code == 0
     assert "fetch" in capsys.readouterr().out
+    parser = cli.build_parser()
+    stages = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     for stage in cli.STAGES:
         with pytest.raises(SystemExit):
             cli.main([stage, "--help"])
-        assert "(default:" in capsys.readouterr().out
+        out = capsys.readouterr().out
+        text = " ".join(out[out.index("\noptions:") :].split())  # argparse wraps lines anywhere
+        assert "(default:" in text
+        for action in stages.choices[stage]._actions:
+            if not action.option_strings or action.help is None:
+                continue
+            option = action.option_strings[-1]
+            # The option's own block: from its name to the next option's.
+            block = re.split(rf" {re.escape(option)}(?![\w-])", text, maxsplit=1)[1].split(" --", 1)[0]
+            assert block.count("(default:") <= 1, f"{stage} {option}: {block}"
+            if action.nargs == 0:  # a flag: on or off is the flag, no default to show
+                assert "(default:" not in block, f"{stage} {option}: {block}"
+            elif "default" not in action.help and "(default: " in block:  # the formatter's
+                value = block.split("(default: ", 1)[1].rsplit(")", 1)[0]
+                assert value == str(action.default), f"{stage} {option}: shows {value}, is {action.default}"
 
 
 def test_a_bad_argument_is_one_line_and_exit_2(capsys):
@@ -88,3 +108,41 @@ def test_make_fetch_then_train_build_their_artifacts_and_then_skip(tmp_path):
     assert f"DRY RUN, NOT UPLOADED: would upload {subs / run_dir.name}.csv" in done.stdout
     assert "evaluation" in json.loads((run_dir / "metrics.json").read_text())
     assert run_dir.name in (subs / "leaderboard.csv").read_text()
+
+
+def test_make_and_the_cli_resolve_the_same_recipe_here():
+    """`make config` (what `make train` runs) and the stage's own default print the same config:
+    one default, `recipe=auto` resolved once for this machine's device."""
+    make = subprocess.run(
+        ["make", "-s", "-C", str(REPO), f"VENV={sys.prefix}", "SET=seed=3", "config"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert make.returncode == 0, make.stderr
+    cli_run = run_cli("--quiet", "train", "--set", "seed=3", "--print-config", timeout=120)
+    assert cli_run.returncode == 0, cli_run.stderr
+    assert make.stdout == cli_run.stdout
+    assert make.stdout.startswith("# recipe auto -> cpu (the CPU recipe): competition/recipes/cpu.toml\n")
+    assert "seed = 3" in make.stdout and "# --set" in make.stdout
+
+
+def test_print_config_names_each_values_source_and_reads_back_as_a_recipe(tmp_path):
+    text = config.describe("auto", ["train.epochs=3"], device="CPU")
+    lines = {line.split("=")[0].strip(): line for line in text.splitlines() if "=" in line}
+    assert lines["epochs"].endswith("# --set")
+    assert lines["ema"].endswith("# recipe cpu")  # set by competition/recipes/cpu.toml
+    assert lines["hue"].endswith("# default")
+    saved = tmp_path / "mine.toml"
+    saved.write_text(text)
+    again = config.load_config(str(saved))
+    assert dataclasses.replace(again, recipe="cpu") == config.load_config("auto", ["train.epochs=3"], "CPU")
+
+
+def test_a_kernel_resolves_auto_for_its_accelerator():
+    from pipeline.stages import kernel
+
+    for accelerator, recipe in (("TpuV5E8", "tpu"), ("NvidiaTeslaT4", "gpu"), ("None", "cpu")):
+        args = argparse.Namespace(recipe="auto", accelerator=accelerator)
+        assert kernel.kernel_recipe(args) == recipe

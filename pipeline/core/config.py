@@ -242,6 +242,19 @@ def resolve_recipe(recipe: str, device: str | None) -> str:
     return AUTO_RECIPES[device]
 
 
+def _recipe_values(recipe: str) -> tuple[Path | None, dict[str, Any]]:
+    """A resolved recipe's file and the values it sets (none for `default`)."""
+    if recipe == DEFAULT_RECIPE:
+        return None, {}
+    path = recipe_path(recipe)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise PetalsError(f"{path}: not valid TOML ({err})") from None
+    raw.pop("recipe", None)
+    return path, raw
+
+
 def load_config(
     recipe: str = DEFAULT_RECIPE, overrides: Iterable[str] = (), device: str | None = None
 ) -> Config:
@@ -249,20 +262,54 @@ def load_config(
 
     `recipe="auto"` takes the recipe for `device` (TPU, GPU or CPU: `Platform.device`).
     """
-    recipe = resolve_recipe(recipe, device)
+    path, raw = _recipe_values(resolve_recipe(recipe, device))
     config = Config()
-    if recipe != DEFAULT_RECIPE:
-        path = recipe_path(recipe)
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as err:
-            raise PetalsError(f"{path}: not valid TOML ({err})") from None
-        raw.pop("recipe", None)
-        config = _apply(config, raw, "", str(path))
-        config = dataclasses.replace(config, recipe=path.stem)
+    if path is not None:
+        config = dataclasses.replace(_apply(config, raw, "", str(path)), recipe=path.stem)
     config = _apply(config, parse_overrides(overrides), "", "--set")
     validate(config)
     return config
+
+
+def _leaves(nested: dict[str, Any], prefix: str = "") -> set[str]:
+    keys: set[str] = set()
+    for key, value in nested.items():
+        keys |= _leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key}
+    return keys
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value) if isinstance(value, str) else repr(value)
+
+
+def describe(recipe: str, overrides: Iterable[str] = (), device: str | None = None) -> str:
+    """The resolved config as TOML (a file `--recipe` reads back), each value with where it came
+    from: the defaults, the recipe file, or `--set`."""
+    overrides = list(overrides)
+    config = load_config(recipe, overrides, device)
+    path, raw = _recipe_values(config.recipe)
+    from_recipe, from_set = _leaves(raw), _leaves(parse_overrides(overrides))
+    chosen = f"{recipe} -> {config.recipe} (the {device} recipe)" if recipe == AUTO_RECIPE else config.recipe
+    shown = path.resolve().relative_to(SPEC_DIR.parent) if path and path.resolve().is_relative_to(SPEC_DIR.parent) else path
+    lines = [f"# recipe {chosen}: {shown or 'no file, the defaults'}"]
+    top, sections = [], []
+    for item in dataclasses.fields(config):
+        value = getattr(config, item.name)
+        if dataclasses.is_dataclass(value):
+            sections.append((item.name, [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]))
+        elif item.name != "recipe":  # the recipe is the header's
+            top.append((item.name, value))
+    sections.insert(0, ("", top))  # top-level keys come before any [section] in TOML
+    for section, items in sections:
+        if section:
+            lines.append(f"\n[{section}]")
+        for key, value in items:
+            full = f"{section}.{key}" if section else key
+            source = "--set" if full in from_set else f"recipe {config.recipe}" if full in from_recipe else "default"
+            lines.append(f"{f'{key} = {_toml_value(value)}':<34} # {source}")
+    return "\n".join(lines)
 
 
 def read_config(path: Path) -> Config:
@@ -329,12 +376,13 @@ def validate(config: Config) -> None:
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--recipe` and `--set`, for every stage that reads the config."""
+    """`--recipe`, `--set` and `--print-config`, for every stage that reads the config."""
     parser.add_argument(
         "--recipe",
-        default=DEFAULT_RECIPE,
-        help=f"recipe under competition/recipes/, a .toml path, or auto: tpu, gpu or cpu by accelerator "
-        f"(known: {', '.join(recipe_names())})",
+        default=AUTO_RECIPE,
+        help=f"recipe under competition/recipes/, a .toml path, or auto: tpu, gpu or cpu by the "
+        f"device the stage runs on; `default` is the bare defaults (known: {', '.join(recipe_names())}) "
+        f"(default: {AUTO_RECIPE})",
     )
     parser.add_argument(
         "--set",
@@ -344,7 +392,17 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override one config value, e.g. --set augment.cutmix=0.5 (repeatable)",
     )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config as TOML, each value with its source (default, recipe, --set), and exit",
+    )
 
 
 def config_from_args(args: argparse.Namespace, device: str | None = None) -> Config:
+    """The stage's config, resolved once for `device`; with `--print-config`, printed, and the
+    process exits 0 (like `--help`)."""
+    if getattr(args, "print_config", False):
+        print(describe(args.recipe, args.overrides, device))
+        raise SystemExit(0)
     return load_config(args.recipe, args.overrides, device)

@@ -105,7 +105,7 @@ def find_run(args: argparse.Namespace, platform) -> RunDir:
 
     if args.run_id:
         return rundir.finished_run(args.runs_dir, args.run_id)
-    config = config_module.load_config(args.recipe, args.overrides, device=platform.device)
+    config = config_module.config_from_args(args, platform.device)
     manifest = read_manifest(args.data_dir) or {}
     return rundir.finished_run(args.runs_dir, rundir.run_id(config, manifest.get("fingerprint", "")))
 

@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> None:
         kernel_id = json.loads((folder / METADATA).read_text())["id"]
         print(f"kernel: {folder} ({kernel_id}); push with `make kernel-push`")
         return
-    folder = args.kernels_dir / (args.name or default_name(args.recipe))
+    folder = args.kernels_dir / (args.name or default_name(kernel_recipe(args)))
     if not (folder / METADATA).is_file():
         raise PetalsError(f"{folder}: no {METADATA}; generate it first (make kernel RECIPE=...)")
     if args.action == "check":
@@ -140,6 +140,13 @@ def run(args: argparse.Namespace) -> None:
 
 def default_name(recipe: str) -> str:
     return f"petals-{recipe}"
+
+
+def kernel_recipe(args: argparse.Namespace) -> str:
+    """The recipe the kernel runs: `auto` is the one for its accelerator's device, as on any machine."""
+    from pipeline.core.config import resolve_recipe
+
+    return resolve_recipe(args.recipe, check_accelerator(args.accelerator).upper())
 
 
 # ----------------------------------------------------------------------------- generate
@@ -167,7 +174,7 @@ def kernel_settings(args: argparse.Namespace, config, spec, kernel_id: str) -> d
 
     session = ACCELERATORS[args.accelerator]
     return {
-        "recipe": args.recipe,
+        "recipe": config.recipe,  # resolved: the kernel runs what was checked here
         "overrides": list(args.overrides),
         "competition": spec.name,
         "slug": args.slug or spec.default_slug,
@@ -319,9 +326,8 @@ def generate(args: argparse.Namespace) -> Path:
     from competition import load_spec
     from pipeline.core import config as config_module
 
-    if args.recipe == "auto":
-        args.recipe = "tpu"  # a kernel is for Kaggle's accelerators
-    config = config_module.config_from_args(args)
+    session = check_accelerator(args.accelerator)
+    config = config_module.config_from_args(args, session.upper())  # auto: the accelerator's recipe
     spec = load_spec(config.competition)
     slug = args.slug or spec.default_slug
     if slug not in spec.slugs:
@@ -329,7 +335,7 @@ def generate(args: argparse.Namespace) -> Path:
     for dataset in args.dataset:
         if not DATASET_SOURCE.fullmatch(dataset):
             raise PetalsError(f"--dataset {dataset!r}: expected owner/dataset-slug")
-    check_recipe(config, spec, check_accelerator(args.accelerator), args.internet == "on", args.dataset)
+    check_recipe(config, spec, session, args.internet == "on", args.dataset)
     name = args.name or default_name(config.recipe)
     meta = metadata(args, find_owner(args.owner), name, slug)
     settings = kernel_settings(args, config, spec, meta["id"])

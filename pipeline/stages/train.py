@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> None:
     from pipeline.core import device
 
     platform = device.pick_from_args(args)  # before Keras is imported: it fixes the backend
-    config = config_module.load_config(args.recipe, args.overrides, device=platform.device)
+    config = config_module.config_from_args(args, platform.device)
     log.info("device: %s", platform.describe(device.pick_precision(platform, config.train.precision)))
     job = prepare(config, platform, args.data_dir, args.runs_dir, args.run_id, args.checkpoint_dir)
     if job.finished and not args.force:
