@@ -292,13 +292,19 @@ def describe(recipe: str, overrides: Iterable[str] = (), device: str | None = No
     path, raw = _recipe_values(config.recipe)
     from_recipe, from_set = _leaves(raw), _leaves(parse_overrides(overrides))
     chosen = f"{recipe} -> {config.recipe} (the {device} recipe)" if recipe == AUTO_RECIPE else config.recipe
-    shown = path.resolve().relative_to(SPEC_DIR.parent) if path and path.resolve().is_relative_to(SPEC_DIR.parent) else path
+    shown = (
+        path.resolve().relative_to(SPEC_DIR.parent)
+        if path and path.resolve().is_relative_to(SPEC_DIR.parent)
+        else path
+    )
     lines = [f"# recipe {chosen}: {shown or 'no file, the defaults'}"]
     top, sections = [], []
     for item in dataclasses.fields(config):
         value = getattr(config, item.name)
         if dataclasses.is_dataclass(value):
-            sections.append((item.name, [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]))
+            sections.append(
+                (item.name, [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)])
+            )
         elif item.name != "recipe":  # the recipe is the header's
             top.append((item.name, value))
     sections.insert(0, ("", top))  # top-level keys come before any [section] in TOML
@@ -307,7 +313,13 @@ def describe(recipe: str, overrides: Iterable[str] = (), device: str | None = No
             lines.append(f"\n[{section}]")
         for key, value in items:
             full = f"{section}.{key}" if section else key
-            source = "--set" if full in from_set else f"recipe {config.recipe}" if full in from_recipe else "default"
+            source = (
+                "--set"
+                if full in from_set
+                else f"recipe {config.recipe}"
+                if full in from_recipe
+                else "default"
+            )
             lines.append(f"{f'{key} = {_toml_value(value)}':<34} # {source}")
     return "\n".join(lines)
 
@@ -395,7 +407,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--print-config",
         action="store_true",
-        help="print the resolved config as TOML, each value with its source (default, recipe, --set), and exit",
+        help="print the resolved config as TOML, each value with its source (default, recipe, --set); exit",
     )
 
 
