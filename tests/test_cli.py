@@ -137,6 +137,7 @@ def test_print_config_names_each_values_source_and_reads_back_as_a_recipe(tmp_pa
     saved = tmp_path / "mine.toml"
     saved.write_text(text)
     again = config.load_config(str(saved))
+    assert config.describe(str(saved)).startswith(f"# recipe mine: {saved}\n")
     assert dataclasses.replace(again, recipe="cpu") == config.load_config("auto", ["train.epochs=3"], "CPU")
 
 

@@ -289,7 +289,7 @@ def describe(recipe: str, overrides: Iterable[str] = (), device: str | None = No
     from: the defaults, the recipe file, or `--set`."""
     overrides = list(overrides)
     config = load_config(recipe, overrides, device)
-    path, raw = _recipe_values(config.recipe)
+    path, raw = _recipe_values(resolve_recipe(recipe, device))
     from_recipe, from_set = _leaves(raw), _leaves(parse_overrides(overrides))
     chosen = f"{recipe} -> {config.recipe} (the {device} recipe)" if recipe == AUTO_RECIPE else config.recipe
     shown = (
