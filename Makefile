@@ -40,6 +40,8 @@ INTERNET    ?= on#               the kernel's internet (pretrained weights downl
 DATASETS    ?=#                  datasets to attach, e.g. DATASETS="me/b7-weights"
 TIMEOUT     ?=#                  kernel-push: the kernel's longest run, seconds
 RESUME_FROM ?=#                  kernels whose output a new version resumes from: owner/slug, or self
+VERBOSE     ?=#                  VERBOSE=1 also shows TensorFlow's, JAX's and the Kaggle clients' own lines
+export VERBOSE
 PYTEST_ARGS ?=#                  extra pytest arguments, e.g. PYTEST_ARGS="-k fetch"
 TEST_WORKERS ?= 2#               parallel pytest workers (pytest-xdist); 0 runs the tests in this process
 ARGS_DIR    ?= .make#            where each stage's last arguments are kept

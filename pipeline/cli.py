@@ -14,8 +14,24 @@ from pathlib import Path
 
 from pipeline.core.errors import PetalsError
 
-# Before any stage imports TensorFlow: keep its C++ start-up chatter out of the logs.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Other libraries' start-up lines (TensorFlow's C++ log, absl, JAX looking for a TPU, the Kaggle
+# clients' progress), hidden unless --verbose / VERBOSE=1: what matters to the user among them
+# (a fallback, a skipped file) petals says itself, once, in its own words.
+CHATTY_LOGGERS = ("absl", "jax._src.xla_bridge", "kagglehub", "urllib3", "h5py")
+
+
+def _hush(verbose: bool) -> None:
+    """Before any stage imports TensorFlow or JAX (their C++ logs read the environment once).
+
+    Set, not defaulted: a parent process that imported them passes on its own level (1, which
+    lets C++ warnings through); --verbose is how to see them."""
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0" if verbose else "2"
+    if verbose:
+        return
+    os.environ["GRPC_VERBOSITY"] = "ERROR"
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+
 
 # Stage name -> module with `add_arguments(parser)` and `run(args)`.
 STAGES = {
@@ -69,6 +85,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="python -m pipeline", description="petals: the stages of the flower-classification pipeline."
     )
     parser.add_argument("--quiet", action="store_true", help="log warnings and errors only")
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show other libraries' start-up and progress lines (TensorFlow, JAX, Kaggle); "
+        "VERBOSE=1 in the environment does the same",
+    )
     stages = parser.add_subparsers(dest="stage", required=True, metavar="STAGE", parser_class=_Parser)
     for name, module_name in STAGES.items():
         doc = _docstring(module_name)
@@ -84,6 +106,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     stage = next((a for a in argv if not a.startswith("-")), None)
+    before_stage = argv[: argv.index(stage)] if stage else argv
+    _hush("--verbose" in before_stage or os.environ.get("VERBOSE", "") not in ("", "0"))
     # Only the stage asked for is imported ("" for none: `--help`, or a name argparse will refuse).
     args = build_parser(only=stage if stage in STAGES else "").parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -199,3 +200,14 @@ def run_python(
 def error_lines(stderr: str) -> list[str]:
     """The stage's own error lines (TensorFlow prints start-up chatter to stderr too)."""
     return [line for line in stderr.splitlines() if line.startswith(("petals ", "python -m pipeline"))]
+
+
+# A line petals writes: a stage's log line ("train: ...", "device: ..."), an error or a notice
+# ("petals train: error: ..."). Anything else in a stage's default output is another library's.
+PETALS_LINE = re.compile(r"^(petals [a-z-]+: |[a-z][a-z-]*: )")
+
+
+def foreign_lines(output: str) -> list[str]:
+    """Lines of a stage's output that petals did not write (start-up chatter of TensorFlow, absl,
+    JAX or the Kaggle client)."""
+    return [line for line in output.splitlines() if line.strip() and not PETALS_LINE.match(line)]

@@ -23,7 +23,7 @@ import pytest
 from pipeline import cli
 from pipeline.core.rundir import RunDir
 from pipeline.modeling import policy
-from tests.conftest import REPO, TINY
+from tests.conftest import REPO, TINY, foreign_lines
 
 JAX_8 = ["--backend", "jax", "--cpu-replicas", "8"]
 
@@ -131,6 +131,7 @@ def test_a_killed_jax_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
     )
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming" in second.stderr
+    assert foreign_lines(second.stdout + second.stderr) == []  # no JAX start-up line ("libtpu.so", ...)
     history = pd.read_csv(tmp_path / "killed" / "history.csv")
     assert history["epoch"].tolist() == [1, 2, 3, 4]  # every epoch once, none redone twice
     from pipeline.core.config import load_config

@@ -10,7 +10,7 @@ import pytest
 
 from pipeline import cli
 from pipeline.stages import fetch as fetch_stage
-from tests.conftest import TINY_SIZE, error_lines, run_cli
+from tests.conftest import TINY_SIZE, error_lines, foreign_lines, run_cli
 from tests.kaggle_server import Behaviour, KaggleTestServer
 
 
@@ -56,6 +56,7 @@ def test_download_unpacks_kaggles_layout_and_verifies(tmp_path, kaggle_env, arch
     assert (tmp_path / "data" / spec.record_dir(TINY_SIZE) / "train").is_dir()
     assert not (tmp_path / "data.download").exists() and not (tmp_path / "data.partial").exists()
     assert "petals-key" not in result.stdout + result.stderr
+    assert foreign_lines(result.stdout + result.stderr) == []  # the client's own lines stay hidden
 
 
 def test_server_errors_are_retried(tmp_path, in_kaggle_env, archive, capsys, caplog):

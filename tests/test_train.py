@@ -27,7 +27,7 @@ from pipeline.modeling.losses import loss_function
 from pipeline.modeling.optimizer import averaging
 from pipeline.modeling.trainer import Trainer
 from pipeline.stages import train
-from tests.conftest import REPO, TINY, TINY_SIZE, error_lines
+from tests.conftest import REPO, TINY, TINY_SIZE, error_lines, foreign_lines
 
 
 def _train_args(data_dir, runs_dir, *extra):
@@ -117,6 +117,7 @@ def test_a_killed_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
     )
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming" in second.stderr
+    assert foreign_lines(second.stdout + second.stderr) == []  # the default output is petals' own
     history = pd.read_csv(tmp_path / "killed" / "history.csv")
     assert history["epoch"].tolist() == [1, 2, 3, 4, 5]  # every epoch once, none redone twice
     config = load_config(overrides=[*TINY, "train.epochs=5", "train.lr_ramp_epochs=2"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,9 @@ def run(args: argparse.Namespace) -> None:
             job.finished.get("val_macro_f1"),
         )
         return
-    metrics = fit(job, verbose=0 if args.quiet else 1, restart=args.force)
+    # Keras's progress bar only on a terminal: in a log it is escape codes, and each epoch's own
+    # line says the same.
+    metrics = fit(job, verbose=int(not args.quiet and sys.stdout.isatty()), restart=args.force)
     log.info(
         "train: %s: val macro-F1 %.4f, accuracy %.4f, %.0f s, %.0f img/s",
         job.run,
