@@ -7,7 +7,8 @@ SHELL := /bin/bash
 
 # ---- knobs (override on the command line: make fetch SOURCE=kaggle DATA=/data/flowers)
 DATA        ?= data#             data dir: the TFRecords (or a manifest pointing at them)
-SOURCE      ?= auto#             auto | kaggle | gcs | kaggle-input | synthetic
+SOURCE      ?= auto#             auto | kaggle | dir | gcs | kaggle-input | synthetic
+DATA_FROM   ?=#                  SOURCE=dir: your copy of the competition (its zip as Kaggle serves it, or a folder)
 COMPETITION ?= flowers#          competition spec under competition/
 GCS_PATH    ?=#                  gs:// folder of the competition's files, for SOURCE=gcs
 SIZE        ?= 192#              synthetic image size (pixels)
@@ -65,7 +66,7 @@ else
 endif
 
 fetch_ARGS := --source $(SOURCE) --data-dir $(DATA) --competition $(COMPETITION) \
-	--size $(SIZE) --seed $(SEED) $(if $(SCALE),--scale $(SCALE)) $(if $(GCS_PATH),--gcs-path $(GCS_PATH)) $(if $(FORCE),--force)
+	--size $(SIZE) --seed $(SEED) $(if $(SCALE),--scale $(SCALE)) $(if $(DATA_FROM),--from $(DATA_FROM)) $(if $(GCS_PATH),--gcs-path $(GCS_PATH)) $(if $(FORCE),--force)
 
 config_ARGS := --recipe $(RECIPE) $(foreach s,$(SET),--set $(s))
 inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(device_ARGS) $(config_ARGS)
@@ -104,7 +105,7 @@ ifneq ($(FORCE),)
 .PHONY: $(DATA)/manifest.json
 endif
 
-fetch: $(DATA)/manifest.json ## fetch and verify the competition TFRecords into DATA (SOURCE=auto|kaggle|gcs|kaggle-input|synthetic)
+fetch: $(DATA)/manifest.json ## fetch and verify the competition TFRecords into DATA (SOURCE=auto|kaggle|dir|gcs|kaggle-input|synthetic)
 
 $(INSPECT_DIR)/batch.png: $(DATA)/manifest.json $(ARGS_DIR)/inspect.args $(wildcard competition/recipes/*.toml)
 	$(PY) -m pipeline inspect $(inspect_ARGS)

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from competition import load_spec
 from pipeline.core.files import write_json
 from pipeline.data import synthetic
-from pipeline.stages.fetch import fingerprint, verify_layout
+from pipeline.data.layout import fingerprint, verify_layout
 
 LATEST = Path(__file__).resolve().parent / "latest.json"
 

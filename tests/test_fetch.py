@@ -5,15 +5,17 @@ import os
 import shutil
 import sys
 import types
+import zipfile
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from pipeline.core.errors import PetalsError
-from pipeline.data import records
+from pipeline.data import layout, records
+from pipeline.data.layout import verify_layout
 from pipeline.stages import fetch as fetch_stage
-from pipeline.stages.fetch import FetchOptions, fetch, verify_layout
+from pipeline.stages.fetch import FetchOptions, fetch
 from tests.conftest import TINY_SCALE, TINY_SIZE
 
 
@@ -54,7 +56,7 @@ def test_auto_without_anything_draws_the_synthetic_dataset(tmp_path, spec, no_cr
     counts = manifest["sizes"][str(TINY_SIZE)]
     assert counts == {k: v for k, v in verify_layout(str(tiny_dataset), spec)[TINY_SIZE].items()}
     # Same seed, same bytes: the fingerprint equals the session's tiny dataset's.
-    assert manifest["fingerprint"] == fetch_stage.fingerprint(str(tiny_dataset), spec, [TINY_SIZE])
+    assert manifest["fingerprint"] == layout.fingerprint(str(tiny_dataset), spec, [TINY_SIZE])
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("data")) == ["data"]
 
 
@@ -118,7 +120,7 @@ def test_gcs_source_copies_and_verifies(tmp_path, spec, tiny_dataset, no_credent
     # Any tf.io.gfile path works as a "GCS" path; a local folder exercises the same copy code.
     manifest = fetch(_options(tmp_path, source="gcs", gcs_path=str(tiny_dataset)), spec)
     assert manifest["source"] == "gcs" and manifest["root"] == "." and manifest["origin"] == str(tiny_dataset)
-    assert manifest["fingerprint"] == fetch_stage.fingerprint(str(tiny_dataset), spec, [TINY_SIZE])
+    assert manifest["fingerprint"] == layout.fingerprint(str(tiny_dataset), spec, [TINY_SIZE])
 
 
 def test_gcs_in_place_points_at_the_remote_data(tmp_path, spec, tiny_dataset, no_credentials):
@@ -126,6 +128,61 @@ def test_gcs_in_place_points_at_the_remote_data(tmp_path, spec, tiny_dataset, no
     assert manifest["root"] == str(tiny_dataset)
     assert fetch_stage.data_root(tmp_path / "data", manifest) == str(tiny_dataset)
     assert [p.name for p in (tmp_path / "data").iterdir()] == ["manifest.json"]
+
+
+def _zip(folder: Path, archive: Path, inside: str = "") -> Path:
+    """`folder` zipped as Kaggle serves the competition (its layout at the root, or under `inside`/)."""
+    with zipfile.ZipFile(archive, "w") as zf:
+        for file in sorted(folder.rglob("*")):
+            if file.is_file():
+                zf.write(file, f"{inside}{file.relative_to(folder).as_posix()}")
+    return archive
+
+
+def test_your_own_unpacked_folder_is_read_in_place(tmp_path, spec, tiny_dataset, no_credentials):
+    wrapper = tmp_path / "downloads" / "tpu-getting-started"  # unpacked into a folder of its own
+    shutil.copytree(tiny_dataset, wrapper)
+    manifest = fetch(_options(tmp_path, data_from=tmp_path / "downloads"), spec)  # SOURCE=auto
+    assert manifest["source"] == "dir" and manifest["root"] == str(wrapper)
+    assert manifest["origin"] == str(tmp_path / "downloads")
+    assert manifest["fingerprint"] == layout.fingerprint(str(tiny_dataset), spec, [TINY_SIZE])
+    assert [p.name for p in (tmp_path / "data").iterdir()] == ["manifest.json"]
+    again = fetch(_options(tmp_path, source="dir", data_from=tmp_path / "downloads"), spec)
+    assert again == manifest  # nothing to do the second time
+    with pytest.raises(PetalsError, match=r"already holds dir data from .*--force"):
+        fetch(_options(tmp_path, source="dir", data_from=tiny_dataset), spec)
+
+
+@pytest.mark.parametrize("inside", ["", "tpu-getting-started/"])
+def test_the_competitions_zip_is_unpacked_and_verified(tmp_path, spec, tiny_dataset, no_credentials, inside):
+    archive = _zip(tiny_dataset, tmp_path / "tpu-getting-started.zip", inside)
+    manifest = fetch(_options(tmp_path, source="dir", data_from=archive), spec)
+    assert manifest["source"] == "dir" and manifest["root"] == "." and manifest["origin"] == str(archive)
+    assert manifest["fingerprint"] == layout.fingerprint(str(tiny_dataset), spec, [TINY_SIZE])
+    assert (tmp_path / "data" / spec.sample_submission).is_file() and archive.is_file()  # yours, kept
+
+
+def test_a_wrong_copy_is_one_line_exit_2_and_writes_nothing(tmp_path, tiny_dataset, capsys):
+    from pipeline import cli
+
+    not_it = tmp_path / "holiday-photos"
+    (not_it / "2026").mkdir(parents=True)
+    (not_it / "2026" / "beach.jpg").write_bytes(b"\xff\xd8")
+    damaged = tmp_path / "flowers.zip"
+    damaged.write_bytes(_zip(tiny_dataset, tmp_path / "whole.zip").read_bytes()[:5000])
+    for given, says in (
+        (not_it, f"--from {not_it}: no folder in it holds sample_submission.csv and tfrecords-jpeg-"),
+        (tmp_path / "nowhere", f"--from {tmp_path / 'nowhere'}: no such file or folder"),
+        (not_it / "2026" / "beach.jpg", "not a zip archive"),
+        (damaged, f"corrupt archive {damaged}"),
+    ):
+        code = cli.main(
+            ["fetch", "--source", "dir", "--from", str(given), "--data-dir", str(tmp_path / "data")]
+        )
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2 and len(err) == 1 and says in err[0], err
+        assert not (tmp_path / "data").exists() and not (tmp_path / "data.partial").exists()
+    assert damaged.is_file()  # a user's own archive is never deleted
 
 
 def test_unreachable_gcs_path_is_one_line(tmp_path, spec, no_credentials):

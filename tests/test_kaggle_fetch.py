@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeline import cli
-from pipeline.stages import fetch as fetch_stage
+from pipeline.data import layout
 from tests.conftest import TINY_SIZE, error_lines, foreign_lines, run_cli
 from tests.kaggle_server import Behaviour, KaggleTestServer
 
@@ -52,7 +52,7 @@ def test_download_unpacks_kaggles_layout_and_verifies(tmp_path, kaggle_env, arch
     manifest = json.loads((tmp_path / "data" / "manifest.json").read_text())
     assert manifest["source"] == "kaggle" and manifest["origin"] == "kaggle competition tpu-getting-started"
     # The bytes arrived intact: the unpacked tree has the served dataset's fingerprint.
-    assert manifest["fingerprint"] == fetch_stage.fingerprint(str(tiny_dataset), spec, [TINY_SIZE])
+    assert manifest["fingerprint"] == layout.fingerprint(str(tiny_dataset), spec, [TINY_SIZE])
     assert (tmp_path / "data" / spec.record_dir(TINY_SIZE) / "train").is_dir()
     assert not (tmp_path / "data.download").exists() and not (tmp_path / "data.partial").exists()
     assert "petals-key" not in result.stdout + result.stderr

@@ -4,7 +4,7 @@ import pytest
 import tensorflow as tf
 
 from pipeline.data import records, synthetic
-from pipeline.stages.fetch import fingerprint, verify_layout
+from pipeline.data.layout import fingerprint, verify_layout
 from tests.conftest import TINY_SCALE, TINY_SIZE
 
 

@@ -47,7 +47,7 @@ def shard_files(root: str, spec: CompetitionSpec, size: int, split: str) -> list
     """A split's shards at one resolution, or a PetalsError that says what the data dir has."""
     files = records.list_shards(root, spec, size, split)
     if not files:
-        from pipeline.stages.fetch import found_sizes
+        from pipeline.data.layout import found_sizes
 
         present = found_sizes(root, spec) if tf.io.gfile.isdir(root) else []
         raise PetalsError(

@@ -1,7 +1,8 @@
 """Fetch stage: put the competition's TFRecords where later stages find them, verified.
 
-Sources: the Kaggle API, a `gs://` (or any tf.io.gfile) path, `/kaggle/input/<slug>`
-inside Kaggle, or the embedded synthetic dataset. Copies are made in a staging
+Sources: the Kaggle API, your own copy (`dir`: the competition's zip as Kaggle serves it, or
+an unpacked folder), a `gs://` (or any tf.io.gfile) path, `/kaggle/input/<slug>` inside
+Kaggle, or the embedded synthetic dataset. Copies are made in a staging
 folder, verified against the competition spec and swapped into place, so an
 interrupted fetch never leaves a half-valid data dir. `manifest.json` in the data
 dir records the source, the counts and a content fingerprint; later stages read
@@ -11,7 +12,6 @@ the data's location from it.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import tensorflow as tf
 from tqdm import tqdm
 
@@ -34,11 +33,20 @@ from pipeline import __version__
 from pipeline.core import kaggle_client, kaggle_input
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import write_json
-from pipeline.data import records, synthetic
+from pipeline.data import synthetic
+from pipeline.data.layout import (
+    data_files,
+    find_in_copy,
+    fingerprint,
+    found_sizes,
+    holds_competition,
+    markers,
+    verify_layout,
+)
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("auto", "kaggle", "gcs", "kaggle-input", "synthetic")
+SOURCES = ("auto", "kaggle", "dir", "gcs", "kaggle-input", "synthetic")
 MANIFEST = "manifest.json"
 GCS_PATH_VARIABLE = "PETALS_GCS_PATH"
 
@@ -48,6 +56,7 @@ class FetchOptions:
     source: str = "auto"
     data_dir: Path = Path("data")
     slug: str | None = None  # None: the spec's default slug
+    data_from: Path | None = None  # source dir: the competition's zip or an unpacked folder
     gcs_path: str | None = None
     gcs_in_place: bool = False
     kaggle_input: Path = Path("/kaggle/input")
@@ -89,128 +98,6 @@ def locate_data(data_dir: Path) -> str:
     return data_root(data_dir, manifest)
 
 
-# ----------------------------------------------------------------------------- verification
-
-
-def _check_first_record(path: str, spec: CompetitionSpec, size: int, split: str) -> None:
-    """Parse one record of a shard against the split's schema and decode its image."""
-    try:
-        serialized = next(iter(tf.data.TFRecordDataset(path).take(1))).numpy()
-    except StopIteration:
-        raise PetalsError(f"{path}: shard holds no records") from None
-    features = tf.train.Example.FromString(serialized).features.feature
-    schema = spec.schema
-    for key in (schema.image, schema.id):
-        if key not in features:
-            raise PetalsError(f"{split} record in {path} has no {key!r} feature")
-    if spec.is_labeled(split):
-        if schema.label not in features:
-            raise PetalsError(f"{split} record in {path} has no {schema.label!r} feature (labels missing)")
-        label = features[schema.label].int64_list.value[0]
-        if not 0 <= label < spec.num_classes:
-            raise PetalsError(
-                f"{split} record in {path} has class {label}, outside 0..{spec.num_classes - 1}"
-            )
-    try:
-        image = tf.io.decode_jpeg(features[schema.image].bytes_list.value[0], channels=3)
-    except tf.errors.OpError as err:
-        raise PetalsError(f"{path}: first image is not a readable JPEG ({first_line(err)})") from None
-    if tuple(image.shape) != (size, size, 3):
-        raise PetalsError(f"{path}: image is {tuple(image.shape)}, expected ({size}, {size}, 3)")
-
-
-def found_sizes(root: str, spec: CompetitionSpec) -> list[int]:
-    """Resolutions present under a data root, from its folder names."""
-    try:
-        names = tf.io.gfile.listdir(root)
-    except tf.errors.OpError as err:
-        raise PetalsError(f"cannot read {root}: {first_line(err)}") from None
-    return sorted(s for n in names if (s := spec.size_from_record_dir(n.rstrip("/"))) is not None)
-
-
-def verify_layout(
-    root: str, spec: CompetitionSpec, sizes: tuple[int, ...] | None = None
-) -> dict[int, dict[str, dict[str, int]]]:
-    """Check a data root against the spec; return {size: {split: {images, shards}}}.
-
-    Every split present with the spec's number of shards; every shard's record count
-    (which reading also checksums) equal to the count in its name; one record per
-    split parsed against its schema; sample_submission listing the test ids' count.
-    """
-    present = found_sizes(root, spec)
-    if not present:
-        expected = spec.record_dir(spec.resolutions[0]).replace(str(spec.resolutions[0]), "<size>")
-        raise PetalsError(f"{root}: no {expected} folder: not a {spec.name} data dir")
-    missing = sorted(set(sizes or ()) - set(present))
-    if missing:
-        raise PetalsError(f"{root}: no {spec.record_dir(missing[0])} folder (resolutions present: {present})")
-    counts: dict[int, dict[str, dict[str, int]]] = {}
-    for size in sizes or tuple(present):
-        counts[size] = {}
-        for split in spec.splits:
-            shards = records.list_shards(root, spec, size, split)
-            where = f"{root}/{spec.record_dir(size)}/{split}"
-            if not shards:
-                raise PetalsError(f"{where}: split missing (no .tfrec shards)")
-            if len(shards) != spec.shards_per_split:
-                raise PetalsError(f"{where}: {len(shards)} shards, expected {spec.shards_per_split}")
-            images = 0
-            for path in shards:
-                try:
-                    n = records.count_records(path)
-                except tf.errors.OpError as err:
-                    raise PetalsError(f"corrupt shard {path}: {first_line(err)}") from None
-                named = records.count_from_name(path)
-                if named is not None and named != n:
-                    raise PetalsError(f"{path}: its name says {named} records but it holds {n}")
-                images += n
-            _check_first_record(shards[0], spec, size, split)
-            counts[size][split] = {"images": images, "shards": len(shards)}
-    _check_sample_submission(root, spec, counts)
-    return counts
-
-
-def _check_sample_submission(root: str, spec: CompetitionSpec, counts: dict) -> None:
-    path = f"{root.rstrip('/')}/{spec.sample_submission}"
-    if not tf.io.gfile.exists(path):
-        raise PetalsError(f"{path}: missing")
-    with tf.io.gfile.GFile(path) as f:
-        frame = pd.read_csv(f, dtype=str)
-    if list(frame.columns) != [spec.id_column, spec.label_column]:
-        raise PetalsError(
-            f"{path}: header is {list(frame.columns)}, expected {spec.id_column},{spec.label_column}"
-        )
-    test = next(s for s in spec.splits if not spec.is_labeled(s))
-    for size, splits in counts.items():
-        images = splits[test]["images"]
-        if images != len(frame):
-            raise PetalsError(
-                f"{path}: {len(frame)} rows but the {size}px {test} split holds {images} images"
-            )
-
-
-def data_files(root: str, spec: CompetitionSpec, sizes: list[int]) -> list[str]:
-    """The files a data root is made of: the sample submission and every shard at these resolutions."""
-    paths = [f"{root.rstrip('/')}/{spec.sample_submission}"]
-    for size in sizes:
-        for split in spec.splits:
-            paths += records.list_shards(root, spec, size, split)
-    return paths
-
-
-def fingerprint(root: str, spec: CompetitionSpec, sizes: list[int]) -> str:
-    """sha256 over the relative path and content of every data file."""
-    digest = hashlib.sha256()
-    for path in sorted(data_files(root, spec, sizes)):
-        digest.update(path[len(root.rstrip("/")) + 1 :].encode() + b"\0")
-        file_digest = hashlib.sha256()
-        with tf.io.gfile.GFile(path, "rb") as f:
-            while chunk := f.read(1 << 22):
-                file_digest.update(chunk)
-        digest.update(file_digest.digest())
-    return "sha256:" + digest.hexdigest()
-
-
 # ----------------------------------------------------------------------------- sources
 
 
@@ -218,6 +105,8 @@ def resolve_source(options: FetchOptions, spec: CompetitionSpec) -> tuple[str, s
     """The concrete source for `auto` (the first that applies), with the reason in words."""
     if options.source != "auto":
         return options.source, "asked for"
+    if options.data_from:
+        return "dir", f"a copy of the data was given ({options.data_from})"
     found = find_kaggle_input(options, spec)
     if found:
         return "kaggle-input", f"the competition is attached at {found} (running inside Kaggle)"
@@ -232,22 +121,44 @@ def resolve_source(options: FetchOptions, spec: CompetitionSpec) -> tuple[str, s
     )
 
 
-def _markers(spec: CompetitionSpec) -> str:
-    return f"{spec.sample_submission} and {spec.record_dir_pattern.format(size='<size>')}/"
-
-
 def find_kaggle_input(options: FetchOptions, spec: CompetitionSpec) -> kaggle_input.Found | None:
     """The attached competition under Kaggle's input folder, wherever this year's layout put it."""
-
-    def holds(folder: Path) -> bool:
-        if not (folder / spec.sample_submission).is_file():
-            return False
-        return any(spec.size_from_record_dir(p.name) for p in folder.iterdir() if p.is_dir())
-
     slug = options.slug or spec.default_slug
     return kaggle_input.find(
-        "competition", slug, holds, _markers(spec), options.kaggle_input, aliases=spec.slugs
+        "competition",
+        slug,
+        holds_competition(spec),
+        markers(spec),
+        options.kaggle_input,
+        aliases=spec.slugs,
     )
+
+
+def _from_copy(options: FetchOptions, spec: CompetitionSpec, staging: Path) -> tuple[str, str]:
+    """Source `dir`: a folder is read in place; Kaggle's zip is unpacked into the data dir.
+    The root of the records and the origin, or a PetalsError naming what was given."""
+    given = options.data_from
+    if given is None:
+        raise PetalsError("--source dir needs --from PATH (make fetch SOURCE=dir DATA_FROM=PATH)")
+    given = given.expanduser().resolve()
+    if given.is_file() and (given.suffix.lower() == ".zip" or zipfile.is_zipfile(given)):
+        _unpack(given, staging, spec, options.sizes, options.progress, keep_archive=True)
+        inner = find_in_copy(staging, spec)
+        if inner is None:
+            raise PetalsError(f"--from {given}: the archive holds no {markers(spec)}")
+        for entry in list(inner.iterdir()) if inner != staging else []:  # lift a wrapping folder
+            entry.rename(staging / entry.name)
+        return str(staging), str(given)
+    if given.is_file():
+        raise PetalsError(
+            f"--from {given}: not a zip archive (give the competition's zip or its unpacked folder)"
+        )
+    if not given.is_dir():
+        raise PetalsError(f"--from {given}: no such file or folder")
+    found = find_in_copy(given, spec)
+    if found is None:
+        raise PetalsError(f"--from {given}: no folder in it holds {markers(spec)}")
+    return str(found), str(given)
 
 
 @contextmanager
@@ -270,8 +181,16 @@ def _staging(data_dir: Path) -> Iterator[Path]:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _unpack(archive: Path, dest: Path, spec: CompetitionSpec, sizes: tuple[int, ...] | None, progress: bool):
-    """Unpack Kaggle's archive keeping its layout (only the chosen resolutions, if any)."""
+def _unpack(
+    archive: Path,
+    dest: Path,
+    spec: CompetitionSpec,
+    sizes: tuple[int, ...] | None,
+    progress: bool,
+    keep_archive: bool = False,
+):
+    """Unpack Kaggle's archive keeping its layout (only the chosen resolutions, if any). A damaged
+    download is deleted, so the next run fetches it again; a user's own archive is kept."""
     keep_dirs = {spec.record_dir(s) for s in sizes} if sizes else None
     try:
         with zipfile.ZipFile(archive) as zf:
@@ -289,6 +208,8 @@ def _unpack(archive: Path, dest: Path, spec: CompetitionSpec, sizes: tuple[int, 
                     zf.extract(m, dest)
                     bar.update(m.file_size)
     except (zipfile.BadZipFile, EOFError, zlib.error) as err:  # damaged bytes, not a full disk
+        if keep_archive:
+            raise PetalsError(f"corrupt archive {archive} ({err})") from None
         archive.unlink(missing_ok=True)  # so the next run downloads it again
         raise PetalsError(f"corrupt archive {archive} ({err}): it was deleted, run fetch again") from None
 
@@ -332,6 +253,13 @@ def _reuse_existing(options: FetchOptions, existing: dict[str, Any]) -> None:
             f"{options.data_dir} already holds {existing['source']} data; pass {flag} "
             f"to replace it with {options.source} data, or choose another --data-dir"
         )
+    if options.data_from and options.source in ("auto", "dir"):
+        given = str(options.data_from.expanduser().resolve())
+        if (existing["source"], existing["origin"]) != ("dir", given):
+            raise PetalsError(
+                f"{options.data_dir} already holds {existing['source']} data from {existing['origin']}; "
+                f"pass {flag} to replace it with {given}, or choose another --data-dir"
+            )
     if existing["source"] == "synthetic" and options.source == "synthetic":
         made, asked = existing.get("synthetic") or {}, _synthetic_request(options)
         if made != asked:
@@ -387,6 +315,9 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
             )
             _unpack(archive, staging, spec, options.sizes, options.progress)
             root, origin, sizes = str(staging), f"kaggle competition {slug}", options.sizes
+        elif source == "dir":
+            root, origin = _from_copy(options, spec, staging)
+            sizes = options.sizes
         elif source == "gcs":
             if not options.gcs_path:
                 raise PetalsError(
@@ -405,7 +336,7 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
             if found is None:
                 raise PetalsError(
                     f"--source kaggle-input: no folder under {options.kaggle_input} holds "
-                    f"{_markers(spec)} (attach the competition {slug} to the kernel)"
+                    f"{markers(spec)} (attach the competition {slug} to the kernel)"
                 )
             log.info("fetch: the competition is attached at %s", found)
             root, origin, sizes = str(found.path), str(found.path), options.sizes
@@ -442,6 +373,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--competition", default="flowers", help="competition spec under competition/")
     parser.add_argument(
         "--slug", default=None, help="Kaggle competition slug (default: the spec's first slug)"
+    )
+    parser.add_argument(
+        "--from",
+        dest="data_from",
+        type=Path,
+        default=None,
+        help="source dir: your copy of the competition, its zip as Kaggle serves it or an unpacked folder",
     )
     parser.add_argument(
         "--gcs-path",
@@ -485,6 +423,7 @@ def run(args: argparse.Namespace) -> None:
         source=args.source,
         data_dir=args.data_dir,
         slug=args.slug,
+        data_from=args.data_from,
         gcs_path=args.gcs_path,
         gcs_in_place=args.gcs_in_place,
         kaggle_input=args.kaggle_input,

@@ -1,0 +1,156 @@
+"""What a competition's data looks like on disk, checked: every split and resolution present,
+shard counts that agree with their names, readable first records, a sample submission that lists
+the test ids, and a content fingerprint. Works on any tf.io.gfile path (local, `gs://`)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+import tensorflow as tf
+
+from competition import CompetitionSpec
+from pipeline.core.errors import PetalsError, first_line
+from pipeline.core.kaggle_input import folders
+from pipeline.data import records
+
+
+def _check_first_record(path: str, spec: CompetitionSpec, size: int, split: str) -> None:
+    """Parse one record of a shard against the split's schema and decode its image."""
+    try:
+        serialized = next(iter(tf.data.TFRecordDataset(path).take(1))).numpy()
+    except StopIteration:
+        raise PetalsError(f"{path}: shard holds no records") from None
+    features = tf.train.Example.FromString(serialized).features.feature
+    schema = spec.schema
+    for key in (schema.image, schema.id):
+        if key not in features:
+            raise PetalsError(f"{split} record in {path} has no {key!r} feature")
+    if spec.is_labeled(split):
+        if schema.label not in features:
+            raise PetalsError(f"{split} record in {path} has no {schema.label!r} feature (labels missing)")
+        label = features[schema.label].int64_list.value[0]
+        if not 0 <= label < spec.num_classes:
+            raise PetalsError(
+                f"{split} record in {path} has class {label}, outside 0..{spec.num_classes - 1}"
+            )
+    try:
+        image = tf.io.decode_jpeg(features[schema.image].bytes_list.value[0], channels=3)
+    except tf.errors.OpError as err:
+        raise PetalsError(f"{path}: first image is not a readable JPEG ({first_line(err)})") from None
+    if tuple(image.shape) != (size, size, 3):
+        raise PetalsError(f"{path}: image is {tuple(image.shape)}, expected ({size}, {size}, 3)")
+
+
+def found_sizes(root: str, spec: CompetitionSpec) -> list[int]:
+    """Resolutions present under a data root, from its folder names."""
+    try:
+        names = tf.io.gfile.listdir(root)
+    except tf.errors.OpError as err:
+        raise PetalsError(f"cannot read {root}: {first_line(err)}") from None
+    return sorted(s for n in names if (s := spec.size_from_record_dir(n.rstrip("/"))) is not None)
+
+
+def verify_layout(
+    root: str, spec: CompetitionSpec, sizes: tuple[int, ...] | None = None
+) -> dict[int, dict[str, dict[str, int]]]:
+    """Check a data root against the spec; return {size: {split: {images, shards}}}.
+
+    Every split present with the spec's number of shards; every shard's record count
+    (which reading also checksums) equal to the count in its name; one record per
+    split parsed against its schema; sample_submission listing the test ids' count.
+    """
+    present = found_sizes(root, spec)
+    if not present:
+        expected = spec.record_dir(spec.resolutions[0]).replace(str(spec.resolutions[0]), "<size>")
+        raise PetalsError(f"{root}: no {expected} folder: not a {spec.name} data dir")
+    missing = sorted(set(sizes or ()) - set(present))
+    if missing:
+        raise PetalsError(f"{root}: no {spec.record_dir(missing[0])} folder (resolutions present: {present})")
+    counts: dict[int, dict[str, dict[str, int]]] = {}
+    for size in sizes or tuple(present):
+        counts[size] = {}
+        for split in spec.splits:
+            shards = records.list_shards(root, spec, size, split)
+            where = f"{root}/{spec.record_dir(size)}/{split}"
+            if not shards:
+                raise PetalsError(f"{where}: split missing (no .tfrec shards)")
+            if len(shards) != spec.shards_per_split:
+                raise PetalsError(f"{where}: {len(shards)} shards, expected {spec.shards_per_split}")
+            images = 0
+            for path in shards:
+                try:
+                    n = records.count_records(path)
+                except tf.errors.OpError as err:
+                    raise PetalsError(f"corrupt shard {path}: {first_line(err)}") from None
+                named = records.count_from_name(path)
+                if named is not None and named != n:
+                    raise PetalsError(f"{path}: its name says {named} records but it holds {n}")
+                images += n
+            _check_first_record(shards[0], spec, size, split)
+            counts[size][split] = {"images": images, "shards": len(shards)}
+    _check_sample_submission(root, spec, counts)
+    return counts
+
+
+def _check_sample_submission(root: str, spec: CompetitionSpec, counts: dict) -> None:
+    path = f"{root.rstrip('/')}/{spec.sample_submission}"
+    if not tf.io.gfile.exists(path):
+        raise PetalsError(f"{path}: missing")
+    with tf.io.gfile.GFile(path) as f:
+        frame = pd.read_csv(f, dtype=str)
+    if list(frame.columns) != [spec.id_column, spec.label_column]:
+        raise PetalsError(
+            f"{path}: header is {list(frame.columns)}, expected {spec.id_column},{spec.label_column}"
+        )
+    test = next(s for s in spec.splits if not spec.is_labeled(s))
+    for size, splits in counts.items():
+        images = splits[test]["images"]
+        if images != len(frame):
+            raise PetalsError(
+                f"{path}: {len(frame)} rows but the {size}px {test} split holds {images} images"
+            )
+
+
+def data_files(root: str, spec: CompetitionSpec, sizes: list[int]) -> list[str]:
+    """The files a data root is made of: the sample submission and every shard at these resolutions."""
+    paths = [f"{root.rstrip('/')}/{spec.sample_submission}"]
+    for size in sizes:
+        for split in spec.splits:
+            paths += records.list_shards(root, spec, size, split)
+    return paths
+
+
+def fingerprint(root: str, spec: CompetitionSpec, sizes: list[int]) -> str:
+    """sha256 over the relative path and content of every data file."""
+    digest = hashlib.sha256()
+    for path in sorted(data_files(root, spec, sizes)):
+        digest.update(path[len(root.rstrip("/")) + 1 :].encode() + b"\0")
+        file_digest = hashlib.sha256()
+        with tf.io.gfile.GFile(path, "rb") as f:
+            while chunk := f.read(1 << 22):
+                file_digest.update(chunk)
+        digest.update(file_digest.digest())
+    return "sha256:" + digest.hexdigest()
+
+
+def markers(spec: CompetitionSpec) -> str:
+    return f"{spec.sample_submission} and {spec.record_dir_pattern.format(size='<size>')}/"
+
+
+def holds_competition(spec: CompetitionSpec) -> Callable[[Path], bool]:
+    def holds(folder: Path) -> bool:
+        if not (folder / spec.sample_submission).is_file():
+            return False
+        return any(spec.size_from_record_dir(p.name) for p in folder.iterdir() if p.is_dir())
+
+    return holds
+
+
+def find_in_copy(folder: Path, spec: CompetitionSpec) -> Path | None:
+    """Where a copy of the competition keeps its files: the folder itself or a folder inside it
+    (an archive unpacked into a folder of its own name, say)."""
+    holds = holds_competition(spec)
+    return next((f for f in [folder, *folders(folder, depth=2)] if holds(f)), None)
