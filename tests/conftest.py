@@ -202,9 +202,10 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith(("petals ", "python -m pipeline"))]
 
 
-# A line petals writes: a stage's log line ("train: ...", "device: ..."), an error or a notice
-# ("petals train: error: ..."). Anything else in a stage's default output is another library's.
-PETALS_LINE = re.compile(r"^(petals [a-z-]+: |[a-z][a-z-]*: )")
+# A line petals writes: a stage's log line ("train: ...", "device: ...", "<run id>: val pass 1/1
+# done"), an error ("petals train: error: ..."). Anything else in a stage's default output is
+# another library's.
+PETALS_LINE = re.compile(r"^(petals [a-z-]+: |[a-z][a-z0-9._-]*: )")
 
 
 def foreign_lines(output: str) -> list[str]:

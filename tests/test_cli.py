@@ -12,7 +12,7 @@ import pytest
 
 from pipeline import cli
 from pipeline.core import config
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, foreign_lines, run_cli
 
 
 def test_every_stage_answers_help_with_each_default_once_and_true(capsys):
@@ -106,6 +106,12 @@ def test_make_fetch_then_train_build_their_artifacts_and_then_skip(tmp_path):
     assert stages == ["train", "evaluate", "predict", "submit"]
     assert "is finished" in done.stderr  # train found the run done, and did not train it again
     assert f"DRY RUN, NOT UPLOADED: would upload {subs / run_dir.name}.csv" in done.stdout
+    summary = done.stdout.split("petals: done.\n", 1)[1]
+    assert f"  run      {tmp_path / 'runs' / run_dir.name}\n" in summary and "  next     " in summary
+    # Make's own echo, the dry run's and the summary's indented lines aside, every line is petals'.
+    lines = (done.stdout + done.stderr).splitlines()
+    shown = [line for line in lines if " -m pipeline " not in line and not line.startswith(("DRY RUN", "  "))]
+    assert foreign_lines("\n".join(shown)) == []
     assert "evaluation" in json.loads((run_dir / "metrics.json").read_text())
     assert run_dir.name in (subs / "leaderboard.csv").read_text()
 

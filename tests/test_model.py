@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 
+from pipeline.core import config
 from pipeline.core.errors import PetalsError
 from pipeline.modeling import registry
 
@@ -99,3 +100,22 @@ def test_the_cnn_finds_a_flower_wherever_it_is():
     empty, here, there = np.asarray(backbone(images, training=False))
     assert np.abs(here - empty).max() > 1e-3  # the patch shows in the features...
     np.testing.assert_allclose(here, there, rtol=1e-4, atol=1e-5)  # ...wherever it is
+
+
+@pytest.mark.parametrize("recipe", [r for r in config.recipe_names() if r != config.DEFAULT_RECIPE])
+def test_every_shipped_recipe_loads_and_builds_its_model(recipe):
+    """Each recipe under competition/recipes/ validates, names a backbone that builds on the
+    backends it will meet, and builds its classifier (tiny input, random weights)."""
+    loaded = config.load_config(recipe)
+    assert loaded.recipe == recipe
+    backbone = registry.get_backbone(loaded.model.backbone)
+    if recipe == "tpu":  # today's TPUs run JAX: the TPU recipe must build there
+        assert "jax" in backbone.backends
+    assert loaded.model.weights in ("none", *backbone.weights)
+    size = max(32, backbone.min_size)
+    net = registry.build_classifier(
+        loaded.model.backbone, size, num_classes=104, weights="none", dropout=loaded.model.dropout
+    )
+    pixels = np.random.default_rng(0).integers(0, 256, (2, size, size, 3), dtype=np.uint8)
+    probabilities = np.asarray(net(pixels, training=False))
+    assert probabilities.shape == (2, 104) and np.isfinite(probabilities).all()

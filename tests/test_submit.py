@@ -61,6 +61,30 @@ def test_without_credentials_it_is_a_validated_dry_run(submit, csv, tiny_data_di
     assert not (csv.parent / leaderboard.BOARD).exists()
 
 
+def test_the_main_job_ends_with_what_ran_the_score_the_files_and_the_next_step(
+    submit, csv, tiny_data_dir, tmp_path
+):
+    from pipeline.core.files import sha256, write_json
+
+    board = csv.parent / leaderboard.BOARD
+    for entry, score in (("older-run", 0.95), ("tiny-run", 0.9123)):
+        leaderboard.update(board, entry, kind="run", recipe="cpu", backbone="cnn", image_size=192,
+                           epochs=20, backend="tensorflow", val_macro_f1=score)  # fmt: skip
+    write_json(
+        csv.with_suffix(".json"), {"entry": "tiny-run", "run_dir": "runs/tiny-run", "csv_sha256": sha256(csv)}
+    )
+    result = submit(csv, tiny_data_dir, _no_credentials(tmp_path))
+    assert result.returncode == 0, result.stderr
+    summary = result.stdout.split("petals: done.\n", 1)[1].splitlines()
+    assert summary == [
+        "  ran      recipe cpu: cnn at 192 px, 20 epochs on tensorflow",
+        "  scored   val macro-F1 0.9123, rank 2 of 2 on the offline leaderboard",
+        "  run      runs/tiny-run",
+        f"  wrote    {csv} (104 rows), NOT UPLOADED (dry run)",
+        "  next     real data: Kaggle credentials, then `make fetch SOURCE=kaggle FORCE=1 train submit`",
+    ]
+
+
 def test_the_uploaded_bytes_arrive_intact_and_the_run_is_recorded(submit, csv, tiny_data_dir, kaggle_env):
     behaviour = Behaviour()
     with KaggleTestServer(behaviour):

@@ -29,10 +29,8 @@ from pipeline.modeling.optimizer import averaged_weights, make_optimizer
 
 log = logging.getLogger(__name__)
 
-# Keras warns that a tf.data dataset ignores fit's shuffle flag, and that a finite val set
-# "ran out of data" after predict has read all of it: both are what is meant here.
+# Keras warns that a tf.data dataset ignores fit's shuffle flag: it is what is meant here.
 warnings.filterwarnings("ignore", message=r"`shuffle=True` was passed", category=UserWarning)
-warnings.filterwarnings("ignore", message=r"Your input ran out of data", category=UserWarning)
 
 
 def save_weights(net: keras.Model, path) -> None:

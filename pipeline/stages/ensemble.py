@@ -106,7 +106,15 @@ def run(args: argparse.Namespace) -> None:
         },
     )
     path = write_submission(
-        args.submissions_dir, name, test_blend.ids, test_blend.predicted, spec, args.data_dir, manifest, score
+        args.submissions_dir,
+        name,
+        test_blend.ids,
+        test_blend.predicted,
+        spec,
+        args.data_dir,
+        manifest,
+        score,
+        out.path,
     )
     leaderboard.update(
         args.submissions_dir / leaderboard.BOARD,

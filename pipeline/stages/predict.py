@@ -47,7 +47,15 @@ def run(args: argparse.Namespace) -> None:
     metrics = run.metrics()
     score = metrics.get("evaluation", metrics).get("val_macro_f1")
     path = write_submission(
-        args.submissions_dir, run.name, test.ids, test.predicted, spec, args.data_dir, manifest, score
+        args.submissions_dir,
+        run.name,
+        test.ids,
+        test.predicted,
+        spec,
+        args.data_dir,
+        manifest,
+        score,
+        run.path,
     )
     leaderboard.update(
         args.submissions_dir / leaderboard.BOARD,
@@ -94,8 +102,10 @@ def write_submission(
     data_dir: Path,
     manifest: dict[str, Any],
     val_macro_f1: float | None,
+    made_in: Path,
 ) -> Path:
-    """`<entry>.csv` in the sample submission's id order, checked, then its provenance `<entry>.json`."""
+    """`<entry>.csv` in the sample submission's id order, checked, then its provenance `<entry>.json`
+    (`made_in`: the run or ensemble directory it came from)."""
     from competition.submission import SubmissionError, check_submission, submission_frame
     from pipeline.stages import leaderboard
 
@@ -124,6 +134,7 @@ def write_submission(
         path.with_suffix(".json"),
         {
             "entry": entry,
+            "run_dir": str(made_in),
             "csv_sha256": sha256(path),
             "competition": spec.name,
             "slug": manifest.get("slug"),

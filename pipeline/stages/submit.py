@@ -16,6 +16,8 @@ import json
 import logging
 from pathlib import Path
 
+import pandas as pd
+
 from pipeline.core.errors import PetalsError
 
 log = logging.getLogger(__name__)
@@ -91,6 +93,7 @@ def run(args: argparse.Namespace) -> None:
                 "refuse to upload it. Fetch the real data first (make fetch SOURCE=kaggle), then train again."
             )
         print(f"  To upload: {kaggle_client.CREDENTIALS_HELP}; then rerun `make submit`.")
+        print(closing_summary(args.submissions_dir, provenance, path, summary.rows, None, synthetic))
         return
     if synthetic and kaggle_client.is_production():
         raise PetalsError(
@@ -113,6 +116,44 @@ def run(args: argparse.Namespace) -> None:
         f"UPLOADED {path} to {slug!r}: {answer.message or 'accepted'} (ref {answer.ref}); "
         "`make leaderboard-sync` fetches its public score once Kaggle has scored it"
     )
+    print(closing_summary(args.submissions_dir, provenance, path, summary.rows, slug, False))
+
+
+def closing_summary(
+    submissions_dir: Path, provenance: dict, path: Path, rows: int, uploaded: str | None, synthetic: bool
+) -> str:
+    """The main job's last lines: what ran, how it scored, where its files are, what to do next."""
+    from pipeline.stages import leaderboard
+
+    board = leaderboard.read(submissions_dir / leaderboard.BOARD)
+    table = leaderboard.ranked(board)
+    entry = provenance.get("entry", path.stem)
+    lines = ["", "petals: done."]
+    mine = board[board["entry"] == entry]
+    if not mine.empty:
+        row, rank = mine.iloc[0], int(table.loc[table["entry"] == entry, "rank"].iloc[0])
+        if row["kind"] == "run":
+            what = f"recipe {row['recipe']}: {row['backbone']} at {row['image_size']} px, "
+            what += f"{int(row['epochs'])} epochs on {row['backend']}"
+        else:
+            what = f"ensemble of {row['members']}"
+        lines.append(f"  ran      {what}")
+        score = pd.to_numeric(row["val_macro_f1"], errors="coerce")
+        shown = "not scored" if pd.isna(score) else f"{score:.4f}"
+        lines.append(
+            f"  scored   val macro-F1 {shown}, rank {rank} of {len(table)} on the offline leaderboard"
+        )
+    lines.append(f"  run      {provenance.get('run_dir', entry)}")
+    status = f"uploaded to {uploaded}" if uploaded else "NOT UPLOADED (dry run)"
+    lines.append(f"  wrote    {path} ({rows} rows), {status}")
+    if uploaded:
+        step = "`make leaderboard-sync` once Kaggle has scored it; `make leaderboard` ranks every run"
+    elif synthetic:
+        step = "real data: Kaggle credentials, then `make fetch SOURCE=kaggle FORCE=1 train submit`"
+    else:
+        step = "Kaggle credentials, then `make submit`; `make leaderboard` ranks every run"
+    lines.append(f"  next     {step}")
+    return "\n".join(lines)
 
 
 def newest_submission(submissions_dir: Path) -> Path:
