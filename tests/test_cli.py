@@ -60,8 +60,9 @@ def test_an_unknown_slug_is_refused(capsys, tmp_path):
 
 
 @pytest.mark.slow
-def test_make_fetch_then_train_build_their_artifacts_and_then_skip(tmp_path):
-    """The Make chain, smoke-tested: each stage runs once, then finds its work done."""
+def test_make_fetch_then_the_main_job_end_in_a_checked_dry_run(tmp_path):
+    """The Make chain, smoke-tested: fetch runs once, then Make finds it done; `make train submit`
+    runs every stage between and ends in the dry run and the closing summary."""
     data = tmp_path / "data"
     venv = sys.prefix  # the virtualenv running the tests, which `make test` built
     args = [
@@ -80,23 +81,31 @@ def test_make_fetch_then_train_build_their_artifacts_and_then_skip(tmp_path):
     assert manifest["source"] == "synthetic" and manifest["sizes"]["32"]["train"]["images"] > 100
     second = subprocess.run([*args, "fetch"], capture_output=True, text=True, timeout=300, check=False)
     assert second.returncode == 0 and "pipeline fetch" not in second.stdout
-    # The next link: make train on that data, then again (the finished run is found, not redone).
+    # The main job, `make train submit`, on that data: trained, evaluated, predicted and submitted,
+    # which without Kaggle credentials ends in a validated dry run. (A rerun finding the run
+    # finished is tested in-process: test_a_run_directory_holds_everything_and_reruns_are_no_ops.)
     overrides = "data.image_size=32 data.batch_size=8 train.epochs=1 train.steps_per_epoch=2"
-    train = [*args, "RECIPE=default", f"SET={overrides}", f"RUNS_DIR={tmp_path / 'runs'}", "train"]
-    trained = subprocess.run(train, capture_output=True, text=True, timeout=300, check=False)
-    assert trained.returncode == 0, trained.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    assert (run_dir / "metrics.json").is_file() and run_dir.name.startswith("default-cnn-32-")
-    # The main job, `make train submit`: the finished run is evaluated, predicted and submitted,
-    # which without Kaggle credentials ends in a validated dry run.
     home = tmp_path / "home"
     home.mkdir()
     no_credentials = {**os.environ, "HOME": str(home), "KAGGLE_CONFIG_DIR": str(home / "kaggle")}
     for name in ("KAGGLE_USERNAME", "KAGGLE_KEY", "KAGGLE_API_TOKEN", "KAGGLE_API_ENVIRONMENT"):
         no_credentials.pop(name, None)
     subs = tmp_path / "submissions"
-    job = [*train[:-1], f"SUBMISSIONS={subs}", "train", "submit"]
-    done = subprocess.run(job, capture_output=True, text=True, timeout=300, env=no_credentials, check=False)
+    job = [
+        *args,
+        "RECIPE=default",
+        f"SET={overrides}",
+        f"RUNS_DIR={tmp_path / 'runs'}",
+        f"SUBMISSIONS={subs}",
+    ]
+    done = subprocess.run(
+        [*job, "train", "submit"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=no_credentials,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     stages = [
         line.split("-m pipeline ")[1].split()[0]
@@ -104,7 +113,8 @@ def test_make_fetch_then_train_build_their_artifacts_and_then_skip(tmp_path):
         if "-m pipeline " in line
     ]
     assert stages == ["train", "evaluate", "predict", "submit"]
-    assert "is finished" in done.stderr  # train found the run done, and did not train it again
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert (run_dir / "metrics.json").is_file() and run_dir.name.startswith("default-cnn-32-")
     assert f"DRY RUN, NOT UPLOADED: would upload {subs / run_dir.name}.csv" in done.stdout
     summary = done.stdout.split("petals: done.\n", 1)[1]
     assert f"  run      {tmp_path / 'runs' / run_dir.name}\n" in summary and "  next     " in summary
@@ -116,6 +126,7 @@ def test_make_fetch_then_train_build_their_artifacts_and_then_skip(tmp_path):
     assert run_dir.name in (subs / "leaderboard.csv").read_text()
 
 
+@pytest.mark.slow  # two processes that pick the device (TensorFlow's start-up): 20-60 s
 def test_make_and_the_cli_resolve_the_same_recipe_here():
     """`make config` (what `make train` runs) and the stage's own default print the same config:
     one default, `recipe=auto` resolved once for this machine's device."""
