@@ -121,7 +121,7 @@ def build(variant: str, data_dir: Path, size: int, batch: int):
     from competition import load_spec
     from pipeline.core.config import load_config
     from pipeline.data import datasets
-    from pipeline.stages.fetch import locate_data
+    from pipeline.data.manifest import locate_data
 
     spec = load_spec()
     files = datasets.shard_files(locate_data(data_dir), spec, size, "train")
@@ -149,7 +149,7 @@ def measure(variant: str, data_dir: Path, size: int, batch: int, seconds: float)
     warmup = 5  # tracing, thread pools, autotuning's first guesses
     if variant == "cpu-recipe":  # and a whole pass, which fills the cache
         from pipeline.core.config import load_config
-        from pipeline.stages.fetch import read_manifest
+        from pipeline.data.manifest import read_manifest
 
         train_images = read_manifest(data_dir)["sizes"][str(size)]["train"]["images"]
         warmup += math.ceil(train_images / load_config("cpu").data.batch_size)

@@ -13,6 +13,7 @@ import pytest
 
 from pipeline.core.errors import PetalsError
 from pipeline.data import layout, records
+from pipeline.data import manifest as manifest_module
 from pipeline.data.layout import verify_layout
 from pipeline.stages import fetch as fetch_stage
 from pipeline.stages.fetch import FetchOptions, fetch
@@ -126,7 +127,7 @@ def test_gcs_source_copies_and_verifies(tmp_path, spec, tiny_dataset, no_credent
 def test_gcs_in_place_points_at_the_remote_data(tmp_path, spec, tiny_dataset, no_credentials):
     manifest = fetch(_options(tmp_path, source="gcs", gcs_path=str(tiny_dataset), gcs_in_place=True), spec)
     assert manifest["root"] == str(tiny_dataset)
-    assert fetch_stage.data_root(tmp_path / "data", manifest) == str(tiny_dataset)
+    assert manifest_module.data_root(tmp_path / "data", manifest) == str(tiny_dataset)
     assert [p.name for p in (tmp_path / "data").iterdir()] == ["manifest.json"]
 
 
@@ -311,5 +312,5 @@ def test_verify_reports_a_missing_resolution(tiny_copy, spec):
 def test_manifest_that_is_not_json_is_named(tmp_path):
     (tmp_path / "manifest.json").write_text("{not json")
     with pytest.raises(PetalsError, match=r"manifest.json is not valid JSON"):
-        fetch_stage.read_manifest(tmp_path)
+        manifest_module.read_manifest(tmp_path)
     assert os.path.exists(tmp_path / "manifest.json")

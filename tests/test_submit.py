@@ -182,3 +182,21 @@ def test_the_slug_defaults_to_the_datas_competition_or_the_specs_first(
     assert manifest["slug"] not in ("tpu-getting-started", "flower-classification-with-tpus")
     code = cli.main(["submit", "--data-dir", str(tiny_data_dir), "--submissions-dir", str(csv.parent)])
     assert code == 0 and "to competition 'tpu-getting-started'" in capsys.readouterr().out
+
+
+def test_a_dry_run_on_local_data_starts_without_tensorflow(csv, tiny_data_dir, tmp_path):
+    """Submit reads a manifest and two CSVs: on local data it never imports TensorFlow (a second
+    to start, not ten)."""
+    from tests.conftest import run_python
+
+    done = run_python(
+        f"""
+        import sys
+        from pipeline import cli
+        code = cli.main(["submit", "--data-dir", {str(tiny_data_dir)!r}, "--file", {str(csv)!r}])
+        print(code, "tensorflow" in sys.modules, "keras" in sys.modules)
+        """,
+        env=_no_credentials(tmp_path),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "0 False False"

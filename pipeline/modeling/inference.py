@@ -101,7 +101,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 def find_run(args: argparse.Namespace, platform) -> RunDir:
     """The finished run `--run` names, or the one `train` makes of the same recipe, overrides and data."""
     from pipeline.core import config as config_module
-    from pipeline.stages.fetch import read_manifest
+    from pipeline.data.manifest import read_manifest
 
     if args.run_id:
         return rundir.finished_run(args.runs_dir, args.run_id)
@@ -112,7 +112,7 @@ def find_run(args: argparse.Namespace, platform) -> RunDir:
 
 def check_same_data(run: RunDir, data_dir: Path) -> dict:
     """The data dir's manifest, after checking it is the data the run was trained on."""
-    from pipeline.stages.fetch import read_manifest
+    from pipeline.data.manifest import read_manifest
 
     manifest = read_manifest(data_dir)
     run.check_same_data(manifest, data_dir)
@@ -193,7 +193,7 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
 
     from competition import load_spec
     from pipeline.data import datasets
-    from pipeline.stages.fetch import locate_data
+    from pipeline.data.manifest import locate_data
 
     if tta < 1:
         raise PetalsError(f"--tta {tta}: the number of passes must be at least 1")

@@ -12,7 +12,6 @@ the data's location from it.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import shutil
@@ -43,11 +42,11 @@ from pipeline.data.layout import (
     markers,
     verify_layout,
 )
+from pipeline.data.manifest import MANIFEST, read_manifest
 
 log = logging.getLogger(__name__)
 
 SOURCES = ("auto", "kaggle", "dir", "gcs", "kaggle-input", "synthetic")
-MANIFEST = "manifest.json"
 GCS_PATH_VARIABLE = "PETALS_GCS_PATH"
 
 
@@ -68,34 +67,6 @@ class FetchOptions:
     retries: int = 3
     force: bool = False
     progress: bool = True
-
-
-# ----------------------------------------------------------------------------- manifest
-
-
-def read_manifest(data_dir: Path) -> dict[str, Any] | None:
-    """The data dir's manifest, or None if there is none."""
-    path = data_dir / MANIFEST
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise PetalsError(f"{path} is not valid JSON ({err}): delete it and fetch again") from None
-
-
-def data_root(data_dir: Path, manifest: dict[str, Any]) -> str:
-    """Where the TFRecords of a fetched data dir live: the data dir itself, a local path or a gs:// URL."""
-    root = manifest["root"]
-    return str(data_dir.resolve()) if root == "." else root
-
-
-def locate_data(data_dir: Path) -> str:
-    """The TFRecord root of a fetched data dir, or a PetalsError saying to fetch first."""
-    manifest = read_manifest(data_dir)
-    if manifest is None:
-        raise PetalsError(f"{data_dir}: no {MANIFEST}; run `make fetch` (or pass the fetched --data-dir)")
-    return data_root(data_dir, manifest)
 
 
 # ----------------------------------------------------------------------------- sources

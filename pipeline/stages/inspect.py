@@ -52,7 +52,7 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
     import tensorflow as tf
 
     from pipeline.data import datasets
-    from pipeline.stages.fetch import locate_data
+    from pipeline.data.manifest import locate_data
 
     spec = load_spec(config.competition)
     root = locate_data(data_dir)

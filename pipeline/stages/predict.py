@@ -73,20 +73,26 @@ def run(args: argparse.Namespace) -> None:
 
 
 def sample_ids(data_dir: Path, spec: CompetitionSpec) -> list[str]:
-    """The test ids of the data dir's `sample_submission.csv` (local or gs://)."""
-    import tensorflow as tf
-
+    """The test ids of the data dir's `sample_submission.csv` (local, or gs:// through TensorFlow)."""
     from competition.submission import SubmissionError, read_sample_ids
-    from pipeline.stages.fetch import locate_data
+    from pipeline.data.manifest import locate_data
 
     path = f"{locate_data(data_dir).rstrip('/')}/{spec.sample_submission}"
-    try:
-        with tf.io.gfile.GFile(path) as f:
-            text = f.read()
-    except tf.errors.OpError as err:
-        raise PetalsError(
-            f"cannot read {path}: {err.message.splitlines()[0]}; fetch the data again"
-        ) from None
+    if "://" not in path:  # a local file: no TensorFlow import (submit starts in a second)
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise PetalsError(f"cannot read {path}: {err.strerror}; fetch the data again") from None
+    else:
+        import tensorflow as tf
+
+        try:
+            with tf.io.gfile.GFile(path) as f:
+                text = f.read()
+        except tf.errors.OpError as err:
+            raise PetalsError(
+                f"cannot read {path}: {err.message.splitlines()[0]}; fetch the data again"
+            ) from None
     try:
         return read_sample_ids(text, spec, path)
     except SubmissionError as err:

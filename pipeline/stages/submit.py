@@ -46,8 +46,8 @@ def run(args: argparse.Namespace) -> None:
     from competition.submission import SubmissionError, check_submission
     from pipeline.core import kaggle_client
     from pipeline.core.files import sha256
+    from pipeline.data.manifest import read_manifest
     from pipeline.stages import leaderboard
-    from pipeline.stages.fetch import read_manifest
     from pipeline.stages.predict import sample_ids
 
     path = args.file or newest_submission(args.submissions_dir)

@@ -113,8 +113,8 @@ def prepare(
     """Check the config against the data, the replicas and the backend; nothing is written here."""
     from competition import load_spec
     from pipeline.data import augment, datasets, records
+    from pipeline.data.manifest import locate_data, read_manifest
     from pipeline.modeling import registry
-    from pipeline.stages.fetch import locate_data, read_manifest
 
     spec = load_spec(config.competition)
     root = locate_data(data_dir)

@@ -1,0 +1,38 @@
+"""A fetched data dir's `manifest.json`: where its records are, what source they came from, their
+counts and content fingerprint. Read by every stage after fetch, so it imports no TensorFlow:
+a stage that only reads the manifest (submit) starts in a second."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.errors import PetalsError
+
+MANIFEST = "manifest.json"
+
+
+def read_manifest(data_dir: Path) -> dict[str, Any] | None:
+    """The data dir's manifest, or None if there is none."""
+    path = data_dir / MANIFEST
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise PetalsError(f"{path} is not valid JSON ({err}): delete it and fetch again") from None
+
+
+def data_root(data_dir: Path, manifest: dict[str, Any]) -> str:
+    """Where the TFRecords of a fetched data dir live: the data dir itself, a local path or a gs:// URL."""
+    root = manifest["root"]
+    return str(data_dir.resolve()) if root == "." else root
+
+
+def locate_data(data_dir: Path) -> str:
+    """The TFRecord root of a fetched data dir, or a PetalsError saying to fetch first."""
+    manifest = read_manifest(data_dir)
+    if manifest is None:
+        raise PetalsError(f"{data_dir}: no {MANIFEST}; run `make fetch` (or pass the fetched --data-dir)")
+    return data_root(data_dir, manifest)
