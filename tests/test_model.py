@@ -102,6 +102,7 @@ def test_the_cnn_finds_a_flower_wherever_it_is():
     np.testing.assert_allclose(here, there, rtol=1e-4, atol=1e-5)  # ...wherever it is
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("recipe", [r for r in config.recipe_names() if r != config.DEFAULT_RECIPE])
 def test_every_shipped_recipe_loads_and_builds_its_model(recipe):
     """Each recipe under competition/recipes/ validates, names a backbone that builds on the

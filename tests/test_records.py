@@ -58,6 +58,7 @@ def test_test_records_have_no_class(tmp_path, spec):
     assert set(tf.train.Example.FromString(serialized).features.feature) == {"image", "id"}
 
 
+@pytest.mark.slow
 def test_a_record_serializes_to_the_same_bytes_in_every_process(spec):
     """The data fingerprint hashes shard bytes: drawing the embedded dataset again must match."""
     code = (

@@ -196,6 +196,7 @@ def test_a_weights_file_that_does_not_fit_is_named_and_writes_no_run(tiny_data_d
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_another_model_saved_is_named_and_kept(tiny_data_dir, tmp_path, capsys):
     runs = tmp_path / "runs"
     assert _train_here(capsys, *_train_args(tiny_data_dir, runs, "--run", "old"))[0] == 0
@@ -211,6 +212,7 @@ def test_a_checkpoint_another_model_saved_is_named_and_kept(tiny_data_dir, tmp_p
     assert {p.name: p.read_bytes() for p in (runs / "old").rglob("*") if p.is_file()} == before
 
 
+@pytest.mark.slow
 def test_weights_that_do_not_fit_the_run_are_named(tiny_runs, tmp_path):
     from pipeline.modeling import registry
 
