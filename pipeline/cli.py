@@ -14,10 +14,11 @@ from pathlib import Path
 
 from pipeline.core.errors import PetalsError
 
-# Other libraries' start-up lines (TensorFlow's C++ log, absl, JAX looking for a TPU, the Kaggle
-# clients' progress), hidden unless --verbose / VERBOSE=1: what matters to the user among them
-# (a fallback, a skipped file) petals says itself, once, in its own words.
-CHATTY_LOGGERS = ("absl", "jax._src.xla_bridge", "kagglehub", "urllib3", "h5py")
+# Other libraries' start-up lines (TensorFlow's C++ log, absl, JAX looking for a TPU, matplotlib
+# building its font cache on a fresh machine, the Kaggle clients' progress), hidden unless
+# --verbose / VERBOSE=1: what matters to the user among them (a fallback, a skipped file) petals
+# says itself, once, in its own words.
+CHATTY_LOGGERS = ("absl", "jax._src.xla_bridge", "kagglehub", "urllib3", "h5py", "matplotlib")
 
 
 def _hush(verbose: bool) -> None:
