@@ -157,7 +157,9 @@ def test_your_own_unpacked_folder_is_read_in_place(tmp_path, spec, tiny_dataset,
 @pytest.mark.parametrize("inside", ["", "tpu-getting-started/"])
 def test_the_competitions_zip_is_unpacked_and_verified(tmp_path, spec, tiny_dataset, no_credentials, inside):
     archive = _zip(tiny_dataset, tmp_path / "tpu-getting-started.zip", inside)
-    manifest = fetch(_options(tmp_path, source="dir", data_from=archive), spec)
+    manifest = fetch(_options(tmp_path, source="dir", data_from=archive, sizes=(TINY_SIZE,)), spec)
+    unpacked = sorted(p.name for p in (tmp_path / "data").iterdir())
+    assert unpacked == sorted([*(p.name for p in tiny_dataset.iterdir()), "manifest.json"])  # no wrapper left
     assert manifest["source"] == "dir" and manifest["root"] == "." and manifest["origin"] == str(archive)
     assert manifest["fingerprint"] == layout.fingerprint(str(tiny_dataset), spec, [TINY_SIZE])
     assert (tmp_path / "data" / spec.sample_submission).is_file() and archive.is_file()  # yours, kept

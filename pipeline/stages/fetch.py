@@ -117,8 +117,10 @@ def _from_copy(options: FetchOptions, spec: CompetitionSpec, staging: Path) -> t
         inner = find_in_copy(staging, spec)
         if inner is None:
             raise PetalsError(f"--from {given}: the archive holds no {markers(spec)}")
-        for entry in list(inner.iterdir()) if inner != staging else []:  # lift a wrapping folder
-            entry.rename(staging / entry.name)
+        if inner != staging:  # lift the files out of a wrapping folder
+            for entry in list(inner.iterdir()):
+                entry.rename(staging / entry.name)
+            shutil.rmtree(staging / inner.relative_to(staging).parts[0])
         return str(staging), str(given)
     if given.is_file():
         raise PetalsError(
@@ -169,10 +171,13 @@ def _unpack(
             for m in members:
                 if m.filename.startswith("/") or ".." in Path(m.filename).parts:
                     raise PetalsError(f"corrupt archive {archive}: unsafe member path {m.filename!r}")
-            if keep_dirs is not None:
-                members = [
-                    m for m in members if m.filename.split("/")[0] in keep_dirs or "/" not in m.filename
-                ]
+            if keep_dirs is not None:  # drop the other resolutions' folders, wherever they sit
+
+                def wanted(name: str) -> bool:
+                    record_dirs = [p for p in Path(name).parts[:-1] if spec.size_from_record_dir(p)]
+                    return not record_dirs or record_dirs[0] in keep_dirs
+
+                members = [m for m in members if wanted(m.filename)]
             total = sum(m.file_size for m in members)
             with tqdm(total=total, unit="B", unit_scale=True, desc="unpacking", disable=not progress) as bar:
                 for m in members:
