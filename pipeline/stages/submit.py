@@ -132,9 +132,11 @@ def closing_summary(
     mine = board[board["entry"] == entry]
     if not mine.empty:
         row, rank = mine.iloc[0], int(table.loc[table["entry"] == entry, "rank"].iloc[0])
-        if row["kind"] == "run":
-            what = f"recipe {row['recipe']}: {row['backbone']} at {row['image_size']} px, "
-            what += f"{int(row['epochs'])} epochs on {row['backend']}"
+        if row["kind"] == "run":  # columns may be empty (a row from an older petals): shown as "?"
+            size, epochs = (_whole(row[c]) for c in ("image_size", "epochs"))
+            what = (
+                f"recipe {row['recipe']}: {row['backbone']} at {size} px, {epochs} epochs on {row['backend']}"
+            )
         else:
             what = f"ensemble of {row['members']}"
         lines.append(f"  ran      {what}")
@@ -154,6 +156,11 @@ def closing_summary(
         step = "Kaggle credentials, then `make submit`; `make leaderboard` ranks every run"
     lines.append(f"  next     {step}")
     return "\n".join(lines)
+
+
+def _whole(value) -> str:
+    number = pd.to_numeric(value, errors="coerce")
+    return "?" if pd.isna(number) else str(int(number))
 
 
 def newest_submission(submissions_dir: Path) -> Path:
