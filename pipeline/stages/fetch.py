@@ -12,13 +12,14 @@ the data's location from it.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import shutil
 import time
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,13 +73,17 @@ class FetchOptions:
 # ----------------------------------------------------------------------------- sources
 
 
-def resolve_source(options: FetchOptions, spec: CompetitionSpec) -> tuple[str, str]:
-    """The concrete source for `auto` (the first that applies), with the reason in words."""
+def resolve_source(
+    options: FetchOptions, spec: CompetitionSpec, attached: Callable[[], Any] | None = None
+) -> tuple[str, str]:
+    """The concrete source for `auto` (the first that applies), with the reason in words.
+    `attached()` finds the competition under Kaggle's input folder (the fetch passes its own,
+    which searches once for both this choice and the copy)."""
     if options.source != "auto":
         return options.source, "asked for"
     if options.data_from:
         return "dir", f"a copy of the data was given ({options.data_from})"
-    found = find_kaggle_input(options, spec)
+    found = attached() if attached else find_kaggle_input(options, spec)
     if found:
         return "kaggle-input", f"the competition is attached at {found} (running inside Kaggle)"
     if options.gcs_path:
@@ -261,7 +266,8 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
         )
         return existing
 
-    source, why = resolve_source(options, spec)
+    attached = functools.cache(lambda: find_kaggle_input(options, spec))  # a search, done once
+    source, why = resolve_source(options, spec, attached)
     log.info("fetch: source %s: %s", source, why)
     slug = options.slug or spec.default_slug
     started = time.perf_counter()
@@ -308,13 +314,14 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
                 root = str(staging)
             origin = remote
         else:  # kaggle-input
-            found = find_kaggle_input(options, spec)
+            found = attached()
             if found is None:
                 raise PetalsError(
                     f"--source kaggle-input: no folder under {options.kaggle_input} holds "
                     f"{markers(spec)} (attach the competition {slug} to the kernel)"
                 )
-            log.info("fetch: the competition is attached at %s", found)
+            if options.source != "auto":  # auto's reason above already said where
+                log.info("fetch: the competition is attached at %s", found)
             root, origin, sizes = str(found.path), str(found.path), options.sizes
 
         counts = verify_layout(root, spec, sizes)
