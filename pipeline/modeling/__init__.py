@@ -3,7 +3,9 @@ checkpoints and inference."""
 
 import warnings
 
-# Keras warns that a finite dataset "ran out of data" when `predict` has read all of it (val
-# scoring, evaluate, predict, TTA): reading all of it is what is meant. Here, so that every stage
-# that predicts has the filter before Keras can warn.
+# Keras's warnings about what petals means to do, filtered here so that every stage that trains or
+# predicts has them before Keras can warn: a tf.data dataset ignores fit's shuffle flag (the
+# pipeline shuffles), and a finite dataset "ran out of data" when `predict` has read all of it
+# (val scoring, evaluate, predict, TTA).
+warnings.filterwarnings("ignore", message=r"`shuffle=True` was passed", category=UserWarning)
 warnings.filterwarnings("ignore", message=r"Your input ran out of data", category=UserWarning)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-import warnings
 
 import keras
 import numpy as np
@@ -29,8 +28,6 @@ from pipeline.modeling.optimizer import averaged_weights, make_optimizer
 
 log = logging.getLogger(__name__)
 
-# Keras warns that a tf.data dataset ignores fit's shuffle flag: it is what is meant here.
-warnings.filterwarnings("ignore", message=r"`shuffle=True` was passed", category=UserWarning)
 
 
 def save_weights(net: keras.Model, path) -> None:
