@@ -29,7 +29,6 @@ from pipeline.modeling.optimizer import averaged_weights, make_optimizer
 log = logging.getLogger(__name__)
 
 
-
 def save_weights(net: keras.Model, path) -> None:
     """The network's weights, atomically (Keras insists on the `.weights.h5` ending)."""
     write_atomically(path, net.save_weights, tmp_name="partial-" + path.name)
