@@ -86,10 +86,24 @@ help: ## list the targets
 	@echo "  knobs: DATA=$(DATA) SOURCE=$(SOURCE) COMPETITION=$(COMPETITION) SIZE=$(SIZE) SEED=$(SEED) FORCE=$(FORCE)"
 	@echo "         RECIPE=$(RECIPE) SET=\"$(SET)\" BACKEND=$(BACKEND) STRATEGY=$(STRATEGY) RUNS_DIR=$(RUNS_DIR) RUN=$(RUN) RETRAIN=$(RETRAIN)"
 
+# The project installs with uv (11-33 s on a fresh machine here, against pip's 56-71 s). Where an
+# image already has TensorFlow, pip does it: uv ignores --system-site-packages and would install
+# TensorFlow's stack again. uv reads no pip.conf: where only pip knows the package index, pip
+# takes over after one line (or INSTALLER=pip).
+INSTALLER ?= $(if $(filter yes,$(TF_PRESENT)),pip,uv)
+PIP_INSTALL := $(PY) -m pip install --quiet
+UV_INSTALL  := $(VENV)/bin/uv pip install --quiet --python $(PY) --compile-bytecode
+
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[$(TF_EXTRA)dev]"
+ifeq ($(INSTALLER),uv)
+	$(PIP_INSTALL) uv
+	$(UV_INSTALL) -e ".[$(TF_EXTRA)dev]" || { echo "petals: uv could not install the project; pip installs it"; \
+		$(PIP_INSTALL) --upgrade pip && $(PIP_INSTALL) -e ".[$(TF_EXTRA)dev]"; }
+else
+	$(PIP_INSTALL) --upgrade pip
+	$(PIP_INSTALL) -e ".[$(TF_EXTRA)dev]"
+endif
 	@touch $@
 
 install: $(STAMP) ## build the project virtualenv (.venv/); reruns only when setup.cfg changes
