@@ -415,10 +415,13 @@ def write_dataset(
                 f"fewer than {spec.shards_per_split} shards"
             )
     counts: dict[str, int] = {}
+    # tqdm's disable=None: a bar on a terminal, none in a log file (16,009 redraws there)
     context = multiprocessing.get_context("spawn")  # never fork a process that has loaded TensorFlow
     with (
         ProcessPoolExecutor(workers, mp_context=context) as pool,
-        tqdm(total=total, unit="img", desc=f"drawing {size}px flowers", disable=not progress) as bar,
+        tqdm(
+            total=total, unit="img", desc=f"drawing {size}px flowers", disable=None if progress else True
+        ) as bar,
     ):
         for split_index, plan in enumerate(plans):
             split_dir = out_dir / spec.record_dir(size) / plan.split

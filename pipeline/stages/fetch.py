@@ -184,7 +184,9 @@ def _unpack(
 
                 members = [m for m in members if wanted(m.filename)]
             total = sum(m.file_size for m in members)
-            with tqdm(total=total, unit="B", unit_scale=True, desc="unpacking", disable=not progress) as bar:
+            with tqdm(
+                total=total, unit="B", unit_scale=True, desc="unpacking", disable=None if progress else True
+            ) as bar:
                 for m in members:
                     zf.extract(m, dest)
                     bar.update(m.file_size)
@@ -195,9 +197,12 @@ def _unpack(
         raise PetalsError(f"corrupt archive {archive} ({err}): it was deleted, run fetch again") from None
 
 
+# Progress bars use tqdm's disable=None: drawn on a terminal, left out of logs.
 def _copy_tree(source_root: str, dest: Path, spec: CompetitionSpec, sizes: list[int], progress: bool) -> None:
     paths = data_files(source_root, spec, sizes)
-    for path in tqdm(paths, unit="file", desc=f"copying from {source_root}", disable=not progress):
+    for path in tqdm(
+        paths, unit="file", desc=f"copying from {source_root}", disable=None if progress else True
+    ):
         target = dest / path[len(source_root.rstrip("/")) + 1 :]
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -392,7 +397,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--retries", type=int, default=3, help="attempts for Kaggle server errors")
     parser.add_argument("--force", action="store_true", help="fetch again even if the data dir is complete")
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide progress bars")
+    parser.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        help="hide progress bars (shown only on a terminal)",
+    )
 
 
 def run(args: argparse.Namespace) -> None:
