@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import keras
 import numpy as np
 import pytest
@@ -70,8 +72,14 @@ def test_a_local_weights_file_loads_and_a_misfit_one_is_named(tmp_path):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     other = tmp_path / "other.weights.h5"
     registry.build_classifier("efficientnet-b0", 32, 5).get_layer("backbone").save_weights(other)
-    with pytest.raises(PetalsError, match=f"{other}: does not fit backbone cnn"):
+    with (
+        warnings.catch_warnings(record=True) as caught,
+        pytest.raises(PetalsError, match=f"{other}: does not fit backbone cnn"),
+    ):
+        warnings.simplefilter("always")
         registry.build_classifier("cnn", 32, 5, weights=str(other))
+    # Keras's own warnings about the parts it skipped stay out: petals' line says it
+    assert not [w for w in caught if "Skipping" in str(w.message)], [str(w.message)[:80] for w in caught]
 
 
 def test_the_cnn_reads_every_pixel_of_192_px_at_the_cost_of_64_px():

@@ -147,7 +147,8 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
     if not path.is_file():
         raise PetalsError(f"{path}: missing; train the run first")
     try:
-        net.load_weights(path)
+        with registry.misfit_weights_raise():
+            net.load_weights(path)
     except ValueError as err:
         raise PetalsError(f"{path}: does not fit this run's model ({first_line(err)[:200]})") from None
     return net

@@ -11,9 +11,11 @@ softmax over the classes (float32 even under mixed precision).
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import logging
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,6 +109,22 @@ def _small_cnn(input_shape, weights):
     if weights is not None:
         model.load_weights(weights)
     return model
+
+
+@contextlib.contextmanager
+def misfit_weights_raise() -> Iterator[None]:
+    """Weights loaded inside raise ValueError where part of the model finds nothing in the file.
+
+    Keras only warns there ("Skipping nested container ... retain their freshly-initialized
+    weights") and may go on: a partly loaded model would train or predict without a word. The
+    ValueError is the one a misfit file raises anyway, so callers name the file in one line.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=r"Skipping nested container", category=UserWarning)
+        try:
+            yield
+        except UserWarning as warning:
+            raise ValueError(first_line(str(warning))) from None
 
 
 def _registry() -> dict[str, Backbone]:
@@ -227,7 +245,8 @@ def resolve_weights(backbone: Backbone, weights: str) -> str | None:
 def build_backbone(backbone: Backbone, size: int, weights: str | None) -> keras.Model:
     """The backbone with its weights; a failed download or a misfit file becomes one line."""
     try:
-        return backbone.build((size, size, 3), weights)
+        with misfit_weights_raise():
+            return backbone.build((size, size, 3), weights)
     except PetalsError:
         raise
     except (ValueError, OSError) as err:  # a local file that is not these weights
