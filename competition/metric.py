@@ -1,13 +1,88 @@
-"""The competition metric: macro-averaged F1, exactly as scikit-learn computes it."""
+"""Competition metrics, each computed by scikit-learn exactly as it is documented there.
+
+A competition file names one (`metric = "macro_f1"`); `get_metric` turns the name into a
+`Metric` that scores class probabilities against labels. Metrics on classes take the argmax;
+metrics on probabilities take them as they are (a binary task scores P(class 1), the way
+Kaggle's binary log loss and ROC AUC read a submission's one probability column).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
-from sklearn.metrics import f1_score
+from sklearn import metrics as sk
 
 
 def macro_f1(y_true: Sequence[int] | np.ndarray, y_pred: Sequence[int] | np.ndarray) -> float:
     """Macro F1 over the classes present in either labels or predictions (scikit-learn's default)."""
-    return float(f1_score(np.asarray(y_true), np.asarray(y_pred), average="macro", zero_division=0))
+    return float(sk.f1_score(np.asarray(y_true), np.asarray(y_pred), average="macro", zero_division=0))
+
+
+def _accuracy(labels: np.ndarray, predicted: np.ndarray) -> float:
+    return float(sk.accuracy_score(labels, predicted))
+
+
+def _positive_or_all(probabilities: np.ndarray) -> np.ndarray:
+    """P(class 1) for two classes (what a binary submission holds), all columns otherwise."""
+    return probabilities[:, 1] if probabilities.shape[1] == 2 else probabilities
+
+
+def _log_loss(labels: np.ndarray, probabilities: np.ndarray) -> float:
+    classes = np.arange(probabilities.shape[1])
+    if len(classes) == 2:  # Kaggle's binary log loss, on the one probability column
+        return float(sk.log_loss(labels, probabilities[:, 1], labels=classes))
+    return float(sk.log_loss(labels, probabilities, labels=classes))
+
+
+def _roc_auc(labels: np.ndarray, probabilities: np.ndarray) -> float:
+    scores = _positive_or_all(probabilities)
+    if scores.ndim == 2:  # one class against the rest, averaged over the classes
+        return float(sk.roc_auc_score(labels, scores, multi_class="ovr", labels=np.arange(scores.shape[1])))
+    return float(sk.roc_auc_score(labels, scores))
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One competition metric: what it reads (class ids or probabilities) and which way is better."""
+
+    name: str  # the key in competition files and the `val_<name>` of a run's history
+    title: str  # as people write it: "macro-F1"
+    reads: str  # "class": argmax of the probabilities | "probability": the probabilities
+    greater_is_better: bool
+    _fn: Callable[[np.ndarray, np.ndarray], float]
+
+    def score(self, labels: Sequence[int] | np.ndarray, probabilities: np.ndarray) -> float:
+        """The metric of class probabilities [n, classes] against integer labels [n]."""
+        labels, probabilities = np.asarray(labels), np.asarray(probabilities)
+        if probabilities.ndim != 2 or len(probabilities) != len(labels):
+            raise ValueError(
+                f"{self.name}: probabilities of shape {probabilities.shape} for {len(labels)} labels"
+            )
+        if self.reads == "class":
+            return self._fn(labels, probabilities.argmax(axis=1))
+        return self._fn(labels, probabilities)
+
+    def better(self, a: float, b: float) -> bool:
+        """Whether score a beats score b."""
+        return a > b if self.greater_is_better else a < b
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("macro_f1", "macro-F1", "class", True, macro_f1),
+        Metric("accuracy", "accuracy", "class", True, _accuracy),
+        Metric("log_loss", "log loss", "probability", False, _log_loss),
+        Metric("roc_auc", "ROC AUC", "probability", True, _roc_auc),
+    )
+}
+
+
+def get_metric(name: str) -> Metric:
+    """The metric called `name`; an unknown name lists the known ones."""
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise ValueError(f"unknown metric {name!r} (known: {', '.join(METRICS)})") from None

@@ -12,8 +12,11 @@ from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from competition.metric import Metric, get_metric
+
 SPEC_DIR = Path(__file__).resolve().parent
 DEFAULT_COMPETITION = "flowers"
+SUBMISSION_VALUES = ("class", "probability")  # a class id per row, or the probability of class 1
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class CompetitionSpec:
     title: str
     slugs: tuple[str, ...]
     classes: tuple[str, ...]
-    metric: str
+    metric: Metric
     resolutions: tuple[int, ...]
     record_dir_pattern: str
     shard_name_pattern: str
@@ -43,6 +46,10 @@ class CompetitionSpec:
     schema: RecordSchema
     id_column: str
     label_column: str
+    submission_value: str  # one of SUBMISSION_VALUES
+    # Training transforms (AugmentConfig's names) after which an example keeps its label: a
+    # mirrored flower is the same flower, a mirrored digit or sentence may not be.
+    keeps_label: frozenset[str]
 
     @property
     def num_classes(self) -> int:
@@ -86,14 +93,33 @@ def load_spec(name: str = DEFAULT_COMPETITION) -> CompetitionSpec:
     if not path.is_file():
         known = ", ".join(sorted(p.stem for p in SPEC_DIR.glob("*.toml")))
         raise ValueError(f"unknown competition {name!r}: no {path} (known: {known})")
-    raw = tomllib.loads(path.read_text())
-    data = raw["data"]
-    spec = CompetitionSpec(
+    try:
+        raw = tomllib.loads(path.read_text())
+        spec = _spec_from(raw, path)
+    except (KeyError, TypeError, OSError, tomllib.TOMLDecodeError) as err:
+        key = f"key {err}" if isinstance(err, KeyError) else str(err)
+        raise ValueError(f"{path}: not a competition file ({key})") from None
+    unknown = set(spec.labeled_splits) - set(spec.splits)
+    if unknown:
+        raise ValueError(f"{path}: labeled_splits {sorted(unknown)} are not among splits")
+    return spec
+
+
+def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
+    data, submission = raw["data"], raw["submission"]
+    try:
+        metric = get_metric(raw["metric"])
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
+    value = submission.get("value", "class")
+    if value not in SUBMISSION_VALUES:
+        raise ValueError(f"{path}: submission value {value!r} is not one of {', '.join(SUBMISSION_VALUES)}")
+    return CompetitionSpec(
         name=raw["name"],
         title=raw["title"],
         slugs=tuple(raw["slugs"]),
         classes=_read_classes(path.parent / raw["classes_file"]),
-        metric=raw["metric"],
+        metric=metric,
         resolutions=tuple(int(s) for s in data["resolutions"]),
         record_dir_pattern=data["record_dir"],
         shard_name_pattern=data["shard_name"],
@@ -103,10 +129,8 @@ def load_spec(name: str = DEFAULT_COMPETITION) -> CompetitionSpec:
         sample_submission=data["sample_submission"],
         split_counts={k: int(v) for k, v in data["counts"].items()},
         schema=RecordSchema(**data["schema"]),
-        id_column=raw["submission"]["id_column"],
-        label_column=raw["submission"]["label_column"],
+        id_column=submission["id_column"],
+        label_column=submission["label_column"],
+        submission_value=value,
+        keeps_label=frozenset(raw.get("augment", {}).get("keeps_label", ())),
     )
-    unknown = set(spec.labeled_splits) - set(spec.splits)
-    if unknown:
-        raise ValueError(f"{path}: labeled_splits {sorted(unknown)} are not among splits")
-    return spec

@@ -86,3 +86,46 @@ def test_a_wrong_type_in_a_recipe_names_its_file(tmp_path):
     recipe.write_text('[data]\nbatch_size = "big"\n')
     with pytest.raises(PetalsError, match=r"types\.toml: data\.batch_size: expected an integer"):
         load_config(str(recipe))
+
+
+def _competition(tmp_path, keeps_label: str):
+    """flowers.toml with another keeps_label, as a competition file of its own."""
+    from competition.spec import SPEC_DIR
+
+    text = (SPEC_DIR / "flowers.toml").read_text()
+    start = text.index("keeps_label = [")
+    text = text[:start] + f"keeps_label = {keeps_label}\n"
+    (tmp_path / "flowers-104-classes.txt").write_text((SPEC_DIR / "flowers-104-classes.txt").read_text())
+    path = tmp_path / "digits.toml"
+    path.write_text(text.replace('name = "flowers"', 'name = "digits"'))
+    return path
+
+
+def test_a_transform_that_changes_the_label_is_off_by_default_and_refused_when_asked(tmp_path):
+    digits = _competition(tmp_path, '["brightness", "contrast", "zoom", "shift"]')
+    config = load_config(overrides=[f"competition={digits}"])
+    aug = config.augment
+    assert (aug.flip, aug.rotation, aug.saturation, aug.shear) == (False, 0.0, 0.0, 0.0)
+    assert (aug.brightness, aug.zoom, aug.shift) == (0.1, 0.1, 16.0)  # kept: the defaults
+    with pytest.raises(PetalsError, match=r"^augment.flip=true: competition digits does not keep the label"):
+        load_config(overrides=[f"competition={digits}", "augment.flip=true"])
+    recipe = tmp_path / "r.toml"
+    recipe.write_text("[augment]\nrotation = 10.0\n")
+    with pytest.raises(
+        PetalsError, match=r"augment.rotation=10.0: competition digits .*keeps_label: brightness"
+    ):
+        load_config(str(recipe), [f"competition={digits}"])
+    from pipeline.core.config import describe
+
+    shown = describe("default", [f"competition={digits}"])
+    assert "off: competition" in next(line for line in shown.splitlines() if line.startswith("flip ="))
+
+
+def test_a_competition_naming_an_unknown_transform_is_refused(tmp_path):
+    odd = _competition(tmp_path, '["flip", "warp"]')
+    with pytest.raises(PetalsError, match=r"keeps_label names \['warp'\], which are not transforms"):
+        load_config(overrides=[f"competition={odd}"])
+
+
+def test_flowers_keeps_every_default_transform():
+    assert load_config(overrides=["competition=flowers"]).augment == AugmentConfig()

@@ -48,3 +48,73 @@ def test_macro_f1_is_scikit_learns_including_a_class_never_predicted():
     y_pred[y_pred == 3] = 4  # class 3 is never predicted
     assert macro_f1(y_true, y_pred) == pytest.approx(f1_score(y_true, y_pred, average="macro"))
     assert macro_f1([0, 1, 2], [0, 1, 2]) == 1.0
+
+
+@pytest.fixture
+def scored():
+    rng = np.random.default_rng(1)
+    logits = rng.normal(size=(300, 4))
+    labels = np.where(rng.random(300) < 0.6, logits.argmax(1), rng.integers(0, 4, 300))
+    probabilities = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    return labels, probabilities
+
+
+def test_every_metric_is_scikit_learns_on_classes_or_probabilities(scored):
+    from sklearn import metrics as sk
+
+    from competition.metric import METRICS
+
+    labels, p = scored
+    expected = {
+        "macro_f1": sk.f1_score(labels, p.argmax(1), average="macro"),
+        "accuracy": sk.accuracy_score(labels, p.argmax(1)),
+        "log_loss": sk.log_loss(labels, p),
+        "roc_auc": sk.roc_auc_score(labels, p, multi_class="ovr"),
+    }
+    assert set(METRICS) == set(expected)
+    for name, value in expected.items():
+        assert METRICS[name].score(labels, p) == pytest.approx(value, rel=1e-12), name
+    binary, p2 = labels % 2, np.stack([1 - p[:, 0], p[:, 0]], axis=1)
+    # a binary task scores P(class 1), the one column of its submission
+    assert METRICS["log_loss"].score(binary, p2) == pytest.approx(sk.log_loss(binary, p2[:, 1]))
+    assert METRICS["roc_auc"].score(binary, p2) == pytest.approx(sk.roc_auc_score(binary, p2[:, 1]))
+    assert METRICS["log_loss"].better(0.2, 0.3) and METRICS["roc_auc"].better(0.9, 0.8)
+
+
+def test_a_metric_given_the_wrong_shape_says_so(scored):
+    from competition.metric import get_metric
+
+    labels, p = scored
+    with pytest.raises(ValueError, match=r"log_loss: probabilities of shape \(300,\) for 300 labels"):
+        get_metric("log_loss").score(labels, p[:, 0])
+    with pytest.raises(
+        ValueError, match=r"unknown metric 'auc' \(known: macro_f1, accuracy, log_loss, roc_auc\)"
+    ):
+        get_metric("auc")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (('metric = "macro_f1"', 'metric = "f2"'), "unknown metric 'f2'"),
+        (('value = "class"', 'value = "rank"'), "submission value 'rank' is not one of class, probability"),
+        (("[data.schema]", "[data.shape]"), "not a competition file .key 'schema'"),
+        (('classes_file = "flowers-104-classes.txt"', 'classes_file = "x.txt"'), "not a competition file"),
+    ],
+)
+def test_a_wrong_competition_file_is_named(tmp_path, edit, message):
+    from competition.spec import SPEC_DIR
+
+    text = (SPEC_DIR / "flowers.toml").read_text()
+    assert edit[0] in text
+    path = tmp_path / "odd.toml"
+    path.write_text(text.replace(*edit))
+    (tmp_path / "flowers-104-classes.txt").write_text((SPEC_DIR / "flowers-104-classes.txt").read_text())
+    with pytest.raises(ValueError, match=f"^{path}: {message}"):
+        load_spec(str(path))
+
+
+def test_the_flowers_file_says_how_it_is_scored_and_submitted(spec):
+    assert spec.metric.name == "macro_f1" and spec.metric.reads == "class"
+    assert spec.submission_value == "class"
+    assert {"flip", "rotation", "cutmix"} <= spec.keeps_label

@@ -78,6 +78,14 @@ class AugmentConfig:
     mix_alpha: float = 1.0  # the mixing share is drawn from Beta(alpha, alpha)
 
 
+# The augmentation keys that transform a training example, each on when true or > 0; a
+# competition file says which of them keep an example's label (`[augment] keeps_label`).
+TRANSFORMS = (
+    "flip", "flip_vertical", "brightness", "contrast", "saturation", "hue",
+    "rotation", "shear", "zoom", "shift", "erasing", "gridmask", "cutmix", "mixup",
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     """The network: a backbone from the registry (`pipeline.modeling.registry.BACKBONES`) and its head."""
@@ -267,8 +275,38 @@ def load_config(
     if path is not None:
         config = dataclasses.replace(_apply(config, raw, "", str(path)), recipe=path.stem)
     config = _apply(config, parse_overrides(overrides), "", "--set")
+    config = _keep_labels(config, explicit=_leaves(raw) | _leaves(parse_overrides(overrides)))
     validate(config)
     return config
+
+
+def _keep_labels(config: Config, explicit: set[str]) -> Config:
+    """Only the transforms the competition says keep the label: a default one that does not is
+    turned off, one a recipe or `--set` turns on is refused."""
+    from competition import load_spec
+
+    try:
+        spec = load_spec(config.competition)
+    except ValueError as err:
+        raise PetalsError(f"competition={config.competition}: {err}") from None
+    unknown = sorted(spec.keeps_label - set(TRANSFORMS))
+    if unknown:
+        raise PetalsError(
+            f"competition {spec.name}: keeps_label names {unknown}, which are not transforms "
+            f"(known: {', '.join(TRANSFORMS)})"
+        )
+    off: dict[str, Any] = {}
+    for name in TRANSFORMS:
+        value = getattr(config.augment, name)
+        if name in spec.keeps_label or not value:
+            continue
+        if f"augment.{name}" in explicit:
+            raise PetalsError(
+                f"augment.{name}={_toml_value(value)}: competition {spec.name} does not keep the label "
+                f"under {name} (its keeps_label: {', '.join(sorted(spec.keeps_label)) or 'none'})"
+            )
+        off[name] = type(value)(0)
+    return dataclasses.replace(config, augment=dataclasses.replace(config.augment, **off)) if off else config
 
 
 def _leaves(nested: dict[str, Any], prefix: str = "") -> set[str]:
@@ -318,6 +356,8 @@ def describe(recipe: str, overrides: Iterable[str] = (), device: str | None = No
                 if full in from_set
                 else f"recipe {config.recipe}"
                 if full in from_recipe
+                else f"off: competition {config.competition} does not keep the label"
+                if section == "augment" and key in TRANSFORMS and value != getattr(AugmentConfig(), key)
                 else "default"
             )
             lines.append(f"{f'{key} = {_toml_value(value)}':<34} # {source}")
