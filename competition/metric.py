@@ -47,7 +47,7 @@ def _roc_auc(labels: np.ndarray, probabilities: np.ndarray) -> float:
 class Metric:
     """One competition metric: what it reads (class ids or probabilities) and which way is better."""
 
-    name: str  # the key in competition files and the `val_<name>` of a run's history
+    name: str  # the key in competition files
     title: str  # as people write it: "macro-F1"
     reads: str  # "class": argmax of the probabilities | "probability": the probabilities
     greater_is_better: bool
