@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.native_log import filter_tensorflow_start_up
 
 # Other libraries' start-up lines (TensorFlow's C++ log, absl, JAX looking for a TPU, matplotlib
 # building its font cache on a fresh machine, the Kaggle clients' progress), hidden unless
@@ -29,6 +30,7 @@ def _hush(verbose: bool) -> None:
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0" if verbose else "2"
     if verbose:
         return
+    filter_tensorflow_start_up(2)  # what TensorFlow 2.21 logs before absl is set up ignores the level
     os.environ["GRPC_VERBOSITY"] = "ERROR"
     for name in CHATTY_LOGGERS:
         logging.getLogger(name).setLevel(logging.ERROR)
