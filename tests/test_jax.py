@@ -28,18 +28,24 @@ from tests.conftest import REPO, TINY, foreign_lines
 JAX_8 = ["--backend", "jax", "--cpu-replicas", "8"]
 
 
-def run_jax_side(task: str, arguments: dict) -> subprocess.CompletedProcess:
-    """`tests/backend_side.py` in a fresh process: the JAX half of a test."""
+def start_backend_side(task: str, arguments: dict) -> subprocess.Popen:
+    """`tests/backend_side.py` started in a fresh process: one backend's half of a test."""
     env = {k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "ISTPUVM")}
-    return subprocess.run(
+    return subprocess.Popen(
         [sys.executable, "-m", "tests.backend_side", task, json.dumps(arguments)],
         cwd=REPO,
         env={**env, "PYTHONPATH": str(REPO)},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
-        check=False,
     )
+
+
+def run_jax_side(task: str, arguments: dict) -> subprocess.CompletedProcess:
+    """`start_backend_side`, waited for: the JAX half of a test."""
+    side = start_backend_side(task, arguments)
+    stdout, stderr = side.communicate(timeout=300)
+    return subprocess.CompletedProcess(side.args, side.returncode, stdout, stderr)
 
 
 def _train_args(data_dir, runs_dir, name, *overrides):
@@ -148,29 +154,41 @@ def test_a_killed_jax_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
 def test_the_same_recipe_computes_the_same_on_both_backends(small_data_dir, tmp_path):
     """The CPU recipe (weight average, logit adjustment, label smoothing, frozen BatchNorm, the LR
     schedule) at 32 px, from the same initial weights over the same batches in the same order
-    (flips off: tf.data's random draws are seeded differently in each process), on each backend.
+    (flips off: tf.data's random draws are seeded differently in each process), on each backend,
+    each in a fresh process (what earlier tests leave in pytest's own process stays out).
 
-    The first epoch is the same computation to float rounding; after it, rounding differences
-    grow as Adam's training does (about 1e-6 to 1e-3 over the first 40 steps, measured), so the
-    runs are then compared as two runs of one recipe: their val macro-F1 (the best epoch's, what
-    a run reports) within 0.03, on 1,398 val images. Measured gaps: 0.002-0.02 per epoch.
+    The first epoch (25 steps) is the same computation to float rounding; after it, rounding
+    differences grow as Adam's training does, faster where TensorFlow's oneDNN kernels round
+    differently (a 50-step epoch's loss came out 0.3% apart on a CPU with avx512_bf16), so the
+    runs are then compared as two runs of one recipe: their val macro-F1 within 0.03, each run's
+    taken as the mean of its last three epochs. The curve is still rising steeply at this budget
+    (about 0.03 an epoch), so one epoch's score moves with where the epoch happens to end: single
+    epochs of two such runs were up to 0.028 apart (14-epoch runs), their three-epoch means
+    within 0.02.
     """
-    from tests.backend_side import same_computation
-
-    overrides = ["data.image_size=32", "train.epochs=5", "train.steps_per_epoch=50", "train.ema=0.9",
+    overrides = ["data.image_size=32", "train.epochs=10", "train.steps_per_epoch=25", "train.ema=0.9",
                  "data.shuffle_buffer=1", "augment.flip=false"]  # fmt: skip
     arguments = {
         "data_dir": str(small_data_dir),
         "out": str(tmp_path),
-        "init": str(tmp_path / "init.npz"),
+        "init": str(tmp_path / "init.npz"),  # written by the first side, read by the second
         "overrides": overrides,
     }
-    tensorflow = same_computation({**arguments, "backend": "tensorflow"})["history"]  # this process
-    done = run_jax_side("same_computation", {**arguments, "backend": "jax"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    jax = json.loads(done.stdout.strip().splitlines()[-1])["history"]
+    # TensorFlow writes the initial weights; JAX starts as soon as they are there, and both train
+    # side by side (each process spends about 7 s importing and building before it trains).
+    first = start_backend_side("same_computation", {**arguments, "backend": "tensorflow"})
+    deadline = time.monotonic() + 120
+    while not Path(arguments["init"]).is_file() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    second = start_backend_side("same_computation", {**arguments, "backend": "jax"})
+    histories = []
+    for side in (first, second):
+        stdout, stderr = side.communicate(timeout=300)
+        assert side.returncode == 0, stderr[-3000:]
+        histories.append(json.loads(stdout.strip().splitlines()[-1])["history"])
+    tensorflow, jax = histories
     assert jax["loss"][0] == pytest.approx(tensorflow["loss"][0], rel=1e-3)
     assert jax["val_loss"][0] == pytest.approx(tensorflow["val_loss"][0], rel=1e-3)  # the weight average
-    scores = max(tensorflow["val_macro_f1"]), max(jax["val_macro_f1"])
+    scores = [float(np.mean(history["val_macro_f1"][-3:])) for history in (tensorflow, jax)]
     assert min(scores) > 0.05, scores  # chance is 0.01
     assert abs(scores[0] - scores[1]) <= 0.03, (tensorflow["val_macro_f1"], jax["val_macro_f1"])
