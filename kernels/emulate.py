@@ -196,6 +196,9 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the emulated /kaggle folder")
     args = parser.parse_args()
     args.python = os.path.abspath(args.python)  # not resolved: the venv's python is a symlink
+    from pipeline import cli
+
+    cli.hush(cli.verbose_asked())  # drawing the dataset imports TensorFlow before the first stage
     root = Path(tempfile.mkdtemp(prefix="petals-kaggle-"))
     began = time.perf_counter()
     ok = False

@@ -22,8 +22,14 @@ from pipeline.core.native_log import filter_tensorflow_start_up
 CHATTY_LOGGERS = ("absl", "jax._src.xla_bridge", "kagglehub", "urllib3", "h5py", "matplotlib")
 
 
-def _hush(verbose: bool) -> None:
-    """Before any stage imports TensorFlow or JAX (their C++ logs read the environment once).
+def verbose_asked() -> bool:
+    """VERBOSE=1 in the environment (what `make VERBOSE=1` exports)."""
+    return os.environ.get("VERBOSE", "") not in ("", "0")
+
+
+def hush(verbose: bool) -> None:
+    """Before any stage imports TensorFlow or JAX (their C++ logs read the environment once); for
+    drivers that import them before `main`, like the kernel emulation, too.
 
     Set, not defaulted: a parent process that imported them passes on its own level (1, which
     lets C++ warnings through); --verbose is how to see them."""
@@ -110,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     stage = next((a for a in argv if not a.startswith("-")), None)
     before_stage = argv[: argv.index(stage)] if stage else argv
-    _hush("--verbose" in before_stage or os.environ.get("VERBOSE", "") not in ("", "0"))
+    hush("--verbose" in before_stage or verbose_asked())
     # Only the stage asked for is imported ("" for none: `--help`, or a name argparse will refuse).
     args = build_parser(only=stage if stage in STAGES else "").parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")

@@ -16,6 +16,9 @@ import pytest
 # TensorFlow's C++ start-up lines, from tests that import it outside a stage (a stage sets this
 # itself, from --verbose): the suite's output is pytest's.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from pipeline.core.native_log import filter_tensorflow_start_up  # noqa: E402
+
+filter_tensorflow_start_up(int(os.environ["TF_CPP_MIN_LOG_LEVEL"]))
 
 from competition import CompetitionSpec, load_spec
 from pipeline.data import synthetic

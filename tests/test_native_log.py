@@ -50,7 +50,7 @@ def test_a_stage_process_imports_tensorflow_without_its_start_up_lines():
         """
         import sys
         from pipeline import cli
-        cli._hush(verbose=False)
+        cli.hush(verbose=False)
         import keras  # imports TensorFlow, the backend pytest's environment names
         import tensorflow as tf
         tf.constant(1.0)
