@@ -16,13 +16,13 @@ import pytest
 # TensorFlow's C++ start-up lines, from tests that import it outside a stage (a stage sets this
 # itself, from --verbose): the suite's output is pytest's.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from pipeline.core.native_log import filter_tensorflow_start_up  # noqa: E402
+from pipeline.core.native_log import filter_tensorflow_start_up
 
-filter_tensorflow_start_up(int(os.environ["TF_CPP_MIN_LOG_LEVEL"]))
+filter_tensorflow_start_up(int(os.environ["TF_CPP_MIN_LOG_LEVEL"]))  # before the imports below load it
 
-from competition import CompetitionSpec, load_spec
-from pipeline.data import synthetic
-from pipeline.stages.fetch import FetchOptions, fetch
+from competition import CompetitionSpec, load_spec  # noqa: E402
+from pipeline.data import synthetic  # noqa: E402
+from pipeline.stages.fetch import FetchOptions, fetch  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
