@@ -38,29 +38,6 @@ def pytest_configure(config):
         os.environ["JAX_COMPILATION_CACHE_DIR"] = config.petals_jax_cache
 
 
-@pytest.fixture(autouse=True)
-def _machine_turns(request, tmp_path_factory):
-    """Under pytest-xdist, a test marked `alone` runs while no other test does.
-
-    TensorFlow's 8 logical CPU replicas stall for minutes on an oversubscribed CPU (threads of
-    eight input pipelines and collectives queueing behind the other worker's; 25 s alone, up to
-    180 s beside another test). A readers-writer lock over the workers: every test holds it
-    shared, an `alone` test exclusively; the turnstile stops a stream of shared holders from
-    starving the exclusive one."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
-        yield
-        return
-    import fcntl
-
-    shared = tmp_path_factory.getbasetemp().parent  # the same folder for every worker
-    alone = request.node.get_closest_marker("alone") is not None
-    with open(shared / "turnstile.lock", "a") as turnstile, open(shared / "machine.lock", "a") as machine:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)
-        fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        fcntl.flock(turnstile, fcntl.LOCK_UN)
-        yield
-
-
 def pytest_unconfigure(config):
     if hasattr(config, "petals_jax_cache"):
         shutil.rmtree(config.petals_jax_cache, ignore_errors=True)
