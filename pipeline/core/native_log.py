@@ -4,8 +4,8 @@ TensorFlow 2.21 logs through absl, and what it logs while loading, before absl's
 initialised, goes to stderr whatever TF_CPP_MIN_LOG_LEVEL says. On CPUs where TensorFlow turns
 oneDNN on (avx512_bf16, avx512_vnni, AMX) every process printed "WARNING: All log messages before
 absl::InitializeLog() ..." and an INFO line about oneDNN, twice. TF_ENABLE_ONEDNN_OPTS=0 would
-hide them but halve the CPU recipe's speed on such a CPU (376-407 against 187-188 img/s,
-measured), so instead fd 2 goes to a file while TensorFlow loads, and the lines the level would
+hide them but halve the CPU recipe's speed on such a CPU (409-427 against 188 img/s,
+`make bench-onednn`), so instead fd 2 goes to a file while TensorFlow loads, and the lines the level would
 have dropped are dropped; every other line is written after the import, in its order.
 """
 
