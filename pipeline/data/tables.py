@@ -1,0 +1,130 @@
+"""Tables of texts as Kaggle serves them: read exactly, or refused in one line.
+
+The text competitions ship TSV/CSV files whose quoting pandas' defaults get wrong. In
+`word2vec-nlp-tutorial` every id and review is wrapped in quotes and inner quotes are written
+`\\"`: with the defaults a review holding `\\"` swallows the tab after it, and rows come back
+merged or cut (tests/test_tables.py shows it). A `TableLayout` says how one file is written; the
+competition file will name one per split.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from pipeline.core.errors import PetalsError
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """How one table is written: separator, quoting, and which columns hold what."""
+
+    separator: str
+    id_column: str
+    text_columns: tuple[str, ...]  # one text, or a pair (premise, hypothesis)
+    label_column: str | None  # None for a split without labels
+    escapechar: str | None = None  # "\\" where inner quotes are written \"
+
+
+def read_table(path: Path, layout: TableLayout, num_classes: int | None = None) -> pd.DataFrame:
+    """The file's rows with string ids and texts (and int labels in [0, num_classes) where the
+    layout has labels). Raises PetalsError naming the file, and the row or value, for a file
+    that does not parse as laid out, a missing column, an empty or repeated id, an empty text,
+    or a label outside the classes."""
+    if not path.is_file():
+        raise PetalsError(f"{path}: no such file")
+    try:
+        table = pd.read_csv(
+            path,
+            sep=layout.separator,
+            quoting=csv.QUOTE_MINIMAL,
+            escapechar=layout.escapechar,
+            dtype=str,
+            keep_default_na=False,  # a review that reads "NA" is a review
+            on_bad_lines="error",
+            engine="python" if len(layout.separator) > 1 else "c",
+        )
+    except (pd.errors.ParserError, UnicodeDecodeError, csv.Error) as err:
+        raise PetalsError(f"{path}: does not parse as a {_describe(layout)} table ({_reason(err)})") from None
+    except pd.errors.EmptyDataError:
+        raise PetalsError(f"{path}: empty file") from None
+    wanted = [layout.id_column, *layout.text_columns, *([layout.label_column] if layout.label_column else [])]
+    missing = [column for column in wanted if column not in table.columns]
+    if missing:
+        raise PetalsError(f"{path}: no column {missing[0]!r} (columns: {', '.join(map(str, table.columns))})")
+    _check_ids(path, table[layout.id_column])
+    for column in layout.text_columns:
+        _check_texts(path, table[column], column)
+    if layout.label_column:
+        table[layout.label_column] = _labels(path, table[layout.label_column], num_classes)
+    return table[wanted].reset_index(drop=True)
+
+
+def _describe(layout: TableLayout) -> str:
+    separator = {"\t": "tab", ",": "comma"}.get(layout.separator, repr(layout.separator))
+    escape = f", quotes escaped with {layout.escapechar!r}" if layout.escapechar else ""
+    return f"{separator}-separated{escape}"
+
+
+def _reason(err: BaseException) -> str:
+    return str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
+
+
+def _row(index: int) -> int:
+    """The file's line of a table row (the header is line 1), for rows without embedded newlines."""
+    return index + 2
+
+
+def _check_ids(path: Path, ids: pd.Series) -> None:
+    empty = ids.index[ids.str.strip() == ""]
+    if len(empty):
+        raise PetalsError(f"{path}: empty id on line {_row(empty[0])}")
+    repeated = ids[ids.duplicated()]
+    if len(repeated):
+        raise PetalsError(f"{path}: id {repeated.iloc[0]!r} appears more than once")
+
+
+def _check_texts(path: Path, texts: pd.Series, column: str) -> None:
+    empty = texts.index[texts.str.strip() == ""]
+    if len(empty):
+        raise PetalsError(f"{path}: empty {column} on line {_row(empty[0])}")
+
+
+def _labels(path: Path, values: pd.Series, num_classes: int | None) -> pd.Series:
+    numbers = pd.to_numeric(values, errors="coerce")
+    bad = numbers.isna() | (numbers != numbers.round())
+    if num_classes is not None:
+        bad |= (numbers < 0) | (numbers >= num_classes)
+    if bad.any():
+        where = bad.idxmax()
+        allowed = f" (classes are 0..{num_classes - 1})" if num_classes is not None else ""
+        raise PetalsError(f"{path}: label {values[where]!r} on line {_row(where)} is not a class{allowed}")
+    return numbers.astype("int64")
+
+
+def write_table(
+    path: Path, rows: Sequence[dict[str, object]], columns: Sequence[str], layout: TableLayout
+) -> None:
+    """Write rows as Kaggle writes this layout: with an escapechar, every string value quoted and
+    inner quotes (and escapes) escaped; numbers bare. The inverse of `read_table`."""
+    with open(path, "w", newline="", encoding="utf-8") as out:
+        out.write(layout.separator.join(columns) + "\n")
+        for row in rows:
+            out.write(layout.separator.join(_cell(row[c], layout) for c in columns) + "\n")
+
+
+def _cell(value: object, layout: TableLayout) -> str:
+    if not isinstance(value, str):
+        return str(value)
+    if layout.escapechar:
+        escape = layout.escapechar
+        return '"' + value.replace(escape, escape * 2).replace('"', escape + '"') + '"'
+    return (
+        '"' + value.replace('"', '""') + '"'
+        if any(c in value for c in (layout.separator, '"', "\n"))
+        else value
+    )
