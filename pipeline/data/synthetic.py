@@ -201,7 +201,7 @@ def _to_uint8(rgb: np.ndarray) -> tuple[int, int, int]:
     return (r, g, b)
 
 
-def _background(rng: np.random.Generator, size: int) -> np.ndarray:
+def background(rng: np.random.Generator, size: int) -> np.ndarray:
     """An out-of-focus scene: a tinted gradient, low-frequency light variation and blurred clutter."""
     scene = rng.choice(["foliage", "foliage", "sky", "soil", "grey"])
     base_hsv = {
@@ -303,7 +303,7 @@ def _flower(traits, rng, size, image) -> tuple[np.ndarray, float, float, float]:
 def render_image(traits: FlowerTraits, rng: np.random.Generator, size: int) -> np.ndarray:
     """One photo-like uint8 [size, size, 3] image of a flower with these traits."""
     yy, xx = _grid(size)
-    image = _background(rng, size)
+    image = background(rng, size)
     # A stem in the lower half, drawn before the flower so the flower covers its top.
     stem_x, lean, half = size * rng.uniform(0.3, 0.7), rng.uniform(-0.3, 0.3), size // 2
     lower_x, lower_y = xx[half:], yy[half:]
