@@ -141,4 +141,5 @@ def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int
 def _zip(path: Path, members: list[tuple[str, bytes]]) -> None:
     with zipfile.ZipFile(path, "w") as archive:  # JPEGs are compressed already: stored
         for name, data in members:
-            archive.writestr(name, data)
+            # A fixed time stamp: the same seed gives the same bytes (the clock's changed them).
+            archive.writestr(zipfile.ZipInfo(name, date_time=(2017, 3, 1, 0, 0, 0)), data)
