@@ -124,3 +124,34 @@ def test_pairs_of_texts_in_a_comma_separated_table(tmp_path):
     path = tmp_path / "train.csv"
     write_table(path, rows, ["id", "premise", "hypothesis", "label"], layout)
     assert read_table(path, layout, num_classes=3).to_dict("records") == rows
+
+
+def test_the_embedded_sentence_pairs_need_both_sentences(tmp_path):
+    """contradictory-my-dear-watson's files; a bag of words over the pair (TF-IDF, logistic
+    regression) is far above chance (1/3) but far from solving it: the same hypothesis sentence
+    is entailed or contradicted depending on the premise's place."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    from pipeline.data import synthetic_pairs
+
+    counts = synthetic_pairs.write_dataset(tmp_path, {"train": 1600, "test": 30}, seed=0)
+    assert counts == {"train": 1600, "test": 30}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sample_submission.csv", "test.csv", "train.csv"]
+    header = (tmp_path / "train.csv").read_text().splitlines()[0]
+    assert header == "id,premise,hypothesis,lang_abv,language,label"
+    train = read_table(tmp_path / "train.csv", synthetic_pairs.LAYOUT, num_classes=3)
+    assert train["id"].str.fullmatch(r"[0-9a-f]{10}").all()
+    raw = pd.read_csv(tmp_path / "train.csv")  # standard CSV: pandas' defaults read it
+    assert raw["premise"].tolist() == train["premise"].tolist() and raw["premise"].str.contains('"|,').any()
+    assert set(raw["lang_abv"]) == {"en", "fr", "es"} and (raw["lang_abv"] == "en").mean() > 0.5
+    assert train["label"].value_counts().min() > 400  # three balanced classes
+    test = read_table(tmp_path / "test.csv", synthetic_pairs.UNLABELED)
+    sample = pd.read_csv(tmp_path / "sample_submission.csv", dtype=str)
+    assert list(sample.columns) == ["id", "prediction"] and sample["id"].tolist() == test["id"].tolist()
+
+    pairs = train["premise"] + " || " + train["hypothesis"]
+    words = TfidfVectorizer(ngram_range=(1, 2)).fit(pairs[:1200])
+    model = LogisticRegression(max_iter=2000).fit(words.transform(pairs[:1200]), train["label"][:1200])
+    accuracy = (model.predict(words.transform(pairs[1200:])) == train["label"][1200:]).mean()
+    assert 0.45 < accuracy < 0.85, accuracy
