@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline.core.files import write_atomically
 from pipeline.data.tables import TableLayout, write_table
 
 LAYOUT = TableLayout(
@@ -149,7 +150,6 @@ def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int
     columns = ["id", "premise", "hypothesis", "lang_abv", "language"]
     write_table(out_dir / "train.csv", train, [*columns, "label"], LAYOUT)
     write_table(out_dir / "test.csv", test, columns, UNLABELED)
-    pd.DataFrame({"id": [row["id"] for row in test], "prediction": 0}).to_csv(
-        out_dir / SAMPLE_SUBMISSION, index=False
-    )
+    sample = pd.DataFrame({"id": [row["id"] for row in test], "prediction": 0})
+    write_atomically(out_dir / SAMPLE_SUBMISSION, lambda path: sample.to_csv(path, index=False))
     return {"train": len(train), "test": len(test)}

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline.core.files import write_atomically
 from pipeline.data.tables import TableLayout, write_table
 
 LAYOUT = TableLayout(
@@ -118,7 +119,8 @@ def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int
         write_table(out_dir / file_name, rows, columns, LAYOUT if split == "train" else UNLABELED)
         written[split] = len(rows)
         if split == "test":
-            pd.DataFrame({"id": [row["id"] for row in rows], "sentiment": 0}).to_csv(
-                out_dir / SAMPLE_SUBMISSION, index=False
+            sample = pd.DataFrame({"id": [row["id"] for row in rows], "sentiment": 0})
+            write_atomically(
+                out_dir / SAMPLE_SUBMISSION, lambda path, sample=sample: sample.to_csv(path, index=False)
             )
     return written

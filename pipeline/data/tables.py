@@ -17,6 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.files import write_atomically
 
 
 @dataclass(frozen=True)
@@ -110,11 +111,13 @@ def write_table(
     path: Path, rows: Sequence[dict[str, object]], columns: Sequence[str], layout: TableLayout
 ) -> None:
     """Write rows as Kaggle writes this layout: with an escapechar, every string value quoted and
-    inner quotes (and escapes) escaped; numbers bare. The inverse of `read_table`."""
-    with open(path, "w", newline="", encoding="utf-8") as out:
-        out.write(layout.separator.join(columns) + "\n")
-        for row in rows:
-            out.write(layout.separator.join(_cell(row[c], layout) for c in columns) + "\n")
+    inner quotes (and escapes) escaped; numbers bare. The inverse of `read_table`. Renamed into
+    place when whole."""
+    lines = [
+        layout.separator.join(columns),
+        *(layout.separator.join(_cell(row[c], layout) for c in columns) for row in rows),
+    ]
+    write_atomically(path, lambda tmp: tmp.write_text("\n".join(lines) + "\n", encoding="utf-8", newline=""))
 
 
 def _cell(value: object, layout: TableLayout) -> str:
