@@ -41,11 +41,20 @@ def start_backend_side(task: str, arguments: dict) -> subprocess.Popen:
     )
 
 
+def finish(side: subprocess.Popen, timeout: float = 300) -> subprocess.CompletedProcess:
+    """Wait for a started side; one still running at the timeout is killed, as `subprocess.run` does."""
+    try:
+        stdout, stderr = side.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        side.kill()
+        side.communicate()
+        raise
+    return subprocess.CompletedProcess(side.args, side.returncode, stdout, stderr)
+
+
 def run_jax_side(task: str, arguments: dict) -> subprocess.CompletedProcess:
     """`start_backend_side`, waited for: the JAX half of a test."""
-    side = start_backend_side(task, arguments)
-    stdout, stderr = side.communicate(timeout=300)
-    return subprocess.CompletedProcess(side.args, side.returncode, stdout, stderr)
+    return finish(start_backend_side(task, arguments))
 
 
 def _train_args(data_dir, runs_dir, name, *overrides):
@@ -183,9 +192,9 @@ def test_the_same_recipe_computes_the_same_on_both_backends(small_data_dir, tmp_
     second = start_backend_side("same_computation", {**arguments, "backend": "jax"})
     histories = []
     for side in (first, second):
-        stdout, stderr = side.communicate(timeout=300)
-        assert side.returncode == 0, stderr[-3000:]
-        histories.append(json.loads(stdout.strip().splitlines()[-1])["history"])
+        done = finish(side)
+        assert done.returncode == 0, done.stderr[-3000:]
+        histories.append(json.loads(done.stdout.strip().splitlines()[-1])["history"])
     tensorflow, jax = histories
     assert jax["loss"][0] == pytest.approx(tensorflow["loss"][0], rel=1e-3)
     assert jax["val_loss"][0] == pytest.approx(tensorflow["val_loss"][0], rel=1e-3)  # the weight average
