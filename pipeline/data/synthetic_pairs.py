@@ -13,6 +13,7 @@ contradicted, another place neither), so the words of either sentence alone do n
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +25,7 @@ from pipeline.data.tables import TableLayout, write_table
 LAYOUT = TableLayout(
     separator=",", id_column="id", text_columns=("premise", "hypothesis"), label_column="label"
 )
-UNLABELED = TableLayout(
-    separator=",", id_column="id", text_columns=("premise", "hypothesis"), label_column=None
-)
+UNLABELED = replace(LAYOUT, label_column=None)  # test.csv
 CLASSES = ("entailment", "neutral", "contradiction")
 DEFAULT_COUNTS = {"train": 1200, "test": 400}
 SAMPLE_SUBMISSION = "sample_submission.csv"

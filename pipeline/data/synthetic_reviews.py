@@ -13,6 +13,7 @@ solving it in one epoch. Numpy and pandas only (no TensorFlow).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,9 +25,7 @@ from pipeline.data.tables import TableLayout, write_table
 LAYOUT = TableLayout(
     separator="\t", id_column="id", text_columns=("review",), label_column="sentiment", escapechar="\\"
 )
-UNLABELED = TableLayout(
-    separator="\t", id_column="id", text_columns=("review",), label_column=None, escapechar="\\"
-)
+UNLABELED = replace(LAYOUT, label_column=None)  # the test (and unlabelled) files
 FILES = {"train": "labeledTrainData.tsv", "test": "testData.tsv", "unlabeled": "unlabeledTrainData.tsv"}
 SAMPLE_SUBMISSION = "sampleSubmission.csv"
 DEFAULT_COUNTS = {"train": 2000, "test": 2000, "unlabeled": 500}
