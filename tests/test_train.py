@@ -141,7 +141,9 @@ def test_a_killed_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
 def test_the_weight_average_is_scored_and_saved_while_training_goes_on_from_the_trained_weights(
     cpu, tiny_data_dir, tmp_path
 ):
-    config = load_config(overrides=[*TINY, "train.epochs=3", "train.frozen_epochs=1", "train.ema=0.9"])
+    config = load_config(
+        overrides=[*TINY, "train.epochs=4", "train.frozen_epochs=1", "train.ema=0.9", "train.val_every=3"]
+    )
     picked = cpu
     job = train.prepare(config, picked, tiny_data_dir, tmp_path, "ema", None)
     trainer = Trainer(job, verbose=0)
@@ -150,6 +152,8 @@ def test_the_weight_average_is_scored_and_saved_while_training_goes_on_from_the_
     write_json(job.run_dir / "config.json", config.to_dict())  # what `train.fit` writes first
     write_json(job.run_dir / "data_manifest.json", job.manifest)
     history = trainer.run_epochs()  # two Keras `fit` calls: the frozen warm-up, then fine-tuning
+    # val is scored after the first epoch, every third and the last
+    assert history["val_macro_f1"].notna().tolist() == [True, False, True, True]
     optimizer = averaging(trainer.optimizer)  # built on every variable of the network, in its order
     pairs = list(zip(optimizer._trainable_variables, optimizer._model_variables_moving_average, strict=True))
     saved = load_inference_model(job.run_dir, weights="last").trainable_variables
@@ -157,13 +161,13 @@ def test_the_weight_average_is_scored_and_saved_while_training_goes_on_from_the_
         np.testing.assert_allclose(kept.numpy(), mean.numpy(), atol=1e-6)
     # ... while the network trains on from its own weights, after each `fit` call too.
     assert not all(np.allclose(variable.numpy(), mean.numpy()) for variable, mean in pairs)
-    # The best weights are the ones scored: predicting val with them gives the best F1 recorded.
+    # The best weights are the best scored: predicting val with them gives the best F1 recorded.
     val = predict_split(job.run_dir, tiny_data_dir, "val", 1, picked)
     assert macro_f1(val.labels, val.probabilities.argmax(1)) == pytest.approx(history["val_macro_f1"].max())
     # The checkpoint holds the average, so a resumed run averages on from where it stopped.
     resumed = Trainer(job, verbose=0)
     resumed.build()
-    assert resumed.start == 3
+    assert resumed.start == 4
     kept = averaging(resumed.optimizer)._model_variables_moving_average
     for mean, restored in zip(optimizer._model_variables_moving_average, kept, strict=True):
         np.testing.assert_array_equal(restored.numpy(), mean.numpy())

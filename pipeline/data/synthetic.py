@@ -12,6 +12,7 @@ This module uses numpy and Pillow only (no TensorFlow), so rendering workers sta
 from __future__ import annotations
 
 import colorsys
+import ctypes
 import hashlib
 import io
 import math
@@ -366,6 +367,27 @@ def plan_split(split: str, split_index: int, num_classes: int, seed: int, scale:
     return SplitPlan(split=split, labels=tuple(int(v) for v in labels), ids=ids)
 
 
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_memory() -> None:
+    """Let this process reuse freed image-sized arrays instead of handing them back to the kernel.
+
+    glibc serves allocations over 128 KiB (one 192 px float image is 432 KiB) with mmap, or
+    trims them off the heap once freed, so each of the ~100 temporary arrays of an image costs
+    fresh zeroed pages: a fifth of the drawing time went to the kernel (sys), 12-14 ms an image
+    against 11-12 ms with the thresholds raised. The images are the same bytes either way. A
+    worker initializer: drawing processes only. Nothing to do where the C library is not glibc.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return
+    libc.mallopt(_M_MMAP_THRESHOLD, 64 << 20)
+    libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20)
+
+
 def render_batch(task: tuple) -> list[bytes]:
     """Worker entry point: JPEG bytes for a run of images of one split.
 
@@ -418,7 +440,7 @@ def write_dataset(
     # tqdm's disable=None: a bar on a terminal, none in a log file (16,009 redraws there)
     context = multiprocessing.get_context("spawn")  # never fork a process that has loaded TensorFlow
     with (
-        ProcessPoolExecutor(workers, mp_context=context) as pool,
+        ProcessPoolExecutor(workers, mp_context=context, initializer=keep_freed_memory) as pool,
         tqdm(
             total=total, unit="img", desc=f"drawing {size}px flowers", disable=None if progress else True
         ) as bar,

@@ -182,11 +182,16 @@ class Trainer:
         row = {"epoch": epoch + 1, "lr": self._lr, **logs, "seconds": seconds, "images": images}
         row["images_per_second"] = images / seconds
         with averaged_weights(self.optimizer):  # what is scored and saved; training goes on from its own
-            if self._val is not None:
+            if self._val is not None and self._scored(epoch):
                 row.update(self._score(self._val))
             self._save_weights(row)
         self.history = pd.concat([self.history, pd.DataFrame([row])], ignore_index=True)
         self._end_epoch(epoch, row, self.history)
+
+    def _scored(self, epoch: int) -> bool:
+        """Whether val is scored after this (0-based) epoch: the first, every val_every-th, the last."""
+        train = self.config.train
+        return epoch == 0 or (epoch + 1) % train.val_every == 0 or epoch + 1 == train.epochs
 
     def _set_trainable(self, trainable: bool) -> None:
         if trainable == self._trainable:
@@ -206,8 +211,8 @@ class Trainer:
 
     def _save_weights(self, row: dict) -> None:
         save_weights(self.net, self.run.last_weights)
-        score = row.get("val_macro_f1", -row["loss"])
-        if score > self.best_score:
+        score = -row["loss"] if self._val is None else row.get("val_macro_f1")
+        if score is not None and score > self.best_score:  # None: an epoch val was not scored after
             self.best_score = score
             save_weights(self.net, self.run.best_weights)
 
