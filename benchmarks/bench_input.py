@@ -61,7 +61,7 @@ def starter_kernel_dataset(files, spec, size: int, batch: int):
     auto = tf.data.AUTOTUNE
 
     def read(serialized):
-        image, label = records.read_record(serialized, spec.schema, size, labeled=True)
+        image, label = records.read_record(serialized, spec.records.schema, size, labeled=True)
         return tf.cast(image, tf.float32) / 255.0, label
 
     def affine_matrix():

@@ -1,31 +1,29 @@
 """The competition spec: one frozen dataclass loaded from `competition/<name>.toml`.
 
 Pipeline code reads everything competition-specific from here, so a competition
-of the same shape needs only a new TOML file and class list.
+of a known kind of data needs only a new TOML file and class list.
 """
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
+from competition.layouts import (
+    KINDS,
+    DataLayout,
+    ImageFolderLayout,
+    RecordLayout,
+    TableFilesLayout,
+    layout_from,
+)
 from competition.metric import Metric, get_metric
 
 SPEC_DIR = Path(__file__).resolve().parent
 DEFAULT_COMPETITION = "flowers"
 SUBMISSION_VALUES = ("class", "probability")  # a class id per row, or the probability of class 1
-
-
-@dataclass(frozen=True)
-class RecordSchema:
-    """Feature keys of the tf.train.Example records."""
-
-    image: str
-    label: str
-    id: str
 
 
 @dataclass(frozen=True)
@@ -35,15 +33,12 @@ class CompetitionSpec:
     slugs: tuple[str, ...]
     classes: tuple[str, ...]
     metric: Metric
-    resolutions: tuple[int, ...]
-    record_dir_pattern: str
-    shard_name_pattern: str
-    shards_per_split: int
+    kind: str  # one of layouts.KINDS
+    layout: DataLayout = field(hash=False)
     splits: tuple[str, ...]
     labeled_splits: tuple[str, ...]
     sample_submission: str
     split_counts: dict[str, int] = field(hash=False)
-    schema: RecordSchema
     id_column: str
     label_column: str
     submission_value: str  # one of SUBMISSION_VALUES
@@ -62,21 +57,23 @@ class CompetitionSpec:
     def is_labeled(self, split: str) -> bool:
         return split in self.labeled_splits
 
-    def record_dir(self, size: int) -> str:
-        """Folder of one resolution's shards, e.g. `tfrecords-jpeg-192x192`."""
-        return self.record_dir_pattern.format(size=size)
+    @property
+    def records(self) -> RecordLayout:
+        """The TFRecord layout; ValueError for a competition of another kind."""
+        return self._layout(RecordLayout)
 
-    def shard_name(self, index: int, size: int, count: int) -> str:
-        """Kaggle's shard file name, which carries the record count: `00-192x192-798.tfrec`."""
-        return self.shard_name_pattern.format(index=index, size=size, count=count)
+    @property
+    def image_folder(self) -> ImageFolderLayout:
+        return self._layout(ImageFolderLayout)
 
-    def size_from_record_dir(self, name: str) -> int | None:
-        """Inverse of `record_dir`: the resolution a folder name stands for, or None."""
-        pattern = re.escape(self.record_dir_pattern).replace(r"\{size\}", r"(\d+)")
-        match = re.fullmatch(pattern, name)
-        if not match or len(set(match.groups())) != 1:
-            return None
-        return int(match.group(1))
+    @property
+    def tables(self) -> TableFilesLayout:
+        return self._layout(TableFilesLayout)
+
+    def _layout(self, kind: type):
+        if not isinstance(self.layout, kind):
+            raise ValueError(f"competition {self.name} has {self.kind} data, not {kind.__name__}")
+        return self.layout
 
 
 def _read_classes(path: Path) -> tuple[str, ...]:
@@ -114,21 +111,26 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
     value = submission.get("value", "class")
     if value not in SUBMISSION_VALUES:
         raise ValueError(f"{path}: submission value {value!r} is not one of {', '.join(SUBMISSION_VALUES)}")
+    kind = data["kind"]
+    if kind not in KINDS:
+        raise ValueError(f"{path}: data kind {kind!r} is not one of {', '.join(KINDS)}")
+    splits, labeled = tuple(data["splits"]), tuple(data["labeled_splits"])
+    try:
+        layout = layout_from(kind, data[kind], splits, labeled)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
     return CompetitionSpec(
         name=raw["name"],
         title=raw["title"],
         slugs=tuple(raw["slugs"]),
         classes=_read_classes(path.parent / raw["classes_file"]),
         metric=metric,
-        resolutions=tuple(int(s) for s in data["resolutions"]),
-        record_dir_pattern=data["record_dir"],
-        shard_name_pattern=data["shard_name"],
-        shards_per_split=int(data["shards_per_split"]),
-        splits=tuple(data["splits"]),
-        labeled_splits=tuple(data["labeled_splits"]),
+        kind=kind,
+        layout=layout,
+        splits=splits,
+        labeled_splits=labeled,
         sample_submission=data["sample_submission"],
         split_counts={k: int(v) for k, v in data["counts"].items()},
-        schema=RecordSchema(**data["schema"]),
         id_column=submission["id_column"],
         label_column=submission["label_column"],
         submission_value=value,

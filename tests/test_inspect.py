@@ -34,7 +34,7 @@ def test_inspect_writes_a_grid_and_counts_matching_the_data(tiny_data_dir, spec,
 
 
 def _damaged_data_dir(tiny_copy, tmp_path, spec):
-    victim = sorted((tiny_copy / spec.record_dir(TINY_SIZE) / "train").glob("*.tfrec"))[2]
+    victim = sorted((tiny_copy / spec.records.record_dir(TINY_SIZE) / "train").glob("*.tfrec"))[2]
     _rewrite_with_corrupt_jpeg(victim, spec, 0)
     data_dir = tmp_path / "data"
     data_dir.mkdir()

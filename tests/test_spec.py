@@ -17,9 +17,13 @@ def test_flowers_spec_matches_the_competition(spec):
     assert spec.default_slug == "tpu-getting-started"
     assert "flower-classification-with-tpus" in spec.slugs
     assert spec.split_counts == {"train": 12753, "val": 3712, "test": 7382}
-    assert spec.resolutions == (192, 224, 331, 512)
+    assert spec.records.resolutions == (192, 224, 331, 512)
     assert spec.is_labeled("train") and spec.is_labeled("val") and not spec.is_labeled("test")
-    assert (spec.schema.image, spec.schema.label, spec.schema.id) == ("image", "class", "id")
+    assert (spec.records.schema.image, spec.records.schema.label, spec.records.schema.id) == (
+        "image",
+        "class",
+        "id",
+    )
 
 
 @pytest.mark.skipif(not SHARED_CLASSES.is_file(), reason="shared/facts not beside the checkout")
@@ -29,11 +33,11 @@ def test_class_names_are_the_shared_list_in_order(spec):
 
 
 def test_layout_names_round_trip(spec):
-    assert spec.record_dir(331) == "tfrecords-jpeg-331x331"
-    assert spec.shard_name(0, 192, 798) == "00-192x192-798.tfrec"
-    assert spec.size_from_record_dir("tfrecords-jpeg-512x512") == 512
-    assert spec.size_from_record_dir("tfrecords-jpeg-512x224") is None
-    assert spec.size_from_record_dir("sample_submission.csv") is None
+    assert spec.records.record_dir(331) == "tfrecords-jpeg-331x331"
+    assert spec.records.shard_name(0, 192, 798) == "00-192x192-798.tfrec"
+    assert spec.records.size_from_record_dir("tfrecords-jpeg-512x512") == 512
+    assert spec.records.size_from_record_dir("tfrecords-jpeg-512x224") is None
+    assert spec.records.size_from_record_dir("sample_submission.csv") is None
 
 
 def test_unknown_competition_is_named():
@@ -98,7 +102,12 @@ def test_a_metric_given_the_wrong_shape_says_so(scored):
     [
         (('metric = "macro_f1"', 'metric = "f2"'), "unknown metric 'f2'"),
         (('value = "class"', 'value = "rank"'), "submission value 'rank' is not one of class, probability"),
-        (("[data.schema]", "[data.shape]"), "not a competition file .key 'schema'"),
+        (("[data.records.schema]", "[data.records.shape]"), "not a competition file .key 'schema'"),
+        (
+            ('kind = "records"', 'kind = "folder"'),
+            "data kind 'folder' is not one of records, image_folder, table",
+        ),
+        (('kind = "records"', 'kind = "table"'), "not a competition file .key 'table'"),
         (('classes_file = "flowers-104-classes.txt"', 'classes_file = "x.txt"'), "not a competition file"),
     ],
 )
@@ -118,3 +127,51 @@ def test_the_flowers_file_says_how_it_is_scored_and_submitted(spec):
     assert spec.metric.name == "macro_f1" and spec.metric.reads == "class"
     assert spec.submission_value == "class"
     assert {"flip", "rotation", "cutmix"} <= spec.keeps_label
+
+
+COMPETITIONS = sorted(p.stem for p in Path(__file__).resolve().parents[1].joinpath("competition").glob("*.toml"))
+
+
+@pytest.mark.parametrize("name", COMPETITIONS)
+def test_every_competition_file_loads_and_agrees_with_itself(name):
+    """Like a model registry that tests every entry: each file loads, its metric reads what its
+    submission holds, every split has its layout, and its transforms are recipe keys."""
+    from competition.layouts import KINDS
+    from pipeline.core.config import TRANSFORMS
+
+    spec = load_spec(name)
+    assert spec.name == name and spec.kind in KINDS and spec.num_classes >= 2
+    assert spec.metric.reads == spec.submission_value, "a class metric needs class ids, and so on"
+    assert set(spec.labeled_splits) < set(spec.splits) and set(spec.split_counts) == set(spec.splits)
+    assert spec.keeps_label <= set(TRANSFORMS)
+    if spec.kind == "records":
+        assert spec.records.resolutions
+    elif spec.kind == "image_folder":
+        for split, folder in spec.image_folder.splits.items():
+            fields = {"label": spec.classes[-1], "number": 7} if spec.is_labeled(split) else {"id": 7}
+            parsed = folder.parse(folder.member(**fields))
+            assert parsed == {k: str(v) for k, v in fields.items()}, split
+    else:
+        for split, table in spec.tables.splits.items():
+            assert (table.layout.label_column is not None) == spec.is_labeled(split), split
+    with pytest.raises(ValueError, match=f"competition {name} has {spec.kind} data"):
+        (spec.tables if spec.kind == "records" else spec.records)  # noqa: B018
+
+
+def test_an_image_folder_member_name_gives_its_label_or_id():
+    folders = load_spec("dogs-vs-cats").image_folder.splits
+    assert folders["train"].parse("train/cat.12.jpg") == {"label": "cat", "number": "12"}
+    assert folders["train"].parse("train/") is None and folders["train"].parse("test/1.jpg") is None
+    assert folders["test"].parse("test/12500.jpg") == {"id": "12500"}
+    assert folders["test"].archive == "test.zip"
+
+
+def test_a_stage_refuses_a_competition_whose_data_it_does_not_read_yet_in_one_line():
+    from pipeline.core.competitions import load_competition
+    from pipeline.core.errors import PetalsError
+
+    assert load_competition("flowers").kind == "records"
+    with pytest.raises(PetalsError, match="^competition imdb: its data is a table of texts, which the stages"):
+        load_competition("imdb")
+    with pytest.raises(PetalsError, match="^competition=roses: unknown competition 'roses'"):
+        load_competition("roses")

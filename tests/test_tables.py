@@ -3,12 +3,15 @@ embedded IMDB-review dataset of `word2vec-nlp-tutorial`."""
 
 from __future__ import annotations
 
+import zipfile
+
 import pandas as pd
 import pytest
 
+from competition.layouts import TableLayout
 from pipeline.core.errors import PetalsError
 from pipeline.data import synthetic_reviews
-from pipeline.data.tables import TableLayout, read_table, write_table
+from pipeline.data.tables import read_table, write_table
 
 REVIEWS = synthetic_reviews.LAYOUT
 TRICKY = [  # what real reviews hold: escaped quotes, a backslash, tags, a tab, a review reading NA
@@ -34,13 +37,18 @@ def test_what_is_written_in_kaggles_quoting_reads_back_exactly(tmp_path):
 def reviews(tmp_path_factory):
     root = tmp_path_factory.mktemp("reviews")
     counts = synthetic_reviews.write_dataset(root, {"train": 600, "test": 400, "unlabeled": 50}, seed=3)
-    return root, counts
+    names = sorted(p.name for p in root.iterdir())
+    for archive in root.glob("*.zip"):  # what fetch will unpack
+        with zipfile.ZipFile(archive) as opened:
+            assert opened.namelist() == [archive.stem], archive  # one table each, named as the zip
+            opened.extractall(root)
+    return root, counts, names
 
 
 def test_the_embedded_reviews_are_kaggles_files_and_pandas_defaults_garble_them(reviews):
-    root, counts = reviews
-    assert sorted(p.name for p in root.iterdir()) == [
-        "labeledTrainData.tsv", "sampleSubmission.csv", "testData.tsv", "unlabeledTrainData.tsv",
+    root, counts, names = reviews
+    assert names == [
+        "labeledTrainData.tsv.zip", "sampleSubmission.csv", "testData.tsv.zip", "unlabeledTrainData.tsv.zip",
     ]  # fmt: skip
     train = read_table(root / "labeledTrainData.tsv", REVIEWS, num_classes=2)
     assert len(train) == counts["train"] == 600
@@ -65,7 +73,7 @@ def test_the_embedded_reviews_are_learnable_but_not_solved(reviews):
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
 
-    root, _ = reviews
+    root, _, _ = reviews
     train = read_table(root / "labeledTrainData.tsv", REVIEWS, num_classes=2)
     test = read_table(root / "testData.tsv", synthetic_reviews.UNLABELED)
     truth = (test["id"].str.split("_").str[1].astype(int) >= 7).astype(int)
@@ -78,7 +86,7 @@ def test_the_embedded_reviews_are_learnable_but_not_solved(reviews):
 def test_the_same_seed_draws_the_same_files(tmp_path):
     for name in ("a", "b"):
         synthetic_reviews.write_dataset(tmp_path / name, {"train": 20, "test": 10, "unlabeled": 5}, seed=7)
-    for file_name in ("labeledTrainData.tsv", "testData.tsv", "sampleSubmission.csv"):
+    for file_name in ("labeledTrainData.tsv.zip", "testData.tsv.zip", "sampleSubmission.csv"):
         assert (tmp_path / "a" / file_name).read_bytes() == (tmp_path / "b" / file_name).read_bytes()
 
 

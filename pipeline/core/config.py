@@ -286,12 +286,9 @@ def load_config(
 def _keep_labels(config: Config, explicit: set[str]) -> Config:
     """Only the transforms the competition says keep the label: a default one that does not is
     turned off, one a recipe or `--set` turns on is refused."""
-    from competition import load_spec
+    from pipeline.core.competitions import load_competition
 
-    try:
-        spec = load_spec(config.competition)
-    except ValueError as err:
-        raise PetalsError(f"competition={config.competition}: {err}") from None
+    spec = load_competition(config.competition)
     unknown = sorted(spec.keeps_label - set(TRANSFORMS))
     if unknown:
         raise PetalsError(

@@ -9,7 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+import zipfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,23 @@ def write_atomically(path: Path, write: Callable[[Path], None], tmp_name: str | 
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_zip(path: Path, members: Sequence[tuple[str, bytes]]) -> None:
+    """A zip of these (name, bytes) members, renamed into place when whole. Each member has a fixed
+    time stamp, so the same members give the same bytes (the clock's would change them)."""
+
+    def write(tmp: Path) -> None:
+        with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as archive:
+            for name, data in members:
+                info = zipfile.ZipInfo(name, date_time=(2017, 3, 1, 0, 0, 0))
+                # JPEGs are compressed already: stored; text deflated, as Kaggle's zips are
+                info.compress_type = (
+                    zipfile.ZIP_STORED if name.lower().endswith(".jpg") else zipfile.ZIP_DEFLATED
+                )
+                archive.writestr(info, data)
+
+    write_atomically(path, write)
 
 
 def sha256(path: Path) -> str:

@@ -51,7 +51,8 @@ def shard_files(root: str, spec: CompetitionSpec, size: int, split: str) -> list
 
         present = found_sizes(root, spec) if tf.io.gfile.isdir(root) else []
         raise PetalsError(
-            f"{root}: no {spec.record_dir(size)}/{split} shards (resolutions present: {present or 'none'}); "
+            f"{root}: no {spec.records.record_dir(size)}/{split} shards "
+            f"(resolutions present: {present or 'none'}); "
             f"fetch that resolution or set data.image_size to one of them"
         )
     return files
@@ -89,7 +90,9 @@ def read_examples(
         num_parallel_calls=AUTOTUNE,
         deterministic=ordered,
     )
-    parse = partial(records.read_record, schema=spec.schema, size=size, labeled=labeled, with_id=with_ids)
+    parse = partial(
+        records.read_record, schema=spec.records.schema, size=size, labeled=labeled, with_id=with_ids
+    )
     dataset = dataset.map(parse, num_parallel_calls=AUTOTUNE, deterministic=ordered)
     if skip_bad:
         dataset = dataset.ignore_errors()  # a record whose image does not decode
@@ -102,11 +105,13 @@ def class_counts(
     files: Sequence[str], spec: CompetitionSpec, size: int, skip_bad: bool = False
 ) -> np.ndarray:
     """Images per class in labeled shards, read in parallel without decoding one image."""
-    feature = {spec.schema.label: tf.io.FixedLenFeature([], tf.int64)}
+    feature = {spec.records.schema.label: tf.io.FixedLenFeature([], tf.int64)}
 
     def labels_of(path):
         batches = file_records(path, skip_bad).batch(4096)
-        return batches.map(lambda records: (tf.io.parse_example(records, feature)[spec.schema.label], path))
+        return batches.map(
+            lambda records: (tf.io.parse_example(records, feature)[spec.records.schema.label], path)
+        )
 
     files = list(files)
     reads = tf.data.Dataset.from_tensor_slices(files)
@@ -298,7 +303,7 @@ def scan_shard(path: str, spec: CompetitionSpec, size: int, labeled: bool) -> Sh
         report.truncation_error = first_line(err)
         readable = tf.data.TFRecordDataset(path).ignore_errors()
         report.records = int(readable.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
-    parse = partial(records.read_record, schema=spec.schema, size=size, labeled=labeled)
+    parse = partial(records.read_record, schema=spec.records.schema, size=size, labeled=labeled)
     # The sum forces the decode; an index missing from the output is a record that failed.
     decoded = (
         tf.data.TFRecordDataset(path)

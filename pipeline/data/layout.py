@@ -24,7 +24,7 @@ def _check_first_record(path: str, spec: CompetitionSpec, size: int, split: str)
     except StopIteration:
         raise PetalsError(f"{path}: shard holds no records") from None
     features = tf.train.Example.FromString(serialized).features.feature
-    schema = spec.schema
+    schema = spec.records.schema
     for key in (schema.image, schema.id):
         if key not in features:
             raise PetalsError(f"{split} record in {path} has no {key!r} feature")
@@ -50,7 +50,7 @@ def found_sizes(root: str, spec: CompetitionSpec) -> list[int]:
         names = tf.io.gfile.listdir(root)
     except tf.errors.OpError as err:
         raise PetalsError(f"cannot read {root}: {first_line(err)}") from None
-    return sorted(s for n in names if (s := spec.size_from_record_dir(n.rstrip("/"))) is not None)
+    return sorted(s for n in names if (s := spec.records.size_from_record_dir(n.rstrip("/"))) is not None)
 
 
 def verify_layout(
@@ -64,21 +64,23 @@ def verify_layout(
     """
     present = found_sizes(root, spec)
     if not present:
-        expected = spec.record_dir(spec.resolutions[0]).replace(str(spec.resolutions[0]), "<size>")
+        expected = spec.records.record_dir_pattern.format(size="<size>")
         raise PetalsError(f"{root}: no {expected} folder: not a {spec.name} data dir")
     missing = sorted(set(sizes or ()) - set(present))
     if missing:
-        raise PetalsError(f"{root}: no {spec.record_dir(missing[0])} folder (resolutions present: {present})")
+        raise PetalsError(
+            f"{root}: no {spec.records.record_dir(missing[0])} folder (resolutions present: {present})"
+        )
     counts: dict[int, dict[str, dict[str, int]]] = {}
     for size in sizes or tuple(present):
         counts[size] = {}
         for split in spec.splits:
             shards = records.list_shards(root, spec, size, split)
-            where = f"{root}/{spec.record_dir(size)}/{split}"
+            where = f"{root}/{spec.records.record_dir(size)}/{split}"
             if not shards:
                 raise PetalsError(f"{where}: split missing (no .tfrec shards)")
-            if len(shards) != spec.shards_per_split:
-                raise PetalsError(f"{where}: {len(shards)} shards, expected {spec.shards_per_split}")
+            if len(shards) != spec.records.shards_per_split:
+                raise PetalsError(f"{where}: {len(shards)} shards, expected {spec.records.shards_per_split}")
             images = 0
             for path in shards:
                 try:
@@ -137,14 +139,14 @@ def fingerprint(root: str, spec: CompetitionSpec, sizes: list[int]) -> str:
 
 
 def markers(spec: CompetitionSpec) -> str:
-    return f"{spec.sample_submission} and {spec.record_dir_pattern.format(size='<size>')}/"
+    return f"{spec.sample_submission} and {spec.records.record_dir_pattern.format(size='<size>')}/"
 
 
 def holds_competition(spec: CompetitionSpec) -> Callable[[Path], bool]:
     def holds(folder: Path) -> bool:
         if not (folder / spec.sample_submission).is_file():
             return False
-        return any(spec.size_from_record_dir(p.name) for p in folder.iterdir() if p.is_dir())
+        return any(spec.records.size_from_record_dir(p.name) for p in folder.iterdir() if p.is_dir())
 
     return holds
 

@@ -35,7 +35,7 @@ def count_images(paths: Iterable[str]) -> int:
 
 def list_shards(root: str, spec: CompetitionSpec, size: int, split: str) -> list[str]:
     """Sorted shard paths of one split at one resolution."""
-    return sorted(tf.io.gfile.glob(f"{root.rstrip('/')}/{spec.record_dir(size)}/{split}/*.tfrec"))
+    return sorted(tf.io.gfile.glob(f"{root.rstrip('/')}/{spec.records.record_dir(size)}/{split}/*.tfrec"))
 
 
 def feature_spec(schema: RecordSchema, labeled: bool) -> dict[str, tf.io.FixedLenFeature]:

@@ -13,22 +13,20 @@ contradicted, another place neither), so the words of either sentence alone do n
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from competition import load_spec
 from pipeline.core.files import write_atomically
-from pipeline.data.tables import TableLayout, write_table
+from pipeline.data.tables import write_table
 
-LAYOUT = TableLayout(
-    separator=",", id_column="id", text_columns=("premise", "hypothesis"), label_column="label"
-)
-UNLABELED = replace(LAYOUT, label_column=None)  # test.csv
-CLASSES = ("entailment", "neutral", "contradiction")
+SPEC = load_spec("watson")  # file names, columns, classes
+LAYOUT = SPEC.tables.splits["train"].layout
+UNLABELED = SPEC.tables.splits["test"].layout  # test.csv: no label
+CLASSES = SPEC.classes
 DEFAULT_COUNTS = {"train": 1200, "test": 400}
-SAMPLE_SUBMISSION = "sample_submission.csv"
 
 # Per language: its name, words, a premise's sentences and one hypothesis of each kind. {W} who,
 # {p} the premise's place, {d} its day, {X} the place a hypothesis names.
@@ -140,15 +138,17 @@ def _new_id(rng: np.random.Generator, taken: set[str]) -> str:
 
 
 def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int = 0) -> dict[str, int]:
-    """Write `train.csv`, `test.csv` and `sample_submission.csv` under `out_dir`; rows per file."""
+    """Write the competition's files under `out_dir` (`train.csv`, `test.csv`,
+    `sample_submission.csv`); rows per file."""
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     rng = np.random.default_rng(seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     ids: set[str] = set()
     train, test = _rows(counts["train"], rng, ids), _rows(counts["test"], rng, ids)
     columns = ["id", "premise", "hypothesis", "lang_abv", "language"]
-    write_table(out_dir / "train.csv", train, [*columns, "label"], LAYOUT)
-    write_table(out_dir / "test.csv", test, columns, UNLABELED)
-    sample = pd.DataFrame({"id": [row["id"] for row in test], "prediction": 0})
-    write_atomically(out_dir / SAMPLE_SUBMISSION, lambda path: sample.to_csv(path, index=False))
+    tables = SPEC.tables.splits
+    write_table(out_dir / tables["train"].file, train, [*columns, "label"], LAYOUT)
+    write_table(out_dir / tables["test"].file, test, columns, UNLABELED)
+    sample = pd.DataFrame({SPEC.id_column: [row["id"] for row in test], SPEC.label_column: 0})
+    write_atomically(out_dir / SPEC.sample_submission, lambda path: sample.to_csv(path, index=False))
     return {"train": len(train), "test": len(test)}

@@ -13,19 +13,19 @@ occlusion are shared, so no single trait or colour gives the answer.
 from __future__ import annotations
 
 import colorsys
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from PIL import Image, ImageDraw, ImageFilter
 
-from pipeline.core.files import write_atomically
+from competition import load_spec
+from pipeline.core.files import write_atomically, write_zip
 from pipeline.data.synthetic import background, encode_jpeg
 
-KINDS = ("cat", "dog")  # label 0, 1: the metric is the log loss of P(dog)
+SPEC = load_spec("dogs-vs-cats")  # the file names, classes and submission columns
+KINDS = SPEC.classes  # cat 0, dog 1: the metric is the log loss of P(dog)
 DEFAULT_COUNTS = {"train": 1000, "test": 500}
-SAMPLE_SUBMISSION = "sample_submission.csv"
 _FUR = [
     (0.08, 0.6, 0.55),
     (0.07, 0.3, 0.85),
@@ -121,25 +121,20 @@ def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     rng = np.random.default_rng(seed)
     out_dir.mkdir(parents=True, exist_ok=True)
+    folders = SPEC.image_folder.splits
     numbers = dict.fromkeys(KINDS, 0)
     train = []
     for label in rng.permutation(np.arange(counts["train"]) % 2):
         kind = KINDS[int(label)]
-        train.append((f"train/{kind}.{numbers[kind]}.jpg", encode_jpeg(render_pet(kind, rng))))
+        name = folders["train"].member(label=kind, number=numbers[kind])
+        train.append((name, encode_jpeg(render_pet(kind, rng))))
         numbers[kind] += 1
     test = [
-        (f"test/{n}.jpg", encode_jpeg(render_pet(KINDS[int(rng.integers(2))], rng)))
+        (folders["test"].member(id=n), encode_jpeg(render_pet(KINDS[int(rng.integers(2))], rng)))
         for n in range(1, counts["test"] + 1)
     ]
-    for name, members in (("train.zip", train), ("test.zip", test)):
-        write_atomically(out_dir / name, lambda path, members=members: _zip(path, members))
-    sample = pd.DataFrame({"id": range(1, counts["test"] + 1), "label": 0.5})
-    write_atomically(out_dir / SAMPLE_SUBMISSION, lambda path: sample.to_csv(path, index=False))
+    for split, members in (("train", train), ("test", test)):
+        write_zip(out_dir / folders[split].archive, members)
+    sample = pd.DataFrame({SPEC.id_column: range(1, counts["test"] + 1), SPEC.label_column: 0.5})
+    write_atomically(out_dir / SPEC.sample_submission, lambda path: sample.to_csv(path, index=False))
     return {"train": len(train), "test": len(test)}
-
-
-def _zip(path: Path, members: list[tuple[str, bytes]]) -> None:
-    with zipfile.ZipFile(path, "w") as archive:  # JPEGs are compressed already: stored
-        for name, data in members:
-            # A fixed time stamp: the same seed gives the same bytes (the clock's changed them).
-            archive.writestr(zipfile.ZipInfo(name, date_time=(2017, 3, 1, 0, 0, 0)), data)

@@ -13,21 +13,22 @@ solving it in one epoch. Numpy and pandas only (no TensorFlow).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from pipeline.core.files import write_atomically
-from pipeline.data.tables import TableLayout, write_table
+from competition import load_spec
+from competition.layouts import TableFile
+from pipeline.core.files import write_atomically, write_zip
+from pipeline.data.tables import table_text
 
-LAYOUT = TableLayout(
-    separator="\t", id_column="id", text_columns=("review",), label_column="sentiment", escapechar="\\"
-)
-UNLABELED = replace(LAYOUT, label_column=None)  # the test (and unlabelled) files
-FILES = {"train": "labeledTrainData.tsv", "test": "testData.tsv", "unlabeled": "unlabeledTrainData.tsv"}
-SAMPLE_SUBMISSION = "sampleSubmission.csv"
+SPEC = load_spec("imdb")  # file names, quoting, columns
+LAYOUT = SPEC.tables.splits["train"].layout
+UNLABELED = SPEC.tables.splits["test"].layout  # the test and unlabelled files: no sentiment
+# In the download beside the splits; petals does not read it.
+EXTRA = TableFile("unlabeledTrainData.tsv", UNLABELED, "unlabeledTrainData.tsv.zip")
+FILES = {**SPEC.tables.splits, "unlabeled": EXTRA}
 DEFAULT_COUNTS = {"train": 2000, "test": 2000, "unlabeled": 500}
 
 _STRONG = {
@@ -96,13 +97,15 @@ def _ratings(count: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int = 0) -> dict[str, int]:
-    """Write the competition's files under `out_dir` (as its download unpacks); rows per file."""
+    """Write the competition's files under `out_dir` as its download unpacks: each table zipped
+    on its own (`labeledTrainData.tsv.zip` holding `labeledTrainData.tsv`), the sample
+    submission bare. Rows per file."""
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     rng = np.random.default_rng(seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     numbers = iter(rng.permutation(np.arange(1, 10 * sum(counts.values()) + 1)))
     written = {}
-    for split, file_name in FILES.items():
+    for split, table in FILES.items():
         ratings = _ratings(counts[split], rng)
         rows = [
             {
@@ -114,12 +117,13 @@ def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int
         ]
         if split == "unlabeled":  # the real unlabelled ids end in _0: no rating
             rows = [{**row, "id": row["id"].split("_")[0] + "_0"} for row in rows]
-        columns = ["id", "sentiment", "review"] if split == "train" else ["id", "review"]
-        write_table(out_dir / file_name, rows, columns, LAYOUT if split == "train" else UNLABELED)
+        columns = ["id", "sentiment", "review"] if table.layout.label_column else ["id", "review"]
+        text = table_text(rows, columns, table.layout).encode("utf-8")
+        write_zip(out_dir / table.archive, [(table.file, text)])
         written[split] = len(rows)
         if split == "test":
-            sample = pd.DataFrame({"id": [row["id"] for row in rows], "sentiment": 0})
+            sample = pd.DataFrame({SPEC.id_column: [row["id"] for row in rows], SPEC.label_column: 0})
             write_atomically(
-                out_dir / SAMPLE_SUBMISSION, lambda path, sample=sample: sample.to_csv(path, index=False)
+                out_dir / SPEC.sample_submission, lambda path, sample=sample: sample.to_csv(path, index=False)
             )
     return written

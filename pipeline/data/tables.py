@@ -3,32 +3,21 @@
 The text competitions ship TSV/CSV files whose quoting pandas' defaults get wrong. In
 `word2vec-nlp-tutorial` every id and review is wrapped in quotes and inner quotes are written
 `\\"`: with the defaults a review holding `\\"` swallows the tab after it, and rows come back
-merged or cut (tests/test_tables.py shows it). A `TableLayout` says how one file is written; the
-competition file will name one per split.
+merged or cut (tests/test_tables.py shows it). A `TableLayout` (competition/layouts.py) says how
+one file is written; the competition file names one per split.
 """
 
 from __future__ import annotations
 
 import csv
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from competition.layouts import TableLayout
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
-
-
-@dataclass(frozen=True)
-class TableLayout:
-    """How one table is written: separator, quoting, and which columns hold what."""
-
-    separator: str
-    id_column: str
-    text_columns: tuple[str, ...]  # one text, or a pair (premise, hypothesis)
-    label_column: str | None  # None for a split without labels
-    escapechar: str | None = None  # "\\" where inner quotes are written \"
 
 
 def read_table(path: Path, layout: TableLayout, num_classes: int | None = None) -> pd.DataFrame:
@@ -110,14 +99,19 @@ def _labels(path: Path, values: pd.Series, num_classes: int | None) -> pd.Series
 def write_table(
     path: Path, rows: Sequence[dict[str, object]], columns: Sequence[str], layout: TableLayout
 ) -> None:
-    """Write rows as Kaggle writes this layout: with an escapechar, every string value quoted and
-    inner quotes (and escapes) escaped; numbers bare. The inverse of `read_table`. Renamed into
-    place when whole."""
+    """Write rows as Kaggle writes this layout (`table_text`), renamed into place when whole."""
+    text = table_text(rows, columns, layout)
+    write_atomically(path, lambda tmp: tmp.write_text(text, encoding="utf-8", newline=""))
+
+
+def table_text(rows: Sequence[dict[str, object]], columns: Sequence[str], layout: TableLayout) -> str:
+    """Rows as Kaggle writes this layout: with an escapechar, every string value quoted and inner
+    quotes (and escapes) escaped; numbers bare. The inverse of `read_table`."""
     lines = [
         layout.separator.join(columns),
         *(layout.separator.join(_cell(row[c], layout) for c in columns) for row in rows),
     ]
-    write_atomically(path, lambda tmp: tmp.write_text("\n".join(lines) + "\n", encoding="utf-8", newline=""))
+    return "\n".join(lines) + "\n"
 
 
 def _cell(value: object, layout: TableLayout) -> str:

@@ -28,9 +28,10 @@ from typing import Any
 import tensorflow as tf
 from tqdm import tqdm
 
-from competition import CompetitionSpec, load_spec
+from competition import CompetitionSpec
 from pipeline import __version__
 from pipeline.core import kaggle_client, kaggle_input
+from pipeline.core.competitions import load_competition
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import write_json
 from pipeline.data import synthetic
@@ -169,7 +170,7 @@ def _unpack(
 ):
     """Unpack Kaggle's archive keeping its layout (only the chosen resolutions, if any). A damaged
     download is deleted, so the next run fetches it again; a user's own archive is kept."""
-    keep_dirs = {spec.record_dir(s) for s in sizes} if sizes else None
+    keep_dirs = {spec.records.record_dir(s) for s in sizes} if sizes else None
     try:
         with zipfile.ZipFile(archive) as zf:
             members = [m for m in zf.infolist() if not m.is_dir()]
@@ -179,7 +180,7 @@ def _unpack(
             if keep_dirs is not None:  # drop the other resolutions' folders, wherever they sit
 
                 def wanted(name: str) -> bool:
-                    record_dirs = [p for p in Path(name).parts[:-1] if spec.size_from_record_dir(p)]
+                    record_dirs = [p for p in Path(name).parts[:-1] if spec.records.size_from_record_dir(p)]
                     return not record_dirs or record_dirs[0] in keep_dirs
 
                 members = [m for m in members if wanted(m.filename)]
@@ -406,10 +407,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    try:
-        spec = load_spec(args.competition)
-    except ValueError as err:
-        raise PetalsError(str(err)) from None
+    spec = load_competition(args.competition)
     if args.slug and args.slug not in spec.slugs:
         raise PetalsError(f"slug {args.slug!r} is not one of this competition's: {', '.join(spec.slugs)}")
     options = FetchOptions(

@@ -230,9 +230,10 @@ def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]
     from pipeline.modeling import registry
 
     size = config.data.image_size
-    if size not in spec.resolutions:
+    if size not in spec.records.resolutions:
         raise PetalsError(
-            f"data.image_size={size}: Kaggle ships {', '.join(map(str, spec.resolutions))} px records only; "
+            f"data.image_size={size}: Kaggle ships "
+            f"{', '.join(map(str, spec.records.resolutions))} px records only; "
             "the kernel cannot run this recipe"
         )
     backbone = config.model.backbone
