@@ -6,14 +6,14 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 # ---- knobs (override on the command line: make fetch SOURCE=kaggle DATA=/data/flowers)
-DATA        ?= data#             data dir: the TFRecords (or a manifest pointing at them)
+DATA        ?= data$(if $(filter-out flowers,$(COMPETITION)),-$(COMPETITION))#  data dir (data-<competition> for the others): the data, or a manifest pointing at it
 SOURCE      ?= auto#             auto | kaggle | dir | gcs | kaggle-input | synthetic
 DATA_FROM   ?=#                  SOURCE=dir: your copy of the competition (its zip as Kaggle serves it, or a folder)
 COMPETITION ?= flowers#          competition spec under competition/
 GCS_PATH    ?=#                  gs:// folder of the competition's files, for SOURCE=gcs
 SIZE        ?= 192#              synthetic image size (pixels)
 SEED        ?= 0#                synthetic dataset seed
-SCALE       ?=#                  synthetic images-per-class multiplier (default: synthetic.DEFAULT_SCALE)
+SCALE       ?=#                  synthetic dataset size multiplier (default: each dataset's own)
 FORCE       ?=#                  FORCE=1 fetches again over a complete data dir
 RECIPE      ?= auto#             recipe: competition/recipes/<RECIPE>.toml; auto: tpu, gpu or cpu by accelerator
 SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 data.batch_size=32"
@@ -68,7 +68,7 @@ endif
 fetch_ARGS := --source $(SOURCE) --data-dir $(DATA) --competition $(COMPETITION) \
 	--size $(SIZE) --seed $(SEED) $(if $(SCALE),--scale $(SCALE)) $(if $(DATA_FROM),--from $(DATA_FROM)) $(if $(GCS_PATH),--gcs-path $(GCS_PATH)) $(if $(FORCE),--force)
 
-config_ARGS := --recipe $(RECIPE) $(foreach s,$(SET),--set $(s))
+config_ARGS := --recipe $(RECIPE) $(if $(filter-out flowers,$(COMPETITION)),--set competition=$(COMPETITION)) $(foreach s,$(SET),--set $(s))
 inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(device_ARGS) $(config_ARGS)
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
@@ -119,7 +119,7 @@ ifneq ($(FORCE),)
 .PHONY: $(DATA)/manifest.json
 endif
 
-fetch: $(DATA)/manifest.json ## fetch and verify the competition TFRecords into DATA (SOURCE=auto|kaggle|dir|gcs|kaggle-input|synthetic)
+fetch: $(DATA)/manifest.json ## fetch and verify the competition's data into DATA (SOURCE=auto|kaggle|dir|gcs|kaggle-input|synthetic)
 
 $(INSPECT_DIR)/batch.png: $(DATA)/manifest.json $(ARGS_DIR)/inspect.args $(wildcard competition/recipes/*.toml)
 	$(PY) -m pipeline inspect $(inspect_ARGS)
@@ -159,7 +159,7 @@ leaderboard: | $(STAMP) ## print the offline leaderboard and plot it (SUBMISSION
 leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into the leaderboard, then print it
 	$(PY) -m pipeline leaderboard --sync --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
 
-kernel_ARGS := --recipe $(RECIPE) $(foreach s,$(SET),--set $(s)) $(if $(KERNEL),--name $(KERNEL)) \
+kernel_ARGS := --recipe $(RECIPE) $(if $(filter-out flowers,$(COMPETITION)),--set competition=$(COMPETITION)) $(foreach s,$(SET),--set $(s)) $(if $(KERNEL),--name $(KERNEL)) \
 	$(if $(OWNER),--owner $(OWNER)) --accelerator $(ACCELERATOR) --kernel-type $(KERNEL_TYPE) --internet $(INTERNET) \
 	$(foreach d,$(DATASETS),--dataset $(d)) $(foreach k,$(RESUME_FROM),--resume-from $(k)) --tta $(TTA) \
 	$(if $(SLUG),--slug $(SLUG)) --submissions-dir $(SUBMISSIONS)

@@ -129,7 +129,9 @@ def test_the_flowers_file_says_how_it_is_scored_and_submitted(spec):
     assert {"flip", "rotation", "cutmix"} <= spec.keeps_label
 
 
-COMPETITIONS = sorted(p.stem for p in Path(__file__).resolve().parents[1].joinpath("competition").glob("*.toml"))
+COMPETITIONS = sorted(
+    p.stem for p in Path(__file__).resolve().parents[1].joinpath("competition").glob("*.toml")
+)
 
 
 @pytest.mark.parametrize("name", COMPETITIONS)
@@ -171,7 +173,10 @@ def test_a_stage_refuses_a_competition_whose_data_it_does_not_read_yet_in_one_li
     from pipeline.core.errors import PetalsError
 
     assert load_competition("flowers").kind == "records"
-    with pytest.raises(PetalsError, match="^competition imdb: its data is a table of texts, which the stages"):
+    with pytest.raises(
+        PetalsError, match=r"^competition imdb: its data is a table of texts, which this stage"
+    ):
         load_competition("imdb")
-    with pytest.raises(PetalsError, match="^competition=roses: unknown competition 'roses'"):
+    assert load_competition("imdb", stage="fetch").kind == "table"
+    with pytest.raises(PetalsError, match=r"^competition=roses: unknown competition 'roses'"):
         load_competition("roses")

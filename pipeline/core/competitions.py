@@ -1,30 +1,33 @@
 """The competition a stage works on: its file loaded, or refused in one line.
 
-Competition files describe three kinds of data (competition/layouts.py); the stages read the
-kinds in `READ_BY_STAGES`. A file of another kind loads and validates, and a stage asked to
-work on it says so instead of failing half-way.
+Competition files describe three kinds of data (competition/layouts.py). Fetch reads every
+kind; the stages after it read the kinds in `READ_BY_STAGES`. A file of another kind loads and
+validates, and a stage asked to work on it says so instead of failing half-way.
 """
 
 from __future__ import annotations
 
 from competition import CompetitionSpec, load_spec
+from competition.layouts import KINDS
 from pipeline.core.errors import PetalsError
 
-READ_BY_STAGES = ("records",)
+READ_BY_STAGES = {"fetch": KINDS}
+READ_BY_OTHER_STAGES = ("records",)
 _DESCRIBED = {"records": "TFRecords", "image_folder": "an image folder", "table": "a table of texts"}
 
 
-def load_competition(name: str) -> CompetitionSpec:
+def load_competition(name: str, stage: str = "") -> CompetitionSpec:
     """The competition `name` (or a path to its .toml) for a stage; PetalsError in one line for
-    a file that does not load, or data the stages do not read yet."""
+    a file that does not load, or data the stage does not read yet."""
     try:
         spec = load_spec(name)
     except ValueError as err:
         raise PetalsError(f"competition={name}: {err}") from None
-    if spec.kind not in READ_BY_STAGES:
-        read = ", ".join(_DESCRIBED[kind] for kind in READ_BY_STAGES)
+    kinds = READ_BY_STAGES.get(stage, READ_BY_OTHER_STAGES)
+    if spec.kind not in kinds:
+        read = ", ".join(_DESCRIBED[kind] for kind in kinds)
         raise PetalsError(
-            f"competition {spec.name}: its data is {_DESCRIBED[spec.kind]}, which the stages do not "
-            f"read yet (they read {read})"
+            f"competition {spec.name}: its data is {_DESCRIBED[spec.kind]}, which this stage does not "
+            f"read yet (it reads {read})"
         )
     return spec

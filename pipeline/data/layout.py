@@ -14,7 +14,7 @@ import tensorflow as tf
 from competition import CompetitionSpec
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.kaggle_input import folders
-from pipeline.data import records
+from pipeline.data import competition_files, records
 
 
 def _check_first_record(path: str, spec: CompetitionSpec, size: int, split: str) -> None:
@@ -139,10 +139,15 @@ def fingerprint(root: str, spec: CompetitionSpec, sizes: list[int]) -> str:
 
 
 def markers(spec: CompetitionSpec) -> str:
+    if spec.kind != "records":
+        return competition_files.markers(spec)
     return f"{spec.sample_submission} and {spec.records.record_dir_pattern.format(size='<size>')}/"
 
 
 def holds_competition(spec: CompetitionSpec) -> Callable[[Path], bool]:
+    if spec.kind != "records":
+        return competition_files.holds_competition(spec)
+
     def holds(folder: Path) -> bool:
         if not (folder / spec.sample_submission).is_file():
             return False

@@ -1,8 +1,9 @@
-"""Fetch stage: put the competition's TFRecords where later stages find them, verified.
+"""Fetch stage: put the competition's data where later stages find them, verified.
 
 Sources: the Kaggle API, your own copy (`dir`: the competition's zip as Kaggle serves it, or
 an unpacked folder), a `gs://` (or any tf.io.gfile) path, `/kaggle/input/<slug>` inside
-Kaggle, or the embedded synthetic dataset. Copies are made in a staging
+Kaggle, or the embedded synthetic dataset. TFRecords are kept as they are; image folders and
+tables (pipeline/data/competition_files.py) are unpacked. Copies are made in a staging
 folder, verified against the competition spec and swapped into place, so an
 interrupted fetch never leaves a half-valid data dir. `manifest.json` in the data
 dir records the source, the counts and a content fingerprint; later stages read
@@ -34,7 +35,7 @@ from pipeline.core import kaggle_client, kaggle_input
 from pipeline.core.competitions import load_competition
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import write_json
-from pipeline.data import synthetic
+from pipeline.data import competition_files, embedded
 from pipeline.data.layout import (
     data_files,
     find_in_copy,
@@ -64,7 +65,7 @@ class FetchOptions:
     sizes: tuple[int, ...] | None = None  # resolutions to keep and verify; None: all present
     synthetic_size: int = 192
     seed: int = 0
-    scale: float = synthetic.DEFAULT_SCALE
+    scale: float | None = None  # None: the embedded dataset's default
     workers: int | None = None
     retries: int = 3
     force: bool = False
@@ -170,7 +171,7 @@ def _unpack(
 ):
     """Unpack Kaggle's archive keeping its layout (only the chosen resolutions, if any). A damaged
     download is deleted, so the next run fetches it again; a user's own archive is kept."""
-    keep_dirs = {spec.records.record_dir(s) for s in sizes} if sizes else None
+    keep_dirs = {spec.records.record_dir(s) for s in sizes} if sizes and spec.kind == "records" else None
     try:
         with zipfile.ZipFile(archive) as zf:
             members = [m for m in zf.infolist() if not m.is_dir()]
@@ -228,13 +229,20 @@ def _note_unusual_counts(counts: dict, spec: CompetitionSpec) -> None:
 # ----------------------------------------------------------------------------- the stage
 
 
-def _synthetic_request(options: FetchOptions) -> dict[str, Any]:
-    return {"seed": options.seed, "size": options.synthetic_size, "scale": options.scale}
+def _synthetic_request(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
+    scale = embedded.default_scale(spec) if options.scale is None else options.scale
+    request = {"seed": options.seed, "scale": scale}
+    return {**request, "size": options.synthetic_size} if spec.kind == "records" else request
 
 
-def _reuse_existing(options: FetchOptions, existing: dict[str, Any]) -> None:
+def _reuse_existing(options: FetchOptions, spec: CompetitionSpec, existing: dict[str, Any]) -> None:
     """Refuse, with the way out, to silently keep data that differs from what was asked for."""
     flag = "--force (make fetch FORCE=1)"
+    if existing.get("competition", spec.name) != spec.name:
+        raise PetalsError(
+            f"{options.data_dir} holds the data of competition {existing['competition']}, not {spec.name}; "
+            f"choose another --data-dir (make fetch DATA=...) or pass {flag}"
+        )
     if options.source not in ("auto", existing["source"]):
         raise PetalsError(
             f"{options.data_dir} already holds {existing['source']} data; pass {flag} "
@@ -248,7 +256,7 @@ def _reuse_existing(options: FetchOptions, existing: dict[str, Any]) -> None:
                 f"pass {flag} to replace it with {given}, or choose another --data-dir"
             )
     if existing["source"] == "synthetic" and options.source == "synthetic":
-        made, asked = existing.get("synthetic") or {}, _synthetic_request(options)
+        made, asked = existing.get("synthetic") or {}, _synthetic_request(options, spec)
         if made != asked:
             raise PetalsError(
                 f"{options.data_dir} holds synthetic data made with {made}, not {asked}; "
@@ -263,7 +271,7 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
     data_dir = options.data_dir
     existing = read_manifest(data_dir)
     if existing and not options.force:
-        _reuse_existing(options, existing)
+        _reuse_existing(options, spec, existing)
         log.info(
             "fetch: %s already holds %s data (%s); nothing to do (--force to fetch again)",
             data_dir,
@@ -281,18 +289,18 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     with _staging(data_dir) as staging:
         if source == "synthetic":
-            split_counts = synthetic.write_dataset(
-                staging,
+            extra["synthetic"] = request = _synthetic_request(options, spec)
+            split_counts = embedded.draw(
                 spec,
+                staging,
                 size=options.synthetic_size,
                 seed=options.seed,
-                scale=options.scale,
+                scale=request["scale"],
                 workers=options.workers,
                 progress=options.progress,
             )
             root, origin, sizes = str(staging), "embedded synthetic dataset", (options.synthetic_size,)
-            extra["synthetic"] = _synthetic_request(options)
-            log.info("fetch: drew %s images", split_counts)
+            log.info("fetch: drew %s", split_counts)
         elif source == "kaggle":
             if not kaggle_client.find_credentials():
                 raise PetalsError(
@@ -307,6 +315,10 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
             root, origin = _from_copy(options, spec, staging)
             sizes = options.sizes
         elif source == "gcs":
+            if spec.kind != "records":
+                raise PetalsError(
+                    f"--source gcs reads TFRecords; competition {spec.name} has {spec.kind} data"
+                )
             if not options.gcs_path:
                 raise PetalsError(
                     f"--source gcs needs --gcs-path gs://... (or the {GCS_PATH_VARIABLE} variable)"
@@ -330,17 +342,28 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
                 log.info("fetch: the competition is attached at %s", found)
             root, origin, sizes = str(found.path), str(found.path), options.sizes
 
-        counts = verify_layout(root, spec, sizes)
-        if source != "synthetic":
-            _note_unusual_counts(counts, spec)
+        if spec.kind == "records":
+            counts = verify_layout(root, spec, sizes)
+            if source != "synthetic":
+                _note_unusual_counts(counts, spec)
+            found = {"sizes": {str(size): splits for size, splits in counts.items()}}
+            digest = fingerprint(root, spec, list(counts))
+        else:  # image folders and tables are unpacked into the data dir
+            competition_files.unpack_into(Path(root), staging, spec)
+            try:
+                found = {"splits": competition_files.verify(staging, spec)}
+            except PetalsError as err:  # name the file where it came from: staging goes with the error
+                raise PetalsError(str(err).replace(str(staging), origin.rstrip("/"))) from None
+            root, counts = str(staging), {}
+            digest = competition_files.fingerprint(staging, spec)
         manifest = {
             "competition": spec.name,
             "slug": slug,
             "source": source,
             "origin": origin,
             "root": "." if root == str(staging) else root,
-            "sizes": {str(size): splits for size, splits in counts.items()},
-            "fingerprint": fingerprint(root, spec, list(counts)),
+            **found,
+            "fingerprint": digest,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(time.perf_counter() - started, 1),
             "petals_version": __version__,
@@ -351,6 +374,11 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
     for size, splits in counts.items():
         summary = ", ".join(f"{split} {c['images']}" for split, c in splits.items())
         log.info("fetch: %s ready at %dpx: %s images", data_dir, size, summary)
+    if "splits" in manifest:
+        summary = ", ".join(
+            f"{split} {n} {unit}" for split, c in manifest["splits"].items() for unit, n in c.items()
+        )
+        log.info("fetch: %s ready: %s", data_dir, summary)
     return manifest
 
 
@@ -391,7 +419,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=192, help="synthetic image size in pixels")
     parser.add_argument("--seed", type=int, default=0, help="synthetic dataset seed")
     parser.add_argument(
-        "--scale", type=float, default=synthetic.DEFAULT_SCALE, help="synthetic images-per-class multiplier"
+        "--scale",
+        type=float,
+        default=None,
+        help="synthetic dataset size multiplier (default: the dataset's own, 4 images-per-class for flowers)",
     )
     parser.add_argument(
         "--workers", type=int, default=None, help="synthetic drawing processes (default: CPUs)"
@@ -407,7 +438,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    spec = load_competition(args.competition)
+    spec = load_competition(args.competition, stage="fetch")
     if args.slug and args.slug not in spec.slugs:
         raise PetalsError(f"slug {args.slug!r} is not one of this competition's: {', '.join(spec.slugs)}")
     options = FetchOptions(

@@ -1,0 +1,177 @@
+"""Competitions whose data is plain files, as Kaggle serves them: found, unpacked and verified.
+
+An image-folder competition ships a zip per split (`train.zip` holding `train/cat.0.jpg`...), a
+table competition a CSV or TSV per split, sometimes zipped again inside the download
+(`labeledTrainData.tsv.zip`). Wherever the files come from (the Kaggle API's zip, your copy,
+`/kaggle/input`, the embedded dataset), the data dir ends up holding them unpacked: each split's
+folder or table, and the sample submission. Verifying reads every table exactly as laid out and
+every image's name and JPEG header (the first of each split decoded whole), so a stray file, a
+label outside the classes or a file that is not a JPEG is named in one line before any training.
+TFRecord competitions are pipeline/data/layout.py's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import zipfile
+import zlib
+from pathlib import Path
+
+import pandas as pd
+from PIL import Image, UnidentifiedImageError
+
+from competition import CompetitionSpec
+from pipeline.core.errors import PetalsError
+from pipeline.data.tables import read_table
+
+JPEG_START = b"\xff\xd8\xff"
+
+
+def _entries(spec: CompetitionSpec) -> dict[str, tuple[str, str | None]]:
+    """Per split (and the sample submission): what the data dir holds (a folder or a file) and
+    the zip Kaggle may ship it in."""
+    if spec.kind == "image_folder":
+        entries = {
+            split: (folder.members.split("/")[0], folder.archive)
+            for split, folder in spec.image_folder.splits.items()
+        }
+    else:
+        entries = {split: (table.file, table.archive) for split, table in spec.tables.splits.items()}
+    return {**entries, "sample submission": (spec.sample_submission, None)}
+
+
+def markers(spec: CompetitionSpec) -> str:
+    """What a folder holding the competition has, in words."""
+    names = [archive or name for name, archive in _entries(spec).values()]
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def holds_competition(spec: CompetitionSpec):
+    """A test of whether a folder holds the competition's files, unpacked or in their zips."""
+
+    def holds(folder: Path) -> bool:
+        return all(
+            (folder / name).exists() or (archive is not None and (folder / archive).is_file())
+            for name, archive in _entries(spec).values()
+        )
+
+    return holds
+
+
+def unpack_into(source: Path, dest: Path, spec: CompetitionSpec) -> None:
+    """Put every entry of `source` into `dest` unpacked: copied where `source` has it unpacked,
+    unzipped where it has its zip. Unpacking in place (`dest` is `source`), everything else in
+    it goes: the zips once unpacked, and files petals does not read (word2vec's unlabelled
+    reviews), so the data dir holds what is verified and fingerprinted."""
+    entries = _entries(spec).values()
+    for name, archive in entries:
+        if (source / name).exists():
+            if source.resolve() != dest.resolve():
+                copy = shutil.copytree if (source / name).is_dir() else shutil.copy2
+                copy(source / name, dest / name)
+            continue
+        if archive is None or not (source / archive).is_file():
+            raise PetalsError(f"{source}: no {name}" + (f" nor {archive}" if archive else ""))
+        _unzip(source / archive, dest)
+    if source.resolve() == dest.resolve():
+        kept = {name for name, _ in entries}
+        for path in dest.iterdir():
+            if path.name not in kept:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def _unzip(archive: Path, dest: Path) -> None:
+    try:
+        with zipfile.ZipFile(archive) as opened:
+            for member in opened.infolist():
+                if member.filename.startswith("/") or ".." in Path(member.filename).parts:
+                    raise PetalsError(f"corrupt archive {archive}: unsafe member path {member.filename!r}")
+            opened.extractall(dest)
+    except (zipfile.BadZipFile, EOFError, zlib.error) as err:
+        raise PetalsError(f"corrupt archive {archive} ({err})") from None
+
+
+# ----------------------------------------------------------------------------- verifying
+
+
+def verify(root: Path, spec: CompetitionSpec) -> dict[str, dict[str, int]]:
+    """Check an unpacked data dir against the spec; {split: {"images" or "rows": count}}."""
+    counts: dict[str, dict[str, int]] = {}
+    test_ids = None
+    for split in spec.splits:
+        if spec.kind == "image_folder":
+            ids = _verify_images(root, spec, split)
+            counts[split] = {"images": len(ids)}
+        else:
+            table = spec.tables.splits[split]
+            labeled = spec.num_classes if spec.is_labeled(split) else None
+            rows = read_table(root / table.file, table.layout, labeled)
+            ids = rows[table.layout.id_column].tolist()
+            counts[split] = {"rows": len(rows)}
+        if not spec.is_labeled(split):
+            test_ids = ids
+    _check_sample_submission(root / spec.sample_submission, spec, test_ids or [])
+    return counts
+
+
+def _verify_images(root: Path, spec: CompetitionSpec, split: str) -> list[str]:
+    """A split's image names, each checked: it matches the split's pattern, its label is a class
+    (labelled splits), it starts as a JPEG does; the first is decoded whole. The ids (or names)."""
+    folder_spec = spec.image_folder.splits[split]
+    top = root / folder_spec.members.split("/")[0]
+    if not top.is_dir():
+        raise PetalsError(f"{top}: split {split} missing (no such folder)")
+    paths = sorted(p for p in top.rglob("*") if p.is_file())
+    if not paths:
+        raise PetalsError(f"{top}: split {split} holds no images")
+    names = []
+    for path in paths:
+        name = path.relative_to(root).as_posix()
+        fields = folder_spec.parse(name)
+        if fields is None:
+            raise PetalsError(f"{root / name}: not a {split} image name ({folder_spec.members})")
+        if "label" in fields and fields["label"] not in spec.classes:
+            raise PetalsError(
+                f"{root / name}: label {fields['label']!r} is not a class ({', '.join(spec.classes)})"
+            )
+        with open(path, "rb") as f:
+            if f.read(3) != JPEG_START:
+                raise PetalsError(f"{root / name}: not a JPEG")
+        names.append(fields.get("id", name))
+    try:
+        with Image.open(paths[0]) as image:
+            image.convert("RGB")
+    except (OSError, UnidentifiedImageError) as err:
+        raise PetalsError(f"{paths[0]}: not a readable JPEG ({err})") from None
+    return names
+
+
+def _check_sample_submission(path: Path, spec: CompetitionSpec, test_ids: list[str]) -> None:
+    if not path.is_file():
+        raise PetalsError(f"{path}: missing")
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    if list(frame.columns) != [spec.id_column, spec.label_column]:
+        raise PetalsError(
+            f"{path}: header is {list(frame.columns)}, expected {spec.id_column},{spec.label_column}"
+        )
+    if set(frame[spec.id_column]) != set(map(str, test_ids)):
+        raise PetalsError(f"{path}: its {len(frame)} ids are not the test split's {len(test_ids)}")
+
+
+def data_files(root: Path, spec: CompetitionSpec) -> list[Path]:
+    """Every file the data dir's competition data is made of."""
+    files = []
+    for name, _ in _entries(spec).values():
+        path = root / name
+        files += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return files
+
+
+def fingerprint(root: Path, spec: CompetitionSpec) -> str:
+    """sha256 over the relative path and content of every data file."""
+    digest = hashlib.sha256()
+    for path in data_files(root, spec):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return "sha256:" + digest.hexdigest()

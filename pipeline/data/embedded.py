@@ -1,0 +1,54 @@
+"""The embedded offline datasets: which one each competition draws, and drawing it.
+
+TFRecord competitions get the flower renderer (`synthetic`, any number of classes); the others
+have one dataset each, written in their Kaggle layout (zips included) by their own module.
+`scale` multiplies a dataset's default size.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from competition import CompetitionSpec
+from pipeline.core.errors import PetalsError
+from pipeline.data import synthetic, synthetic_pairs, synthetic_pets, synthetic_reviews
+
+# competition name -> the module that draws it (write_dataset(out_dir, counts, seed), DEFAULT_COUNTS)
+BY_COMPETITION = {
+    "dogs-vs-cats": synthetic_pets,
+    "imdb": synthetic_reviews,
+    "watson": synthetic_pairs,
+}
+
+
+def default_scale(spec: CompetitionSpec) -> float:
+    return synthetic.DEFAULT_SCALE if spec.kind == "records" else 1.0
+
+
+def draw(
+    spec: CompetitionSpec,
+    out_dir: Path,
+    *,
+    size: int,
+    seed: int,
+    scale: float,
+    workers: int | None = None,
+    progress: bool = True,
+) -> dict[str, int]:
+    """Write the competition's embedded dataset under `out_dir`; images or rows per split.
+    `size` is the flower renderer's image size (the others draw photos of varied sizes, or text)."""
+    if spec.kind == "records":
+        return synthetic.write_dataset(
+            out_dir, spec, size=size, seed=seed, scale=scale, workers=workers, progress=progress
+        )
+    module = BY_COMPETITION.get(spec.name)
+    if module is None:
+        raise PetalsError(
+            f"competition {spec.name} has no embedded dataset (those of {', '.join(BY_COMPETITION)} do); "
+            "fetch its data with SOURCE=kaggle or SOURCE=dir"
+        )
+    if not scale > 0:
+        raise PetalsError(f"synthetic scale {scale} must be positive")
+    counts = {split: max(2, round(n * scale)) for split, n in module.DEFAULT_COUNTS.items()}
+    written = module.write_dataset(out_dir, counts, seed=seed)
+    return {split: written[split] for split in spec.splits}
