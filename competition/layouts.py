@@ -108,6 +108,10 @@ def _image_folder(
 ) -> ImageFolderLayout:
     folders = {split: ImageFolder(**raw[split]) for split in splits}
     for split, folder in folders.items():
+        if "/" not in folder.members or _FIELD.search(folder.members.split("/")[0]):
+            raise ValueError(
+                f"[data.image_folder.{split}] members {folder.members!r}: name the split's folder first"
+            )
         fields = set(_FIELD.findall(folder.members))
         wanted = {"label"} if split in labeled else {"id"}
         if not wanted <= fields:

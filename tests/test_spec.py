@@ -180,3 +180,23 @@ def test_a_stage_refuses_a_competition_whose_data_it_does_not_read_yet_in_one_li
     assert load_competition("imdb", stage="fetch").kind == "table"
     with pytest.raises(PetalsError, match=r"^competition=roses: unknown competition 'roses'"):
         load_competition("roses")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (('"train/{label}.{number}.jpg"', '"{label}.{number}.jpg"'), "name the split's folder first"),
+        (('members = "test/{id}.jpg"', 'members = "test/{number}.jpg"'), "has no {id}"),
+        (('kind = "image_folder"', 'kind = "table"'), r"not a competition file \(key 'table'\)"),
+    ],
+)  # fmt: skip
+def test_a_wrong_image_folder_layout_is_named(tmp_path, edit, message):
+    from competition.spec import SPEC_DIR
+
+    text = (SPEC_DIR / "dogs-vs-cats.toml").read_text()
+    assert edit[0] in text
+    path = tmp_path / "odd.toml"
+    path.write_text(text.replace(*edit))
+    (tmp_path / "dogs-vs-cats-classes.txt").write_text("cat\ndog\n")
+    with pytest.raises(ValueError, match=f"^{path}: .*{message}"):
+        load_spec(str(path))

@@ -155,7 +155,7 @@ def _check_sample_submission(path: Path, spec: CompetitionSpec, test_ids: list[s
         raise PetalsError(
             f"{path}: header is {list(frame.columns)}, expected {spec.id_column},{spec.label_column}"
         )
-    if set(frame[spec.id_column]) != set(map(str, test_ids)):
+    if len(frame) != len(test_ids) or set(frame[spec.id_column]) != set(map(str, test_ids)):
         raise PetalsError(f"{path}: its {len(frame)} ids are not the test split's {len(test_ids)}")
 
 

@@ -300,7 +300,7 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
                 progress=options.progress,
             )
             root, origin, sizes = str(staging), "embedded synthetic dataset", (options.synthetic_size,)
-            log.info("fetch: drew %s", split_counts)
+            log.info("fetch: drew %s %s", split_counts, "rows" if spec.kind == "table" else "images")
         elif source == "kaggle":
             if not kaggle_client.find_credentials():
                 raise PetalsError(
@@ -346,12 +346,12 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
             counts = verify_layout(root, spec, sizes)
             if source != "synthetic":
                 _note_unusual_counts(counts, spec)
-            found = {"sizes": {str(size): splits for size, splits in counts.items()}}
+            counted = {"sizes": {str(size): splits for size, splits in counts.items()}}
             digest = fingerprint(root, spec, list(counts))
         else:  # image folders and tables are unpacked into the data dir
             competition_files.unpack_into(Path(root), staging, spec)
             try:
-                found = {"splits": competition_files.verify(staging, spec)}
+                counted = {"splits": competition_files.verify(staging, spec)}
             except PetalsError as err:  # name the file where it came from: staging goes with the error
                 raise PetalsError(str(err).replace(str(staging), origin.rstrip("/"))) from None
             root, counts = str(staging), {}
@@ -362,7 +362,7 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
             "source": source,
             "origin": origin,
             "root": "." if root == str(staging) else root,
-            **found,
+            **counted,
             "fingerprint": digest,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(time.perf_counter() - started, 1),
@@ -422,7 +422,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--scale",
         type=float,
         default=None,
-        help="synthetic dataset size multiplier (default: the dataset's own, 4 images-per-class for flowers)",
+        help="synthetic dataset size multiplier (default: each embedded dataset's own, 4 for flowers)",
     )
     parser.add_argument(
         "--workers", type=int, default=None, help="synthetic drawing processes (default: CPUs)"
