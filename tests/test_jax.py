@@ -176,7 +176,7 @@ def test_the_same_recipe_computes_the_same_on_both_backends(small_data_dir, tmp_
     within 0.02.
     """
     overrides = ["data.image_size=32", "train.epochs=10", "train.steps_per_epoch=25", "train.ema=0.9",
-                 "data.shuffle_buffer=1", "augment.flip=false"]  # fmt: skip
+                 "train.val_every=1", "data.shuffle_buffer=1", "augment.flip=false"]  # fmt: skip
     arguments = {
         "data_dir": str(small_data_dir),
         "out": str(tmp_path),
