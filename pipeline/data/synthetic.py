@@ -376,7 +376,7 @@ def keep_freed_memory() -> None:
 
     glibc serves allocations over 128 KiB (one 192 px float image is 432 KiB) with mmap, or
     trims them off the heap once freed, so each of the ~100 temporary arrays of an image costs
-    fresh zeroed pages: a fifth of the drawing time went to the kernel (sys), 12-14 ms an image
+    fresh zeroed pages: a fifth of the drawing time went to the kernel (sys), 14-16 ms an image
     against 11-12 ms with the thresholds raised. The images are the same bytes either way. A
     worker initializer: drawing processes only. Nothing to do where the C library is not glibc.
     """
