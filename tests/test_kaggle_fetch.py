@@ -103,3 +103,31 @@ def test_missing_credentials_say_where_they_go(tmp_path, in_kaggle_env, capsys):
     code, (line,), _ = _fetch_here(tmp_path, capsys)
     assert code == 2
     assert "needs Kaggle credentials" in line and "~/.kaggle/" in line and "KAGGLE_USERNAME" in line
+
+
+def test_a_table_competition_downloads_with_its_zips_inside_unpacked(tmp_path, in_kaggle_env, capsys):
+    """word2vec-nlp-tutorial's download, as the facts describe it: each table zipped again inside."""
+    from competition import load_spec
+    from pipeline.data import embedded
+
+    files = tmp_path / "files"
+    embedded.draw(load_spec("imdb"), files, size=0, seed=2, scale=0.01)
+    download = tmp_path / "word2vec-nlp-tutorial.zip"
+    with zipfile.ZipFile(download, "w") as zf:
+        for file in sorted(files.iterdir()):
+            zf.write(file, file.name)
+    behaviour = Behaviour(archive=download.read_bytes())
+    with KaggleTestServer(behaviour):
+        code, _, printed = _fetch_here(tmp_path, capsys, "--competition", "imdb")
+    assert code == 0, printed
+    assert behaviour.requests[0]["json"] == {"competitionName": "word2vec-nlp-tutorial"}
+    data = tmp_path / "data"
+    assert sorted(p.name for p in data.iterdir()) == [
+        "labeledTrainData.tsv", "manifest.json", "sampleSubmission.csv", "testData.tsv",
+    ]  # fmt: skip
+    manifest = json.loads((data / "manifest.json").read_text())
+    assert manifest["source"] == "kaggle" and manifest["splits"] == {
+        "train": {"rows": 20},
+        "test": {"rows": 20},
+    }
+    assert not (tmp_path / "data.download").exists()
