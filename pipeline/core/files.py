@@ -45,6 +45,18 @@ def write_zip(path: Path, members: Sequence[tuple[str, bytes]]) -> None:
     write_atomically(path, write)
 
 
+def unsafe_member(archive: zipfile.ZipFile) -> str | None:
+    """The first member whose path would land outside the folder it is unpacked into, or None."""
+    return next(
+        (
+            m.filename
+            for m in archive.infolist()
+            if m.filename.startswith("/") or ".." in Path(m.filename).parts
+        ),
+        None,
+    )
+
+
 def sha256(path: Path) -> str:
     """The hex sha256 of a local file, read in 4 MiB chunks."""
     digest = hashlib.sha256()

@@ -23,6 +23,7 @@ from PIL import Image, UnidentifiedImageError
 
 from competition import CompetitionSpec
 from pipeline.core.errors import PetalsError
+from pipeline.core.files import sha256, unsafe_member
 from pipeline.data.tables import read_table
 
 JPEG_START = b"\xff\xd8\xff"
@@ -84,9 +85,8 @@ def unpack_into(source: Path, dest: Path, spec: CompetitionSpec) -> None:
 def _unzip(archive: Path, dest: Path) -> None:
     try:
         with zipfile.ZipFile(archive) as opened:
-            for member in opened.infolist():
-                if member.filename.startswith("/") or ".." in Path(member.filename).parts:
-                    raise PetalsError(f"corrupt archive {archive}: unsafe member path {member.filename!r}")
+            if (unsafe := unsafe_member(opened)) is not None:
+                raise PetalsError(f"corrupt archive {archive}: unsafe member path {unsafe!r}")
             opened.extractall(dest)
     except (zipfile.BadZipFile, EOFError, zlib.error) as err:
         raise PetalsError(f"corrupt archive {archive} ({err})") from None
@@ -173,5 +173,5 @@ def fingerprint(root: Path, spec: CompetitionSpec) -> str:
     digest = hashlib.sha256()
     for path in data_files(root, spec):
         digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(hashlib.sha256(path.read_bytes()).digest())
+        digest.update(bytes.fromhex(sha256(path)))  # read in chunks: a split can be gigabytes
     return "sha256:" + digest.hexdigest()

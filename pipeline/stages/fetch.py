@@ -34,7 +34,7 @@ from pipeline import __version__
 from pipeline.core import kaggle_client, kaggle_input
 from pipeline.core.competitions import load_competition
 from pipeline.core.errors import PetalsError, first_line
-from pipeline.core.files import write_json
+from pipeline.core.files import unsafe_member, write_json
 from pipeline.data import competition_files, embedded
 from pipeline.data.layout import (
     data_files,
@@ -174,10 +174,9 @@ def _unpack(
     keep_dirs = {spec.records.record_dir(s) for s in sizes} if sizes and spec.kind == "records" else None
     try:
         with zipfile.ZipFile(archive) as zf:
+            if (unsafe := unsafe_member(zf)) is not None:
+                raise PetalsError(f"corrupt archive {archive}: unsafe member path {unsafe!r}")
             members = [m for m in zf.infolist() if not m.is_dir()]
-            for m in members:
-                if m.filename.startswith("/") or ".." in Path(m.filename).parts:
-                    raise PetalsError(f"corrupt archive {archive}: unsafe member path {m.filename!r}")
             if keep_dirs is not None:  # drop the other resolutions' folders, wherever they sit
 
                 def wanted(name: str) -> bool:
