@@ -126,7 +126,7 @@ def test_a_killed_jax_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
     """The custom loop (a jitted stateless step) on 8 devices, killed after its first checkpoint."""
     args = _train_args(
         tiny_data_dir, tmp_path, "killed", "train.epochs=4", "train.steps_per_epoch=6",
-        "train.lr_ramp_epochs=2", "train.loop=custom", "train.ema=0.9",
+        "train.lr_ramp_epochs=2", "train.loop=custom", "train.ema=0.9", "train.val_every=3",
     )  # fmt: skip
     command = [sys.executable, "-m", "pipeline", *args, *JAX_8]
     env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
@@ -149,6 +149,7 @@ def test_a_killed_jax_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
     assert foreign_lines(second.stdout + second.stderr) == []  # no JAX start-up line ("libtpu.so", ...)
     history = pd.read_csv(tmp_path / "killed" / "history.csv")
     assert history["epoch"].tolist() == [1, 2, 3, 4]  # every epoch once, none redone twice
+    assert history["val_macro_f1"].notna().tolist() == [True, False, True, True]  # 1st, every 3rd, last
     from pipeline.core.config import load_config
 
     config = load_config(overrides=[*TINY, "train.epochs=4", "train.lr_ramp_epochs=2"])
