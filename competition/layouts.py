@@ -81,6 +81,11 @@ class ImageFolder:
     archive: str
     members: str
 
+    @property
+    def folder(self) -> str:
+        """The folder the zip unpacks to (`train`): the members' first path part."""
+        return self.members.split("/")[0]
+
     def parse(self, name: str) -> dict[str, str] | None:
         """The fields a member name carries ({"label": "cat", "number": "0"}), or None when the
         name does not match (a folder entry, a stray file)."""
@@ -108,7 +113,7 @@ def _image_folder(
 ) -> ImageFolderLayout:
     folders = {split: ImageFolder(**raw[split]) for split in splits}
     for split, folder in folders.items():
-        if "/" not in folder.members or _FIELD.search(folder.members.split("/")[0]):
+        if "/" not in folder.members or _FIELD.search(folder.folder):
             raise ValueError(
                 f"[data.image_folder.{split}] members {folder.members!r}: name the split's folder first"
             )

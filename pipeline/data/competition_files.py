@@ -34,8 +34,7 @@ def _entries(spec: CompetitionSpec) -> dict[str, tuple[str, str | None]]:
     the zip Kaggle may ship it in."""
     if spec.kind == "image_folder":
         entries = {
-            split: (folder.members.split("/")[0], folder.archive)
-            for split, folder in spec.image_folder.splits.items()
+            split: (folder.folder, folder.archive) for split, folder in spec.image_folder.splits.items()
         }
     else:
         entries = {split: (table.file, table.archive) for split, table in spec.tables.splits.items()}
@@ -119,7 +118,7 @@ def _verify_images(root: Path, spec: CompetitionSpec, split: str) -> list[str]:
     """A split's image names, each checked: it matches the split's pattern, its label is a class
     (labelled splits), it starts as a JPEG does; the first is decoded whole. The ids (or names)."""
     folder_spec = spec.image_folder.splits[split]
-    top = root / folder_spec.members.split("/")[0]
+    top = root / folder_spec.folder
     if not top.is_dir():
         raise PetalsError(f"{top}: split {split} missing (no such folder)")
     paths = sorted(p for p in top.rglob("*") if p.is_file())

@@ -60,7 +60,7 @@ def examples(root: Path, spec: CompetitionSpec, split: str) -> Examples:
 
 def _image_examples(root: Path, spec: CompetitionSpec, split: str) -> Examples:
     folder = spec.image_folder.splits[split]
-    top = root / folder.members.split("/")[0]
+    top = root / folder.folder
     found = []
     for path in top.rglob("*"):
         fields = folder.parse(path.relative_to(root).as_posix()) if path.is_file() else None
