@@ -17,7 +17,7 @@ SCALE       ?=#                  synthetic dataset size multiplier (default: eac
 FORCE       ?=#                  FORCE=1 fetches again over a complete data dir
 RECIPE      ?= auto#             recipe: competition/recipes/<RECIPE>.toml; auto: tpu, gpu or cpu by accelerator
 SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 data.batch_size=32"
-INSPECT_DIR ?= runs/inspect#     where `make inspect` writes batch.png and class_counts.csv
+INSPECT_DIR ?= runs/inspect$(if $(filter-out flowers,$(COMPETITION)),-$(COMPETITION))#     where `make inspect` writes batch.png and class_counts.csv
 RUNS_DIR    ?= runs#             run directories (make train)
 RUN         ?=#                  run id (default: recipe, backbone, size and a config hash)
 BACKEND     ?= auto#             Keras backend: auto (TensorFlow, or JAX where only JAX drives the TPU) | tensorflow | jax
@@ -150,14 +150,14 @@ ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1
 		--tta $(TTA) --data-dir $(DATA) --runs-dir $(RUNS_DIR) --submissions-dir $(SUBMISSIONS) $(device_ARGS)
 
 submit: $(if $(and $(CHAIN),$(if $(FILE),,1)),predict) | $(STAMP) ## check and upload FILE (default: the newest CSV); a dry run without credentials
-	$(PY) -m pipeline submit --data-dir $(DATA) --submissions-dir $(SUBMISSIONS) $(if $(FILE),--file $(FILE)) \
+	$(PY) -m pipeline submit --competition $(COMPETITION) --data-dir $(DATA) --submissions-dir $(SUBMISSIONS) $(if $(FILE),--file $(FILE)) \
 		$(if $(MESSAGE),--message "$(MESSAGE)") $(if $(SLUG),--slug $(SLUG))
 
 leaderboard: | $(STAMP) ## print the offline leaderboard and plot it (SUBMISSIONS/leaderboard.png)
-	$(PY) -m pipeline leaderboard --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
+	$(PY) -m pipeline leaderboard --competition $(COMPETITION) --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
 
 leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into the leaderboard, then print it
-	$(PY) -m pipeline leaderboard --sync --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
+	$(PY) -m pipeline leaderboard --sync --competition $(COMPETITION) --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
 
 kernel_ARGS := --recipe $(RECIPE) $(if $(filter-out flowers,$(COMPETITION)),--set competition=$(COMPETITION)) $(foreach s,$(SET),--set $(s)) $(if $(KERNEL),--name $(KERNEL)) \
 	$(if $(OWNER),--owner $(OWNER)) --accelerator $(ACCELERATOR) --kernel-type $(KERNEL_TYPE) --internet $(INTERNET) \

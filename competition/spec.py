@@ -58,6 +58,16 @@ class CompetitionSpec:
         return split in self.labeled_splits
 
     @property
+    def modality(self) -> str:
+        """What a model reads: "image" (records, image folders) or "text" (tables)."""
+        return "text" if self.kind == "table" else "image"
+
+    @property
+    def score_key(self) -> str:
+        """The history column and metrics key of the competition's metric on val: `val_macro_f1`."""
+        return f"val_{self.metric.name}"
+
+    @property
     def records(self) -> RecordLayout:
         """The TFRecord layout; ValueError for a competition of another kind."""
         return self._layout(RecordLayout)

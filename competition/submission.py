@@ -1,4 +1,6 @@
-"""The submission format: `id,label`, every test id exactly once, integer labels in range.
+"""The submission format: `id,<label column>`, every test id exactly once, and per row a class id
+in range or, for a probability submission (`submission.value = "probability"`), P(class 1) in
+[0, 1].
 
 `check_submission` is what Kaggle would reject, caught before an upload: it reads the file
 as text (so `3.0`, ` 7` or an empty cell are seen as written) and names the first defect
@@ -30,11 +32,14 @@ class SubmissionSummary:
     bytes: int
 
 
-def submission_frame(spec: CompetitionSpec, ids: Iterable[str], labels: Iterable[int]) -> pd.DataFrame:
-    """Predictions as the two-column frame Kaggle expects, ids in the order given."""
-    return pd.DataFrame(
-        {spec.id_column: list(ids), spec.label_column: np.asarray(list(labels), dtype=np.int64)}
-    )
+def submission_frame(spec: CompetitionSpec, ids: Iterable[str], values: Iterable) -> pd.DataFrame:
+    """Predictions as the two-column frame Kaggle expects, ids in the order given: class ids, or
+    probabilities written with 6 decimals."""
+    if spec.submission_value == "probability":
+        column = [f"{p:.6f}" for p in np.asarray(list(values), dtype=np.float64)]
+    else:
+        column = np.asarray(list(values), dtype=np.int64)
+    return pd.DataFrame({spec.id_column: list(ids), spec.label_column: column})
 
 
 def _ids(values: pd.Series, limit: int = 3) -> str:
@@ -71,6 +76,8 @@ def check_submission(path: Path, spec: CompetitionSpec, expected_ids: Iterable[s
         raise SubmissionError(
             f"{path}: {len(missing)} of the {len(expected)} test id(s) missing: {_ids(missing.values)}"
         )
+    if spec.submission_value == "probability":
+        return _check_probabilities(path, ids, labels, spec)
     bad = labels[~labels.str.match(_INTEGER)]
     if len(bad):
         row = bad.index[0]
@@ -87,6 +94,20 @@ def check_submission(path: Path, spec: CompetitionSpec, expected_ids: Iterable[s
             f"is outside 0..{spec.num_classes - 1}"
         )
     return SubmissionSummary(rows=len(frame), classes_used=int(values.nunique()), bytes=path.stat().st_size)
+
+
+def _check_probabilities(path: Path, ids: pd.Series, values: pd.Series, spec: CompetitionSpec):
+    numbers = pd.to_numeric(values, errors="coerce")
+    bad = values[numbers.isna() | (numbers < 0) | (numbers > 1)]
+    if len(bad):
+        row = bad.index[0]
+        raise SubmissionError(
+            f"{path}: {spec.label_column} {bad.iloc[0]!r} for id {ids[row]!r} (line {row + 2}) "
+            "is not a probability in [0, 1]"
+        )
+    return SubmissionSummary(
+        rows=len(values), classes_used=int((numbers >= 0.5).nunique()), bytes=path.stat().st_size
+    )
 
 
 def read_sample_ids(text: str, spec: CompetitionSpec, source: str) -> list[str]:

@@ -41,32 +41,62 @@ def test_a_table_split_keeps_its_texts_exactly_and_pairs_stay_pairs(fetched):
     assert len(pairs.inputs) == 2 and pairs.labels is None and len(pairs) == 20
 
 
-def test_the_held_out_val_split_is_stratified_seeded_and_disjoint(fetched):
+def test_the_held_out_val_fold_is_stratified_fixed_and_disjoint(fetched):
     train = file_examples.examples(fetched["watson"], load_spec("watson"), "train")
-    kept, val = file_examples.hold_out(train, 0.2, seed=0)
+    kept, val = file_examples.fold_split(train, 5, 0)
     assert len(kept) + len(val) == len(train) and not set(kept.ids) & set(val.ids)
     for label in range(3):  # a fifth of each class
-        assert abs(np.sum(val.labels == label) - 0.2 * np.sum(train.labels == label)) <= 0.5
-    again, _ = file_examples.hold_out(train, 0.2, seed=0)
-    other, _ = file_examples.hold_out(train, 0.2, seed=1)
-    assert again.ids.tolist() == kept.ids.tolist() and other.ids.tolist() != kept.ids.tolist()
+        assert abs(np.sum(val.labels == label) - 0.2 * np.sum(train.labels == label)) <= 1
+    again, _ = file_examples.fold_split(train, 5, 0)
+    _, other_val = file_examples.fold_split(train, 5, 1)
+    assert again.ids.tolist() == kept.ids.tolist() and not set(val.ids) & set(other_val.ids)
+    held = np.concatenate([file_examples.fold_split(train, 5, k)[1].ids for k in range(5)])
+    assert sorted(held) == sorted(train.ids)  # the folds cover train once
 
 
 def test_photos_of_any_size_come_out_as_static_square_batches(fetched):
     spec = load_spec("dogs-vs-cats")
     train = file_examples.examples(fetched["dogs-vs-cats"], spec, "train")
-    batches = file_examples.image_dataset(train, 48, 8, training=True)
+    batches = file_examples.file_dataset(train, 8, training=True, image_size=48)
     images, labels = next(iter(batches))
     assert images.shape == (8, 48, 48, 3) and images.dtype.name == "uint8" and labels.shape == (8,)
     test = file_examples.examples(fetched["dogs-vs-cats"], spec, "test")
-    ids = np.concatenate(
-        [tags.numpy() for _, tags in file_examples.image_dataset(test, 48, 8, training=False)]
-    )
-    assert [i.decode() for i in ids] == test.ids.tolist()  # every test image once, in order
+    batches = file_examples.file_dataset(test, 8, training=False, image_size=48, pad_to_batch=True)
+    ids = np.concatenate([tags.numpy() for _, tags in batches])
+    assert len(ids) == 32 and [i.decode() for i in ids[:25]] == test.ids.tolist()  # every test image once
+    assert set(ids[25:]) == {b""}  # then padding to full batches
+
+
+def test_labelled_batches_can_carry_their_ids_and_padding_has_label_minus_one(fetched):
+    train = file_examples.examples(fetched["imdb"], load_spec("imdb"), "train")
+    batches = list(file_examples.file_dataset(train, 64, training=False, pad_to_batch=True, with_ids=True))
+    texts, labels, ids = (np.concatenate([b[k].numpy() for b in batches]) for k in range(3))
+    assert len(texts) == 128 and labels[100:].tolist() == [-1] * 28 and ids[99].decode() == train.ids[99]
 
 
 def test_text_batches_carry_strings_and_pairs(fetched):
     pairs = file_examples.examples(fetched["watson"], load_spec("watson"), "train")
-    (premise, hypothesis), labels = next(iter(file_examples.text_dataset(pairs, 4, training=False)))
+    (premise, hypothesis), labels = next(iter(file_examples.file_dataset(pairs, 4, training=False)))
     assert premise.shape == hypothesis.shape == labels.shape == (4,)
     assert premise.numpy()[0].decode() == pairs.inputs[0][0]
+
+
+def test_a_photo_with_a_good_header_and_a_broken_body_is_named_in_one_line(fetched, tmp_path):
+    import shutil
+
+    from pipeline.core import config as config_module
+    from pipeline.core.errors import PetalsError
+    from pipeline.data import splits
+
+    spec = load_spec("dogs-vs-cats")
+    root = tmp_path / "data"
+    shutil.copytree(fetched["dogs-vs-cats"], root)
+    config = config_module.load_config("cpu", ["competition=dogs-vs-cats", "data.image_size=32"])
+    _, val = splits.train_and_val(str(root), spec, config)
+    broken = Path(val.examples.inputs[0][3])
+    body = broken.read_bytes()
+    broken.write_bytes(body[:200] + bytes(len(body) - 200))  # the header stays, the scan data is zeros
+    batches = val.eval_dataset(config, 8, labeled=True)
+    with pytest.raises(PetalsError, match=rf"^{broken}: does not decode \("), val.naming_bad(labeled=True):
+        for _ in batches:
+            pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import keras
@@ -110,21 +111,38 @@ def test_the_cnn_finds_a_flower_wherever_it_is():
     np.testing.assert_allclose(here, there, rtol=1e-4, atol=1e-5)  # ...wherever it is
 
 
+SHIPPED = [
+    (competition, recipe)
+    for competition in ("flowers", "dogs-vs-cats", "imdb")
+    for recipe in config.recipe_names(competition)
+    if recipe != config.DEFAULT_RECIPE
+]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe", [r for r in config.recipe_names() if r != config.DEFAULT_RECIPE])
-def test_every_shipped_recipe_loads_and_builds_its_model(recipe):
-    """Each recipe under competition/recipes/ validates, names a backbone that builds on the
-    backends it will meet, and builds its classifier (tiny input, random weights)."""
-    loaded = config.load_config(recipe)
-    assert loaded.recipe == recipe
-    backbone = registry.get_backbone(loaded.model.backbone)
-    if recipe == "tpu":  # today's TPUs run JAX: the TPU recipe must build there
-        assert "jax" in backbone.backends
-    assert loaded.model.weights in ("none", *backbone.weights)
-    size = max(32, backbone.min_size)
-    net = registry.build_classifier(
-        loaded.model.backbone, size, num_classes=104, weights="none", dropout=loaded.model.dropout
-    )
-    pixels = np.random.default_rng(0).integers(0, 256, (2, size, size, 3), dtype=np.uint8)
-    probabilities = np.asarray(net(pixels, training=False))
-    assert probabilities.shape == (2, 104) and np.isfinite(probabilities).all()
+@pytest.mark.parametrize(("competition", "recipe"), SHIPPED)
+def test_every_shipped_recipe_loads_and_builds_its_model(competition, recipe):
+    """Each competition's recipes validate, name a network for its inputs that builds on the
+    backends they will meet, and build it (tiny input, random weights)."""
+    from competition import load_spec
+    from pipeline.modeling import networks
+
+    loaded = config.load_config(recipe, [f"competition={competition}"])
+    spec = load_spec(competition)
+    assert loaded.recipe == recipe and loaded.competition == competition
+    for backend in ("tensorflow", "jax") if recipe == "tpu" else ("tensorflow",):
+        networks.check(loaded, spec, backend)  # today's TPUs run JAX: the TPU recipes must build there
+    if spec.modality == "text":
+        small = dataclasses.replace(loaded, data=dataclasses.replace(loaded.data, sequence_length=16))
+        net = networks.build(small, spec, vocabulary_size=50)
+        inputs = np.random.default_rng(0).integers(0, 50, (2, 16), dtype=np.int32)
+    else:
+        backbone = registry.get_backbone(loaded.model.backbone)
+        assert loaded.model.weights in ("none", *backbone.weights)
+        size = max(32, backbone.min_size)
+        net = registry.build_classifier(
+            loaded.model.backbone, size, spec.num_classes, weights="none", dropout=loaded.model.dropout
+        )
+        inputs = np.random.default_rng(0).integers(0, 256, (2, size, size, 3), dtype=np.uint8)
+    probabilities = np.asarray(net(inputs, training=False))
+    assert probabilities.shape == (2, spec.num_classes) and np.isfinite(probabilities).all()

@@ -172,12 +172,12 @@ def test_a_stage_refuses_a_competition_whose_data_it_does_not_read_yet_in_one_li
     from pipeline.core.competitions import load_competition
     from pipeline.core.errors import PetalsError
 
-    assert load_competition("flowers").kind == "records"
+    assert load_competition("flowers", stage="kernel").kind == "records"
     with pytest.raises(
         PetalsError, match=r"^competition imdb: its data is a table of texts, which this stage"
     ):
-        load_competition("imdb")
-    assert load_competition("imdb", stage="fetch").kind == "table"
+        load_competition("imdb", stage="kernel")
+    assert load_competition("imdb", stage="train").kind == "table"
     with pytest.raises(PetalsError, match=r"^competition=roses: unknown competition 'roses'"):
         load_competition("roses")
 

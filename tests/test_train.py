@@ -299,7 +299,7 @@ def test_folds_hold_out_every_kth_shard_and_cover_everything():
 def test_merging_val_into_train_trains_without_a_val_split(cpu, tiny_data_dir, tmp_path):
     config = load_config(overrides=[*TINY, "train.merge_val=true"])
     job = train.prepare(config, cpu, tiny_data_dir, tmp_path, "merged", None)
-    assert job.val_files == [] and len(job.train_files) == 32
+    assert job.val is None and len(job.train.files) == 32
     metrics = train.fit(job, verbose=0)
     assert (job.run_dir / "best.weights.h5").is_file() and metrics["epochs"] == 2
     assert "val_macro_f1" not in pd.read_csv(job.run_dir / "history.csv").columns

@@ -1,8 +1,8 @@
 """The competition a stage works on: its file loaded, or refused in one line.
 
-Competition files describe three kinds of data (competition/layouts.py). Fetch reads every
-kind; the stages after it read the kinds in `READ_BY_STAGES`. A file of another kind loads and
-validates, and a stage asked to work on it says so instead of failing half-way.
+Competition files describe three kinds of data (competition/layouts.py). Most stages read every
+kind; those in `READ_BY_STAGES` read only the kinds named there. A file of another kind loads
+and validates, and a stage asked to work on it says so instead of failing half-way.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from competition import CompetitionSpec, load_spec
 from competition.layouts import KINDS
 from pipeline.core.errors import PetalsError
 
-READ_BY_STAGES = {"fetch": KINDS}
-READ_BY_OTHER_STAGES = ("records",)
+READ_BY_STAGES = {"kernel": ("records",)}
 _DESCRIBED = {"records": "TFRecords", "image_folder": "an image folder", "table": "a table of texts"}
 
 
@@ -23,7 +22,7 @@ def load_competition(name: str, stage: str = "") -> CompetitionSpec:
         spec = load_spec(name)
     except ValueError as err:
         raise PetalsError(f"competition={name}: {err}") from None
-    kinds = READ_BY_STAGES.get(stage, READ_BY_OTHER_STAGES)
+    kinds = READ_BY_STAGES.get(stage, KINDS)
     if spec.kind not in kinds:
         read = ", ".join(_DESCRIBED[kind] for kind in kinds)
         raise PetalsError(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from competition.spec import SPEC_DIR
+from competition.spec import DEFAULT_COMPETITION, SPEC_DIR
 from pipeline.core.errors import PetalsError
 
 RECIPE_DIR = SPEC_DIR / "recipes"
@@ -30,8 +30,12 @@ AUTO_RECIPES = {"TPU": "tpu", "GPU": "gpu", "CPU": "cpu"}
 class DataConfig:
     """What the input pipeline reads and how it batches."""
 
-    image_size: int = 192  # resolution of the TFRecords to read (tfrecords-jpeg-<size>x<size>)
+    image_size: int = 192  # TFRecords to read (tfrecords-jpeg-<size>x<size>), or the square photos become
     input_size: int = 0  # resolution the model sees; 0 = image_size (else resized in the pipeline)
+    # Texts: token ids per text (the start id included; longer texts are cut) and the vocabulary
+    # adapted on the training texts, padding and unknown ids included.
+    sequence_length: int = 256
+    vocabulary_size: int = 20000
     batch_size: int = 16  # per replica; global batch = batch_size x replicas
     shuffle_buffer: int = 2048  # training examples shuffled in memory
     cache: bool = False  # keep decoded records in memory after the first epoch
@@ -88,7 +92,8 @@ TRANSFORMS = (
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The network: a backbone from the registry (`pipeline.modeling.registry.BACKBONES`) and its head."""
+    """The network: an image backbone from the registry (`pipeline.modeling.registry.BACKBONES`) and its
+    head, or a text network (`pipeline.modeling.text.NETWORKS`)."""
 
     backbone: str = "cnn"
     weights: str = "none"  # imagenet | noisy-student | none | a local weights file (offline kernels)
@@ -134,7 +139,7 @@ class TrainConfig:
 @dataclass(frozen=True)
 class Config:
     recipe: str = DEFAULT_RECIPE
-    competition: str = "flowers"
+    competition: str = DEFAULT_COMPETITION
     seed: int = 0
     data: DataConfig = field(default_factory=DataConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
@@ -155,15 +160,21 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
-def recipe_names() -> list[str]:
-    """Recipes shipped under competition/recipes/, plus `default` (no file: the defaults)."""
-    return sorted([DEFAULT_RECIPE, *(p.stem for p in RECIPE_DIR.glob("*.toml"))])
+def recipe_dir(competition: str = DEFAULT_COMPETITION) -> Path:
+    """Where a competition's recipes are: competition/recipes/ for flowers, else its own folder."""
+    return RECIPE_DIR if competition == DEFAULT_COMPETITION else RECIPE_DIR / Path(competition).stem
 
 
-def recipe_path(name: str) -> Path:
-    path = Path(name) if name.endswith(".toml") else RECIPE_DIR / f"{name}.toml"
+def recipe_names(competition: str = DEFAULT_COMPETITION) -> list[str]:
+    """A competition's shipped recipes, plus `default` (no file: the defaults)."""
+    return sorted([DEFAULT_RECIPE, *(p.stem for p in recipe_dir(competition).glob("*.toml"))])
+
+
+def recipe_path(name: str, competition: str = DEFAULT_COMPETITION) -> Path:
+    path = Path(name) if name.endswith(".toml") else recipe_dir(competition) / f"{name}.toml"
     if not path.is_file():
-        raise PetalsError(f"unknown recipe {name!r}: no {path} (recipes: {', '.join(recipe_names())})")
+        known = ", ".join(recipe_names(competition))
+        raise PetalsError(f"unknown recipe {name!r} for {competition}: no {path} (recipes: {known})")
     return path
 
 
@@ -253,11 +264,19 @@ def resolve_recipe(recipe: str, device: str | None) -> str:
     return AUTO_RECIPES[device]
 
 
-def _recipe_values(recipe: str) -> tuple[Path | None, dict[str, Any]]:
+def _competition(overrides: Iterable[str]) -> str:
+    """The competition `--set competition=...` names (the recipe is looked up in its folder)."""
+    value = parse_overrides(overrides).get("competition", DEFAULT_COMPETITION)
+    if not isinstance(value, str):
+        raise PetalsError("--set competition: a competition's name, e.g. --set competition=imdb")
+    return value
+
+
+def _recipe_values(recipe: str, competition: str) -> tuple[Path | None, dict[str, Any]]:
     """A resolved recipe's file and the values it sets (none for `default`)."""
     if recipe == DEFAULT_RECIPE:
         return None, {}
-    path = recipe_path(recipe)
+    path = recipe_path(recipe, competition)
     try:
         raw = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
@@ -273,7 +292,8 @@ def load_config(
 
     `recipe="auto"` takes the recipe for `device` (TPU, GPU or CPU: `Platform.device`).
     """
-    path, raw = _recipe_values(resolve_recipe(recipe, device))
+    overrides = list(overrides)
+    path, raw = _recipe_values(resolve_recipe(recipe, device), _competition(overrides))
     config = Config()
     if path is not None:
         config = dataclasses.replace(_apply(config, raw, "", str(path)), recipe=path.stem)
@@ -327,7 +347,7 @@ def describe(recipe: str, overrides: Iterable[str] = (), device: str | None = No
     from: the defaults, the recipe file, or `--set`."""
     overrides = list(overrides)
     config = load_config(recipe, overrides, device)
-    path, raw = _recipe_values(resolve_recipe(recipe, device))
+    path, raw = _recipe_values(resolve_recipe(recipe, device), config.competition)
     from_recipe, from_set = _leaves(raw), _leaves(parse_overrides(overrides))
     chosen = f"{recipe} -> {config.recipe} (the {device} recipe)" if recipe == AUTO_RECIPE else config.recipe
     shown = (
@@ -381,6 +401,11 @@ def validate(config: Config) -> None:
     if data.image_size <= 0 or data.input_size < 0:
         raise PetalsError(
             f"data.image_size={data.image_size}, data.input_size={data.input_size}: must be > 0"
+        )
+    if data.sequence_length < 2 or data.vocabulary_size < 3:
+        raise PetalsError(
+            f"data.sequence_length={data.sequence_length}, data.vocabulary_size={data.vocabulary_size}: "
+            "need a start id and a word (>= 2), and padding, unknown and one word (>= 3)"
         )
     if data.batch_size <= 0:
         raise PetalsError(

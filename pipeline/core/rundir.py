@@ -32,9 +32,10 @@ class RunDir:
     PER_CLASS = "per_class.csv"
     CONFUSIONS = "confusions.csv"
     CONFUSION_PLOT = "confusion.png"
+    VOCABULARY = "vocabulary.txt"  # a text run's words, one a line: token id = line number + 2
     # The small files worth keeping beside a submission (a kernel copies these to its output).
     SMALL_FILES = (CONFIG, DATA_MANIFEST, RUN_INFO, METRICS, HISTORY, CURVES, PER_CLASS, CONFUSIONS,
-                   CONFUSION_PLOT)  # fmt: skip
+                   CONFUSION_PLOT, VOCABULARY)  # fmt: skip
 
     def __init__(self, path: Path | str):
         self.path = Path(path)
@@ -157,8 +158,12 @@ class RunDir:
 
 
 def run_id(config, fingerprint: str) -> str:
-    """Same config and data -> same id, so rerunning a command finds (and resumes) its run."""
-    size = config.data.input_size or config.data.image_size
+    """Same config and data -> same id, so rerunning a command finds (and resumes) its run.
+    The size in it is the image's side, or a text's tokens."""
+    from competition import load_spec
+
+    texts = load_spec(config.competition).modality == "text"
+    size = config.data.sequence_length if texts else config.data.input_size or config.data.image_size
     digest = hashlib.sha256(json.dumps([config.to_dict(), fingerprint], sort_keys=True).encode()).hexdigest()
     return f"{config.recipe}-{config.model.backbone}-{size}-{digest[:8]}"
 

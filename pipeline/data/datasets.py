@@ -187,7 +187,13 @@ def train_dataset(
         dataset = dataset.cache()
     dataset = dataset.repeat().shuffle(data.shuffle_buffer)
     dataset = dataset.batch(batch_size, drop_remainder=True, num_parallel_calls=AUTOTUNE, deterministic=False)
-    dataset = _resized(dataset, config)
+    return augmented(dataset, spec, config)
+
+
+def augmented(batches: tf.data.Dataset, spec: CompetitionSpec, config: Config) -> tf.data.Dataset:
+    """Training batches of uint8 images at the model's input size, augmented here with
+    `augment.where == "host"` (float32, maybe soft labels), left to the train step otherwise."""
+    dataset = resized(batches, config)
     if config.augment.where == "host":
         # XLA fuses the whole augmentation into a few loops: 2.5x the plain graph on CPU.
         augment_on_host = tf.function(
@@ -204,7 +210,7 @@ def train_dataset(
     return dataset.prefetch(AUTOTUNE)
 
 
-def _resized(batches: tf.data.Dataset, config: Config) -> tf.data.Dataset:
+def resized(batches: tf.data.Dataset, config: Config) -> tf.data.Dataset:
     """Batches at the model's input size; no extra stage when the records already are."""
     size = input_size(config)
     if size == config.data.image_size:
@@ -247,7 +253,7 @@ def eval_dataset(
         padding = tf.data.Dataset.from_tensors((blank, *tags)).repeat(batch_size - 1)
         dataset = dataset.concatenate(padding)
     dataset = dataset.batch(batch_size, drop_remainder=pad_to_batch)
-    dataset = _resized(dataset, config)
+    dataset = resized(dataset, config)
     return dataset.prefetch(AUTOTUNE)
 
 

@@ -2,10 +2,10 @@
 
 A fetched data dir (pipeline/data/competition_files.py) holds each split unpacked. `examples`
 lists a split in a fixed order: ids, inputs (image paths, texts, or text pairs) and labels.
-Kaggle gives these competitions no val split, so `hold_out` takes one from train: a stratified,
-seeded share of each class, the same on every machine. `image_dataset` decodes and resizes
-photos of any size to the recipe's square; `text_dataset` yields the raw strings (vectorising
-them belongs to the model's preprocessor). Both keep batches static in size, as TPUs need.
+Kaggle gives these competitions no val split, so `fold_split` takes one from train: a stratified
+fold, the same on every machine. `file_dataset` decodes and resizes photos of any size to the
+recipe's square, or yields texts (vectorised per batch by the model's encoder), in batches of a
+static size, as TPUs need.
 """
 
 from __future__ import annotations
@@ -78,16 +78,17 @@ def _image_examples(root: Path, spec: CompetitionSpec, split: str) -> Examples:
     )
 
 
-def hold_out(train: Examples, fraction: float, seed: int) -> tuple[Examples, Examples]:
-    """(train, val): `fraction` of each class, drawn with `seed`, kept in their original order."""
-    if not 0 < fraction < 1 or train.labels is None:
-        raise ValueError(f"hold_out needs labelled examples and a fraction in (0, 1), got {fraction}")
-    rng = np.random.default_rng(seed)
-    held = np.zeros(len(train), bool)
-    for label in np.unique(train.labels):
-        rows = np.flatnonzero(train.labels == label)
-        held[rng.choice(rows, max(1, round(len(rows) * fraction)), replace=False)] = True
-    return train.take(np.flatnonzero(~held)), train.take(np.flatnonzero(held))
+def fold_split(train: Examples, folds: int, fold: int) -> tuple[Examples, Examples]:
+    """(kept, held out): fold `fold` of `folds` stratified folds, the same on every machine, each
+    kept in its original order. Kaggle gives these competitions no val split: petals holds one
+    of `VAL_FOLDS` out of train, or fold `train.fold` of `train.folds`."""
+    from sklearn.model_selection import StratifiedKFold
+
+    if train.labels is None or not 0 <= fold < folds:
+        raise ValueError(f"fold_split needs labelled examples and 0 <= fold < folds, got {fold} of {folds}")
+    folding = StratifiedKFold(n_splits=folds, shuffle=True, random_state=0)
+    kept, held = list(folding.split(np.zeros(len(train)), train.labels))[fold]
+    return train.take(np.sort(kept)), train.take(np.sort(held))
 
 
 def read_image(path: tf.Tensor, size: int) -> tf.Tensor:
@@ -97,25 +98,71 @@ def read_image(path: tf.Tensor, size: int) -> tf.Tensor:
     return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
 
 
-def image_dataset(
-    split: Examples, size: int, batch_size: int, training: bool, seed: int = 0
+def file_dataset(
+    split: Examples,
+    batch_size: int,
+    *,
+    training: bool,
+    image_size: int | None = None,
+    encode=None,
+    pad_to_batch: bool = False,
+    with_ids: bool = False,
+    skip_bad: bool = False,
+    cache: bool = False,
+    shuffle_buffer: int = 2048,
+    seed: int = 0,
 ) -> tf.data.Dataset:
-    """(image, label) batches, or (image, id) for an unlabelled split. Training: shuffled,
-    repeated, full batches only; otherwise in order, the last batch kept as it is."""
-    tags = split.labels if split.labels is not None else split.ids
-    dataset = tf.data.Dataset.from_tensor_slices((split.inputs[0], tags))
+    """Batches of one split, structured as the TFRecord datasets' are: training (input, label),
+    shuffled, repeated, full batches only; otherwise in order, (input, label), (input, label, id)
+    `with_ids`, or (input, id) for an unlabelled split.
+
+    Inputs are images decoded to `image_size` squares (uint8), or texts (pairs as a tuple),
+    turned into model inputs per batch by `encode` (a text vectoriser) when given.
+    `pad_to_batch` appends padding examples (label -1, id "") so every batch is full.
+    """
+    texts = image_size is None
+    inputs = split.inputs[0] if len(split.inputs) == 1 else tuple(split.inputs)
+    tags: tuple = () if split.labels is None else (split.labels.astype(np.int32),)
+    if split.labels is None or with_ids:
+        tags += (split.ids.astype(str),)
     if training:
+        tags = tags[:1]
+    dataset = tf.data.Dataset.from_tensor_slices((inputs, *tags))
+    if training and not cache:  # every example's path or text in one buffer: a full shuffle
         dataset = dataset.shuffle(len(split), seed=seed, reshuffle_each_iteration=True).repeat()
-    dataset = dataset.map(lambda path, tag: (read_image(path, size), tag), num_parallel_calls=AUTOTUNE)
-    return dataset.batch(batch_size, drop_remainder=training).prefetch(AUTOTUNE)
+    if not texts:
+        dataset = dataset.map(
+            lambda path, *rest: (read_image(path, image_size), *rest),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=not training,
+        )
+        if skip_bad:
+            dataset = dataset.ignore_errors()  # a photo that does not decode
+    if cache:  # decoded once, in memory; then shuffled within `shuffle_buffer` examples
+        dataset = dataset.cache()
+        if training:
+            dataset = dataset.shuffle(min(shuffle_buffer, len(split)), seed=seed).repeat()
+    if pad_to_batch:
+        blank = (
+            (tuple(tf.constant("") for _ in split.inputs) if len(split.inputs) > 1 else tf.constant(""))
+            if texts
+            else tf.zeros([image_size, image_size, 3], tf.uint8)
+        )
+        padding = tuple(
+            tf.constant(-1, tf.int32) if tag.dtype.kind == "i" else tf.constant("") for tag in tags
+        )
+        dataset = dataset.concatenate(tf.data.Dataset.from_tensors((blank, *padding)).repeat(batch_size - 1))
+    dataset = dataset.batch(batch_size, drop_remainder=training or pad_to_batch)
+    if encode is not None:
+        dataset = dataset.map(lambda batch, *rest: (encode(batch), *rest), num_parallel_calls=AUTOTUNE)
+    return dataset.prefetch(AUTOTUNE)
 
 
-def text_dataset(split: Examples, batch_size: int, training: bool, seed: int = 0) -> tf.data.Dataset:
-    """(text, label) batches, or ((premise, hypothesis), label) for pairs; ids in place of
-    labels for an unlabelled split. Shuffled, repeated, full batches when training."""
-    texts = split.inputs[0] if len(split.inputs) == 1 else split.inputs
-    tags = split.labels if split.labels is not None else split.ids
-    dataset = tf.data.Dataset.from_tensor_slices((texts, tags))
-    if training:
-        dataset = dataset.shuffle(len(split), seed=seed, reshuffle_each_iteration=True).repeat()
-    return dataset.batch(batch_size, drop_remainder=training).prefetch(AUTOTUNE)
+def first_unreadable_image(paths) -> tuple[str, str] | None:
+    """The first photo of `paths` that does not decode, and why; None when all do."""
+    for path in paths:
+        try:
+            tf.io.decode_jpeg(tf.io.read_file(str(path)), channels=3)
+        except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as err:
+            return str(path), err.message.splitlines()[0]
+    return None

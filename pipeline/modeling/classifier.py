@@ -1,5 +1,7 @@
 """The classifier as it trains: the network, one-hot (or soft) labels, and augmentation in the step.
 
+The inputs are pixels (made float32 here) or a text network's token ids (left as they are).
+
 `Classifier` wraps the network from the registry for Keras's `fit` on either backend: labels
 arrive as class indices and become one-hot rows (CutMix/MixUp's soft rows pass through), and
 with augmentation placed on the device (TensorFlow only) the batch is augmented at the start of
@@ -18,7 +20,14 @@ class Classifier(keras.Model):
     """The network for training: one-hot labels, and the batch augmented in the step when asked."""
 
     def __init__(
-        self, net: keras.Model, num_classes: int, aug, augment_here: bool, shift_scale: float, **kwargs
+        self,
+        net: keras.Model,
+        num_classes: int,
+        aug,
+        augment_here: bool,
+        shift_scale: float,
+        images: bool = True,
+        **kwargs,
     ):
         super().__init__(**kwargs)
         self.net = net
@@ -26,9 +35,13 @@ class Classifier(keras.Model):
         self.aug = aug
         self.augment_here = augment_here  # TensorFlow ops in the step: TensorFlow only
         self.shift_scale = shift_scale
+        self.images = images  # pixels (made float32 here) or token ids (kept as they are)
 
-    def call(self, images, training=False):
-        return self.net(ops.cast(images, "float32"), training=training)
+    def _inputs(self, inputs):
+        return ops.cast(inputs, "float32") if self.images else inputs
+
+    def call(self, inputs, training=False):
+        return self.net(self._inputs(inputs), training=training)
 
     def one_hot(self, labels):
         """Class indices -> one-hot rows; soft rows (CutMix/MixUp) pass through."""
@@ -48,7 +61,7 @@ class Classifier(keras.Model):
                 xla=bool(self.jit_compile),
                 shift_scale=self.shift_scale,
             )
-        return ops.cast(images, "float32"), self.one_hot(labels)
+        return self._inputs(images), self.one_hot(labels)
 
     # Keras calls these with (batch,) on TensorFlow and (state, batch) on JAX.
     def train_step(self, *args):

@@ -20,8 +20,6 @@ from typing import Any
 import keras
 from keras import ops
 
-from pipeline.data import datasets
-
 
 def for_backend(trainer, loss_fn: keras.losses.Loss) -> Any:
     """The custom loop for the trainer's backend."""
@@ -52,9 +50,7 @@ class TensorFlowLoop:
             per_replica = job.global_batch // job.platform.replicas
 
             def dataset_fn(context):
-                return datasets.train_dataset(
-                    job.train_files, job.spec, trainer.data_config, per_replica, input_context=context
-                )
+                return job.train.train_dataset(trainer.data_config, per_replica, input_context=context)
 
             self._iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
         loss_sum = correct = 0.0
@@ -125,7 +121,7 @@ class JaxLoop:
         if self._step is None:
             self._step = self._build()
         if self._batches is None:
-            dataset = datasets.train_dataset(job.train_files, job.spec, trainer.data_config, job.global_batch)
+            dataset = job.train.train_dataset(trainer.data_config, job.global_batch)
             self._batches = dataset.as_numpy_iterator()
         variables = (classifier.trainable_variables, classifier.non_trainable_variables, optimizer.variables)
         state = tuple([v.value for v in group] for group in variables)

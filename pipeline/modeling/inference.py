@@ -129,20 +129,14 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
     import keras
 
     from competition import load_spec
-    from pipeline.data import datasets
-    from pipeline.modeling import registry
+    from pipeline.modeling import networks, registry
 
     run = run if isinstance(run, RunDir) else RunDir(run)
     config = run.read_config()
     spec = load_spec(config.competition)
     keras.mixed_precision.set_global_policy("float32")
-    net = registry.build_classifier(
-        config.model.backbone,
-        datasets.input_size(config),
-        spec.num_classes,
-        weights="none",
-        input_dtype="float32",
-    )
+    vocabulary = run_vocabulary(run) if spec.modality == "text" else None
+    net = networks.build(config, spec, vocabulary_size=None if vocabulary is None else len(vocabulary) + 2)
     path = run.weights(weights)
     if not path.is_file():
         raise PetalsError(f"{path}: missing; train the run first")
@@ -154,7 +148,28 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
     return net
 
 
+def run_vocabulary(run: RunDir) -> list[str]:
+    """The vocabulary a text run trained with."""
+    from pipeline.modeling import text
+
+    path = run.file(RunDir.VOCABULARY)
+    if not path.is_file():
+        raise PetalsError(f"{path}: missing; a text run keeps its vocabulary there, train it again")
+    return text.read_vocabulary(path)
+
+
 # ----------------------------------------------------------------------------- predicting
+
+
+def check_tta(spec, tta: int) -> None:
+    """TTA passes are mirrored and augmented images: only where the competition keeps the label."""
+    if tta < 1:
+        raise PetalsError(f"--tta {tta}: the number of passes must be at least 1")
+    if tta > 1 and (spec.modality != "image" or "flip" not in spec.keeps_label):
+        raise PetalsError(
+            f"--tta {tta}: competition {spec.name} does not keep the label under a mirror "
+            f"(its keeps_label: {', '.join(sorted(spec.keeps_label)) or 'none'}); use --tta 1"
+        )
 
 
 def tta_augment(config):
@@ -177,31 +192,20 @@ def view(images, index: int, aug, num_classes: int, shift_scale: float):
     return augment.augment_batch(images, labels, aug, num_classes, shift_scale=shift_scale)[0]
 
 
-def split_files(config, spec, root: str, split: str) -> list[str]:
-    """The shards of `split`; for a k-fold run, "val" is the fold it held out of train + val."""
-    from pipeline.data import datasets
-
-    size = config.data.image_size
-    if split == "val" and config.train.folds:
-        both = datasets.shard_files(root, spec, size, "train") + datasets.shard_files(root, spec, size, "val")
-        return datasets.held_out(both, config.train.folds, config.train.fold)[1]
-    return datasets.shard_files(root, spec, size, split)
-
-
 def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -> Predictions:
     """Class probabilities of `split` (val or test) for the run's best weights, TTA passes averaged."""
     import tensorflow as tf
 
     from competition import load_spec
-    from pipeline.data import datasets
+    from pipeline.data import datasets, splits
     from pipeline.data.manifest import locate_data
+    from pipeline.modeling import networks
 
-    if tta < 1:
-        raise PetalsError(f"--tta {tta}: the number of passes must be at least 1")
     run = run if isinstance(run, RunDir) else RunDir(run)
     manifest = check_same_data(run, data_dir)
     config = run.read_config()
     spec = load_spec(config.competition)
+    check_tta(spec, tta)
     source = json.dumps(
         {"weights": sha256(run.best_weights)[:16], "data": manifest.get("fingerprint"), "tta": tta},
         sort_keys=True,
@@ -212,15 +216,15 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
         if saved.source == source:
             log.info("%s: %s predictions are up to date", run.name, split)
             return saved
-    files = split_files(config, spec, locate_data(data_dir), split)
-    labeled = spec.is_labeled(split)
+    examples = splits.split_for(locate_data(data_dir), spec, config, split)
+    if spec.modality == "text":
+        examples = examples.with_encoder(networks.encoder(config, run_vocabulary(run)))
+    labeled = spec.is_labeled(split) or split == "val"
     batch = datasets.global_batch_size(config.data.batch_size, platform.replicas)
-    dataset = datasets.eval_dataset(
-        files, spec, config, batch, labeled=labeled, pad_to_batch=True, with_ids=True
-    )
+    dataset = examples.eval_dataset(config, batch, labeled=labeled, pad_to_batch=True, with_ids=True)
     with platform.scope():
         net = load_inference_model(run)
-    with datasets.naming_bad_records(files, spec, config.data.image_size, labeled):
+    with examples.naming_bad(labeled):
         tags = list(dataset.map(lambda images, *tags: tags).as_numpy_iterator())
         ids = np.concatenate([t[-1] for t in tags]).astype(str)
         real = ids != datasets.PAD_ID.decode()
@@ -228,7 +232,10 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
         aug, scale = tta_augment(config), datasets.shift_scale(config)
         for index in range(tta):
             tf.random.set_seed(config.seed + index)  # the same random views on every rerun
-            views = dataset.map(lambda images, *tags, i=index: view(images, i, aug, spec.num_classes, scale))
+            if spec.modality == "image":
+                views = dataset.map(lambda images, *_, i=index: view(images, i, aug, spec.num_classes, scale))
+            else:
+                views = dataset.map(lambda tokens, *_: tokens)
             total += net.predict(views, verbose=0)[real]
             log.info("%s: %s pass %d/%d done", run.name, split, index + 1, tta)
     labels = np.concatenate([t[0] for t in tags])[real] if labeled else None

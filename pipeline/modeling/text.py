@@ -79,6 +79,22 @@ def lstm_classifier(
     return keras.Model(tokens, probabilities, name="lstm")
 
 
+# Text networks by name (`model.backbone` for a table competition): (vocabulary_size,
+# sequence_length, num_classes, batch_size, dropout) -> a model from token ids to probabilities.
+NETWORKS = {"bilstm": lstm_classifier}
+
+
+def read_vocabulary(path) -> list[str]:
+    """A vocabulary written by `write_vocabulary`: one word a line, the most frequent first."""
+    return path.read_text(encoding="utf-8").split("\n")
+
+
+def write_vocabulary(path, vocabulary: Sequence[str]) -> None:
+    from pipeline.core.files import write_atomically
+
+    write_atomically(path, lambda tmp: tmp.write_text("\n".join(vocabulary), encoding="utf-8"))
+
+
 def serving_copy(model: keras.Model) -> keras.Model:
     """The same classifier with a free batch dimension and `model`'s weights."""
     tokens = model.inputs[0]

@@ -1,6 +1,6 @@
 """One run's training, epoch by epoch, with Keras `fit` or a custom loop, on either backend.
 
-After each epoch, both loops: score val macro-F1 with scikit-learn, append a row to
+After each epoch, both loops: score val with the competition's metric (scikit-learn), append a row to
 `history.csv`, save the last (and, if better, the best) weights, then a checkpoint of weights +
 optimizer + epoch. A rerun restores that checkpoint and goes on from the next epoch. With
 `train.ema`, the optimizer also keeps a moving average of the weights; that average is what is
@@ -20,7 +20,7 @@ import pandas as pd
 from pipeline.core import device
 from pipeline.core.files import write_atomically
 from pipeline.data import augment, datasets
-from pipeline.modeling import custom_loop, policy, registry
+from pipeline.modeling import custom_loop, networks, policy
 from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
 from pipeline.modeling.losses import loss_function
@@ -72,23 +72,27 @@ class Trainer:
         config, job = self.config, self.job
         keras.mixed_precision.set_global_policy(self.precision)
         keras.utils.set_random_seed(config.seed)
+        images = job.spec.modality == "image"
+        self.vocabulary = None if images else self._vocabulary()
         with job.platform.scope():
-            self.net = registry.build_classifier(
-                config.model.backbone,
-                self.size,
-                job.spec.num_classes,
+            self.net = networks.build(
+                config,
+                job.spec,
                 weights=config.model.weights,
-                dropout=config.model.dropout,
-                input_dtype="float32",
+                # Texts train at one static batch (a TPU's shapes): the replica's under TensorFlow's
+                # strategies, the whole batch under JAX, whose jitted step sees the global array.
+                batch_size=None if images else self.static_batch,
+                vocabulary_size=None if images else len(self.vocabulary) + 2,
             )
             self.classifier = Classifier(
                 self.net,
                 job.spec.num_classes,
                 config.augment,
-                augment_here=self.data_config.augment.where == "device",
+                augment_here=self.data_config.augment.where == "device" and images,
                 shift_scale=datasets.shift_scale(config),
+                images=images,
             )
-            self.classifier.build((None, self.size, self.size, 3))  # stateless calls need it built
+            self.classifier.build(networks.input_shape(config, job.spec))  # stateless calls need it built
             self.optimizer = make_optimizer(
                 config.train.lr_start,
                 config.train.ema,
@@ -99,13 +103,12 @@ class Trainer:
         self.checkpoint = Checkpoint(
             job.checkpoint_dir, {"net": self.net.weights, "optimizer": self.optimizer.variables}
         )
-        # The best val macro-F1 so far (minus the training loss when there is no val split).
+        # The best val score so far, greater is better (the metric negated when lower is better;
+        # minus the training loss when there is no val split).
         self.best_score = -np.inf
         self.class_counts = None
         if config.train.logit_adjustment:
-            self.class_counts = datasets.class_counts(
-                job.train_files, job.spec, config.data.image_size, config.data.skip_bad_records
-            )
+            self.class_counts = job.train.class_counts(config)
             log.info(
                 "train: logit adjustment tau=%g over %d..%d training images per class",
                 config.train.logit_adjustment,
@@ -113,6 +116,28 @@ class Trainer:
                 self.class_counts.max(),
             )
         self.start = self._restore()  # a checkpoint that does not fit fails here, before any write
+
+    @property
+    def static_batch(self) -> int:
+        job = self.job
+        return (
+            job.global_batch if job.platform.backend == "jax" else job.global_batch // job.platform.replicas
+        )
+
+    def _vocabulary(self) -> list[str]:
+        """The run's vocabulary: the one it trained with (resuming), else adapted on its training texts."""
+        from pipeline.modeling import text
+
+        job, path = self.job, self.run.file(self.run.VOCABULARY)
+        if path.is_file() and not self.restart:
+            vocabulary = text.read_vocabulary(path)
+        else:
+            vocabulary = networks.adapted_vocabulary(self.config, job.train.examples.inputs[0])
+        encode = networks.encoder(self.config, vocabulary)
+        job.train = job.train.with_encoder(encode)
+        if job.val is not None:
+            job.val = job.val.with_encoder(encode)
+        return vocabulary
 
     def _restore(self) -> int:
         """The first epoch still to train: 0, or the one after the last checkpoint."""
@@ -127,21 +152,19 @@ class Trainer:
 
     def _val_dataset(self):
         job = self.job
-        if not job.val_files:
+        if job.val is None:
             return None
-        return datasets.eval_dataset(
-            job.val_files, job.spec, self.data_config, job.global_batch, labeled=True, pad_to_batch=True
-        )
+        return job.val.eval_dataset(self.data_config, job.global_batch, labeled=True, pad_to_batch=True)
 
     # ------------------------------------------------------------------ scoring
 
     def _score(self, val) -> dict[str, float]:
-        """Loss, accuracy and the competition's macro-F1 on the val split, padding dropped."""
-        from competition.metric import macro_f1
-
+        """Loss, accuracy and the competition's metric on the val split, padding dropped."""
+        spec = self.job.spec
         if self._val_labels is None:
-            self._val_labels = np.concatenate([tags for _, tags in val.as_numpy_iterator()])
-        probabilities = self.classifier.predict(val.map(lambda images, _: images), verbose=0)
+            with self.job.val.naming_bad(labeled=True):
+                self._val_labels = np.concatenate([tags for _, tags in val.as_numpy_iterator()])
+        probabilities = self.classifier.predict(val.map(lambda inputs, _: inputs), verbose=0)
         real = self._val_labels != datasets.PAD_LABEL
         probabilities, labels = probabilities[real], self._val_labels[real]
         predicted = probabilities.argmax(axis=1)
@@ -149,7 +172,7 @@ class Trainer:
         return {
             "val_loss": float(losses.mean()),
             "val_accuracy": float((predicted == labels).mean()),
-            "val_macro_f1": macro_f1(labels, predicted),
+            spec.score_key: spec.metric.score(labels, probabilities),
         }
 
     # ------------------------------------------------------------------ the loop
@@ -200,7 +223,7 @@ class Trainer:
         return epoch == 0 or (epoch + 1) % train.val_every == 0 or epoch + 1 == train.epochs
 
     def _set_trainable(self, trainable: bool) -> None:
-        if trainable == self._trainable:
+        if trainable == self._trainable or self.vocabulary is not None:  # a text network: no backbone
             return
         set_backbone_trainable(self.net, trainable, self.config.train.freeze_batchnorm)
         if not trainable or self._trainable is not None:
@@ -217,7 +240,11 @@ class Trainer:
 
     def _save_weights(self, row: dict) -> None:
         save_weights(self.net, self.run.last_weights)
-        score = -row["loss"] if self._val is None else row.get("val_macro_f1")
+        metric, key = self.job.spec.metric, self.job.spec.score_key
+        if self._val is None:
+            score = -row["loss"]
+        else:
+            score = None if key not in row else row[key] if metric.greater_is_better else -row[key]
         if score is not None and score > self.best_score:  # None: an epoch val was not scored after
             self.best_score = score
             save_weights(self.net, self.run.best_weights)
@@ -234,7 +261,7 @@ class Trainer:
         """One Keras `fit` per backbone setting, so the data iterator and the compiled step live
         across epochs; the per-epoch work runs in a callback."""
         job = self.job
-        train = datasets.train_dataset(job.train_files, job.spec, self.data_config, job.global_batch)
+        train = job.train.train_dataset(self.data_config, job.global_batch)
         epochs = _EpochHooks(self)
         for first, end in self._phases(start):
             self._set_trainable(policy.backbone_trainable(first, self.config.train))

@@ -2,7 +2,7 @@
 
 `--runs a b --weights 0.6 0.4` averages the members' val and test probabilities with those
 weights (equal when none are given; they need not sum to 1). `--search` picks the weights
-that maximise val macro-F1 by coordinate ascent on a 0.05 grid, starting from equal weights;
+that do best on the competition's val metric by coordinate ascent on a 0.05 grid, starting from equal weights;
 a score chosen on val flatters the blend, so the report marks it as searched. Members must
 have been trained on the same data and scored on the same val images; their predictions are
 made (or reused) as `evaluate` and `predict` would. The blend lives in
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from competition.metric import macro_f1
+from competition.metric import METRICS, Metric
 from pipeline.core.errors import PetalsError
 from pipeline.core.rundir import RunDir
 
@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--runs", nargs="+", required=True, help="run ids or run dirs to blend")
     parser.add_argument("--weights", nargs="+", type=float, default=None, help="one weight per run")
-    parser.add_argument("--search", action="store_true", help="search the weights on val macro-F1")
+    parser.add_argument("--search", action="store_true", help="search the weights on the val metric")
     parser.add_argument(
         "--name", default=None, help="ensemble id (default: ensemble-<hash of runs and weights>)"
     )
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> None:
     from pipeline.core.rundir import finished_run
     from pipeline.modeling.inference import Predictions, check_same_data, predict_split
     from pipeline.stages import leaderboard
-    from pipeline.stages.predict import write_submission
+    from pipeline.stages.predict import submission_values, write_submission
 
     if len(args.runs) < 2:
         raise PetalsError(f"--runs {' '.join(args.runs)}: an ensemble blends at least two runs")
@@ -79,12 +79,13 @@ def run(args: argparse.Namespace) -> None:
 
     weights = np.ones(len(run_dirs)) if args.weights is None else np.asarray(args.weights, float)
     weights = weights / weights.sum()
+    metric, key = spec.metric, spec.score_key
     if args.search:  # the very weights whose blend it scored, so the reported score is that one
-        weights = search_weights([v.probabilities for v in val], val[0].labels, weights)
-    members = {d.name: macro_f1(v.labels, v.predicted) for d, v in zip(run_dirs, val, strict=True)}
+        weights = search_weights([v.probabilities for v in val], val[0].labels, weights, metric)
+    members = {d.name: metric.score(v.labels, v.probabilities) for d, v in zip(run_dirs, val, strict=True)}
     val_blend = Predictions(val[0].ids, blend([v.probabilities for v in val], weights), val[0].labels)
     test_blend = Predictions(test[0].ids, blend([t.probabilities for t in test], weights))
-    score = macro_f1(val_blend.labels, val_blend.predicted)
+    score = metric.score(val_blend.labels, val_blend.probabilities)
     accuracy = float((val_blend.predicted == val_blend.labels).mean())
 
     name = args.name or ensemble_id([d.name for d in run_dirs], weights)
@@ -98,9 +99,10 @@ def run(args: argparse.Namespace) -> None:
         {
             "kind": "ensemble",
             "members": {d.name: float(w) for d, w in zip(run_dirs, weights, strict=True)},
-            "member_val_macro_f1": members,
+            "metric": metric.name,
+            f"member_{key}": members,
             "weights_searched_on_val": args.search,
-            "val_macro_f1": score,
+            key: score,
             "val_accuracy": accuracy,
             "images": len(val_blend.ids),
         },
@@ -109,7 +111,7 @@ def run(args: argparse.Namespace) -> None:
         args.submissions_dir,
         name,
         test_blend.ids,
-        test_blend.predicted,
+        submission_values(test_blend.probabilities, spec),
         spec,
         args.data_dir,
         manifest,
@@ -117,7 +119,7 @@ def run(args: argparse.Namespace) -> None:
         out.path,
     )
     leaderboard.update(
-        args.submissions_dir / leaderboard.BOARD,
+        leaderboard.board_file(args.submissions_dir, spec.name),
         name,
         kind="ensemble",
         time=leaderboard.now(),
@@ -125,13 +127,13 @@ def run(args: argparse.Namespace) -> None:
         data_source=manifest.get("source"),
         data_fingerprint=manifest.get("fingerprint"),
         members=described + (" (searched on val)" if args.search else ""),
-        val_macro_f1=round(score, 5),
+        **{key: round(score, 5)},
         val_accuracy=round(accuracy, 5),
         submission=str(path),
     )
-    best_member = max(members.values())
+    best_member = (max if metric.greater_is_better else min)(members.values())
     print(
-        f"{name}: val macro-F1 {score:.4f} (best member {best_member:.4f}), accuracy {accuracy:.4f}; "
+        f"{name}: val {metric.title} {score:.4f} (best member {best_member:.4f}), accuracy {accuracy:.4f}; "
         f"weights {described}{' searched on val' if args.search else ''} -> {path}"
     )
 
@@ -156,16 +158,21 @@ def blend(probabilities: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
 
 
 def search_weights(
-    probabilities: list[np.ndarray], labels: np.ndarray, start: np.ndarray, rounds: int = 3
+    probabilities: list[np.ndarray],
+    labels: np.ndarray,
+    start: np.ndarray,
+    metric: Metric = METRICS["macro_f1"],
+    rounds: int = 3,
 ) -> np.ndarray:
-    """Coordinate ascent on val macro-F1: each weight in turn tried over GRID, the others fixed.
+    """Coordinate ascent on the val metric: each weight in turn tried over GRID, the others fixed.
 
     It starts from the best of `start` and each member alone: from one member's corner a single
     coordinate cannot reach another's, so starting anywhere else could end below the best member.
     """
 
-    def score(weights: np.ndarray) -> float:
-        return macro_f1(labels, blend(probabilities, weights).argmax(axis=1))
+    def score(weights: np.ndarray) -> float:  # greater is better
+        value = metric.score(labels, blend(probabilities, weights))
+        return value if metric.greater_is_better else -value
 
     candidates = [np.asarray(start, dtype=np.float64) / np.sum(start), *np.eye(len(probabilities))]
     scores = [score(c) for c in candidates]

@@ -1,6 +1,7 @@
-"""Evaluate stage: a run's val macro-F1, accuracy, per-class scores and confusions, optionally with TTA.
+"""Evaluate stage: a run's val score (the competition's metric), accuracy, per-class scores and
+confusions, optionally with TTA.
 
-Predicts the val shards with the run's best weights and writes, into the run dir:
+Predicts the val split with the run's best weights and writes, into the run dir:
 `val_predictions.npz` (ids, labels, probabilities; `val_predictions-ttaN.npz` with TTA),
 `per_class.csv` (precision, recall, F1 and support of every class), `confusion.png` (the
 row-normalised confusion matrix, every class named) and `confusions.csv` (the most frequent
@@ -52,7 +53,6 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
     from sklearn.metrics import confusion_matrix
 
     from competition import load_spec
-    from competition.metric import macro_f1
     from pipeline.modeling.inference import predict_split
     from pipeline.stages import leaderboard
 
@@ -71,7 +71,8 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
     write_atomically(run.file(RunDir.CONFUSIONS), lambda tmp: confusions.to_csv(tmp, index=False))
     plot_confusion(matrix, spec.classes, run.file(RunDir.CONFUSION_PLOT))
     evaluation = {
-        "val_macro_f1": macro_f1(val.labels, predicted),
+        "metric": spec.metric.name,
+        spec.score_key: spec.metric.score(val.labels, val.probabilities),
         "val_accuracy": float((predicted == val.labels).mean()),
         "images": len(val.labels),
         "tta": tta,
@@ -81,11 +82,11 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
     }
     run.write_json(RunDir.METRICS, {**run.metrics(), "evaluation": evaluation})
     leaderboard.update(
-        submissions_dir / leaderboard.BOARD,
+        leaderboard.board_file(submissions_dir, spec.name),
         run.name,
         **leaderboard.run_fields(run),
         time=evaluation["evaluated_at"],
-        val_macro_f1=round(evaluation["val_macro_f1"], 5),
+        **{spec.score_key: round(evaluation[spec.score_key], 5)},
         val_accuracy=round(evaluation["val_accuracy"], 5),
         tta=tta,
     )
@@ -154,9 +155,13 @@ def plot_confusion(matrix: np.ndarray, classes: tuple[str, ...], path: Path) -> 
 
 def summary_text(name: str, evaluation: dict) -> str:
     """A few lines for the terminal: the scores, the weakest classes, the top confusions."""
+    from competition.metric import get_metric
+
+    metric = get_metric(evaluation.get("metric", "macro_f1"))
     lines = [
-        f"{name}: val macro-F1 {evaluation['val_macro_f1']:.4f}, accuracy {evaluation['val_accuracy']:.4f} "
-        f"on {evaluation['images']} images (TTA {evaluation['tta']})",
+        f"{name}: val {metric.title} {evaluation[f'val_{metric.name}']:.4f}, "
+        f"accuracy {evaluation['val_accuracy']:.4f} on {evaluation['images']} examples "
+        f"(TTA {evaluation['tta']})",
         "  weakest classes: " + ", ".join(evaluation["worst_classes"]),
         "  top confusions (true -> predicted, count):",
     ]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from competition import CompetitionSpec, load_spec
+from competition import CompetitionSpec
 from pipeline.core import config as config_module
 from pipeline.core import device
 from pipeline.core.config import Config
@@ -45,35 +45,45 @@ def run(args: argparse.Namespace) -> None:
 
 
 def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str = "host") -> dict[str, Path]:
-    """Write the batch grid and the class-count table; return their paths.
+    """Write the batch grid (for texts: `batch.csv`, the batch's texts and labels) and the
+    class-count table; return their paths.
 
     `where` (host or device) only labels the grid: the batch is augmented here either way.
     """
     import tensorflow as tf
 
-    from pipeline.data import datasets
+    from pipeline.core.competitions import load_competition
+    from pipeline.data import datasets, splits
     from pipeline.data.manifest import locate_data
 
-    spec = load_spec(config.competition)
+    spec = load_competition(config.competition, "inspect")
     root = locate_data(data_dir)
-    size = config.data.image_size
-    files = {split: datasets.shard_files(root, spec, size, split) for split in spec.splits}
+    train, val = splits.train_and_val(root, spec, config)
+    labeled = {"train": train, **({"val": val} if val is not None else {})}
     tf.random.set_seed(config.seed)
     out.mkdir(parents=True, exist_ok=True)
 
-    counts = class_counts(files, spec, size, config.data.skip_bad_records)
+    counts = class_counts(labeled, spec, config)
     counts_path = out / "class_counts.csv"
     write_atomically(counts_path, lambda tmp: counts.to_csv(tmp, index_label="class"))
     _print_counts(counts, spec)
 
-    train = files["train"]
-    with datasets.naming_bad_records(train, spec, size, labeled=True):
-        batch_images, batch_labels = _one_augmented_batch(train, spec, config, images)
+    if spec.modality == "text":
+        batch_path = out / "batch.csv"
+        texts = _text_batch(train, spec, images, config.seed)
+        write_atomically(batch_path, lambda tmp: texts.to_csv(tmp, index=False))
+        print(texts.head(5).to_string(index=False, max_colwidth=90))
+        log.info("inspect: wrote %s and %s", batch_path, counts_path)
+        return {"batch": batch_path, "counts": counts_path}
+    with train.naming_bad(labeled=True):
+        batch_images, batch_labels = _one_augmented_batch(train, config, images)
     grid_path = out / "batch.png"
     save_figure(_grid(batch_images, batch_labels, spec, config, where), grid_path, dpi=80)
     log.info("inspect: wrote %s and %s", grid_path, counts_path)
 
-    if config.data.skip_bad_records:
+    if config.data.skip_bad_records and spec.kind == "records":
+        size = config.data.image_size
+        files = {split: datasets.shard_files(root, spec, size, split) for split in spec.splits}
         reports = [
             r
             for split in spec.splits
@@ -87,32 +97,28 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
 # ----------------------------------------------------------------------------- counts
 
 
-def class_counts(
-    files: dict[str, list[str]], spec: CompetitionSpec, size: int, skip_bad: bool
-) -> pd.DataFrame:
-    """Images per class in each labeled split (labels parsed, images not decoded), plus names."""
-    from pipeline.data import datasets
-
+def class_counts(labeled: dict, spec: CompetitionSpec, config: Config) -> pd.DataFrame:
+    """Examples per class in each labelled split (labels read, images not decoded), plus names."""
     table = pd.DataFrame({"name": spec.classes})
-    for split in spec.labeled_splits:
-        table[split] = datasets.class_counts(files[split], spec, size, skip_bad)
+    for split, examples in labeled.items():
+        table[split] = examples.class_counts(config)
     return table
 
 
 def _print_counts(counts: pd.DataFrame, spec: CompetitionSpec) -> None:
-    lines = [f"{'split':<8}{'images':>8}{'classes':>9}{'min':>6}{'median':>8}{'max':>6}"]
-    for split in spec.labeled_splits:
+    splits = [c for c in counts.columns if c != "name"]
+    lines = [f"{'split':<8}{'examples':>9}{'classes':>9}{'min':>6}{'median':>8}{'max':>6}"]
+    for split in splits:
         column = counts[split]
         lines.append(
-            f"{split:<8}{column.sum():>8}{(column > 0).sum():>9}{column.min():>6}"
+            f"{split:<8}{column.sum():>9}{(column > 0).sum():>9}{column.min():>6}"
             f"{column.median():>8.0f}{column.max():>6}"
         )
-    rarest = counts.nsmallest(5, spec.labeled_splits[0])
+    rarest = counts.nsmallest(5, "train")
     lines.append(
-        f"rarest in {spec.labeled_splits[0]}: "
-        + ", ".join(f"{row['name']} ({row[spec.labeled_splits[0]]})" for _, row in rarest.iterrows())
+        "rarest in train: " + ", ".join(f"{row['name']} ({row['train']})" for _, row in rarest.iterrows())
     )
-    for split in spec.labeled_splits:
+    for split in splits:
         absent = counts.index[counts[split] == 0].tolist()
         if absent:
             lines.append(f"warning: {len(absent)} classes have no {split} images: {absent[:10]}")
@@ -122,15 +128,27 @@ def _print_counts(counts: pd.DataFrame, spec: CompetitionSpec) -> None:
 # ----------------------------------------------------------------------------- the grid
 
 
-def _one_augmented_batch(files: list[str], spec: CompetitionSpec, config: Config, images: int):
+def _one_augmented_batch(train, config: Config, images: int):
     """One training batch augmented as the model would see it, wherever the recipe runs augmentation."""
     import dataclasses
 
-    from pipeline.data import datasets
-
     on_host = dataclasses.replace(config, augment=dataclasses.replace(config.augment, where="host"))
-    batch = next(iter(datasets.train_dataset(files, spec, on_host, images)))
+    batch = next(iter(train.train_dataset(on_host, images)))
     return batch[0].numpy(), batch[1].numpy()
+
+
+def _text_batch(train, spec: CompetitionSpec, size: int, seed: int) -> pd.DataFrame:
+    """`size` training texts drawn with `seed`, with their class names and lengths in words."""
+    examples = train.examples
+    rows = np.random.default_rng(seed).choice(len(examples), min(size, len(examples)), replace=False)
+    table = pd.DataFrame(
+        {"id": examples.ids[rows], "label": [spec.classes[i] for i in examples.labels[rows]]}
+    )
+    for k, column in enumerate(examples.inputs):
+        name = "text" if len(examples.inputs) == 1 else f"text_{k + 1}"
+        table[name] = column[rows]
+        table[f"{name}_words"] = [len(t.split()) for t in column[rows]]
+    return table
 
 
 def _title(label: np.ndarray, spec: CompetitionSpec) -> str:

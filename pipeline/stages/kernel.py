@@ -324,12 +324,12 @@ def script_text(settings: dict[str, Any], payload: bytes, notebook: bool) -> str
 
 
 def generate(args: argparse.Namespace) -> Path:
-    from competition import load_spec
     from pipeline.core import config as config_module
+    from pipeline.core.competitions import load_competition
 
     session = check_accelerator(args.accelerator)
     config = config_module.config_from_args(args, session.upper())  # auto: the accelerator's recipe
-    spec = load_spec(config.competition)
+    spec = load_competition(config.competition, "kernel")
     slug = args.slug or spec.default_slug
     if slug not in spec.slugs:
         raise PetalsError(f"slug {slug!r} is not one of this competition's: {', '.join(spec.slugs)}")

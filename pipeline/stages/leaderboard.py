@@ -1,12 +1,13 @@
-"""Leaderboard stage: the offline leaderboard of every evaluated run and ensemble.
+"""Leaderboard stage: the offline leaderboard of every evaluated run and ensemble, per competition.
 
-`submissions/leaderboard.csv` has one row per run or ensemble: what it was trained on and
-how (data source and fingerprint, recipe, backbone, size, epochs, git commit), how it
-scored (val macro-F1, accuracy, training time), its submission file and, once Kaggle has
-scored it, the public score. Every write is a read-modify-replace under an exclusive lock,
-so two stages finishing at the same moment both land. `--sync` pulls the public scores of
-your Kaggle submissions and matches them to rows; the stage prints the table ranked by val
-macro-F1 and writes `leaderboard.png` (val macro-F1 and public score over time).
+`submissions/leaderboard.csv` (flowers; `leaderboard-<competition>.csv` for the others) has one
+row per run or ensemble: what it was trained on and how (data source and fingerprint, recipe,
+backbone, size, epochs, git commit), how it scored (the competition's metric on val, such as
+`val_macro_f1` or `val_log_loss`, accuracy, training time), its submission file and, once
+Kaggle has scored it, the public score. Every write is a read-modify-replace under an exclusive
+lock, so two stages finishing at the same moment both land. `--sync` pulls the public scores of
+your Kaggle submissions and matches them to rows; the stage prints the table ranked by the
+metric and writes a plot beside the board (the metric and public score over time).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 BOARD = "leaderboard.csv"
 PLOT = "leaderboard.png"
+# The columns every board has; a board's score column is `val_<metric>` of its competition
+# (`val_macro_f1` here, for flowers), so `update` also takes any `val_` column.
 COLUMNS = [
     "entry",
     "kind",  # run | ensemble | kaggle
@@ -73,7 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from competition import load_spec
 
-    board = args.submissions_dir / BOARD
+    board = board_file(args.submissions_dir, args.competition)
     if args.sync:
         slug = args.slug or load_spec(args.competition).default_slug
         matched = sync(board, slug)
@@ -82,11 +85,30 @@ def run(args: argparse.Namespace) -> None:
     if table.empty:
         raise PetalsError(f"{board}: no entries yet; `make evaluate` records a run")
     print(ranked(table).head(args.top).to_string(index=False))
-    plot(table, args.submissions_dir / PLOT)
-    log.info("leaderboard: %d entries; plot in %s", len(table), args.submissions_dir / PLOT)
+    plot(table, board.with_suffix(".png"))
+    log.info("leaderboard: %d entries; plot in %s", len(table), board.with_suffix(".png"))
 
 
 # ----------------------------------------------------------------------------- the durable file
+
+
+def board_file(submissions_dir: Path, competition: str = "flowers") -> Path:
+    """A competition's board: `leaderboard.csv` for flowers, `leaderboard-<name>.csv` for the others."""
+    return submissions_dir / (BOARD if competition == "flowers" else f"leaderboard-{competition}.csv")
+
+
+def is_board(path: Path) -> bool:
+    return path.name.startswith("leaderboard") and path.suffix == ".csv"
+
+
+def score_column(table: pd.DataFrame):
+    """The board's score column and its metric: the `val_<metric>` column that holds scores."""
+    from competition.metric import METRICS
+
+    found = [c for c in table.columns if c.startswith("val_") and c[4:] in METRICS and c != "val_accuracy"]
+    filled = [c for c in found if table[c].notna().any()]
+    column = (filled or found or ["val_macro_f1"])[0]
+    return column, METRICS[column[4:]]
 
 
 def now() -> str:
@@ -119,12 +141,14 @@ def update(board: Path, entry: str, defaults: dict[str, Any] | None = None, **fi
     """Insert or update the row `entry`; fields given as None leave the stored value alone, and
     `defaults` fill a row only when it is new (under the same lock, so no writer slips between)."""
     defaults = defaults or {}
-    unknown = (set(fields) | set(defaults)) - set(COLUMNS)
+    unknown = {k for k in (set(fields) | set(defaults)) - set(COLUMNS) if not k.startswith("val_")}
     if unknown:
         raise ValueError(f"unknown leaderboard column(s): {sorted(unknown)}")  # a bug, not input
     with locked(board):
         table = read(board)
         values = {k: v for k, v in fields.items() if v is not None}
+        new_columns = [k for k in [*values, *defaults] if k not in table.columns]  # a board's score column
+        table = table.reindex(columns=[*table.columns, *dict.fromkeys(new_columns)])
         if (table["entry"] == entry).any():
             for key, value in values.items():
                 table[key] = table[key].astype(object)
@@ -161,10 +185,13 @@ def run_fields(run: RunDir) -> dict[str, Any]:
 
 
 def ranked(table: pd.DataFrame) -> pd.DataFrame:
-    """The table as printed: best val macro-F1 first, the columns that tell runs apart."""
-    shown = table.sort_values("val_macro_f1", ascending=False, na_position="last").reset_index(drop=True)
+    """The table as printed: the best val score first, the columns that tell runs apart."""
+    column, metric = score_column(table)
+    table = table.assign(**{column: pd.to_numeric(table[column], errors="coerce")})
+    shown = table.sort_values(column, ascending=not metric.greater_is_better, na_position="last")
+    shown = shown.reset_index(drop=True)
     shown.insert(0, "rank", range(1, len(shown) + 1))
-    columns = ["rank", "entry", "kind", "backbone", "image_size", "epochs", "val_macro_f1", "val_accuracy"]
+    columns = ["rank", "entry", "kind", "backbone", "image_size", "epochs", column, "val_accuracy"]
     columns += ["public_score", "data_source", "time"]
     for column in ("image_size", "epochs"):
         shown[column] = pd.to_numeric(shown[column], errors="coerce").astype("Int64")
@@ -174,6 +201,7 @@ def ranked(table: pd.DataFrame) -> pd.DataFrame:
 def plot(table: pd.DataFrame, path: Path) -> None:
     plt = pyplot()
 
+    column, metric = score_column(table)
     table = table[pd.to_datetime(table["time"], utc=True, errors="coerce").notna()]
     times = pd.to_datetime(table["time"], utc=True)
     fig, axis = plt.subplots(figsize=(8, 4))
@@ -181,13 +209,13 @@ def plot(table: pd.DataFrame, path: Path) -> None:
         rows = table["kind"] == kind
         if rows.any():
             axis.scatter(
-                times[rows], table.loc[rows, "val_macro_f1"], marker=marker, label=f"{kind}: val macro-F1"
+                times[rows], table.loc[rows, column], marker=marker, label=f"{kind}: val {metric.title}"
             )
     public = pd.to_numeric(table["public_score"], errors="coerce")
     if public.notna().any():
         axis.scatter(times[public.notna()], public[public.notna()], marker="*", s=90, label="public score")
-    axis.set_ylabel("macro-F1")
-    axis.set_ylim(0, 1)
+    axis.set_ylabel(metric.title)
+    axis.set_ylim(bottom=0)
     axis.legend(loc="lower right", fontsize=8)
     fig.autofmt_xdate()
     fig.tight_layout()

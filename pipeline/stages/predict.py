@@ -1,9 +1,9 @@
 """Predict stage: a run's test-set probabilities (optionally with TTA) and its submission CSV.
 
 Writes `test_predictions.npz` (ids, probabilities; `test_predictions-ttaN.npz` with TTA) into the run dir and
-`submissions/<run-id>.csv` in Kaggle's exact format (header `id,label`, every test id of
-`sample_submission.csv` once, integer labels in range), checked before it replaces any
-earlier file. Beside it, `<run-id>.json` records what the file was made from (data source
+`submissions/<run-id>.csv` in Kaggle's exact format (the competition's header, every test id of
+the sample submission once, a class id in range or P(class 1) per row), checked before it
+replaces any earlier file. Beside it, `<run-id>.json` records what the file was made from (data source
 and fingerprint), which `submit` reads to refuse uploading predictions of the embedded
 synthetic data to the real competition.
 """
@@ -45,12 +45,12 @@ def run(args: argparse.Namespace) -> None:
     manifest = check_same_data(run, args.data_dir)
     test = predict_split(run, args.data_dir, "test", args.tta, platform)
     metrics = run.metrics()
-    score = metrics.get("evaluation", metrics).get("val_macro_f1")
+    score = metrics.get("evaluation", metrics).get(spec.score_key)
     path = write_submission(
         args.submissions_dir,
         run.name,
         test.ids,
-        test.predicted,
+        submission_values(test.probabilities, spec),
         spec,
         args.data_dir,
         manifest,
@@ -58,18 +58,25 @@ def run(args: argparse.Namespace) -> None:
         run.path,
     )
     leaderboard.update(
-        args.submissions_dir / leaderboard.BOARD,
+        leaderboard.board_file(args.submissions_dir, spec.name),
         run.name,
         # A run predicted before it was evaluated: its training scores until evaluate runs.
         defaults={
             "time": leaderboard.now(),
-            "val_macro_f1": score,
+            spec.score_key: score,
             "val_accuracy": metrics.get("val_accuracy"),
         },
         **leaderboard.run_fields(run),
         submission=str(path),
     )
     print(f"{run.name}: {len(test.ids)} test predictions (TTA {args.tta}) -> {path}")
+
+
+def submission_values(probabilities: np.ndarray, spec: CompetitionSpec) -> np.ndarray:
+    """What a submission row holds: the class id, or P(class 1) for a probability submission."""
+    if spec.submission_value == "probability":
+        return probabilities[:, 1]
+    return probabilities.argmax(axis=1)
 
 
 def sample_ids(data_dir: Path, spec: CompetitionSpec) -> list[str]:
@@ -103,11 +110,11 @@ def write_submission(
     submissions_dir: Path,
     entry: str,
     ids: np.ndarray,
-    labels: np.ndarray,
+    values: np.ndarray,
     spec: CompetitionSpec,
     data_dir: Path,
     manifest: dict[str, Any],
-    val_macro_f1: float | None,
+    val_score: float | None,
     made_in: Path,
 ) -> Path:
     """`<entry>.csv` in the sample submission's id order, checked, then its provenance `<entry>.json`
@@ -116,7 +123,7 @@ def write_submission(
     from pipeline.stages import leaderboard
 
     expected = sample_ids(data_dir, spec)
-    by_id = dict(zip(ids.tolist(), labels.tolist(), strict=True))
+    by_id = dict(zip(ids.tolist(), values.tolist(), strict=True))
     missing = [i for i in expected if i not in by_id]
     if missing or len(by_id) != len(expected):
         raise PetalsError(
@@ -148,7 +155,8 @@ def write_submission(
             "data_origin": manifest.get("origin"),
             "data_fingerprint": manifest.get("fingerprint"),
             "rows": len(frame),
-            "val_macro_f1": val_macro_f1,
+            "metric": spec.metric.name,
+            spec.score_key: val_score,
             "created": leaderboard.now(),
         },
     )

@@ -50,8 +50,8 @@ def run(args: argparse.Namespace) -> None:
     from pipeline.stages import leaderboard
     from pipeline.stages.predict import sample_ids
 
-    path = args.file or newest_submission(args.submissions_dir)
     spec = load_spec(args.competition)
+    path = args.file or newest_submission(args.submissions_dir, spec.name)
     manifest = read_manifest(args.data_dir)
     if manifest is None:
         raise PetalsError(
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> None:
     message = args.message or default_message(entry, provenance)
     page = f"https://www.kaggle.com/competitions/{slug}"
     what = (
-        f"{path} ({summary.rows} rows, {summary.classes_used} classes predicted, {summary.bytes} bytes, "
+        f"{path} ({summary.rows} rows, {predicted(spec, summary)}, {summary.bytes} bytes, "
         f"sha256 {digest[:12]}) to competition {slug!r} ({page}/submissions) with message {message!r}"
     )
     log.info("submit: %s is a valid submission", path)
@@ -93,7 +93,9 @@ def run(args: argparse.Namespace) -> None:
                 "refuse to upload it. Fetch the real data first (make fetch SOURCE=kaggle), then train again."
             )
         print(f"  To upload: {kaggle_client.CREDENTIALS_HELP}; then rerun `make submit`.")
-        print(closing_summary(args.submissions_dir, provenance, path, summary.rows, None, synthetic))
+        print(
+            closing_summary(args.submissions_dir, spec.name, provenance, path, summary.rows, None, synthetic)
+        )
         return
     if synthetic and kaggle_client.is_production():
         raise PetalsError(
@@ -106,7 +108,7 @@ def run(args: argparse.Namespace) -> None:
     log.info("submit: uploading %s (credentials from %s)", what, credentials)
     answer = kaggle_client.submit_file(path, slug, message, retries=args.retries)
     leaderboard.update(
-        args.submissions_dir / leaderboard.BOARD,
+        leaderboard.board_file(args.submissions_dir, spec.name),
         entry,
         submission=str(path),
         submitted_at=leaderboard.now(),
@@ -116,17 +118,30 @@ def run(args: argparse.Namespace) -> None:
         f"UPLOADED {path} to {slug!r}: {answer.message or 'accepted'} (ref {answer.ref}); "
         "`make leaderboard-sync` fetches its public score once Kaggle has scored it"
     )
-    print(closing_summary(args.submissions_dir, provenance, path, summary.rows, slug, False))
+    print(closing_summary(args.submissions_dir, spec.name, provenance, path, summary.rows, slug, False))
+
+
+def predicted(spec, summary) -> str:
+    if spec.submission_value == "probability":
+        return f"P({spec.classes[1]}) per row"
+    return f"{summary.classes_used} classes predicted"
 
 
 def closing_summary(
-    submissions_dir: Path, provenance: dict, path: Path, rows: int, uploaded: str | None, synthetic: bool
+    submissions_dir: Path,
+    competition: str,
+    provenance: dict,
+    path: Path,
+    rows: int,
+    uploaded: str | None,
+    synthetic: bool,
 ) -> str:
     """The main job's last lines: what ran, how it scored, where its files are, what to do next."""
     from pipeline.stages import leaderboard
 
-    board = leaderboard.read(submissions_dir / leaderboard.BOARD)
+    board = leaderboard.read(leaderboard.board_file(submissions_dir, competition))
     table = leaderboard.ranked(board)
+    column, metric = leaderboard.score_column(board)
     entry = provenance.get("entry", path.stem)
     lines = ["", "petals: done."]
     mine = board[board["entry"] == entry]
@@ -134,26 +149,29 @@ def closing_summary(
         row, rank = mine.iloc[0], int(table.loc[table["entry"] == entry, "rank"].iloc[0])
         if row["kind"] == "run":  # columns may be empty (a row from an older petals): shown as "?"
             size, epochs = (_whole(row[c]) for c in ("image_size", "epochs"))
-            what = (
-                f"recipe {row['recipe']}: {row['backbone']} at {size} px, {epochs} epochs on {row['backend']}"
-            )
+            at = "" if size == "?" else f" at {size} px"  # texts have no size
+            what = f"recipe {row['recipe']}: {row['backbone']}{at}, {epochs} epochs on {row['backend']}"
         else:
             what = f"ensemble of {row['members']}"
         lines.append(f"  ran      {what}")
-        score = pd.to_numeric(row["val_macro_f1"], errors="coerce")
+        score = pd.to_numeric(row[column], errors="coerce")
         shown = "not scored" if pd.isna(score) else f"{score:.4f}"
         lines.append(
-            f"  scored   val macro-F1 {shown}, rank {rank} of {len(table)} on the offline leaderboard"
+            f"  scored   val {metric.title} {shown}, rank {rank} of {len(table)} on the offline leaderboard"
         )
     lines.append(f"  run      {provenance.get('run_dir', entry)}")
     status = f"uploaded to {uploaded}" if uploaded else "NOT UPLOADED (dry run)"
+    picked = "" if competition == "flowers" else f" COMPETITION={competition}"
     lines.append(f"  wrote    {path} ({rows} rows), {status}")
     if uploaded:
-        step = "`make leaderboard-sync` once Kaggle has scored it; `make leaderboard` ranks every run"
+        step = (
+            f"`make leaderboard-sync{picked}` once Kaggle has scored it; "
+            f"`make leaderboard{picked}` ranks every run"
+        )
     elif synthetic:
-        step = "real data: Kaggle credentials, then `make fetch SOURCE=kaggle FORCE=1 train submit`"
+        step = f"real data: Kaggle credentials, then `make fetch SOURCE=kaggle FORCE=1 train submit{picked}`"
     else:
-        step = "Kaggle credentials, then `make submit`; `make leaderboard` ranks every run"
+        step = f"Kaggle credentials, then `make submit{picked}`; `make leaderboard{picked}` ranks every run"
     lines.append(f"  next     {step}")
     return "\n".join(lines)
 
@@ -163,10 +181,23 @@ def _whole(value) -> str:
     return "?" if pd.isna(number) else str(int(number))
 
 
-def newest_submission(submissions_dir: Path) -> Path:
-    files = [p for p in submissions_dir.glob("*.csv") if p.name != "leaderboard.csv"]
+def newest_submission(submissions_dir: Path, competition: str = "flowers") -> Path:
+    """The newest CSV predict or ensemble wrote for `competition` (one without a record: any)."""
+    from pipeline.stages import leaderboard
+
+    def made_for(path: Path) -> str:
+        try:
+            return json.loads(path.with_suffix(".json").read_text()).get("competition", competition)
+        except (OSError, json.JSONDecodeError):
+            return competition
+
+    files = [
+        p for p in submissions_dir.glob("*.csv") if not leaderboard.is_board(p) and made_for(p) == competition
+    ]
     if not files:
-        raise PetalsError(f"{submissions_dir}: no submission CSV; run `make predict` (or pass FILE=)")
+        raise PetalsError(
+            f"{submissions_dir}: no {competition} submission CSV; run `make predict` (or pass FILE=)"
+        )
     return max(files, key=lambda p: p.stat().st_mtime)
 
 
@@ -181,5 +212,7 @@ def sidecar(path: Path, digest: str) -> dict:
 
 
 def default_message(entry: str, provenance: dict) -> str:
-    score = provenance.get("val_macro_f1")
-    return f"petals {entry}" + (f" val-F1 {score:.4f}" if isinstance(score, float) else "")
+    metric = provenance.get("metric", "macro_f1")
+    score = provenance.get(f"val_{metric}")
+    shown = "F1" if metric == "macro_f1" else metric.replace("_", "-")
+    return f"petals {entry}" + (f" val-{shown} {score:.4f}" if isinstance(score, float) else "")

@@ -1,7 +1,7 @@
 """Train stage: a recipe, under the strategy this machine calls for, into a resumable run directory.
 
 `runs/<run-id>/` holds the resolved config, the data manifest, the git commit, `history.csv`
-(one row per epoch: learning rate, loss, accuracy, val macro-F1, seconds, images/s), the best
+(one row per epoch: learning rate, loss, accuracy, the val metric, seconds, examples/s), the best
 and last weights, `curves.png` and `metrics.json`. A checkpoint (weights, optimizer, epoch)
 is written after every epoch, to the run dir or a `gs://` path: rerunning the same command
 after an interruption, even `kill -9`, resumes from the last completed epoch. Nothing is
@@ -64,18 +64,20 @@ def run(args: argparse.Namespace) -> None:
     job = prepare(config, platform, args.data_dir, args.runs_dir, args.run_id, args.checkpoint_dir)
     if job.finished and not args.force:
         log.info(
-            "train: %s is finished (val macro-F1 %s); --force to train again",
+            "train: %s is finished (val %s %s); --force to train again",
             job.run,
-            job.finished.get("val_macro_f1"),
+            job.spec.metric.title,
+            job.finished.get(job.spec.score_key),
         )
         return
     # Keras's progress bar only on a terminal: in a log it is escape codes, and each epoch's own
     # line says the same.
     metrics = fit(job, verbose=int(not args.quiet and sys.stdout.isatty()), restart=args.force)
     log.info(
-        "train: %s: val macro-F1 %.4f, accuracy %.4f, %.0f s, %.0f img/s",
+        "train: %s: val %s %.4f, accuracy %.4f, %.0f s, %.0f examples/s",
         job.run,
-        metrics["val_macro_f1"],
+        job.spec.metric.title,
+        metrics[job.spec.score_key],
         metrics["val_accuracy"],
         metrics["train_seconds"],
         metrics["images_per_second"],
@@ -93,10 +95,8 @@ class Job:
     platform: Any  # device.Platform
     spec: Any  # CompetitionSpec
     manifest: dict
-    train_files: list[str]
-    val_files: list[str]
-    train_images: int
-    val_images: int
+    train: Any  # splits.Split
+    val: Any  # splits.Split, or None with train.merge_val
     global_batch: int
     run: RunDir
     checkpoint_dir: str
@@ -106,35 +106,35 @@ class Job:
     def run_dir(self) -> Path:
         return self.run.path
 
+    @property
+    def train_images(self) -> int:
+        return self.train.count
+
+    @property
+    def val_images(self) -> int:
+        return self.val.count if self.val is not None else 0
+
 
 def prepare(
     config: Config, platform, data_dir: Path, runs_dir: Path, name: str | None, checkpoint_dir: str | None
 ) -> Job:
     """Check the config against the data, the replicas and the backend; nothing is written here."""
-    from competition import load_spec
-    from pipeline.data import augment, datasets, records
+    from pipeline.core.competitions import load_competition
+    from pipeline.data import augment, datasets, splits
     from pipeline.data.manifest import locate_data, read_manifest
-    from pipeline.modeling import registry
+    from pipeline.modeling import networks
 
-    spec = load_spec(config.competition)
+    spec = load_competition(config.competition, "train")
+    networks.check(config, spec, platform.backend)  # before any work
     root = locate_data(data_dir)
     manifest = read_manifest(data_dir)
-    size = config.data.image_size
-    train_files = datasets.shard_files(root, spec, size, "train")
-    val_files = datasets.shard_files(root, spec, size, "val")
-    train = config.train
-    if train.merge_val:
-        train_files, val_files = train_files + val_files, []
-    elif train.folds:
-        train_files, val_files = datasets.held_out(train_files + val_files, train.folds, train.fold)
-    registry.check_backbone(config.model.backbone, platform.backend)  # before any work
+    train, val = splits.train_and_val(root, spec, config)
     augment.placement(config.augment.where, platform.backend, platform.device)
     global_batch = datasets.global_batch_size(config.data.batch_size, platform.replicas)
-    train_images = records.count_images(train_files)
-    if global_batch > train_images:
+    if global_batch > train.count:
         raise PetalsError(
             f"batch {config.data.batch_size} per replica x {platform.replicas} replicas = {global_batch} "
-            f"is more than the {train_images} training images; lower data.batch_size"
+            f"is more than the {train.count} training examples; lower data.batch_size"
         )
     run = RunDir(runs_dir / (name or rundir.run_id(config, manifest.get("fingerprint", ""))))
     return Job(
@@ -142,10 +142,8 @@ def prepare(
         platform=platform,
         spec=spec,
         manifest=manifest,
-        train_files=train_files,
-        val_files=val_files,
-        train_images=train_images,
-        val_images=records.count_images(val_files) if val_files else 0,
+        train=train,
+        val=val,
         global_batch=global_batch,
         run=run,
         checkpoint_dir=checkpoint_dir or run.checkpoints,
@@ -171,7 +169,7 @@ def git_commit() -> str:
         return "unknown"
 
 
-def plot_curves(history, path: Path) -> None:
+def plot_curves(history, path: Path, score_key: str = "val_macro_f1") -> None:
     plt = pyplot()
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
@@ -181,11 +179,11 @@ def plot_curves(history, path: Path) -> None:
     left.set_xlabel("epoch")
     left.legend()
     right.plot(history["epoch"], history["accuracy"], label="train accuracy")
-    for column in ("val_accuracy", "val_macro_f1"):
+    for column in dict.fromkeys(("val_accuracy", score_key)):
         if column in history:
             right.plot(history["epoch"], history[column], label=column.replace("_", " "))
     right.set_xlabel("epoch")
-    right.set_ylim(0, 1)
+    right.set_ylim(bottom=0)  # log loss may pass 1
     right.legend()
     fig.tight_layout()
     save_figure(fig, path, dpi=80)
@@ -196,6 +194,7 @@ def plot_curves(history, path: Path) -> None:
 
 def fit(job: Job, verbose: int = 1, restart: bool = False) -> dict:
     """Train the job's recipe to its last epoch, resuming from the last checkpoint; return its metrics."""
+    from pipeline.modeling import text
     from pipeline.modeling.trainer import Trainer
 
     config, run, platform = job.config, job.run, job.platform
@@ -223,24 +222,32 @@ def fit(job: Job, verbose: int = 1, restart: bool = False) -> dict:
             "augment_where": trainer.data_config.augment.where,
         },
     )
+    if trainer.vocabulary is not None:
+        text.write_vocabulary(run.file(RunDir.VOCABULARY), trainer.vocabulary)
     if restart:
         run.metrics_file.unlink(missing_ok=True)
     history = trainer.run_epochs()
-    plot_curves(history, run.file(RunDir.CURVES))
-    best = history.loc[history["val_macro_f1"].idxmax()] if job.val_files else history.iloc[-1]
+    plot_curves(history, run.file(RunDir.CURVES), job.spec.score_key)
+    key, metric = job.spec.score_key, job.spec.metric
+    if job.val is None:
+        best = history.iloc[-1]
+    else:
+        best = history.loc[history[key].idxmax() if metric.greater_is_better else history[key].idxmin()]
     seconds = float(history["seconds"].sum())
     metrics = {
-        "val_macro_f1": float(best.get("val_macro_f1", float("nan"))),
+        "metric": metric.name,
+        key: float(best.get(key, float("nan"))),
         "val_accuracy": float(best.get("val_accuracy", float("nan"))),
         "best_epoch": int(best["epoch"]),
-        "first_epoch_val_macro_f1": float(history["val_macro_f1"].iloc[0]) if job.val_files else None,
+        f"first_epoch_{key}": float(history[key].iloc[0]) if job.val is not None else None,
         "epochs": int(history["epoch"].max()),
         "train_seconds": seconds,
         "images_per_second": float(np.sum(history["images"]) / seconds) if seconds else 0.0,
         "epoch_seconds": [round(float(s), 2) for s in history["seconds"]],
         "recipe": config.recipe,
         "backbone": config.model.backbone,
-        "image_size": trainer.size,
+        "image_size": trainer.size if job.spec.modality == "image" else None,
+        "sequence_length": config.data.sequence_length if job.spec.modality == "text" else None,
         "backend": platform.backend,
         "strategy": platform.kind,
         "replicas": platform.replicas,

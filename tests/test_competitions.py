@@ -1,0 +1,140 @@
+"""The competitions beyond flowers through the chain on their embedded data, tiny: train, evaluate
+with the competition's metric, predict, a submission checked against the sample, submit's dry run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn import metrics as sk
+
+from competition import load_spec
+from competition.submission import check_submission
+from pipeline.core.config import load_config
+from pipeline.core.errors import PetalsError
+from pipeline.modeling.inference import Predictions, predict_split
+from pipeline.stages import evaluate, leaderboard, train
+from pipeline.stages.fetch import FetchOptions, fetch
+from pipeline.stages.predict import sample_ids, submission_values, write_submission
+from tests.conftest import run_cli
+
+# Recipes that train in seconds; the rest is each competition's own cpu recipe.
+TINY = {
+    "dogs-vs-cats": ["data.image_size=32", "data.batch_size=8", "train.epochs=2", "train.steps_per_epoch=4"],
+    "imdb": [
+        "data.batch_size=8",
+        "data.sequence_length=32",
+        "data.vocabulary_size=300",
+        "train.epochs=2",
+        "train.steps_per_epoch=6",
+    ],
+}
+SKLEARN = {  # each metric as scikit-learn computes it from the saved val predictions
+    "log_loss": lambda labels, p: sk.log_loss(labels, p[:, 1], labels=[0, 1]),
+    "roc_auc": lambda labels, p: sk.roc_auc_score(labels, p[:, 1]),
+}
+
+
+@pytest.fixture(scope="module")
+def fetched(tmp_path_factory):
+    root = tmp_path_factory.mktemp("competitions")
+    dirs = {}
+    for name in TINY:
+        dirs[name] = root / name
+        options = FetchOptions(source="synthetic", data_dir=dirs[name], scale=0.1, progress=False)
+        fetch(options, load_spec(name))
+    return dirs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(TINY))
+def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_submission(
+    name, fetched, cpu, tmp_path
+):
+    spec, data_dir, subs = load_spec(name), fetched[name], tmp_path / "subs"
+    config = load_config("cpu", [f"competition={name}", *TINY[name]])
+    assert config.recipe == "cpu" and config.model.backbone == {"dogs-vs-cats": "cnn", "imdb": "bilstm"}[name]
+    job = train.prepare(config, cpu, data_dir, tmp_path / "runs", None, None)
+    assert not set(job.train.examples.ids) & set(job.val.examples.ids)  # val is held out of train
+    metrics = train.fit(job, verbose=0)
+    key = spec.score_key
+    assert metrics["metric"] == spec.metric.name and np.isfinite(metrics[key])
+    history = pd.read_csv(job.run_dir / "history.csv")
+    best = history[key].min() if spec.metric.name == "log_loss" else history[key].max()
+    assert metrics[key] == pytest.approx(best)
+
+    # Evaluate scores the best weights in the serving model (a free batch): the training score.
+    evaluation = evaluate.evaluate(job.run, data_dir, 1, cpu, subs)
+    val = Predictions.load(job.run.predictions("val", 1))
+    assert evaluation[key] == pytest.approx(SKLEARN[spec.metric.name](val.labels, val.probabilities))
+    assert evaluation[key] == pytest.approx(metrics[key], abs=1e-5)
+    board = leaderboard.read(leaderboard.board_file(subs, name)).set_index("entry")
+    assert board.loc[job.run.name, key] == pytest.approx(evaluation[key], abs=1e-5)
+
+    # Predict: P(class 1) per test id, in the sample submission's order, checked.
+    test = predict_split(job.run, data_dir, "test", 1, cpu)
+    path = write_submission(
+        subs,
+        job.run.name,
+        test.ids,
+        submission_values(test.probabilities, spec),
+        spec,
+        data_dir,
+        {},
+        evaluation[key],
+        job.run.path,
+    )
+    expected = sample_ids(data_dir, spec)
+    assert check_submission(path, spec, expected).rows == len(expected)
+    written = pd.read_csv(path, dtype={spec.id_column: str})
+    assert written.columns.tolist() == [spec.id_column, spec.label_column]
+    assert written[spec.id_column].tolist() == expected
+    np.testing.assert_allclose(
+        written[spec.label_column], test.by_ids(np.array(expected)).probabilities[:, 1], atol=1e-6
+    )
+
+    # Submit's dry run checks it and ends with the competition's metric.
+    home = tmp_path / "empty-home"
+    home.mkdir()
+    no_credentials = {"HOME": str(home), "KAGGLE_CONFIG_DIR": str(home / "kaggle"),
+                      "XDG_CONFIG_HOME": str(home), "KAGGLE_USERNAME": "", "KAGGLE_KEY": "",
+                      "KAGGLE_API_TOKEN": ""}  # fmt: skip
+    result = run_cli(
+        "submit", "--competition", name, "--data-dir", str(data_dir), "--submissions-dir", str(subs),
+        env=no_credentials,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "DRY RUN, NOT UPLOADED" in result.stdout
+    assert f"scored   val {spec.metric.title} {evaluation[key]:.4f}, rank 1 of 1" in result.stdout
+
+
+def test_text_tta_is_refused_in_one_line():
+    from pipeline.modeling.inference import check_tta
+
+    check_tta(load_spec("dogs-vs-cats"), 4)  # a mirrored pet is a pet
+    with pytest.raises(PetalsError, match=r"^--tta 2: competition imdb does not keep the label"):
+        check_tta(load_spec("imdb"), 2)
+
+
+def test_a_network_for_the_wrong_inputs_is_refused_in_one_line():
+    from pipeline.modeling import networks
+
+    with pytest.raises(PetalsError, match=r"^model.backbone=cnn: competition imdb has texts; its networks"):
+        networks.check(
+            load_config("cpu", ["competition=imdb", "model.backbone=cnn"]), load_spec("imdb"), "jax"
+        )
+    with pytest.raises(PetalsError, match=r"^model.backbone=bilstm reads texts; competition dogs-vs-cats"):
+        config = load_config("cpu", ["competition=dogs-vs-cats", "model.backbone=bilstm"])
+        networks.check(config, load_spec("dogs-vs-cats"), "tensorflow")
+
+
+def test_each_competition_has_its_own_cpu_and_tpu_recipes():
+    from pipeline.core import config as config_module
+
+    for name in ("dogs-vs-cats", "imdb"):
+        assert {"cpu", "tpu"} <= set(config_module.recipe_names(name))
+        for recipe in ("cpu", "tpu"):
+            loaded = load_config(recipe, [f"competition={name}"])
+            assert loaded.competition == name and loaded.recipe == recipe
+    with pytest.raises(PetalsError, match=r"^unknown recipe 'densenet201' for imdb: no "):
+        load_config("densenet201", ["competition=imdb"])
