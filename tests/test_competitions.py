@@ -138,3 +138,42 @@ def test_each_competition_has_its_own_cpu_and_tpu_recipes():
             assert loaded.competition == name and loaded.recipe == recipe
     with pytest.raises(PetalsError, match=r"^unknown recipe 'densenet201' for imdb: no "):
         load_config("densenet201", ["competition=imdb"])
+
+
+@pytest.mark.slow
+def test_a_kernel_for_a_table_competition_fetches_its_kaggle_mount_and_writes_a_valid_submission(tmp_path):
+    """The imdb kernel, run outside the repo as Kaggle would: the competition mounted under
+    input/<slug>/ as the download holds it (each table zipped again), fetched, trained, scored."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from pipeline import cli
+    from pipeline.data import embedded
+    from pipeline.stages import kernel
+
+    spec = load_spec("imdb")
+    mount = tmp_path / "input" / spec.default_slug
+    embedded.draw(spec, mount, size=0, seed=3, scale=0.05, progress=False)
+    args = ["kernel", "generate", "--kernels-dir", str(tmp_path / "kernels"), "--recipe", "cpu",
+            "--accelerator", "None", "--owner", "petals-user"]  # fmt: skip
+    for override in ["competition=imdb", *TINY["imdb"]]:
+        args += ["--set", override]
+    assert cli.main(args) == 0
+    folder = tmp_path / "kernels" / "petals-imdb-cpu"  # the default name says the competition
+    assert json.loads((folder / kernel.METADATA).read_text())["competition_sources"] == [spec.default_slug]
+    working = tmp_path / "working"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, str(folder / kernel.SCRIPT), "--working", str(working), "--input",
+         str(tmp_path / "input"), "--strategy", "cpu"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((working / kernel.SUMMARY).read_text())
+    assert summary["competition"] == "imdb" and summary["data_source"] == "kaggle-input"
+    assert 0 <= summary["metrics"]["evaluation"]["val_roc_auc"] <= 1
+    submission = pd.read_csv(working / "submission.csv", dtype={"id": str})
+    assert submission.columns.tolist() == ["id", "sentiment"] and len(submission) == 100
+    assert submission["sentiment"].between(0, 1).all()

@@ -168,16 +168,11 @@ def test_an_image_folder_member_name_gives_its_label_or_id():
     assert folders["test"].archive == "test.zip"
 
 
-def test_a_stage_refuses_a_competition_whose_data_it_does_not_read_yet_in_one_line():
+def test_an_unknown_competition_is_refused_in_one_line():
     from pipeline.core.competitions import load_competition
     from pipeline.core.errors import PetalsError
 
-    assert load_competition("flowers", stage="kernel").kind == "records"
-    with pytest.raises(
-        PetalsError, match=r"^competition imdb: its data is a table of texts, which this stage"
-    ):
-        load_competition("imdb", stage="kernel")
-    assert load_competition("imdb", stage="train").kind == "table"
+    assert load_competition("imdb").kind == "table"
     with pytest.raises(PetalsError, match=r"^competition=roses: unknown competition 'roses'"):
         load_competition("roses")
 

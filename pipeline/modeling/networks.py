@@ -30,6 +30,12 @@ def check(config, spec, backend: str) -> None:
             f"model.backbone={name}: competition {spec.name} has texts; its networks are "
             f"{', '.join(text.NETWORKS)}"
         )
+    columns = len(spec.tables.splits["train"].layout.text_columns)
+    if columns > 1:
+        raise PetalsError(
+            f"model.backbone={name} reads one text; competition {spec.name} has {columns} per example "
+            "(sentence pairs need a network that reads pairs)"
+        )
     if config.train.frozen_epochs:
         raise PetalsError(
             f"train.frozen_epochs={config.train.frozen_epochs}: {name} has no pretrained part to freeze"

@@ -437,7 +437,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    spec = load_competition(args.competition, stage="fetch")
+    spec = load_competition(args.competition)
     if args.slug and args.slug not in spec.slugs:
         raise PetalsError(f"slug {args.slug!r} is not one of this competition's: {', '.join(spec.slugs)}")
     options = FetchOptions(

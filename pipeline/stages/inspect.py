@@ -56,7 +56,7 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
     from pipeline.data import datasets, splits
     from pipeline.data.manifest import locate_data
 
-    spec = load_competition(config.competition, "inspect")
+    spec = load_competition(config.competition)
     root = locate_data(data_dir)
     train, val = splits.train_and_val(root, spec, config)
     labeled = {"train": train, **({"val": val} if val is not None else {})}

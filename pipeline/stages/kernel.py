@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> None:
         kernel_id = json.loads((folder / METADATA).read_text())["id"]
         print(f"kernel: {folder} ({kernel_id}); push with `make kernel-push`")
         return
-    folder = args.kernels_dir / (args.name or default_name(kernel_recipe(args)))
+    folder = args.kernels_dir / (args.name or default_name(kernel_recipe(args), kernel_competition(args)))
     if not (folder / METADATA).is_file():
         raise PetalsError(f"{folder}: no {METADATA}; generate it first (make kernel RECIPE=...)")
     if args.action == "check":
@@ -138,8 +138,15 @@ def run(args: argparse.Namespace) -> None:
         output(folder, args.submissions_dir)
 
 
-def default_name(recipe: str) -> str:
-    return f"petals-{recipe}"
+def default_name(recipe: str, competition: str = "flowers") -> str:
+    """petals-<recipe>, with the competition's name between for the ones beyond flowers."""
+    return f"petals-{recipe}" if competition == "flowers" else f"petals-{competition}-{recipe}"
+
+
+def kernel_competition(args: argparse.Namespace) -> str:
+    from pipeline.core.config import parse_overrides
+
+    return parse_overrides(args.overrides).get("competition", "flowers")
 
 
 def kernel_recipe(args: argparse.Namespace) -> str:
@@ -178,7 +185,7 @@ def kernel_settings(args: argparse.Namespace, config, spec, kernel_id: str) -> d
         "overrides": list(args.overrides),
         "competition": spec.name,
         "slug": args.slug or spec.default_slug,
-        "image_size": config.data.image_size,
+        "image_size": config.data.image_size if spec.kind == "records" else None,  # records to fetch
         "tta": args.tta,
         "petals_commit": git_commit(),
         "accelerator": args.accelerator,
@@ -227,10 +234,10 @@ def check_accelerator(accelerator: str) -> str:
 def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]) -> None:
     """What a kernel cannot run: a resolution Kaggle does not ship, a backbone its image cannot build,
     weights or packages it cannot reach. One line, with the way out."""
-    from pipeline.modeling import registry
+    from pipeline.modeling import networks, registry
 
     size = config.data.image_size
-    if size not in spec.records.resolutions:
+    if spec.kind == "records" and size not in spec.records.resolutions:
         raise PetalsError(
             f"data.image_size={size}: Kaggle ships "
             f"{', '.join(map(str, spec.records.resolutions))} px records only; "
@@ -239,9 +246,11 @@ def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]
     backbone = config.model.backbone
     if session == "tpu":  # Kaggle's TPU image has a CPU-only TensorFlow: Keras trains on JAX there
         try:
-            registry.check_backbone(backbone, "jax")
+            networks.check(config, spec, "jax")
         except PetalsError as err:
             raise PetalsError(f"{err}; Kaggle's TPU image trains on JAX") from None
+    else:
+        networks.check(config, spec, "tensorflow")
     weights = config.model.weights
     if weights not in registry.WEIGHT_CHOICES and not weights.startswith("/kaggle/input/"):
         raise PetalsError(
@@ -329,7 +338,7 @@ def generate(args: argparse.Namespace) -> Path:
 
     session = check_accelerator(args.accelerator)
     config = config_module.config_from_args(args, session.upper())  # auto: the accelerator's recipe
-    spec = load_competition(config.competition, "kernel")
+    spec = load_competition(config.competition)
     slug = args.slug or spec.default_slug
     if slug not in spec.slugs:
         raise PetalsError(f"slug {slug!r} is not one of this competition's: {', '.join(spec.slugs)}")
@@ -337,7 +346,7 @@ def generate(args: argparse.Namespace) -> Path:
         if not DATASET_SOURCE.fullmatch(dataset):
             raise PetalsError(f"--dataset {dataset!r}: expected owner/dataset-slug")
     check_recipe(config, spec, session, args.internet == "on", args.dataset)
-    name = args.name or default_name(config.recipe)
+    name = args.name or default_name(config.recipe, spec.name)
     meta = metadata(args, find_owner(args.owner), name, slug)
     settings = kernel_settings(args, config, spec, meta["id"])
     text = script_text(settings, bundle(), notebook=args.kernel_type == "notebook")
@@ -416,20 +425,22 @@ def output(folder: Path, submissions_dir: Path) -> None:
     evaluation = metrics.get("evaluation", {})
     entry = f"kaggle-{summary['run_id']}"
     submission = target / "submission.csv"
+    competition = summary.get("competition", "flowers")
+    key = f"val_{metrics.get('metric', 'macro_f1')}"
     leaderboard.update(
-        submissions_dir / leaderboard.BOARD,
+        leaderboard.board_file(submissions_dir, competition),
         entry,
         kind="kaggle",
         time=summary.get("finished"),
         git_commit=summary.get("petals_commit"),
-        competition=summary.get("competition"),
+        competition=competition,
         data_source=summary.get("data_source"),
         data_fingerprint=summary.get("data_fingerprint"),
         recipe=metrics.get("recipe"),
         backbone=metrics.get("backbone"),
         image_size=metrics.get("image_size"),
         epochs=metrics.get("epochs"),
-        val_macro_f1=evaluation.get("val_macro_f1", metrics.get("val_macro_f1")),
+        **{key: evaluation.get(key, metrics.get(key))},
         val_accuracy=evaluation.get("val_accuracy", metrics.get("val_accuracy")),
         tta=evaluation.get("tta"),
         train_seconds=metrics.get("train_seconds"),

@@ -215,8 +215,9 @@ def run(args: argparse.Namespace, root: Path) -> int:
             raise SystemExit(code)  # the stage has said why, in one line
 
     if args.data_dir is None:
+        sizes = ["--sizes", str(SETTINGS["image_size"])] if SETTINGS["image_size"] else []  # TFRecords
         stage("fetch", "--source", "kaggle-input", "--kaggle-input", str(args.input), "--data-dir",
-              str(data_dir), "--slug", SETTINGS["slug"], "--sizes", str(SETTINGS["image_size"]),
+              str(data_dir), "--competition", SETTINGS["competition"], "--slug", SETTINGS["slug"], *sizes,
               "--no-progress")  # fmt: skip
     common = ["--data-dir", str(data_dir), "--runs-dir", str(runs), "--strategy", args.strategy, *config]
     stage("train", *common)

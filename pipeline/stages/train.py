@@ -124,7 +124,7 @@ def prepare(
     from pipeline.data.manifest import locate_data, read_manifest
     from pipeline.modeling import networks
 
-    spec = load_competition(config.competition, "train")
+    spec = load_competition(config.competition)
     networks.check(config, spec, platform.backend)  # before any work
     root = locate_data(data_dir)
     manifest = read_manifest(data_dir)
