@@ -94,15 +94,20 @@ INSTALLER ?= $(if $(filter yes,$(TF_PRESENT)),pip,uv)
 PIP_INSTALL := $(PY) -m pip install --quiet
 UV_INSTALL  := $(VENV)/bin/uv pip install --quiet --python $(PY) --compile-bytecode
 
+# keras-hub goes in without its dependencies (setup.cfg says why and lists what it imports).
+NO_DEPS := keras-hub==0.32.0
+
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 ifeq ($(INSTALLER),uv)
 	$(PIP_INSTALL) uv
-	$(UV_INSTALL) -e ".[$(TF_EXTRA)dev]" || { echo "petals: uv could not install the project; pip installs it"; \
-		$(PIP_INSTALL) --upgrade pip && $(PIP_INSTALL) -e ".[$(TF_EXTRA)dev]"; }
+	{ $(UV_INSTALL) -e ".[$(TF_EXTRA)dev]" && $(UV_INSTALL) --no-deps $(NO_DEPS); } || \
+		{ echo "petals: uv could not install the project; pip installs it"; $(PIP_INSTALL) --upgrade pip && \
+		$(PIP_INSTALL) -e ".[$(TF_EXTRA)dev]" && $(PIP_INSTALL) --no-deps $(NO_DEPS); }
 else
 	$(PIP_INSTALL) --upgrade pip
 	$(PIP_INSTALL) -e ".[$(TF_EXTRA)dev]"
+	$(PIP_INSTALL) --no-deps $(NO_DEPS)
 endif
 	@touch $@
 

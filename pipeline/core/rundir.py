@@ -32,7 +32,8 @@ class RunDir:
     PER_CLASS = "per_class.csv"
     CONFUSIONS = "confusions.csv"
     CONFUSION_PLOT = "confusion.png"
-    VOCABULARY = "vocabulary.txt"  # a text run's words, one a line: token id = line number + 2
+    VOCABULARY = "vocabulary.txt"  # an LSTM run's words, one a line: token id = line number + 2
+    TOKENIZER = "tokenizer"  # a BERT run's tokenizer, a keras-hub preset folder
     # The small files worth keeping beside a submission (a kernel copies these to its output).
     SMALL_FILES = (CONFIG, DATA_MANIFEST, RUN_INFO, METRICS, HISTORY, CURVES, PER_CLASS, CONFUSIONS,
                    CONFUSION_PLOT, VOCABULARY)  # fmt: skip

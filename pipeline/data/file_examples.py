@@ -4,7 +4,7 @@ A fetched data dir (pipeline/data/competition_files.py) holds each split unpacke
 lists a split in a fixed order: ids, inputs (image paths, texts, or text pairs) and labels.
 Kaggle gives these competitions no val split, so `fold_split` takes one from train: a stratified
 fold, the same on every machine. `file_dataset` decodes and resizes photos of any size to the
-recipe's square, or yields texts (vectorised per batch by the model's encoder), in batches of a
+recipe's square, or yields texts (encoded up front by the model's tokenizer), in batches of a
 static size, as TPUs need.
 """
 
@@ -117,11 +117,14 @@ def file_dataset(
     `with_ids`, or (input, id) for an unlabelled split.
 
     Inputs are images decoded to `image_size` squares (uint8), or texts (pairs as a tuple),
-    turned into model inputs per batch by `encode` (a text vectoriser) when given.
+    turned into model inputs by `encode` when given, all at once before tf.data (the LSTM's
+    vectoriser or BERT's tokenizer, neither of which runs inside tf.data on every backend).
     `pad_to_batch` appends padding examples (label -1, id "") so every batch is full.
     """
     texts = image_size is None
     inputs = split.inputs[0] if len(split.inputs) == 1 else tuple(split.inputs)
+    if encode is not None:  # tokenized once, up front
+        inputs = encode(split.inputs)
     tags: tuple = () if split.labels is None else (split.labels.astype(np.int32),)
     if split.labels is None or with_ids:
         tags += (split.ids.astype(str),)
@@ -143,18 +146,14 @@ def file_dataset(
         if training:
             dataset = dataset.shuffle(min(shuffle_buffer, len(split)), seed=seed).repeat()
     if pad_to_batch:
-        blank = (
-            (tuple(tf.constant("") for _ in split.inputs) if len(split.inputs) > 1 else tf.constant(""))
-            if texts
-            else tf.zeros([image_size, image_size, 3], tf.uint8)
-        )
+        blank = tf.nest.map_structure(lambda column: tf.zeros_like(column[0]), inputs)
+        if not texts:
+            blank = tf.zeros([image_size, image_size, 3], tf.uint8)
         padding = tuple(
             tf.constant(-1, tf.int32) if tag.dtype.kind == "i" else tf.constant("") for tag in tags
         )
         dataset = dataset.concatenate(tf.data.Dataset.from_tensors((blank, *padding)).repeat(batch_size - 1))
     dataset = dataset.batch(batch_size, drop_remainder=training or pad_to_batch)
-    if encode is not None:
-        dataset = dataset.map(lambda batch, *rest: (encode(batch), *rest), num_parallel_calls=AUTOTUNE)
     return dataset.prefetch(AUTOTUNE)
 
 

@@ -127,7 +127,9 @@ class JaxLoop:
         state = tuple([v.value for v in group] for group in variables)
         losses, rights = [], []
         for _ in range(trainer.steps):
-            images, labels = (self._on_devices(part) for part in next(self._batches))
+            images, labels = (
+                keras.tree.map_structure(self._on_devices, part) for part in next(self._batches)
+            )
             state, loss, right = self._step(state, images, labels)
             losses.append(loss)  # device values: no host round trip per step
             rights.append(right)

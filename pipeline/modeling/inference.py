@@ -135,8 +135,10 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
     config = run.read_config()
     spec = load_spec(config.competition)
     keras.mixed_precision.set_global_policy("float32")
-    vocabulary = run_vocabulary(run) if spec.modality == "text" else None
-    net = networks.build(config, spec, vocabulary_size=None if vocabulary is None else len(vocabulary) + 2)
+    vocabulary_size = None
+    if spec.modality == "text":
+        vocabulary_size = networks.text_inputs(config, run.path).vocabulary_size
+    net = networks.build(config, spec, vocabulary_size=vocabulary_size)
     path = run.weights(weights)
     if not path.is_file():
         raise PetalsError(f"{path}: missing; train the run first")
@@ -146,16 +148,6 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
     except ValueError as err:
         raise PetalsError(f"{path}: does not fit this run's model ({first_line(err)[:200]})") from None
     return net
-
-
-def run_vocabulary(run: RunDir) -> list[str]:
-    """The vocabulary a text run trained with."""
-    from pipeline.modeling import text
-
-    path = run.file(RunDir.VOCABULARY)
-    if not path.is_file():
-        raise PetalsError(f"{path}: missing; a text run keeps its vocabulary there, train it again")
-    return text.read_vocabulary(path)
 
 
 # ----------------------------------------------------------------------------- predicting
@@ -218,7 +210,7 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
             return saved
     examples = splits.split_for(locate_data(data_dir), spec, config, split)
     if spec.modality == "text":
-        examples = examples.with_encoder(networks.encoder(config, run_vocabulary(run)))
+        examples = examples.with_encoder(networks.text_inputs(config, run.path).encode)
     labeled = spec.is_labeled(split) or split == "val"
     batch = datasets.global_batch_size(config.data.batch_size, platform.replicas)
     dataset = examples.eval_dataset(config, batch, labeled=labeled, pad_to_batch=True, with_ids=True)

@@ -1,40 +1,50 @@
 """The network a config names, for the competition's inputs: images or texts.
 
-Images go to the backbone registry (`registry.build_classifier`); texts to the text networks
-(`text.NETWORKS`), which read token ids from a vocabulary adapted on the training texts and
-kept in the run dir, so a run predicts with the ids it trained on. Training and inference build
+Images go to the backbone registry (`registry.build_classifier`); texts to the LSTM
+(`text.NETWORKS`), which reads token ids of a vocabulary adapted on the training texts, or to
+BERT (`bert`), which reads its tokenizer's ids. A text run keeps its tokenization in its run
+dir (`text_inputs`), so it predicts with the ids it trained on. Training and inference build
 through here, so a new kind of network changes this file and its own module.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
 import keras
 
 from pipeline.core.errors import PetalsError
-from pipeline.modeling import registry, text
+from pipeline.modeling import bert, registry, text
+
+TEXT_NETWORKS = (*text.NETWORKS, *bert.NAMES)
 
 
 def check(config, spec, backend: str) -> None:
     """The config's network reads the competition's inputs and builds on `backend`; else one line."""
     name = config.model.backbone
     if spec.modality == "image":
-        if name in text.NETWORKS:
+        if name in TEXT_NETWORKS:
             raise PetalsError(
                 f"model.backbone={name} reads texts; competition {spec.name} has images "
                 f"(python -m pipeline train --list-backbones)"
             )
         registry.check_backbone(name, backend)
         return
-    if name not in text.NETWORKS:
+    if name not in TEXT_NETWORKS:
         raise PetalsError(
             f"model.backbone={name}: competition {spec.name} has texts; its networks are "
-            f"{', '.join(text.NETWORKS)}"
+            f"{', '.join(TEXT_NETWORKS)}"
         )
+    if name in bert.NAMES:
+        bert.check(config)
+        return
     columns = len(spec.tables.splits["train"].layout.text_columns)
     if columns > 1:
         raise PetalsError(
             f"model.backbone={name} reads one text; competition {spec.name} has {columns} per example "
-            "(sentence pairs need a network that reads pairs)"
+            f"(sentence pairs need a network that reads pairs: {', '.join(bert.NAMES)})"
         )
     if config.train.frozen_epochs:
         raise PetalsError(
@@ -42,12 +52,14 @@ def check(config, spec, backend: str) -> None:
         )
 
 
-def input_shape(config, spec, batch_size: int | None = None) -> tuple:
-    """One batch of model inputs: pixels [batch, size, size, 3] or token ids [batch, length]."""
+def input_shape(config, spec, batch_size: int | None = None):
+    """One batch of model inputs: pixels [batch, size, size, 3], token ids [batch, length], or
+    BERT's three [batch, length] inputs by name."""
     if spec.modality == "image":
         size = config.data.input_size or config.data.image_size
         return (batch_size, size, size, 3)
-    return (batch_size, config.data.sequence_length)
+    shape = (batch_size, config.data.sequence_length)
+    return {name: shape for name in bert.INPUTS} if config.model.backbone in bert.NAMES else shape
 
 
 def build(
@@ -60,7 +72,8 @@ def build(
     vocabulary_size: int | None = None,
 ) -> keras.Model:
     """Inputs -> class probabilities (float32). `batch_size` fixes the batch dimension (a TPU's
-    static shapes); None leaves it free, as inference anywhere needs."""
+    static shapes); None leaves it free, as inference anywhere needs. A text network needs its
+    tokenization's vocabulary size (`TextInputs.vocabulary_size`)."""
     if spec.modality == "image":
         return registry.build_classifier(
             config.model.backbone,
@@ -73,6 +86,14 @@ def build(
         )
     if vocabulary_size is None:
         raise ValueError("a text network needs the vocabulary's size")  # a caller's bug
+    if config.model.backbone in bert.NAMES:
+        return bert.classifier(
+            bert.new_backbone(config, vocabulary_size),
+            spec.num_classes,
+            config.data.sequence_length,
+            config.model.dropout,
+            batch_size=batch_size,
+        )
     return text.NETWORKS[config.model.backbone](
         vocabulary_size,
         config.data.sequence_length,
@@ -82,11 +103,48 @@ def build(
     )
 
 
-def encoder(config, vocabulary: list[str]) -> text.Vectorizer:
-    """Texts -> token ids of `data.sequence_length`, in tf.data (any backend)."""
-    return text.Vectorizer(vocabulary, config.data.sequence_length)
+def has_backbone(net: keras.Model) -> bool:
+    """Whether the network has a pretrained part to freeze (every image network, BERT)."""
+    return any(layer.name == "backbone" for layer in net.layers)
 
 
-def adapted_vocabulary(config, texts) -> list[str]:
-    """The `data.vocabulary_size` - 2 most frequent words of the training texts."""
-    return text.Vectorizer.adapt(texts, config.data.vocabulary_size, config.data.sequence_length).vocabulary
+@dataclass
+class TextInputs:
+    """A text run's tokenization: the encoder its splits use, the vocabulary size its network
+    embeds, and how it is kept in the run dir (the LSTM's words, BERT's tokenizer)."""
+
+    encode: Callable
+    vocabulary_size: int
+    save: Callable[[Path], None]  # into the run dir
+
+
+def text_inputs(config, run_dir: Path, train_columns=None, fresh: bool = False) -> TextInputs:
+    """The tokenization a run keeps in `run_dir`; with `train_columns` (the training texts), a new
+    one made from them when nothing is kept yet or `fresh` (a run trained again)."""
+    from pipeline.core.rundir import RunDir
+
+    if config.model.backbone in bert.NAMES:
+        folder = run_dir / RunDir.TOKENIZER
+        if train_columns is None or ((folder / "tokenizer.json").is_file() and not fresh):
+            tokenizer = bert.load_tokenizer(folder)
+        else:
+            tokenizer = bert.new_tokenizer(config, train_columns)
+        return TextInputs(
+            encode=bert.Encoder(tokenizer, config.data.sequence_length),
+            vocabulary_size=tokenizer.vocabulary_size(),
+            save=lambda run: bert.save_tokenizer(tokenizer, run / RunDir.TOKENIZER),
+        )
+    path = run_dir / RunDir.VOCABULARY
+    if train_columns is None or (path.is_file() and not fresh):
+        if not path.is_file():
+            raise PetalsError(f"{path}: missing; a text run keeps its vocabulary there, train it again")
+        vocabulary = text.read_vocabulary(path)
+    else:
+        vocabulary = text.Vectorizer.adapt(
+            train_columns[0], config.data.vocabulary_size, config.data.sequence_length
+        ).vocabulary
+    return TextInputs(
+        encode=text.Vectorizer(vocabulary, config.data.sequence_length),
+        vocabulary_size=len(vocabulary) + 2,  # padding and unknown words
+        save=lambda run: text.write_vocabulary(run / RunDir.VOCABULARY, vocabulary),
+    )

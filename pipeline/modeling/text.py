@@ -1,7 +1,8 @@
 """Text classifiers: a review as token ids, an Embedding and a bidirectional LSTM.
 
-Texts become token ids in tf.data (`Vectorizer`, adapted on the training texts), so the model
-takes int ids on either backend: Keras on JAX cannot run string ops inside a compiled model. A
+Texts become token ids before tf.data (`Vectorizer`, adapted on the training texts), so the
+model takes int ids on either backend: Keras on JAX cannot run string ops inside a compiled
+model, nor this layer inside tf.data. A
 TPU wants one static batch size: `lstm_classifier(..., batch_size=128)` fixes it in the input's
 shape for training, and `serving_copy` builds the same layers with a free batch dimension and
 the trained weights, to predict any number of texts on the CPU.
@@ -54,10 +55,19 @@ class Vectorizer:
     def vocabulary_size(self) -> int:
         return self.layer.vocabulary_size()
 
-    def __call__(self, texts: tf.Tensor) -> tf.Tensor:
-        ids = tf.cast(self.layer(texts), tf.int32)
-        start = tf.fill(tf.stack([tf.shape(ids)[0], 1]), START)
-        return tf.concat([start, ids], axis=1)
+    CHUNK = 4096  # texts per call
+
+    def __call__(self, columns: tuple[np.ndarray, ...]) -> np.ndarray:
+        """The first column's texts as int32 ids [n, sequence_length], eagerly. Keras on JAX
+        cannot run this layer inside tf.data ("Cannot convert a symbolic tf.Tensor to a numpy
+        array"), so texts are encoded once, up front, on every backend alike."""
+        (texts,) = columns
+        parts = [
+            tf.cast(self.layer(tf.constant(texts[i : i + self.CHUNK])), tf.int32).numpy()
+            for i in range(0, len(texts), self.CHUNK)
+        ] or [np.zeros((0, self.sequence_length - 1), np.int32)]
+        ids = np.concatenate(parts)
+        return np.concatenate([np.full((len(ids), 1), START, np.int32), ids], axis=1)
 
 
 def lstm_classifier(

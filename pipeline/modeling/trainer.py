@@ -73,7 +73,7 @@ class Trainer:
         keras.mixed_precision.set_global_policy(self.precision)
         keras.utils.set_random_seed(config.seed)
         images = job.spec.modality == "image"
-        self.vocabulary = None if images else self._vocabulary()
+        self.text_inputs = None if images else self._text_inputs()
         with job.platform.scope():
             self.net = networks.build(
                 config,
@@ -82,7 +82,7 @@ class Trainer:
                 # Texts train at one static batch (a TPU's shapes): the replica's under TensorFlow's
                 # strategies, the whole batch under JAX, whose jitted step sees the global array.
                 batch_size=None if images else self.static_batch,
-                vocabulary_size=None if images else len(self.vocabulary) + 2,
+                vocabulary_size=None if images else self.text_inputs.vocabulary_size,
             )
             self.classifier = Classifier(
                 self.net,
@@ -124,20 +124,14 @@ class Trainer:
             job.global_batch if job.platform.backend == "jax" else job.global_batch // job.platform.replicas
         )
 
-    def _vocabulary(self) -> list[str]:
-        """The run's vocabulary: the one it trained with (resuming), else adapted on its training texts."""
-        from pipeline.modeling import text
-
-        job, path = self.job, self.run.file(self.run.VOCABULARY)
-        if path.is_file() and not self.restart:
-            vocabulary = text.read_vocabulary(path)
-        else:
-            vocabulary = networks.adapted_vocabulary(self.config, job.train.examples.inputs[0])
-        encode = networks.encoder(self.config, vocabulary)
-        job.train = job.train.with_encoder(encode)
+    def _text_inputs(self) -> networks.TextInputs:
+        """The run's tokenization: the one it trained with (resuming), else one of its training texts."""
+        job = self.job
+        inputs = networks.text_inputs(self.config, self.run.path, job.train.examples.inputs, self.restart)
+        job.train = job.train.with_encoder(inputs.encode)
         if job.val is not None:
-            job.val = job.val.with_encoder(encode)
-        return vocabulary
+            job.val = job.val.with_encoder(inputs.encode)
+        return inputs
 
     def _restore(self) -> int:
         """The first epoch still to train: 0, or the one after the last checkpoint."""
@@ -223,7 +217,7 @@ class Trainer:
         return epoch == 0 or (epoch + 1) % train.val_every == 0 or epoch + 1 == train.epochs
 
     def _set_trainable(self, trainable: bool) -> None:
-        if trainable == self._trainable or self.vocabulary is not None:  # a text network: no backbone
+        if trainable == self._trainable or not networks.has_backbone(self.net):  # the LSTM has none
             return
         set_backbone_trainable(self.net, trainable, self.config.train.freeze_batchnorm)
         if not trainable or self._trainable is not None:

@@ -127,8 +127,7 @@ def run(args: argparse.Namespace) -> None:
         data_source=manifest.get("source"),
         data_fingerprint=manifest.get("fingerprint"),
         members=described + (" (searched on val)" if args.search else ""),
-        **{key: round(score, 5)},
-        val_accuracy=round(accuracy, 5),
+        **{"val_accuracy": round(accuracy, 5), key: round(score, 5)},  # one column for accuracy
         submission=str(path),
     )
     best_member = (max if metric.greater_is_better else min)(members.values())

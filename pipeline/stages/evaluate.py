@@ -86,8 +86,11 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
         run.name,
         **leaderboard.run_fields(run),
         time=evaluation["evaluated_at"],
-        **{spec.score_key: round(evaluation[spec.score_key], 5)},
-        val_accuracy=round(evaluation["val_accuracy"], 5),
+        # The metric's column, and accuracy beside it (the same column for an accuracy competition).
+        **{
+            "val_accuracy": round(evaluation["val_accuracy"], 5),
+            spec.score_key: round(evaluation[spec.score_key], 5),
+        },
         tta=tta,
     )
     return evaluation

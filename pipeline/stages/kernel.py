@@ -207,7 +207,11 @@ def weights_file(backbone: str, weights: str) -> str | None:
 
 
 def packages(backbone: str) -> list[str]:
-    """Packages a backbone needs that Kaggle's images may lack."""
+    """Packages (import names) a network needs that Kaggle's images may lack."""
+    from pipeline.modeling import bert
+
+    if backbone in bert.NAMES:
+        return ["keras_hub"]
     return ["efficientnet"] if backbone.startswith("efficientnet-") else []
 
 
@@ -266,7 +270,8 @@ def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]
             f"model.weights={weights} downloads {needed}, but the kernel has no internet: attach a "
             "dataset holding it (DATASETS=owner/slug), or INTERNET=on"
         )
-    missing = packages(backbone)
+    # keras-hub: the TPU image brings it (keras-nlp stands on it); elsewhere the kernel checks at start.
+    missing = [p for p in packages(backbone) if p != "keras_hub"]
     if missing:
         raise PetalsError(
             f"backbone {backbone} needs the {missing[0]} package, which Kaggle's images lack, and the "
@@ -440,8 +445,10 @@ def output(folder: Path, submissions_dir: Path) -> None:
         backbone=metrics.get("backbone"),
         image_size=metrics.get("image_size"),
         epochs=metrics.get("epochs"),
-        **{key: evaluation.get(key, metrics.get(key))},
-        val_accuracy=evaluation.get("val_accuracy", metrics.get("val_accuracy")),
+        **{
+            "val_accuracy": evaluation.get("val_accuracy", metrics.get("val_accuracy")),
+            key: evaluation.get(key, metrics.get(key)),  # the same column for an accuracy competition
+        },
         tta=evaluation.get("tta"),
         train_seconds=metrics.get("train_seconds"),
         submission=str(submission) if submission.is_file() else None,

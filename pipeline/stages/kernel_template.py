@@ -37,6 +37,9 @@ BUNDLE = ""
 # Where Kaggle puts a kernel's inputs and outputs; PETALS_KAGGLE_ROOT moves both (make kernel-emulate).
 KAGGLE_ROOT = Path(os.environ.get("PETALS_KAGGLE_ROOT", "/kaggle"))
 RUNS, SUBMISSIONS = "petals_runs", "petals_submissions"
+# How pip installs a package the image may lack, by import name: keras-hub without its pins
+# (kagglesdk==0.1.28 against the image's kaggle client; tensorflow-text, a whole TensorFlow).
+PIP_SPECS = {"keras_hub": ["--no-deps", "keras-hub"]}
 SCRATCH: list[Path] = []
 
 
@@ -120,7 +123,8 @@ def provide_offline(args: argparse.Namespace, keras_home: Path) -> list[str]:
             )
         where = [a for w in wheels for a in ("--find-links", w)]
         offline = [] if SETTINGS["internet"] else ["--no-index"]
-        pip = [sys.executable, "-m", "pip", "install", "--quiet", *offline, *where, package]
+        spec = PIP_SPECS.get(package, [package])
+        pip = [sys.executable, "-m", "pip", "install", "--quiet", *offline, *where, *spec]
         if subprocess.run(pip, check=False).returncode:
             raise PetalsError(f"could not install {package} ({' '.join(pip[3:])})")
         done.append(f"installed {package}")

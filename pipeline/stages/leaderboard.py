@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> None:
     table = read(board)
     if table.empty:
         raise PetalsError(f"{board}: no entries yet; `make evaluate` records a run")
-    print(ranked(table).head(args.top).to_string(index=False))
-    plot(table, board.with_suffix(".png"))
+    print(ranked(table, args.competition).head(args.top).to_string(index=False))
+    plot(table, board.with_suffix(".png"), args.competition)
     log.info("leaderboard: %d entries; plot in %s", len(table), board.with_suffix(".png"))
 
 
@@ -101,14 +101,12 @@ def is_board(path: Path) -> bool:
     return path.name.startswith("leaderboard") and path.suffix == ".csv"
 
 
-def score_column(table: pd.DataFrame):
-    """The board's score column and its metric: the `val_<metric>` column that holds scores."""
-    from competition.metric import METRICS
+def score_column(competition: str = "flowers"):
+    """A board's score column (`val_<metric>`) and the metric: the competition's."""
+    from competition import load_spec
 
-    found = [c for c in table.columns if c.startswith("val_") and c[4:] in METRICS and c != "val_accuracy"]
-    filled = [c for c in found if table[c].notna().any()]
-    column = (filled or found or ["val_macro_f1"])[0]
-    return column, METRICS[column[4:]]
+    spec = load_spec(competition)
+    return spec.score_key, spec.metric
 
 
 def now() -> str:
@@ -184,24 +182,28 @@ def run_fields(run: RunDir) -> dict[str, Any]:
     }
 
 
-def ranked(table: pd.DataFrame) -> pd.DataFrame:
+def ranked(table: pd.DataFrame, competition: str = "flowers") -> pd.DataFrame:
     """The table as printed: the best val score first, the columns that tell runs apart."""
-    column, metric = score_column(table)
+    column, metric = score_column(competition)
+    table = table.reindex(columns=list(dict.fromkeys([*table.columns, column])))
     table = table.assign(**{column: pd.to_numeric(table[column], errors="coerce")})
     shown = table.sort_values(column, ascending=not metric.greater_is_better, na_position="last")
     shown = shown.reset_index(drop=True)
     shown.insert(0, "rank", range(1, len(shown) + 1))
-    columns = ["rank", "entry", "kind", "backbone", "image_size", "epochs", column, "val_accuracy"]
+    columns = list(
+        dict.fromkeys(["rank", "entry", "kind", "backbone", "image_size", "epochs", column, "val_accuracy"])
+    )
     columns += ["public_score", "data_source", "time"]
     for column in ("image_size", "epochs"):
         shown[column] = pd.to_numeric(shown[column], errors="coerce").astype("Int64")
     return shown[columns].astype(object).fillna("")
 
 
-def plot(table: pd.DataFrame, path: Path) -> None:
+def plot(table: pd.DataFrame, path: Path, competition: str = "flowers") -> None:
     plt = pyplot()
 
-    column, metric = score_column(table)
+    column, metric = score_column(competition)
+    table = table.reindex(columns=list(dict.fromkeys([*table.columns, column])))
     table = table[pd.to_datetime(table["time"], utc=True, errors="coerce").notna()]
     times = pd.to_datetime(table["time"], utc=True)
     fig, axis = plt.subplots(figsize=(8, 4))

@@ -140,8 +140,8 @@ def closing_summary(
     from pipeline.stages import leaderboard
 
     board = leaderboard.read(leaderboard.board_file(submissions_dir, competition))
-    table = leaderboard.ranked(board)
-    column, metric = leaderboard.score_column(board)
+    table = leaderboard.ranked(board, competition)
+    column, metric = leaderboard.score_column(competition)
     entry = provenance.get("entry", path.stem)
     lines = ["", "petals: done."]
     mine = board[board["entry"] == entry]

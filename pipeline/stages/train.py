@@ -194,7 +194,6 @@ def plot_curves(history, path: Path, score_key: str = "val_macro_f1") -> None:
 
 def fit(job: Job, verbose: int = 1, restart: bool = False) -> dict:
     """Train the job's recipe to its last epoch, resuming from the last checkpoint; return its metrics."""
-    from pipeline.modeling import text
     from pipeline.modeling.trainer import Trainer
 
     config, run, platform = job.config, job.run, job.platform
@@ -222,8 +221,8 @@ def fit(job: Job, verbose: int = 1, restart: bool = False) -> dict:
             "augment_where": trainer.data_config.augment.where,
         },
     )
-    if trainer.vocabulary is not None:
-        text.write_vocabulary(run.file(RunDir.VOCABULARY), trainer.vocabulary)
+    if trainer.text_inputs is not None:
+        trainer.text_inputs.save(run.path)
     if restart:
         run.metrics_file.unlink(missing_ok=True)
     history = trainer.run_epochs()

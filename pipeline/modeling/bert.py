@@ -1,0 +1,165 @@
+"""BERT classifiers for texts and sentence pairs, from keras-hub.
+
+Two ways in: `bert` loads a keras-hub preset directory named by `model.weights` (on Kaggle, an
+attached model such as BERT multilingual; in the tests, a tiny random one they write), its
+tokenizer included; `bert-tiny` and `bert-small` start from random weights with a vocabulary of
+the training texts' words. Either way the classifier is the backbone's pooled [CLS] output,
+dropout and a softmax over the classes, the backbone one layer named `backbone` (a frozen warm-up
+freezes it, as for images).
+
+Texts are tokenized here, up front and eagerly, by keras-hub's own BERT preprocessor (the
+tokenizer the preset was trained with, [CLS] a [SEP] b [SEP], segment ids, padding): keras-hub
+tokenizes inside tf.data only with tensorflow-text, which would bring a second, full TensorFlow.
+A run keeps its tokenizer in `tokenizer/` of its run dir, so it predicts with the ids it
+trained on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import keras
+import numpy as np
+from keras import layers
+
+from pipeline.core.errors import PetalsError
+
+PRESET = "bert"  # model.backbone for a keras-hub preset directory in model.weights
+SIZES = {  # from random weights: (layers, heads, hidden, intermediate), BERT-Tiny and -Small's shapes
+    "bert-tiny": {"num_layers": 2, "num_heads": 2, "hidden_dim": 128, "intermediate_dim": 512},
+    "bert-small": {"num_layers": 4, "num_heads": 4, "hidden_dim": 256, "intermediate_dim": 1024},
+}
+NAMES = (PRESET, *SIZES)
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+PUNCTUATION = list(".,;:!?'\"()-")
+INPUTS = ("token_ids", "segment_ids", "padding_mask")
+ENCODE_BATCH = 1024  # texts tokenized per call
+
+
+def check(config) -> None:
+    """`bert` needs a preset directory in model.weights; the others train from scratch."""
+    name, weights = config.model.backbone, config.model.weights
+    if name == PRESET:
+        if not (Path(weights) / "config.json").is_file():
+            raise PetalsError(
+                f"model.weights={weights!r}: model.backbone=bert loads a keras-hub preset directory "
+                "(config.json, model.weights.h5, tokenizer.json, assets/); on Kaggle attach the model and "
+                "pass its folder under /kaggle/input"
+            )
+    elif weights != "none":
+        raise PetalsError(
+            f"model.weights={weights!r}: {name} starts from random weights (model.weights=none); "
+            "for pretrained weights use model.backbone=bert with a preset directory"
+        )
+
+
+def _keras_hub():
+    try:
+        import keras_hub
+    except ImportError:
+        raise PetalsError("keras-hub is not installed: `make install` installs it (BERT needs it)") from None
+    return keras_hub
+
+
+# ----------------------------------------------------------------------------- the tokenizer
+
+
+def new_tokenizer(config, columns):
+    """The preset's tokenizer, or one over the training texts' `data.vocabulary_size` words."""
+    keras_hub = _keras_hub()
+    if config.model.backbone == PRESET:
+        return keras_hub.models.BertTokenizer.from_preset(config.model.weights)
+    from pipeline.modeling import text
+
+    words = text.Vectorizer.adapt(
+        np.concatenate(columns), config.data.vocabulary_size, config.data.sequence_length
+    ).vocabulary
+    words = [w for w in words if w not in SPECIAL_TOKENS and w not in PUNCTUATION]
+    return keras_hub.models.BertTokenizer(vocabulary=[*SPECIAL_TOKENS, *PUNCTUATION, *words], lowercase=True)
+
+
+def save_tokenizer(tokenizer, folder: Path) -> None:
+    """The tokenizer as a keras-hub preset folder (tokenizer.json, its vocabulary), atomically."""
+    import shutil
+
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    tokenizer.save_to_preset(str(partial))
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.rename(folder)
+
+
+def load_tokenizer(folder: Path):
+    """A tokenizer `save_tokenizer` wrote: its config, then its vocabulary (keras-hub's own way of
+    loading a preset's tokenizer; `from_preset` wants a whole model's preset)."""
+    import json
+
+    if not (folder / "tokenizer.json").is_file():
+        raise PetalsError(f"{folder}: missing; a BERT run keeps its tokenizer there, train it again")
+    _keras_hub()  # registers keras-hub's classes for deserialization
+    tokenizer = keras.saving.deserialize_keras_object(json.loads((folder / "tokenizer.json").read_text()))
+    tokenizer.load_assets(str(folder / "assets" / "tokenizer"))
+    return tokenizer
+
+
+class Encoder:
+    """Texts or pairs -> BERT's inputs (int32 [n, sequence_length] each), eagerly, in numpy."""
+
+    def __init__(self, tokenizer, sequence_length: int):
+        keras_hub = _keras_hub()
+        self.tokenizer = tokenizer
+        self.preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length)
+
+    def __call__(self, columns: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in INPUTS}
+        for start in range(0, len(columns[0]), ENCODE_BATCH):
+            batch = tuple(np.asarray(c[start : start + ENCODE_BATCH]) for c in columns)
+            encoded = self.preprocessor(x=batch if len(batch) > 1 else batch[0])
+            for name in INPUTS:
+                parts[name].append(keras.ops.convert_to_numpy(encoded[name]).astype(np.int32))
+        return {name: np.concatenate(chunks) for name, chunks in parts.items()}
+
+
+# ----------------------------------------------------------------------------- the network
+
+
+def new_backbone(config, vocabulary_size: int):
+    """The preset's backbone with its weights, or a random one of the named size."""
+    keras_hub = _keras_hub()
+    if config.model.backbone == PRESET:
+        return keras_hub.models.BertBackbone.from_preset(config.model.weights)
+    return keras_hub.models.BertBackbone(
+        vocabulary_size=vocabulary_size,
+        max_sequence_length=config.data.sequence_length,
+        dropout=0.1,
+        **SIZES[config.model.backbone],
+    )
+
+
+def classifier(backbone, num_classes: int, sequence_length: int, dropout: float, batch_size=None):
+    """BERT's inputs -> class probabilities (float32): pooled [CLS] output, dropout, softmax."""
+    inputs = {
+        name: keras.Input(shape=(sequence_length,), batch_size=batch_size, dtype="int32", name=name)
+        for name in INPUTS
+    }
+    backbone.name = "backbone"  # one nested layer: freezing it is one switch
+    pooled = backbone(inputs)["pooled_output"]
+    features = layers.Dropout(dropout, name="head_dropout")(pooled)
+    logits = layers.Dense(num_classes, name="logits")(features)
+    probabilities = layers.Activation("softmax", dtype="float32", name="probabilities")(logits)
+    return keras.Model(inputs, probabilities, name="bert-classifier")
+
+
+def write_tiny_preset(folder: Path, vocabulary: list[str], sequence_length: int = 64, seed: int = 0) -> Path:
+    """A tiny random BERT written as a keras-hub preset (backbone and tokenizer): what the tests
+    load offline in place of a pretrained one."""
+    keras_hub = _keras_hub()
+    keras.utils.set_random_seed(seed)
+    backbone = keras_hub.models.BertBackbone(
+        vocabulary_size=len(vocabulary), max_sequence_length=sequence_length, **SIZES["bert-tiny"]
+    )
+    folder.mkdir(parents=True, exist_ok=True)
+    backbone.save_to_preset(str(folder))
+    keras_hub.models.BertTokenizer(vocabulary=vocabulary, lowercase=True).save_to_preset(str(folder))
+    return folder

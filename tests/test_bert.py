@@ -1,0 +1,158 @@
+"""BERT on sentence pairs (watson): a local preset loaded offline, Keras `fit` and the custom loop
+on the same loss trend, resume after kill -9, the tokenizer kept in the run, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from competition import load_spec
+from pipeline.core.config import load_config
+from pipeline.core.errors import PetalsError
+from pipeline.modeling import bert
+from pipeline.modeling.inference import Predictions
+from pipeline.stages import evaluate, train
+from pipeline.stages.fetch import FetchOptions, fetch
+from tests.conftest import REPO, foreign_lines
+
+TINY = [  # BERT-Tiny's shape on 32-token pairs, a few steps
+    "competition=watson",
+    "data.batch_size=8",
+    "data.sequence_length=32",
+    "data.vocabulary_size=300",
+    "train.epochs=3",
+    "train.steps_per_epoch=8",
+    "train.lr_ramp_epochs=0",
+    "train.lr_max=0.001",
+]
+
+
+@pytest.fixture(scope="module")
+def pairs(tmp_path_factory):
+    data_dir = tmp_path_factory.mktemp("watson") / "data"
+    fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=0.2, progress=False), load_spec("watson"))
+    return data_dir
+
+
+@pytest.fixture(scope="module")
+def preset(tmp_path_factory):
+    """A tiny random BERT preset on disk: what an attached Kaggle model is to a kernel."""
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "the", "a", "is", "in", "on", "at"]
+    words += [f"word{i}" for i in range(40)] + ["##s", "##ed", "paris", "london", "monday"]
+    return bert.write_tiny_preset(tmp_path_factory.mktemp("preset") / "bert_tiny_test", words, 64)
+
+
+@pytest.mark.slow
+def test_a_local_preset_trains_keeps_its_tokenizer_and_serves_what_it_scored(pairs, preset, cpu, tmp_path):
+    config = load_config("cpu", [*TINY, "model.backbone=bert", f"model.weights={preset}"])
+    job = train.prepare(config, cpu, pairs, tmp_path / "runs", None, None)
+    metrics = train.fit(job, verbose=0)
+    import keras_hub
+
+    kept = bert.load_tokenizer(job.run_dir / "tokenizer")
+    assert kept.get_vocabulary() == keras_hub.models.BertTokenizer.from_preset(str(preset)).get_vocabulary()
+    assert metrics["metric"] == "accuracy" and 0 <= metrics["val_accuracy"] <= 1
+    evaluation = evaluate.evaluate(job.run, pairs, 1, cpu, tmp_path / "subs")
+    val = Predictions.load(job.run.predictions("val", 1))
+    assert evaluation["val_accuracy"] == pytest.approx(float((val.predicted == val.labels).mean()))
+    assert evaluation["val_accuracy"] == pytest.approx(metrics["val_accuracy"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_fit_and_the_custom_loop_follow_the_same_loss_trend(pairs, cpu, tmp_path):
+    losses = {}
+    for loop in ("fit", "custom"):
+        config = load_config(
+            "cpu",
+            [
+                *TINY,
+                "data.batch_size=16",
+                "train.steps_per_epoch=12",
+                "train.lr_max=0.002",
+                f"train.loop={loop}",
+            ],
+        )
+        job = train.prepare(config, cpu, pairs, tmp_path / loop, None, None)
+        train.fit(job, verbose=0)
+        losses[loop] = pd.read_csv(job.run_dir / "history.csv")["loss"].to_numpy()
+    for loop, trend in losses.items():
+        assert trend[-1] < np.log(3) - 0.1, (loop, trend)  # each learns: below a uniform guess
+    # Same data order, same start: the two loops' epoch losses stay close.
+    np.testing.assert_allclose(losses["fit"], losses["custom"], atol=0.08)
+
+
+@pytest.mark.slow
+def test_a_killed_bert_run_resumes_from_its_last_epoch(pairs, tmp_path):
+    args = [
+        "train",
+        "--data-dir",
+        str(pairs),
+        "--runs-dir",
+        str(tmp_path),
+        "--recipe",
+        "cpu",
+        "--run",
+        "killed",
+    ]
+    for override in [*TINY, "train.epochs=4", "train.steps_per_epoch=12", "train.loop=custom"]:
+        args += ["--set", override]
+    command = [sys.executable, "-m", "pipeline", *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    index = tmp_path / "killed" / "checkpoints" / "latest.json"
+    deadline = time.monotonic() + 240
+    while not index.is_file() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert index.is_file(), "no checkpoint was written before the deadline"
+    vocabulary = (tmp_path / "killed" / "tokenizer" / "assets" / "tokenizer" / "vocabulary.txt").read_text()
+
+    second = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resuming" in second.stderr
+    assert foreign_lines(second.stdout + second.stderr) == []
+    history = pd.read_csv(tmp_path / "killed" / "history.csv")
+    assert history["epoch"].tolist() == [1, 2, 3, 4]  # every epoch once
+    # The resumed run tokenizes with the tokenizer it started with.
+    assert (
+        tmp_path / "killed" / "tokenizer" / "assets" / "tokenizer" / "vocabulary.txt"
+    ).read_text() == vocabulary
+    assert json.loads((tmp_path / "killed" / "metrics.json").read_text())["epochs"] == 4
+
+
+def test_bert_without_a_preset_directory_is_refused_in_one_line(tmp_path):
+    from pipeline.modeling import networks
+
+    config = load_config("cpu", ["competition=watson", "model.backbone=bert", f"model.weights={tmp_path}"])
+    with pytest.raises(
+        PetalsError, match=r"^model.weights='.*': model.backbone=bert loads a keras-hub preset"
+    ):
+        networks.check(config, load_spec("watson"), "jax")
+    config = load_config("cpu", ["competition=watson", "model.weights=imagenet"])
+    with pytest.raises(PetalsError, match=r"^model.weights='imagenet': bert-tiny starts from random weights"):
+        networks.check(config, load_spec("watson"), "tensorflow")
+
+
+def test_pairs_become_cls_premise_sep_hypothesis_sep_with_segment_ids():
+    tokenizer = bert.new_tokenizer(
+        load_config("cpu", ["competition=watson", "data.vocabulary_size=50"]),
+        (np.array(["the cat sat"]), np.array(["a dog ran"])),
+    )
+    encoded = bert.Encoder(tokenizer, 12)((np.array(["The cat sat."]), np.array(["A dog ran"])))
+    ids = tokenizer.token_to_id
+    expected = [ids("[CLS]"), ids("the"), ids("cat"), ids("sat"), ids("."), ids("[SEP]")]
+    expected += [ids("a"), ids("dog"), ids("ran"), ids("[SEP]"), 0, 0]
+    assert encoded["token_ids"][0].tolist() == expected
+    assert encoded["segment_ids"][0].tolist() == [0] * 6 + [1] * 4 + [0, 0]
+    assert encoded["padding_mask"][0].tolist() == [1] * 10 + [0, 0]
