@@ -73,7 +73,7 @@ inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(device_ARGS) $(config_
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn clean clean-data always
+.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -224,6 +224,9 @@ bench-backends: $(DATA)/manifest.json ## the CPU recipe on TensorFlow and on JAX
 
 bench-submit: $(DATA)/manifest.json $(if $(RUN),,train) ## evaluate and predict (TTA 1 and 4) on the newest finished run: wall seconds, val macro-F1
 	$(PY) benchmarks/bench_submit.py --data-dir $(DATA) $(if $(RUN),--run $(RUNS_DIR)/$(RUN))
+
+bench-competitions: | $(STAMP) ## each competition's CPU recipe on its embedded data, TensorFlow and JAX interleaved: score, examples/s
+	$(PY) benchmarks/bench_competitions.py
 
 bench-onednn: $(STAMP) ## TensorFlow's oneDNN kernels on this CPU: the CPU recipe's network with them on and off, img/s
 	$(PY) benchmarks/bench_onednn.py
