@@ -113,7 +113,7 @@ def test_the_cnn_finds_a_flower_wherever_it_is():
 
 SHIPPED = [
     (competition, recipe)
-    for competition in ("flowers", "dogs-vs-cats", "imdb")
+    for competition in ("flowers", "dogs-vs-cats", "imdb", "watson")
     for recipe in config.recipe_names(competition)
     if recipe != config.DEFAULT_RECIPE
 ]
@@ -121,21 +121,30 @@ SHIPPED = [
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("competition", "recipe"), SHIPPED)
-def test_every_shipped_recipe_loads_and_builds_its_model(competition, recipe):
+def test_every_shipped_recipe_loads_and_builds_its_model(competition, recipe, tmp_path):
     """Each competition's recipes validate, name a network for its inputs that builds on the
-    backends they will meet, and build it (tiny input, random weights)."""
+    backends they will meet, and build it (tiny input, random weights; a recipe that loads a
+    BERT preset gets a tiny one)."""
     from competition import load_spec
-    from pipeline.modeling import networks
+    from pipeline.modeling import bert, networks
 
     loaded = config.load_config(recipe, [f"competition={competition}"])
     spec = load_spec(competition)
     assert loaded.recipe == recipe and loaded.competition == competition
+    if loaded.model.backbone == bert.PRESET:
+        with pytest.raises(PetalsError, match=r"loads a keras-hub preset directory"):
+            networks.check(loaded, spec, "jax")  # no such folder here: one line, the way out
+        preset = bert.write_tiny_preset(tmp_path / "preset", [*bert.SPECIAL_TOKENS, "a", "b"], 16)
+        weights = dataclasses.replace(loaded.model, weights=str(preset))
+        loaded = dataclasses.replace(loaded, model=weights)
     for backend in ("tensorflow", "jax") if recipe == "tpu" else ("tensorflow",):
         networks.check(loaded, spec, backend)  # today's TPUs run JAX: the TPU recipes must build there
     if spec.modality == "text":
         small = dataclasses.replace(loaded, data=dataclasses.replace(loaded.data, sequence_length=16))
-        net = networks.build(small, spec, vocabulary_size=50)
-        inputs = np.random.default_rng(0).integers(0, 50, (2, 16), dtype=np.int32)
+        net = networks.build(small, spec, vocabulary_size=7)
+        inputs = np.random.default_rng(0).integers(0, 7, (2, 16), dtype=np.int32)
+        if loaded.model.backbone in bert.NAMES:  # token ids, segment ids, padding mask
+            inputs = {"token_ids": inputs, "segment_ids": 0 * inputs, "padding_mask": 1 + 0 * inputs}
     else:
         backbone = registry.get_backbone(loaded.model.backbone)
         assert loaded.model.weights in ("none", *backbone.weights)
