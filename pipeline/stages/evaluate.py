@@ -161,10 +161,10 @@ def summary_text(name: str, evaluation: dict) -> str:
     from competition.metric import get_metric
 
     metric = get_metric(evaluation.get("metric", "macro_f1"))
+    accuracy = "" if metric.name == "accuracy" else f", accuracy {evaluation['val_accuracy']:.4f}"
     lines = [
-        f"{name}: val {metric.title} {evaluation[f'val_{metric.name}']:.4f}, "
-        f"accuracy {evaluation['val_accuracy']:.4f} on {evaluation['images']} examples "
-        f"(TTA {evaluation['tta']})",
+        f"{name}: val {metric.title} {evaluation[f'val_{metric.name}']:.4f}{accuracy} "
+        f"on {evaluation['images']} examples (TTA {evaluation['tta']})",
         "  weakest classes: " + ", ".join(evaluation["worst_classes"]),
         "  top confusions (true -> predicted, count):",
     ]

@@ -73,12 +73,14 @@ def run(args: argparse.Namespace) -> None:
     # Keras's progress bar only on a terminal: in a log it is escape codes, and each epoch's own
     # line says the same.
     metrics = fit(job, verbose=int(not args.quiet and sys.stdout.isatty()), restart=args.force)
+    metric = job.spec.metric
+    accuracy = "" if metric.name == "accuracy" else f", accuracy {metrics['val_accuracy']:.4f}"
     log.info(
-        "train: %s: val %s %.4f, accuracy %.4f, %.0f s, %.0f examples/s",
+        "train: %s: val %s %.4f%s, %.0f s, %.0f examples/s",
         job.run,
-        job.spec.metric.title,
+        metric.title,
         metrics[job.spec.score_key],
-        metrics["val_accuracy"],
+        accuracy,
         metrics["train_seconds"],
         metrics["images_per_second"],
     )
