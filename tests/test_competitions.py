@@ -12,6 +12,7 @@ from competition import load_spec
 from competition.submission import check_submission
 from pipeline.core.config import load_config
 from pipeline.core.errors import PetalsError
+from pipeline.modeling import bert
 from pipeline.modeling.inference import Predictions, predict_split
 from pipeline.stages import evaluate, leaderboard, train
 from pipeline.stages.fetch import FetchOptions, fetch
@@ -36,6 +37,9 @@ TINY = {
         "train.steps_per_epoch=6",
     ],
 }
+# A tiny preset's WordPiece vocabulary: words of the embedded pairs, the rest [UNK].
+PRESET_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "the", "a", "is", "in", "on", "at"]
+PRESET_WORDS += ["paris", "london", "monday", "##s", "##ed", "was", "not", "le", "la", "el", "en"]
 BACKBONES = {"dogs-vs-cats": "cnn", "imdb": "bilstm", "watson": "bert-tiny"}  # each one's cpu recipe
 SKLEARN = {  # each metric as scikit-learn computes it from the saved val predictions
     "log_loss": lambda labels, p: sk.log_loss(labels, p[:, 1], labels=[0, 1]),
@@ -61,11 +65,20 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
     name, fetched, cpu, tmp_path
 ):
     spec, data_dir, subs = load_spec(name), fetched[name], tmp_path / "subs"
-    config = load_config("cpu", [f"competition={name}", *TINY[name]])
-    assert config.recipe == "cpu" and config.model.backbone == BACKBONES[name]
+    assert load_config("cpu", [f"competition={name}"]).model.backbone == BACKBONES[name]
+    overrides = [f"competition={name}", *TINY[name]]
+    if name == "watson":  # BERT from a preset folder on disk, as from a model attached to a kernel
+        preset = bert.write_tiny_preset(tmp_path / "preset", PRESET_WORDS, 64)
+        overrides += ["model.backbone=bert", f"model.weights={preset}"]
+    config = load_config("cpu", overrides)
     job = train.prepare(config, cpu, data_dir, tmp_path / "runs", None, None)
     assert not set(job.train.examples.ids) & set(job.val.examples.ids)  # val is held out of train
     metrics = train.fit(job, verbose=0)
+    if name == "watson":  # the run tokenizes as the preset does, kept in the run
+        import keras_hub
+
+        kept = bert.load_tokenizer(job.run_dir / "tokenizer").get_vocabulary()
+        assert kept == keras_hub.models.BertTokenizer.from_preset(str(preset)).get_vocabulary()
     key = spec.score_key
     assert metrics["metric"] == spec.metric.name and np.isfinite(metrics[key])
     history = pd.read_csv(job.run_dir / "history.csv")
@@ -120,29 +133,40 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "loop"), [("imdb", "fit"), ("watson", "custom")])
-def test_on_jax_over_8_devices_a_text_run_trains_and_serves_what_it_scored_on_tensorflow(
-    name, loop, fetched, cpu, tmp_path
+def test_on_jax_over_8_devices_text_runs_train_and_serve_what_they_scored_on_tensorflow(
+    fetched, cpu, tmp_path
 ):
-    """Keras on JAX as on a TPU (8 devices, one static batch of 16): the LSTM under `fit`, BERT
-    under the custom loop; TensorFlow on the CPU then predicts val with the run's weights and
-    tokenization and gets the score the JAX run recorded."""
+    """Keras on JAX as on a TPU (8 devices, one static batch of 16): the LSTM under `fit` and BERT
+    under the custom loop, in one process; TensorFlow on the CPU then predicts val with each run's
+    weights and tokenization and gets the score the JAX run recorded."""
     import json
 
     from pipeline.core.rundir import RunDir
+    from tests.conftest import run_python
 
-    args = ["train", "--data-dir", str(fetched[name]), "--runs-dir", str(tmp_path), "--recipe", "cpu",
-            "--run", "jax", "--backend", "jax", "--cpu-replicas", "8"]  # fmt: skip
-    for override in [f"competition={name}", *TINY[name], "data.batch_size=2", f"train.loop={loop}"]:
-        args += ["--set", override]
-    done = run_cli(*args, timeout=300)
+    runs = {"imdb": "fit", "watson": "custom"}
+    commands = []
+    for name, loop in runs.items():
+        args = ["train", "--data-dir", str(fetched[name]), "--runs-dir", str(tmp_path), "--recipe", "cpu",
+                "--run", name, "--backend", "jax", "--cpu-replicas", "8"]  # fmt: skip
+        for override in [f"competition={name}", *TINY[name], "data.batch_size=2", f"train.loop={loop}"]:
+            args += ["--set", override]
+        commands.append(args)
+    done = run_python(
+        f"""
+        from pipeline import cli
+        for args in {commands!r}:
+            assert cli.main(args) == 0, args
+        """
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    run = RunDir(tmp_path / "jax")
-    info, metrics = (json.loads(run.file(f).read_text()) for f in (RunDir.RUN_INFO, RunDir.METRICS))
-    assert info["backend"] == "jax" and info["replicas"] == 8 and info["global_batch"] == 16
-    key = load_spec(name).score_key
-    evaluation = evaluate.evaluate(run, fetched[name], 1, cpu, tmp_path / "subs")
-    assert evaluation[key] == pytest.approx(metrics[key], abs=1e-4)
+    for name in runs:
+        run = RunDir(tmp_path / name)
+        info, metrics = (json.loads(run.file(f).read_text()) for f in (RunDir.RUN_INFO, RunDir.METRICS))
+        assert info["backend"] == "jax" and info["replicas"] == 8 and info["global_batch"] == 16
+        key = load_spec(name).score_key
+        evaluation = evaluate.evaluate(run, fetched[name], 1, cpu, tmp_path / "subs")
+        assert evaluation[key] == pytest.approx(metrics[key], abs=1e-4), name
 
 
 def test_text_tta_is_refused_in_one_line():
