@@ -39,6 +39,7 @@ ACCELERATOR ?= TpuV5E8#          kernel accelerator: TpuV5E8 TpuV6E8 NvidiaTesla
 KERNEL_TYPE ?= script#           script | notebook
 INTERNET    ?= on#               the kernel's internet (pretrained weights download): on | off
 DATASETS    ?=#                  datasets to attach, e.g. DATASETS="me/b7-weights"
+MODELS      ?=#                  Kaggle models to attach, e.g. MODELS="keras/bert/keras/bert_base_multi/2"
 TIMEOUT     ?=#                  kernel-push: the kernel's longest run, seconds
 RESUME_FROM ?=#                  kernels whose output a new version resumes from: owner/slug, or self
 VERBOSE     ?=#                  VERBOSE=1 also shows TensorFlow's, JAX's and the Kaggle clients' own lines
@@ -166,7 +167,7 @@ leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into
 
 kernel_ARGS := --recipe $(RECIPE) $(if $(filter-out flowers,$(COMPETITION)),--set competition=$(COMPETITION)) $(foreach s,$(SET),--set $(s)) $(if $(KERNEL),--name $(KERNEL)) \
 	$(if $(OWNER),--owner $(OWNER)) --accelerator $(ACCELERATOR) --kernel-type $(KERNEL_TYPE) --internet $(INTERNET) \
-	$(foreach d,$(DATASETS),--dataset $(d)) $(foreach k,$(RESUME_FROM),--resume-from $(k)) --tta $(TTA) \
+	$(foreach d,$(DATASETS),--dataset $(d)) $(foreach m,$(MODELS),--model $(m)) $(foreach k,$(RESUME_FROM),--resume-from $(k)) --tta $(TTA) \
 	$(if $(SLUG),--slug $(SLUG)) --submissions-dir $(SUBMISSIONS)
 
 kernel: | $(STAMP) ## generate kernels/<name>/ for RECIPE (auto: the ACCELERATOR's): bundled script + kernel-metadata.json, checked

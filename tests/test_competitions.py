@@ -238,3 +238,64 @@ def test_a_kernel_for_a_table_competition_fetches_its_kaggle_mount_and_writes_a_
     submission = pd.read_csv(working / "submission.csv", dtype={"id": str})
     assert submission.columns.tolist() == ["id", "sentiment"] and len(submission) == 100
     assert submission["sentiment"].between(0, 1).all()
+
+
+def test_a_bert_kernel_needs_its_preset_attached_as_a_kaggle_model(tmp_path):
+    import argparse
+
+    from pipeline.stages import kernel
+
+    spec = load_spec("watson")
+    config = load_config("tpu", ["competition=watson"])  # model.weights=/kaggle/input/bert/...
+    assert config.model.backbone == "bert" and config.model.weights.startswith("/kaggle/input/")
+    with pytest.raises(PetalsError, match=r"no model or dataset is attached to hold it; attach it: MODELS="):
+        kernel.check_recipe(config, spec, "tpu", internet=True, datasets=[])
+    kernel.check_recipe(config, spec, "tpu", internet=False, datasets=["keras/bert/keras/bert_base_multi/2"])
+    local = load_config("tpu", ["competition=watson", f"model.weights={tmp_path}"])
+    with pytest.raises(PetalsError, match=r"is a folder on this machine, which the kernel cannot see"):
+        kernel.check_recipe(
+            local, spec, "tpu", internet=True, datasets=["keras/bert/keras/bert_base_multi/2"]
+        )
+    args = argparse.Namespace(
+        accelerator="TpuV5E8", kernel_type="script", internet="off", dataset=[], resume_from=[],
+        model=["keras/bert/keras/bert_base_multi/2"],
+    )  # fmt: skip
+    meta = kernel.metadata(args, "me", "petals-watson-tpu", spec.default_slug)
+    assert meta["model_sources"] == ["keras/bert/keras/bert_base_multi/2"] and meta["enable_tpu"]
+
+
+@pytest.mark.slow
+def test_an_ensemble_of_two_runs_searches_lower_log_loss_and_submits_probabilities(fetched, cpu, tmp_path):
+    """dogs-vs-cats: the blend's weights are searched on the competition's metric (log loss, lower
+    is better) and its submission holds P(dog)."""
+    from pipeline import cli
+
+    name, data_dir, subs = "dogs-vs-cats", fetched["dogs-vs-cats"], tmp_path / "subs"
+    spec = load_spec(name)
+    names = []
+    for seed in (0, 1):
+        config = load_config("cpu", [f"competition={name}", *TINY[name], f"seed={seed}"])
+        job = train.prepare(config, cpu, data_dir, tmp_path / "runs", f"seed{seed}", None)
+        train.fit(job, verbose=0)
+        names.append(job.run.name)
+    common = [
+        "--data-dir",
+        str(data_dir),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+        "--submissions-dir",
+        str(subs),
+    ]
+    assert cli.main(["ensemble", "--runs", *names, "--search", "--name", "blend", *common]) == 0
+    metrics = pd.read_json(tmp_path / "runs" / "blend" / "metrics.json", typ="series")
+    blended = Predictions.load(tmp_path / "runs" / "blend" / "val_predictions.npz")
+    assert metrics["val_log_loss"] == pytest.approx(
+        SKLEARN["log_loss"](blended.labels, blended.probabilities)
+    )
+    assert metrics["val_log_loss"] <= min(metrics["member_val_log_loss"].values()) + 1e-9
+    submission = pd.read_csv(subs / "blend.csv", dtype={"id": str})
+    assert submission["label"].between(0, 1).all() and check_submission(
+        subs / "blend.csv", spec, sample_ids(data_dir, spec)
+    ).rows == len(submission)
+    board = leaderboard.read(leaderboard.board_file(subs, name)).set_index("entry")
+    assert board.loc["blend", "val_log_loss"] == pytest.approx(metrics["val_log_loss"], abs=1e-5)

@@ -71,6 +71,9 @@ DEFAULT_ACCELERATOR = "TpuV5E8"
 KERNEL_STRATEGY = {"tpu": "tpu", "gpu": "mirrored", "cpu": "cpu"}
 TITLE_LIMIT = 50  # Kaggle's longest kernel title
 DATASET_SOURCE = re.compile(r"[A-Za-z0-9_-]+/[A-Za-z0-9_.-]+")  # owner/dataset-slug
+# owner/model/framework/variation/version, e.g. keras/bert/keras/bert_base_multi/2, mounted at
+# /kaggle/input/<model>/<framework>/<variation>/<version>
+MODEL_SOURCE = re.compile(r"[A-Za-z0-9_-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[0-9]+")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -104,6 +107,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--dataset", action="append", default=[], help="attach a dataset (owner/slug), repeatable"
+    )
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        help="attach a Kaggle model (owner/model/framework/variation/version), repeatable"
     )
     parser.add_argument("--slug", default=None, help="competition slug (default: the spec's first)")
     parser.add_argument("--tta", type=int, default=1, help="TTA passes for the kernel's predictions")
@@ -237,8 +246,9 @@ def check_accelerator(accelerator: str) -> str:
 
 def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]) -> None:
     """What a kernel cannot run: a resolution Kaggle does not ship, a backbone its image cannot build,
-    weights or packages it cannot reach. One line, with the way out."""
-    from pipeline.modeling import networks, registry
+    weights or packages it cannot reach (`datasets`: the attached datasets and models). One line,
+    with the way out."""
+    from pipeline.modeling import bert, networks, registry
 
     size = config.data.image_size
     if spec.kind == "records" and size not in spec.records.resolutions:
@@ -248,6 +258,19 @@ def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]
             "the kernel cannot run this recipe"
         )
     backbone = config.model.backbone
+    if backbone == bert.PRESET:  # a preset folder the kernel will find under /kaggle/input
+        if not config.model.weights.startswith("/kaggle/input/"):
+            raise PetalsError(
+                f"model.weights={config.model.weights!r} is a folder on this machine, which the kernel "
+                "cannot see: attach the model (MODELS=keras/bert/keras/bert_base_multi/2) and set "
+                "model.weights=/kaggle/input/<model>/<framework>/<variation>/<version>"
+            )
+        if not datasets:
+            raise PetalsError(
+                f"model.weights={config.model.weights}: no model or dataset is attached to hold it; "
+                "attach it: MODELS=owner/model/framework/variation/version (or DATASETS=owner/slug)"
+            )
+        return
     if session == "tpu":  # Kaggle's TPU image has a CPU-only TensorFlow: Keras trains on JAX there
         try:
             networks.check(config, spec, "jax")
@@ -317,7 +340,7 @@ def metadata(args: argparse.Namespace, owner: str, name: str, slug: str) -> dict
         "competition_sources": [slug],
         "dataset_sources": list(args.dataset),
         "kernel_sources": resume_sources(args.resume_from, f"{owner}/{name}"),
-        "model_sources": [],
+        "model_sources": list(args.model),
         "keywords": [],
         # No docker_image: a pinned image silently runs a TPU kernel on the CPU (../shared/facts).
     }
@@ -350,7 +373,10 @@ def generate(args: argparse.Namespace) -> Path:
     for dataset in args.dataset:
         if not DATASET_SOURCE.fullmatch(dataset):
             raise PetalsError(f"--dataset {dataset!r}: expected owner/dataset-slug")
-    check_recipe(config, spec, session, args.internet == "on", args.dataset)
+    for model in args.model:
+        if not MODEL_SOURCE.fullmatch(model):
+            raise PetalsError(f"--model {model!r}: expected owner/model/framework/variation/version")
+    check_recipe(config, spec, session, args.internet == "on", [*args.dataset, *args.model])
     name = args.name or default_name(config.recipe, spec.name)
     meta = metadata(args, find_owner(args.owner), name, slug)
     settings = kernel_settings(args, config, spec, meta["id"])
