@@ -132,3 +132,23 @@ def test_pairs_become_cls_premise_sep_hypothesis_sep_with_segment_ids():
     assert encoded["token_ids"][0].tolist() == expected
     assert encoded["segment_ids"][0].tolist() == [0] * 6 + [1] * 4 + [0, 0]
     assert encoded["padding_mask"][0].tolist() == [1] * 10 + [0, 0]
+
+
+@pytest.mark.slow
+def test_a_bert_run_checkpoints_to_a_tf_gfile_path_and_resumes_from_it(pairs, cpu, tmp_path, caplog):
+    """Checkpoints on a `tf.io.gfile` filesystem (TensorFlow's in-memory `ram://`, standing in for
+    `gs://`): a longer run of the same config resumes from the last one there."""
+    folder = f"ram://petals-test-{tmp_path.name}/checkpoints"
+    config = load_config("cpu", [*TINY, "train.epochs=2"])
+    job = train.prepare(config, cpu, pairs, tmp_path / "runs", "remote", folder)
+    train.fit(job, verbose=0)
+    import tensorflow as tf
+
+    assert tf.io.gfile.exists(f"{folder}/latest.json") and not (job.run_dir / "checkpoints").exists()
+    longer = load_config("cpu", [*TINY, "train.epochs=3"])
+    again = train.prepare(longer, cpu, pairs, tmp_path / "runs", "remote", folder)
+    (again.run_dir / "metrics.json").unlink()  # the same run, asked for one epoch more
+    with caplog.at_level("INFO"):
+        train.fit(again, verbose=0)
+    assert "resuming" in caplog.text and "after epoch 2" in caplog.text
+    assert pd.read_csv(again.run_dir / "history.csv")["epoch"].tolist() == [1, 2, 3]

@@ -86,6 +86,10 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
     assert metrics[key] == pytest.approx(best)
 
     # Evaluate scores the best weights in the serving model (a free batch): the training score.
+    if name == "watson":  # the run alone rebuilds its network: the preset is not needed again
+        import shutil
+
+        shutil.rmtree(preset)
     evaluation = evaluate.evaluate(job.run, data_dir, 1, cpu, subs)
     val = Predictions.load(job.run.predictions("val", 1))
     assert evaluation[key] == pytest.approx(SKLEARN[spec.metric.name](val.labels, val.probabilities))
@@ -169,12 +173,18 @@ def test_on_jax_over_8_devices_text_runs_train_and_serve_what_they_scored_on_ten
         assert evaluation[key] == pytest.approx(metrics[key], abs=1e-4), name
 
 
-def test_text_tta_is_refused_in_one_line():
+def test_text_tta_is_refused_in_one_line(capsys, tmp_path):
+    from pipeline import cli
     from pipeline.modeling.inference import check_tta
 
     check_tta(load_spec("dogs-vs-cats"), 4)  # a mirrored pet is a pet
     with pytest.raises(PetalsError, match=r"^--tta 2: competition imdb does not keep the label"):
         check_tta(load_spec("imdb"), 2)
+    # A kernel is refused before it is made, not after it trained on Kaggle.
+    args = ["kernel", "generate", "--set", "competition=imdb", "--tta", "2", "--owner", "me",
+            "--kernels-dir", str(tmp_path)]  # fmt: skip
+    assert cli.main(args) == 2 and "--tta 2: competition imdb" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
 
 
 def test_a_network_for_the_wrong_inputs_is_refused_in_one_line():

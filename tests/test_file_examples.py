@@ -72,6 +72,17 @@ def test_labelled_batches_can_carry_their_ids_and_padding_has_label_minus_one(fe
     batches = list(file_examples.file_dataset(train, 64, training=False, pad_to_batch=True, with_ids=True))
     texts, labels, ids = (np.concatenate([b[k].numpy() for b in batches]) for k in range(3))
     assert len(texts) == 128 and labels[100:].tolist() == [-1] * 28 and ids[99].decode() == train.ids[99]
+    assert set(texts[100:]) == {texts[0]}  # padding texts copy the first: no all-padding token row
+
+
+def test_cached_training_batches_mix_the_classes_though_train_lists_all_cats_first(fetched):
+    train = file_examples.examples(fetched["dogs-vs-cats"], load_spec("dogs-vs-cats"), "train")
+    assert train.labels[:25].tolist() == [0] * 25  # cat.0 ... before dog.0 ...
+    batches = file_examples.file_dataset(
+        train, 16, training=True, image_size=16, cache=True, shuffle_buffer=1
+    )
+    _, labels = next(iter(batches))  # a buffer of one: the order drawn before the cache
+    assert set(labels.numpy().tolist()) == {0, 1}
 
 
 def test_text_batches_carry_strings_and_pairs(fetched):

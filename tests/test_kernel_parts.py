@@ -15,7 +15,7 @@ from pipeline.stages import kernel_template as template
 
 
 def _args(accelerator: str, **extra) -> argparse.Namespace:
-    base = {"kernel_type": "script", "internet": "on", "dataset": [], "resume_from": []}
+    base = {"kernel_type": "script", "internet": "on", "dataset": [], "model": [], "resume_from": []}
     return argparse.Namespace(accelerator=accelerator, **{**base, **extra})
 
 

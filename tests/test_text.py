@@ -14,6 +14,21 @@ STATIC_BATCH = 16
 LENGTH = 40
 
 
+def test_words_of_every_script_survive_standardizing():
+    import tensorflow as tf
+
+    from pipeline.modeling.text import standardize
+
+    texts = ["Café naïve!", "Привет, мир", "你好 world", "It's <br />GREAT"]
+    cleaned = [t.decode() for t in standardize(tf.constant(texts)).numpy()]
+    assert [c.split() for c in cleaned] == [
+        ["café", "naïve"],
+        ["привет", "мир"],
+        ["你好", "world"],
+        ["it's", "great"],
+    ]
+
+
 def test_texts_become_fixed_length_ids_that_open_with_the_start_id():
 
     from pipeline.modeling.text import START, Vectorizer

@@ -34,9 +34,10 @@ class RunDir:
     CONFUSION_PLOT = "confusion.png"
     VOCABULARY = "vocabulary.txt"  # an LSTM run's words, one a line: token id = line number + 2
     TOKENIZER = "tokenizer"  # a BERT run's tokenizer, a keras-hub preset folder
+    BACKBONE = "backbone.json"  # a BERT run's backbone architecture (keras-hub's config)
     # The small files worth keeping beside a submission (a kernel copies these to its output).
     SMALL_FILES = (CONFIG, DATA_MANIFEST, RUN_INFO, METRICS, HISTORY, CURVES, PER_CLASS, CONFUSIONS,
-                   CONFUSION_PLOT, VOCABULARY)  # fmt: skip
+                   CONFUSION_PLOT, VOCABULARY, BACKBONE)  # fmt: skip
 
     def __init__(self, path: Path | str):
         self.path = Path(path)

@@ -1,1 +1,2 @@
-"""Data: TFRecords, tf.data datasets, augmentation and the embedded offline dataset."""
+"""Data: TFRecords, image folders and tables, each kind's splits as tf.data datasets,
+augmentation, and the embedded offline datasets."""

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from competition import CompetitionSpec
 from pipeline.core.errors import PetalsError
+from pipeline.data.datasets import PAD_ID, PAD_LABEL
 from pipeline.data.tables import read_table
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -125,6 +126,8 @@ def file_dataset(
     inputs = split.inputs[0] if len(split.inputs) == 1 else tuple(split.inputs)
     if encode is not None:  # tokenized once, up front
         inputs = encode(split.inputs)
+    if training and cache:  # the cache fixes the order: draw it once here (train lists all cats first)
+        split = split.take(np.random.default_rng(seed).permutation(len(split)))
     tags: tuple = () if split.labels is None else (split.labels.astype(np.int32),)
     if split.labels is None or with_ids:
         tags += (split.ids.astype(str),)
@@ -146,11 +149,13 @@ def file_dataset(
         if training:
             dataset = dataset.shuffle(min(shuffle_buffer, len(split)), seed=seed).repeat()
     if pad_to_batch:
-        blank = tf.nest.map_structure(lambda column: tf.zeros_like(column[0]), inputs)
+        # A text's padding is a copy of the first text: an all-padding row of token ids is what
+        # cuDNN's masked LSTM refuses. Its label -1 and empty id mark it as padding all the same.
+        blank = tf.nest.map_structure(lambda column: column[0], inputs)
         if not texts:
             blank = tf.zeros([image_size, image_size, 3], tf.uint8)
         padding = tuple(
-            tf.constant(-1, tf.int32) if tag.dtype.kind == "i" else tf.constant("") for tag in tags
+            tf.constant(PAD_LABEL, tf.int32) if tag.dtype.kind == "i" else tf.constant(PAD_ID) for tag in tags
         )
         dataset = dataset.concatenate(tf.data.Dataset.from_tensors((blank, *padding)).repeat(batch_size - 1))
     dataset = dataset.batch(batch_size, drop_remainder=training or pad_to_batch)

@@ -25,13 +25,14 @@ def read_manifest(data_dir: Path) -> dict[str, Any] | None:
 
 
 def data_root(data_dir: Path, manifest: dict[str, Any]) -> str:
-    """Where the TFRecords of a fetched data dir live: the data dir itself, a local path or a gs:// URL."""
+    """Where a fetched data dir's data lives: the data dir itself, a local path or a gs:// URL."""
     root = manifest["root"]
     return str(data_dir.resolve()) if root == "." else root
 
 
 def locate_data(data_dir: Path) -> str:
-    """The TFRecord root of a fetched data dir, or a PetalsError saying to fetch first."""
+    """The data root of a fetched data dir (TFRecords, image folders or tables), or a PetalsError
+    saying to fetch first."""
     manifest = read_manifest(data_dir)
     if manifest is None:
         raise PetalsError(f"{data_dir}: no {MANIFEST}; run `make fetch` (or pass the fetched --data-dir)")

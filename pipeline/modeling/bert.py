@@ -137,6 +137,29 @@ def new_backbone(config, vocabulary_size: int):
     )
 
 
+def save_backbone_config(backbone, path: Path) -> None:
+    """The backbone's architecture as JSON: inference rebuilds it from the run alone, without the
+    preset (or its pretrained weights, which the run's own weights replace anyway)."""
+    import json
+
+    from pipeline.core.files import write_atomically
+
+    config = keras.saving.serialize_keras_object(backbone)
+    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(config, indent=1)))
+
+
+def backbone_from_config(path: Path):
+    """A backbone `save_backbone_config` described, with random weights."""
+    import json
+
+    if not path.is_file():
+        raise PetalsError(
+            f"{path}: missing; a BERT run keeps its backbone's architecture there, train it again"
+        )
+    _keras_hub()  # registers keras-hub's classes for deserialization
+    return keras.saving.deserialize_keras_object(json.loads(path.read_text()))
+
+
 def classifier(backbone, num_classes: int, sequence_length: int, dropout: float, batch_size=None):
     """BERT's inputs -> class probabilities (float32): pooled [CLS] output, dropout, softmax."""
     inputs = {

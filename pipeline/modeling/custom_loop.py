@@ -1,8 +1,8 @@
 """The custom training loop (`train.loop=custom`), one per backend, with Keras `fit`'s outputs.
 
 - TensorFlow: `strategy.run` over `distribute_datasets_from_function` (each input pipeline
-  reads its own shards), a `tf.function` running `steps_per_execution` steps per call, and
-  the per-replica step XLA-compiled where the device wants it.
+  reads its own share of the shards or examples), a `tf.function` running `steps_per_execution`
+  steps per call, and the per-replica step XLA-compiled where the device wants it.
 - JAX: one `jax.jit`-compiled step built on Keras's stateless calls (`stateless_call` for the
   forward pass, the optimizer's `stateless_apply`), its state passed in and out explicitly and
   laid out by the `keras.distribution` in force: batches split over the devices, weights

@@ -138,7 +138,7 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
     vocabulary_size = None
     if spec.modality == "text":
         vocabulary_size = networks.text_inputs(config, run.path).vocabulary_size
-    net = networks.build(config, spec, vocabulary_size=vocabulary_size)
+    net = networks.build(config, spec, vocabulary_size=vocabulary_size, run_dir=run.path)
     path = run.weights(weights)
     if not path.is_file():
         raise PetalsError(f"{path}: missing; train the run first")

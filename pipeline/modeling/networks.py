@@ -70,10 +70,12 @@ def build(
     input_dtype: str = "float32",
     batch_size: int | None = None,
     vocabulary_size: int | None = None,
+    run_dir: Path | None = None,
 ) -> keras.Model:
     """Inputs -> class probabilities (float32). `batch_size` fixes the batch dimension (a TPU's
     static shapes); None leaves it free, as inference anywhere needs. A text network needs its
-    tokenization's vocabulary size (`TextInputs.vocabulary_size`)."""
+    tokenization's vocabulary size (`TextInputs.vocabulary_size`); given a trained run's dir,
+    BERT takes its architecture from there (`keep_architecture`), not from the preset."""
     if spec.modality == "image":
         return registry.build_classifier(
             config.model.backbone,
@@ -87,8 +89,15 @@ def build(
     if vocabulary_size is None:
         raise ValueError("a text network needs the vocabulary's size")  # a caller's bug
     if config.model.backbone in bert.NAMES:
+        from pipeline.core.rundir import RunDir
+
+        backbone = (
+            bert.backbone_from_config(run_dir / RunDir.BACKBONE)
+            if run_dir is not None
+            else bert.new_backbone(config, vocabulary_size)
+        )
         return bert.classifier(
-            bert.new_backbone(config, vocabulary_size),
+            backbone,
             spec.num_classes,
             config.data.sequence_length,
             config.model.dropout,
@@ -101,6 +110,14 @@ def build(
         batch_size=batch_size,
         dropout=config.model.dropout,
     )
+
+
+def keep_architecture(config, net: keras.Model, run_dir: Path) -> None:
+    """What a run dir needs to rebuild its network besides the config: BERT's backbone architecture."""
+    if config.model.backbone in bert.NAMES:
+        from pipeline.core.rundir import RunDir
+
+        bert.save_backbone_config(net.get_layer("backbone"), run_dir / RunDir.BACKBONE)
 
 
 def has_backbone(net: keras.Model) -> bool:

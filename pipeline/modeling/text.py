@@ -2,10 +2,11 @@
 
 Texts become token ids before tf.data (`Vectorizer`, adapted on the training texts), so the
 model takes int ids on either backend: Keras on JAX cannot run string ops inside a compiled
-model, nor this layer inside tf.data. A
-TPU wants one static batch size: `lstm_classifier(..., batch_size=128)` fixes it in the input's
-shape for training, and `serving_copy` builds the same layers with a free batch dimension and
-the trained weights, to predict any number of texts on the CPU.
+model, nor this layer inside tf.data. A TPU wants one static batch size:
+`lstm_classifier(..., batch_size=128)` fixes it in the input's shape for training; inference
+builds the same layers with a free batch dimension (`batch_size=None`, as `networks.build` does
+for evaluate and predict, or `serving_copy` from a trained model) and loads the trained weights,
+to predict any number of texts on the CPU.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ START = 1  # every sequence opens with this id (the OOV id): no row is all paddi
 
 
 def standardize(texts: tf.Tensor) -> tf.Tensor:
-    """Lower case, IMDB's `<br />` tags and punctuation to spaces."""
-    texts = tf.strings.lower(texts)
+    """Lower case, IMDB's `<br />` tags and punctuation to spaces; letters of every script kept
+    (`\\w` and the default lower case are ASCII-only: they dropped "café" to "caf")."""
+    texts = tf.strings.lower(texts, encoding="utf-8")
     texts = tf.strings.regex_replace(texts, r"<br\s*/?>", " ")
-    return tf.strings.regex_replace(texts, r"[^\w\s']", " ")
+    return tf.strings.regex_replace(texts, r"[^\p{L}\p{N}\s']", " ")
 
 
 class Vectorizer:

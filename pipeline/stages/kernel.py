@@ -112,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--model",
         action="append",
         default=[],
-        help="attach a Kaggle model (owner/model/framework/variation/version), repeatable"
+        help="attach a Kaggle model (owner/model/framework/variation/version), repeatable",
     )
     parser.add_argument("--slug", default=None, help="competition slug (default: the spec's first)")
     parser.add_argument("--tta", type=int, default=1, help="TTA passes for the kernel's predictions")
@@ -377,6 +377,9 @@ def generate(args: argparse.Namespace) -> Path:
         if not MODEL_SOURCE.fullmatch(model):
             raise PetalsError(f"--model {model!r}: expected owner/model/framework/variation/version")
     check_recipe(config, spec, session, args.internet == "on", [*args.dataset, *args.model])
+    from pipeline.modeling.inference import check_tta
+
+    check_tta(spec, args.tta)  # the kernel would train first and only then stop at evaluate
     name = args.name or default_name(config.recipe, spec.name)
     meta = metadata(args, find_owner(args.owner), name, slug)
     settings = kernel_settings(args, config, spec, meta["id"])

@@ -39,7 +39,7 @@ KAGGLE_ROOT = Path(os.environ.get("PETALS_KAGGLE_ROOT", "/kaggle"))
 RUNS, SUBMISSIONS = "petals_runs", "petals_submissions"
 # How pip installs a package the image may lack, by import name: keras-hub without its pins
 # (kagglesdk==0.1.28 against the image's kaggle client; tensorflow-text, a whole TensorFlow).
-PIP_SPECS = {"keras_hub": ["--no-deps", "keras-hub"]}
+PIP_SPECS = {"keras_hub": ["--no-deps", "keras-hub==0.32.0"]}  # the Makefile's NO_DEPS
 SCRATCH: list[Path] = []
 
 

@@ -76,16 +76,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from competition import load_spec
 
-    board = board_file(args.submissions_dir, args.competition)
+    spec = load_spec(args.competition)
+    board = board_file(args.submissions_dir, spec.name)
     if args.sync:
-        slug = args.slug or load_spec(args.competition).default_slug
+        slug = args.slug or spec.default_slug
         matched = sync(board, slug)
         log.info("leaderboard: %d row(s) matched to Kaggle submissions of %s", matched, slug)
     table = read(board)
     if table.empty:
         raise PetalsError(f"{board}: no entries yet; `make evaluate` records a run")
-    print(ranked(table, args.competition).head(args.top).to_string(index=False))
-    plot(table, board.with_suffix(".png"), args.competition)
+    print(ranked(table, spec.name).head(args.top).to_string(index=False))
+    plot(table, board.with_suffix(".png"), spec.name)
     log.info("leaderboard: %d entries; plot in %s", len(table), board.with_suffix(".png"))
 
 

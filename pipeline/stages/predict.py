@@ -63,8 +63,8 @@ def run(args: argparse.Namespace) -> None:
         # A run predicted before it was evaluated: its training scores until evaluate runs.
         defaults={
             "time": leaderboard.now(),
-            spec.score_key: score,
             "val_accuracy": metrics.get("val_accuracy"),
+            spec.score_key: score,  # last: the same column for an accuracy competition
         },
         **leaderboard.run_fields(run),
         submission=str(path),
@@ -129,7 +129,7 @@ def write_submission(
         raise PetalsError(
             f"{entry}: predictions cover {len(by_id)} ids but {spec.sample_submission} lists {len(expected)} "
             f"({len(missing)} missing, e.g. {missing[:2]}): "
-            "the test shards and the sample submission disagree"
+            "the test split and the sample submission disagree"
         )
     frame = submission_frame(spec, expected, [by_id[i] for i in expected])
     submissions_dir.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--file", type=Path, default=None, help="CSV to submit (default: the newest in --submissions-dir)"
     )
     parser.add_argument(
-        "--message", default=None, help="submission description (default: the entry and its val macro-F1)"
+        "--message", default=None, help="submission description (default: the entry and its val score)"
     )
     parser.add_argument(
         "--data-dir", type=Path, default=Path("data"), help="fetched data dir (its sample_submission.csv)"

@@ -196,6 +196,7 @@ def plot_curves(history, path: Path, score_key: str = "val_macro_f1") -> None:
 
 def fit(job: Job, verbose: int = 1, restart: bool = False) -> dict:
     """Train the job's recipe to its last epoch, resuming from the last checkpoint; return its metrics."""
+    from pipeline.modeling import networks
     from pipeline.modeling.trainer import Trainer
 
     config, run, platform = job.config, job.run, job.platform
@@ -225,6 +226,7 @@ def fit(job: Job, verbose: int = 1, restart: bool = False) -> dict:
     )
     if trainer.text_inputs is not None:
         trainer.text_inputs.save(run.path)
+    networks.keep_architecture(config, trainer.net, run.path)
     if restart:
         run.metrics_file.unlink(missing_ok=True)
     history = trainer.run_epochs()
