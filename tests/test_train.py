@@ -91,7 +91,11 @@ def test_both_loops_train_on_8_logical_cpu_replicas_and_lower_the_loss(tiny_data
         f"""
         from pipeline.cli import leave, main
         leave(max(main(["--quiet", *args]) for args in {list(runs.values())!r}))
-        """
+        """,
+        # One thread per op: 8 replicas' ops already fill the cores, and beside another busy process
+        # (pytest's other worker) per-op thread pools took this test from 33 s alone to 119 s;
+        # 70 s with this. (Fewer inter-op threads starve the replicas' collectives: 305 s.)
+        env={"TF_NUM_INTRAOP_THREADS": "1"},
     )
     assert done.returncode == 0, done.stderr[-3000:]
     for loop in runs:
