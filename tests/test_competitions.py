@@ -258,7 +258,9 @@ def test_a_bert_kernel_needs_its_preset_attached_as_a_kaggle_model(tmp_path):
     spec = load_spec("watson")
     config = load_config("tpu", ["competition=watson"])  # model.weights=/kaggle/input/bert/...
     assert config.model.backbone == "bert" and config.model.weights.startswith("/kaggle/input/")
-    with pytest.raises(PetalsError, match=r"no model or dataset is attached to hold it; attach it: MODELS="):
+    with pytest.raises(
+        PetalsError, match=r"attached to hold it; attach it: MODELS=<owner>/bert/keras/bert_base_multi/2"
+    ):
         kernel.check_recipe(config, spec, "tpu", internet=True, datasets=[])
     kernel.check_recipe(config, spec, "tpu", internet=False, datasets=["keras/bert/keras/bert_base_multi/2"])
     local = load_config("tpu", ["competition=watson", f"model.weights={tmp_path}"])

@@ -266,9 +266,11 @@ def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]
                 "model.weights=/kaggle/input/<model>/<framework>/<variation>/<version>"
             )
         if not datasets:
+            mounted = config.model.weights.removeprefix("/kaggle/input/").strip("/").split("/")
+            handle = "/".join(mounted[:4]) if len(mounted) >= 4 else "model/framework/variation/version"
             raise PetalsError(
                 f"model.weights={config.model.weights}: no model or dataset is attached to hold it; "
-                "attach it: MODELS=owner/model/framework/variation/version (or DATASETS=owner/slug)"
+                f"attach it: MODELS=<owner>/{handle} (keras for Keras's own presets), or DATASETS=owner/slug"
             )
         return
     if session == "tpu":  # Kaggle's TPU image has a CPU-only TensorFlow: Keras trains on JAX there
