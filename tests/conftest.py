@@ -6,9 +6,11 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -180,6 +182,20 @@ def run_python(
         timeout=timeout,
         check=False,
     )
+
+
+def kill_at_first_checkpoint(command: list[str], env: dict[str, str], run_dir: Path) -> None:
+    """Start a train command and kill -9 it as soon as its first checkpoint is complete (the
+    checkpoint index names it), as a machine lost mid-run would; fails if none came in 240 s."""
+    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    index = run_dir / "checkpoints" / "latest.json"
+    deadline = time.monotonic() + 240
+    while not index.is_file() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    assert index.is_file(), "no checkpoint was written before the deadline"
+    assert not (run_dir / "metrics.json").is_file()
 
 
 def error_lines(stderr: str) -> list[str]:

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pandas as pd
@@ -21,7 +19,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.modeling import bert
 from pipeline.stages import train
 from pipeline.stages.fetch import FetchOptions, fetch
-from tests.conftest import REPO, foreign_lines
+from tests.conftest import REPO, foreign_lines, kill_at_first_checkpoint
 
 TINY = [  # BERT-Tiny's shape on 32-token pairs, a few steps
     "competition=watson",
@@ -82,14 +80,7 @@ def test_a_killed_bert_run_resumes_from_its_last_epoch(pairs, tmp_path):
         args += ["--set", override]
     command = [sys.executable, "-m", "pipeline", *args]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    index = tmp_path / "killed" / "checkpoints" / "latest.json"
-    deadline = time.monotonic() + 240
-    while not index.is_file() and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    assert index.is_file(), "no checkpoint was written before the deadline"
+    kill_at_first_checkpoint(command, env, tmp_path / "killed")
     vocabulary = (tmp_path / "killed" / "tokenizer" / "assets" / "tokenizer" / "vocabulary.txt").read_text()
 
     second = subprocess.run(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ import pytest
 from pipeline import cli
 from pipeline.core.rundir import RunDir
 from pipeline.modeling import policy
-from tests.conftest import REPO, TINY, foreign_lines
+from tests.conftest import REPO, TINY, foreign_lines, kill_at_first_checkpoint
 
 JAX_8 = ["--backend", "jax", "--cpu-replicas", "8"]
 
@@ -131,15 +130,7 @@ def test_a_killed_jax_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
     command = [sys.executable, "-m", "pipeline", *args, *JAX_8]
     env = {k: v for k, v in os.environ.items() if k != "KERAS_BACKEND"}
     env["PYTHONPATH"] = str(REPO)
-    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    latest = tmp_path / "killed" / "checkpoints" / "latest.json"
-    deadline = time.monotonic() + 240
-    while not latest.is_file() and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    assert latest.is_file(), "no checkpoint was written before the deadline"
-    assert not (tmp_path / "killed" / "metrics.json").is_file()
+    kill_at_first_checkpoint(command, env, tmp_path / "killed")
 
     second = subprocess.run(
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False

@@ -5,10 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pandas as pd
@@ -27,7 +25,15 @@ from pipeline.modeling.losses import loss_function
 from pipeline.modeling.optimizer import averaging
 from pipeline.modeling.trainer import Trainer
 from pipeline.stages import train
-from tests.conftest import REPO, TINY, TINY_SIZE, error_lines, foreign_lines, run_python
+from tests.conftest import (
+    REPO,
+    TINY,
+    TINY_SIZE,
+    error_lines,
+    foreign_lines,
+    kill_at_first_checkpoint,
+    run_python,
+)
 
 
 def _train_args(data_dir, runs_dir, *extra):
@@ -116,15 +122,7 @@ def test_a_killed_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
     )  # fmt: skip
     command = [sys.executable, "-m", "pipeline", *args]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    index = tmp_path / "killed" / "checkpoints" / "latest.json"
-    deadline = time.monotonic() + 240
-    while not index.is_file() and first.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    first.send_signal(signal.SIGKILL)
-    first.wait()
-    assert index.is_file(), "no checkpoint was written before the deadline"
-    assert not (tmp_path / "killed" / "metrics.json").is_file()
+    kill_at_first_checkpoint(command, env, tmp_path / "killed")
 
     second = subprocess.run(
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
