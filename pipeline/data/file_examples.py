@@ -123,11 +123,12 @@ def file_dataset(
     `pad_to_batch` appends padding examples (label -1, id "") so every batch is full.
     """
     texts = image_size is None
+    if training and cache:  # the cache fixes the order: draw it once here (train lists all cats first)
+        # Inputs, labels and ids are all taken from the permuted split below: one order for all.
+        split = split.take(np.random.default_rng(seed).permutation(len(split)))
     inputs = split.inputs[0] if len(split.inputs) == 1 else tuple(split.inputs)
     if encode is not None:  # tokenized once, up front
         inputs = encode(split.inputs)
-    if training and cache:  # the cache fixes the order: draw it once here (train lists all cats first)
-        split = split.take(np.random.default_rng(seed).permutation(len(split)))
     tags: tuple = () if split.labels is None else (split.labels.astype(np.int32),)
     if split.labels is None or with_ids:
         tags += (split.ids.astype(str),)
