@@ -128,6 +128,15 @@ class TrainConfig:
     ema: float = 0.0
     frozen_epochs: int = 0  # first epochs train the head only, the backbone frozen
     freeze_batchnorm: bool = True  # when fine-tuning, BatchNorm keeps its statistics
+    # Fine-tuning trains the backbone's last N layers after the frozen epochs (rounded up to a
+    # block boundary); 0: all of it.
+    unfrozen_layers: int = 0
+    # Transfer on a CPU: the layers that never train (the whole backbone in the frozen epochs, or
+    # the part below unfrozen_layers) run once per training example and view; their outputs are
+    # cached in the run and the rest trains on them (pipeline/modeling/features.py). Views: the
+    # example, its mirror (with augment.flip), then random views under the recipe's augmentation.
+    feature_cache: bool = False
+    feature_views: int = 2
     merge_val: bool = False  # final run: train on train + val (no validation score)
     folds: int = 0  # k-fold over train + val when > 1
     fold: int = 0  # which fold this run holds out
@@ -445,6 +454,27 @@ def validate(config: Config) -> None:
         )
     if train.folds and train.merge_val:
         raise PetalsError("train.folds and train.merge_val exclude each other: folds already use train + val")
+    if train.unfrozen_layers < 0:
+        raise PetalsError(
+            f"train.unfrozen_layers={train.unfrozen_layers}: must be >= 0 (0: all of the backbone)"
+        )
+    if train.feature_cache:
+        if train.epochs > train.frozen_epochs and not train.unfrozen_layers:
+            raise PetalsError(
+                "train.feature_cache=true caches the layers that never train, but with "
+                "train.unfrozen_layers=0 the whole backbone fine-tunes after the frozen epochs: set "
+                "train.unfrozen_layers (the backbone's last N layers fine-tune) or "
+                "train.frozen_epochs=train.epochs (the head alone)"
+            )
+        if aug.cutmix or aug.mixup:
+            raise PetalsError(
+                "train.feature_cache=true caches views of single examples, and CutMix and MixUp mix two: "
+                "set augment.cutmix=0 and augment.mixup=0"
+            )
+        if train.feature_views < 1:
+            raise PetalsError(
+                f"train.feature_views={train.feature_views}: at least 1 (the examples themselves)"
+            )
     if not 0 <= config.model.dropout < 1:
         raise PetalsError(f"model.dropout={config.model.dropout}: must be in [0, 1)")
     for name in ("brightness", "contrast", "saturation", "hue", "rotation", "shear", "zoom", "shift"):

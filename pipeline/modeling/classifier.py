@@ -86,11 +86,20 @@ def _layers_within(layer: keras.layers.Layer) -> Iterator[keras.layers.Layer]:
         yield from _layers_within(inner)
 
 
-def set_backbone_trainable(net: keras.Model, trainable: bool, freeze_batchnorm: bool) -> None:
-    """Freeze or unfreeze the backbone; fine-tuning keeps BatchNorm statistics frozen if asked."""
+def set_backbone_trainable(
+    net: keras.Model, trainable: bool, freeze_batchnorm: bool, unfrozen_layers: int = 0
+) -> None:
+    """Freeze or unfreeze the backbone: when it trains, its last `unfrozen_layers` layers do (all
+    of them at 0), with BatchNorm keeping its statistics if asked (inference mode in Keras 3)."""
     backbone = net.get_layer("backbone")
-    backbone.trainable = trainable
-    if trainable and freeze_batchnorm:
+    backbone.trainable = trainable  # every layer inside follows
+    if not trainable:
+        return
+    if unfrozen_layers:
+        body = [layer for layer in backbone.layers if not isinstance(layer, keras.layers.InputLayer)]
+        for layer in body[:-unfrozen_layers]:
+            layer.trainable = False
+    if freeze_batchnorm:
         for layer in _layers_within(backbone):
             if isinstance(layer, keras.layers.BatchNormalization):
                 layer.trainable = False

@@ -37,6 +37,8 @@ def check(config, spec, backend: str) -> None:
             f"model.backbone={name}: competition {spec.name} has texts; its networks are "
             f"{', '.join(TEXT_NETWORKS)}"
         )
+    if config.train.feature_cache:
+        raise PetalsError(f"train.feature_cache caches an image backbone's activations; {name} reads texts")
     if name in bert.NAMES:
         bert.check(config)
         return
@@ -46,9 +48,10 @@ def check(config, spec, backend: str) -> None:
             f"model.backbone={name} reads one text; competition {spec.name} has {columns} per example "
             f"(sentence pairs need a network that reads pairs: {', '.join(bert.NAMES)})"
         )
-    if config.train.frozen_epochs:
+    if config.train.frozen_epochs or config.train.unfrozen_layers:
         raise PetalsError(
-            f"train.frozen_epochs={config.train.frozen_epochs}: {name} has no pretrained part to freeze"
+            f"train.frozen_epochs={config.train.frozen_epochs}, train.unfrozen_layers="
+            f"{config.train.unfrozen_layers}: {name} has no pretrained part to freeze"
         )
 
 

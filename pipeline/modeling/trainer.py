@@ -20,7 +20,7 @@ import pandas as pd
 from pipeline.core import device
 from pipeline.core.files import write_atomically
 from pipeline.data import augment, datasets
-from pipeline.modeling import custom_loop, networks, policy
+from pipeline.modeling import custom_loop, features, networks, policy
 from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
 from pipeline.modeling.losses import loss_function
@@ -84,15 +84,21 @@ class Trainer:
                 batch_size=None if images else self.static_batch,
                 vocabulary_size=None if images else self.text_inputs.vocabulary_size,
             )
+            # With the feature cache, what trains is the part above the cut, on cached activations.
+            self.cut = self._cut() if config.train.feature_cache else None
             self.classifier = Classifier(
-                self.net,
+                self.net if self.cut is None else self.cut.top,
                 job.spec.num_classes,
                 config.augment,
-                augment_here=self.data_config.augment.where == "device" and images,
+                augment_here=self.data_config.augment.where == "device" and images and self.cut is None,
                 shift_scale=datasets.shift_scale(config),
                 images=images,
             )
-            self.classifier.build(networks.input_shape(config, job.spec))  # stateless calls need it built
+            self.classifier.build(  # stateless calls need it built
+                networks.input_shape(config, job.spec)
+                if self.cut is None
+                else (None, *self.cut.bottom.output.shape[1:])
+            )
             self.optimizer = make_optimizer(
                 config.train.lr_start,
                 config.train.ema,
@@ -116,6 +122,26 @@ class Trainer:
                 self.class_counts.max(),
             )
         self.start = self._restore()  # a checkpoint that does not fit fails here, before any write
+
+    def _cut(self) -> features.Cut:
+        train = self.config.train
+        cut = features.cut(self.net, self.unfrozen_layers, train.epochs > train.frozen_epochs)
+        log.info(
+            "train: feature cache: the network below %s runs once per example and view, %s on its outputs",
+            cut.at,
+            "the head trains"
+            if cut.at == "head"
+            else f"the backbone's last {cut.layers} layers and the head train",
+        )
+        return cut
+
+    @property
+    def unfrozen_layers(self) -> int:
+        """The backbone's last layers that fine-tune, rounded up to a block boundary; 0: all."""
+        wanted = self.config.train.unfrozen_layers
+        if not wanted or not networks.has_backbone(self.net):
+            return 0
+        return features.crossing_layers(self.net.get_layer("backbone"), wanted)
 
     @property
     def static_batch(self) -> int:
@@ -175,6 +201,8 @@ class Trainer:
         """Train the epochs still to do; the history of every epoch, the restored ones included."""
         start = self.start
         self.history = self._history(start)
+        if self.cut is not None and start < self.config.train.epochs:
+            self._use_feature_cache()
         self._val = self._val_dataset()
         self._val_labels = None
         self._trainable = None
@@ -186,6 +214,17 @@ class Trainer:
                 self._begin_epoch(epoch)
                 self._finish_epoch(epoch, self._custom_epoch())
         return self.history
+
+    def _use_feature_cache(self) -> None:
+        """Train and val become the cut's cached outputs (computed now, or read from the run dir)."""
+        job = self.job
+        # One pass per view: decoded images need no cache of their own.
+        config = dataclasses.replace(
+            self.data_config, data=dataclasses.replace(self.data_config.data, cache=False)
+        )
+        job.train, job.val = features.cache_splits(
+            self.cut, job.train, job.val, config, self.run.path, job.platform.replicas
+        )
 
     def _phases(self, start: int) -> list[tuple[int, int]]:
         """[first, end) epoch ranges with one backbone setting each: the frozen warm-up, then the rest."""
@@ -219,7 +258,7 @@ class Trainer:
     def _set_trainable(self, trainable: bool) -> None:
         if trainable == self._trainable or not networks.has_backbone(self.net):  # the LSTM has none
             return
-        set_backbone_trainable(self.net, trainable, self.config.train.freeze_batchnorm)
+        set_backbone_trainable(self.net, trainable, self.config.train.freeze_batchnorm, self.unfrozen_layers)
         if not trainable or self._trainable is not None:
             log.info("train: backbone %s", "fine-tuning" if trainable else "frozen (training the head)")
         self._trainable = trainable

@@ -258,4 +258,8 @@ def fit(job: Job, verbose: int = 1, restart: bool = False) -> dict:
         "loop": config.train.loop,
     }
     run.write_json(RunDir.METRICS, metrics)  # last: its presence means the run is finished
+    if config.train.feature_cache:
+        from pipeline.modeling import features
+
+        features.remove_cache(run.path)
     return metrics

@@ -1,0 +1,277 @@
+"""Transfer on a CPU: what never trains runs once, and the rest trains on its cached outputs.
+
+Kaggle competitors on weak hardware fine-tune a pretrained network this way. With the
+backbone's lower layers frozen (and BatchNorm frozen), everything up to the first layer that
+trains is a fixed function of the image: `cut` splits the classifier there, into `bottom`
+(pixels -> activations) and `top` (activations -> class probabilities, the same layer objects as
+the classifier's, so training `top` trains the classifier). `cache_splits` runs `bottom` once
+per training example and view (the example, its mirror, then random views under the recipe's
+augmentation) and once per val example, keeps the outputs in the run dir (float16), and gives
+splits of them that the trainer reads like any other: each epoch shows every example through
+one of its views, drawn at random. Evaluate and predict run the whole classifier on images.
+
+On two CPU cores this is the difference between an epoch of EfficientNet-Lite0 on 9,600 photos
+at 192 px in minutes and in seconds (`make bench-transfer`, docs/BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from pipeline.core.config import Config
+from pipeline.core.files import write_atomically
+
+log = logging.getLogger(__name__)
+
+FOLDER = "features"  # inside the run dir: removed once the run is finished
+EXTRACT_BATCH = 128  # examples per predict call while caching
+
+
+# ----------------------------------------------------------------------------- splitting the network
+
+
+@dataclass
+class Cut:
+    """The classifier split where its trainable part begins."""
+
+    bottom: keras.Model  # pixels -> the activations that cross the cut (never trains)
+    top: keras.Model  # those activations -> class probabilities (shares the classifier's layers)
+    layers: int  # how many of the backbone's last layers are in `top`
+    at: str  # the first of them, or "head" when `top` is the head alone
+
+
+def _tensors_in(layer: keras.layers.Layer) -> list:
+    return keras.tree.flatten(layer.input)
+
+
+def crossing_layers(backbone: keras.Model, wanted: int) -> int:
+    """The fewest of the backbone's last layers, at least `wanted`, whose inputs from below are a
+    single tensor (a block boundary): the place the network can be cut and cached."""
+    body = [layer for layer in backbone.layers if not isinstance(layer, keras.layers.InputLayer)]
+    for count in range(max(wanted, 1), len(body) + 1):
+        upper = body[-count:]
+        names = {layer.name for layer in upper}
+        crossing = {
+            id(tensor)
+            for layer in upper
+            for tensor in _tensors_in(layer)
+            if tensor._keras_history.operation.name not in names
+        }
+        if len(crossing) == 1:
+            return count
+    return len(body)
+
+
+def cut(net: keras.Model, unfrozen_layers: int, train_backbone: bool) -> Cut:
+    """Split `net` (registry.build_classifier's shape: ... -> backbone -> head layers) below the
+    backbone's last `unfrozen_layers` layers, or below the head when the backbone never trains."""
+    backbone = net.get_layer("backbone")
+    where = net.layers.index(backbone)
+    into_backbone = net.input
+    for layer in net.layers[1:where]:  # the input's cast and the backbone's preprocessing: a chain
+        into_backbone = layer(into_backbone)
+    head = net.layers[where + 1 :]
+    if train_backbone:
+        count = crossing_layers(backbone, unfrozen_layers)
+        body = [layer for layer in backbone.layers if not isinstance(layer, keras.layers.InputLayer)]
+        first = body[-count]
+        inner = _tensors_in(first)[0]
+        lower = keras.Model(backbone.input, inner, name="backbone_below_cut")
+        upper = keras.Model(inner, backbone.output, name="backbone_above_cut")
+        bottom = keras.Model(net.input, lower(into_backbone), name="bottom")
+        at = first.name
+    else:
+        count, at, upper = 0, "head", None
+        bottom = keras.Model(net.input, backbone(into_backbone), name="bottom")
+    activations = keras.Input(bottom.output.shape[1:], name="activations")
+    x = upper(activations) if upper is not None else activations
+    for layer in head:
+        x = layer(x)
+    return Cut(bottom=bottom, top=keras.Model(activations, x, name="top"), layers=count, at=at)
+
+
+# ----------------------------------------------------------------------------- the cached splits
+
+
+@dataclass(frozen=True)
+class FeatureSplit:
+    """Cached activations of one split, [views, examples, ...] (float16), read like a `Split`."""
+
+    features: np.ndarray
+    labels: np.ndarray
+    num_classes: int
+    seed: int = 0
+
+    @property
+    def count(self) -> int:
+        return self.features.shape[1]
+
+    def class_counts(self, config: Config) -> np.ndarray:
+        return np.bincount(self.labels, minlength=self.num_classes)
+
+    def naming_bad(self, labeled: bool):
+        return contextlib.nullcontext()  # read once already, when cached
+
+    def train_dataset(self, config: Config, batch_size: int, input_context=None) -> tf.data.Dataset:
+        """Endless batches of exactly `batch_size`: every example once an epoch, each through one
+        of its views drawn at random, in a new order every epoch."""
+        rows = np.arange(self.count)
+        if input_context is not None:  # this input pipeline's share
+            rows = rows[input_context.input_pipeline_id :: input_context.num_input_pipelines]
+        views, features, labels = len(self.features), self.features, self.labels.astype(np.int32)
+        shape = features.shape[2:]
+
+        def batches():
+            rng = np.random.default_rng(self.seed)
+            while True:
+                order = rng.permutation(rows)
+                drawn = rng.integers(views, size=len(order))
+                for start in range(0, len(order) - batch_size + 1, batch_size):
+                    pick = slice(start, start + batch_size)
+                    yield features[drawn[pick], order[pick]], labels[order[pick]]
+
+        signature = (
+            tf.TensorSpec((batch_size, *shape), tf.float16),
+            tf.TensorSpec((batch_size,), tf.int32),
+        )
+        return tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2)
+
+    def eval_dataset(
+        self,
+        config: Config,
+        batch_size: int,
+        labeled: bool,
+        pad_to_batch: bool = False,
+        with_ids: bool = False,
+    ) -> tf.data.Dataset:
+        """The first view (the examples themselves) in order, with their labels; padding rows
+        (label -1) fill the last batch with `pad_to_batch`."""
+        from pipeline.data.datasets import PAD_LABEL
+
+        if not labeled or with_ids:
+            raise ValueError("cached features serve training and its val scores only")  # a caller's bug
+        features, labels = self.features[0], self.labels.astype(np.int32)
+        if pad_to_batch and len(labels) % batch_size:
+            extra = batch_size - len(labels) % batch_size
+            features = np.concatenate([features, np.zeros((extra, *features.shape[1:]), features.dtype)])
+            labels = np.concatenate([labels, np.full(extra, PAD_LABEL, np.int32)])
+        return tf.data.Dataset.from_tensor_slices((features, labels)).batch(batch_size)
+
+
+def _views(config: Config, num_classes: int) -> list:
+    """One function per view, uint8 image batches -> float32 pixel batches: the images, their
+    mirror when flips keep the label, then random views under the recipe's augmentation."""
+    from pipeline.data import augment
+    from pipeline.data.datasets import shift_scale
+
+    def plain(images):
+        return tf.cast(images, tf.float32)
+
+    views = [plain]
+    if config.augment.flip:
+        views.append(lambda images: tf.cast(images[:, :, ::-1], tf.float32))
+    aug = replace(config.augment, cutmix=0.0, mixup=0.0)
+
+    def augmented(images):
+        labels = tf.zeros([tf.shape(images)[0]], tf.int32)  # augmentation without mixing keeps labels
+        pixels = tf.cast(images, tf.float32)
+        return augment.augment_batch(pixels, labels, aug, num_classes, shift_scale=shift_scale(config))[0]
+
+    while len(views) < config.train.feature_views:
+        views.append(augmented)
+    return views[: config.train.feature_views]
+
+
+def _extract(bottom: keras.Model, batches: tf.data.Dataset, replicas: int) -> tuple[np.ndarray, np.ndarray]:
+    """`bottom`'s outputs (float16) and the labels of every example of `batches`, in order.
+
+    One replica: `predict_on_batch`, twice `predict`'s speed per call on 2 CPU cores (75-92 vs
+    141-173 images/s for Lite0 at 192 px); under a strategy of several replicas it would run the
+    whole batch on each, so `predict` splits it there."""
+    outputs, labels = [], []
+    for images, tags in batches.as_numpy_iterator():
+        if replicas == 1:
+            output = bottom.predict_on_batch(images)
+        else:
+            output = bottom.predict(images, batch_size=len(images), verbose=0)
+        outputs.append(np.asarray(output).astype(np.float16))
+        labels.append(tags)
+    return np.concatenate(outputs), np.concatenate(labels)
+
+
+def _signature(cut_: Cut, config: Config, split) -> dict:
+    return {
+        "cut": cut_.at,
+        "layers": cut_.layers,
+        "views": config.train.feature_views,
+        "examples": split.count,
+    }
+
+
+def _cache_split(
+    name: str, split, views: list, cut_: Cut, config: Config, folder: Path, replicas: int
+) -> FeatureSplit:
+    """The cached views of one split, computed and saved unless the folder already holds them."""
+    from pipeline.data import datasets
+
+    path, index = folder / f"{name}.npz", folder / f"{name}.json"
+    signature = _signature(cut_, config, split)
+    if path.is_file() and index.is_file() and json.loads(index.read_text()) == signature:
+        with np.load(path) as saved:
+            features, labels = saved["features"], saved["labels"]
+        log.info("train: %s features cached already (%s)", name, path)
+    else:
+        started = time.perf_counter()
+        per_view, labels = [], None
+        for k, view in enumerate(views):
+            tf.random.set_seed(config.seed * 1000 + k)  # each random view the same on a rerun
+            batches = split.eval_dataset(config, EXTRACT_BATCH, labeled=True)
+            batches = batches.map(lambda images, tags, view=view: (view(images), tags))
+            with split.naming_bad(labeled=True):
+                output, view_labels = _extract(cut_.bottom, batches.prefetch(datasets.AUTOTUNE), replicas)
+            if labels is not None and not np.array_equal(labels, view_labels):
+                raise RuntimeError(f"{name}: views came in different orders")  # a reader's bug
+            per_view.append(output)
+            labels = view_labels
+        features = np.stack(per_view)
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, lambda tmp: np.savez(tmp.open("wb"), features=features, labels=labels))
+        write_atomically(index, lambda tmp: tmp.write_text(json.dumps(signature)))
+        seconds = time.perf_counter() - started
+        examples = features.shape[0] * features.shape[1]
+        log.info(
+            "train: cached %s features: %d views x %d examples -> %s, %.0f s (%.0f examples/s)",
+            name,
+            len(per_view),
+            features.shape[1],
+            "x".join(map(str, features.shape[2:])),
+            seconds,
+            examples / seconds,
+        )
+    return FeatureSplit(features, labels.astype(np.int64), split.spec.num_classes, config.seed)
+
+
+def cache_splits(cut_: Cut, train, val, config: Config, run_dir: Path, replicas: int):
+    """(train, val) as cached features in `run_dir`: train in `train.feature_views` views, val in one."""
+    folder = run_dir / FOLDER
+    views = _views(config, train.spec.num_classes)
+    cached_train = _cache_split("train", train, views, cut_, config, folder, replicas)
+    cached_val = None if val is None else _cache_split("val", val, views[:1], cut_, config, folder, replicas)
+    return cached_train, cached_val
+
+
+def remove_cache(run_dir: Path) -> None:
+    """A finished run's cache goes: it is only for training, and large."""
+    folder = run_dir / FOLDER
+    if folder.is_dir():
+        shutil.rmtree(folder)
