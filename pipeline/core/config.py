@@ -107,6 +107,9 @@ class TrainConfig:
     epochs: int = 12
     loop: str = "fit"  # fit (Keras) | custom (strategy.run)
     steps_per_epoch: int = 0  # 0: training images / global batch
+    # At least this many steps an epoch: a small dataset is shown several times an epoch, so one
+    # recipe's epochs train a few hundred photos as long as thousands (the LR still steps per epoch).
+    min_steps_per_epoch: int = 1
     # Score val after every N-th epoch, the first and the last: each scoring predicts the whole
     # val split (on 2 CPU cores, 2 s of an 18 s epoch). The best weights are the best scored.
     val_every: int = 1

@@ -170,7 +170,9 @@ class FeatureSplit:
 
 def _views(config: Config, num_classes: int) -> list:
     """One function per view, uint8 image batches -> float32 pixel batches: the images, their
-    mirror when flips keep the label, then random views under the recipe's augmentation."""
+    mirror when flips keep the label, then random views under the recipe's augmentation (none
+    when it has nothing but flips: they would repeat the first two)."""
+    from pipeline.core.config import TRANSFORMS
     from pipeline.data import augment
     from pipeline.data.datasets import shift_scale
 
@@ -187,8 +189,11 @@ def _views(config: Config, num_classes: int) -> list:
         pixels = tf.cast(images, tf.float32)
         return augment.augment_batch(pixels, labels, aug, num_classes, shift_scale=shift_scale(config))[0]
 
-    while len(views) < config.train.feature_views:
+    random = [name for name in TRANSFORMS if name not in ("flip", "cutmix", "mixup") and getattr(aug, name)]
+    while random and len(views) < config.train.feature_views:
         views.append(augmented)
+    if len(views) < config.train.feature_views:
+        log.info("train: %d views of each training example: the recipe has no other transform", len(views))
     return views[: config.train.feature_views]
 
 

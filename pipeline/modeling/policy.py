@@ -20,8 +20,8 @@ def learning_rate(epoch: int, train: TrainConfig, replicas: int) -> float:
 
 
 def steps_per_epoch(train: TrainConfig, images: int, global_batch: int) -> int:
-    """Steps that see every training image about once (at least one step)."""
-    return train.steps_per_epoch or max(1, images // global_batch)
+    """Steps that see every training image about once, and at least `train.min_steps_per_epoch`."""
+    return train.steps_per_epoch or max(1, train.min_steps_per_epoch, images // global_batch)
 
 
 def backbone_trainable(epoch: int, train: TrainConfig) -> bool:

@@ -201,6 +201,7 @@ class Trainer:
         """Train the epochs still to do; the history of every epoch, the restored ones included."""
         start = self.start
         self.history = self._history(start)
+        self._header_due = True  # the epoch lines' column names, before the first of them
         if self.cut is not None and start < self.config.train.epochs:
             self._use_feature_cache()
         self._val = self._val_dataset()
@@ -285,8 +286,11 @@ class Trainer:
     def _end_epoch(self, epoch: int, row: dict, history: pd.DataFrame) -> None:
         write_atomically(self.run.history_file, lambda tmp: history.to_csv(tmp, index=False))
         self.checkpoint.save(epoch + 1, self.best_score)  # last, so a checkpoint implies its outputs
-        shown = {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}
-        log.info("train: epoch %d/%d %s", epoch + 1, self.config.train.epochs, shown)
+        if self._header_due:
+            unit = "img" if self.job.spec.modality == "image" else "ex"
+            log.info("train: %s", epoch_header(self.job.spec.metric.title, unit))
+            self._header_due = False
+        log.info("train: %s", epoch_line(row, self.config.train.epochs, self.job.spec.score_key))
 
     # ------------------------------------------------------------------ Keras fit
 
@@ -321,6 +325,41 @@ class Trainer:
             loss = loss_function(self.config.train, self.class_counts, reduction="none")
             self._custom = custom_loop.for_backend(self, loss)
         return self._custom.epoch()
+
+
+EPOCH_COLUMNS = (  # (title, width) of each column of an epoch's line
+    ("epoch", 7), ("lr", 9), ("loss", 7), ("acc", 7), ("val loss", 9), ("val acc", 8), ("{metric}", 12),
+    ("{unit}/s", 6), ("s", 6),
+)  # fmt: skip
+
+
+def epoch_header(metric_title: str, unit: str = "img") -> str:
+    """The column names above the epoch lines: the metric's as people write it, examples per
+    second in images (`img`) or texts (`ex`)."""
+    return " ".join(
+        f"{title.format(metric='val ' + metric_title, unit=unit):>{width}}" for title, width in EPOCH_COLUMNS
+    )
+
+
+def epoch_line(row: dict, epochs: int, score_key: str) -> str:
+    """One epoch as a line a person reads: fixed columns, a dash where val was not scored."""
+
+    def number(key: str, digits: int = 4) -> str:
+        value = row.get(key)
+        return "-" if value is None or value != value else f"{value:.{digits}f}"
+
+    cells = (
+        f"{row['epoch']}/{epochs}",
+        f"{row['lr']:.2e}",
+        number("loss"),
+        number("accuracy"),
+        number("val_loss"),
+        number("val_accuracy"),
+        number(score_key),
+        f"{row['images_per_second']:.0f}",
+        f"{row['seconds']:.1f}",
+    )
+    return " ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, EPOCH_COLUMNS, strict=True))
 
 
 class _EpochHooks(keras.callbacks.Callback):

@@ -171,24 +171,34 @@ def git_commit() -> str:
         return "unknown"
 
 
-def plot_curves(history, path: Path, score_key: str = "val_macro_f1") -> None:
+def curves_figure(history, score_key: str = "val_macro_f1"):
+    """Loss on the left, accuracy and the metric on the right; val is drawn where it was scored
+    (every `train.val_every`-th epoch), its points joined, not broken by the epochs between."""
     plt = pyplot()
 
+    def draw(axes, column: str, label: str, **style) -> None:
+        if column in history:
+            scored = history.dropna(subset=[column])
+            axes.plot(scored["epoch"], scored[column], label=label, **style)
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
-    left.plot(history["epoch"], history["loss"], label="train loss")
-    if "val_loss" in history:
-        left.plot(history["epoch"], history["val_loss"], label="val loss")
+    val = {"marker": "o", "markersize": 4}
+    draw(left, "loss", "train loss")
+    draw(left, "val_loss", "val loss", **val)
     left.set_xlabel("epoch")
     left.legend()
-    right.plot(history["epoch"], history["accuracy"], label="train accuracy")
+    draw(right, "accuracy", "train accuracy")
     for column in dict.fromkeys(("val_accuracy", score_key)):
-        if column in history:
-            right.plot(history["epoch"], history[column], label=column.replace("_", " "))
+        draw(right, column, column.replace("_", " "), **val)
     right.set_xlabel("epoch")
     right.set_ylim(bottom=0)  # log loss may pass 1
     right.legend()
     fig.tight_layout()
-    save_figure(fig, path, dpi=80)
+    return fig
+
+
+def plot_curves(history, path: Path, score_key: str = "val_macro_f1") -> None:
+    save_figure(curves_figure(history, score_key), path, dpi=80)
 
 
 # ----------------------------------------------------------------------------- training
