@@ -62,7 +62,7 @@ def train_and_inspect(args: dict) -> dict:
 
 
 def same_computation(args: dict) -> dict:
-    """Train the CPU recipe as the same computation on either backend: given initial weights (written
+    """Train the cnn recipe as the same computation on either backend: given initial weights (written
     by the first backend to get here), dropout off, records in a fixed order, tf.data's seeded
     augmentation. Returns the history; what differs between backends is then only float rounding."""
     from pipeline.core import device
@@ -81,7 +81,7 @@ def same_computation(args: dict) -> dict:
     read_examples = datasets.read_examples
     datasets.read_examples = lambda *a, **k: read_examples(*a, **{**k, "ordered": True})
     try:
-        config = load_config("cpu", args["overrides"], device="CPU")
+        config = load_config("cnn", args["overrides"], device="CPU")
         job = train.prepare(
             config, platform, Path(args["data_dir"]), Path(args["out"]), args["backend"], None
         )

@@ -153,7 +153,7 @@ def test_print_config_names_each_values_source_and_reads_back_as_a_recipe(tmp_pa
     text = config.describe("auto", ["train.epochs=3"], device="CPU")
     lines = {line.split("=")[0].strip(): line for line in text.splitlines() if "=" in line}
     assert lines["epochs"].endswith("# --set")
-    assert lines["ema"].endswith("# recipe cpu")  # set by competition/recipes/cpu.toml
+    assert lines["feature_cache"].endswith("# recipe cpu")  # set by competition/recipes/cpu.toml
     assert lines["hue"].endswith("# default")
     saved = tmp_path / "mine.toml"
     saved.write_text(text)

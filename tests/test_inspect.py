@@ -21,7 +21,7 @@ def _inspect(data_dir, out, *extra):
 
 @pytest.mark.slow
 def test_inspect_writes_a_grid_and_counts_matching_the_data(tiny_data_dir, spec, tmp_path):
-    done = _inspect(tiny_data_dir, tmp_path, "--set", "augment.cutmix=0.5")
+    done = _inspect(tiny_data_dir, tmp_path, "--recipe", "cnn", "--set", "augment.cutmix=0.5")
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "batch.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     counts = pd.read_csv(tmp_path / "class_counts.csv", index_col="class")
