@@ -68,9 +68,9 @@ def test_eval_photo_batches_keep_labels_and_ids_in_order(photo_examples, cache):
 
 
 def test_a_competitions_augmented_training_batches_keep_labels(photo_examples):
-    """Through `FileSplit` as train reads it: the recipe's cache, host augmentation (flips) and all."""
+    """Through `FileSplit` as train reads it: the cnn recipe caches decoded photos, flips on the host."""
     config = load_config(
-        "cpu", ["competition=dogs-vs-cats", "data.image_size=16", "augment.brightness=0",
+        "cnn", ["competition=dogs-vs-cats", "data.image_size=16", "augment.brightness=0",
                 "augment.contrast=0", "augment.saturation=0", "augment.rotation=0", "augment.zoom=0",
                 "augment.shift=0", "data.shuffle_buffer=8"],
     )  # fmt: skip

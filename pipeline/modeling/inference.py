@@ -184,6 +184,20 @@ def view(images, index: int, aug, num_classes: int, shift_scale: float):
     return augment.augment_batch(images, labels, aug, num_classes, shift_scale=shift_scale)[0]
 
 
+def predict_batches(model, batches, replicas: int) -> np.ndarray:
+    """The model's outputs for every batch of a dataset of inputs, in order.
+
+    One replica: batch by batch with `predict_on_batch`, about twice Keras `predict`'s images/s
+    on 2 CPU cores (EfficientNet-Lite0 at 192 px: 141-173 against 75-92; `predict` feeds its own
+    tf.data pipeline, which competes for the cores). Under a strategy of several replicas
+    `predict_on_batch` would run the whole batch on each, so `predict` splits it there.
+    """
+    if replicas > 1:
+        return np.asarray(model.predict(batches, verbose=0))
+    outputs = [np.asarray(model.predict_on_batch(inputs)) for inputs in batches.as_numpy_iterator()]
+    return np.concatenate(outputs)
+
+
 def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -> Predictions:
     """Class probabilities of `split` (val or test) for the run's best weights, TTA passes averaged."""
     import tensorflow as tf
@@ -228,7 +242,7 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
                 views = dataset.map(lambda images, *_, i=index: view(images, i, aug, spec.num_classes, scale))
             else:
                 views = dataset.map(lambda tokens, *_: tokens)
-            total += net.predict(views, verbose=0)[real]
+            total += predict_batches(net, views, platform.replicas)[real]
             log.info("%s: %s pass %d/%d done", run.name, split, index + 1, tta)
     labels = np.concatenate([t[0] for t in tags])[real] if labeled else None
     predictions = Predictions(

@@ -23,6 +23,7 @@ from pipeline.data import augment, datasets
 from pipeline.modeling import custom_loop, features, networks, policy
 from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
+from pipeline.modeling.inference import predict_batches
 from pipeline.modeling.losses import loss_function
 from pipeline.modeling.optimizer import averaged_weights, make_optimizer
 
@@ -184,7 +185,8 @@ class Trainer:
         if self._val_labels is None:
             with self.job.val.naming_bad(labeled=True):
                 self._val_labels = np.concatenate([tags for _, tags in val.as_numpy_iterator()])
-        probabilities = self.classifier.predict(val.map(lambda inputs, _: inputs), verbose=0)
+        inputs = val.map(lambda inputs, _: inputs)
+        probabilities = predict_batches(self.classifier, inputs, self.job.platform.replicas)
         real = self._val_labels != datasets.PAD_LABEL
         probabilities, labels = probabilities[real], self._val_labels[real]
         predicted = probabilities.argmax(axis=1)
