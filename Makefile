@@ -74,7 +74,7 @@ inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(device_ARGS) $(config_
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-lite-parity clean clean-data always
+.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-lite-parity clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -228,6 +228,9 @@ bench-submit: $(DATA)/manifest.json $(if $(RUN),,train) ## evaluate and predict 
 
 bench-competitions: | $(STAMP) ## each competition's CPU recipe on its embedded data, TensorFlow and JAX interleaved: score, examples/s
 	$(PY) benchmarks/bench_competitions.py
+
+bench-text-real: | $(STAMP) ## imdb's CPU recipe on real movie reviews (VADER's Rotten Tomatoes sentences, fetched once) vs TF-IDF + logistic regression: test ROC AUC, seconds
+	$(PY) benchmarks/bench_text_real.py $(foreach s,$(SET),--set $(s))
 
 bench-onednn: $(STAMP) ## TensorFlow's oneDNN kernels on this CPU: the CPU recipe's network with them on and off, img/s
 	$(PY) benchmarks/bench_onednn.py

@@ -100,7 +100,8 @@ def main() -> None:
             metrics, _, walls[name] = train(args.data_dir, "cpu", extra)
             scores[name] = metrics["val_macro_f1"]
             print(
-                f"cpu recipe, {name:<7}: train command {walls[name]:.0f} s (training {metrics['train_seconds']:.0f} s)"
+                f"cpu recipe, {name:<7}: train command {walls[name]:.0f} s"
+                f" (training {metrics['train_seconds']:.0f} s)"
                 f", val macro-F1 {scores[name]:.4f}",
                 flush=True,
             )

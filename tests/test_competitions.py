@@ -40,7 +40,11 @@ TINY = {
 # A tiny preset's WordPiece vocabulary: words of the embedded pairs, the rest [UNK].
 PRESET_WORDS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "the", "a", "is", "in", "on", "at"]
 PRESET_WORDS += ["paris", "london", "monday", "##s", "##ed", "was", "not", "le", "la", "el", "en"]
-BACKBONES = {"dogs-vs-cats": "cnn", "imdb": "bilstm", "watson": "bert-tiny"}  # each one's cpu recipe
+BACKBONES = {
+    "dogs-vs-cats": "efficientnet-lite0",
+    "imdb": "ngrams",
+    "watson": "bert-tiny",
+}  # each one's cpu recipe
 SKLEARN = {  # each metric as scikit-learn computes it from the saved val predictions
     "log_loss": lambda labels, p: sk.log_loss(labels, p[:, 1], labels=[0, 1]),
     "roc_auc": lambda labels, p: sk.roc_auc_score(labels, p[:, 1]),
@@ -93,7 +97,9 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
     evaluation = evaluate.evaluate(job.run, data_dir, 1, cpu, subs)
     val = Predictions.load(job.run.predictions("val", 1))
     assert evaluation[key] == pytest.approx(SKLEARN[spec.metric.name](val.labels, val.probabilities))
-    assert evaluation[key] == pytest.approx(metrics[key], abs=1e-5)
+    # Training scored val on the activations it cached (float16) where the recipe caches them;
+    # evaluate runs the whole network on the photos in float32.
+    assert evaluation[key] == pytest.approx(metrics[key], abs=1e-3 if config.train.feature_cache else 1e-5)
     board = leaderboard.read(leaderboard.board_file(subs, name)).set_index("entry")
     assert board.loc[job.run.name, key] == pytest.approx(evaluation[key], abs=1e-5)
 
@@ -140,7 +146,7 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
 def test_on_jax_over_8_devices_text_runs_train_and_serve_what_they_scored_on_tensorflow(
     fetched, cpu, tmp_path
 ):
-    """Keras on JAX as on a TPU (8 devices, one static batch of 16): the LSTM under `fit` and BERT
+    """Keras on JAX as on a TPU (8 devices, one static batch of 16): the bag of n-grams under `fit` and BERT
     under the custom loop, in one process; TensorFlow on the CPU then predicts val with each run's
     weights and tokenization and gets the score the JAX run recorded."""
     import json

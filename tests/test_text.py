@@ -1,5 +1,6 @@
-"""Text models: reviews vectorised before tf.data, an LSTM trained at a static batch size (a TPU's
-shapes) and served at any batch size on the CPU with the same weights, on both backends."""
+"""Text models: reviews vectorised before tf.data, an LSTM and a bag of n-grams trained at a
+static batch size (a TPU's shapes) and served at any batch size on the CPU with the same weights,
+on both backends."""
 
 from __future__ import annotations
 
@@ -44,24 +45,78 @@ def test_texts_become_fixed_length_ids_that_open_with_the_start_id():
     np.testing.assert_array_equal(again((np.array(texts),)), ids)
 
 
-def _static_then_variable() -> dict:
-    """On this process's Keras backend: train the static-batch LSTM a few steps on the embedded
+def test_a_words_character_ngrams_are_hashed_alike_everywhere_and_reach_unknown_words():
+    import zlib
+
+    from pipeline.modeling.text import START, SUBWORD_BUCKETS, SubwordVectorizer, Vectorizer, subword_buckets
+
+    grams = ["<fi", "fil", "ilm", "lm>", "<fil", "film", "ilm>", "<film", "film>"]  # 3- to 5-grams of <film>
+    assert subword_buckets("film") == [zlib.crc32(g.encode()) % SUBWORD_BUCKETS for g in grams]
+    texts = ["A great film.", "an awful film", "Unwatchably dull!"]
+    vectorizer = SubwordVectorizer(
+        Vectorizer.adapt(texts[:2], vocabulary_size=20, sequence_length=8).vocabulary, 48
+    )
+    words = vectorizer.vocabulary_size  # ids below it are words; from it on, character n-grams
+    ids = vectorizer((np.array(texts),))
+    assert ids.shape == (3, 48) and ids.dtype == np.int32 and (ids[:, 0] == START).all()
+    assert (ids[0, 1:4] > 1).all() and (ids[0, 1:4] < words).all() and ids[0, 4] >= words
+    assert ids[0, 3] == ids[1, 3]  # "film"
+    assert ids[2, 1:3].tolist() == [1, 1]  # unknown words, whose character n-grams still count:
+    assert {words + b for b in subword_buckets("unwatchably")} <= set(ids[2].tolist())
+    assert len(set(ids[0][ids[0] >= words].tolist())) == (ids[0] >= words).sum()  # each n-gram once
+    again = SubwordVectorizer(vectorizer.vocabulary, 48)  # rebuilt from the saved vocabulary
+    np.testing.assert_array_equal(again((np.array(texts),)), ids)
+
+
+WORDS, SUBWORDS, BUCKETS = 10, 100, 1000  # NgramIds on hand-made ids: a tiny vocabulary and tables
+HAND_MADE = [[1, 5, 7, WORDS + 3, WORDS + 9, 0], [1, 1, 2, 0, 0, 0]]
+
+
+def _bigram(a: int, b: int) -> int:
+    """The documented hash of two consecutive word ids, offset past the words and subwords."""
+    from pipeline.modeling.text import HASH_MULTIPLIER
+
+    return WORDS + SUBWORDS + (a * HASH_MULTIPLIER + b) % BUCKETS
+
+
+def _ngram_ids() -> list:
+    import keras
+
+    from pipeline.modeling.text import NgramIds
+
+    ids = NgramIds(WORDS, SUBWORDS, BUCKETS, order=2)(np.array(HAND_MADE, np.int32))
+    return keras.ops.convert_to_numpy(ids).tolist()
+
+
+def test_word_bigrams_are_hashed_from_consecutive_word_ids_only():
+    bigrams = [
+        [_bigram(1, 5), _bigram(5, 7), 0, 0, 0],  # a word then a subword, subwords, padding: none
+        [_bigram(1, 1), _bigram(1, 2), 0, 0, 0],
+    ]
+    assert _ngram_ids() == [row + pairs for row, pairs in zip(HAND_MADE, bigrams, strict=True)]
+
+
+SMALL = {"bilstm": {"units": 16}, "ngrams": {"ngram_buckets": 4096}}  # each network at a tiny size
+
+
+def _static_then_variable(network: str = "bilstm") -> dict:
+    """On this process's Keras backend: train the static-batch network a few steps on the embedded
     reviews, then predict the same texts with its variable-batch copy, in batches of 1, 7 and
     64; the largest difference from the static model's probabilities per batch size."""
     import keras
     import tensorflow as tf
 
     from pipeline.data import synthetic_reviews
-    from pipeline.modeling.text import Vectorizer, lstm_classifier, predict_padded, serving_copy
+    from pipeline.modeling.text import NETWORKS, Vectorizer, predict_padded, serving_copy
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
     ratings = np.where(rng.random(200) < 0.5, rng.integers(1, 5, 200), rng.integers(7, 11, 200))
     texts = [synthetic_reviews.review(int(r), rng) for r in ratings]
     labels = (ratings >= 7).astype("int64")
-    vectorizer = Vectorizer.adapt(texts, vocabulary_size=500, sequence_length=LENGTH)
-    tokens = vectorizer((np.array(texts),))
-    model = lstm_classifier(vectorizer.vocabulary_size, LENGTH, 2, batch_size=STATIC_BATCH, units=16)
+    vocabulary = Vectorizer.adapt(texts, vocabulary_size=500, sequence_length=LENGTH).vocabulary
+    tokens = NETWORKS[network].vectorizer(vocabulary, LENGTH)((np.array(texts),))
+    model = NETWORKS[network].build(len(vocabulary) + 2, LENGTH, 2, batch_size=STATIC_BATCH, **SMALL[network])
     assert model.inputs[0].shape[0] == STATIC_BATCH
     model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
     data = tf.data.Dataset.from_tensor_slices((tokens, labels)).batch(STATIC_BATCH, drop_remainder=True)
@@ -76,22 +131,64 @@ def _static_then_variable() -> dict:
             [np.asarray(serving.predict(rows[i : i + batch], verbose=0)) for i in range(0, len(rows), batch)]
         )
         differences[batch] = float(np.abs(got - expected).max())
-    return {"differences": differences, "spread": float(expected[:, 1].std())}
+    result = {"differences": differences, "spread": float(expected[:, 1].std())}
+    return {**result, "ngram_ids": _ngram_ids()} if network == "ngrams" else result
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
-def test_the_static_batch_lstms_weights_predict_the_same_at_any_batch_size(backend):
+def _on_backend(backend: str, helper: str, *args) -> dict:
+    """One of this module's helpers on `backend`: in this process, or in a fresh one."""
     if backend == "tensorflow":  # this process's backend
-        result = _static_then_variable()
-    else:
-        done = run_python(
-            "import json; from tests.test_text import _static_then_variable; "
-            "print(json.dumps(_static_then_variable()))",
-            env={"KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"},
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+        return globals()[helper](*args)
+    done = run_python(
+        f"import json; from tests import test_text; print(json.dumps(test_text.{helper}(*{args!r})))",
+        env={"KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("backend", ["tensorflow", "jax"])
+@pytest.mark.parametrize("network", [pytest.param("bilstm", marks=pytest.mark.slow), "ngrams"])
+def test_a_static_batch_networks_weights_predict_the_same_at_any_batch_size(network, backend):
+    result = _on_backend(backend, "_static_then_variable", network)
     assert result["spread"] > 0.01, result  # it trained: its predictions differ between reviews
     for batch, difference in result["differences"].items():
         assert difference < 1e-5, (batch, result)
+    if network == "ngrams":  # the same n-gram ids on either backend
+        assert result["ngram_ids"] == _ngram_ids(), result
+
+
+def test_the_bag_of_ngrams_learns_what_only_word_order_tells():
+    """Two marker words in either order among random fillers: the words and their character
+    n-grams are the same for both classes, so only the word bigrams beat chance (rows long
+    enough to keep every n-gram: a cut row would leak the order)."""
+    import keras
+    from sklearn.metrics import roc_auc_score
+
+    from pipeline.modeling.text import SubwordVectorizer, Vectorizer, ngram_classifier
+
+    rng = np.random.default_rng(0)
+    fillers = ["red", "green", "blue", "cold", "warm", "slow", "fast", "tall", "short", "round"]
+
+    def text(label: int) -> str:
+        words = list(rng.choice(fillers, 6))
+        at = int(rng.integers(0, 7))
+        return " ".join(words[:at] + (["alpha", "beta"] if label else ["beta", "alpha"]) + words[at:])
+
+    length = 128
+    labels = rng.integers(0, 2, 480)
+    texts = np.array([text(int(label)) for label in labels])
+    vocabulary = Vectorizer.adapt(texts, vocabulary_size=50, sequence_length=length).vocabulary
+    tokens = SubwordVectorizer(vocabulary, length)((texts,))
+    assert (tokens[:, -1] == 0).all()  # nothing cut
+    scores = {}
+    for order in (1, 2):  # words and subwords alone, then with word bigrams
+        keras.utils.set_random_seed(0)
+        model = ngram_classifier(
+            len(vocabulary) + 2, length, 2, batch_size=STATIC_BATCH, order=order, ngram_buckets=4096
+        )
+        model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
+        model.fit(tokens[:320], labels[:320], batch_size=STATIC_BATCH, epochs=5, verbose=0)
+        held_out = model.predict(tokens[320:], batch_size=STATIC_BATCH, verbose=0)[:, 1]
+        scores[order] = roc_auc_score(labels[320:], held_out)
+    assert scores[1] < 0.65 and scores[2] > 0.9, scores

@@ -32,7 +32,7 @@ class RunDir:
     PER_CLASS = "per_class.csv"
     CONFUSIONS = "confusions.csv"
     CONFUSION_PLOT = "confusion.png"
-    VOCABULARY = "vocabulary.txt"  # an LSTM run's words, one a line: token id = line number + 2
+    VOCABULARY = "vocabulary.txt"  # a word-level text run's words, one a line: token id = line number + 2
     TOKENIZER = "tokenizer"  # a BERT run's tokenizer, a keras-hub preset folder
     BACKBONE = "backbone.json"  # a BERT run's backbone architecture (keras-hub's config)
     # The small files worth keeping beside a submission (a kernel copies these to its output).

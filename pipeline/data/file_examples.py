@@ -118,8 +118,8 @@ def file_dataset(
     `with_ids`, or (input, id) for an unlabelled split.
 
     Inputs are images decoded to `image_size` squares (uint8), or texts (pairs as a tuple),
-    turned into model inputs by `encode` when given, all at once before tf.data (the LSTM's
-    vectoriser or BERT's tokenizer, neither of which runs inside tf.data on every backend).
+    turned into model inputs by `encode` when given, all at once before tf.data (the word
+    vectorisers or BERT's tokenizer, neither of which runs inside tf.data on every backend).
     `pad_to_batch` appends padding examples (label -1, id "") so every batch is full.
     """
     texts = image_size is None

@@ -1,5 +1,5 @@
-"""Modeling: the backbone registry, the text networks (LSTM, BERT) and the network a config
-names, losses, the classifier, the training loops per backend, checkpoints and inference."""
+"""Modeling: the backbone registry, the text networks (LSTM, bag of n-grams, BERT) and the network
+a config names, losses, the classifier, the training loops per backend, checkpoints and inference."""
 
 import warnings
 

@@ -1,8 +1,8 @@
 """The network a config names, for the competition's inputs: images or texts.
 
-Images go to the backbone registry (`registry.build_classifier`); texts to the LSTM
-(`text.NETWORKS`), which reads token ids of a vocabulary adapted on the training texts, or to
-BERT (`bert`), which reads its tokenizer's ids. A text run keeps its tokenization in its run
+Images go to the backbone registry (`registry.build_classifier`); texts to the LSTM or the bag
+of n-grams (`text.NETWORKS`), which read token ids of a vocabulary adapted on the training texts,
+or to BERT (`bert`), which reads its tokenizer's ids. A text run keeps its tokenization in its run
 dir (`text_inputs`), so it predicts with the ids it trained on. Training and inference build
 through here, so a new kind of network changes this file and its own module.
 """
@@ -117,7 +117,7 @@ def build(
             config.model.dropout,
             batch_size=batch_size,
         )
-    return text.NETWORKS[config.model.backbone](
+    return text.NETWORKS[config.model.backbone].build(
         vocabulary_size,
         config.data.sequence_length,
         spec.num_classes,
@@ -142,7 +142,8 @@ def has_backbone(net: keras.Model) -> bool:
 @dataclass
 class TextInputs:
     """A text run's tokenization: the encoder its splits use, the vocabulary size its network
-    embeds, and how it is kept in the run dir (the LSTM's words, BERT's tokenizer)."""
+    embeds, and how it is kept in the run dir (the words of the LSTM and the bag of n-grams, BERT's
+    tokenizer)."""
 
     encode: Callable
     vocabulary_size: int
@@ -175,7 +176,7 @@ def text_inputs(config, run_dir: Path, train_columns=None, fresh: bool = False) 
             train_columns[0], config.data.vocabulary_size, config.data.sequence_length
         ).vocabulary
     return TextInputs(
-        encode=text.Vectorizer(vocabulary, config.data.sequence_length),
+        encode=text.NETWORKS[config.model.backbone].vectorizer(vocabulary, config.data.sequence_length),
         vocabulary_size=len(vocabulary) + 2,  # padding and unknown words
         save=lambda run: text.write_vocabulary(run / RunDir.VOCABULARY, vocabulary),
     )

@@ -1,4 +1,4 @@
-"""Text classifiers: a review as token ids, an Embedding and a bidirectional LSTM.
+"""Text classifiers on token ids: an Embedding and a bidirectional LSTM, or a bag of n-grams.
 
 Texts become token ids before tf.data (`Vectorizer`, adapted on the training texts), so the
 model takes int ids on either backend: Keras on JAX cannot run string ops inside a compiled
@@ -7,18 +7,27 @@ model, nor this layer inside tf.data. A TPU wants one static batch size:
 builds the same layers with a free batch dimension (`batch_size=None`, as `networks.build` does
 for evaluate and predict, or `serving_copy` from a trained model) and loads the trained weights,
 to predict any number of texts on the CPU.
+
+`ngram_classifier` is fastText's (Joulin et al., 2016; subwords: Bojanowski et al., 2017): the
+vectors of a text's words, of its word bigrams and of its words' character n-grams, averaged,
+then one linear layer. `SubwordVectorizer` writes the words' ids and their character n-grams'
+ids (hashed) into one row; the model hashes the word n-grams from the word ids itself.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import keras
 import numpy as np
 import tensorflow as tf
-from keras import layers
+from keras import layers, ops
 
 START = 1  # every sequence opens with this id (the OOV id): no row is all padding
+UNKNOWN = 1  # a word out of the vocabulary
 
 
 def standardize(texts: tf.Tensor) -> tf.Tensor:
@@ -91,9 +100,197 @@ def lstm_classifier(
     return keras.Model(tokens, probabilities, name="lstm")
 
 
-# Text networks by name (`model.backbone` for a table competition): (vocabulary_size,
-# sequence_length, num_classes, batch_size, dropout) -> a model from token ids to probabilities.
-NETWORKS = {"bilstm": lstm_classifier}
+# ---------------------------------------------------------------- a bag of n-grams (fastText)
+
+CHAR_NGRAMS = (3, 5)  # fastText's subwords: the character 3- to 5-grams of "<word>"
+SUBWORD_BUCKETS = 2**18  # character n-grams hash into this many embedding rows
+WORD_SHARE = 4  # the words take at most 1/4 of a row, their character n-grams the rest
+HASH_MULTIPLIER = 2039  # a prime; id x multiplier stays below 2**31 (int32 on both backends)
+
+
+def subword_buckets(word: str, buckets: int = SUBWORD_BUCKETS) -> list[int]:
+    """The distinct character n-grams of `<word>` (`CHAR_NGRAMS`), hashed into `buckets`, in order.
+    CRC-32: the same buckets in every process and on every machine (Python's `hash` is salted)."""
+    marked = f"<{word}>"
+    low, high = CHAR_NGRAMS
+    grams = (marked[i : i + n] for n in range(low, high + 1) for i in range(len(marked) - n + 1))
+    return list(dict.fromkeys(zlib.crc32(gram.encode("utf-8")) % buckets for gram in grams))
+
+
+class SubwordVectorizer:
+    """Texts -> int32 ids of a fixed length, for the bag of n-grams: `START` and the words' ids
+    (as `Vectorizer` numbers them; at most 1 / `WORD_SHARE` of the row), then the distinct
+    character n-grams of those words, each `vocabulary_size + bucket`, then 0 padding. A word
+    out of the vocabulary still brings its character n-grams ("unwatchably" shares "watch")."""
+
+    def __init__(self, vocabulary: Sequence[str], sequence_length: int):
+        self.sequence_length = sequence_length
+        self._vocabulary = list(vocabulary)
+        self._ids = {word: i + 2 for i, word in enumerate(self._vocabulary)}  # 0, 1: padding, unknown
+        self._subwords: dict[str, list[int]] = {}  # word -> its character n-grams' ids, cached
+        self.max_words = max(1, sequence_length // WORD_SHARE) - 1  # the start id takes one
+
+    @property
+    def vocabulary(self) -> list[str]:
+        return list(self._vocabulary)
+
+    @property
+    def vocabulary_size(self) -> int:
+        return len(self._vocabulary) + 2
+
+    def _subword_ids(self, word: str) -> list[int]:
+        ids = self._subwords.get(word)
+        if ids is None:
+            ids = self._subwords[word] = [self.vocabulary_size + b for b in subword_buckets(word)]
+        return ids
+
+    def _row(self, text: str) -> list[int]:
+        words = text.split()[: self.max_words]  # `standardize` leaves ASCII whitespace only
+        subwords = dict.fromkeys(itertools.chain.from_iterable(map(self._subword_ids, words)))
+        row = [START, *(self._ids.get(word, UNKNOWN) for word in words), *subwords]
+        return row[: self.sequence_length]
+
+    def __call__(self, columns: tuple[np.ndarray, ...]) -> np.ndarray:
+        """The first column's texts as int32 ids [n, sequence_length], eagerly."""
+        (texts,) = columns
+        ids = np.zeros((len(texts), self.sequence_length), np.int32)
+        for start in range(0, len(texts), Vectorizer.CHUNK):
+            cleaned = standardize(tf.constant(texts[start : start + Vectorizer.CHUNK])).numpy()
+            for i, text in enumerate(cleaned, start):
+                row = self._row(text.decode("utf-8"))
+                ids[i, : len(row)] = row
+        return ids
+
+
+@keras.saving.register_keras_serializable(package="petals")
+class NgramIds(layers.Layer):
+    """Token ids [batch, length] -> the ids of every feature the bag averages: the tokens as they
+    are (words, subwords, 0 padding), then for n = 2..order each run of n consecutive word ids
+    (id 1, the start and unknown words, included: "opens with") hashed into `ngram_buckets` rows
+    after the vocabulary's and the subwords'. An n-gram that reaches past the words is 0
+    (padding). Integer ops only, the same ids on both backends."""
+
+    def __init__(self, vocabulary_size: int, subword_buckets: int, ngram_buckets: int, order: int, **kwargs):
+        super().__init__(**kwargs)
+        if max(vocabulary_size, ngram_buckets) * HASH_MULTIPLIER + vocabulary_size >= 2**31:
+            raise ValueError(
+                f"vocabulary_size={vocabulary_size}, ngram_buckets={ngram_buckets}: too many to hash in int32"
+            )
+        self.vocabulary_size = vocabulary_size
+        self.subword_buckets = subword_buckets
+        self.ngram_buckets = ngram_buckets
+        self.order = order
+
+    @property
+    def rows(self) -> int:
+        """Embedding rows the ids index: padding, vocabulary, subword buckets, n-gram buckets."""
+        return self.vocabulary_size + self.subword_buckets + self.ngram_buckets
+
+    def call(self, tokens):
+        tokens = ops.cast(tokens, "int32")
+        is_word = ops.logical_and(tokens > 0, tokens < self.vocabulary_size)
+        offset = self.vocabulary_size + self.subword_buckets
+        ids, hashed, whole = [tokens], tokens, is_word
+        for n in range(2, self.order + 1):
+            last = tokens[:, n - 1 :]
+            hashed = ops.mod(hashed[:, :-1] * HASH_MULTIPLIER + last, self.ngram_buckets)
+            whole = ops.logical_and(whole[:, :-1], is_word[:, n - 1 :])
+            ids.append(ops.where(whole, hashed + offset, 0))
+        return ops.concatenate(ids, axis=1)
+
+    def compute_output_shape(self, input_shape):
+        batch, length = input_shape
+        return (batch, sum(length - n + 1 for n in range(1, self.order + 1)))
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocabulary_size": self.vocabulary_size,
+            "subword_buckets": self.subword_buckets,
+            "ngram_buckets": self.ngram_buckets,
+            "order": self.order,
+        }
+
+
+@keras.saving.register_keras_serializable(package="petals")
+class BagMean(layers.Layer):
+    """Feature vectors [batch, features, dim] -> the mean of the word and word n-gram vectors plus
+    the mean of the character n-gram vectors [batch, dim]; padding (id 0) counts in neither. Two
+    means, so a text's few words are not outweighed by their many character n-grams (on the real
+    reviews' validation split: ROC AUC +0.005 over one mean of all)."""
+
+    def __init__(self, vocabulary_size: int, subword_buckets: int, **kwargs):
+        super().__init__(**kwargs)
+        self.vocabulary_size = vocabulary_size
+        self.subword_buckets = subword_buckets
+
+    def call(self, vectors, ids):
+        subword = ops.logical_and(
+            ids >= self.vocabulary_size, ids < self.vocabulary_size + self.subword_buckets
+        )
+        word = ops.logical_and(ids > 0, ops.logical_not(subword))
+        return _mean(vectors, word) + _mean(vectors, subword)
+
+    def compute_output_shape(self, vectors_shape, ids_shape):
+        return (vectors_shape[0], vectors_shape[2])
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "vocabulary_size": self.vocabulary_size,
+            "subword_buckets": self.subword_buckets,
+        }
+
+
+def _mean(vectors, keep):
+    weights = ops.expand_dims(ops.cast(keep, vectors.dtype), -1)
+    return ops.sum(vectors * weights, axis=1) / ops.maximum(ops.sum(weights, axis=1), 1.0)
+
+
+def ngram_classifier(
+    vocabulary_size: int,
+    sequence_length: int,
+    num_classes: int,
+    batch_size: int | None = None,
+    dropout: float = 0.5,
+    embedding_dim: int = 16,
+    order: int = 2,
+    ngram_buckets: int = 2**18,
+    subword_buckets: int = SUBWORD_BUCKETS,
+) -> keras.Model:
+    """fastText: `SubwordVectorizer`'s ids -> word n-gram ids (`NgramIds`) -> one Embedding for
+    words, subwords and n-grams -> their means (`BagMean`) -> dropout -> softmax. About 10 s an
+    epoch for 7,600 sentences on 2 CPU cores. The defaults are the ones chosen on real reviews
+    (competition/recipes/imdb/cpu.toml). `batch_size` fixes the batch dimension (a TPU's static
+    shapes); None leaves it free."""
+    tokens = keras.Input(shape=(sequence_length,), batch_size=batch_size, dtype="int32", name="tokens")
+    to_ids = NgramIds(vocabulary_size, subword_buckets, ngram_buckets, order, name="ngram_ids")
+    ids = to_ids(tokens)
+    vectors = layers.Embedding(to_ids.rows, embedding_dim, name="embedding")(ids)
+    x = BagMean(vocabulary_size, subword_buckets, name="bag_mean")(vectors, ids)
+    x = layers.Dropout(dropout, name="dropout")(x)
+    probabilities = layers.Dense(num_classes, activation="softmax", dtype="float32", name="classes")(x)
+    return keras.Model(tokens, probabilities, name="ngrams")
+
+
+# ---------------------------------------------------------------- the registry
+
+
+@dataclass(frozen=True)
+class TextNetwork:
+    """A text network by name (`model.backbone` for a table competition): how its texts become ids
+    and how it is built from the ids' vocabulary size."""
+
+    # (vocabulary_size, sequence_length, num_classes, batch_size, dropout) -> token ids to probabilities
+    build: Callable[..., keras.Model]
+    # (vocabulary, sequence_length) -> texts to int32 ids [n, sequence_length]
+    vectorizer: Callable[[Sequence[str], int], Callable]
+
+
+NETWORKS = {
+    "bilstm": TextNetwork(lstm_classifier, Vectorizer),
+    "ngrams": TextNetwork(ngram_classifier, SubwordVectorizer),
+}
 
 
 def read_vocabulary(path) -> list[str]:
@@ -108,17 +305,12 @@ def write_vocabulary(path, vocabulary: Sequence[str]) -> None:
 
 
 def serving_copy(model: keras.Model) -> keras.Model:
-    """The same classifier with a free batch dimension and `model`'s weights."""
-    tokens = model.inputs[0]
-    embedding, lstm = model.get_layer("embedding"), model.get_layer("bilstm")
-    copy = lstm_classifier(
-        vocabulary_size=embedding.input_dim,
-        sequence_length=tokens.shape[1],
-        num_classes=model.outputs[0].shape[-1],
-        embedding_dim=embedding.output_dim,
-        units=lstm.forward_layer.units,
-        dropout=model.get_layer("dropout").rate,
-    )
+    """The same classifier (any of `NETWORKS`) with a free batch dimension and `model`'s weights."""
+    config = model.get_config()
+    for layer in config["layers"]:
+        if layer["class_name"] == "InputLayer":
+            layer["config"]["batch_shape"] = [None, *layer["config"]["batch_shape"][1:]]
+    copy = keras.Model.from_config(config)
     copy.set_weights(model.get_weights())
     return copy
 
