@@ -1,0 +1,50 @@
+"""Each competition's shipped CPU recipe learns: a few epochs on a small slice of its embedded
+data beat chance by a clear margin.
+
+These are the checks that would have caught a run training on shuffled labels (b74c707's
+cached image-folder batches): the tests of the chain pass on a run that learns nothing, these
+do not. Each trains its competition's `cpu` recipe as shipped, smaller only where a test must be
+(the image size, epochs), and asserts a margin well above chance and well below what the run
+reaches, so noise does not fail them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from competition import load_spec
+from pipeline.core.config import load_config
+from pipeline.stages import train
+from pipeline.stages.fetch import FetchOptions, fetch
+
+# competition: (embedded data scale, overrides of its cpu recipe, the val score it must pass,
+# chance). Scores are the competition's metric: macro-F1, log loss (lower is better), ROC AUC,
+# accuracy.
+CHECKS = {
+    # ImageNet features need more than 32 px (at 32 the last block sees 1 x 1 maps: 0.001 after 3
+    # epochs); at 64 px, 0.43 after 3.
+    "flowers": (1.0, ["data.image_size=64", "train.epochs=4"], 0.30, 0.01),
+    "dogs-vs-cats": (0.5, ["data.image_size=64", "train.epochs=3"], 0.45, 0.693),
+    "imdb": (0.5, ["train.epochs=3"], 0.80, 0.5),
+    "watson": (1.0, ["data.sequence_length=32", "train.epochs=6"], 0.50, 0.33),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_the_cpu_recipe_beats_chance_by_a_clear_margin(name, cpu, tmp_path):
+    scale, overrides, must_pass, chance = CHECKS[name]
+    spec = load_spec(name)
+    data_dir = tmp_path / "data"
+    size = 64 if name == "flowers" else None  # flowers: 2,404 train and 712 val images
+    options = FetchOptions(source="synthetic", data_dir=data_dir, scale=scale, progress=False)
+    fetch(options if size is None else replace(options, synthetic_size=size), spec)
+    config = load_config("cpu", [f"competition={name}", *overrides])
+    job = train.prepare(config, cpu, data_dir, tmp_path / "runs", None, None)
+    score = train.fit(job, verbose=0)[spec.score_key]
+    if spec.metric.greater_is_better:
+        assert score >= must_pass > chance, f"{name}: val {spec.metric.title} {score:.4f}"
+    else:
+        assert score <= must_pass < chance, f"{name}: val {spec.metric.title} {score:.4f}"
