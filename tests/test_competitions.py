@@ -188,7 +188,7 @@ def test_text_tta_is_refused_in_one_line(capsys, tmp_path):
         check_tta(load_spec("imdb"), 2)
     # A kernel is refused before it is made, not after it trained on Kaggle.
     args = ["kernel", "generate", "--set", "competition=imdb", "--tta", "2", "--owner", "me",
-            "--kernels-dir", str(tmp_path)]  # fmt: skip
+            "--model", "keras/bert/keras/bert_base_en_uncased/3", "--kernels-dir", str(tmp_path)]  # fmt: skip
     assert cli.main(args) == 2 and "--tta 2: competition imdb" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
