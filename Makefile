@@ -197,10 +197,10 @@ kernel-emulate: $(TPU_VENV)/.installed | $(STAMP) ## run a generated TPU kernel 
 test: $(STAMP) ## run the test suite (what CI runs), all but the replicas tier
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not replicas" $(PYTEST_ARGS)
 
-# 8 logical TensorFlow CPU replicas on 2 cores: how long they take rides on how the OS schedules
-# their threads beside other work (33 s alone, 300 s beside another worker), so they run alone,
-# here and in CI, never beside the rest of the suite.
-test-replicas: $(STAMP) ## the multi-replica tier: TensorFlow's 8 logical CPU replicas, alone (CI runs it too)
+# 8 replicas on 2 cores: how long they take rides on how the OS schedules their threads beside
+# other work (TensorFlow's 8 logical CPUs: 33 s alone, 300 s beside another worker), so the runs
+# over 8 replicas (TensorFlow's and JAX's) run alone, here and in CI, never beside the rest.
+test-replicas: $(STAMP) ## the multi-replica tier: runs over 8 TensorFlow or JAX CPU replicas, one at a time (CI runs it too)
 	$(PY) -m pytest -m replicas $(PYTEST_ARGS)
 
 test-fast: $(STAMP) ## the inner loop: every test that trains nothing (pytest -m "not slow")

@@ -74,6 +74,7 @@ def _train_args(data_dir, runs_dir, name, *overrides):
 
 
 @pytest.mark.slow
+@pytest.mark.replicas
 def test_jax_trains_in_bfloat16_over_8_devices_and_its_weights_serve_on_tensorflow(
     tiny_data_dir, tmp_path, caplog
 ):

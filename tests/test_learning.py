@@ -24,11 +24,11 @@ from pipeline.stages.fetch import FetchOptions, fetch
 # accuracy.
 CHECKS = {
     # ImageNet features need more than 32 px (at 32 the last block sees 1 x 1 maps: 0.001 after 3
-    # epochs); at 64 px, 0.43 after 3.
-    "flowers": (1.0, ["data.image_size=64", "train.epochs=4"], 0.30, 0.01),
-    "dogs-vs-cats": (0.5, ["data.image_size=64", "train.epochs=3"], 0.45, 0.693),
+    # epochs); at 64 px on half the embedded set, 0.39 after 3.
+    "flowers": (0.5, ["data.image_size=64", "train.epochs=3"], 0.25, 0.01),
+    "dogs-vs-cats": (0.5, ["data.image_size=64", "train.epochs=2"], 0.45, 0.693),  # 0.21 after 1
     "imdb": (0.5, ["train.epochs=3"], 0.80, 0.5),
-    "watson": (1.0, ["data.sequence_length=32", "train.epochs=6"], 0.50, 0.33),
+    "watson": (1.0, ["data.sequence_length=32", "train.epochs=4"], 0.50, 0.33),  # 0.74 after 2
 }
 
 
@@ -38,7 +38,7 @@ def test_the_cpu_recipe_beats_chance_by_a_clear_margin(name, cpu, tmp_path):
     scale, overrides, must_pass, chance = CHECKS[name]
     spec = load_spec(name)
     data_dir = tmp_path / "data"
-    size = 64 if name == "flowers" else None  # flowers: 2,404 train and 712 val images
+    size = 64 if name == "flowers" else None  # flowers: 1,202 train and 356 val images
     options = FetchOptions(source="synthetic", data_dir=data_dir, scale=scale, progress=False)
     fetch(options if size is None else replace(options, synthetic_size=size), spec)
     config = load_config("cpu", [f"competition={name}", *overrides])
