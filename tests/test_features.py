@@ -157,6 +157,51 @@ def test_what_the_cache_cannot_do_is_one_line(overrides, message):
         load_config(overrides=overrides)
 
 
+def test_cached_rows_are_reused_only_for_what_they_were_computed_from(tmp_path):
+    """A run dir reused under another config or other data (`--run NAME`) must compute its cache
+    again: rows computed at another size, fold, augmentation or from other data are stale."""
+    from types import SimpleNamespace
+
+    cut_, split = SimpleNamespace(at="block15", layers=11), SimpleNamespace(count=5)
+    config = load_config(overrides=TRANSFER)
+    signature = features._signature(cut_, config, split, "sha256:data")
+    path = tmp_path / "train.npz"
+    rows, labels = np.ones((2, 5, 3), np.float16), np.arange(5)
+    features._save(path, rows, labels, signature)
+    saved = features._cached(path, signature)
+    assert saved is not None and np.array_equal(saved[0], rows) and np.array_equal(saved[1], labels)
+    for other in (
+        ["data.image_size=64"],
+        ["augment.zoom=0.3"],
+        ["train.folds=5", "train.fold=1"],
+        ["seed=1"],
+    ):
+        changed = load_config(overrides=[*TRANSFER, *other])
+        assert features._cached(path, features._signature(cut_, changed, split, "sha256:data")) is None, other
+    assert features._cached(path, features._signature(cut_, config, split, "sha256:other")) is None
+    # what a finished run would not have trained on: the epochs, the learning rate
+    same = load_config(overrides=[*TRANSFER, "train.epochs=5", "train.lr_max=0.01"])
+    assert features._cached(path, features._signature(cut_, same, split, "sha256:data")) is not None
+
+
+@pytest.mark.parametrize(
+    ("competition", "overrides", "message"),
+    [
+        ("imdb", ["train.feature_cache=true", "train.unfrozen_layers=3"], "caches an image backbone's"),
+        ("imdb", ["train.unfrozen_layers=3"], "cuts an image backbone; ngrams reads texts"),
+        ("watson", ["train.unfrozen_layers=3"], "cuts an image backbone; bert-tiny reads texts"),
+        ("imdb", ["train.frozen_epochs=1"], "ngrams has no pretrained part to freeze"),
+    ],
+)
+def test_what_a_text_network_cannot_do_is_one_line(competition, overrides, message):
+    from competition import load_spec
+    from pipeline.modeling import networks
+
+    config = load_config("cpu", [f"competition={competition}", *overrides])
+    with pytest.raises(PetalsError, match=message):
+        networks.check(config, load_spec(competition), "tensorflow")
+
+
 def test_an_epoch_is_a_line_of_fixed_columns_with_dashes_where_val_was_not_scored():
     header = epoch_header("macro-F1")
     scored = {"epoch": 4, "lr": 1e-3, "loss": 0.5, "accuracy": 0.8, "val_loss": 0.4, "val_accuracy": 0.85,

@@ -3,7 +3,10 @@ photos no one here drew: scikit-image's real photos land in the right ImageNet c
 
 from __future__ import annotations
 
+import collections
 import pickle
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -130,3 +133,79 @@ def test_a_truncated_weights_file_is_one_line(tmp_path):
     cut.write_bytes(whole[: len(whole) // 2])
     with pytest.raises(PetalsError, match=rf"^{cut}: truncated"):
         torch_file.read_state_dict(cut)
+
+
+def write_legacy_state_dict(path, tensors: dict, storages: dict[str, np.ndarray], monkeypatch) -> None:
+    """A state dict in `torch.save`'s legacy format, written the way torch writes it (the same
+    globals, persistent ids and storage records), with stand-ins for torch's two names, so the
+    reader meets a file whose every field a test chose. `tensors`: {name: (key, offset, size, stride)}."""
+    torch, utils = types.ModuleType("torch"), types.ModuleType("torch._utils")
+
+    def _rebuild_tensor_v2(*args):  # only pickled by name
+        raise AssertionError
+
+    FloatStorage = type("FloatStorage", (), {"__module__": "torch"})
+    _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = "torch._utils", "_rebuild_tensor_v2"
+    utils._rebuild_tensor_v2 = _rebuild_tensor_v2
+    torch.FloatStorage, torch._utils = FloatStorage, utils
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch._utils", utils)
+
+    class Storage:
+        def __init__(self, key):
+            self.key = key
+
+    class Tensor:
+        def __init__(self, key, offset, size, stride):
+            self.args = (Storage(key), offset, size, stride, False, collections.OrderedDict())
+
+        def __reduce__(self):
+            return _rebuild_tensor_v2, self.args
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            if isinstance(obj, Storage):
+                return ("storage", FloatStorage, obj.key, "cpu", len(storages.get(obj.key, ())), None)
+            return None
+
+    with path.open("wb") as handle:
+        for header in (torch_file.MAGIC_NUMBER, torch_file.PROTOCOL_VERSION, {"little_endian": True}):
+            pickle.dump(header, handle, protocol=2)
+        state = collections.OrderedDict((name, Tensor(*ref)) for name, ref in tensors.items())
+        Pickler(handle, protocol=2).dump(state)
+        pickle.dump(list(storages), handle, protocol=2)
+        for values in storages.values():
+            handle.write(np.int64(len(values)).astype("<i8").tobytes() + values.astype("<f4").tobytes())
+
+
+def test_the_reader_gives_each_tensors_view_of_its_storage(tmp_path, monkeypatch):
+    values = np.arange(12, dtype=np.float32)
+    path = tmp_path / "views.pth"
+    tensors = {
+        "matrix": ("0", 0, (3, 4), (4, 1)),
+        "transposed": ("0", 0, (4, 3), (1, 4)),
+        "tail": ("0", 10, (2,), (1,)),
+    }
+    write_legacy_state_dict(path, tensors, {"0": values}, monkeypatch)
+    read = torch_file.read_state_dict(path)
+    np.testing.assert_array_equal(read["matrix"], values.reshape(3, 4))
+    np.testing.assert_array_equal(read["transposed"], values.reshape(3, 4).T)
+    np.testing.assert_array_equal(read["tail"], [10, 11])
+
+
+@pytest.mark.parametrize(
+    ("ref", "message"),
+    [
+        (("0", 8, (2, 4), (4, 1)), r"w reads past its storage \(16 of 12 values\)"),  # the offset
+        (("0", 0, (3, 4), (5, 1)), r"w reads past its storage \(14 of 12 values\)"),  # the stride
+        (("0", -1, (2,), (1,)), r"w has an invalid view"),
+        (("9", 0, (2,), (1,)), r"w lies in storage 9, which the file does not hold"),
+    ],
+)
+def test_a_view_outside_its_storage_is_one_line(tmp_path, monkeypatch, ref, message):
+    """Offsets, sizes and strides come from the file: one past the storage would read memory that
+    is not the weights (a local weights file is not checked against a sha256)."""
+    path = tmp_path / "bad.pth"
+    write_legacy_state_dict(path, {"w": ref}, {"0": np.arange(12, dtype=np.float32)}, monkeypatch)
+    with pytest.raises(PetalsError, match=rf"^{path}: {message}"):
+        torch_file.read_state_dict(path)

@@ -17,11 +17,13 @@ at 192 px in minutes and in seconds (`make bench-transfer`, docs/BENCHMARKS.md).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import itertools
 import json
 import logging
 import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import keras
@@ -29,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from pipeline.core.config import Config
+from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
 
 log = logging.getLogger(__name__)
@@ -111,6 +114,9 @@ class FeatureSplit:
     labels: np.ndarray
     num_classes: int
     seed: int = 0
+    # Each new iterator (fit's second phase, a resumed run) draws its own orders and views: from
+    # `seed` alone every phase would replay the first epoch's.
+    draws: itertools.count = field(default_factory=itertools.count, compare=False, repr=False)
 
     @property
     def count(self) -> int:
@@ -128,11 +134,16 @@ class FeatureSplit:
         rows = np.arange(self.count)
         if input_context is not None:  # this input pipeline's share
             rows = rows[input_context.input_pipeline_id :: input_context.num_input_pipelines]
+        if len(rows) < batch_size:
+            raise PetalsError(
+                f"train: {len(rows)} cached training examples per input pipeline, fewer than a batch of "
+                f"{batch_size}: lower data.batch_size"
+            )
         views, features, labels = len(self.features), self.features, self.labels.astype(np.int32)
         shape = features.shape[2:]
 
         def batches():
-            rng = np.random.default_rng(self.seed)
+            rng = np.random.default_rng([self.seed, next(self.draws)])
             while True:
                 order = rng.permutation(rows)
                 drawn = rng.integers(views, size=len(order))
@@ -209,26 +220,55 @@ def _extract(bottom: keras.Model, batches: tf.data.Dataset, replicas: int) -> tu
     return np.concatenate(outputs), np.concatenate(labels)
 
 
-def _signature(cut_: Cut, config: Config, split) -> dict:
+def _signature(cut_: Cut, config: Config, split, source: str) -> dict:
+    """What a split's cached activations depend on: the network below the cut and what it reads
+    (data, augmentation and model settings, the seed of the random views), which examples the split
+    holds (the fold, val merged or not) and the data itself (its fingerprint). A run dir reused with
+    any of them changed (`--run NAME`) computes its cache again instead of training on stale rows."""
+    reads = {
+        **{key: value for key, value in config.to_dict().items() if key != "train"},
+        "split": [config.train.merge_val, config.train.folds, config.train.fold],
+        "source": source,
+    }
     return {
         "cut": cut_.at,
         "layers": cut_.layers,
         "views": config.train.feature_views,
         "examples": split.count,
+        "reads": hashlib.sha256(json.dumps(reads, sort_keys=True).encode()).hexdigest(),
     }
 
 
+def _cached(path: Path, signature: dict) -> tuple[np.ndarray, np.ndarray] | None:
+    """The features and labels saved at `path` if their signature is `signature`."""
+    if not path.is_file():
+        return None
+    with np.load(path) as saved:
+        if "signature" not in saved.files or json.loads(str(saved["signature"])) != signature:
+            return None
+        return saved["features"], saved["labels"]
+
+
+def _save(path: Path, features: np.ndarray, labels: np.ndarray, signature: dict) -> None:
+    """One file holds the rows and what they were computed from, renamed into place whole."""
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as out:
+            np.savez(out, features=features, labels=labels, signature=np.asarray(json.dumps(signature)))
+
+    write_atomically(path, write)
+
+
 def _cache_split(
-    name: str, split, views: list, cut_: Cut, config: Config, folder: Path, replicas: int
+    name: str, split, views: list, cut_: Cut, config: Config, folder: Path, replicas: int, source: str
 ) -> FeatureSplit:
     """The cached views of one split, computed and saved unless the folder already holds them."""
     from pipeline.data import datasets
 
-    path, index = folder / f"{name}.npz", folder / f"{name}.json"
-    signature = _signature(cut_, config, split)
-    if path.is_file() and index.is_file() and json.loads(index.read_text()) == signature:
-        with np.load(path) as saved:
-            features, labels = saved["features"], saved["labels"]
+    path = folder / f"{name}.npz"
+    signature = _signature(cut_, config, split, source)
+    if (saved := _cached(path, signature)) is not None:
+        features, labels = saved
         log.info("train: %s features cached already (%s)", name, path)
     else:
         started = time.perf_counter()
@@ -245,8 +285,7 @@ def _cache_split(
             labels = view_labels
         features = np.stack(per_view)
         folder.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, lambda tmp: np.savez(tmp.open("wb"), features=features, labels=labels))
-        write_atomically(index, lambda tmp: tmp.write_text(json.dumps(signature)))
+        _save(path, features, labels, signature)
         seconds = time.perf_counter() - started
         examples = features.shape[0] * features.shape[1]
         log.info(
@@ -261,12 +300,15 @@ def _cache_split(
     return FeatureSplit(features, labels.astype(np.int64), split.spec.num_classes, config.seed)
 
 
-def cache_splits(cut_: Cut, train, val, config: Config, run_dir: Path, replicas: int):
-    """(train, val) as cached features in `run_dir`: train in `train.feature_views` views, val in one."""
+def cache_splits(cut_: Cut, train, val, config: Config, run_dir: Path, replicas: int, source: str = ""):
+    """(train, val) as cached features in `run_dir`: train in `train.feature_views` views, val in one.
+    `source` is the data's fingerprint (the manifest's)."""
     folder = run_dir / FOLDER
     views = _views(config, train.spec.num_classes)
-    cached_train = _cache_split("train", train, views, cut_, config, folder, replicas)
-    cached_val = None if val is None else _cache_split("val", val, views[:1], cut_, config, folder, replicas)
+    cached_train = _cache_split("train", train, views, cut_, config, folder, replicas, source)
+    cached_val = (
+        None if val is None else _cache_split("val", val, views[:1], cut_, config, folder, replicas, source)
+    )
     return cached_train, cached_val
 
 

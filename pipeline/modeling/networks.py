@@ -39,6 +39,11 @@ def check(config, spec, backend: str) -> None:
         )
     if config.train.feature_cache:
         raise PetalsError(f"train.feature_cache caches an image backbone's activations; {name} reads texts")
+    if config.train.unfrozen_layers:  # its cut counts an image backbone's layers back from the head
+        raise PetalsError(
+            f"train.unfrozen_layers={config.train.unfrozen_layers} cuts an image backbone; {name} reads "
+            "texts (train.frozen_epochs freezes a text backbone whole)"
+        )
     if name in bert.NAMES:
         bert.check(config)
         return
@@ -48,10 +53,9 @@ def check(config, spec, backend: str) -> None:
             f"model.backbone={name} reads one text; competition {spec.name} has {columns} per example "
             f"(sentence pairs need a network that reads pairs: {', '.join(bert.NAMES)})"
         )
-    if config.train.frozen_epochs or config.train.unfrozen_layers:
+    if config.train.frozen_epochs:
         raise PetalsError(
-            f"train.frozen_epochs={config.train.frozen_epochs}, train.unfrozen_layers="
-            f"{config.train.unfrozen_layers}: {name} has no pretrained part to freeze"
+            f"train.frozen_epochs={config.train.frozen_epochs}: {name} has no pretrained part to freeze"
         )
 
 

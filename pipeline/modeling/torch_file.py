@@ -44,7 +44,9 @@ class _TensorRef:
 
 
 def _rebuild_tensor(storage, offset, size, stride, *_):
-    return _TensorRef(storage, int(offset), tuple(size), tuple(stride))
+    if not isinstance(storage, _Storage):
+        raise pickle.UnpicklingError(f"a tensor over {type(storage).__name__}, not a storage")
+    return _TensorRef(storage, int(offset), tuple(map(int, size)), tuple(map(int, stride)))
 
 
 class _StorageType:
@@ -74,7 +76,7 @@ class _Unpickler(pickle.Unpickler):
 def _load_pickle(handle, path: Path):
     try:
         return _Unpickler(handle).load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as err:
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError) as err:
         raise PetalsError(f"{path}: not a PyTorch state dict in the legacy format ({err})") from None
 
 
@@ -85,15 +87,22 @@ def read_state_dict(path: str | Path) -> dict[str, np.ndarray]:
         header = [_load_pickle(handle, path) for _ in range(3)]
         if header[0] != MAGIC_NUMBER or header[1] != PROTOCOL_VERSION:
             raise PetalsError(f"{path}: not a PyTorch file in the legacy format (a zip-format file?)")
-        if not header[2].get("little_endian", False):
+        if not isinstance(header[2], dict) or not header[2].get("little_endian", False):
             raise PetalsError(f"{path}: written big-endian; only little-endian files are read")
         state = _load_pickle(handle, path)
         keys = _load_pickle(handle, path)
+        if not isinstance(state, dict) or not isinstance(keys, list):
+            raise PetalsError(
+                f"{path}: not a state dict (a {type(state).__name__} and a {type(keys).__name__})"
+            )
         storages = {}
         refs = {ref.storage.key: ref.storage for ref in state.values() if isinstance(ref, _TensorRef)}
         for key in keys:
             storage = refs.get(key)
-            count = int(np.frombuffer(handle.read(8), "<i8")[0])
+            size = handle.read(8)
+            count = int(np.frombuffer(size, "<i8")[0]) if len(size) == 8 else -1
+            if count < 0:
+                raise PetalsError(f"{path}: truncated or corrupt (storage {key} has no element count)")
             dtype = np.dtype(storage.dtype if storage else np.float32).newbyteorder("<")
             raw = handle.read(count * dtype.itemsize)
             if len(raw) != count * dtype.itemsize:
@@ -105,10 +114,29 @@ def read_state_dict(path: str | Path) -> dict[str, np.ndarray]:
     for name, ref in state.items():
         if not isinstance(ref, _TensorRef):
             raise PetalsError(f"{path}: {name} is not a tensor")
-        flat = storages[ref.storage.key]
+        flat = storages.get(ref.storage.key)
+        if flat is None:
+            raise PetalsError(
+                f"{path}: {name} lies in storage {ref.storage.key}, which the file does not hold"
+            )
+        _check_bounds(path, name, ref, len(flat))
         itemsize = flat.dtype.itemsize
         view = np.lib.stride_tricks.as_strided(
             flat[ref.offset :], shape=ref.shape, strides=[s * itemsize for s in ref.stride]
         )
         tensors[name] = np.array(view, dtype=flat.dtype.newbyteorder("="))  # a copy in native order
     return tensors
+
+
+def _check_bounds(path: Path, name: str, ref: _TensorRef, numel: int) -> None:
+    """A tensor's view must lie inside its storage: the offset, size and stride come from the file,
+    and a view past the end would read memory that is not the storage's."""
+    if len(ref.shape) != len(ref.stride) or min((ref.offset, *ref.shape, *ref.stride), default=0) < 0:
+        raise PetalsError(
+            f"{path}: {name} has an invalid view (offset {ref.offset}, size {ref.shape}, stride {ref.stride})"
+        )
+    if 0 in ref.shape:
+        return
+    last = ref.offset + sum((size - 1) * stride for size, stride in zip(ref.shape, ref.stride, strict=True))
+    if last >= numel:
+        raise PetalsError(f"{path}: {name} reads past its storage ({last + 1} of {numel} values)")

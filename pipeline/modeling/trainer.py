@@ -226,7 +226,13 @@ class Trainer:
             self.data_config, data=dataclasses.replace(self.data_config.data, cache=False)
         )
         job.train, job.val = features.cache_splits(
-            self.cut, job.train, job.val, config, self.run.path, job.platform.replicas
+            self.cut,
+            job.train,
+            job.val,
+            config,
+            self.run.path,
+            job.platform.replicas,
+            job.manifest.get("fingerprint", ""),
         )
 
     def _phases(self, start: int) -> list[tuple[int, int]]:
