@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from competition import CompetitionSpec
 from pipeline import __version__
-from pipeline.core import kaggle_client, kaggle_input
+from pipeline.core import kaggle_client, kaggle_input, lock
 from pipeline.core.competitions import load_competition
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import unsafe_member, write_json
@@ -264,9 +264,16 @@ def _reuse_existing(options: FetchOptions, spec: CompetitionSpec, existing: dict
 
 
 def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
-    """Run the fetch stage; returns the manifest. A second run is a no-op unless `force`."""
+    """Run the fetch stage; returns the manifest. A second run is a no-op unless `force`.
+    One fetch per data dir at a time: `<data-dir>.lock` beside it names the one at work."""
     if options.source not in SOURCES:
         raise PetalsError(f"unknown source {options.source!r} (choose from {', '.join(SOURCES)})")
+    data_dir = options.data_dir
+    with lock.holding(data_dir.with_name(data_dir.name + ".lock"), "fetch"):
+        return _fetch(options, spec)
+
+
+def _fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
     data_dir = options.data_dir
     existing = read_manifest(data_dir)
     if existing and not options.force:

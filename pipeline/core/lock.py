@@ -1,0 +1,132 @@
+"""One writer per folder: a lock file naming its holder (pid, host, start time).
+
+Two `train`s of the same run (two terminals, or `make train` beside a resumed kernel run) would
+write the same checkpoints and weights at once; two fetches the same data dir. The second writer
+is refused with one line naming the holder. A lock whose holder is gone (a dead pid on this host,
+as `kill -9` or a lost machine leaves it) is taken over with a line saying so. A lock held on
+another host cannot be checked from here: the line says which host and how to clear it.
+
+The lock file appears whole or not at all (written beside it, then hard-linked into place, which
+fails when it exists), so a writer killed while taking it leaves no half-written lock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from pipeline.core.errors import PetalsError
+
+log = logging.getLogger(__name__)
+
+
+def _process_start(pid: int) -> str | None:
+    """When `pid` started (clock ticks since boot, from /proc), so a reused pid is not taken for the
+    holder; None where /proc cannot say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[19]  # field 22, counted after the command's parentheses
+
+
+def _alive(holder: dict) -> bool:
+    """Whether the holder (on this host) still runs: its pid exists and started when it said."""
+    pid = int(holder.get("pid", 0))
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: it exists
+        return True
+    started = holder.get("process_start")
+    return started is None or _process_start(pid) in (None, started)
+
+
+def _describe(holder: dict) -> str:
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("time", 0)))
+    return f"pid {holder.get('pid')} on {holder.get('host')} ({holder.get('what', '?')}, since {since})"
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        return {}  # unreadable: no holder can be named, so nobody is alive behind it
+
+
+def _try_take(path: Path, me: dict) -> bool:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    tmp.write_text(json.dumps(me) + "\n")
+    try:
+        os.link(tmp, path)  # atomic, and fails when a lock is there
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _set_aside(path: Path, stale: dict) -> bool:
+    """Move the stale lock out of the way; put it back if what moved was a new holder's lock (one
+    taken over by another process since we read it)."""
+    aside = path.with_name(f"{path.name}.{os.getpid()}.stale")
+    try:
+        os.rename(path, aside)
+    except FileNotFoundError:
+        return False
+    moved = _read(aside)
+    if moved != stale:
+        with contextlib.suppress(FileExistsError):
+            os.link(aside, path)
+    aside.unlink(missing_ok=True)
+    return moved == stale
+
+
+@contextlib.contextmanager
+def holding(path: Path, what: str) -> Iterator[None]:
+    """Hold the lock file `path` while the block runs, for `what` (e.g. "train"); refused with a
+    PetalsError naming the holder when another live process holds it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pid = os.getpid()
+    me = {"pid": pid, "host": socket.gethostname(), "time": time.time(), "what": what,
+          "process_start": _process_start(pid)}  # fmt: skip
+    for _ in range(3):  # another writer may take over a stale lock between our steps
+        if _try_take(path, me):
+            break
+        holder = _read(path)
+        if holder is None:
+            continue  # released between our two steps
+        if holder.get("host", me["host"]) != me["host"]:
+            raise PetalsError(
+                f"{path.parent}: in use by {_describe(holder)}; if that run is gone, delete {path}"
+            )
+        if holder and _alive(holder):
+            raise PetalsError(
+                f"{path.parent}: in use by {_describe(holder)}; wait for it to finish or stop it"
+            )
+        if _set_aside(path, holder):
+            log.warning(
+                "%s: %s: taking over the lock of %s, which is no longer running",
+                what,
+                path.parent,
+                _describe(holder) if holder else "an unreadable lock file",
+            )
+    else:
+        raise PetalsError(f"{path}: could not take the lock (other writers keep taking it)")
+    try:
+        yield
+    finally:
+        if (_read(path) or {}).get("pid") == pid:
+            path.unlink(missing_ok=True)
