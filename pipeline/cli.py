@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import errno
 import importlib
 import importlib.util
 import logging
@@ -12,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from pipeline.core.errors import PetalsError
+from pipeline.core.errors import PetalsError, Preempted, describe_os_error
 from pipeline.core.native_log import filter_tensorflow_start_up
 
 # Other libraries' start-up lines (TensorFlow's C++ log, absl, JAX looking for a TPU, matplotlib
@@ -55,6 +56,8 @@ STAGES = {
     "kernel": "pipeline.stages.kernel",
 }
 EXIT_ERROR = 2
+FILE_SYSTEM_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT)
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: training stopped on a signal or its time limit; the rerun resumes
 
 
 class _Parser(argparse.ArgumentParser):
@@ -125,6 +128,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PetalsError as err:
         print(f"petals {args.stage}: error: {err}", file=sys.stderr)
         return EXIT_ERROR
+    except OSError as err:  # a full disk, a read-only or forbidden folder, a file gone mid-run
+        if err.errno not in FILE_SYSTEM_ERRORS:
+            raise  # not the file system's: a bug, keep its traceback
+        print(f"petals {args.stage}: error: {describe_os_error(err)}", file=sys.stderr)
+        return EXIT_ERROR
+    except Preempted as err:
+        print(f"petals {args.stage}: {err}", file=sys.stderr)
+        return EXIT_PREEMPTED
     except KeyboardInterrupt:
         print(f"petals {args.stage}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130

@@ -6,11 +6,12 @@ kernels have no display), `save_figure` writes a PNG atomically and frees the fi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,23 @@ def write_atomically(path: Path, write: Callable[[Path], None], tmp_name: str | 
     """
     tmp = path.with_name(tmp_name or path.name + ".partial")
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        with naming(path):
+            write(tmp)
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def naming(path: Path | str) -> Iterator[None]:
+    """An OSError raised inside (a full disk mid-write says only "No space left on device") made
+    to name `path`, so the line the user sees says what was being written."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno is None or err.filename:
+            raise
+        raise OSError(err.errno, os.strerror(err.errno), str(path)) from err
 
 
 def write_zip(path: Path, members: Sequence[tuple[str, bytes]]) -> None:

@@ -357,6 +357,18 @@ def skipped_summary(reports: Sequence[ShardReport]) -> list[str]:
 SKIP_HINT = "pass --set data.skip_bad_records=true to skip unreadable records and report them"
 
 
+def raise_if_vanished(files: Sequence[str], err: BaseException) -> None:
+    """A PetalsError naming the first of `files` that is gone (deleted or unmounted while a stage
+    read it: tf.data says only "not found"), raised from `err`; nothing when all are there."""
+    gone = [f for f in files if not tf.io.gfile.exists(f)]
+    if gone:
+        more = f" and {len(gone) - 1} more of the {len(files)}" if len(gone) > 1 else ""
+        raise PetalsError(
+            f"{gone[0]}{more}: gone while the stage read it; fetch the data again "
+            "(make fetch FORCE=1) and rerun: training resumes from its last checkpoint"
+        ) from err
+
+
 @contextmanager
 def naming_bad_records(
     files: Sequence[str], spec: CompetitionSpec, size: int, labeled: bool
@@ -364,6 +376,9 @@ def naming_bad_records(
     """Turn tf.data's anonymous read/decode errors into a PetalsError naming the shard and record."""
     try:
         yield
+    except (tf.errors.NotFoundError, FileNotFoundError) as err:
+        raise_if_vanished(files, err)
+        raise
     except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as err:
         found = scan_shards(files, spec, size, labeled, stop_at_first=True)
         if not found:

@@ -131,10 +131,15 @@ class FileSplit:
     def naming_bad(self, labeled: bool) -> Iterator[None]:
         """tf.data's anonymous decode error as one line naming the photo (tables were read whole
         and checked at fetch)."""
+        images = self.spec.modality == "image"
         try:
             yield
+        except (tf.errors.NotFoundError, FileNotFoundError) as err:
+            if images:
+                datasets.raise_if_vanished(list(self.examples.inputs[0]), err)
+            raise
         except tf.errors.InvalidArgumentError as err:
-            if self.spec.modality != "image":
+            if not images:
                 raise
             found = file_examples.first_unreadable_image(self.examples.inputs[0])
             if found is None:
