@@ -39,7 +39,9 @@ class TensorFlowLoop:
     def trainability_changed(self) -> None:
         self._steps = None  # the compiled step captured the old trainable variables
 
-    def epoch(self) -> dict[str, float]:
+    def epoch(self, steps: int) -> dict[str, float]:
+        """Up to `steps` steps, fewer when the trainer is asked to stop: the steps done and the
+        sums of their losses and right answers."""
         import tensorflow as tf
 
         trainer, job = self.trainer, self.trainer.job
@@ -55,13 +57,13 @@ class TensorFlowLoop:
             self._iterator = iter(strategy.distribute_datasets_from_function(dataset_fn))
         loss_sum = correct = 0.0
         done = 0
-        while done < trainer.steps:
-            n = min(trainer.steps_per_execution, trainer.steps - done)
+        while done < steps and not (done and trainer.stop()):
+            n = min(trainer.steps_per_execution, steps - done)
             loss, right = self._steps(self._iterator, tf.constant(n))
             loss_sum += float(loss)
             correct += float(right)
             done += n
-        return {"loss": loss_sum / trainer.steps, "accuracy": correct / (trainer.steps * job.global_batch)}
+        return {"steps": done, "loss_sum": loss_sum, "right_sum": correct}
 
     def _build(self):
         import tensorflow as tf
@@ -115,7 +117,9 @@ class JaxLoop:
     def trainability_changed(self) -> None:
         self._step = None  # the state's split into trainable and frozen variables changed
 
-    def epoch(self) -> dict[str, float]:
+    def epoch(self, steps: int) -> dict[str, float]:
+        """Up to `steps` steps, fewer when the trainer is asked to stop: the steps done and the
+        sums of their losses and right answers (the state back in the Keras variables)."""
         trainer, job = self.trainer, self.trainer.job
         classifier, optimizer = trainer.classifier, trainer.optimizer
         if self._step is None:
@@ -126,7 +130,7 @@ class JaxLoop:
         variables = (classifier.trainable_variables, classifier.non_trainable_variables, optimizer.variables)
         state = tuple([v.value for v in group] for group in variables)
         losses, rights = [], []
-        for _ in range(trainer.steps):
+        while len(losses) < steps and not (losses and trainer.stop()):
             images, labels = (
                 keras.tree.map_structure(self._on_devices, part) for part in next(self._batches)
             )
@@ -136,11 +140,11 @@ class JaxLoop:
         for group, values in zip(variables, state, strict=True):
             for variable, value in zip(group, values, strict=True):
                 variable.assign(value)
-        loss_sum, right_sum = (
-            float(sum(ops.convert_to_numpy(x) for x in losses)),
-            float(sum(ops.convert_to_numpy(x) for x in rights)),
-        )
-        return {"loss": loss_sum / trainer.steps, "accuracy": right_sum / (trainer.steps * job.global_batch)}
+        return {
+            "steps": len(losses),
+            "loss_sum": float(sum(ops.convert_to_numpy(x) for x in losses)),
+            "right_sum": float(sum(ops.convert_to_numpy(x) for x in rights)),
+        }
 
     def _on_devices(self, array):
         """A host batch laid out as the distribution wants it (split over the devices' batch axis)."""

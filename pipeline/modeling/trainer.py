@@ -20,7 +20,7 @@ import pandas as pd
 from pipeline.core import device
 from pipeline.core.files import write_atomically
 from pipeline.data import augment, datasets
-from pipeline.modeling import custom_loop, features, networks, policy
+from pipeline.modeling import custom_loop, features, networks, policy, preemption
 from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
 from pipeline.modeling.inference import predict_batches
@@ -44,8 +44,10 @@ def save_weights(net: keras.Model, path) -> None:
 class Trainer:
     """One run: builds everything on the platform, restores, trains the remaining epochs."""
 
-    def __init__(self, job, verbose: int = 1, restart: bool = False):
+    def __init__(self, job, verbose: int = 1, restart: bool = False, stop=None, keep_checkpoints: int = 2):
         self.job = job
+        self.stop = stop or preemption.StopRequest()  # asked between steps: SIGTERM, the time limit
+        self.keep_checkpoints = keep_checkpoints
         self.config = job.config
         self.verbose = verbose
         self.restart = restart
@@ -108,7 +110,9 @@ class Trainer:
                 training=lambda: self.classifier.trainable_variables,
             )
         self.checkpoint = Checkpoint(
-            job.checkpoint_dir, {"net": self.net.weights, "optimizer": self.optimizer.variables}
+            job.checkpoint_dir,
+            {"net": self.net.weights, "optimizer": self.optimizer.variables},
+            keep=self.keep_checkpoints,
         )
         # The best val score so far, greater is better (the metric negated when lower is better;
         # minus the training loss when there is no val split).
@@ -161,14 +165,18 @@ class Trainer:
         return inputs
 
     def _restore(self) -> int:
-        """The first epoch still to train: 0, or the one after the last checkpoint."""
+        """The first epoch still to train: 0, or the one after the last checkpoint. A checkpoint
+        taken mid-epoch (a preemption) also gives the steps of that epoch already done."""
+        self.start_step, self.partial = 0, {}
         if self.restart:
             return 0
         saved = self.checkpoint.restore()
         if saved is None:
             return 0
         self.best_score = saved.best_score
-        log.info("train: resuming %s after epoch %d (checkpoint %s)", self.run, saved.epoch, saved.path)
+        self.start_step, self.partial = saved.step, saved.partial
+        at = f"epoch {saved.epoch}" + (f" and step {saved.step} of the next" if saved.step else "")
+        log.info("train: resuming %s after %s (checkpoint %s)", self.run, at, saved.path)
         return saved.epoch
 
     def _val_dataset(self):
@@ -210,13 +218,55 @@ class Trainer:
         self._val_labels = None
         self._trainable = None
         train_config = self.config.train
-        if train_config.loop == "fit":
-            self._fit(start)
-        else:
-            for epoch in range(start, train_config.epochs):
-                self._begin_epoch(epoch)
-                self._finish_epoch(epoch, self._custom_epoch())
+        self.stop.deferring = True  # from here a signal is noted, and the loops save at their step
+        try:
+            if train_config.loop == "fit":
+                self._fit(start)
+            else:
+                for epoch in range(start, train_config.epochs):
+                    self._stop_if_asked(epoch, self._first_step(epoch))
+                    self._begin_epoch(epoch)
+                    sums = self._custom_epoch(self._first_step(epoch))
+                    self._end_steps(epoch, sums)
+        finally:
+            self.stop.deferring = False
         return self.history
+
+    def _first_step(self, epoch: int) -> int:
+        """Where the epoch starts: past the steps a preempted run did, for the epoch it resumes."""
+        return self.start_step if epoch == self.start else 0
+
+    def _end_steps(self, epoch: int, sums: dict[str, float]) -> None:
+        """After a run of steps (both loops): finish the epoch, or, stopped short of its end,
+        checkpoint the step reached and stop."""
+        first = self._first_step(epoch)
+        done = first + int(sums["steps"])
+        carried = self.partial if epoch == self.start else {}
+        totals = {k: carried.get(k, 0.0) + sums[k] for k in ("loss_sum", "right_sum")}
+        seconds_before = carried.get("seconds", 0.0)
+        if done < self.steps:
+            seconds = seconds_before + time.perf_counter() - self._started
+            partial = {**totals, "seconds": seconds}
+            path = self.checkpoint.save(epoch, self.best_score, step=done, partial=partial)
+            self._raise_stopped(epoch, done, path)
+        logs = {
+            "loss": totals["loss_sum"] / self.steps,
+            "accuracy": totals["right_sum"] / (self.steps * self.job.global_batch),
+        }
+        self._finish_epoch(epoch, logs, seconds_before)
+
+    def _stop_if_asked(self, epoch: int, step: int) -> None:
+        """Between epochs: the last checkpoint is at this point already."""
+        if self.stop():
+            self._raise_stopped(epoch, step, self.checkpoint.latest)
+
+    def _raise_stopped(self, epoch: int, step: int, path: str | None) -> None:
+        seconds = time.monotonic() - self.stop.started
+        saved = f"checkpoint {path}" if path else "before the first checkpoint"
+        raise preemption.Preempted(
+            f"stopped by {self.stop.reason} at epoch {epoch + 1}, step {step} of {self.steps}, after "
+            f"{seconds:.0f} s ({saved}); rerun the same command to resume"
+        )
 
     def _use_feature_cache(self) -> None:
         """Train and val become the cut's cached outputs (computed now, or read from the run dir)."""
@@ -246,9 +296,9 @@ class Trainer:
         self.optimizer.learning_rate.assign(self._lr)
         self._started = time.perf_counter()
 
-    def _finish_epoch(self, epoch: int, logs: dict[str, float]) -> None:
+    def _finish_epoch(self, epoch: int, logs: dict[str, float], seconds_before: float = 0.0) -> None:
         """Score, record and checkpoint one finished epoch (both loops)."""
-        seconds = time.perf_counter() - self._started
+        seconds = seconds_before + time.perf_counter() - self._started
         images = self.steps * self.job.global_batch
         row = {"epoch": epoch + 1, "lr": self._lr, **logs, "seconds": seconds, "images": images}
         row["images_per_second"] = images / seconds
@@ -309,6 +359,7 @@ class Trainer:
         train = job.train.train_dataset(self.data_config, job.global_batch)
         epochs = _EpochHooks(self)
         for first, end in self._phases(start):
+            self._stop_if_asked(first, self._first_step(first))
             self._set_trainable(policy.backbone_trainable(first, self.config.train))
             self.classifier.compile(  # a trainability change needs a fresh compile; the optimizer is kept
                 optimizer=self.optimizer,
@@ -317,22 +368,33 @@ class Trainer:
                 jit_compile=self.jit_compile,
                 steps_per_execution=self.steps_per_execution,
             )
-            self.classifier.fit(
-                train,
-                epochs=end,
-                initial_epoch=first,
-                steps_per_epoch=self.steps,
-                callbacks=[epochs],
-                verbose=self.verbose,
+            # A preempted epoch's remaining steps are one `fit` of their own, then the epochs after.
+            skip = self._first_step(first)
+            calls = (
+                [(first, first + 1, self.steps - skip), (first + 1, end, self.steps)]
+                if skip
+                else [(first, end, self.steps)]
             )
+            for a, b, steps in calls:
+                if a >= b:
+                    continue
+                self.classifier.fit(
+                    train,
+                    epochs=b,
+                    initial_epoch=a,
+                    steps_per_epoch=steps,
+                    callbacks=[epochs],
+                    verbose=self.verbose,
+                )
+                self._stop_if_asked(b, 0)  # stopped at an epoch's end: its checkpoint is written
 
     # ------------------------------------------------------------------ custom loop
 
-    def _custom_epoch(self) -> dict[str, float]:
+    def _custom_epoch(self, first_step: int) -> dict[str, float]:
         if self._custom is None:
             loss = loss_function(self.config.train, self.class_counts, reduction="none")
             self._custom = custom_loop.for_backend(self, loss)
-        return self._custom.epoch()
+        return self._custom.epoch(self.steps - first_step)
 
 
 EPOCH_COLUMNS = (  # (title, width) of each column of an epoch's line
@@ -391,7 +453,20 @@ class _EpochHooks(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self.trainer._begin_epoch(epoch)
+        self.steps = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps = batch + 1  # `batch` is the last step of the call (steps_per_execution)
+        if self.trainer.stop():
+            self.model.stop_training = True  # `fit` ends the epoch here; on_epoch_end saves the step
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
-        self.trainer._finish_epoch(epoch, {k: float(logs[k]) for k in ("loss", "accuracy") if k in logs})
+        trainer = self.trainer
+        done = self.steps
+        sums = {
+            "steps": done,
+            "loss_sum": float(logs.get("loss", 0.0)) * done,  # Keras's logs are the call's means
+            "right_sum": float(logs.get("accuracy", 0.0)) * done * trainer.job.global_batch,
+        }
+        trainer._end_steps(epoch, sums)

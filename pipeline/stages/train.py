@@ -11,6 +11,7 @@ written before the config, the data and the model have all been checked.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import subprocess
 import sys
@@ -46,6 +47,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     device.add_arguments(parser)
     parser.add_argument("--force", action="store_true", help="train again over a finished run")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="seconds: stop with a checkpoint at the step reached once this much time has passed "
+        "(a kernel's session limit, less what must follow training); the rerun resumes",
+    )
+    parser.add_argument(
+        "--keep-checkpoints", type=int, default=2, help="checkpoints kept; resume falls back to an older one"
+    )
     parser.add_argument("--list-backbones", action="store_true", help="list the backbone registry and exit")
     config_module.add_config_arguments(parser)
 
@@ -72,7 +83,16 @@ def run(args: argparse.Namespace) -> None:
         return
     # Keras's progress bar only on a terminal: in a log it is escape codes, and each epoch's own
     # line says the same.
-    metrics = fit(job, verbose=int(not args.quiet and sys.stdout.isatty()), restart=args.force)
+    from pipeline.modeling import preemption
+
+    with preemption.watching(preemption.StopRequest(args.time_limit)) as stop:
+        metrics = fit(
+            job,
+            verbose=int(not args.quiet and sys.stdout.isatty()),
+            restart=args.force,
+            stop=stop,
+            keep_checkpoints=args.keep_checkpoints,
+        )
     metric = job.spec.metric
     accuracy = "" if metric.name == "accuracy" else f", accuracy {metrics['val_accuracy']:.4f}"
     log.info(
@@ -204,15 +224,37 @@ def plot_curves(history, path: Path, score_key: str = "val_macro_f1") -> None:
 # ----------------------------------------------------------------------------- training
 
 
-def fit(job: Job, verbose: int = 1, restart: bool = False) -> dict:
-    """Train the job's recipe to its last epoch, resuming from the last checkpoint; return its metrics."""
+def fit(job: Job, verbose: int = 1, restart: bool = False, stop=None, keep_checkpoints: int = 2) -> dict:
+    """Train the job's recipe to its last epoch, resuming from the last checkpoint; return its metrics.
+    `stop` (a preemption.StopRequest) ends it early, with a checkpoint at the step reached."""
+    with _only_writer(job.run):
+        return _fit(job, verbose, restart, stop, keep_checkpoints)
+
+
+@contextlib.contextmanager
+def _only_writer(run: RunDir):
+    """Hold the run's lock (a second `train` of it is refused); the folders made only for the
+    lock go again if the run fails before writing anything."""
+    from pipeline.core import lock
+
+    made = [p for p in (run.path, *run.path.parents) if not p.exists()]  # folders the lock will make
+    try:
+        with lock.holding(run.file(RunDir.LOCK), "train"):
+            yield
+    finally:
+        for folder in made:  # innermost first; a folder with anything in it stays
+            if not folder.is_dir() or any(folder.iterdir()):
+                break
+            folder.rmdir()
+
+
+def _fit(job: Job, verbose: int, restart: bool, stop, keep_checkpoints: int) -> dict:
     from pipeline.modeling import networks
     from pipeline.modeling.trainer import Trainer
 
     config, run, platform = job.config, job.run, job.platform
-    trainer = Trainer(job, verbose=verbose, restart=restart)
-    trainer.build()  # weights downloaded or loaded: a failure here leaves no run dir behind
-    run.path.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(job, verbose=verbose, restart=restart, stop=stop, keep_checkpoints=keep_checkpoints)
+    trainer.build()  # weights downloaded or loaded: a failure here leaves no run behind
     run.write_json(RunDir.CONFIG, config.to_dict())
     run.write_json(RunDir.DATA_MANIFEST, job.manifest)
     run.write_json(
@@ -239,7 +281,11 @@ def fit(job: Job, verbose: int = 1, restart: bool = False) -> dict:
     networks.keep_architecture(config, trainer.net, run.path)
     if restart:
         run.metrics_file.unlink(missing_ok=True)
-    history = trainer.run_epochs()
+    with contextlib.ExitStack() as reading:  # a data file gone mid-run is named in one line
+        for split in (job.train, job.val):
+            if split is not None:
+                reading.enter_context(split.naming_bad(labeled=True))
+        history = trainer.run_epochs()
     plot_curves(history, run.file(RunDir.CURVES), job.spec.score_key)
     key, metric = job.spec.score_key, job.spec.metric
     if job.val is None:

@@ -1,0 +1,85 @@
+"""Stopping a run early without losing it: SIGTERM, SIGINT and a time limit.
+
+Spot and preemptible Cloud TPU VMs get SIGTERM about 30 s before they go; Kaggle stops a
+notebook at its time limit; a person presses Ctrl-C. While the training loops run, a signal is
+only noted: both loops (Keras `fit` and the custom loop, on either backend) look at it between
+steps, save a checkpoint at the step they reached, and the run ends with `Preempted`, which the
+CLI turns into one line and exit code 75. The rerun resumes from that step, so what is lost is
+at most the step in flight. Outside the loops (building, the feature cache's pass) a signal
+stops the stage at once: nothing there is lost that the rerun does not redo.
+
+If saving takes longer than `grace` seconds after the signal (a stalled disk), the process exits
+anyway with the same code: the previous checkpoint is still whole, since checkpoints are
+renamed into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+from pipeline.cli import EXIT_PREEMPTED
+from pipeline.core.errors import Preempted
+
+log = logging.getLogger(__name__)
+
+GRACE_SECONDS = 20.0  # inside the ~30 s notice a preempted Cloud TPU VM gets
+
+
+class StopRequest:
+    """Whether the run should stop now, and why: a signal received, or the time limit near."""
+
+    def __init__(self, time_limit: float | None = None, grace: float = GRACE_SECONDS):
+        self.started = time.monotonic()
+        self.deadline = self.started + time_limit if time_limit else None
+        self.grace = grace
+        self.reason: str | None = None
+        self.deferring = False  # True while a loop will look at the request between steps
+
+    def __call__(self) -> str | None:
+        """The reason to stop now, or None."""
+        if self.reason is None and self.deadline is not None and time.monotonic() >= self.deadline:
+            self.reason = "the time limit"
+        return self.reason
+
+    def signalled(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.reason is not None:  # a second signal: stop now, the previous checkpoint is whole
+            raise Preempted(f"stopped by a second {name}; rerun the same command to resume")
+        if not self.deferring:
+            self.reason = name
+            raise Preempted(f"stopped by {name} before training began; rerun the same command to resume")
+        self.reason = name
+        log.warning("train: %s received: saving a checkpoint at the current step", name)
+        threading.Thread(target=self._watchdog, name="preemption-watchdog", daemon=True).start()
+
+    def _watchdog(self) -> None:
+        time.sleep(self.grace)
+        print(
+            f"petals train: stopped by {self.reason}: no checkpoint within {self.grace:.0f} s; "
+            "the rerun resumes from the previous one",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(EXIT_PREEMPTED)
+
+
+@contextlib.contextmanager
+def watching(stop: StopRequest) -> Iterator[StopRequest]:
+    """SIGTERM and SIGINT go to `stop` while the block runs (in the main thread only: elsewhere
+    Python cannot take signals, and the block runs unguarded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {s: signal.signal(s, stop.signalled) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
