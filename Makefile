@@ -40,7 +40,7 @@ KERNEL_TYPE ?= script#           script | notebook
 INTERNET    ?= on#               the kernel's internet (pretrained weights download): on | off
 DATASETS    ?=#                  datasets to attach, e.g. DATASETS="me/b7-weights"
 MODELS      ?=#                  Kaggle models to attach, e.g. MODELS="keras/bert/keras/bert_base_multi/2"
-TIMEOUT     ?=#                  kernel-push: the kernel's longest run, seconds
+TIMEOUT     ?=#                  kernel: its longest run, seconds (default: Kaggle's session limit); training stops with a checkpoint before it
 RESUME_FROM ?=#                  kernels whose output a new version resumes from: owner/slug, or self
 VERBOSE     ?=#                  VERBOSE=1 also shows TensorFlow's, JAX's and the Kaggle clients' own lines
 export VERBOSE
@@ -168,13 +168,13 @@ leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into
 kernel_ARGS := --recipe $(RECIPE) $(if $(filter-out flowers,$(COMPETITION)),--set competition=$(COMPETITION)) $(foreach s,$(SET),--set $(s)) $(if $(KERNEL),--name $(KERNEL)) \
 	$(if $(OWNER),--owner $(OWNER)) --accelerator $(ACCELERATOR) --kernel-type $(KERNEL_TYPE) --internet $(INTERNET) \
 	$(foreach d,$(DATASETS),--dataset $(d)) $(foreach m,$(MODELS),--model $(m)) $(foreach k,$(RESUME_FROM),--resume-from $(k)) --tta $(TTA) \
-	$(if $(SLUG),--slug $(SLUG)) --submissions-dir $(SUBMISSIONS)
+	$(if $(SLUG),--slug $(SLUG)) --submissions-dir $(SUBMISSIONS) $(if $(TIMEOUT),--timeout $(TIMEOUT))
 
 kernel: | $(STAMP) ## generate kernels/<name>/ for RECIPE (auto: the ACCELERATOR's): bundled script + kernel-metadata.json, checked
 	$(PY) -m pipeline kernel generate $(kernel_ARGS)
 
 kernel-push: kernel ## regenerate, check and push the kernel with the official client (ACCELERATOR=, TIMEOUT=)
-	$(PY) -m pipeline kernel push $(kernel_ARGS) $(if $(TIMEOUT),--timeout $(TIMEOUT))
+	$(PY) -m pipeline kernel push $(kernel_ARGS)
 
 kernel-status: | $(STAMP) ## the pushed kernel's status (queued, running, complete, error)
 	$(PY) -m pipeline kernel status $(kernel_ARGS)

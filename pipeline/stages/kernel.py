@@ -69,6 +69,9 @@ RETIRED = {
 DEFAULT_ACCELERATOR = "TpuV5E8"
 # The strategy a kernel runs with on each session: the accelerator it asked for, or a one-line stop.
 KERNEL_STRATEGY = {"tpu": "tpu", "gpu": "mirrored", "cpu": "cpu"}
+# A session's longest run, seconds, as Kaggle's documentation states it (9 h on a TPU, 12 h
+# otherwise; not measured here): the kernel stops training with a checkpoint before it.
+SESSION_LIMIT = {"tpu": 9 * 3600, "gpu": 12 * 3600, "cpu": 12 * 3600}
 TITLE_LIMIT = 50  # Kaggle's longest kernel title
 DATASET_SOURCE = re.compile(r"[A-Za-z0-9_-]+/[A-Za-z0-9_.-]+")  # owner/dataset-slug
 # owner/model/framework/variation/version, e.g. keras/bert/keras/bert_base_multi/2, mounted at
@@ -116,7 +119,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--slug", default=None, help="competition slug (default: the spec's first)")
     parser.add_argument("--tta", type=int, default=1, help="TTA passes for the kernel's predictions")
-    parser.add_argument("--timeout", type=int, default=None, help="push: the kernel's longest run, seconds")
+    parser.add_argument(
+        "--timeout",
+        type=int,
+        default=None,
+        help="the kernel's longest run, seconds (default: Kaggle's session limit); training stops before it",
+    )
     parser.add_argument(
         "--submissions-dir", type=Path, default=Path("submissions"), help="output: the leaderboard"
     )
@@ -204,6 +212,7 @@ def kernel_settings(args: argparse.Namespace, config, spec, kernel_id: str) -> d
         "weights_file": weights_file(config.model.backbone, config.model.weights),
         "packages": networks.packages(config),
         "resume_from": resume_sources(args.resume_from, kernel_id),
+        "time_limit": args.timeout or SESSION_LIMIT[session],
     }
 
 

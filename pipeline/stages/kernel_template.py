@@ -161,6 +161,30 @@ def copy_submission(submissions: Path, run_name: str, working: Path, data_dir: P
     return target
 
 
+def time_limit(started: float) -> list[str]:
+    """`--time-limit` for train: the session's limit, less the time spent so far and a reserve for
+    scoring, predicting and copying out, so training stops with a checkpoint before Kaggle kills it."""
+    limit = SETTINGS.get("time_limit")
+    if not limit:
+        return []
+    reserve = max(900.0, 0.05 * limit)
+    left = limit - (time.perf_counter() - started) - reserve
+    return ["--time-limit", str(round(max(left, 60.0)))]
+
+
+def write_stopped(working: Path, timings: dict, started: float) -> None:
+    from pipeline.core.files import write_json
+
+    timings["total"] = round(time.perf_counter() - started, 1)
+    summary = {**SETTINGS, "stopped": "training reached the session's time limit", "timings_seconds": timings}
+    write_json(working / "petals_summary.json", summary)
+    print(
+        f"petals kernel: training stopped before the session's time limit; its run is in {working / RUNS}: "
+        "push a new version with RESUME_FROM=self to finish it",
+        flush=True,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     root = unpack()
     args = parse(argv)
@@ -220,7 +244,14 @@ def run(args: argparse.Namespace, root: Path) -> int:
               str(data_dir), "--competition", SETTINGS["competition"], "--slug", SETTINGS["slug"], *sizes,
               "--no-progress")  # fmt: skip
     common = ["--data-dir", str(data_dir), "--runs-dir", str(runs), "--strategy", args.strategy, *config]
-    stage("train", *common)
+    try:
+        stage("train", *common, *time_limit(started))
+    except SystemExit as err:
+        if err.code != cli.EXIT_PREEMPTED:
+            raise
+        # Stopped with a checkpoint before the session's end: the run waits in petals_runs/.
+        write_stopped(args.working, timings, started)
+        return 0
     from pipeline.core.config import load_config
     from pipeline.core.files import write_json
     from pipeline.core.rundir import RunDir
