@@ -1,0 +1,570 @@
+"""Faults, one at a time: what the user sees, the exit code, what is left on disk, what the rerun does.
+
+Each test injects one fault into a real stage (a second writer, a damaged checkpoint, a full disk,
+a read-only or forbidden folder, data files that vanish, SIGTERM, the time limit, kill -9 at a
+random moment, a failing Kaggle server) and asserts one line, the exit code, nothing half-written,
+and a rerun that finishes. With PETALS_FAULT_TABLE set, each also writes its row of the fault
+table: `make fault-table` runs this module and writes docs/FAULTS.md from the rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import cli
+from pipeline.core import lock
+from pipeline.core.config import load_config
+from pipeline.core.errors import Preempted
+from pipeline.modeling import preemption
+from pipeline.stages import train
+from tests.conftest import REPO, TINY, error_lines, run_python
+from tests.faults import in_private_mount, leftovers, namespaces_work, petals_lines, record
+
+pytestmark = pytest.mark.slow
+
+
+def _train_args(data_dir, runs_dir, *extra) -> list[str]:
+    args = ["train", "--data-dir", str(data_dir), "--runs-dir", str(runs_dir), "--recipe", "default"]
+    for override in TINY:
+        args += ["--set", override]
+    return [*args, *extra]
+
+
+def _here(capsys, *args: str) -> tuple[int, list[str], str]:
+    """A stage in this process: its exit code, its own error lines and all it wrote to stderr."""
+    code = cli.main(list(args))
+    err = capsys.readouterr().err
+    return code, error_lines(err), err
+
+
+def _history(run_dir: Path) -> list[int]:
+    return pd.read_csv(run_dir / "history.csv")["epoch"].tolist()
+
+
+def _index(run_dir: Path) -> dict:
+    return json.loads((run_dir / "checkpoints" / "latest.json").read_text())
+
+
+# ----------------------------------------------------------------------------- one writer
+
+
+@pytest.fixture
+def live_holder():
+    """A process of this host that stays alive while the test runs: the holder of a lock."""
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+    yield holder
+    holder.kill()
+    holder.wait()
+
+
+def _lock_file(path: Path, pid: int, what: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    held = {
+        "pid": pid,
+        "host": socket.gethostname(),
+        "time": time.time(),
+        "what": what,
+        "process_start": lock._process_start(pid),
+    }
+    path.write_text(json.dumps(held))
+
+
+def test_a_second_train_of_a_run_is_refused_and_a_dead_holder_is_taken_over(
+    tiny_data_dir, tmp_path, capsys, caplog, live_holder
+):
+    runs = tmp_path / "runs"
+    args = _train_args(tiny_data_dir, runs, "--run", "busy")
+    _lock_file(runs / "busy" / "writer.lock", live_holder.pid, "train")
+
+    code, lines, _ = _here(capsys, *args)
+    assert code == 2 and len(lines) == 1, lines
+    assert f"in use by pid {live_holder.pid} on {socket.gethostname()} (train, since" in lines[0]
+    assert sorted(p.name for p in (runs / "busy").iterdir()) == ["writer.lock"]  # nothing else written
+    record(
+        "a second writer (lock held by a live process)",
+        "train",
+        lines[0],
+        code,
+        "the holder's lock only",
+        "refused again while the holder lives",
+        [tmp_path],
+    )
+
+    live_holder.kill()
+    live_holder.wait()
+    code, lines, err = _here(capsys, *args)
+    assert code == 0, err
+    assert "taking over the lock of pid" in caplog.text and "no longer running" in caplog.text
+    assert (runs / "busy" / "metrics.json").is_file() and not (runs / "busy" / "writer.lock").exists()
+    seen = next(line for line in caplog.text.splitlines() if "taking over" in line)
+    record(
+        "a stale lock (its holder killed)",
+        "train",
+        seen,
+        0,
+        "nothing: the lock is released",
+        "(this run) takes the lock over and trains",
+        [tmp_path],
+    )
+
+
+def test_a_second_fetch_of_a_data_dir_is_refused(tmp_path, capsys, live_holder):
+    data_dir = tmp_path / "data"
+    _lock_file(tmp_path / "data.lock", live_holder.pid, "fetch")
+    args = ["fetch", "--source", "synthetic", "--data-dir", str(data_dir), "--size", "32", "--scale", "0.05"]
+    code, lines, _ = _here(capsys, *args, "--no-progress")
+    assert code == 2 and len(lines) == 1 and f"in use by pid {live_holder.pid}" in lines[0], lines
+    assert not data_dir.exists() and not (tmp_path / "data.partial").exists()
+    record(
+        "a second writer (lock held by a live process)",
+        "fetch",
+        lines[0],
+        code,
+        "nothing: the data dir is untouched",
+        "refused again while the holder lives",
+        [tmp_path],
+    )
+
+
+def test_two_real_trains_of_one_run_at_once_leave_one_writer(tiny_data_dir, tmp_path):
+    """Two processes started together: exactly one trains, the other is refused in one line."""
+    args = _train_args(tiny_data_dir, tmp_path, "--run", "twice", "--set", "train.steps_per_epoch=40")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    both = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pipeline", *args],
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(2)
+    ]
+    results = [(p.wait(timeout=200), p.communicate()[1]) for p in both]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], [err[-2000:] for _, err in results]
+    refused = next(err for code, err in results if code == 2)
+    assert len(petals_lines(refused)) == 1 and "in use by pid" in petals_lines(refused)[0]
+    assert _history(tmp_path / "twice") == [1, 2] and leftovers(tmp_path) == []
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def test_the_last_two_checkpoints_are_kept_and_a_damaged_one_falls_back(
+    tiny_data_dir, tmp_path, capsys, caplog
+):
+    caplog.set_level("INFO")
+    runs = tmp_path / "runs"
+    args = _train_args(tiny_data_dir, runs, "--run", "ckpt", "--set", "train.epochs=3")
+    assert _here(capsys, *args)[0] == 0
+    run = runs / "ckpt"
+    index = _index(run)
+    assert [c["name"] for c in index["checkpoints"]] == ["ckpt-2.npz", "ckpt-3.npz"]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == [
+        "ckpt-2.npz",
+        "ckpt-3.npz",
+        "latest.json",
+    ]
+    assert all(len(c["sha256"]) == 64 for c in index["checkpoints"])
+
+    newest = run / "checkpoints" / "ckpt-3.npz"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])  # a copy cut in half
+    (run / "metrics.json").unlink()  # as if stopped after its last checkpoint
+    code, lines, err = _here(capsys, *args)
+    assert code == 0, err
+    warned = [line for line in caplog.text.splitlines() if "is damaged" in line]
+    assert len(warned) == 1 and "ckpt-3.npz" in warned[0] and "trying the one before it" in warned[0]
+    assert "resuming" in caplog.text and "after epoch 2" in caplog.text
+    assert _history(run) == [1, 2, 3]
+    record(
+        "the newest checkpoint cut short (an interrupted copy)",
+        "train",
+        warned[0],
+        0,
+        "the last 2 checkpoints, each with its sha256 in latest.json",
+        "(this run) resumes from the one before it and finishes",
+        [tmp_path],
+    )
+
+    (run / "metrics.json").unlink()
+    for path in (run / "checkpoints").glob("ckpt-*.npz"):
+        path.write_bytes(b"\0" * 100)
+    code, lines, _ = _here(capsys, *args)
+    assert code == 2 and len(lines) == 1, lines
+    assert "no usable checkpoint" in lines[0] and "ckpt-3.npz" in lines[0] and "ckpt-2.npz" in lines[0]
+    assert "--force" in lines[0]
+    record(
+        "every checkpoint damaged",
+        "train",
+        lines[0],
+        code,
+        "the damaged files, untouched",
+        "with --force (RETRAIN=1) trains from scratch",
+        [tmp_path],
+    )
+
+
+# ----------------------------------------------------------------------------- stopping early
+
+
+class StopAfter(preemption.StopRequest):
+    """A stop request that turns true at its n-th question from the training loops."""
+
+    def __init__(self, calls: int):
+        super().__init__()
+        self.calls = calls
+
+    def __call__(self):
+        self.calls -= 1
+        if self.calls <= 0 and self.reason is None:
+            self.reason = "a test stop"
+        return self.reason
+
+
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_a_stop_mid_epoch_saves_the_step_and_the_rerun_finishes_the_epoch(cpu, tiny_data_dir, tmp_path, loop):
+    overrides = [*TINY, "train.epochs=3", "train.steps_per_epoch=6", f"train.loop={loop}"]
+    job = train.prepare(load_config(overrides=overrides), cpu, tiny_data_dir, tmp_path, "stopped", None)
+    # fit asks once before its phase and after each step; the custom loop before each epoch and
+    # between steps: the 9th question falls after step 2 of epoch 2 in both.
+    with pytest.raises(Preempted, match=r"stopped by a test stop at epoch 2, step 2 of 6"):
+        train.fit(job, verbose=0, stop=StopAfter(9))
+    index = _index(tmp_path / "stopped")
+    assert (index["epoch"], index["step"]) == (1, 2)
+    assert [c["name"] for c in index["checkpoints"]] == ["ckpt-1.npz", "ckpt-1-step2.npz"]
+    assert _history(tmp_path / "stopped") == [1]
+
+    job = train.prepare(load_config(overrides=overrides), cpu, tiny_data_dir, tmp_path, "stopped", None)
+    metrics = train.fit(job, verbose=0)
+    history = pd.read_csv(tmp_path / "stopped" / "history.csv")
+    assert history["epoch"].tolist() == [1, 2, 3] and metrics["epochs"] == 3
+    assert history["images"].tolist() == [6 * 8] * 3  # the stopped epoch counts its steps once
+    assert np.isfinite(history["loss"]).all() and 0 <= history["accuracy"].min() <= 1
+
+
+def test_sigterm_saves_a_checkpoint_at_the_step_and_exits_75(tiny_data_dir, tmp_path):
+    args = _train_args(
+        tiny_data_dir,
+        tmp_path,
+        "--run",
+        "term",
+        "--set",
+        "train.epochs=3",
+        "--set",
+        "train.steps_per_epoch=400",
+    )
+    command = [sys.executable, "-m", "pipeline", *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first = subprocess.Popen(
+        command, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    index = tmp_path / "term" / "checkpoints" / "latest.json"
+    deadline = time.monotonic() + 200
+    while not index.is_file() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)  # into epoch 2
+    sent = time.monotonic()
+    first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=120)
+    took = time.monotonic() - sent
+    lines = petals_lines(err)
+    assert first.returncode == 75, err[-3000:]
+    assert len(lines) == 1 and re.search(r"stopped by SIGTERM at epoch 2, step \d+ of 400", lines[0]), lines
+    assert took < preemption.GRACE_SECONDS, took
+    step = int(re.search(r"step (\d+) of", lines[0])[1])
+    assert (_index(tmp_path / "term")["epoch"], _index(tmp_path / "term")["step"]) == (1, step)
+    assert leftovers(tmp_path) == [] and not (tmp_path / "term" / "writer.lock").exists()
+    record(
+        "SIGTERM mid-epoch (a preempted VM)",
+        "train",
+        lines[0],
+        75,
+        "a checkpoint at the step reached, beside the last epoch's",
+        "resumes from that step; every epoch in history.csv once",
+        [tmp_path],
+    )
+
+    second = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=200, check=False
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert f"after epoch 1 and step {step} of the next" in second.stderr
+    assert _history(tmp_path / "term") == [1, 2, 3]
+
+
+def test_the_time_limit_stops_with_a_checkpoint_and_the_rerun_resumes(tiny_data_dir, tmp_path, capsys):
+    args = _train_args(tiny_data_dir, tmp_path, "--run", "limited", "--set", "train.epochs=3")
+    code, _, err = _here(capsys, *args, "--time-limit", "0.000001")
+    lines = [line for line in err.splitlines() if line.startswith("petals train:")]
+    assert code == 75 and len(lines) == 1 and "stopped by the time limit at epoch 1" in lines[0], err
+    record(
+        "the time limit (a kernel's session)",
+        "train",
+        lines[0],
+        75,
+        "the checkpoints so far (none before the first step)",
+        "resumes; finishes",
+        [tmp_path],
+    )
+    code, _, err = _here(capsys, *args)
+    assert code == 0, err
+    assert _history(tmp_path / "limited") == [1, 2, 3]
+
+
+def test_both_loops_stop_and_resume_mid_epoch_on_jax(tiny_data_dir, tmp_path):
+    done = run_python(
+        f"""
+        import json
+        from pathlib import Path
+        from pipeline.core import device
+        from pipeline.core.config import load_config
+        from pipeline.core.errors import Preempted
+        from pipeline.stages import train
+        from tests.test_faults import StopAfter
+
+        platform = device.pick("jax", "cpu")
+        data, runs = Path({str(tiny_data_dir)!r}), Path({str(tmp_path)!r})
+        out = {{}}
+        for loop in ("fit", "custom"):
+            overrides = {TINY!r} + ["train.epochs=2", "train.steps_per_epoch=6", "train.loop=" + loop]
+            job = train.prepare(load_config(overrides=overrides), platform, data, runs, loop, None)
+            try:
+                train.fit(job, verbose=0, stop=StopAfter(9))
+            except Preempted as err:
+                stopped = str(err)
+            job = train.prepare(load_config(overrides=overrides), platform, data, runs, loop, None)
+            out[loop] = [stopped, train.fit(job, verbose=0)["epochs"]]
+        print(json.dumps(out))
+        """,
+        env={"KERAS_BACKEND": "jax"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    for loop in ("fit", "custom"):
+        stopped, epochs = out[loop]
+        assert "stopped by a test stop at epoch 2, step 2 of 6" in stopped, (loop, stopped)
+        assert epochs == 2 and _history(tmp_path / loop) == [1, 2], loop
+
+
+# ----------------------------------------------------------------------------- the file system
+
+
+needs_namespaces = pytest.mark.skipif(not namespaces_work(), reason="no user and mount namespaces here")
+
+
+@needs_namespaces
+def test_a_full_disk_mid_run_is_one_line_leaves_no_partial_and_the_rerun_resumes(tiny_data_dir, tmp_path):
+    """The runs dir on a 32 MiB tmpfs that is filled up as soon as the first checkpoint is written."""
+    args = _train_args(
+        tiny_data_dir,
+        tmp_path / "disk" / "runs",
+        "--run",
+        "full",
+        "--set",
+        "train.epochs=3",
+        "--set",
+        "train.steps_per_epoch=20",
+    )
+    result = in_private_mount(
+        textwrap.dedent(f"""
+        import json, os, subprocess, sys, time
+        from pathlib import Path
+        from tests.faults import leftovers
+        disk = Path({str(tmp_path / "disk")!r}); disk.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(disk)], check=True)
+        command = [sys.executable, "-m", "pipeline", *{args!r}]
+        train = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+        index = disk / "runs" / "full" / "checkpoints" / "latest.json"
+        while not index.is_file() and train.poll() is None:
+            time.sleep(0.02)
+        with open(disk / "filler", "wb") as f:  # the rest of the disk, as another job would take it
+            try:
+                while True:
+                    f.write(b"\\0" * 65536); f.flush()
+            except OSError:
+                pass
+        err = train.communicate()[1]
+        first = {{"code": train.returncode, "lines": [l for l in err.splitlines() if l.startswith("petals ")],
+                 "left": leftovers(disk)}}
+        (disk / "filler").unlink()
+        again = subprocess.run(command, capture_output=True, text=True)
+        print(json.dumps({{"first": first, "rerun": [again.returncode, again.stderr[-2000:]],
+                          "history": (disk / "runs" / "full" / "history.csv").read_text()}}))
+        """)
+    )
+    first = result["first"]
+    assert first["code"] == 2 and len(first["lines"]) == 1, first
+    line = first["lines"][0]
+    assert "no space left on the device" in line and "MiB free in" in line, line
+    assert re.search(r"(weights\.h5|ckpt-\d+\.npz|history\.csv|latest\.json)", line), line
+    assert first["left"] == []
+    assert result["rerun"][0] == 0, result["rerun"][1]
+    assert "resuming" in result["rerun"][1]
+    assert [int(r.split(",")[0]) for r in result["history"].splitlines()[1:]] == [1, 2, 3]
+    record(
+        "a full disk mid-run",
+        "train",
+        line,
+        2,
+        "no .partial file; the last complete checkpoint",
+        "resumes from it once there is space",
+        [tmp_path],
+    )
+
+
+@needs_namespaces
+def test_a_read_only_runs_dir_is_one_line_and_writes_nothing(tiny_data_dir, tmp_path):
+    args = _train_args(tiny_data_dir, tmp_path / "ro" / "runs", "--run", "ro")
+    result = in_private_mount(
+        textwrap.dedent(f"""
+        import json, subprocess, sys
+        from pathlib import Path
+        ro = Path({str(tmp_path / "ro")!r}); ro.mkdir()
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(ro)], check=True)
+        (ro / "runs").mkdir()
+        subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
+        done = subprocess.run([sys.executable, "-m", "pipeline", *{args!r}], capture_output=True, text=True)
+        print(json.dumps({{"code": done.returncode, "stderr": done.stderr,
+                          "files": [str(p) for p in ro.rglob("*")]}}))
+        """)
+    )
+    lines = petals_lines(result["stderr"])
+    assert result["code"] == 2 and len(lines) == 1, result["stderr"][-2000:]
+    assert "Read-only file system" in lines[0] and "choose a writable folder" in lines[0], lines[0]
+    assert result["files"] == [str(tmp_path / "ro" / "runs")]
+    record(
+        "a read-only runs dir",
+        "train",
+        lines[0],
+        2,
+        "nothing",
+        "trains once the folder is writable",
+        [tmp_path],
+    )
+
+
+@pytest.mark.skipif(not shutil.which("unshare"), reason="no unshare here")
+def test_a_data_dir_this_user_may_not_write_is_one_line(tmp_path):
+    """fetch as an unprivileged user (root ignores permissions) into a folder it may not write."""
+    shared = Path(tempfile.mkdtemp(prefix="petals-perm-"))
+    try:
+        (shared / "locked").mkdir()
+        (shared / "home").mkdir()
+        for path, mode in ((shared, 0o755), (shared / "locked", 0o555), (shared / "home", 0o777)):
+            path.chmod(mode)
+        data_dir = shared / "locked" / "data"
+        command = [
+            sys.executable,
+            "-m",
+            "pipeline",
+            "fetch",
+            "--source",
+            "synthetic",
+            "--data-dir",
+            str(data_dir),
+            "--size",
+            "32",
+            "--scale",
+            "0.05",
+            "--no-progress",
+        ]
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(REPO),
+            "HOME": str(shared / "home"),
+            "JAX_COMPILATION_CACHE_DIR": str(shared / "home"),
+        }
+        done = subprocess.run(
+            ["unshare", "--user", *command],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if "Operation not permitted" in done.stderr and "unshare" in done.stderr:
+            pytest.skip("no user namespaces here")
+        lines = petals_lines(done.stderr)
+        assert done.returncode == 2 and len(lines) == 1, done.stderr[-2000:]
+        assert "Permission denied" in lines[0] and str(shared / "locked") in lines[0], lines[0]
+        assert list((shared / "locked").iterdir()) == []
+        record(
+            "a data dir this user may not write",
+            "fetch",
+            lines[0],
+            2,
+            "nothing",
+            "fetches once the folder is writable",
+            [shared],
+        )
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_data_files_that_vanish_mid_run_are_named_and_the_rerun_resumes(tiny_data_dir, tmp_path):
+    data = tmp_path / "data"
+    shutil.copytree(tiny_data_dir, data)
+    manifest = json.loads((data / "manifest.json").read_text())
+    records = Path(manifest["root"])
+    copy = tmp_path / "records"
+    shutil.copytree(records, copy)
+    manifest["root"] = str(copy)
+    (data / "manifest.json").write_text(json.dumps(manifest))
+    args = _train_args(
+        data,
+        tmp_path / "runs",
+        "--run",
+        "gone",
+        "--set",
+        "train.epochs=3",
+        "--set",
+        "train.steps_per_epoch=30",
+    )
+    command = [sys.executable, "-m", "pipeline", *args]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first = subprocess.Popen(
+        command, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    index = tmp_path / "runs" / "gone" / "checkpoints" / "latest.json"
+    while not index.is_file() and first.poll() is None:
+        time.sleep(0.02)
+    moved = tmp_path / "unmounted"
+    copy.rename(moved)  # the data disk unmounted under the run
+    _, err = first.communicate(timeout=200)
+    lines = petals_lines(err)
+    assert first.returncode == 2 and len(lines) == 1, err[-3000:]
+    assert "gone while the stage read it" in lines[0] and str(copy) in lines[0], lines[0]
+    record(
+        "data files gone mid-run (a disk unmounted)",
+        "train",
+        lines[0],
+        2,
+        "the last complete checkpoint",
+        "resumes from it once the data is back",
+        [tmp_path],
+    )
+
+    moved.rename(copy)
+    second = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=200, check=False
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resuming" in second.stderr and _history(tmp_path / "runs" / "gone") == [1, 2, 3]
