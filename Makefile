@@ -74,7 +74,7 @@ inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(device_ARGS) $(config_
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-replicas lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-lite-parity clean clean-data always
+.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-replicas lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-lite-parity fault-table clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -249,6 +249,9 @@ bench-onednn: $(STAMP) ## TensorFlow's oneDNN kernels on this CPU: the CPU recip
 
 # The reference needs torch, which the project's .venv never carries: the benchmark makes its own
 # virtualenv, .venv-parity/, once (its docstring says how and why).
+fault-table: $(STAMP) ## run the fault-injection suite (5 random kill moments per stage) and write its table to docs/FAULTS.md
+	$(PY) benchmarks/fault_table.py
+
 bench-lite-parity: | $(STAMP) ## EfficientNet-Lite0/1/2 vs the reference PyTorch model on the CPU: max |logit diff| (<= 1e-3), top-1
 	$(PY) benchmarks/bench_lite_parity.py
 

@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.conftest import REPO
@@ -76,3 +77,25 @@ def in_private_mount(script: str, timeout: float = 200) -> dict:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def seeds() -> list[int]:
+    """The random kill moments per stage: 1 in `make test`, PETALS_FAULT_SEEDS for the table."""
+    return list(range(int(os.environ.get("PETALS_FAULT_SEEDS", "1"))))
+
+
+def kill_during(command: list[str], env: dict[str, str], marker: str, delay: float) -> bool:
+    """Start `command`; `delay` seconds after a line of its stderr holds `marker` (its work has
+    begun), kill -9 it, as a lost machine would. Whether it was still running then."""
+    proc = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    for line in proc.stderr:
+        if marker in line:
+            break
+    time.sleep(delay)
+    running = proc.poll() is None
+    proc.kill()
+    proc.wait()
+    proc.stderr.close()
+    return running

@@ -13,6 +13,7 @@ import fcntl
 import json
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -34,6 +35,8 @@ class Behaviour:
     kernel_status: str = "COMPLETE"  # what GetKernelSessionStatus answers
     kernel_files: dict[str, bytes] = field(default_factory=dict)  # a kernel's output files by name
     pushed: list[dict] = field(default_factory=list)  # SaveKernel requests
+    stall_seconds: float = 0.0  # the first `stalls` requests wait this long before any answer
+    stalls: int = 0
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -58,6 +61,10 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length", 0))
         payload = json.loads(self.rfile.read(length) or b"{}")
         self.behaviour.requests.append({"path": self.path, "json": payload})
+        if self.behaviour.stalls:  # a server that stops answering
+            self.behaviour.stalls -= 1
+            time.sleep(self.behaviour.stall_seconds)
+            return None
         if self.behaviour.fail_with:
             status = self.behaviour.fail_with.pop(0)
             body = json.dumps({"code": status, "message": f"test server says {status}"}).encode()

@@ -33,7 +33,15 @@ from pipeline.core.errors import Preempted
 from pipeline.modeling import preemption
 from pipeline.stages import train
 from tests.conftest import REPO, TINY, error_lines, run_python
-from tests.faults import in_private_mount, leftovers, namespaces_work, petals_lines, record
+from tests.faults import (
+    in_private_mount,
+    kill_during,
+    leftovers,
+    namespaces_work,
+    petals_lines,
+    record,
+    seeds,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -568,3 +576,205 @@ def test_data_files_that_vanish_mid_run_are_named_and_the_rerun_resumes(tiny_dat
     )
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resuming" in second.stderr and _history(tmp_path / "runs" / "gone") == [1, 2, 3]
+
+
+# ----------------------------------------------------------------------------- kill -9 anywhere
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "pipeline", *args]
+
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+@pytest.fixture(scope="module")
+def undisturbed_fetch(tmp_path_factory, spec) -> str:
+    from pipeline.stages.fetch import FetchOptions, fetch
+
+    data_dir = tmp_path_factory.mktemp("undisturbed") / "data"
+    options = FetchOptions(
+        source="synthetic", data_dir=data_dir, synthetic_size=32, scale=0.05, progress=False
+    )
+    return fetch(options, spec)["fingerprint"]
+
+
+@pytest.mark.parametrize("seed", seeds())
+def test_a_fetch_killed_at_a_random_moment_reruns_to_the_same_data(tmp_path, seed, undisturbed_fetch):
+    data_dir = tmp_path / "data"
+    command = _cli(
+        "fetch",
+        "--source",
+        "synthetic",
+        "--data-dir",
+        str(data_dir),
+        "--size",
+        "32",
+        "--scale",
+        "0.05",
+        "--no-progress",
+    )
+    delay = np.random.default_rng(seed).uniform(0.0, 1.5)
+    kill_during(command, ENV, "fetch: source synthetic", delay)
+    again = subprocess.run(
+        command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=200, check=False
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads((data_dir / "manifest.json").read_text())["fingerprint"] == undisturbed_fetch
+    assert leftovers(tmp_path) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+    record(
+        "kill -9 at a random moment",
+        "fetch",
+        "(nothing: the process is gone)",
+        -9,
+        "data.partial/ (the staging folder) and a stale data.lock, or nothing",
+        f"fetches again; the same fingerprint as an undisturbed fetch ({len(seeds())} seeds)",
+        [tmp_path],
+    )
+
+
+@pytest.mark.parametrize("seed", seeds())
+def test_a_predict_killed_at_a_random_moment_reruns_to_the_same_csv(tiny_runs, tiny_data_dir, tmp_path, seed):
+    def fresh_run(name: str) -> Path:
+        run = Path(shutil.copytree(tiny_runs[0], tmp_path / name))
+        for old in run.glob("*_predictions*.npz"):
+            old.unlink()
+        return run
+
+    def predict(run: Path, subs: Path) -> list[str]:
+        return _cli(
+            "predict", "--run", str(run), "--data-dir", str(tiny_data_dir), "--submissions-dir", str(subs)
+        )
+
+    reference, killed_run = fresh_run("reference"), fresh_run("killed")
+    assert cli.main(predict(reference, tmp_path / "subs-reference")[3:]) == 0
+    command = predict(killed_run, tmp_path / "subs")
+    delay = np.random.default_rng(seed).uniform(0.0, 3.0)
+    kill_during(command, ENV, "device:", delay)
+    again = subprocess.run(
+        command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=200, check=False
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    expected = (tmp_path / "subs-reference" / "reference.csv").read_bytes()
+    assert (tmp_path / "subs" / "killed.csv").read_bytes() == expected
+    assert leftovers(tmp_path) == []
+    record(
+        "kill -9 at a random moment",
+        "predict",
+        "(nothing: the process is gone)",
+        -9,
+        "nothing half-written (every file is renamed into place whole)",
+        f"predicts again; the same CSV, byte for byte ({len(seeds())} seeds)",
+        [tmp_path],
+    )
+
+
+@pytest.mark.parametrize("seed", seeds())
+def test_a_submit_killed_at_a_random_moment_reruns_to_one_recorded_upload(
+    tiny_data_dir, spec, tmp_path, kaggle_env, seed
+):
+    from competition.submission import submission_frame
+    from pipeline.stages import leaderboard
+    from pipeline.stages.predict import sample_ids
+    from tests.kaggle_server import Behaviour, KaggleTestServer
+
+    subs = tmp_path / "submissions"
+    subs.mkdir()
+    ids = sample_ids(tiny_data_dir, spec)
+    csv = subs / "tiny-run.csv"
+    submission_frame(spec, ids, [i % spec.num_classes for i in range(len(ids))]).to_csv(csv, index=False)
+    command = _cli(
+        "submit",
+        "--data-dir",
+        str(tiny_data_dir),
+        "--submissions-dir",
+        str(subs),
+        "--slug",
+        "tpu-getting-started",
+    )
+    env = {**ENV, **kaggle_env}
+    behaviour = Behaviour()
+    with KaggleTestServer(behaviour):
+        kill_during(command, env, "is a valid submission", np.random.default_rng(seed).uniform(0.0, 0.6))
+        again = subprocess.run(
+            command, cwd=REPO, env=env, capture_output=True, text=True, timeout=200, check=False
+        )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert behaviour.created and all(upload == csv.read_bytes() for upload in behaviour.uploads.values())
+    board = leaderboard.read(subs / leaderboard.BOARD)
+    assert board["entry"].tolist() == ["tiny-run"] and board["submission_ref"].notna().all()
+    assert leftovers(tmp_path) == []
+    record(
+        "kill -9 at a random moment",
+        "submit",
+        "(nothing: the process is gone)",
+        -9,
+        "the leaderboard as it was, or with the upload recorded",
+        "uploads and records it; a kill after Kaggle accepted the file and before the row was "
+        f"written uploads it a second time ({len(seeds())} seeds)",
+        [tmp_path],
+    )
+
+
+def test_a_kaggle_server_failing_is_retried_then_one_line(tmp_path, capsys, caplog, in_kaggle_env):
+    from tests.kaggle_server import Behaviour, KaggleTestServer
+
+    args = [
+        "fetch",
+        "--source",
+        "kaggle",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--no-progress",
+        "--retries",
+        "2",
+    ]
+    with KaggleTestServer(Behaviour(fail_with=[503, 503])):
+        code, lines, _ = _here(capsys, *args)
+    assert code == 2 and len(lines) == 1 and "answered 503" in lines[0], lines
+    assert "HTTP 503, retrying" in caplog.text
+    assert not (tmp_path / "data").exists() and leftovers(tmp_path) == []
+    record(
+        "the Kaggle API answering 5xx",
+        "fetch",
+        lines[0],
+        2,
+        "nothing",
+        "retried with backoff first (--retries); a later rerun downloads",
+        [tmp_path],
+    )
+
+
+def test_a_kaggle_server_that_stops_answering_times_out_is_retried_then_one_line(
+    tmp_path, capsys, caplog, in_kaggle_env, monkeypatch
+):
+    from tests.kaggle_server import Behaviour, KaggleTestServer
+
+    monkeypatch.setenv("PETALS_KAGGLE_TIMEOUT", "0.5")
+    args = [
+        "fetch",
+        "--source",
+        "kaggle",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--no-progress",
+        "--retries",
+        "2",
+    ]
+    with KaggleTestServer(Behaviour(stall_seconds=1.5, stalls=10)):
+        started = time.monotonic()
+        code, lines, _ = _here(capsys, *args)
+        took = time.monotonic() - started
+    assert code == 2 and len(lines) == 1, lines
+    assert "cannot reach Kaggle" in lines[0] and "Timeout" in lines[0], lines[0]
+    assert "retrying" in caplog.text and took < 30, took
+    assert not (tmp_path / "data").exists() and leftovers(tmp_path) == []
+    record(
+        "the Kaggle API not answering (a stalled server)",
+        "fetch",
+        lines[0],
+        2,
+        "nothing",
+        "each request gives up after PETALS_KAGGLE_TIMEOUT s (120) and is retried; a later rerun downloads",
+        [tmp_path],
+    )

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import requests
+import requests.adapters
 
 from pipeline.core.errors import PetalsError
 
@@ -165,6 +166,30 @@ def explain_kernel_error(status: int, kernel: str, action: str) -> str:
     return explain_http_error(status, kernel, action)
 
 
+TIMEOUT_VARIABLE = "PETALS_KAGGLE_TIMEOUT"  # seconds a Kaggle request may wait for an answer
+
+
+@contextlib.contextmanager
+def _timeouts() -> Any:
+    """Every HTTP request made inside waits at most PETALS_KAGGLE_TIMEOUT seconds (default 120) for
+    the server, 30 s to connect. The official client sets no timeout on its calls, its uploads or
+    its downloads, so a server that stops answering would hang a stage forever; a timeout becomes
+    `requests.Timeout`, retried like a 5xx."""
+    read = float(os.environ.get(TIMEOUT_VARIABLE) or 120)
+    limit = (min(30.0, read), read)
+    adapter = requests.adapters.HTTPAdapter
+    send = adapter.send
+
+    def send_with_timeout(self, request, *args, timeout=None, **kwargs):
+        return send(self, request, *args, timeout=timeout or limit, **kwargs)
+
+    adapter.send = send_with_timeout
+    try:
+        yield
+    finally:
+        adapter.send = send
+
+
 def call_with_retries(
     fn: Callable[[], T],
     *,
@@ -181,7 +206,8 @@ def call_with_retries(
     """
     for attempt in range(1, retries + 1):
         try:
-            return fn()
+            with _timeouts():
+                return fn()
         except requests.HTTPError as err:
             status = err.response.status_code if err.response is not None else 0
             if status < 500 or attempt == retries:

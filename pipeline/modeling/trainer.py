@@ -386,7 +386,8 @@ class Trainer:
                     callbacks=[epochs],
                     verbose=self.verbose,
                 )
-                self._stop_if_asked(b, 0)  # stopped at an epoch's end: its checkpoint is written
+                # Stopped at an epoch's end (`fit` returns early): that epoch's checkpoint is written.
+                self._stop_if_asked(int(self.history["epoch"].max()) if len(self.history) else a, 0)
 
     # ------------------------------------------------------------------ custom loop
 
