@@ -74,7 +74,7 @@ inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(device_ARGS) $(config_
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-replicas lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-lite-parity fault-table clean clean-data always
+.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-lite-parity fault-table clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -194,17 +194,19 @@ $(TPU_VENV)/.installed: kernels/tpu-image.txt
 kernel-emulate: $(TPU_VENV)/.installed | $(STAMP) ## run a generated TPU kernel as Kaggle would: TPU image pins, /kaggle layout, 8 JAX devices, no network
 	$(PY) kernels/emulate.py --python $(TPU_VENV)/bin/python
 
-test: $(STAMP) ## run the test suite (what CI runs), all but the replicas tier
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not replicas" $(PYTEST_ARGS)
+test: $(STAMP) ## run the test suite (what CI runs), all but the heavy tier
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not heavy" $(PYTEST_ARGS)
 
-# 8 replicas on 2 cores: how long they take rides on how the OS schedules their threads beside
-# other work (TensorFlow's 8 logical CPUs: 33 s alone, 300 s beside another worker), so the runs
-# over 8 replicas (TensorFlow's and JAX's) run alone, here and in CI, never beside the rest.
-test-replicas: $(STAMP) ## the multi-replica tier: runs over 8 TensorFlow or JAX CPU replicas, one at a time (CI runs it too)
-	$(PY) -m pytest -m replicas $(PYTEST_ARGS)
+# The heavy tier runs alone, one test at a time, here and in CI: the runs that occupy every core
+# (8 TensorFlow or JAX CPU replicas, whose duration rides on how the OS schedules their threads
+# beside other work: 33 s alone, 300 s beside another worker; the two backends training side by
+# side), and the registry sweep's larger siblings (B1-B7, V2-B1..L: their smallest builds in
+# `make test`).
+test-heavy: $(STAMP) ## the heavy tier: 8-replica runs, backends side by side, the whole registry; one at a time (CI runs it too)
+	$(PY) -m pytest -m heavy $(PYTEST_ARGS)
 
 test-fast: $(STAMP) ## the inner loop: every test that trains nothing (pytest -m "not slow")
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not slow and not heavy" $(PYTEST_ARGS)
 
 lint: $(STAMP) ## check style and common bugs with ruff
 	$(VENV)/bin/ruff check .

@@ -4,11 +4,6 @@ after kill -9 with the tokenizer kept in the run, pairs tokenized as BERT reads 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -19,7 +14,6 @@ from pipeline.core.errors import PetalsError
 from pipeline.modeling import bert
 from pipeline.stages import train
 from pipeline.stages.fetch import FetchOptions, fetch
-from tests.conftest import REPO, foreign_lines, kill_at_first_checkpoint
 
 TINY = [  # BERT-Tiny's shape on 32-token pairs, a few steps
     "competition=watson",
@@ -63,41 +57,6 @@ def test_fit_and_the_custom_loop_follow_the_same_loss_trend(pairs, cpu, tmp_path
     np.testing.assert_allclose(losses["fit"], losses["custom"], atol=0.08)
 
 
-@pytest.mark.slow
-def test_a_killed_bert_run_resumes_from_its_last_epoch(pairs, tmp_path):
-    args = [
-        "train",
-        "--data-dir",
-        str(pairs),
-        "--runs-dir",
-        str(tmp_path),
-        "--recipe",
-        "cpu",
-        "--run",
-        "killed",
-    ]
-    for override in [*TINY, "train.loop=custom"]:
-        args += ["--set", override]
-    command = [sys.executable, "-m", "pipeline", *args]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    kill_at_first_checkpoint(command, env, tmp_path / "killed")
-    vocabulary = (tmp_path / "killed" / "tokenizer" / "assets" / "tokenizer" / "vocabulary.txt").read_text()
-
-    second = subprocess.run(
-        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "resuming" in second.stderr
-    assert foreign_lines(second.stdout + second.stderr) == []
-    history = pd.read_csv(tmp_path / "killed" / "history.csv")
-    assert history["epoch"].tolist() == [1, 2, 3]  # every epoch once
-    # The resumed run tokenizes with the tokenizer it started with.
-    assert (
-        tmp_path / "killed" / "tokenizer" / "assets" / "tokenizer" / "vocabulary.txt"
-    ).read_text() == vocabulary
-    assert json.loads((tmp_path / "killed" / "metrics.json").read_text())["epochs"] == 3
-
-
 def test_bert_without_a_preset_directory_is_refused_in_one_line(tmp_path):
     from pipeline.modeling import networks
 
@@ -136,6 +95,7 @@ def test_a_bert_run_checkpoints_to_a_tf_gfile_path_and_resumes_from_it(pairs, cp
     import tensorflow as tf
 
     assert tf.io.gfile.exists(f"{folder}/latest.json") and not (job.run_dir / "checkpoints").exists()
+    vocabulary = (job.run_dir / "tokenizer" / "assets" / "tokenizer" / "vocabulary.txt").read_text()
     longer = load_config("cpu", [*TINY, "train.epochs=3"])
     again = train.prepare(longer, cpu, pairs, tmp_path / "runs", "remote", folder)
     (again.run_dir / "metrics.json").unlink()  # the same run, asked for one epoch more
@@ -143,3 +103,5 @@ def test_a_bert_run_checkpoints_to_a_tf_gfile_path_and_resumes_from_it(pairs, cp
         train.fit(again, verbose=0)
     assert "resuming" in caplog.text and "after epoch 2" in caplog.text
     assert pd.read_csv(again.run_dir / "history.csv")["epoch"].tolist() == [1, 2, 3]
+    # The resumed run tokenizes with the tokenizer it started with.
+    assert (again.run_dir / "tokenizer" / "assets" / "tokenizer" / "vocabulary.txt").read_text() == vocabulary

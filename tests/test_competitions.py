@@ -143,7 +143,7 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
 
 
 @pytest.mark.slow
-@pytest.mark.replicas
+@pytest.mark.heavy
 def test_on_jax_over_8_devices_text_runs_train_and_serve_what_they_scored_on_tensorflow(
     fetched, cpu, tmp_path
 ):

@@ -10,8 +10,8 @@ import pytest
 from pipeline.core.config import load_config
 from pipeline.core.errors import PetalsError
 from pipeline.modeling import efficientnet_lite, features, registry
+from pipeline.modeling.epoch_lines import epoch_header, epoch_line
 from pipeline.modeling.inference import predict_split
-from pipeline.modeling.trainer import epoch_header, epoch_line
 from pipeline.stages import train
 from tests.conftest import TINY, TINY_SIZE, kill_at_first_checkpoint, run_python
 

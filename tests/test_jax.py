@@ -74,7 +74,7 @@ def _train_args(data_dir, runs_dir, name, *overrides):
 
 
 @pytest.mark.slow
-@pytest.mark.replicas
+@pytest.mark.heavy
 def test_jax_trains_in_bfloat16_over_8_devices_and_its_weights_serve_on_tensorflow(
     tiny_data_dir, tmp_path, caplog
 ):
@@ -122,6 +122,7 @@ def test_jax_trains_in_bfloat16_over_8_devices_and_its_weights_serve_on_tensorfl
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # 8 JAX devices
 def test_a_killed_jax_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
     """The custom loop (a jitted stateless step) on 8 devices, killed after its first checkpoint."""
     args = _train_args(
@@ -153,6 +154,7 @@ def test_a_killed_jax_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # two training processes side by side
 def test_the_same_recipe_computes_the_same_on_both_backends(small_data_dir, tmp_path):
     """The CPU recipe (weight average, logit adjustment, label smoothing, frozen BatchNorm, the LR
     schedule) at 32 px, from the same initial weights over the same batches in the same order

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 
 import keras
@@ -22,8 +23,20 @@ def test_the_registry_lists_what_the_recipes_need():
     assert "keras-efficientnetv2-s" in registry.list_backbones("*v2*")
 
 
+def _larger_sibling(name: str) -> bool:
+    """A scaled-up member of a family whose smallest member `make test` builds (B1-B7, V2-B1..L):
+    built in the heavy tier, where the whole registry is swept."""
+    return re.fullmatch(r"(keras-)?efficientnet-b[1-7]|keras-efficientnetv2-(b[1-3]|s|m|l)", name) is not None
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", registry.list_backbones())
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.heavy) if _larger_sibling(n) else n
+        for n in registry.list_backbones()
+    ],
+)
 def test_every_backbone_builds_and_gives_finite_probabilities(name):
     backbone = registry.get_backbone(name)
     size = max(32, backbone.min_size)

@@ -76,7 +76,7 @@ def test_a_run_directory_holds_everything_and_reruns_are_no_ops(cpu, tiny_data_d
 
 
 @pytest.mark.slow
-@pytest.mark.replicas
+@pytest.mark.heavy
 def test_both_loops_train_on_8_logical_cpu_replicas_and_lower_the_loss(tiny_data_dir, tmp_path):
     """Keras fit and the custom `strategy.run` loop, one after the other in one process (as a
     user's second stage would find the 8 replicas already split).

@@ -41,6 +41,7 @@ class StopRequest:
         self.grace = grace
         self.reason: str | None = None
         self.deferring = False  # True while a loop will look at the request between steps
+        self.finished = threading.Event()  # set when the watched block is over: no watchdog exit
 
     def __call__(self) -> str | None:
         """The reason to stop now, or None."""
@@ -60,7 +61,8 @@ class StopRequest:
         threading.Thread(target=self._watchdog, name="preemption-watchdog", daemon=True).start()
 
     def _watchdog(self) -> None:
-        time.sleep(self.grace)
+        if self.finished.wait(self.grace):
+            return
         print(
             f"petals train: stopped by {self.reason}: no checkpoint within {self.grace:.0f} s; "
             "the rerun resumes from the previous one",
@@ -81,5 +83,6 @@ def watching(stop: StopRequest) -> Iterator[StopRequest]:
     try:
         yield stop
     finally:
+        stop.finished.set()
         for s, handler in previous.items():
             signal.signal(s, handler)

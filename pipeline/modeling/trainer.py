@@ -23,17 +23,13 @@ from pipeline.data import augment, datasets
 from pipeline.modeling import custom_loop, features, networks, policy, preemption
 from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
+from pipeline.modeling.epoch_lines import epoch_header, epoch_line
+from pipeline.modeling.fit_hooks import EpochHooks
 from pipeline.modeling.inference import predict_batches
 from pipeline.modeling.losses import loss_function
 from pipeline.modeling.optimizer import averaged_weights, make_optimizer
 
 log = logging.getLogger(__name__)
-
-# Keras `fit`'s distributed input iterators on TensorFlow, kept until the process ends (cli.leave
-# skips the teardown). Destroying a multi-replica iterator waits for its prefetch threads: on 8
-# logical CPU replicas beside one busy process that took 20-41 s each time `fit` returned, 0 s
-# with the iterator kept (the 8-replica test took 117-232 s in the suite, 33 s alone).
-_FIT_ITERATORS: list = []
 
 
 def save_weights(net: keras.Model, path) -> None:
@@ -357,7 +353,7 @@ class Trainer:
         across epochs; the per-epoch work runs in a callback."""
         job = self.job
         train = job.train.train_dataset(self.data_config, job.global_batch)
-        epochs = _EpochHooks(self)
+        epochs = EpochHooks(self)
         for first, end in self._phases(start):
             self._stop_if_asked(first, self._first_step(first))
             self._set_trainable(policy.backbone_trainable(first, self.config.train))
@@ -396,78 +392,3 @@ class Trainer:
             loss = loss_function(self.config.train, self.class_counts, reduction="none")
             self._custom = custom_loop.for_backend(self, loss)
         return self._custom.epoch(self.steps - first_step)
-
-
-EPOCH_COLUMNS = (  # (title, width) of each column of an epoch's line
-    ("epoch", 7), ("lr", 9), ("loss", 7), ("acc", 7), ("val loss", 9), ("val acc", 8), ("{metric}", 12),
-    ("{unit}/s", 6), ("s", 6),
-)  # fmt: skip
-
-
-def epoch_header(metric_title: str, unit: str = "img") -> str:
-    """The column names above the epoch lines: the metric's as people write it, examples per
-    second in images (`img`) or texts (`ex`)."""
-    return " ".join(
-        f"{title.format(metric='val ' + metric_title, unit=unit):>{width}}" for title, width in EPOCH_COLUMNS
-    )
-
-
-def epoch_line(row: dict, epochs: int, score_key: str) -> str:
-    """One epoch as a line a person reads: fixed columns, a dash where val was not scored."""
-
-    def number(key: str, digits: int = 4) -> str:
-        value = row.get(key)
-        return "-" if value is None or value != value else f"{value:.{digits}f}"
-
-    cells = (
-        f"{row['epoch']}/{epochs}",
-        f"{row['lr']:.2e}",
-        number("loss"),
-        number("accuracy"),
-        number("val_loss"),
-        number("val_accuracy"),
-        number(score_key),
-        f"{row['images_per_second']:.0f}",
-        f"{row['seconds']:.1f}",
-    )
-    return " ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, EPOCH_COLUMNS, strict=True))
-
-
-class _EpochHooks(keras.callbacks.Callback):
-    """Keras `fit`'s side of the per-epoch work the custom loop does inline."""
-
-    def __init__(self, trainer: Trainer):
-        super().__init__()
-        self.trainer = trainer
-
-    def on_train_begin(self, logs=None):
-        if keras.backend.backend() != "tensorflow" or self.trainer.job.platform.replicas == 1:
-            return  # JAX's `fit` takes no tf.distribute iterator; one replica's iterator goes at once
-        train = self.model.train_function  # made by `fit` just before this call
-
-        def keeping_the_iterator(iterator):
-            if not _FIT_ITERATORS or _FIT_ITERATORS[-1] is not iterator:
-                _FIT_ITERATORS.append(iterator)
-            return train(iterator)
-
-        self.model.train_function = keeping_the_iterator
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.trainer._begin_epoch(epoch)
-        self.steps = 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.steps = batch + 1  # `batch` is the last step of the call (steps_per_execution)
-        if self.trainer.stop():
-            self.model.stop_training = True  # `fit` ends the epoch here; on_epoch_end saves the step
-
-    def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
-        trainer = self.trainer
-        done = self.steps
-        sums = {
-            "steps": done,
-            "loss_sum": float(logs.get("loss", 0.0)) * done,  # Keras's logs are the call's means
-            "right_sum": float(logs.get("accuracy", 0.0)) * done * trainer.job.global_batch,
-        }
-        trainer._end_steps(epoch, sums)

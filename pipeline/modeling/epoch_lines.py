@@ -1,0 +1,37 @@
+"""One epoch as a line a person reads: fixed columns under a header, a dash where val was not scored."""
+
+from __future__ import annotations
+
+EPOCH_COLUMNS = (  # (title, width) of each column of an epoch's line
+    ("epoch", 7), ("lr", 9), ("loss", 7), ("acc", 7), ("val loss", 9), ("val acc", 8), ("{metric}", 12),
+    ("{unit}/s", 6), ("s", 6),
+)  # fmt: skip
+
+
+def epoch_header(metric_title: str, unit: str = "img") -> str:
+    """The column names above the epoch lines: the metric's as people write it, examples per
+    second in images (`img`) or texts (`ex`)."""
+    return " ".join(
+        f"{title.format(metric='val ' + metric_title, unit=unit):>{width}}" for title, width in EPOCH_COLUMNS
+    )
+
+
+def epoch_line(row: dict, epochs: int, score_key: str) -> str:
+    """One epoch as a line a person reads: fixed columns, a dash where val was not scored."""
+
+    def number(key: str, digits: int = 4) -> str:
+        value = row.get(key)
+        return "-" if value is None or value != value else f"{value:.{digits}f}"
+
+    cells = (
+        f"{row['epoch']}/{epochs}",
+        f"{row['lr']:.2e}",
+        number("loss"),
+        number("accuracy"),
+        number("val_loss"),
+        number("val_accuracy"),
+        number(score_key),
+        f"{row['images_per_second']:.0f}",
+        f"{row['seconds']:.1f}",
+    )
+    return " ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, EPOCH_COLUMNS, strict=True))
