@@ -5,6 +5,7 @@
 #                                               fetch, then the rest of the job), then make test
 #   MAIN=only benchmarks/time_fresh_clone.sh    the main job alone
 #   COMPETITION=imdb MAIN=only ...              the main job of another competition
+#   RUNS=3 TARGET=test-fast ...                 three fresh clones in a row, each timed on make test-fast
 set -euo pipefail
 repo=$(git rev-parse --show-toplevel)
 dest=$(mktemp -d /tmp/petals-fresh.XXXXXX)
@@ -24,6 +25,21 @@ if [[ -n "${MAIN:-}" ]]; then
   grep -h -A1 '"metric"\|"val_macro_f1"' runs/*/metrics.json | head -4
   [[ "$MAIN" == only ]] && exit 0
 fi
-start=$(date +%s)
-make test
-echo "fresh clone: make test took $(( $(date +%s) - start )) s in $dest/petals"
+# RUNS=3: that many fresh clones in a row, each installed, then timed on TARGET (make test, or
+# test-fast); each run's pytest summary and seconds are printed, and the command fails if one does.
+target=${TARGET:-test}
+for run in $(seq "${RUNS:-1}"); do
+  if (( run > 1 )); then
+    dest=$(mktemp -d /tmp/petals-fresh.XXXXXX)
+    git clone --quiet "$repo" "$dest/petals"
+    cd "$dest/petals"
+  fi
+  make install >/dev/null
+  start=$(date +%s)
+  make "$target" 2>&1 | tee "$dest/make-$target.log" | tail -3
+  status=${PIPESTATUS[0]}
+  summary=$(grep -E "^=+ .*(passed|failed).* =+$" "$dest/make-$target.log" | tail -1 | tr -d '=')
+  echo "fresh clone $run of ${RUNS:-1} at $(git rev-parse --short HEAD): make $target took" \
+    "$(( $(date +%s) - start )) s:$summary (exit $status) in $dest/petals"
+  (( status == 0 )) || exit "$status"
+done

@@ -68,6 +68,7 @@ def test_the_converted_model_computes_what_the_package_model_computes(tmp_path, 
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # JAX compiles a whole ImageNet network
 def test_the_converted_weights_load_on_jax_and_give_the_same_outputs(tmp_path):
     path = tmp_path / "efficientnet-b0_noisy-student_notop.h5"
     package = package_weights("b0", path)

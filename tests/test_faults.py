@@ -30,9 +30,9 @@ from pipeline import cli
 from pipeline.core import lock
 from pipeline.core.config import load_config
 from pipeline.core.errors import Preempted
-from pipeline.modeling import preemption
+from pipeline.modeling import policy, preemption
 from pipeline.stages import train
-from tests.conftest import REPO, TINY, error_lines, run_python
+from tests.conftest import REPO, TINY, error_lines, foreign_lines, run_python
 from tests.faults import (
     in_private_mount,
     kill_during,
@@ -630,6 +630,41 @@ def test_a_fetch_killed_at_a_random_moment_reruns_to_the_same_data(tmp_path, see
         -9,
         "data.partial/ (the staging folder) and a stale data.lock, or nothing",
         f"fetches again; the same fingerprint as an undisturbed fetch ({len(seeds())} seeds)",
+        [tmp_path],
+    )
+
+
+@pytest.mark.parametrize("seed", seeds())
+def test_a_train_killed_at_a_random_moment_resumes_from_its_last_epoch(tiny_data_dir, tmp_path, seed):
+    overrides = ["train.epochs=4", "train.steps_per_epoch=10", "train.lr_ramp_epochs=2"]
+    args = _train_args(
+        tiny_data_dir, tmp_path, "--run", "killed", *[a for o in overrides for a in ("--set", o)]
+    )
+    command = _cli(*args)
+    # The epoch lines' header comes after the first epoch's checkpoint: kill -9 somewhere after it.
+    kill_during(command, ENV, "val loss", np.random.default_rng(seed).uniform(0.0, 1.5))
+    assert (tmp_path / "killed" / "checkpoints" / "latest.json").is_file()
+    again = subprocess.run(
+        command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=200, check=False
+    )
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert foreign_lines(again.stdout + again.stderr) == []  # the default output is petals' own
+    history = pd.read_csv(tmp_path / "killed" / "history.csv")
+    assert history["epoch"].tolist() == [1, 2, 3, 4]  # every epoch once, none redone twice
+    config = load_config(overrides=[*TINY, *overrides])
+    assert history["lr"].tolist() == pytest.approx(
+        [policy.learning_rate(e, config.train, 1) for e in range(4)]
+    )
+    assert json.loads((tmp_path / "killed" / "metrics.json").read_text())["epochs"] == 4
+    assert leftovers(tmp_path) == [] and not (tmp_path / "killed" / "writer.lock").exists()
+    record(
+        "kill -9 at a random moment",
+        "train",
+        "(nothing: the process is gone)",
+        -9,
+        "the last complete checkpoint (maybe a .partial and a stale writer.lock)",
+        f"takes the lock over, resumes after the last complete epoch; every epoch once in history.csv "
+        f"({len(seeds())} seeds)",
         [tmp_path],
     )
 

@@ -117,6 +117,7 @@ def test_an_interrupted_cached_run_resumes_from_its_cache(tiny_data_dir, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # JAX compiles a whole ImageNet network
 def test_the_feature_cache_trains_under_jax(tiny_data_dir, tmp_path):
     done = run_python(
         f"""

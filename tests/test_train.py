@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -18,7 +15,7 @@ from pipeline.core.config import TrainConfig, load_config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
 from pipeline.data import datasets
-from pipeline.modeling import policy, registry
+from pipeline.modeling import registry
 from pipeline.modeling.classifier import set_backbone_trainable
 from pipeline.modeling.inference import load_inference_model, predict_split
 from pipeline.modeling.losses import loss_function
@@ -26,12 +23,9 @@ from pipeline.modeling.optimizer import averaging
 from pipeline.modeling.trainer import Trainer
 from pipeline.stages import train
 from tests.conftest import (
-    REPO,
     TINY,
     TINY_SIZE,
     error_lines,
-    foreign_lines,
-    kill_at_first_checkpoint,
     run_python,
 )
 
@@ -113,31 +107,6 @@ def test_both_loops_train_on_8_logical_cpu_replicas_and_lower_the_loss(tiny_data
         assert history["lr"].tolist() == pytest.approx([0.0005 * 8] * 4)  # the peak scales with replicas
         assert history["val_loss"].iloc[-1] < history["val_loss"].iloc[0], (loop, history["val_loss"])
         assert history["loss"].iloc[-1] < history["loss"].iloc[0], (loop, history["loss"])
-
-
-@pytest.mark.slow
-def test_a_killed_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
-    args = _train_args(
-        tiny_data_dir, tmp_path, "--run", "killed",
-        "--set", "train.epochs=5", "--set", "train.steps_per_epoch=20", "--set", "train.lr_ramp_epochs=2",
-    )  # fmt: skip
-    command = [sys.executable, "-m", "pipeline", *args]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    kill_at_first_checkpoint(command, env, tmp_path / "killed")
-
-    second = subprocess.run(
-        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "resuming" in second.stderr
-    assert foreign_lines(second.stdout + second.stderr) == []  # the default output is petals' own
-    history = pd.read_csv(tmp_path / "killed" / "history.csv")
-    assert history["epoch"].tolist() == [1, 2, 3, 4, 5]  # every epoch once, none redone twice
-    config = load_config(overrides=[*TINY, "train.epochs=5", "train.lr_ramp_epochs=2"])
-    expected = [policy.learning_rate(e, config.train, 1) for e in range(5)]
-    assert history["lr"].tolist() == pytest.approx(expected)
-    metrics = json.loads((tmp_path / "killed" / "metrics.json").read_text())
-    assert metrics["epochs"] == 5 and np.isfinite(metrics["val_macro_f1"])
 
 
 @pytest.mark.slow
