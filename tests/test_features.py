@@ -13,7 +13,7 @@ from pipeline.modeling import efficientnet_lite, features, registry
 from pipeline.modeling.epoch_lines import epoch_header, epoch_line
 from pipeline.modeling.inference import predict_split
 from pipeline.stages import train
-from tests.conftest import TINY, TINY_SIZE, kill_at_first_checkpoint, run_python
+from tests.conftest import TINY, TINY_SIZE, run_python
 
 # Lite0 with its ImageNet weights at the tiny size, the head and two blocks trained on cached views.
 TRANSFER = [
@@ -93,26 +93,32 @@ def test_a_run_on_cached_views_scores_the_same_when_evaluated_on_images(cpu, tin
 
 
 @pytest.mark.slow
-def test_an_interrupted_cached_run_resumes_from_its_cache(tiny_data_dir, tmp_path):
-    from tests.conftest import REPO
+def test_an_interrupted_cached_run_resumes_from_its_cache(cpu, tiny_data_dir, tmp_path, caplog):
+    """Stopped (as SIGTERM stops it) once its first epoch is checkpointed: the rerun reads the
+    cached features instead of computing them again, and resumes."""
+    from pipeline.core.errors import Preempted
+    from pipeline.modeling import preemption
+    from pipeline.stages import train
 
-    args = ["train", "--data-dir", str(tiny_data_dir), "--runs-dir", str(tmp_path), "--run", "cached"]
-    args += ["--recipe", "default"]
-    for override in [*TRANSFER, "train.epochs=3"]:
-        args += ["--set", override]
-    import os
-    import subprocess
-    import sys
+    index = tmp_path / "cached" / "checkpoints" / "latest.json"
 
-    env = {**os.environ, "PYTHONPATH": str(REPO), "KERAS_BACKEND": "tensorflow"}
-    kill_at_first_checkpoint([sys.executable, "-m", "pipeline", *args], env, tmp_path / "cached")
+    class AfterTheFirstCheckpoint(preemption.StopRequest):
+        def __call__(self):
+            if index.is_file():
+                self.reason = self.reason or "a test stop"
+            return self.reason
+
+    config = load_config(overrides=[*TRANSFER, "train.epochs=3"])
+    with pytest.raises(Preempted):
+        train.fit(
+            train.prepare(config, cpu, tiny_data_dir, tmp_path, "cached", None),
+            0,
+            stop=AfterTheFirstCheckpoint(),
+        )
     assert (tmp_path / "cached" / features.FOLDER / "train.npz").is_file()
-    done = subprocess.run(
-        [sys.executable, "-m", "pipeline", *args], cwd=REPO, env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "train features cached already" in done.stdout + done.stderr
-    assert "resuming" in done.stdout + done.stderr
+    caplog.set_level("INFO")
+    train.fit(train.prepare(config, cpu, tiny_data_dir, tmp_path, "cached", None), verbose=0)
+    assert "train features cached already" in caplog.text and "resuming" in caplog.text
     assert pd.read_csv(tmp_path / "cached" / "history.csv")["epoch"].tolist() == [1, 2, 3]
 
 

@@ -128,3 +128,30 @@ def test_attached_sources_are_found_in_every_layout(tmp_path):
     )
     assert kaggle_input.find("dataset", "me/d", holds, "file.txt", root).path == root / "datasets/me/d"
     assert kaggle_input.find("dataset", "me/absent", lambda f: False, "nothing", root) is None
+
+
+def test_train_gets_the_sessions_limit_less_what_has_passed_and_a_reserve(monkeypatch):
+    import time
+
+    monkeypatch.setattr(template, "SETTINGS", {"time_limit": 9 * 3600})
+    started = time.perf_counter() - 600  # ten minutes of set-up and fetch
+    limit = float(template.time_limit(started)[1])
+    assert 9 * 3600 - 600 - 1620 - 5 <= limit <= 9 * 3600 - 600 - 1620  # 5% of 9 h kept for scoring
+    monkeypatch.setattr(template, "SETTINGS", {"time_limit": 3600})
+    assert float(template.time_limit(time.perf_counter())[1]) == pytest.approx(3600 - 900, abs=2)
+    monkeypatch.setattr(template, "SETTINGS", {})
+    assert template.time_limit(time.perf_counter()) == []
+
+
+def test_a_kernels_settings_carry_its_session_limit():
+    from competition import load_spec
+    from pipeline.core.config import load_config
+
+    config, spec = load_config("cpu"), load_spec("flowers")
+    for accelerator, timeout, expected in (
+        ("TpuV5E8", None, 9 * 3600),
+        ("NvidiaL4", None, 12 * 3600),
+        ("TpuV5E8", 7200, 7200),
+    ):
+        args = _args(accelerator, overrides=[], slug=None, tta=1, timeout=timeout)
+        assert kernel.kernel_settings(args, config, spec, "me/k")["time_limit"] == expected
