@@ -100,12 +100,19 @@ def test_an_earlier_versions_runs_are_copied_in_to_resume(tmp_path, settings, mo
     (earlier / "checkpoints").mkdir(parents=True)
     (earlier / "config.json").write_text(json.dumps({"recipe": "tpu"}))
     (earlier / "checkpoints" / "epoch-1.npz").write_bytes(b"state")
+    (earlier / "writer.lock").write_text('{"pid": 7, "host": "an-earlier-kernel"}')  # killed at its limit
+    (earlier / "checkpoints" / "ckpt-2.npz.partial").write_bytes(b"half")
     runs = tmp_path / "working" / template.RUNS
     (runs / "kept-run").mkdir(parents=True)
     settings["resume_from"] = ["me/petals-tpu", "me/not-attached"]
     args = argparse.Namespace(input=tmp_path / "input")
     restored = template.restore_runs(args, runs)
     assert (runs / "tpu-cnn-192-abc" / "checkpoints" / "epoch-1.npz").read_bytes() == b"state"
+    assert sorted(p.name for p in (runs / "tpu-cnn-192-abc").rglob("*")) == [
+        "checkpoints",
+        "config.json",
+        "epoch-1.npz",
+    ]
     assert restored == [
         f"tpu-cnn-192-abc from {kaggle_input.Found(tmp_path / 'input' / mounted, f'the layout {mounted}')}"
     ]

@@ -140,7 +140,14 @@ def restore_runs(args: argparse.Namespace, runs: Path) -> list[str]:
             continue
         for run in sorted((found.path / RUNS).iterdir()):
             if run.is_dir() and not (runs / run.name).exists():
-                shutil.copytree(run, runs / f".{run.name}.partial", dirs_exist_ok=True)
+                # The earlier version is over: its writer's lock (left by a kill at the time limit)
+                # names a process of another machine, which would refuse this version's train.
+                shutil.copytree(
+                    run,
+                    runs / f".{run.name}.partial",
+                    dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("writer.lock", "*.partial"),
+                )
                 (runs / f".{run.name}.partial").rename(runs / run.name)
                 restored.append(f"{run.name} from {found}")
     return restored
@@ -240,9 +247,21 @@ def run(args: argparse.Namespace, root: Path) -> int:
 
     if args.data_dir is None:
         sizes = ["--sizes", str(SETTINGS["image_size"])] if SETTINGS["image_size"] else []  # TFRecords
-        stage("fetch", "--source", "kaggle-input", "--kaggle-input", str(args.input), "--data-dir",
-              str(data_dir), "--competition", SETTINGS["competition"], "--slug", SETTINGS["slug"], *sizes,
-              "--no-progress")  # fmt: skip
+        stage(
+            "fetch",
+            "--source",
+            "kaggle-input",
+            "--kaggle-input",
+            str(args.input),
+            "--data-dir",
+            str(data_dir),
+            "--competition",
+            SETTINGS["competition"],
+            "--slug",
+            SETTINGS["slug"],
+            *sizes,
+            "--no-progress",
+        )
     common = ["--data-dir", str(data_dir), "--runs-dir", str(runs), "--strategy", args.strategy, *config]
     try:
         stage("train", *common, *time_limit(started))
