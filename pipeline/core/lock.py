@@ -67,7 +67,11 @@ def _read(path: Path) -> dict | None:
 
 def _try_take(path: Path, me: dict) -> bool:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")
-    tmp.write_text(json.dumps(me) + "\n")
+    try:
+        tmp.write_text(json.dumps(me) + "\n")
+    except OSError as err:  # name the folder the user chose, not the lock's own temporary file
+        tmp.unlink(missing_ok=True)
+        raise OSError(err.errno, err.strerror, str(path.parent)) from err
     try:
         os.link(tmp, path)  # atomic, and fails when a lock is there
         return True
