@@ -33,7 +33,7 @@ RECIPE = [
     "--recipe",
     "cnn",
     "--set",
-    "data.image_size=64",
+    "data.input_size=64",
     "--set",
     "train.epochs=4",
     "--set",
@@ -65,6 +65,8 @@ def one_sample(code: Path, data_dir: Path, runs: Path, rng: np.random.Generator)
     # Wait for the first epoch's checkpoint, then signal somewhere in a later epoch.
     while not (checkpoints / "ckpt-1.npz").is_file() and proc.poll() is None:
         time.sleep(0.02)
+    if proc.poll() is not None:
+        raise SystemExit(f"train ended before its first checkpoint: {proc.communicate()[1][-2000:]}")
     epoch_seconds = float(pd.read_csv(runs / "bench" / "history.csv")["seconds"].iloc[0])
     time.sleep(rng.uniform(0.1, 1.9) * epoch_seconds)
     signalled = time.time()
