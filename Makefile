@@ -14,7 +14,7 @@ GCS_PATH    ?=#                  gs:// folder of the competition's files, for SO
 SIZE        ?= 192#              synthetic image size (pixels)
 SEED        ?= 0#                synthetic dataset seed
 SCALE       ?=#                  synthetic dataset size multiplier (default: each dataset's own)
-FORCE       ?=#                  FORCE=1 fetches again over a complete data dir
+FORCE       ?=#                  FORCE=1 fetches again over a complete data dir; make submit: uploads a file already uploaded
 RECIPE      ?= auto#             recipe: competition/recipes/<RECIPE>.toml; auto: tpu, gpu or cpu by accelerator
 SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 data.batch_size=32"
 INSPECT_DIR ?= runs/inspect$(if $(filter-out flowers,$(COMPETITION)),-$(COMPETITION))#     where `make inspect` writes batch.png and class_counts.csv
@@ -157,7 +157,7 @@ ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1
 
 submit: $(if $(and $(CHAIN),$(if $(FILE),,1)),predict) | $(STAMP) ## check and upload FILE (default: the newest CSV); a dry run without credentials
 	$(PY) -m pipeline submit --competition $(COMPETITION) --data-dir $(DATA) --submissions-dir $(SUBMISSIONS) $(if $(FILE),--file $(FILE)) \
-		$(if $(MESSAGE),--message "$(MESSAGE)") $(if $(SLUG),--slug $(SLUG))
+		$(if $(MESSAGE),--message "$(MESSAGE)") $(if $(SLUG),--slug $(SLUG)) $(if $(FORCE),--force)
 
 leaderboard: | $(STAMP) ## print the offline leaderboard and plot it (SUBMISSIONS/leaderboard.png)
 	$(PY) -m pipeline leaderboard --competition $(COMPETITION) --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))

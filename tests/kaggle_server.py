@@ -30,6 +30,7 @@ class Behaviour:
     fail_with: list[int] = field(default_factory=list)  # statuses to answer, one per request, first
     requests: list[dict] = field(default_factory=list)
     uploads: dict[str, bytes] = field(default_factory=dict)  # upload token -> the bytes PUT there
+    file_names: dict[str, str] = field(default_factory=dict)  # upload token -> the file's name
     created: list[dict] = field(default_factory=list)  # CreateSubmission requests that succeeded
     submissions: list[dict] = field(default_factory=list)  # what ListSubmissions answers
     kernel_status: str = "COMPLETE"  # what GetKernelSessionStatus answers
@@ -81,6 +82,7 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "StartSubmissionUpload":
             token = f"blob-{len(self.behaviour.uploads) + 1}"
             self.behaviour.uploads[token] = b""
+            self.behaviour.file_names[token] = payload.get("fileName", "")
             url = f"http://localhost:{PORT}/upload/{token}"
             return self._json({"token": token, "createUrl": url})
         if method == "CreateSubmission":
@@ -90,6 +92,14 @@ class _Handler(BaseHTTPRequestHandler):
                 )
             self.behaviour.created.append(payload)
             ref = 1000 + len(self.behaviour.created)
+            self.behaviour.submissions.append(  # what ListSubmissions answers from now on
+                {
+                    "ref": ref,
+                    "fileName": self.behaviour.file_names.get(payload.get("blobFileTokens"), ""),
+                    "description": payload.get("submissionDescription", ""),
+                    "status": "PENDING",
+                }
+            )
             return self._json({"message": "Successfully submitted to the test server", "ref": ref})
         if method == "ListSubmissions":
             return self._json({"submissions": self.behaviour.submissions})

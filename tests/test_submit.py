@@ -200,3 +200,42 @@ def test_a_dry_run_on_local_data_starts_without_tensorflow(csv, tiny_data_dir, t
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "0 False False"
+
+
+def test_an_upload_kaggle_accepted_before_a_kill_is_recorded_not_sent_again(
+    submit, csv, tiny_data_dir, kaggle_env
+):
+    """The process died between Kaggle's answer and the leaderboard row: its intent file is there,
+    and Kaggle lists the file with the same description, so the rerun records that submission."""
+    from pipeline.core.files import sha256
+
+    message = "petals tiny-run"
+    intent = csv.with_name(f".{csv.name}.submitting.json")
+    intent.write_text(json.dumps({"sha256": sha256(csv), "slug": SLUG, "message": message}))
+    listed = {"ref": 1077, "fileName": csv.name, "description": message, "status": "PENDING"}
+    behaviour = Behaviour(submissions=[listed])
+    with KaggleTestServer(behaviour):
+        result = submit(csv, tiny_data_dir, kaggle_env, "--message", message)
+    assert result.returncode == 0, result.stderr
+    assert behaviour.uploads == {} and behaviour.created == []  # nothing sent twice
+    assert "found on Kaggle, not sent again (ref 1077)" in result.stdout
+    row = leaderboard.read(csv.parent / leaderboard.BOARD).set_index("entry").loc["tiny-run"]
+    assert row["submission_ref"] == "1077" and not intent.exists()
+
+    intent.write_text(json.dumps({"sha256": "another file", "slug": SLUG, "message": message}))
+    with KaggleTestServer(behaviour):  # asked again on purpose, an intent for other bytes: it is sent
+        assert submit(csv, tiny_data_dir, kaggle_env, "--message", message, "--force").returncode == 0
+    assert len(behaviour.created) == 1 and not intent.exists()
+
+
+def test_a_rerun_does_not_upload_the_same_bytes_twice_unless_forced(submit, csv, tiny_data_dir, kaggle_env):
+    behaviour = Behaviour()
+    with KaggleTestServer(behaviour):
+        assert submit(csv, tiny_data_dir, kaggle_env).returncode == 0
+        again = submit(csv, tiny_data_dir, kaggle_env)
+        assert again.returncode == 0 and len(behaviour.created) == 1
+        assert again.stdout.startswith(f"ALREADY UPLOADED {csv} to 'tpu-getting-started' (ref 1001)")
+        assert submit(csv, tiny_data_dir, kaggle_env, "--force").returncode == 0
+    assert len(behaviour.created) == 2
+    row = leaderboard.read(csv.parent / leaderboard.BOARD).set_index("entry").loc["tiny-run"]
+    assert row["submission_ref"] == "1002"

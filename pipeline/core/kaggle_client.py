@@ -261,6 +261,19 @@ def download_competition(slug: str, dest: Path, *, retries: int = 3, quiet: bool
     return archives[0]
 
 
+def find_submission(slug: str, file_name: str, message: str) -> Any | None:
+    """Your submission to `slug` of `file_name` with this description, newest first, or None."""
+    submissions = with_client(
+        lambda client: client.competition_submissions(slug, page_size=100) or [],
+        slug=slug,
+        action=f"listing your submissions to {slug!r}",
+    )
+    return next(
+        (s for s in submissions if (s.file_name or "") == file_name and (s.description or "") == message),
+        None,
+    )
+
+
 def submit_file(path: Path, slug: str, message: str, *, retries: int = 3) -> Any:
     """Upload a submission CSV with the official client; its answer (`message`, `ref`).
 

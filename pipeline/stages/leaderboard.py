@@ -55,6 +55,7 @@ COLUMNS = [
     "submission",
     "submitted_at",
     "submission_ref",
+    "submission_sha256",  # the bytes uploaded: the same file is not sent twice without --force
     "public_score",
     "private_score",
     "kaggle_status",

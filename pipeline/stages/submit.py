@@ -39,13 +39,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--slug", default=None, help="Kaggle competition slug (default: the data's, else the spec's first)"
     )
     parser.add_argument("--retries", type=int, default=3, help="attempts on server errors and timeouts")
+    parser.add_argument(
+        "--force", action="store_true", help="upload a file again that was already uploaded (FORCE=1)"
+    )
 
 
 def run(args: argparse.Namespace) -> None:
     from competition import load_spec
     from competition.submission import SubmissionError, check_submission
     from pipeline.core import kaggle_client
-    from pipeline.core.files import sha256
+    from pipeline.core.files import sha256, write_json
     from pipeline.data.manifest import read_manifest
     from pipeline.stages import leaderboard
     from pipeline.stages.predict import sample_ids
@@ -105,20 +108,62 @@ def run(args: argparse.Namespace) -> None:
         )
     if args.retries < 1:
         raise PetalsError(f"--retries {args.retries}: must be at least 1")
-    log.info("submit: uploading %s (credentials from %s)", what, credentials)
-    answer = kaggle_client.submit_file(path, slug, message, retries=args.retries)
+    board = leaderboard.board_file(args.submissions_dir, spec.name)
+    done = _uploaded_before(board, entry, digest)
+    if done and not args.force:  # a rerun: Kaggle counts every upload against the day's limit
+        print(f"ALREADY UPLOADED {path} to {slug!r} (ref {done}); FORCE=1 (--force) uploads it again")
+        return
+    # An upload Kaggle accepted is recorded once even if this process is killed before writing its
+    # row: the intent is written first, and a rerun that finds it asks Kaggle before uploading again.
+    intent = path.with_name(f".{path.name}.submitting.json")
+    ref, said = _already_submitted(intent, path, digest, slug, message), "found on Kaggle, not sent again"
+    if ref is None:
+        log.info("submit: uploading %s (credentials from %s)", what, credentials)
+        write_json(intent, {"sha256": digest, "slug": slug, "message": message, "started": leaderboard.now()})
+        answer = kaggle_client.submit_file(path, slug, message, retries=args.retries)
+        ref, said = answer.ref, answer.message or "accepted"
     leaderboard.update(
-        leaderboard.board_file(args.submissions_dir, spec.name),
+        board,
         entry,
         submission=str(path),
         submitted_at=leaderboard.now(),
-        submission_ref=str(answer.ref) if answer.ref else None,
+        submission_ref=str(ref) if ref else None,
+        submission_sha256=digest,
     )
+    intent.unlink(missing_ok=True)
     print(
-        f"UPLOADED {path} to {slug!r}: {answer.message or 'accepted'} (ref {answer.ref}); "
+        f"UPLOADED {path} to {slug!r}: {said} (ref {ref}); "
         "`make leaderboard-sync` fetches its public score once Kaggle has scored it"
     )
     print(closing_summary(args.submissions_dir, spec.name, provenance, path, summary.rows, slug, False))
+
+
+def _uploaded_before(board: Path, entry: str, digest: str) -> str | None:
+    """The ref under which these very bytes were uploaded for `entry`, or None."""
+    from pipeline.stages import leaderboard
+
+    table = leaderboard.read(board)
+    rows = table[(table["entry"] == entry) & (table["submission_sha256"].astype(str) == digest)]
+    refs = rows["submission_ref"].dropna().astype(str)
+    return refs.iloc[0] if len(refs) else None
+
+
+def _already_submitted(intent: Path, path: Path, digest: str, slug: str, message: str) -> str | None:
+    """The ref of this very file's submission when an earlier submit of it was stopped after it
+    began uploading (its intent file is there) and Kaggle lists it; None when it must be sent."""
+    from pipeline.core import kaggle_client
+
+    try:
+        earlier = json.loads(intent.read_text())
+    except (OSError, ValueError):
+        return None
+    if (earlier.get("sha256"), earlier.get("slug"), earlier.get("message")) != (digest, slug, message):
+        return None
+    found = kaggle_client.find_submission(slug, path.name, message)
+    if found is None:
+        return None
+    log.info("submit: an earlier submit of %s was stopped after Kaggle accepted it (ref %s)", path, found.ref)
+    return str(found.ref)
 
 
 def predicted(spec, summary) -> str:
