@@ -810,3 +810,19 @@ def test_a_kaggle_server_that_stops_answering_times_out_is_retried_then_one_line
         "each request gives up after PETALS_KAGGLE_TIMEOUT s (120) and is retried; a later rerun downloads",
         [tmp_path],
     )
+
+
+def test_sigint_is_noted_while_the_loops_run_and_stops_at_once_outside_them():
+    """Ctrl-C takes the same path as SIGTERM: noted between steps, at once elsewhere, at once again
+    on a second signal; the watchdog stands down once the stop is saved."""
+    stop = preemption.StopRequest(grace=0.2)
+    with pytest.raises(Preempted, match="stopped by SIGINT outside the training steps"):
+        stop.signalled(signal.SIGINT, None)
+    stop = preemption.StopRequest(grace=0.2)
+    stop.deferring = True
+    stop.signalled(signal.SIGINT, None)  # noted: the loops save at their step
+    assert stop() == "SIGINT"
+    stop.finished.set()  # the checkpoint was saved in time: the watchdog must not end the process
+    time.sleep(0.4)
+    with pytest.raises(Preempted, match="stopped by a second SIGINT"):
+        stop.signalled(signal.SIGINT, None)

@@ -5,8 +5,9 @@ notebook at its time limit; a person presses Ctrl-C. While the training loops ru
 only noted: both loops (Keras `fit` and the custom loop, on either backend) look at it between
 steps, save a checkpoint at the step they reached, and the run ends with `Preempted`, which the
 CLI turns into one line and exit code 75. The rerun resumes from that step, so what is lost is
-at most the step in flight. Outside the loops (building, the feature cache's pass) a signal
-stops the stage at once: nothing there is lost that the rerun does not redo.
+at most the step in flight. Outside the loops (building, the feature cache's pass, the outputs
+after the last epoch) a signal stops the stage at once: nothing there is lost that the rerun
+does not redo.
 
 If saving takes longer than `grace` seconds after the signal (a stalled disk), the process exits
 anyway with the same code: the previous checkpoint is still whole, since checkpoints are
@@ -55,7 +56,10 @@ class StopRequest:
             raise Preempted(f"stopped by a second {name}; rerun the same command to resume")
         if not self.deferring:
             self.reason = name
-            raise Preempted(f"stopped by {name} before training began; rerun the same command to resume")
+            raise Preempted(
+                f"stopped by {name} outside the training steps (finished epochs are kept); "
+                "rerun the same command to resume"
+            )
         self.reason = name
         log.warning("train: %s received: saving a checkpoint at the current step", name)
         threading.Thread(target=self._watchdog, name="preemption-watchdog", daemon=True).start()
