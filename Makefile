@@ -200,8 +200,9 @@ test: $(STAMP) ## run the test suite (what CI runs), all but the heavy tier
 # The heavy tier runs alone, one test at a time, here and in CI: the runs that occupy every core
 # (8 TensorFlow or JAX CPU replicas, whose duration rides on how the OS schedules their threads
 # beside other work: 33 s alone, 300 s beside another worker; the two backends training side by
-# side), JAX compiling a whole ImageNet network or the LSTM (a quarter of TensorFlow's speed on this CPU; Lite0's
-# weights on JAX stay in `make test`), and the registry sweep's larger siblings (B1-B7, V2-B1..L:
+# side), a JAX process compiling a whole network (ImageNet convnets, the text networks: JAX runs
+# them at a quarter of TensorFlow's speed on this CPU; the fault suite's JAX stop and resume of
+# both loops stays in `make test`), and the registry sweep's larger siblings (B1-B7, V2-B1..L:
 # their smallest builds in `make test`).
 test-heavy: $(STAMP) ## the heavy tier: 8-replica runs, backends side by side, the whole registry; one at a time (CI runs it too)
 	$(PY) -m pytest -m heavy $(PYTEST_ARGS)

@@ -67,6 +67,7 @@ def test_the_wrong_preprocessing_would_fail_the_known_answers():
     assert sum(right) <= 1
 
 
+@pytest.mark.heavy  # JAX compiles a whole ImageNet network
 def test_the_weights_give_the_same_logits_on_jax_as_on_tensorflow(lite0_imagenet, tmp_path):
     cat = photo("chelsea", 224)
     np.save(tmp_path / "cat.npy", cat)

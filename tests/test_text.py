@@ -151,7 +151,7 @@ def _on_backend(backend: str, helper: str, *args) -> dict:
     ("network", "backend"),
     [
         ("ngrams", "tensorflow"),
-        ("ngrams", "jax"),
+        pytest.param("ngrams", "jax", marks=pytest.mark.heavy),  # a JAX process: the heavy tier
         pytest.param("bilstm", "tensorflow", marks=pytest.mark.slow),
         # JAX compiles the LSTM's scan at about a quarter of TensorFlow's speed here: the heavy tier.
         pytest.param("bilstm", "jax", marks=[pytest.mark.slow, pytest.mark.heavy]),
