@@ -60,6 +60,22 @@ def _here(capsys, *args: str) -> tuple[int, list[str], str]:
     return code, error_lines(err), err
 
 
+def _tiny_fetch(data_dir: Path) -> list[str]:
+    """`fetch` of the embedded flowers at 32 px, a twentieth of their number: a few seconds."""
+    return [
+        "fetch",
+        "--source",
+        "synthetic",
+        "--data-dir",
+        str(data_dir),
+        "--size",
+        "32",
+        "--scale",
+        "0.05",
+        "--no-progress",
+    ]
+
+
 def _history(run_dir: Path) -> list[int]:
     return pd.read_csv(run_dir / "history.csv")["epoch"].tolist()
 
@@ -134,8 +150,7 @@ def test_a_second_train_of_a_run_is_refused_and_a_dead_holder_is_taken_over(
 def test_a_second_fetch_of_a_data_dir_is_refused(tmp_path, capsys, live_holder):
     data_dir = tmp_path / "data"
     _lock_file(tmp_path / "data.lock", live_holder.pid, "fetch")
-    args = ["fetch", "--source", "synthetic", "--data-dir", str(data_dir), "--size", "32", "--scale", "0.05"]
-    code, lines, _ = _here(capsys, *args, "--no-progress")
+    code, lines, _ = _here(capsys, *_tiny_fetch(data_dir))
     assert code == 2 and len(lines) == 1 and f"in use by pid {live_holder.pid}" in lines[0], lines
     assert not data_dir.exists() and not (tmp_path / "data.partial").exists()
     record(
@@ -479,21 +494,7 @@ def test_a_data_dir_this_user_may_not_write_is_one_line(tmp_path):
         for path, mode in ((shared, 0o755), (shared / "locked", 0o555), (shared / "home", 0o777)):
             path.chmod(mode)
         data_dir = shared / "locked" / "data"
-        command = [
-            sys.executable,
-            "-m",
-            "pipeline",
-            "fetch",
-            "--source",
-            "synthetic",
-            "--data-dir",
-            str(data_dir),
-            "--size",
-            "32",
-            "--scale",
-            "0.05",
-            "--no-progress",
-        ]
+        command = [sys.executable, "-m", "pipeline", *_tiny_fetch(data_dir)]
         env = {
             **os.environ,
             "PYTHONPATH": str(REPO),
@@ -597,18 +598,7 @@ def undisturbed_fetch(tmp_path_factory, spec) -> str:
 @pytest.mark.parametrize("seed", seeds())
 def test_a_fetch_killed_at_a_random_moment_reruns_to_the_same_data(tmp_path, seed, undisturbed_fetch):
     data_dir = tmp_path / "data"
-    command = _cli(
-        "fetch",
-        "--source",
-        "synthetic",
-        "--data-dir",
-        str(data_dir),
-        "--size",
-        "32",
-        "--scale",
-        "0.05",
-        "--no-progress",
-    )
+    command = _cli(*_tiny_fetch(data_dir))
     delay = np.random.default_rng(seed).uniform(0.0, 1.5)
     kill_during(command, ENV, "fetch: source synthetic", delay)
     again = subprocess.run(
