@@ -5,19 +5,19 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-# ---- knobs (override on the command line: make fetch SOURCE=kaggle DATA=/data/flowers)
-DATA        ?= data$(if $(filter-out flowers,$(COMPETITION)),-$(COMPETITION))#  data dir (data-<competition> for the others): the data, or a manifest pointing at it
+# ---- knobs (override on the command line: make fetch SOURCE=kaggle DATA=/data/mine)
+DATA        ?= data-$(COMPETITION)#  data dir: the data, or a manifest pointing at it
 SOURCE      ?= auto#             auto | kaggle | dir | gcs | kaggle-input | synthetic
 DATA_FROM   ?=#                  SOURCE=dir: your copy of the competition (its zip as Kaggle serves it, or a folder)
-COMPETITION ?= flowers#          competition spec under competition/
+COMPETITION ?= flowers#          competition/<COMPETITION>/: its file, classes and recipes
 GCS_PATH    ?=#                  gs:// folder of the competition's files, for SOURCE=gcs
 SIZE        ?= 192#              synthetic image size (pixels)
 SEED        ?= 0#                synthetic dataset seed
 SCALE       ?=#                  synthetic dataset size multiplier (default: each dataset's own)
 FORCE       ?=#                  FORCE=1 fetches again over a complete data dir; make submit: uploads a file already uploaded
-RECIPE      ?= auto#             recipe: competition/recipes/<RECIPE>.toml; auto: tpu, gpu or cpu by accelerator
+RECIPE      ?= auto#             recipe: competition/<COMPETITION>/recipes/<RECIPE>.toml, else its task's; auto: tpu, gpu or cpu by accelerator
 SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 data.batch_size=32"
-INSPECT_DIR ?= runs/inspect$(if $(filter-out flowers,$(COMPETITION)),-$(COMPETITION))#     where `make inspect` writes batch.png and class_counts.csv
+INSPECT_DIR ?= runs/inspect-$(COMPETITION)#     where `make inspect` writes batch.png and class_counts.csv
 RUNS_DIR    ?= runs#             run directories (make train)
 RUN         ?=#                  run id (default: recipe, backbone, size and a config hash)
 BACKEND     ?= auto#             Keras backend: auto (TensorFlow, or JAX where only JAX drives the TPU) | tensorflow | jax
@@ -33,11 +33,11 @@ SUBMISSIONS ?= submissions#      submission CSVs and the offline leaderboard
 FILE        ?=#                  make submit: the CSV (default: the newest in SUBMISSIONS)
 MESSAGE     ?=#                  make submit: the submission description
 SLUG        ?=#                  Kaggle competition slug (default: the data's)
-KERNEL      ?=#                  kernel folder and slug under kernels/ (default: petals-<recipe>; petals-<COMPETITION>-<recipe> beyond flowers)
+KERNEL      ?=#                  kernel folder and slug under kernels/ (default: petals-<COMPETITION>-<recipe>)
 OWNER       ?=#                  Kaggle user owning the kernel (default: the credentials' username)
 ACCELERATOR ?= TpuV5E8#          kernel accelerator: TpuV5E8 TpuV6E8 NvidiaTeslaT4 NvidiaL4 NvidiaH100 ... None (CPU)
 KERNEL_TYPE ?= script#           script | notebook
-INTERNET    ?= on#               the kernel's internet (pretrained weights download): on | off
+INTERNET    ?=#                  the kernel's internet (pretrained weights download): on | off (default on; off for a code competition)
 DATASETS    ?=#                  datasets to attach, e.g. DATASETS="me/b7-weights"
 MODELS      ?=#                  Kaggle models to attach, e.g. MODELS="keras/bert/keras/bert_base_multi/2"
 TIMEOUT     ?=#                  kernel: its longest run, seconds (default: Kaggle's session limit); training stops with a checkpoint before it
@@ -69,7 +69,7 @@ endif
 fetch_ARGS := --source $(SOURCE) --data-dir $(DATA) --competition $(COMPETITION) \
 	--size $(SIZE) --seed $(SEED) $(if $(SCALE),--scale $(SCALE)) $(if $(DATA_FROM),--from $(DATA_FROM)) $(if $(GCS_PATH),--gcs-path $(GCS_PATH)) $(if $(FORCE),--force)
 
-config_ARGS := --recipe $(RECIPE) $(if $(filter-out flowers,$(COMPETITION)),--set competition=$(COMPETITION)) $(foreach s,$(SET),--set $(s))
+config_ARGS := --recipe $(RECIPE) --set competition=$(COMPETITION) $(foreach s,$(SET),--set $(s))
 inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(device_ARGS) $(config_ARGS)
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
@@ -127,7 +127,7 @@ endif
 
 fetch: $(DATA)/manifest.json ## fetch and verify the competition's data into DATA (SOURCE=auto|kaggle|dir|gcs|kaggle-input|synthetic)
 
-$(INSPECT_DIR)/batch.png: $(DATA)/manifest.json $(ARGS_DIR)/inspect.args $(wildcard competition/recipes/*.toml)
+$(INSPECT_DIR)/batch.png: $(DATA)/manifest.json $(ARGS_DIR)/inspect.args $(wildcard competition/$(COMPETITION)/recipes/*.toml)
 	$(PY) -m pipeline inspect $(inspect_ARGS)
 
 inspect: $(INSPECT_DIR)/batch.png ## PNG grid of one augmented training batch + per-class counts (RECIPE=, SET=)
@@ -155,18 +155,18 @@ ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1
 	$(PY) -m pipeline ensemble --runs $(RUNS) $(if $(WEIGHTS),--weights $(WEIGHTS)) $(if $(SEARCH),--search) \
 		--tta $(TTA) --data-dir $(DATA) --runs-dir $(RUNS_DIR) --submissions-dir $(SUBMISSIONS) $(device_ARGS)
 
-submit: $(if $(and $(CHAIN),$(if $(FILE),,1)),predict) | $(STAMP) ## check and upload FILE (default: the newest CSV); a dry run without credentials
-	$(PY) -m pipeline submit --competition $(COMPETITION) --data-dir $(DATA) --submissions-dir $(SUBMISSIONS) $(if $(FILE),--file $(FILE)) \
-		$(if $(MESSAGE),--message "$(MESSAGE)") $(if $(SLUG),--slug $(SLUG)) $(if $(FORCE),--force)
+submit: $(if $(and $(CHAIN),$(if $(FILE),,1)),predict) | $(STAMP) ## check and upload FILE (default: the newest CSV); a code competition: push the kernel, wait, submit its output; a dry run without credentials
+	$(PY) -m pipeline submit --competition $(COMPETITION) --data-dir $(DATA) --submissions-dir $(SUBMISSIONS) $(if $(FILE),--file $(FILE)) --kernels-dir kernels --recipe $(RECIPE) --accelerator $(ACCELERATOR) \
+		$(if $(KERNEL),--kernel $(KERNEL)) $(if $(MESSAGE),--message "$(MESSAGE)") $(if $(SLUG),--slug $(SLUG)) $(if $(FORCE),--force)
 
-leaderboard: | $(STAMP) ## print the offline leaderboard and plot it (SUBMISSIONS/leaderboard.png)
+leaderboard: | $(STAMP) ## print the offline leaderboard and plot it (SUBMISSIONS/leaderboard-<COMPETITION>.png)
 	$(PY) -m pipeline leaderboard --competition $(COMPETITION) --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
 
 leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into the leaderboard, then print it
 	$(PY) -m pipeline leaderboard --sync --competition $(COMPETITION) --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
 
-kernel_ARGS := --recipe $(RECIPE) $(if $(filter-out flowers,$(COMPETITION)),--set competition=$(COMPETITION)) $(foreach s,$(SET),--set $(s)) $(if $(KERNEL),--name $(KERNEL)) \
-	$(if $(OWNER),--owner $(OWNER)) --accelerator $(ACCELERATOR) --kernel-type $(KERNEL_TYPE) --internet $(INTERNET) \
+kernel_ARGS := --recipe $(RECIPE) --set competition=$(COMPETITION) $(foreach s,$(SET),--set $(s)) $(if $(KERNEL),--name $(KERNEL)) \
+	$(if $(OWNER),--owner $(OWNER)) --accelerator $(ACCELERATOR) --kernel-type $(KERNEL_TYPE) $(if $(INTERNET),--internet $(INTERNET)) \
 	$(foreach d,$(DATASETS),--dataset $(d)) $(foreach m,$(MODELS),--model $(m)) $(foreach k,$(RESUME_FROM),--resume-from $(k)) --tta $(TTA) \
 	$(if $(SLUG),--slug $(SLUG)) --submissions-dir $(SUBMISSIONS) $(if $(TIMEOUT),--timeout $(TIMEOUT))
 

@@ -43,7 +43,7 @@ def main() -> None:
         generate = time.perf_counter() - started
         if done.returncode != 0:
             sys.exit(f"bench_kernel: {' '.join(command)} failed:\n{done.stderr[-3000:]}")
-        script = Path(tmp) / f"petals-{args.recipe}" / "petals_kernel.py"
+        script = Path(tmp) / f"petals-flowers-{args.recipe}" / "petals_kernel.py"
         working = Path(tmp) / "working"
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         run = [

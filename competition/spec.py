@@ -1,7 +1,10 @@
-"""The competition spec: one frozen dataclass loaded from `competition/<name>.toml`.
+"""The competition spec: one frozen dataclass loaded from `competition/<name>/competition.toml`.
 
-Pipeline code reads everything competition-specific from here, so a competition
-of a known kind of data needs only a new TOML file and class list.
+A competition is its folder: `competition.toml` names its task (pipeline/tasks/) and its data
+format (pipeline/data/formats/), `classes.txt` lists its classes in id order, and `recipes/`
+holds the recipes it overrides (the task's cpu, gpu and tpu recipes serve otherwise). Pipeline
+code reads everything competition-specific from here, so a competition of a known task and
+format needs only its file and class list.
 """
 
 from __future__ import annotations
@@ -10,20 +13,23 @@ import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
-from competition.layouts import (
-    KINDS,
-    DataLayout,
-    ImageFolderLayout,
-    RecordLayout,
-    TableFilesLayout,
-    layout_from,
-)
 from competition.metric import Metric, get_metric
+from pipeline.data.formats import Format, get_format
+from pipeline.data.formats.image_folder import ImageFolderLayout
+from pipeline.data.formats.records import RecordLayout
+from pipeline.data.formats.table import TableFilesLayout
+from pipeline.tasks import Task, get_task
 
 SPEC_DIR = Path(__file__).resolve().parent
 DEFAULT_COMPETITION = "flowers"
+SPEC_FILE = "competition.toml"
+CLASSES_FILE = "classes.txt"
 SUBMISSION_VALUES = ("class", "probability")  # a class id per row, or the probability of class 1
+# How Kaggle takes a submission: a CSV uploaded through the API, or (a code competition) the
+# submission file a notebook version writes, sent with the API's code-submission call.
+SUBMITTED_BY = ("file", "code")
 
 
 @dataclass(frozen=True)
@@ -33,8 +39,9 @@ class CompetitionSpec:
     slugs: tuple[str, ...]
     classes: tuple[str, ...]
     metric: Metric
-    kind: str  # one of layouts.KINDS
-    layout: DataLayout = field(hash=False)
+    task: Task  # the kind of problem (pipeline/tasks/)
+    format: Format  # how its files are laid out (pipeline/data/formats/)
+    layout: Any = field(hash=False)  # the format's layout of `[data.<format>]`
     splits: tuple[str, ...]
     labeled_splits: tuple[str, ...]
     sample_submission: str
@@ -42,9 +49,16 @@ class CompetitionSpec:
     id_column: str
     label_column: str
     submission_value: str  # one of SUBMISSION_VALUES
+    submitted_by: str  # one of SUBMITTED_BY
+    submission_file: str  # the file a code competition's notebook writes (submission.csv)
     # Training transforms (AugmentConfig's names) after which an example keeps its label: a
     # mirrored flower is the same flower, a mirrored digit or sentence may not be.
     keeps_label: frozenset[str]
+
+    @property
+    def code_competition(self) -> bool:
+        """Scored by running a notebook (internet off) on the hidden test set, not by a CSV upload."""
+        return self.submitted_by == "code"
 
     @property
     def num_classes(self) -> int:
@@ -59,8 +73,8 @@ class CompetitionSpec:
 
     @property
     def modality(self) -> str:
-        """What a model reads: "image" (records, image folders) or "text" (tables)."""
-        return "text" if self.kind == "table" else "image"
+        """What a model reads: "image" or "text" (its task's)."""
+        return self.task.modality
 
     @property
     def score_key(self) -> str:
@@ -82,7 +96,7 @@ class CompetitionSpec:
 
     def _layout(self, kind: type):
         if not isinstance(self.layout, kind):
-            raise ValueError(f"competition {self.name} has {self.kind} data, not {kind.__name__}")
+            raise ValueError(f"competition {self.name} has {self.format.name} data, not {kind.__name__}")
         return self.layout
 
 
@@ -93,12 +107,26 @@ def _read_classes(path: Path) -> tuple[str, ...]:
     return names
 
 
+def competition_file(name: str) -> Path:
+    """`competition/<name>/competition.toml`, or `name` itself when it is a path to a TOML file."""
+    return Path(name) if name.endswith(".toml") else SPEC_DIR / name / SPEC_FILE
+
+
+def competition_folder(name: str) -> Path:
+    """The folder holding a competition's file, class list and recipes."""
+    return competition_file(name).parent
+
+
+def known_competitions() -> list[str]:
+    return sorted(p.parent.name for p in SPEC_DIR.glob(f"*/{SPEC_FILE}"))
+
+
 @cache
 def load_spec(name: str = DEFAULT_COMPETITION) -> CompetitionSpec:
-    """Load `competition/<name>.toml` (or a path to a TOML file) into a CompetitionSpec."""
-    path = Path(name) if name.endswith(".toml") else SPEC_DIR / f"{name}.toml"
+    """Load `competition/<name>/competition.toml` (or a path to a TOML file) into a CompetitionSpec."""
+    path = competition_file(name)
     if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in SPEC_DIR.glob("*.toml")))
+        known = ", ".join(known_competitions())
         raise ValueError(f"unknown competition {name!r}: no {path} (known: {known})")
     try:
         raw = tomllib.loads(path.read_text())
@@ -109,6 +137,10 @@ def load_spec(name: str = DEFAULT_COMPETITION) -> CompetitionSpec:
     unknown = set(spec.labeled_splits) - set(spec.splits)
     if unknown:
         raise ValueError(f"{path}: labeled_splits {sorted(unknown)} are not among splits")
+    try:
+        spec.task.check_spec(spec)
+    except ValueError as err:
+        raise ValueError(f"{path}: {err}") from None
     return spec
 
 
@@ -121,21 +153,23 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
     value = submission.get("value", "class")
     if value not in SUBMISSION_VALUES:
         raise ValueError(f"{path}: submission value {value!r} is not one of {', '.join(SUBMISSION_VALUES)}")
-    kind = data["kind"]
-    if kind not in KINDS:
-        raise ValueError(f"{path}: data kind {kind!r} is not one of {', '.join(KINDS)}")
+    by = submission.get("by", "file")
+    if by not in SUBMITTED_BY:
+        raise ValueError(f"{path}: submission by {by!r} is not one of {', '.join(SUBMITTED_BY)}")
     splits, labeled = tuple(data["splits"]), tuple(data["labeled_splits"])
     try:
-        layout = layout_from(kind, data[kind], splits, labeled)
+        task, form = get_task(raw["task"]), get_format(data["format"])
+        layout = form.layout(data[form.name], splits, labeled)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
     return CompetitionSpec(
         name=raw["name"],
         title=raw["title"],
         slugs=tuple(raw["slugs"]),
-        classes=_read_classes(path.parent / raw["classes_file"]),
+        classes=_read_classes(path.parent / raw.get("classes_file", CLASSES_FILE)),
         metric=metric,
-        kind=kind,
+        task=task,
+        format=form,
         layout=layout,
         splits=splits,
         labeled_splits=labeled,
@@ -144,5 +178,7 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         id_column=submission["id_column"],
         label_column=submission["label_column"],
         submission_value=value,
+        submitted_by=by,
+        submission_file=submission.get("file", "submission.csv"),
         keeps_label=frozenset(raw.get("augment", {}).get("keeps_label", ())),
     )

@@ -55,11 +55,12 @@ class Failed(Exception):
 
 def draw_competition(root: Path, slug: str, scale: float) -> Path:
     from competition import load_spec
+    from competition.spec import DEFAULT_COMPETITION
     from pipeline.data import synthetic
 
     folder = root / "input" / "competitions" / slug
     synthetic.write_dataset(
-        folder, load_spec("flowers"), size=192, seed=0, scale=scale, workers=2, progress=False
+        folder, load_spec(DEFAULT_COMPETITION), size=192, seed=0, scale=scale, workers=2, progress=False
     )
     return folder
 
@@ -177,7 +178,9 @@ def check_resumed(python: str, script: Path, root: Path) -> str:
     spec = load_spec(run["competition"])
     sample = root / "input" / "competitions" / run["slug"] / spec.sample_submission
     summary = check_submission(
-        working / "submission.csv", spec, read_sample_ids(sample.read_text(), spec, str(sample))
+        working / run.get("submission_file", "submission.csv"),
+        spec,
+        read_sample_ids(sample.read_text(), spec, str(sample)),
     )
     info, score = run["run"], run["metrics"].get("evaluation", {}).get("val_macro_f1", 0)
     where = f"{info.get('backend')}, {info.get('replicas')} {info.get('device')} replicas"

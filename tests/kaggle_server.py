@@ -3,7 +3,8 @@
 `KAGGLE_API_ENVIRONMENT=TEST` sends the client to http://localhost:7777. The server
 speaks the same protocol as the service: a JSON POST to
 /api/v1/<service>/<method> with Basic or Bearer auth, answered by a redirect to
-the file, which it then streams with Content-Length.
+the file, which it then streams with Content-Length. Kernels are pushed as numbered versions whose
+status can step through `kernel_statuses`; a code submission names a kernel version that exists.
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ class Behaviour:
     file_names: dict[str, str] = field(default_factory=dict)  # upload token -> the file's name
     created: list[dict] = field(default_factory=list)  # CreateSubmission requests that succeeded
     submissions: list[dict] = field(default_factory=list)  # what ListSubmissions answers
-    kernel_status: str = "COMPLETE"  # what GetKernelSessionStatus answers
+    kernel_status: str = "COMPLETE"  # what GetKernelSessionStatus answers once `kernel_statuses` is spent
+    kernel_statuses: list[str] = field(default_factory=list)  # answered first, one per status request
+    failure_message: str = ""  # the status answer's failureMessage
     kernel_files: dict[str, bytes] = field(default_factory=dict)  # a kernel's output files by name
     pushed: list[dict] = field(default_factory=list)  # SaveKernel requests
+    versions: dict[str, int] = field(default_factory=dict)  # owner/kernel -> its newest version number
+    code_submissions: list[dict] = field(default_factory=list)  # CreateCodeSubmission requests accepted
     stall_seconds: float = 0.0  # the first `stalls` requests wait this long before any answer
     stalls: int = 0
 
@@ -101,17 +106,43 @@ class _Handler(BaseHTTPRequestHandler):
                 }
             )
             return self._json({"message": "Successfully submitted to the test server", "ref": ref})
+        if method == "CreateCodeSubmission":
+            return self._code_submission(payload)
         if method == "ListSubmissions":
             return self._json({"submissions": self.behaviour.submissions})
         return self._reply(404, b"{}", {"Content-Type": "application/json"})
 
+    def _code_submission(self, payload: dict) -> None:
+        """A code competition's submission: the output file of a kernel version that exists here."""
+        kernel = f"{payload.get('kernelOwner')}/{payload.get('kernelSlug')}"
+        version = payload.get("kernelVersion")
+        if not isinstance(version, int) or not 1 <= version <= self.behaviour.versions.get(kernel, 0):
+            body = json.dumps({"code": 404, "message": f"no version {version} of notebook {kernel}"})
+            return self._reply(404, body.encode(), {"Content-Type": "application/json"})
+        self.behaviour.code_submissions.append(payload)
+        ref = 2000 + len(self.behaviour.code_submissions)
+        self.behaviour.submissions.append(
+            {
+                "ref": ref,
+                "fileName": payload.get("fileName", ""),
+                "description": payload.get("submissionDescription", ""),
+                "status": "PENDING",
+            }
+        )
+        competition = payload.get("competitionName")
+        return self._json({"message": f"Successfully submitted to {competition}", "ref": ref})
+
     def _kernels(self, method: str, payload: dict) -> None:
         if method == "SaveKernel":
             self.behaviour.pushed.append(payload)
-            url = f"https://www.kaggle.com/code/{payload.get('slug')}"
-            return self._json({"ref": f"/code/{payload.get('slug')}", "url": url, "versionNumber": 1})
+            kernel = payload.get("slug", "")
+            version = self.behaviour.versions[kernel] = self.behaviour.versions.get(kernel, 0) + 1
+            url = f"https://www.kaggle.com/code/{kernel}"
+            return self._json({"ref": f"/code/{kernel}", "url": url, "versionNumber": version})
         if method == "GetKernelSessionStatus":
-            return self._json({"status": self.behaviour.kernel_status, "failureMessage": ""})
+            statuses = self.behaviour.kernel_statuses
+            status = statuses.pop(0) if statuses else self.behaviour.kernel_status
+            return self._json({"status": status, "failureMessage": self.behaviour.failure_message})
         if method == "ListKernelSessionOutput":
             files = [
                 {"fileName": name, "url": f"http://localhost:{PORT}/kernel-files/{name}"}

@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from competition.spec import DEFAULT_COMPETITION
 from pipeline import cli
 from pipeline.core import config
 from tests.conftest import REPO, foreign_lines
@@ -127,7 +128,7 @@ def test_make_fetch_then_the_main_job_end_in_a_checked_dry_run(tmp_path):
     ]
     assert foreign_lines("\n".join(shown)) == []
     assert "evaluation" in json.loads((run_dir / "metrics.json").read_text())
-    assert run_dir.name in (subs / "leaderboard.csv").read_text()
+    assert run_dir.name in (subs / f"leaderboard-{DEFAULT_COMPETITION}.csv").read_text()
 
 
 @pytest.mark.slow  # Make's stage process picks the device (TensorFlow's start-up)
@@ -143,9 +144,12 @@ def test_make_and_the_cli_resolve_the_same_recipe_here(cpu):
     )
     assert make.returncode == 0, make.stderr
     parser = cli.build_parser(only="train")
-    args = parser.parse_args(["train", "--set", "seed=3"])  # the CLI's defaults, nothing else
+    # the CLI's defaults, nothing else (Make names the competition, the default one here)
+    args = parser.parse_args(["train", "--set", f"competition={DEFAULT_COMPETITION}", "--set", "seed=3"])
     assert make.stdout == config.describe(args.recipe, args.overrides, cpu.device) + "\n"
-    assert make.stdout.startswith("# recipe auto -> cpu (the CPU recipe): competition/recipes/cpu.toml\n")
+    assert make.stdout.startswith(
+        "# recipe auto -> cpu (the CPU recipe): competition/flowers/recipes/cpu.toml\n"
+    )
     assert "seed = 3" in make.stdout and "# --set" in make.stdout
 
 
@@ -153,7 +157,7 @@ def test_print_config_names_each_values_source_and_reads_back_as_a_recipe(tmp_pa
     text = config.describe("auto", ["train.epochs=3"], device="CPU")
     lines = {line.split("=")[0].strip(): line for line in text.splitlines() if "=" in line}
     assert lines["epochs"].endswith("# --set")
-    assert lines["feature_cache"].endswith("# recipe cpu")  # set by competition/recipes/cpu.toml
+    assert lines["feature_cache"].endswith("# recipe cpu")  # set by competition/flowers/recipes/cpu.toml
     assert lines["hue"].endswith("# default")
     saved = tmp_path / "mine.toml"
     saved.write_text(text)

@@ -12,11 +12,11 @@ from competition import load_spec
 from competition.submission import check_submission
 from pipeline.core.config import load_config
 from pipeline.core.errors import PetalsError
+from pipeline.core.submission_files import sample_ids, write_submission
 from pipeline.modeling import bert
 from pipeline.modeling.inference import Predictions, predict_split
 from pipeline.stages import evaluate, leaderboard, train
 from pipeline.stages.fetch import FetchOptions, fetch
-from pipeline.stages.predict import sample_ids, submission_values, write_submission
 from tests.conftest import run_cli
 
 # Recipes that train in seconds; the rest is each competition's own cpu recipe.
@@ -109,7 +109,7 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
         subs,
         job.run.name,
         test.ids,
-        submission_values(test.probabilities, spec),
+        spec.task.submission_values(test.probabilities, spec),
         spec,
         data_dir,
         {},

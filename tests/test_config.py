@@ -90,13 +90,13 @@ def test_a_wrong_type_in_a_recipe_names_its_file(tmp_path):
 
 
 def _competition(tmp_path, keeps_label: str):
-    """flowers.toml with another keeps_label, as a competition file of its own."""
+    """flowers' competition file with another keeps_label, as a competition of its own."""
     from competition.spec import SPEC_DIR
 
-    text = (SPEC_DIR / "flowers.toml").read_text()
+    text = (SPEC_DIR / "flowers" / "competition.toml").read_text()
     start = text.index("keeps_label = [")
     text = text[:start] + f"keeps_label = {keeps_label}\n"
-    (tmp_path / "flowers-104-classes.txt").write_text((SPEC_DIR / "flowers-104-classes.txt").read_text())
+    (tmp_path / "classes.txt").write_text((SPEC_DIR / "flowers" / "classes.txt").read_text())
     path = tmp_path / "digits.toml"
     path.write_text(text.replace('name = "flowers"', 'name = "digits"'))
     return path

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.core import device
+from pipeline.core import device, machine
 from pipeline.core.config import resolve_recipe
-from pipeline.core.device import Platform
 from pipeline.core.errors import PetalsError
+from pipeline.core.machine import Platform
 from tests.conftest import error_lines, run_cli, run_python
 
 
 @pytest.fixture
 def plain_machine(monkeypatch):
     """No TPU signs in the environment (this machine has no /dev/accel or /dev/vfio devices)."""
-    for variable in ("ISTPUVM", "TF_CONFIG", device.TPU_STANDIN_VARIABLE, *device.TPU_ADDRESS_VARIABLES):
+    for variable in ("ISTPUVM", "TF_CONFIG", machine.TPU_STANDIN_VARIABLE, *machine.TPU_ADDRESS_VARIABLES):
         monkeypatch.delenv(variable, raising=False)
     assert device.tpu_signs() == []
 
@@ -69,7 +69,7 @@ def test_precision_and_compile_defaults_follow_the_hardware():
 def test_cpu_replicas_split_the_cpu_on_both_backends(backend):
     done = run_python(
         f"""
-        from pipeline.core import device
+        from pipeline.core import device, machine
         picked = device.pick("{backend}", "auto", cpu_replicas=8)
         import keras
         print(keras.backend.backend(), picked.kind, picked.devices, picked.replicas, picked.reason)
@@ -120,12 +120,12 @@ def test_a_tpu_asked_for_but_unreachable_stops_in_one_line_and_writes_nothing(
 def test_an_emulated_tpu_is_jax_cpu_devices_and_says_so():
     done = run_python(
         """
-        from pipeline.core import device
+        from pipeline.core import device, machine
         picked = device.pick("auto", "tpu", cpu_replicas=8)
         print(picked.backend, picked.device, picked.replicas)
         print(picked.reason)
         """,
-        env={"ISTPUVM": "1", device.TPU_STANDIN_VARIABLE: "cpu"},
+        env={"ISTPUVM": "1", machine.TPU_STANDIN_VARIABLE: "cpu"},
     )
     assert done.returncode == 0, done.stderr[-2000:]
     first, reason = done.stdout.strip().splitlines()[-2:]

@@ -694,8 +694,8 @@ def test_a_submit_killed_at_a_random_moment_reruns_to_one_recorded_upload(
     tiny_data_dir, spec, tmp_path, kaggle_env, seed
 ):
     from competition.submission import submission_frame
-    from pipeline.stages import leaderboard
-    from pipeline.stages.predict import sample_ids
+    from pipeline.core import leaderboard
+    from pipeline.core.submission_files import sample_ids
     from tests.kaggle_server import Behaviour, KaggleTestServer
 
     subs = tmp_path / "submissions"

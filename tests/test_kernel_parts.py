@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pytest
 
 from pipeline.core import kaggle_input
 from pipeline.core.errors import PetalsError
-from pipeline.stages import kernel
+from pipeline.kernels import metadata as kernel
 from pipeline.stages import kernel_template as template
 
 
@@ -46,6 +47,28 @@ def test_every_retired_accelerator_is_refused_with_the_one_to_use():
         assert instead in kernel.ACCELERATORS
         with pytest.raises(PetalsError, match=f"{retired} is retired.*use ACCELERATOR={instead}$"):
             kernel.check_accelerator(retired)
+
+
+def test_every_competitions_kernel_is_named_after_it_and_its_recipe():
+    assert kernel.default_name("cpu", "flowers") == "petals-flowers-cpu"
+    assert kernel.default_name("tpu", "imdb") == "petals-imdb-tpu"
+    folder = kernel.kernel_folder(Path("kernels"), None, "auto", "NvidiaTeslaT4", "flowers")
+    assert folder == Path("kernels/petals-flowers-gpu")  # auto: the accelerator's recipe
+    assert kernel.kernel_folder(Path("k"), "mine", "auto", "TpuV5E8", "flowers") == Path("k/mine")
+
+
+def test_the_pre_push_checks_and_the_kernel_stage_do_not_import_each_other():
+    from tests.conftest import run_python
+
+    done = run_python(
+        """
+        import sys
+        import pipeline.kernels.check
+        print("pipeline.stages.kernel" in sys.modules)
+        """
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
 
 
 def test_resume_from_attaches_earlier_outputs_as_kernel_sources():
@@ -120,6 +143,22 @@ def test_an_earlier_versions_runs_are_copied_in_to_resume(tmp_path, settings, mo
     assert template.restore_runs(args, runs) == []  # a run already here is kept as it is
 
 
+def test_a_trained_run_in_an_attached_dataset_is_copied_in(tmp_path, settings):
+    """A code competition's kernel can predict with a run trained elsewhere, uploaded as a dataset."""
+    trained = tmp_path / "input" / "datasets" / "me" / "leaf-runs" / template.RUNS / "cpu-cnn-224-abc"
+    trained.mkdir(parents=True)
+    (trained / "metrics.json").write_text("{}")
+    weights = tmp_path / "input" / "datasets" / "me" / "b0-weights"
+    weights.mkdir(parents=True)
+    settings["datasets"] = ["me/b0-weights", "me/leaf-runs"]
+    runs = tmp_path / "working" / template.RUNS
+    runs.mkdir(parents=True)
+    restored = template.restore_runs(argparse.Namespace(input=tmp_path / "input"), runs)
+    assert (runs / "cpu-cnn-224-abc" / "metrics.json").is_file()
+    source = kaggle_input.Found(trained.parents[1], "the layout datasets/me/leaf-runs")
+    assert restored == [f"cpu-cnn-224-abc from {source}"]  # the weights dataset holds no runs
+
+
 def test_attached_sources_are_found_in_every_layout(tmp_path):
     root = tmp_path / "input"
     for relative in ("competitions/c", "datasets/me/d", "models/me/m/keras/v1/2", "notebooks/me/k"):
@@ -153,6 +192,7 @@ def test_train_gets_the_sessions_limit_less_what_has_passed_and_a_reserve(monkey
 def test_a_kernels_settings_carry_its_session_limit():
     from competition import load_spec
     from pipeline.core.config import load_config
+    from pipeline.stages import kernel
 
     config, spec = load_config("cpu"), load_spec("flowers")
     for accelerator, timeout, expected in (

@@ -104,21 +104,25 @@ def test_a_metric_given_the_wrong_shape_says_so(scored):
         (('value = "class"', 'value = "rank"'), "submission value 'rank' is not one of class, probability"),
         (("[data.records.schema]", "[data.records.shape]"), "not a competition file .key 'schema'"),
         (
-            ('kind = "records"', 'kind = "folder"'),
-            "data kind 'folder' is not one of records, image_folder, table",
+            ('format = "records"', 'format = "folder"'),
+            "data format 'folder' is not one of image_csv, image_folder, records, table",
         ),
-        (('kind = "records"', 'kind = "table"'), "not a competition file .key 'table'"),
-        (('classes_file = "flowers-104-classes.txt"', 'classes_file = "x.txt"'), "not a competition file"),
+        (('format = "records"', 'format = "table"'), "not a competition file .key 'table'"),
+        (
+            ('task = "image_classification"', 'task = "segmentation"'),
+            "task 'segmentation' is not one of image_classification, text_classification, text_pair",
+        ),
+        (('task = "image_classification"', 'task = "image_classification"\nclasses_file = "x.txt"'), "not a"),
     ],
 )
 def test_a_wrong_competition_file_is_named(tmp_path, edit, message):
     from competition.spec import SPEC_DIR
 
-    text = (SPEC_DIR / "flowers.toml").read_text()
+    text = (SPEC_DIR / "flowers" / "competition.toml").read_text()
     assert edit[0] in text
     path = tmp_path / "odd.toml"
-    path.write_text(text.replace(*edit))
-    (tmp_path / "flowers-104-classes.txt").write_text((SPEC_DIR / "flowers-104-classes.txt").read_text())
+    path.write_text(text.replace(*edit, 1))
+    (tmp_path / "classes.txt").write_text((SPEC_DIR / "flowers" / "classes.txt").read_text())
     with pytest.raises(ValueError, match=f"^{path}: {message}"):
         load_spec(str(path))
 
@@ -130,7 +134,8 @@ def test_the_flowers_file_says_how_it_is_scored_and_submitted(spec):
 
 
 COMPETITIONS = sorted(
-    p.stem for p in Path(__file__).resolve().parents[1].joinpath("competition").glob("*.toml")
+    p.parent.name
+    for p in Path(__file__).resolve().parents[1].joinpath("competition").glob("*/competition.toml")
 )
 
 
@@ -138,26 +143,30 @@ COMPETITIONS = sorted(
 def test_every_competition_file_loads_and_agrees_with_itself(name):
     """Like a model registry that tests every entry: each file loads, its metric reads what its
     submission holds, every split has its layout, and its transforms are recipe keys."""
-    from competition.layouts import KINDS
-    from pipeline.core.config import TRANSFORMS
+    from pipeline.core.config import TRANSFORMS, recipe_path
+    from pipeline.data.formats import FORMATS
+    from pipeline.tasks import TASKS
 
     spec = load_spec(name)
-    assert spec.name == name and spec.kind in KINDS and spec.num_classes >= 2
+    assert spec.name == name and spec.num_classes >= 2
+    assert FORMATS[spec.format.name] is spec.format and TASKS[spec.task.name] is spec.task
+    for device_recipe in ("cpu", "gpu", "tpu"):  # its own, or its task's
+        assert recipe_path(device_recipe, name).is_file()
     assert spec.metric.reads == spec.submission_value, "a class metric needs class ids, and so on"
     assert set(spec.labeled_splits) < set(spec.splits) and set(spec.split_counts) == set(spec.splits)
     assert spec.keeps_label <= set(TRANSFORMS)
-    if spec.kind == "records":
+    if spec.format.name == "records":
         assert spec.records.resolutions
-    elif spec.kind == "image_folder":
+    elif spec.format.name == "image_folder":
         for split, folder in spec.image_folder.splits.items():
             fields = {"label": spec.classes[-1], "number": 7} if spec.is_labeled(split) else {"id": 7}
             parsed = folder.parse(folder.member(**fields))
             assert parsed == {k: str(v) for k, v in fields.items()}, split
-    else:
+    elif spec.format.name == "table":
         for split, table in spec.tables.splits.items():
             assert (table.layout.label_column is not None) == spec.is_labeled(split), split
-    with pytest.raises(ValueError, match=f"competition {name} has {spec.kind} data"):
-        (spec.tables if spec.kind == "records" else spec.records)  # noqa: B018
+    with pytest.raises(ValueError, match=f"competition {name} has {spec.format.name} data"):
+        (spec.tables if spec.format.name == "records" else spec.records)  # noqa: B018
 
 
 def test_an_image_folder_member_name_gives_its_label_or_id():
@@ -172,7 +181,7 @@ def test_an_unknown_competition_is_refused_in_one_line():
     from pipeline.core.competitions import load_competition
     from pipeline.core.errors import PetalsError
 
-    assert load_competition("imdb").kind == "table"
+    assert load_competition("imdb").format.name == "table"
     with pytest.raises(PetalsError, match=r"^competition=roses: unknown competition 'roses'"):
         load_competition("roses")
 
@@ -182,16 +191,16 @@ def test_an_unknown_competition_is_refused_in_one_line():
     [
         (('"train/{label}.{number}.jpg"', '"{label}.{number}.jpg"'), "name the split's folder first"),
         (('members = "test/{id}.jpg"', 'members = "test/{number}.jpg"'), "has no {id}"),
-        (('kind = "image_folder"', 'kind = "table"'), r"not a competition file \(key 'table'\)"),
+        (('format = "image_folder"', 'format = "table"'), r"not a competition file \(key 'table'\)"),
     ],
 )  # fmt: skip
 def test_a_wrong_image_folder_layout_is_named(tmp_path, edit, message):
     from competition.spec import SPEC_DIR
 
-    text = (SPEC_DIR / "dogs-vs-cats.toml").read_text()
+    text = (SPEC_DIR / "dogs-vs-cats" / "competition.toml").read_text()
     assert edit[0] in text
     path = tmp_path / "odd.toml"
     path.write_text(text.replace(*edit))
-    (tmp_path / "dogs-vs-cats-classes.txt").write_text("cat\ndog\n")
+    (tmp_path / "classes.txt").write_text("cat\ndog\n")
     with pytest.raises(ValueError, match=f"^{path}: .*{message}"):
         load_spec(str(path))

@@ -8,9 +8,9 @@ import zipfile
 import pandas as pd
 import pytest
 
-from competition.layouts import TableLayout
 from pipeline.core.errors import PetalsError
 from pipeline.data import synthetic_reviews
+from pipeline.data.formats.table import TableLayout
 from pipeline.data.tables import read_table, write_table
 
 REVIEWS = synthetic_reviews.LAYOUT

@@ -11,16 +11,17 @@ import argparse
 import dataclasses
 import json
 import tomllib
-import typing
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from competition.spec import DEFAULT_COMPETITION, SPEC_DIR
+from competition.spec import DEFAULT_COMPETITION, SPEC_DIR, competition_folder, load_spec
+from pipeline.core.config_checks import validate
 from pipeline.core.errors import PetalsError
+from pipeline.core.overrides import apply_updates, leaves, parse_overrides, toml_value
 
-RECIPE_DIR = SPEC_DIR / "recipes"
+RECIPES = "recipes"  # a competition's own recipes: competition/<name>/recipes/
 DEFAULT_RECIPE = "default"  # the plain defaults below, no recipe file
 AUTO_RECIPE = "auto"  # the recipe for what the replicas run on (Platform.device):
 AUTO_RECIPES = {"TPU": "tpu", "GPU": "gpu", "CPU": "cpu"}
@@ -172,99 +173,32 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
-def recipe_dir(competition: str = DEFAULT_COMPETITION) -> Path:
-    """Where a competition's recipes are: competition/recipes/ for flowers, else its own folder."""
-    return RECIPE_DIR if competition == DEFAULT_COMPETITION else RECIPE_DIR / Path(competition).stem
+def recipe_dirs(competition: str = DEFAULT_COMPETITION) -> list[Path]:
+    """Where a competition's recipes are, first found first: its folder's `recipes/`, then its
+    task's (pipeline/tasks/recipes/<task>/: cpu, gpu and tpu), so a competition file alone trains."""
+    try:
+        spec = load_spec(competition)
+    except ValueError as err:
+        raise PetalsError(str(err)) from None
+    return [competition_folder(competition) / RECIPES, spec.task.recipes_dir]
 
 
 def recipe_names(competition: str = DEFAULT_COMPETITION) -> list[str]:
-    """A competition's shipped recipes, plus `default` (no file: the defaults)."""
-    return sorted([DEFAULT_RECIPE, *(p.stem for p in recipe_dir(competition).glob("*.toml"))])
+    """A competition's recipes (its own and its task's), plus `default` (no file: the defaults)."""
+    found = {p.stem for folder in recipe_dirs(competition) for p in folder.glob("*.toml")}
+    return sorted([DEFAULT_RECIPE, *found])
 
 
 def recipe_path(name: str, competition: str = DEFAULT_COMPETITION) -> Path:
-    path = Path(name) if name.endswith(".toml") else recipe_dir(competition) / f"{name}.toml"
+    if name.endswith(".toml"):
+        path = Path(name)
+    else:
+        candidates = [folder / f"{name}.toml" for folder in recipe_dirs(competition)]
+        path = next((p for p in candidates if p.is_file()), candidates[0])
     if not path.is_file():
         known = ", ".join(recipe_names(competition))
         raise PetalsError(f"unknown recipe {name!r} for {competition}: no {path} (recipes: {known})")
     return path
-
-
-def _coerce(key: str, value: Any, hint: Any) -> Any:
-    """`value` (from TOML or a `--set` string) as the field's type, or a PetalsError naming the key.
-
-    Config fields are plain bool, int, float and str: that is all this needs to read.
-    """
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "false", "0", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise PetalsError(f"{key}: expected true or false, got {value!r}")
-    if hint is int:
-        if isinstance(value, bool):
-            raise PetalsError(f"{key}: expected an integer, got {value!r}")
-        try:
-            number = int(value) if isinstance(value, str) else value
-        except ValueError:
-            raise PetalsError(f"{key}: expected an integer, got {value!r}") from None
-        if not isinstance(number, int):
-            raise PetalsError(f"{key}: expected an integer, got {value!r}")
-        return number
-    if hint is float:
-        if isinstance(value, bool):
-            raise PetalsError(f"{key}: expected a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise PetalsError(f"{key}: expected a number, got {value!r}") from None
-    if hint is str:
-        if not isinstance(value, str):
-            raise PetalsError(f"{key}: expected a string, got {value!r}")
-        return value
-    raise TypeError(f"{key}: unsupported config type {hint}")  # a bug in this module, not in input
-
-
-def _apply(obj: Any, updates: dict[str, Any], prefix: str, where: str) -> Any:
-    """A copy of the dataclass `obj` with nested `updates` applied, every key and type checked."""
-    hints = typing.get_type_hints(type(obj))
-    names = {f.name for f in dataclasses.fields(obj)}
-    changes = {}
-    for key, value in updates.items():
-        full = f"{prefix}{key}"
-        if key not in names:
-            known = ", ".join(f"{prefix}{n}" for n in sorted(names))
-            raise PetalsError(f"{where}: unknown key {full!r} (known: {known})")
-        current = getattr(obj, key)
-        if dataclasses.is_dataclass(current):
-            if not isinstance(value, dict):
-                raise PetalsError(f"{where}: {full} is a section; set its keys, e.g. {full}.<key>=...")
-            changes[key] = _apply(current, value, f"{full}.", where)
-        else:
-            try:
-                changes[key] = _coerce(full, value, hints[key])
-            except PetalsError as err:
-                raise PetalsError(f"{where}: {err}") from None
-            if full in CHOICES and changes[key] not in CHOICES[full]:
-                raise PetalsError(f"{where}: {full}: {value!r} is not one of {', '.join(CHOICES[full])}")
-    return dataclasses.replace(obj, **changes)
-
-
-def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
-    """`["augment.cutmix=0.5", "seed=1"]` -> `{"augment": {"cutmix": "0.5"}, "seed": "1"}`."""
-    nested: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise PetalsError(f"--set {item!r}: expected key=value, e.g. augment.cutmix=0.5")
-        node = nested
-        *parents, leaf = key.strip().split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise PetalsError(f"--set {item!r}: {part} is set twice, as a value and as a section")
-        node[leaf] = value.strip()
-    return nested
 
 
 def resolve_recipe(recipe: str, device: str | None) -> str:
@@ -308,9 +242,9 @@ def load_config(
     path, raw = _recipe_values(resolve_recipe(recipe, device), _competition(overrides))
     config = Config()
     if path is not None:
-        config = dataclasses.replace(_apply(config, raw, "", str(path)), recipe=path.stem)
-    config = _apply(config, parse_overrides(overrides), "", "--set")
-    config = _keep_labels(config, explicit=_leaves(raw) | _leaves(parse_overrides(overrides)))
+        config = dataclasses.replace(apply_updates(config, raw, str(path), CHOICES), recipe=path.stem)
+    config = apply_updates(config, parse_overrides(overrides), "--set", CHOICES)
+    config = _keep_labels(config, explicit=leaves(raw) | leaves(parse_overrides(overrides)))
     validate(config)
     return config
 
@@ -334,24 +268,11 @@ def _keep_labels(config: Config, explicit: set[str]) -> Config:
             continue
         if f"augment.{name}" in explicit:
             raise PetalsError(
-                f"augment.{name}={_toml_value(value)}: competition {spec.name} does not keep the label "
+                f"augment.{name}={toml_value(value)}: competition {spec.name} does not keep the label "
                 f"under {name} (its keeps_label: {', '.join(sorted(spec.keeps_label)) or 'none'})"
             )
         off[name] = type(value)(0)
     return dataclasses.replace(config, augment=dataclasses.replace(config.augment, **off)) if off else config
-
-
-def _leaves(nested: dict[str, Any], prefix: str = "") -> set[str]:
-    keys: set[str] = set()
-    for key, value in nested.items():
-        keys |= _leaves(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key}
-    return keys
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value) if isinstance(value, str) else repr(value)
 
 
 def describe(recipe: str, overrides: Iterable[str] = (), device: str | None = None) -> str:
@@ -360,7 +281,7 @@ def describe(recipe: str, overrides: Iterable[str] = (), device: str | None = No
     overrides = list(overrides)
     config = load_config(recipe, overrides, device)
     path, raw = _recipe_values(resolve_recipe(recipe, device), config.competition)
-    from_recipe, from_set = _leaves(raw), _leaves(parse_overrides(overrides))
+    from_recipe, from_set = leaves(raw), leaves(parse_overrides(overrides))
     chosen = f"{recipe} -> {config.recipe} (the {device} recipe)" if recipe == AUTO_RECIPE else config.recipe
     shown = (
         path.resolve().relative_to(SPEC_DIR.parent)
@@ -392,7 +313,7 @@ def describe(recipe: str, overrides: Iterable[str] = (), device: str | None = No
                 if section == "augment" and key in TRANSFORMS and value != getattr(AugmentConfig(), key)
                 else "default"
             )
-            lines.append(f"{f'{key} = {_toml_value(value)}':<34} # {source}")
+            lines.append(f"{f'{key} = {toml_value(value)}':<34} # {source}")
     return "\n".join(lines)
 
 
@@ -402,89 +323,9 @@ def read_config(path: Path) -> Config:
         raw = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
         raise PetalsError(f"{path}: unreadable config ({err})") from None
-    config = _apply(Config(), raw, "", str(path))
+    config = apply_updates(Config(), raw, str(path), CHOICES)
     validate(config)
     return config
-
-
-def validate(config: Config) -> None:
-    """Value checks that a type alone cannot express."""
-    data, aug = config.data, config.augment
-    if data.image_size <= 0 or data.input_size < 0:
-        raise PetalsError(
-            f"data.image_size={data.image_size}, data.input_size={data.input_size}: must be > 0"
-        )
-    if data.sequence_length < 2 or data.vocabulary_size < 3:
-        raise PetalsError(
-            f"data.sequence_length={data.sequence_length}, data.vocabulary_size={data.vocabulary_size}: "
-            "need a start id and a word (>= 2), and padding, unknown and one word (>= 3)"
-        )
-    if data.batch_size <= 0:
-        raise PetalsError(
-            f"data.batch_size={data.batch_size}: must be a positive number of images per replica"
-        )
-    for name in ("erasing", "gridmask", "cutmix", "mixup"):
-        if not 0.0 <= getattr(aug, name) <= 1.0:
-            raise PetalsError(f"augment.{name}={getattr(aug, name)}: a probability, must be in [0, 1]")
-    if not 0.0 < aug.erasing_area <= 1.0 or not 0.0 < aug.gridmask_ratio < 1.0:
-        raise PetalsError("augment.erasing_area must be in (0, 1] and augment.gridmask_ratio in (0, 1)")
-    if aug.cutmix + aug.mixup > 1.0:
-        raise PetalsError(
-            f"augment.cutmix={aug.cutmix} + augment.mixup={aug.mixup}: each image gets at most one, "
-            "so their sum must be <= 1"
-        )
-    if aug.mix_alpha <= 0:
-        raise PetalsError(f"augment.mix_alpha={aug.mix_alpha}: must be > 0")
-    train = config.train
-    if train.epochs <= 0 or train.frozen_epochs < 0 or train.frozen_epochs > train.epochs:
-        raise PetalsError(
-            f"train.epochs={train.epochs}, train.frozen_epochs={train.frozen_epochs}: "
-            "need epochs > 0 and 0 <= frozen_epochs <= epochs"
-        )
-    if train.val_every < 1:
-        raise PetalsError(f"train.val_every={train.val_every}: must be >= 1 (1 scores every epoch)")
-    if min(train.lr_start, train.lr_max, train.lr_min) <= 0 or not 0 < train.lr_decay <= 1:
-        raise PetalsError("train.lr_start, lr_max and lr_min must be > 0 and train.lr_decay in (0, 1]")
-    if not 0 <= train.label_smoothing < 1:
-        raise PetalsError(f"train.label_smoothing={train.label_smoothing}: must be in [0, 1)")
-    if train.logit_adjustment < 0:
-        raise PetalsError(f"train.logit_adjustment={train.logit_adjustment}: must be >= 0 (0 turns it off)")
-    if not 0 <= train.ema < 1:
-        raise PetalsError(f"train.ema={train.ema}: a momentum, must be in [0, 1) (0 turns it off)")
-    if train.folds == 1 or train.folds < 0 or (train.folds and not 0 <= train.fold < train.folds):
-        raise PetalsError(
-            f"train.folds={train.folds}, train.fold={train.fold}: need folds >= 2 and 0 <= fold < folds"
-        )
-    if train.folds and train.merge_val:
-        raise PetalsError("train.folds and train.merge_val exclude each other: folds already use train + val")
-    if train.unfrozen_layers < 0:
-        raise PetalsError(
-            f"train.unfrozen_layers={train.unfrozen_layers}: must be >= 0 (0: all of the backbone)"
-        )
-    if train.feature_cache:
-        if train.epochs > train.frozen_epochs and not train.unfrozen_layers:
-            raise PetalsError(
-                "train.feature_cache=true caches the layers that never train, but with "
-                "train.unfrozen_layers=0 the whole backbone fine-tunes after the frozen epochs: set "
-                "train.unfrozen_layers (the backbone's last N layers fine-tune) or "
-                "train.frozen_epochs=train.epochs (the head alone)"
-            )
-        if aug.cutmix or aug.mixup:
-            raise PetalsError(
-                "train.feature_cache=true caches views of single examples, and CutMix and MixUp mix two: "
-                "set augment.cutmix=0 and augment.mixup=0"
-            )
-        if train.feature_views < 1:
-            raise PetalsError(
-                f"train.feature_views={train.feature_views}: at least 1 (the examples themselves)"
-            )
-    if not 0 <= config.model.dropout < 1:
-        raise PetalsError(f"model.dropout={config.model.dropout}: must be in [0, 1)")
-    for name in ("brightness", "contrast", "saturation", "hue", "rotation", "shear", "zoom", "shift"):
-        if getattr(aug, name) < 0:
-            raise PetalsError(
-                f"augment.{name}={getattr(aug, name)}: a magnitude, must be >= 0 (0 turns it off)"
-            )
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

@@ -17,113 +17,29 @@ CPU recipe about twice as fast as JAX (docs/BENCHMARKS.md; no GPU comparison was
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import glob
-import importlib.metadata
 import json
 import logging
 import os
 import sys
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from pipeline.core.device_jax import pick_jax
 from pipeline.core.errors import PetalsError, first_line
+from pipeline.core.machine import (
+    TPU_ADDRESS_VARIABLES,
+    Platform,
+    jax_installed,
+    on_tpu_vm,
+    refuse_tpu,
+    tensorflow_sees_tpus,
+    tpu_signs,
+)
 
 log = logging.getLogger(__name__)
 
 BACKENDS = ("auto", "tensorflow", "jax")
 STRATEGIES = ("auto", "tpu", "mirrored", "multi-worker", "gpu", "cpu")
-TPU_ADDRESS_VARIABLES = ("TPU_NAME", "COLAB_TPU_ADDR")  # a TPU reached over gRPC (TPU Nodes, old Colab)
-# Kernel emulation only (make kernel-emulate): JAX's CPU devices stand in for the TPU cores of a
-# TPU VM, so the TPU code path runs end to end on a machine without one. Says so on every stage.
-TPU_STANDIN_VARIABLE = "PETALS_TPU_STANDIN"
-JAX_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "petals" / "jax"
-
-
-@dataclass(frozen=True)
-class Platform:
-    """What the replicas run on, and how: the answer of `pick`."""
-
-    backend: str  # tensorflow | jax
-    kind: str  # tpu | mirrored | multi-worker | gpu | cpu (TensorFlow); data-parallel | one-device (JAX)
-    device: str  # TPU | GPU | CPU: what the replicas run on
-    devices: int  # how many of them
-    replicas: int  # batches are split this many ways
-    reason: str
-    device_name: str = ""  # e.g. "TPU v5 lite", as the backend names it
-    strategy: Any = None  # tf.distribute.Strategy (TensorFlow)
-    distribution: Any = None  # keras.distribution.Distribution (JAX, several devices)
-
-    @property
-    def accelerated(self) -> bool:
-        return self.device != "CPU"
-
-    def scope(self) -> contextlib.AbstractContextManager:
-        """Where variables must be created: the strategy's scope on TensorFlow. On JAX the
-        distribution is global (set by `pick`), so variables made anywhere are laid out by it."""
-        return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
-
-    def describe(self, precision: str | None = None) -> str:
-        """The line every stage prints: backend, devices, replicas, precision, why."""
-        name = f" ({self.device_name})" if self.device_name.lower() not in ("", self.device.lower()) else ""
-        devices = f"{self.devices} {self.device}{'s' if self.devices != 1 else ''}{name}"
-        parts = [f"backend {self.backend}", devices, f"{self.replicas} replica{'s' * (self.replicas != 1)}"]
-        if precision:
-            parts.append(precision)
-        return f"{', '.join(parts)}: {self.reason}"
-
-
-# ----------------------------------------------------------------------------- what this machine is
-
-
-def tpu_signs() -> list[str]:
-    """Evidence that this machine is (or reaches) a TPU, in words; empty on a plain machine."""
-    signs = []
-    if os.environ.get("ISTPUVM") == "1":
-        signs.append("ISTPUVM=1")
-    accel = sorted(glob.glob("/dev/accel*"))
-    if accel:
-        signs.append(f"{len(accel)} /dev/accel* device(s)")
-    vfio = [p for p in glob.glob("/dev/vfio/*") if os.path.basename(p) != "vfio"]
-    if vfio:
-        signs.append("/dev/vfio devices")
-    signs += [f"{v} is set" for v in TPU_ADDRESS_VARIABLES if os.environ.get(v) and not on_tpu_vm()]
-    return signs
-
-
-def on_tpu_vm() -> bool:
-    """A TPU VM (Kaggle's and Colab's TPUs today): the TPU is local, never a gRPC address."""
-    return os.environ.get("ISTPUVM") == "1" or bool(glob.glob("/dev/accel*"))
-
-
-def tensorflow_build() -> tuple[str, str]:
-    """The installed TensorFlow distribution and its version, read without importing it."""
-    for name in ("tensorflow-tpu", "tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos"):
-        try:
-            return name, importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "", ""
-
-
-def jax_installed() -> bool:
-    try:
-        importlib.metadata.version("jax")
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    return True
-
-
-def tensorflow_sees_tpus() -> tuple[bool, str]:
-    """Whether this TensorFlow can drive a TPU here, and what was found, in words."""
-    name, version = tensorflow_build()
-    if not name:
-        return False, "TensorFlow is not installed"
-    if on_tpu_vm() and name != "tensorflow-tpu":
-        return False, f"TensorFlow {version} is a CPU-only build ({name}), which cannot drive a TPU VM's TPU"
-    return True, f"{name} {version}"
 
 
 # ----------------------------------------------------------------------------- the backend
@@ -180,7 +96,7 @@ def pick(
     process: a TPU is initialised once however many stages run in it."""
     chosen, why = choose_backend(backend, strategy, tpu)
     if chosen == "jax":
-        platform = _pick_jax(strategy, cpu_replicas, why)
+        platform = pick_jax(strategy, cpu_replicas, why)
     else:
         platform = _pick_tensorflow(strategy, tpu, cpu_replicas, why)
     return platform
@@ -203,17 +119,6 @@ def add_arguments(parser, tpu: bool = True) -> None:
     if tpu:
         parser.add_argument(
             "--tpu", default=None, help="TPU name or gRPC address (default: the local TPU of a TPU VM)"
-        )
-
-
-def _refuse_tpu(strategy: str, found: str) -> None:
-    """A TPU was asked for, or this is a TPU machine in `auto`: stop, naming what was found."""
-    signs = tpu_signs()
-    if strategy == "tpu" or signs:
-        asked = "--strategy tpu" if strategy == "tpu" else f"this is a TPU machine ({', '.join(signs)})"
-        raise PetalsError(
-            f"{asked}, but no TPU can be used: {found}; nothing was trained on the CPU instead "
-            "(--strategy cpu does that on purpose)"
         )
 
 
@@ -305,7 +210,7 @@ def _pick_tensorflow(strategy: str, tpu: str | None, cpu_replicas: int, why: str
         connected, where = _connect_tpu(tf, tpu) if sees else (None, found)
         if connected is not None:
             return platform(connected, "tpu", "TPU", f"{where}; {why}")
-        _refuse_tpu("tpu" if (strategy == "tpu" or tpu) else strategy, where)
+        refuse_tpu("tpu" if (strategy == "tpu" or tpu) else strategy, where)
     gpus = tf.config.list_logical_devices("GPU")
     workers = _workers_in_tf_config()
     if strategy == "multi-worker" or (strategy == "auto" and workers > 1):
@@ -329,87 +234,6 @@ def _pick_tensorflow(strategy: str, tpu: str | None, cpu_replicas: int, why: str
         return platform(tf.distribute.OneDeviceStrategy(gpus[0].name), "gpu", "GPU", f"one GPU; {why}")
     reason = "asked for" if strategy == "cpu" else f"no TPU, no GPU and no TF_CONFIG cluster; {why}"
     return platform(tf.distribute.get_strategy(), "cpu", "CPU", reason)
-
-
-# ----------------------------------------------------------------------------- JAX
-
-
-def _jax_cpu_devices(replicas: int) -> None:
-    """Ask XLA for `replicas` host devices; only possible before JAX starts its CPU backend."""
-    flag = f"--xla_force_host_platform_device_count={replicas}"
-    flags = [
-        f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f
-    ]
-    os.environ["XLA_FLAGS"] = " ".join([*flags, flag])
-
-
-def _keep_compiled_programs(jax) -> None:
-    """XLA's compiled programs on disk, so the next process finds them: evaluate and predict build the
-    model that train built, a resumed run or a new kernel version compiles the same step. On this CPU
-    it takes building EfficientNetB0 under JAX from 40 s to 14 s (its initialisers compile per shape,
-    each under the default 1 s threshold, hence 0; about 2 MB). JAX_COMPILATION_CACHE_DIR moves it."""
-    if not jax.config.jax_compilation_cache_dir:
-        jax.config.update("jax_compilation_cache_dir", str(JAX_CACHE))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-
-
-def _pick_jax(strategy: str, cpu_replicas: int, why: str) -> Platform:
-    if strategy == "multi-worker":
-        raise PetalsError("--strategy multi-worker (TF_CONFIG) is TensorFlow's; use --backend tensorflow")
-    if cpu_replicas > 1:
-        _jax_cpu_devices(cpu_replicas)
-    import jax
-
-    _keep_compiled_programs(jax)
-    standin = os.environ.get(TPU_STANDIN_VARIABLE) == "cpu"
-    if strategy == "cpu" or cpu_replicas > 1:
-        devices, reason = (
-            jax.devices("cpu"),
-            "asked for" if strategy == "cpu" else f"{cpu_replicas} CPU devices asked for",
-        )
-    else:
-        devices = jax.devices()
-        reason = why
-    platform_name = devices[0].platform  # cpu | gpu | tpu
-    device = {"tpu": "TPU", "gpu": "GPU", "cuda": "GPU", "rocm": "GPU"}.get(platform_name, "CPU")
-    if cpu_replicas > 1 and len(devices) != cpu_replicas:
-        raise PetalsError(
-            f"--cpu-replicas {cpu_replicas}: JAX already started with {len(devices)} CPU device(s); "
-            "it must be set before anything else runs"
-        )
-    tpu_wanted = strategy == "tpu" or (strategy == "auto" and tpu_signs())
-    if tpu_wanted and device != "TPU":
-        if standin and device == "CPU":
-            reason = (
-                f"{len(devices)} CPU devices stand in for the TPU ({TPU_STANDIN_VARIABLE}=cpu: emulation)"
-            )
-            device = "TPU"
-        else:
-            jax_found = f"JAX sees no TPU ({len(devices)} {platform_name} device(s))"
-            if why != "asked for":  # auto chose JAX because TensorFlow cannot drive the TPU: say both
-                jax_found = f"{tensorflow_sees_tpus()[1]}, and {jax_found}"
-            _refuse_tpu(strategy, jax_found)
-    if strategy in ("gpu", "mirrored") and device != "GPU":
-        raise PetalsError(
-            f"--strategy {strategy}: JAX sees no GPU ({len(devices)} {platform_name} device(s))"
-        )
-    import keras
-
-    distribution = None
-    if len(devices) > 1:
-        distribution = keras.distribution.DataParallel(devices=devices)
-        keras.distribution.set_distribution(distribution)
-    kind = "data-parallel" if distribution else "one-device"
-    return Platform(
-        "jax",
-        kind,
-        device,
-        len(devices),
-        len(devices),
-        reason,
-        devices[0].device_kind,
-        distribution=distribution,
-    )
 
 
 # ----------------------------------------------------------------------------- speed settings

@@ -289,13 +289,46 @@ def submit_file(path: Path, slug: str, message: str, *, retries: int = 3) -> Any
     return with_client(once, slug=slug, action=f"submitting {path.name} to {slug!r}", retries=retries)
 
 
-def push_kernel(folder: Path, slug: str, kernel: str, timeout: int | None, accelerator: str | None) -> Any:
-    """`kaggle kernels push -p folder [-t timeout] [--accelerator id]`: the client's answer. A push's
-    400/403/404 are about its competition source `slug`, so they get the competition's explanations."""
-    return with_client(
+def push_kernel(folder: Path, slug: str, kernel: str, timeout: int | None, accelerator: str | None) -> int:
+    """`kaggle kernels push -p folder [-t timeout] [--accelerator id]`: the version number Kaggle gave
+    the new version. A push's 400/403/404 are about its competition source `slug`, so they get the
+    competition's explanations; an answer that names an error or rejected sources raises."""
+    answer = with_client(
         lambda client: client.kernels_push(str(folder), str(timeout) if timeout else None, accelerator),
         slug=slug,
         action=f"pushing kernel {kernel}",
+    )
+    if answer.error:
+        raise PetalsError(f"Kaggle refused kernel {kernel}: {answer.error}")
+    rejected = (
+        answer.invalid_competition_sources
+        or answer.invalid_dataset_sources
+        or answer.invalid_kernel_sources
+        or answer.invalid_model_sources
+    )
+    if rejected:
+        raise PetalsError(
+            f"Kaggle rejected the sources {rejected} of kernel {kernel}: check the slugs in its metadata"
+        )
+    if not answer.version_number:
+        raise PetalsError(f"Kaggle accepted kernel {kernel} but named no version number; rerun the push")
+    return int(answer.version_number)
+
+
+def submit_code(
+    slug: str, kernel: str, version: int, file_name: str, message: str, *, retries: int = 3
+) -> Any:
+    """Submit to a code competition the file `file_name` that version `version` of kernel `owner/slug`
+    wrote: the client's code-submission call (POST CompetitionApiService/CreateCodeSubmission, body
+    competitionName, kernelOwner, kernelSlug, kernelVersion, fileName, submissionDescription). Its
+    answer (`message`, `ref`)."""
+    return with_client(
+        lambda client: client.competition_submit_code(
+            file_name, message, slug, kernel=kernel, kernel_version=version, quiet=True
+        ),
+        slug=slug,
+        action=f"submitting {file_name} of kernel {kernel} version {version} to {slug!r}",
+        retries=retries,
     )
 
 

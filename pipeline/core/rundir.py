@@ -165,8 +165,7 @@ def run_id(config, fingerprint: str) -> str:
     The size in it is the image's side, or a text's tokens."""
     from competition import load_spec
 
-    texts = load_spec(config.competition).modality == "text"
-    size = config.data.sequence_length if texts else config.data.input_size or config.data.image_size
+    size = load_spec(config.competition).task.size(config)
     digest = hashlib.sha256(json.dumps([config.to_dict(), fingerprint], sort_keys=True).encode()).hexdigest()
     return f"{config.recipe}-{config.model.backbone}-{size}-{digest[:8]}"
 

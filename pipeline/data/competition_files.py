@@ -1,6 +1,7 @@
 """Competitions whose data is plain files, as Kaggle serves them: found, unpacked and verified.
 
-An image-folder competition ships a zip per split (`train.zip` holding `train/cat.0.jpg`...), a
+What each split is made of is its format's (pipeline/data/formats/). An image-folder
+competition ships a zip per split (`train.zip` holding `train/cat.0.jpg`...), a
 table competition a CSV or TSV per split, sometimes zipped again inside the download
 (`labeledTrainData.tsv.zip`). Wherever the files come from (the Kaggle API's zip, your copy,
 `/kaggle/input`, the embedded dataset), the data dir ends up holding them unpacked: each split's
@@ -19,26 +20,16 @@ import zlib
 from pathlib import Path
 
 import pandas as pd
-from PIL import Image, UnidentifiedImageError
 
 from competition import CompetitionSpec
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import sha256, unsafe_member
-from pipeline.data.tables import read_table
-
-JPEG_START = b"\xff\xd8\xff"
 
 
 def _entries(spec: CompetitionSpec) -> dict[str, tuple[str, str | None]]:
     """Per split (and the sample submission): what the data dir holds (a folder or a file) and
     the zip Kaggle may ship it in."""
-    if spec.kind == "image_folder":
-        entries = {
-            split: (folder.folder, folder.archive) for split, folder in spec.image_folder.splits.items()
-        }
-    else:
-        entries = {split: (table.file, table.archive) for split, table in spec.tables.splits.items()}
-    return {**entries, "sample submission": (spec.sample_submission, None)}
+    return {**spec.format.entries(spec), "sample submission": (spec.sample_submission, None)}
 
 
 def markers(spec: CompetitionSpec) -> str:
@@ -99,51 +90,12 @@ def verify(root: Path, spec: CompetitionSpec) -> dict[str, dict[str, int]]:
     counts: dict[str, dict[str, int]] = {}
     test_ids = None
     for split in spec.splits:
-        if spec.kind == "image_folder":
-            ids = _verify_images(root, spec, split)
-            counts[split] = {"images": len(ids)}
-        else:
-            table = spec.tables.splits[split]
-            labeled = spec.num_classes if spec.is_labeled(split) else None
-            rows = read_table(root / table.file, table.layout, labeled)
-            ids = rows[table.layout.id_column].tolist()
-            counts[split] = {"rows": len(rows)}
+        count, ids = spec.format.verify_split(root, spec, split)
+        counts[split] = {spec.format.unit: count}
         if not spec.is_labeled(split):
             test_ids = ids
     _check_sample_submission(root / spec.sample_submission, spec, test_ids or [])
     return counts
-
-
-def _verify_images(root: Path, spec: CompetitionSpec, split: str) -> list[str]:
-    """A split's image names, each checked: it matches the split's pattern, its label is a class
-    (labelled splits), it starts as a JPEG does; the first is decoded whole. The ids (or names)."""
-    folder_spec = spec.image_folder.splits[split]
-    top = root / folder_spec.folder
-    if not top.is_dir():
-        raise PetalsError(f"{top}: split {split} missing (no such folder)")
-    paths = sorted(p for p in top.rglob("*") if p.is_file())
-    if not paths:
-        raise PetalsError(f"{top}: split {split} holds no images")
-    names = []
-    for path in paths:
-        name = path.relative_to(root).as_posix()
-        fields = folder_spec.parse(name)
-        if fields is None:
-            raise PetalsError(f"{root / name}: not a {split} image name ({folder_spec.members})")
-        if "label" in fields and fields["label"] not in spec.classes:
-            raise PetalsError(
-                f"{root / name}: label {fields['label']!r} is not a class ({', '.join(spec.classes)})"
-            )
-        with open(path, "rb") as f:
-            if f.read(3) != JPEG_START:
-                raise PetalsError(f"{root / name}: not a JPEG")
-        names.append(fields.get("id", name))
-    try:
-        with Image.open(paths[0]) as image:
-            image.convert("RGB")
-    except (OSError, UnidentifiedImageError) as err:
-        raise PetalsError(f"{paths[0]}: not a readable JPEG ({err})") from None
-    return names
 
 
 def _check_sample_submission(path: Path, spec: CompetitionSpec, test_ids: list[str]) -> None:

@@ -22,7 +22,7 @@ BY_COMPETITION = {
 
 
 def default_scale(spec: CompetitionSpec) -> float:
-    return synthetic.DEFAULT_SCALE if spec.kind == "records" else 1.0
+    return synthetic.DEFAULT_SCALE if spec.format.sharded else 1.0
 
 
 def draw(
@@ -37,7 +37,7 @@ def draw(
 ) -> dict[str, int]:
     """Write the competition's embedded dataset under `out_dir`; images or rows per split.
     `size` is the flower renderer's image size (the others draw photos of varied sizes, or text)."""
-    if spec.kind == "records":
+    if spec.format.sharded:
         return synthetic.write_dataset(
             out_dir, spec, size=size, seed=seed, scale=scale, workers=workers, progress=progress
         )

@@ -10,73 +10,21 @@ static size, as TPUs need.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
 from competition import CompetitionSpec
-from pipeline.core.errors import PetalsError
 from pipeline.data.datasets import PAD_ID, PAD_LABEL
-from pipeline.data.tables import read_table
+from pipeline.data.formats.base import Examples
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 
-@dataclass(frozen=True)
-class Examples:
-    """One split, in a fixed order. `inputs` holds image paths, or texts, or text pairs
-    (`inputs[k]` is the k-th text column); `labels` is None for an unlabelled split."""
-
-    ids: np.ndarray  # str
-    inputs: tuple[np.ndarray, ...]
-    labels: np.ndarray | None  # int64 class ids
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def take(self, rows: np.ndarray) -> Examples:
-        return replace(
-            self,
-            ids=self.ids[rows],
-            inputs=tuple(column[rows] for column in self.inputs),
-            labels=None if self.labels is None else self.labels[rows],
-        )
-
-
 def examples(root: Path, spec: CompetitionSpec, split: str) -> Examples:
-    """A split of a fetched data dir, sorted by id (images) or in file order (tables)."""
-    if spec.kind == "image_folder":
-        return _image_examples(root, spec, split)
-    table = spec.tables.splits[split]
-    rows = read_table(root / table.file, table.layout, spec.num_classes if spec.is_labeled(split) else None)
-    label = table.layout.label_column
-    return Examples(
-        ids=rows[table.layout.id_column].to_numpy(str),
-        inputs=tuple(rows[column].to_numpy(str) for column in table.layout.text_columns),
-        labels=rows[label].to_numpy(np.int64) if label else None,
-    )
-
-
-def _image_examples(root: Path, spec: CompetitionSpec, split: str) -> Examples:
-    folder = spec.image_folder.splits[split]
-    top = root / folder.folder
-    found = []
-    for path in top.rglob("*"):
-        fields = folder.parse(path.relative_to(root).as_posix()) if path.is_file() else None
-        if fields is not None:
-            found.append((fields.get("id", path.stem), str(path), fields.get("label")))
-    if not found:
-        raise PetalsError(f"{top}: no {split} images ({folder.members}); fetch again")
-    # Numeric ids sort as numbers (Kaggle's test/1.jpg ... test/12500.jpg).
-    found.sort(key=lambda item: (len(item[0]), item[0]) if item[0].isdigit() else (0, item[0]))
-    ids, paths, labels = zip(*found, strict=True)
-    return Examples(
-        ids=np.array(ids),
-        inputs=(np.array(paths),),
-        labels=np.array([spec.classes.index(label) for label in labels]) if spec.is_labeled(split) else None,
-    )
+    """A split of a fetched data dir, in its format's fixed order (images by id, rows as written)."""
+    return spec.format.examples(root, spec, split)
 
 
 def fold_split(train: Examples, folds: int, fold: int) -> tuple[Examples, Examples]:

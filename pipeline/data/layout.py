@@ -139,13 +139,13 @@ def fingerprint(root: str, spec: CompetitionSpec, sizes: list[int]) -> str:
 
 
 def markers(spec: CompetitionSpec) -> str:
-    if spec.kind != "records":
+    if not spec.format.sharded:
         return competition_files.markers(spec)
     return f"{spec.sample_submission} and {spec.records.record_dir_pattern.format(size='<size>')}/"
 
 
 def holds_competition(spec: CompetitionSpec) -> Callable[[Path], bool]:
-    if spec.kind != "records":
+    if not spec.format.sharded:
         return competition_files.holds_competition(spec)
 
     def holds(folder: Path) -> bool:

@@ -158,7 +158,7 @@ def _held_out(train: file_examples.Examples, config: Config) -> tuple:
 def train_and_val(root: str, spec: CompetitionSpec, config: Config) -> tuple[Split, Split | None]:
     """The training split and the val split scored after epochs (None with `train.merge_val`)."""
     train = config.train
-    if spec.kind != "records":
+    if not spec.format.sharded:
         examples = file_examples.examples(Path(root), spec, "train")
         if train.merge_val:
             return FileSplit(examples, spec), None
@@ -181,7 +181,7 @@ def split_for(root: str, spec: CompetitionSpec, config: Config, split: str) -> S
         if val is None:
             raise PetalsError("train.merge_val=true: the run trained on its val split, none is held out")
         return val
-    if spec.kind != "records":
+    if not spec.format.sharded:
         return FileSplit(file_examples.examples(Path(root), spec, split), spec)
     size = config.data.image_size
     return RecordSplit(datasets.shard_files(root, spec, size, split), spec, size)

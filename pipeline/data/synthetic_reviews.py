@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 
 from competition import load_spec
-from competition.layouts import TableFile
 from pipeline.core.files import write_atomically, write_zip
+from pipeline.data.formats.table import TableFile
 from pipeline.data.tables import table_text
 
 SPEC = load_spec("imdb")  # file names, quoting, columns

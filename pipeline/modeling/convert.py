@@ -22,9 +22,13 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.errors import PetalsError
-from pipeline.modeling.registry import TORCH_MEAN, TORCH_STD  # the package's preprocess_input stats
 
 log = logging.getLogger(__name__)
+
+# ImageNet statistics of "torch" preprocessing: the `efficientnet` package's preprocess_input
+# (and DenseNet's). Defined here so the registry imports this module and never the reverse.
+TORCH_MEAN = (0.485, 0.456, 0.406)
+TORCH_STD = (0.229, 0.224, 0.225)
 
 
 def is_package_file(path: str | Path) -> bool:

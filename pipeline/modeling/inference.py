@@ -81,23 +81,6 @@ class Predictions:
 # ----------------------------------------------------------------------------- finding runs
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """How the stages that work on a finished run find it: by id or path, or the way `train` names it."""
-    from pipeline.core import config as config_module
-    from pipeline.core import device
-
-    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="fetched data dir")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories are")
-    parser.add_argument(
-        "--run",
-        dest="run_id",
-        default=None,
-        help="run id or run dir (default: the run `train` makes of the same --recipe and --set)",
-    )
-    device.add_arguments(parser, tpu=False)
-    config_module.add_config_arguments(parser)
-
-
 def find_run(args: argparse.Namespace, platform) -> RunDir:
     """The finished run `--run` names, or the one `train` makes of the same recipe, overrides and data."""
     from pipeline.core import config as config_module
@@ -154,14 +137,8 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
 
 
 def check_tta(spec, tta: int) -> None:
-    """TTA passes are mirrored and augmented images: only where the competition keeps the label."""
-    if tta < 1:
-        raise PetalsError(f"--tta {tta}: the number of passes must be at least 1")
-    if tta > 1 and (spec.modality != "image" or "flip" not in spec.keeps_label):
-        raise PetalsError(
-            f"--tta {tta}: competition {spec.name} does not keep the label under a mirror "
-            f"(its keeps_label: {', '.join(sorted(spec.keeps_label)) or 'none'}); use --tta 1"
-        )
+    """The views `tta` passes take exist for the competition's task; else one line."""
+    spec.task.check_views(spec, tta)
 
 
 def tta_augment(config):

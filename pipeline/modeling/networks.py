@@ -17,46 +17,15 @@ import keras
 
 from pipeline.core.errors import PetalsError
 from pipeline.modeling import bert, registry, text
+from pipeline.tasks.text_classification import text_networks
 
-TEXT_NETWORKS = (*text.NETWORKS, *bert.NAMES)
+TEXT_NETWORKS = text_networks()
 
 
 def check(config, spec, backend: str) -> None:
-    """The config's network reads the competition's inputs and builds on `backend`; else one line."""
-    name = config.model.backbone
-    if spec.modality == "image":
-        if name in TEXT_NETWORKS:
-            raise PetalsError(
-                f"model.backbone={name} reads texts; competition {spec.name} has images "
-                f"(python -m pipeline train --list-backbones)"
-            )
-        registry.check_backbone(name, backend)
-        return
-    if name not in TEXT_NETWORKS:
-        raise PetalsError(
-            f"model.backbone={name}: competition {spec.name} has texts; its networks are "
-            f"{', '.join(TEXT_NETWORKS)}"
-        )
-    if config.train.feature_cache:
-        raise PetalsError(f"train.feature_cache caches an image backbone's activations; {name} reads texts")
-    if config.train.unfrozen_layers:  # its cut counts an image backbone's layers back from the head
-        raise PetalsError(
-            f"train.unfrozen_layers={config.train.unfrozen_layers} cuts an image backbone; {name} reads "
-            "texts (train.frozen_epochs freezes a text backbone whole)"
-        )
-    if name in bert.NAMES:
-        bert.check(config)
-        return
-    columns = len(spec.tables.splits["train"].layout.text_columns)
-    if columns > 1:
-        raise PetalsError(
-            f"model.backbone={name} reads one text; competition {spec.name} has {columns} per example "
-            f"(sentence pairs need a network that reads pairs: {', '.join(bert.NAMES)})"
-        )
-    if config.train.frozen_epochs:
-        raise PetalsError(
-            f"train.frozen_epochs={config.train.frozen_epochs}: {name} has no pretrained part to freeze"
-        )
+    """The config's network reads the competition's inputs and builds on `backend`; else one line.
+    What fits is the competition's task's to say."""
+    spec.task.check_network(config, spec, backend)
 
 
 def packages(config) -> dict[str, list[str]]:

@@ -27,6 +27,7 @@ from keras import layers
 
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.modeling import efficientnet_lite
+from pipeline.modeling.convert import TORCH_MEAN, TORCH_STD  # "torch" preprocessing's ImageNet stats
 from pipeline.modeling.efficientnet_lite import WeightsPackage
 
 log = logging.getLogger(__name__)
@@ -241,9 +242,6 @@ def get_backbone(name: str) -> Backbone:
 # ----------------------------------------------------------------------------- preprocessing
 
 
-# ImageNet statistics of "torch" preprocessing (the `efficientnet` package's, DenseNet's).
-TORCH_MEAN = (0.485, 0.456, 0.406)
-TORCH_STD = (0.229, 0.224, 0.225)
 _CAFFE_MEAN_BGR = (103.939, 116.779, 123.68)
 
 

@@ -341,8 +341,7 @@ class Trainer:
         write_atomically(self.run.history_file, lambda tmp: history.to_csv(tmp, index=False))
         self.checkpoint.save(epoch + 1, self.best_score)  # last, so a checkpoint implies its outputs
         if self._header_due:
-            unit = "img" if self.job.spec.modality == "image" else "ex"
-            log.info("train: %s", epoch_header(self.job.spec.metric.title, unit))
+            log.info("train: %s", epoch_header(self.job.spec.metric.title, self.job.spec.task.unit))
             self._header_due = False
         log.info("train: %s", epoch_line(row, self.config.train.epochs, self.job.spec.score_key))
 

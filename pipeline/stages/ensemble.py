@@ -15,11 +15,11 @@ import argparse
 import hashlib
 import json
 import logging
-from pathlib import Path
 
 import numpy as np
 
 from competition.metric import METRICS, Metric
+from pipeline.core import arguments
 from pipeline.core.errors import PetalsError
 from pipeline.core.rundir import RunDir
 
@@ -37,20 +37,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--name", default=None, help="ensemble id (default: ensemble-<hash of runs and weights>)"
     )
-    parser.add_argument("--tta", type=int, default=1, help="TTA passes for predictions not yet made")
-    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="fetched data dir")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories are")
-    parser.add_argument("--submissions-dir", type=Path, default=Path("submissions"), help="where CSVs go")
+    arguments.add_tta(parser)
+    arguments.add_data_dir(parser)
+    arguments.add_runs_dir(parser)
+    arguments.add_submissions_dir(parser)
     device.add_arguments(parser, tpu=False)
 
 
 def run(args: argparse.Namespace) -> None:
     from competition import load_spec
-    from pipeline.core import device
+    from pipeline.core import device, leaderboard
     from pipeline.core.rundir import finished_run
+    from pipeline.core.submission_files import write_submission
     from pipeline.modeling.inference import Predictions, check_same_data, predict_split
-    from pipeline.stages import leaderboard
-    from pipeline.stages.predict import submission_values, write_submission
 
     if len(args.runs) < 2:
         raise PetalsError(f"--runs {' '.join(args.runs)}: an ensemble blends at least two runs")
@@ -111,7 +110,7 @@ def run(args: argparse.Namespace) -> None:
         args.submissions_dir,
         name,
         test_blend.ids,
-        submission_values(test_blend.probabilities, spec),
+        spec.task.submission_values(test_blend.probabilities, spec),
         spec,
         args.data_dir,
         manifest,

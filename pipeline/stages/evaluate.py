@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pipeline.core import arguments
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure, write_atomically
 from pipeline.core.rundir import RunDir
@@ -28,13 +29,9 @@ TOP_CONFUSIONS = 10
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipeline.modeling.inference import add_run_arguments
-
-    add_run_arguments(parser)
-    parser.add_argument("--tta", type=int, default=1, help="test-time augmentation passes (1: none)")
-    parser.add_argument(
-        "--submissions-dir", type=Path, default=Path("submissions"), help="the leaderboard's folder"
-    )
+    arguments.add_run_arguments(parser)
+    arguments.add_tta(parser)
+    arguments.add_submissions_dir(parser, help="the leaderboard's folder")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -53,8 +50,8 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
     from sklearn.metrics import confusion_matrix
 
     from competition import load_spec
+    from pipeline.core import leaderboard
     from pipeline.modeling.inference import predict_split
-    from pipeline.stages import leaderboard
 
     config = run.read_config()
     if config.train.merge_val:

@@ -16,8 +16,8 @@ import numpy as np
 import pandas as pd
 
 from competition import CompetitionSpec
+from pipeline.core import arguments, device
 from pipeline.core import config as config_module
-from pipeline.core import device
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure, write_atomically
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="fetched data dir")
+    arguments.add_data_dir(parser)
     parser.add_argument("--out", type=Path, default=Path("runs/inspect"), help="folder for the PNG and CSV")
     parser.add_argument("--images", type=int, default=20, help="images in the grid (one batch)")
     device.add_arguments(parser, tpu=False)
@@ -81,7 +81,7 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
     save_figure(_grid(batch_images, batch_labels, spec, config, where), grid_path, dpi=80)
     log.info("inspect: wrote %s and %s", grid_path, counts_path)
 
-    if config.data.skip_bad_records and spec.kind == "records":
+    if config.data.skip_bad_records and spec.format.sharded:
         size = config.data.image_size
         files = {split: datasets.shard_files(root, spec, size, split) for split in spec.splits}
         reports = [

@@ -8,13 +8,16 @@ process, so the accelerator is set up once. In order:
    where TensorFlow sees it) or stops here with one line, before anything else runs;
 2. what the image lacks (pretrained weights, wheels) from the attached sources when the kernel has
    no internet, never from the network;
-3. the runs of an earlier version (a kernel output attached as a source) copied in, so training
-   resumes where that version was stopped;
+3. the runs of an earlier version (a kernel output attached as a source) or of an attached dataset
+   (its petals_runs/) copied in, so training resumes where that version was stopped, or a finished
+   run is only scored and predicted;
 4. fetch (the attached competition, wherever Kaggle mounted it), train, evaluate, predict.
 Everything is written under --working (/kaggle/working on Kaggle) as it is made: petals_runs/
-(checkpoints, history, metrics), petals_submissions/, then submission.csv, checked against the
-sample, and petals_summary.json (config, metrics, timings). A kernel killed at its time limit
-keeps every finished epoch.
+(checkpoints, history, metrics), petals_submissions/, then the competition's submission file
+(submission.csv), checked against the sample, and petals_summary.json (config, metrics, timings).
+A kernel killed at its time limit keeps every finished epoch. In a code competition Kaggle runs
+this same script again, offline, with the hidden test set mounted in place of the visible one: the
+file it writes then is the one scored.
 """
 
 from __future__ import annotations
@@ -128,15 +131,30 @@ def provide_offline(args: argparse.Namespace, keras_home: Path) -> list[str]:
 
 
 def restore_runs(args: argparse.Namespace, runs: Path) -> list[str]:
-    """An earlier version's runs (its output attached through kernel_sources) copied into `runs`, so
-    train resumes an interrupted run instead of starting over; a run already here is kept."""
+    """An earlier version's runs (its output attached through kernel_sources), and those an attached
+    dataset holds in its petals_runs/, copied into `runs`: train resumes an interrupted run instead of
+    starting over, and finds a finished one finished; a run already here is kept."""
     from pipeline.core import kaggle_input
 
     restored = []
-    for handle in SETTINGS.get("resume_from", []):
-        found = kaggle_input.find("notebook", handle, lambda f: (f / RUNS).is_dir(), RUNS, args.input)
+    sources = [
+        *(("notebook", handle) for handle in SETTINGS.get("resume_from", [])),
+        *(("dataset", handle) for handle in SETTINGS.get("datasets", [])),  # most hold weights or wheels
+    ]
+    for kind, handle in sources:
+        holds = lambda folder: (folder / RUNS).is_dir()  # noqa: E731
+        if kind == "notebook":
+            found = kaggle_input.find(kind, handle, holds, RUNS, args.input)
+        else:  # only where that dataset is mounted: no search, which would find another source's runs
+            mounted = [r for r in kaggle_input.layouts(kind, handle) if holds(args.input / r)]
+            found = (
+                kaggle_input.Found(args.input / mounted[0], f"the layout {mounted[0]}") if mounted else None
+            )
         if found is None:
-            print(f"petals kernel: {handle} is not attached (no {RUNS}/ under {args.input}); starting anew")
+            if kind == "notebook":
+                print(
+                    f"petals kernel: {handle} is not attached (no {RUNS}/ under {args.input}); starting anew"
+                )
             continue
         for run in sorted((found.path / RUNS).iterdir()):
             if run.is_dir() and not (runs / run.name).exists():
@@ -154,16 +172,17 @@ def restore_runs(args: argparse.Namespace, runs: Path) -> list[str]:
 
 
 def copy_submission(submissions: Path, run_name: str, working: Path, data_dir: Path) -> Path:
-    """The run's CSV as /kaggle/working/submission.csv, checked against the sample first."""
+    """The run's CSV as the competition's submission file in /kaggle/working (submission.csv), checked
+    against the sample first: in a code competition, Kaggle scores that file."""
     from competition import load_spec
     from competition.submission import check_submission
     from pipeline.core.files import write_atomically
-    from pipeline.stages.predict import sample_ids
+    from pipeline.core.submission_files import sample_ids
 
     spec = load_spec(SETTINGS["competition"])
     source = submissions / f"{run_name}.csv"
     check_submission(source, spec, sample_ids(data_dir, spec))
-    target = working / "submission.csv"
+    target = working / SETTINGS.get("submission_file", "submission.csv")
     write_atomically(target, lambda tmp: shutil.copy2(source, tmp))
     return target
 

@@ -12,31 +12,23 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
-from typing import Any
 
-import numpy as np
-
-from competition import CompetitionSpec
-from pipeline.core.errors import PetalsError
-from pipeline.core.files import sha256, write_atomically, write_json
+from pipeline.core import arguments
+from pipeline.core.submission_files import write_submission
 
 log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipeline.modeling.inference import add_run_arguments
-
-    add_run_arguments(parser)
-    parser.add_argument("--tta", type=int, default=1, help="test-time augmentation passes (1: none)")
-    parser.add_argument("--submissions-dir", type=Path, default=Path("submissions"), help="where CSVs go")
+    arguments.add_run_arguments(parser)
+    arguments.add_tta(parser)
+    arguments.add_submissions_dir(parser)
 
 
 def run(args: argparse.Namespace) -> None:
     from competition import load_spec
-    from pipeline.core import device
+    from pipeline.core import device, leaderboard
     from pipeline.modeling.inference import check_same_data, find_run, predict_split
-    from pipeline.stages import leaderboard
 
     platform = device.pick_from_args(args)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
@@ -50,7 +42,7 @@ def run(args: argparse.Namespace) -> None:
         args.submissions_dir,
         run.name,
         test.ids,
-        submission_values(test.probabilities, spec),
+        spec.task.submission_values(test.probabilities, spec),
         spec,
         args.data_dir,
         manifest,
@@ -70,94 +62,3 @@ def run(args: argparse.Namespace) -> None:
         submission=str(path),
     )
     print(f"{run.name}: {len(test.ids)} test predictions (TTA {args.tta}) -> {path}")
-
-
-def submission_values(probabilities: np.ndarray, spec: CompetitionSpec) -> np.ndarray:
-    """What a submission row holds: the class id, or P(class 1) for a probability submission."""
-    if spec.submission_value == "probability":
-        return probabilities[:, 1]
-    return probabilities.argmax(axis=1)
-
-
-def sample_ids(data_dir: Path, spec: CompetitionSpec) -> list[str]:
-    """The test ids of the data dir's `sample_submission.csv` (local, or gs:// through TensorFlow)."""
-    from competition.submission import SubmissionError, read_sample_ids
-    from pipeline.data.manifest import locate_data
-
-    path = f"{locate_data(data_dir).rstrip('/')}/{spec.sample_submission}"
-    if "://" not in path:  # a local file: no TensorFlow import (submit starts in a second)
-        try:
-            text = Path(path).read_text()
-        except OSError as err:
-            raise PetalsError(f"cannot read {path}: {err.strerror}; fetch the data again") from None
-    else:
-        import tensorflow as tf
-
-        try:
-            with tf.io.gfile.GFile(path) as f:
-                text = f.read()
-        except tf.errors.OpError as err:
-            raise PetalsError(
-                f"cannot read {path}: {err.message.splitlines()[0]}; fetch the data again"
-            ) from None
-    try:
-        return read_sample_ids(text, spec, path)
-    except SubmissionError as err:
-        raise PetalsError(str(err)) from None
-
-
-def write_submission(
-    submissions_dir: Path,
-    entry: str,
-    ids: np.ndarray,
-    values: np.ndarray,
-    spec: CompetitionSpec,
-    data_dir: Path,
-    manifest: dict[str, Any],
-    val_score: float | None,
-    made_in: Path,
-) -> Path:
-    """`<entry>.csv` in the sample submission's id order, checked, then its provenance `<entry>.json`
-    (`made_in`: the run or ensemble directory it came from)."""
-    from competition.submission import SubmissionError, check_submission, submission_frame
-    from pipeline.stages import leaderboard
-
-    expected = sample_ids(data_dir, spec)
-    by_id = dict(zip(ids.tolist(), values.tolist(), strict=True))
-    missing = [i for i in expected if i not in by_id]
-    if missing or len(by_id) != len(expected):
-        raise PetalsError(
-            f"{entry}: predictions cover {len(by_id)} ids but {spec.sample_submission} lists {len(expected)} "
-            f"({len(missing)} missing, e.g. {missing[:2]}): "
-            "the test split and the sample submission disagree"
-        )
-    frame = submission_frame(spec, expected, [by_id[i] for i in expected])
-    submissions_dir.mkdir(parents=True, exist_ok=True)
-    path = submissions_dir / f"{entry}.csv"
-
-    def write(tmp: Path) -> None:
-        frame.to_csv(tmp, index=False)
-        try:
-            check_submission(tmp, spec, expected)
-        except SubmissionError as err:  # a bug here, never the user's: keep the old file
-            raise PetalsError(f"refusing to write {path}: {str(err).split(': ', 1)[-1]}") from None
-
-    write_atomically(path, write)
-    write_json(
-        path.with_suffix(".json"),
-        {
-            "entry": entry,
-            "run_dir": str(made_in),
-            "csv_sha256": sha256(path),
-            "competition": spec.name,
-            "slug": manifest.get("slug"),
-            "data_source": manifest.get("source"),
-            "data_origin": manifest.get("origin"),
-            "data_fingerprint": manifest.get("fingerprint"),
-            "rows": len(frame),
-            "metric": spec.metric.name,
-            spec.score_key: val_score,
-            "created": leaderboard.now(),
-        },
-    )
-    return path

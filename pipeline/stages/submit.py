@@ -7,6 +7,12 @@ Without Kaggle credentials the stage is a dry run: it checks the file, says exac
 would go where and how to add credentials, and exits 0 marked NOT UPLOADED. Server errors
 and timeouts are retried with backoff; refusals (400, 401, 403, 404) become one line saying
 what to do. Credentials are only ever named by where they were found, never shown.
+
+A code competition (`[submission] by = "code"`) takes no uploaded CSV: the local CSV is checked
+the same way, then the kernel `make kernel` generated for the competition is pushed as a new
+version, waited for until it completes, and the submission file that version wrote is submitted
+with the API's code-submission call. The same bytes are not pushed and submitted twice without
+--force; a rerun after a stop goes on with the version already pushed.
 """
 
 from __future__ import annotations
@@ -14,11 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 
-import pandas as pd
-
+from competition.spec import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
+from pipeline.core.report import closing_summary, predicted
+from pipeline.kernels.metadata import DEFAULT_ACCELERATOR
 
 log = logging.getLogger(__name__)
 
@@ -34,26 +42,75 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--data-dir", type=Path, default=Path("data"), help="fetched data dir (its sample_submission.csv)"
     )
     parser.add_argument("--submissions-dir", type=Path, default=Path("submissions"), help="where CSVs are")
-    parser.add_argument("--competition", default="flowers", help="competition spec under competition/")
+    parser.add_argument(
+        "--competition", default=DEFAULT_COMPETITION, help="competition spec under competition/"
+    )
     parser.add_argument(
         "--slug", default=None, help="Kaggle competition slug (default: the data's, else the spec's first)"
     )
     parser.add_argument("--retries", type=int, default=3, help="attempts on server errors and timeouts")
     parser.add_argument(
-        "--force", action="store_true", help="upload a file again that was already uploaded (FORCE=1)"
+        "--force",
+        action="store_true",
+        help="upload a file again that was already uploaded (a code competition: push, submit) (FORCE=1)",
     )
+    code = parser.add_argument_group("code competitions: the kernel `make kernel` generated is pushed")
+    code.add_argument("--kernels-dir", type=Path, default=Path("kernels"), help="where kernel folders are")
+    code.add_argument(
+        "--kernel", default=None, help="kernel folder name (default: petals-<competition>-<recipe>)"
+    )
+    code.add_argument("--recipe", default="auto", help="the kernel's recipe, for its default name")
+    code.add_argument(
+        "--accelerator", default=DEFAULT_ACCELERATOR, help="the kernel's accelerator (resolves --recipe auto)"
+    )
+    code.add_argument(
+        "--poll-seconds", type=float, default=60.0, help="seconds between status checks of the version"
+    )
+    code.add_argument(
+        "--wait-seconds",
+        type=float,
+        default=13 * 3600.0,
+        help="longest wait for the version to complete (default 13 h: a session's limit and a queue)",
+    )
+
+
+@dataclass(frozen=True)
+class Checked:
+    """The local submission CSV, checked as Kaggle would, and where and how it would be submitted."""
+
+    path: Path
+    summary: object  # competition.submission's summary: rows, bytes, classes used
+    digest: str
+    provenance: dict
+    entry: str
+    slug: str
+    message: str
+    synthetic: bool  # made from the embedded synthetic dataset (Kaggle cannot score it)
+    real_rows: int | None
+    origin: str | None
 
 
 def run(args: argparse.Namespace) -> None:
     from competition import load_spec
-    from competition.submission import SubmissionError, check_submission
-    from pipeline.core import kaggle_client
-    from pipeline.core.files import sha256, write_json
-    from pipeline.data.manifest import read_manifest
-    from pipeline.stages import leaderboard
-    from pipeline.stages.predict import sample_ids
 
     spec = load_spec(args.competition)
+    checked = check_local(args, spec)
+    log.info("submit: %s is a valid submission", checked.path)
+    if args.retries < 1:
+        raise PetalsError(f"--retries {args.retries}: must be at least 1")
+    if spec.code_competition:
+        submit_kernel(args, spec, checked)
+    else:
+        submit_csv(args, spec, checked)
+
+
+def check_local(args: argparse.Namespace, spec) -> Checked:
+    """The CSV (given, else the newest for the competition) checked against the data's sample."""
+    from competition.submission import SubmissionError, check_submission
+    from pipeline.core.files import sha256
+    from pipeline.core.submission_files import sample_ids
+    from pipeline.data.manifest import read_manifest
+
     path = args.file or newest_submission(args.submissions_dir, spec.name)
     manifest = read_manifest(args.data_dir)
     if manifest is None:
@@ -79,14 +136,34 @@ def run(args: argparse.Namespace) -> None:
     provenance = sidecar(path, digest)
     entry = provenance.get("entry", path.stem)
     data_slug = manifest.get("slug")  # the competition the data came from, if it is one of the spec's
-    slug = args.slug or (data_slug if data_slug in spec.slugs else spec.default_slug)
-    message = args.message or default_message(entry, provenance)
+    return Checked(
+        path=path,
+        summary=summary,
+        digest=digest,
+        provenance=provenance,
+        entry=entry,
+        slug=args.slug or (data_slug if data_slug in spec.slugs else spec.default_slug),
+        message=args.message or default_message(entry, provenance),
+        synthetic=synthetic,
+        real_rows=real_rows,
+        origin=manifest.get("origin"),
+    )
+
+
+def submit_csv(args: argparse.Namespace, spec, checked: Checked) -> None:
+    """Upload the checked CSV (a file competition); a dry run without credentials."""
+    from pipeline.core import kaggle_client, leaderboard
+    from pipeline.core.files import write_json
+
+    path, summary, digest, slug, message = (
+        checked.path, checked.summary, checked.digest, checked.slug, checked.message,
+    )  # fmt: skip
+    provenance, entry, synthetic = checked.provenance, checked.entry, checked.synthetic
     page = f"https://www.kaggle.com/competitions/{slug}"
     what = (
         f"{path} ({summary.rows} rows, {predicted(spec, summary)}, {summary.bytes} bytes, "
         f"sha256 {digest[:12]}) to competition {slug!r} ({page}/submissions) with message {message!r}"
     )
-    log.info("submit: %s is a valid submission", path)
     credentials = kaggle_client.find_credentials()
     if credentials is None:
         print(f"DRY RUN, NOT UPLOADED: would upload {what}.")
@@ -97,17 +174,17 @@ def run(args: argparse.Namespace) -> None:
             )
         print(f"  To upload: {kaggle_client.CREDENTIALS_HELP}; then rerun `make submit`.")
         print(
-            closing_summary(args.submissions_dir, spec.name, provenance, path, summary.rows, None, synthetic)
+            closing_summary(
+                args.submissions_dir, args.competition, provenance, path, summary.rows, None, synthetic
+            )
         )
         return
     if synthetic and kaggle_client.is_production():
         raise PetalsError(
-            f"{path} was made from the embedded synthetic dataset ({manifest.get('origin')}, "
-            f"{summary.rows} test rows where {slug!r} has {real_rows}): refusing to upload it; "
+            f"{path} was made from the embedded synthetic dataset ({checked.origin}, "
+            f"{summary.rows} test rows where {slug!r} has {checked.real_rows}): refusing to upload it; "
             "fetch the real data (make fetch SOURCE=kaggle) and train again"
         )
-    if args.retries < 1:
-        raise PetalsError(f"--retries {args.retries}: must be at least 1")
     board = leaderboard.board_file(args.submissions_dir, spec.name)
     done = _uploaded_before(board, entry, digest)
     if done and not args.force:  # a rerun: Kaggle counts every upload against the day's limit
@@ -135,12 +212,112 @@ def run(args: argparse.Namespace) -> None:
         f"UPLOADED {path} to {slug!r}: {said} (ref {ref}); "
         "`make leaderboard-sync` fetches its public score once Kaggle has scored it"
     )
-    print(closing_summary(args.submissions_dir, spec.name, provenance, path, summary.rows, slug, False))
+    print(
+        closing_summary(args.submissions_dir, args.competition, provenance, path, summary.rows, slug, False)
+    )
+
+
+def submit_kernel(args: argparse.Namespace, spec, checked: Checked) -> None:
+    """A code competition: push the kernel as a new version, wait until it completes, then submit the
+    file it wrote; a dry run without credentials."""
+    from pipeline.core import kaggle_client, leaderboard
+    from pipeline.core.files import write_json
+    from pipeline.kernels import remote
+    from pipeline.kernels.check import check
+    from pipeline.kernels.metadata import code_kernel, content_digest, kernel_folder
+
+    slug, message, entry = checked.slug, checked.message, checked.entry
+    folder, meta = code_kernel(
+        kernel_folder(args.kernels_dir, args.kernel, args.recipe, args.accelerator, spec.name), spec, slug
+    )
+    kernel, digest, file_name = meta["id"], content_digest(folder), spec.submission_file
+    page = f"https://www.kaggle.com/competitions/{slug}"
+    what = (
+        f"kernel {kernel} ({folder}, sha256 {digest[:12]}) as a new version and, once it completes, "
+        f"submit its {file_name} to competition {slug!r} ({page}/submissions) with message {message!r}"
+    )
+    summary = checked.summary
+    rows = summary.rows
+
+    def finished(submitted_to: str | None) -> str:
+        return closing_summary(
+            args.submissions_dir, args.competition, checked.provenance, checked.path, rows, submitted_to,
+            synthetic=False, code=True,
+        )  # fmt: skip
+
+    if kaggle_client.find_credentials() is None:
+        print(f"DRY RUN, NOT SUBMITTED: would push {what}.")
+        print(
+            f"  {checked.path} ({rows} rows, {predicted(spec, summary)}) passes the checks; on Kaggle the "
+            f"kernel writes its {file_name} the same way, from the test set Kaggle mounts."
+        )
+        print(f"  To submit: {kaggle_client.CREDENTIALS_HELP}; then rerun `make submit`.")
+        print(finished(None))
+        return
+    board = leaderboard.board_file(args.submissions_dir, spec.name)
+    done = _uploaded_before(board, entry, digest)
+    if done and not args.force:  # a rerun: a version is hours of accelerator time
+        print(
+            f"ALREADY SUBMITTED kernel {kernel} (sha256 {digest[:12]}) to {slug!r} (ref {done}); "
+            "FORCE=1 (--force) pushes and submits it again"
+        )
+        return
+    # Written before each step, so a rerun after a stop goes on with the version already pushed (and
+    # asks Kaggle before submitting it again) instead of pushing another one.
+    intent = args.submissions_dir / f".{folder.name}.submitting.json"
+    record = {"sha256": digest, "slug": slug, "message": message, "kernel": kernel}
+    earlier = _read_intent(intent, record) if not args.force else {}
+    version = earlier.get("version")
+    if version:
+        print(f"kernel {kernel} version {version} was pushed by an earlier `make submit`: waiting for it")
+    else:
+        check(folder)  # what `make kernel-push` checks before a push
+        version = remote.push(folder)
+        args.submissions_dir.mkdir(parents=True, exist_ok=True)
+        write_json(intent, {**record, "version": version, "started": leaderboard.now()})
+    try:
+        remote.wait_for_kernel(
+            kernel, version, poll_seconds=args.poll_seconds, limit_seconds=args.wait_seconds
+        )
+    except remote.KernelFailed:
+        intent.unlink(missing_ok=True)  # that version is over: a rerun pushes a new one
+        raise
+    ref, said = None, "found on Kaggle, not sent again"
+    if earlier.get("submitting"):
+        found = kaggle_client.find_submission(slug, file_name, message)
+        ref = str(found.ref) if found is not None else None
+    if ref is None:
+        write_json(intent, {**record, "version": version, "submitting": True, "started": leaderboard.now()})
+        answer = kaggle_client.submit_code(slug, kernel, version, file_name, message, retries=args.retries)
+        ref, said = answer.ref, answer.message or "accepted"
+    leaderboard.update(
+        board,
+        entry,
+        submission=f"{kernel} version {version}",
+        submitted_at=leaderboard.now(),
+        submission_ref=str(ref) if ref else None,
+        submission_sha256=digest,
+    )
+    intent.unlink(missing_ok=True)
+    print(
+        f"SUBMITTED {file_name} of kernel {kernel} version {version} to {slug!r}: {said} (ref {ref}); "
+        f"`make leaderboard-sync COMPETITION={spec.name}` fetches its public score once Kaggle has scored it"
+    )
+    print(finished(f"{slug} as kernel {kernel} version {version}"))
+
+
+def _read_intent(intent: Path, record: dict) -> dict:
+    """What an earlier, stopped submit of these very bytes recorded (its version), or {}."""
+    try:
+        earlier = json.loads(intent.read_text())
+    except (OSError, ValueError):
+        return {}
+    return earlier if all(earlier.get(k) == v for k, v in record.items()) else {}
 
 
 def _uploaded_before(board: Path, entry: str, digest: str) -> str | None:
     """The ref under which these very bytes were uploaded for `entry`, or None."""
-    from pipeline.stages import leaderboard
+    from pipeline.core import leaderboard
 
     table = leaderboard.read(board)
     rows = table[(table["entry"] == entry) & (table["submission_sha256"].astype(str) == digest)]
@@ -166,69 +343,9 @@ def _already_submitted(intent: Path, path: Path, digest: str, slug: str, message
     return str(found.ref)
 
 
-def predicted(spec, summary) -> str:
-    if spec.submission_value == "probability":
-        return f"P({spec.classes[1]}) per row"
-    return f"{summary.classes_used} classes predicted"
-
-
-def closing_summary(
-    submissions_dir: Path,
-    competition: str,
-    provenance: dict,
-    path: Path,
-    rows: int,
-    uploaded: str | None,
-    synthetic: bool,
-) -> str:
-    """The main job's last lines: what ran, how it scored, where its files are, what to do next."""
-    from pipeline.stages import leaderboard
-
-    board = leaderboard.read(leaderboard.board_file(submissions_dir, competition))
-    table = leaderboard.ranked(board, competition)
-    column, metric = leaderboard.score_column(competition)
-    entry = provenance.get("entry", path.stem)
-    lines = ["", "petals: done."]
-    mine = board[board["entry"] == entry]
-    if not mine.empty:
-        row, rank = mine.iloc[0], int(table.loc[table["entry"] == entry, "rank"].iloc[0])
-        if row["kind"] == "run":  # columns may be empty (a row from an older petals): shown as "?"
-            size, epochs = (_whole(row[c]) for c in ("image_size", "epochs"))
-            at = "" if size == "?" else f" at {size} px"  # texts have no size
-            what = f"recipe {row['recipe']}: {row['backbone']}{at}, {epochs} epochs on {row['backend']}"
-        else:
-            what = f"ensemble of {row['members']}"
-        lines.append(f"  ran      {what}")
-        score = pd.to_numeric(row[column], errors="coerce")
-        shown = "not scored" if pd.isna(score) else f"{score:.4f}"
-        lines.append(
-            f"  scored   val {metric.title} {shown}, rank {rank} of {len(table)} on the offline leaderboard"
-        )
-    lines.append(f"  run      {provenance.get('run_dir', entry)}")
-    status = f"uploaded to {uploaded}" if uploaded else "NOT UPLOADED (dry run)"
-    picked = "" if competition == "flowers" else f" COMPETITION={competition}"
-    lines.append(f"  wrote    {path} ({rows} rows), {status}")
-    if uploaded:
-        step = (
-            f"`make leaderboard-sync{picked}` once Kaggle has scored it; "
-            f"`make leaderboard{picked}` ranks every run"
-        )
-    elif synthetic:
-        step = f"real data: Kaggle credentials, then `make fetch SOURCE=kaggle FORCE=1 train submit{picked}`"
-    else:
-        step = f"Kaggle credentials, then `make submit{picked}`; `make leaderboard{picked}` ranks every run"
-    lines.append(f"  next     {step}")
-    return "\n".join(lines)
-
-
-def _whole(value) -> str:
-    number = pd.to_numeric(value, errors="coerce")
-    return "?" if pd.isna(number) else str(int(number))
-
-
-def newest_submission(submissions_dir: Path, competition: str = "flowers") -> Path:
+def newest_submission(submissions_dir: Path, competition: str = DEFAULT_COMPETITION) -> Path:
     """The newest CSV predict or ensemble wrote for `competition` (one without a record: any)."""
-    from pipeline.stages import leaderboard
+    from pipeline.core import leaderboard
 
     def made_for(path: Path) -> str:
         try:

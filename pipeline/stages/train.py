@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from pipeline.core import arguments, rundir
 from pipeline.core import config as config_module
-from pipeline.core import rundir
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure
+from pipeline.core.git import git_commit
 from pipeline.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -34,8 +34,8 @@ log = logging.getLogger(__name__)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from pipeline.core import device
 
-    parser.add_argument("--data-dir", type=Path, default=Path("data"), help="fetched data dir")
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories are")
+    arguments.add_data_dir(parser)
+    arguments.add_runs_dir(parser)
     parser.add_argument(
         "--run",
         dest="run_id",
@@ -176,21 +176,6 @@ def prepare(
 # ----------------------------------------------------------------------------- outputs
 
 
-def git_commit() -> str:
-    """The checkout's commit, `+dirty` when it has uncommitted changes, or `unknown` outside git."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", *args], capture_output=True, text=True, check=True, cwd=Path(__file__).parent
-        )
-        return done.stdout.strip()
-
-    try:
-        return git("rev-parse", "HEAD") + ("+dirty" if git("status", "--porcelain") else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def curves_figure(history, score_key: str = "val_macro_f1"):
     """Loss on the left, accuracy and the metric on the right; val is drawn where it was scored
     (every `train.val_every`-th epoch), its points joined, not broken by the epochs between."""
@@ -305,8 +290,7 @@ def _fit(job: Job, verbose: int, restart: bool, stop, keep_checkpoints: int) -> 
         "epoch_seconds": [round(float(s), 2) for s in history["seconds"]],
         "recipe": config.recipe,
         "backbone": config.model.backbone,
-        "image_size": trainer.size if job.spec.modality == "image" else None,
-        "sequence_length": config.data.sequence_length if job.spec.modality == "text" else None,
+        **job.spec.task.summary_sizes(config, trainer.size),
         "backend": platform.backend,
         "strategy": platform.kind,
         "replicas": platform.replicas,

@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
-from pipeline.stages.kernel import (
+from pipeline.kernels.metadata import (
     DATASET_SOURCE,
     METADATA,
     SCRIPT,

@@ -1,0 +1,53 @@
+"""The command-line arguments several stages share, each defined once."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from competition.spec import DEFAULT_COMPETITION
+
+
+def add_data_dir(
+    parser: argparse.ArgumentParser, help: str = "fetched data dir", default=Path("data")
+) -> None:
+    parser.add_argument("--data-dir", type=Path, default=default, help=help)
+
+
+def add_runs_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories are")
+
+
+def add_submissions_dir(
+    parser: argparse.ArgumentParser, help: str = "submission CSVs and the leaderboard"
+) -> None:
+    parser.add_argument("--submissions-dir", type=Path, default=Path("submissions"), help=help)
+
+
+def add_competition(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--competition", default=DEFAULT_COMPETITION, help="competition under competition/<name>/"
+    )
+
+
+def add_tta(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tta", type=int, default=1, help="test-time augmentation passes (1: the image as it is)"
+    )
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """How the stages that work on a finished run find it: by id or path, or the way `train` names it."""
+    from pipeline.core import config as config_module
+    from pipeline.core import device
+
+    add_data_dir(parser)
+    add_runs_dir(parser)
+    parser.add_argument(
+        "--run",
+        dest="run_id",
+        default=None,
+        help="run id or run dir (default: the run `train` makes of the same --recipe and --set)",
+    )
+    device.add_arguments(parser, tpu=False)
+    config_module.add_config_arguments(parser)

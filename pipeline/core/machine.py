@@ -1,0 +1,116 @@
+"""What this machine is, read from device files, environment variables and installed packages
+alone (no framework is imported), and `Platform`, what `pipeline.core.device.pick` answers.
+
+Kept apart from the picking so the TensorFlow and JAX pickers share it without importing each other.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import importlib.metadata
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from pipeline.core.errors import PetalsError
+
+TPU_ADDRESS_VARIABLES = ("TPU_NAME", "COLAB_TPU_ADDR")  # a TPU reached over gRPC (TPU Nodes, old Colab)
+# Kernel emulation only (make kernel-emulate): JAX's CPU devices stand in for the TPU cores of a
+# TPU VM, so the TPU code path runs end to end on a machine without one. Says so on every stage.
+TPU_STANDIN_VARIABLE = "PETALS_TPU_STANDIN"
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What the replicas run on, and how: the answer of `pick`."""
+
+    backend: str  # tensorflow | jax
+    kind: str  # tpu | mirrored | multi-worker | gpu | cpu (TensorFlow); data-parallel | one-device (JAX)
+    device: str  # TPU | GPU | CPU: what the replicas run on
+    devices: int  # how many of them
+    replicas: int  # batches are split this many ways
+    reason: str
+    device_name: str = ""  # e.g. "TPU v5 lite", as the backend names it
+    strategy: Any = None  # tf.distribute.Strategy (TensorFlow)
+    distribution: Any = None  # keras.distribution.Distribution (JAX, several devices)
+
+    @property
+    def accelerated(self) -> bool:
+        return self.device != "CPU"
+
+    def scope(self) -> contextlib.AbstractContextManager:
+        """Where variables must be created: the strategy's scope on TensorFlow. On JAX the
+        distribution is global (set by `pick`), so variables made anywhere are laid out by it."""
+        return self.strategy.scope() if self.strategy is not None else contextlib.nullcontext()
+
+    def describe(self, precision: str | None = None) -> str:
+        """The line every stage prints: backend, devices, replicas, precision, why."""
+        name = f" ({self.device_name})" if self.device_name.lower() not in ("", self.device.lower()) else ""
+        devices = f"{self.devices} {self.device}{'s' if self.devices != 1 else ''}{name}"
+        parts = [f"backend {self.backend}", devices, f"{self.replicas} replica{'s' * (self.replicas != 1)}"]
+        if precision:
+            parts.append(precision)
+        return f"{', '.join(parts)}: {self.reason}"
+
+
+# ----------------------------------------------------------------------------- what this machine is
+
+
+def tpu_signs() -> list[str]:
+    """Evidence that this machine is (or reaches) a TPU, in words; empty on a plain machine."""
+    signs = []
+    if os.environ.get("ISTPUVM") == "1":
+        signs.append("ISTPUVM=1")
+    accel = sorted(glob.glob("/dev/accel*"))
+    if accel:
+        signs.append(f"{len(accel)} /dev/accel* device(s)")
+    vfio = [p for p in glob.glob("/dev/vfio/*") if os.path.basename(p) != "vfio"]
+    if vfio:
+        signs.append("/dev/vfio devices")
+    signs += [f"{v} is set" for v in TPU_ADDRESS_VARIABLES if os.environ.get(v) and not on_tpu_vm()]
+    return signs
+
+
+def on_tpu_vm() -> bool:
+    """A TPU VM (Kaggle's and Colab's TPUs today): the TPU is local, never a gRPC address."""
+    return os.environ.get("ISTPUVM") == "1" or bool(glob.glob("/dev/accel*"))
+
+
+def tensorflow_build() -> tuple[str, str]:
+    """The installed TensorFlow distribution and its version, read without importing it."""
+    for name in ("tensorflow-tpu", "tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos"):
+        try:
+            return name, importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "", ""
+
+
+def jax_installed() -> bool:
+    try:
+        importlib.metadata.version("jax")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def tensorflow_sees_tpus() -> tuple[bool, str]:
+    """Whether this TensorFlow can drive a TPU here, and what was found, in words."""
+    name, version = tensorflow_build()
+    if not name:
+        return False, "TensorFlow is not installed"
+    if on_tpu_vm() and name != "tensorflow-tpu":
+        return False, f"TensorFlow {version} is a CPU-only build ({name}), which cannot drive a TPU VM's TPU"
+    return True, f"{name} {version}"
+
+
+def refuse_tpu(strategy: str, found: str) -> None:
+    """A TPU was asked for, or this is a TPU machine in `auto`: stop, naming what was found."""
+    signs = tpu_signs()
+    if strategy == "tpu" or signs:
+        asked = "--strategy tpu" if strategy == "tpu" else f"this is a TPU machine ({', '.join(signs)})"
+        raise PetalsError(
+            f"{asked}, but no TPU can be used: {found}; nothing was trained on the CPU instead "
+            "(--strategy cpu does that on purpose)"
+        )

@@ -1,0 +1,73 @@
+"""The main job's closing lines: what ran, how it scored, where its files are, what to do next."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+
+def predicted(spec, summary) -> str:
+    if spec.submission_value == "probability":
+        return f"P({spec.classes[1]}) per row"
+    return f"{summary.classes_used} classes predicted"
+
+
+def closing_summary(
+    submissions_dir: Path,
+    competition: str,
+    provenance: dict,
+    path: Path,
+    rows: int,
+    uploaded: str | None,
+    synthetic: bool,
+    code: bool = False,
+) -> str:
+    """The main job's last lines: what ran, how it scored, where its files are, what to do next.
+    `competition`: its name or the path to its file; `code`: a code competition, where the kernel's
+    own output is what was (or would be) submitted."""
+    from competition import load_spec
+    from pipeline.core import leaderboard
+
+    name = load_spec(competition).name
+    board = leaderboard.read(leaderboard.board_file(submissions_dir, name))
+    table = leaderboard.ranked(board, competition)
+    column, metric = leaderboard.score_column(competition)
+    entry = provenance.get("entry", path.stem)
+    lines = ["", "petals: done."]
+    mine = board[board["entry"] == entry]
+    if not mine.empty:
+        row, rank = mine.iloc[0], int(table.loc[table["entry"] == entry, "rank"].iloc[0])
+        if row["kind"] == "run":  # columns may be empty (a row from an older petals): shown as "?"
+            size, epochs = (_whole(row[c]) for c in ("image_size", "epochs"))
+            at = "" if size == "?" else f" at {size} px"  # texts have no size
+            what = f"recipe {row['recipe']}: {row['backbone']}{at}, {epochs} epochs on {row['backend']}"
+        else:
+            what = f"ensemble of {row['members']}"
+        lines.append(f"  ran      {what}")
+        score = pd.to_numeric(row[column], errors="coerce")
+        shown = "not scored" if pd.isna(score) else f"{score:.4f}"
+        lines.append(
+            f"  scored   val {metric.title} {shown}, rank {rank} of {len(table)} on the offline leaderboard"
+        )
+    lines.append(f"  run      {provenance.get('run_dir', entry)}")
+    sent, unsent = ("submitted", "NOT SUBMITTED") if code else ("uploaded", "NOT UPLOADED")
+    status = f"{sent} to {uploaded}" if uploaded else f"{unsent} (dry run)"
+    picked = f" COMPETITION={name}"
+    lines.append(f"  wrote    {path} ({rows} rows), {status}")
+    if uploaded:
+        step = (
+            f"`make leaderboard-sync{picked}` once Kaggle has scored it; "
+            f"`make leaderboard{picked}` ranks every run"
+        )
+    elif synthetic:
+        step = f"real data: Kaggle credentials, then `make fetch SOURCE=kaggle FORCE=1 train submit{picked}`"
+    else:
+        step = f"Kaggle credentials, then `make submit{picked}`; `make leaderboard{picked}` ranks every run"
+    lines.append(f"  next     {step}")
+    return "\n".join(lines)
+
+
+def _whole(value) -> str:
+    number = pd.to_numeric(value, errors="coerce")
+    return "?" if pd.isna(number) else str(int(number))

@@ -1,0 +1,97 @@
+"""A submission CSV written as Kaggle expects it, checked before it replaces an earlier one, with
+its provenance beside it; and the test ids a data dir's sample submission lists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from competition import CompetitionSpec
+from pipeline.core.errors import PetalsError
+from pipeline.core.files import sha256, write_atomically, write_json
+
+
+def sample_ids(data_dir: Path, spec: CompetitionSpec) -> list[str]:
+    """The test ids of the data dir's `sample_submission.csv` (local, or gs:// through TensorFlow)."""
+    from competition.submission import SubmissionError, read_sample_ids
+    from pipeline.data.manifest import locate_data
+
+    path = f"{locate_data(data_dir).rstrip('/')}/{spec.sample_submission}"
+    if "://" not in path:  # a local file: no TensorFlow import (submit starts in a second)
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise PetalsError(f"cannot read {path}: {err.strerror}; fetch the data again") from None
+    else:
+        import tensorflow as tf
+
+        try:
+            with tf.io.gfile.GFile(path) as f:
+                text = f.read()
+        except tf.errors.OpError as err:
+            raise PetalsError(
+                f"cannot read {path}: {err.message.splitlines()[0]}; fetch the data again"
+            ) from None
+    try:
+        return read_sample_ids(text, spec, path)
+    except SubmissionError as err:
+        raise PetalsError(str(err)) from None
+
+
+def write_submission(
+    submissions_dir: Path,
+    entry: str,
+    ids: np.ndarray,
+    values: np.ndarray,
+    spec: CompetitionSpec,
+    data_dir: Path,
+    manifest: dict[str, Any],
+    val_score: float | None,
+    made_in: Path,
+) -> Path:
+    """`<entry>.csv` in the sample submission's id order, checked, then its provenance `<entry>.json`
+    (`made_in`: the run or ensemble directory it came from)."""
+    from competition.submission import SubmissionError, check_submission, submission_frame
+    from pipeline.core import leaderboard
+
+    expected = sample_ids(data_dir, spec)
+    by_id = dict(zip(ids.tolist(), values.tolist(), strict=True))
+    missing = [i for i in expected if i not in by_id]
+    if missing or len(by_id) != len(expected):
+        raise PetalsError(
+            f"{entry}: predictions cover {len(by_id)} ids but {spec.sample_submission} lists {len(expected)} "
+            f"({len(missing)} missing, e.g. {missing[:2]}): "
+            "the test split and the sample submission disagree"
+        )
+    frame = submission_frame(spec, expected, [by_id[i] for i in expected])
+    submissions_dir.mkdir(parents=True, exist_ok=True)
+    path = submissions_dir / f"{entry}.csv"
+
+    def write(tmp: Path) -> None:
+        frame.to_csv(tmp, index=False)
+        try:
+            check_submission(tmp, spec, expected)
+        except SubmissionError as err:  # a bug here, never the user's: keep the old file
+            raise PetalsError(f"refusing to write {path}: {str(err).split(': ', 1)[-1]}") from None
+
+    write_atomically(path, write)
+    write_json(
+        path.with_suffix(".json"),
+        {
+            "entry": entry,
+            "run_dir": str(made_in),
+            "csv_sha256": sha256(path),
+            "competition": spec.name,
+            "slug": manifest.get("slug"),
+            "data_source": manifest.get("source"),
+            "data_origin": manifest.get("origin"),
+            "data_fingerprint": manifest.get("fingerprint"),
+            "rows": len(frame),
+            "metric": spec.metric.name,
+            spec.score_key: val_score,
+            "created": leaderboard.now(),
+        },
+    )
+    return path

@@ -1,0 +1,100 @@
+"""Image folders with the label in each file's name: a zip per split of image files, the label in
+each name for labelled splits and the id for the others (dogs vs cats: `train/cat.0.jpg`,
+`test/1.jpg`)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.errors import PetalsError
+from pipeline.data.formats.base import ImageFiles, register
+
+# The fields a member name pattern may hold: {label} (a class name) and {number} in labelled
+# splits, {id} in the others.
+_FIELD = re.compile(r"\{(label|number|id)\}")
+
+
+@dataclass(frozen=True)
+class ImageFolder:
+    """One split: a zip whose members match a name pattern such as `train/{label}.{number}.jpg`."""
+
+    archive: str
+    members: str
+
+    @property
+    def folder(self) -> str:
+        """The folder the zip unpacks to (`train`): the members' first path part."""
+        return self.members.split("/")[0]
+
+    def parse(self, name: str) -> dict[str, str] | None:
+        """The fields a member name carries ({"label": "cat", "number": "0"}), or None when the
+        name does not match (a folder entry, a stray file)."""
+        match = re.fullmatch(self._regex(), name)
+        return match.groupdict() if match else None
+
+    def member(self, **fields: object) -> str:
+        """The member name for these fields: the inverse of `parse`."""
+        return self.members.format(**fields)
+
+    def _regex(self) -> str:
+        parts = _FIELD.split(self.members)  # literal, field, literal, field, ...
+        return "".join(
+            re.escape(part) if i % 2 == 0 else rf"(?P<{part}>[^/]+?)" for i, part in enumerate(parts)
+        )
+
+
+@dataclass(frozen=True)
+class ImageFolderLayout:
+    splits: dict[str, ImageFolder]
+
+
+def _image_folder(
+    raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]
+) -> ImageFolderLayout:
+    folders = {split: ImageFolder(**raw[split]) for split in splits}
+    for split, folder in folders.items():
+        if "/" not in folder.members or _FIELD.search(folder.folder):
+            raise ValueError(
+                f"[data.image_folder.{split}] members {folder.members!r}: name the split's folder first"
+            )
+        fields = set(_FIELD.findall(folder.members))
+        wanted = {"label"} if split in labeled else {"id"}
+        if not wanted <= fields:
+            raise ValueError(
+                f"[data.image_folder.{split}] members {folder.members!r} has no {{{wanted.pop()}}}"
+            )
+    return ImageFolderLayout(splits=folders)
+
+
+@register
+class ImageFolderFormat(ImageFiles):
+    name = "image_folder"
+
+    def layout(
+        self, raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]
+    ) -> ImageFolderLayout:
+        return _image_folder(raw, splits, labeled)
+
+    def entries(self, spec) -> dict[str, tuple[str, str | None]]:
+        return {split: (folder.folder, folder.archive) for split, folder in spec.layout.splits.items()}
+
+    def folder(self, root: Path, spec, split: str) -> Path:
+        return root / spec.layout.splits[split].folder
+
+    def images(self, root: Path, spec, split: str) -> list[tuple[str, Path, str | None]]:
+        """(id, path, class name or None) of every image of the split, as its file names say."""
+        folder = spec.layout.splits[split]
+        top = root / folder.folder
+        found = []
+        for path in top.rglob("*"):
+            if not path.is_file():
+                continue
+            name = path.relative_to(root).as_posix()
+            fields = folder.parse(name)
+            if fields is None:
+                raise PetalsError(f"{root / name}: not a {split} image name ({folder.members})")
+            found.append((fields.get("id", name), path, fields.get("label")))
+        return found

@@ -1,0 +1,93 @@
+"""Tables: a CSV or TSV per split, each row an id, one text or a pair of texts, and a label for
+labelled splits (IMDB reviews, sentence pairs), quoted as Kaggle quotes it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.data.formats.base import Examples, Format, register
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """How one table is written: separator, quoting, and which columns hold what."""
+
+    separator: str
+    id_column: str
+    text_columns: tuple[str, ...]  # one text, or a pair (premise, hypothesis)
+    label_column: str | None  # None for a split without labels
+    escapechar: str | None = None  # "\\" where inner quotes are written \"
+
+
+@dataclass(frozen=True)
+class TableFile:
+    """One split's table: its file name and, where Kaggle zips each file again inside the
+    competition's download (word2vec-nlp-tutorial's `labeledTrainData.tsv.zip`), that zip."""
+
+    file: str
+    layout: TableLayout
+    archive: str | None = None
+
+
+@dataclass(frozen=True)
+class TableFilesLayout:
+    splits: dict[str, TableFile]
+
+
+def _table(raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]) -> TableFilesLayout:
+    shared = {k: v for k, v in raw.items() if k not in splits}  # separator, columns... for every split
+    files = {}
+    for split in splits:
+        own = {**shared, **raw[split]}
+        layout = TableLayout(
+            separator=own["separator"],
+            id_column=own["id_column"],
+            text_columns=tuple(own["text_columns"]),
+            label_column=own["label_column"] if split in labeled else None,
+            escapechar=own.get("escapechar"),
+        )
+        if not 1 <= len(layout.text_columns) <= 2:
+            raise ValueError(
+                f"[data.table] text_columns: one text or a pair, got {list(layout.text_columns)}"
+            )
+        files[split] = TableFile(file=own["file"], layout=layout, archive=own.get("archive"))
+    return TableFilesLayout(splits=files)
+
+
+@register
+class Table(Format):
+    name = "table"
+    unit = "rows"
+
+    def layout(
+        self, raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]
+    ) -> TableFilesLayout:
+        return _table(raw, splits, labeled)
+
+    def entries(self, spec) -> dict[str, tuple[str, str | None]]:
+        return {split: (table.file, table.archive) for split, table in spec.layout.splits.items()}
+
+    def _rows(self, root: Path, spec, split: str):
+        from pipeline.data.tables import read_table
+
+        table = spec.layout.splits[split]
+        return table.layout, read_table(
+            root / table.file, table.layout, spec.num_classes if spec.is_labeled(split) else None
+        )
+
+    def verify_split(self, root: Path, spec, split: str) -> tuple[int, list[str]]:
+        layout, rows = self._rows(root, spec, split)
+        return len(rows), rows[layout.id_column].tolist()
+
+    def examples(self, root: Path, spec, split: str):
+        import numpy as np
+
+        layout, rows = self._rows(root, spec, split)
+        label = layout.label_column
+        return Examples(
+            ids=rows[layout.id_column].to_numpy(str),
+            inputs=tuple(rows[column].to_numpy(str) for column in layout.text_columns),
+            labels=rows[label].to_numpy(np.int64) if label else None,
+        )

@@ -1,0 +1,83 @@
+"""The Source interface and its registry: where a fetch takes the competition's data from.
+
+A source either applies on its own when `--source auto` is asked (`auto_reason`: why, in words,
+or None) or only when named, and `get`s the data into the fetch's staging folder or names
+where it already lies. `auto` tries the registered sources by `priority`, lowest first. A new
+source is a new module here, decorated `@register`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class FetchOptions:
+    source: str = "auto"
+    data_dir: Path = Path("data")
+    slug: str | None = None  # None: the spec's default slug
+    data_from: Path | None = None  # source dir: the competition's zip or an unpacked folder
+    gcs_path: str | None = None
+    gcs_in_place: bool = False
+    kaggle_input: Path = Path("/kaggle/input")
+    sizes: tuple[int, ...] | None = None  # resolutions to keep and verify; None: all present
+    synthetic_size: int = 192
+    seed: int = 0
+    scale: float | None = None  # None: the embedded dataset's default
+    workers: int | None = None
+    retries: int = 3
+    force: bool = False
+    progress: bool = True
+
+
+@dataclass
+class Got:
+    """What a source got: where the files are (`root`: staging, or read in place), where they
+    came from in words (`origin`), the resolutions to verify (None: all found) and anything the
+    manifest should keep about it (`extra`)."""
+
+    root: str
+    origin: str
+    sizes: tuple[int, ...] | None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a fetch knows before its source runs: the options, the spec, the slug, the cache
+    folder a download may use, and the search of Kaggle's input folder (done at most once)."""
+
+    options: FetchOptions
+    spec: Any
+    slug: str
+    cache_dir: Path
+    attached: Callable[[], Any]
+
+
+SOURCES: dict[str, Source] = {}
+
+
+def register(cls: type[Source]) -> type[Source]:
+    if cls.name in SOURCES:
+        raise ValueError(f"source {cls.name!r} registered twice")  # two modules claim one name: a bug
+    SOURCES[cls.name] = cls()
+    return cls
+
+
+def by_priority() -> list[Source]:
+    return sorted(SOURCES.values(), key=lambda source: source.priority)
+
+
+class Source:
+    name: ClassVar[str]
+    priority: ClassVar[int]  # `auto` tries lower first
+
+    def auto_reason(self, context: Context) -> str | None:
+        """Why `auto` takes this source here, or None when it does not apply."""
+        return None
+
+    def get(self, context: Context, staging: Path) -> Got:
+        raise NotImplementedError

@@ -1,0 +1,53 @@
+"""A `gs://` (or any tf.io.gfile) folder of TFRecords: copied into the data dir, or read in place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tqdm import tqdm
+
+from pipeline.core.errors import PetalsError, first_line
+from pipeline.data.layout import data_files, found_sizes
+from pipeline.data.sources.base import Context, Got, Source, register
+
+GCS_PATH_VARIABLE = "PETALS_GCS_PATH"
+
+
+def copy_tree(source_root: str, dest: Path, spec, sizes: list[int], progress: bool) -> None:
+    import tensorflow as tf
+
+    paths = data_files(source_root, spec, sizes)
+    for path in tqdm(
+        paths, unit="file", desc=f"copying from {source_root}", disable=None if progress else True
+    ):
+        target = dest / path[len(source_root.rstrip("/")) + 1 :]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            tf.io.gfile.copy(path, str(target), overwrite=True)
+        except tf.errors.OpError as err:
+            raise PetalsError(f"cannot copy {path}: {first_line(err)}") from None
+
+
+@register
+class Gcs(Source):
+    name = "gcs"
+    priority = 30
+
+    def auto_reason(self, context: Context) -> str | None:
+        path = context.options.gcs_path
+        return f"a GCS path was given ({path})" if path else None
+
+    def get(self, context: Context, staging: Path) -> Got:
+        options, spec = context.options, context.spec
+        if not spec.format.sharded:
+            raise PetalsError(
+                f"--source gcs reads TFRecords; competition {spec.name} has {spec.format.name} data"
+            )
+        if not options.gcs_path:
+            raise PetalsError(f"--source gcs needs --gcs-path gs://... (or the {GCS_PATH_VARIABLE} variable)")
+        remote = options.gcs_path.rstrip("/")
+        sizes = options.sizes or tuple(found_sizes(remote, spec))
+        if options.gcs_in_place:
+            return Got(remote, remote, sizes)
+        copy_tree(remote, staging, spec, list(sizes), options.progress)
+        return Got(str(staging), remote, sizes)

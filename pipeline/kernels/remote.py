@@ -1,0 +1,140 @@
+"""A generated kernel on Kaggle: push a new version, follow it, collect its outputs.
+
+Every call goes through `pipeline.core.kaggle_client`; a folder is checked (`pipeline.kernels.check`)
+by the caller before it is pushed. `wait_for_kernel` follows a pushed version to its end.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.errors import PetalsError
+from pipeline.kernels.metadata import SUMMARY, read_metadata
+
+
+def push(folder: Path, timeout: int | None = None) -> int:
+    """Push the folder as a new version of its kernel; the version number Kaggle gave it."""
+    from pipeline.core import kaggle_client
+
+    meta = read_metadata(folder)
+    slug = (meta.get("competition_sources") or [""])[0]
+    accelerator = meta.get("machine_shape")  # None for a CPU kernel: the client sends no accelerator
+    version = kaggle_client.push_kernel(folder, slug, meta["id"], timeout, accelerator)
+    print(
+        f"kernel {meta['id']} version {version} pushed ({accelerator or 'CPU'}): "
+        f"https://www.kaggle.com/code/{meta['id']}; "
+        "`make kernel-status` follows it, `make kernel-output` collects it"
+    )
+    return version
+
+
+def status(folder: Path) -> str:
+    """One line: the kernel's newest version's state, and Kaggle's failure message if any."""
+    from pipeline.core import kaggle_client
+
+    kernel = read_metadata(folder)["id"]
+    answer = kaggle_client.kernel_status(kernel)
+    failure = f": {answer.failure_message}" if answer.failure_message else ""
+    return f"kernel {kernel}: {kernel_state(answer).lower()}{failure}"
+
+
+def output(folder: Path, submissions_dir: Path) -> None:
+    """Download the kernel's outputs into `<folder>/output/` and record its run on the leaderboard."""
+    from competition.spec import DEFAULT_COMPETITION
+    from pipeline.core import kaggle_client, leaderboard
+
+    kernel = read_metadata(folder)["id"]
+    target = folder / "output"
+    files = kaggle_client.kernel_output(kernel, target)
+    summary_path = target / SUMMARY
+    if not summary_path.is_file():
+        raise PetalsError(
+            f"kernel {kernel} left no {SUMMARY} ({len(files)} file(s) downloaded to {target}); "
+            "`make kernel-status` says whether it finished or failed"
+        )
+    summary = json.loads(summary_path.read_text())
+    metrics = summary["metrics"]
+    evaluation = metrics.get("evaluation", {})
+    entry = f"kaggle-{summary['run_id']}"
+    competition = summary.get("competition", DEFAULT_COMPETITION)
+    submission = target / summary.get("submission_file", "submission.csv")
+    key = f"val_{metrics.get('metric', 'macro_f1')}"
+    leaderboard.update(
+        leaderboard.board_file(submissions_dir, competition),
+        entry,
+        kind="kaggle",
+        time=summary.get("finished"),
+        git_commit=summary.get("petals_commit"),
+        competition=competition,
+        data_source=summary.get("data_source"),
+        data_fingerprint=summary.get("data_fingerprint"),
+        recipe=metrics.get("recipe"),
+        backbone=metrics.get("backbone"),
+        image_size=metrics.get("image_size"),
+        epochs=metrics.get("epochs"),
+        **{
+            "val_accuracy": evaluation.get("val_accuracy", metrics.get("val_accuracy")),
+            key: evaluation.get(key, metrics.get(key)),  # the same column for an accuracy competition
+        },
+        tta=evaluation.get("tta"),
+        train_seconds=metrics.get("train_seconds"),
+        submission=str(submission) if submission.is_file() else None,
+    )
+    print(f"kernel {kernel}: {len(files)} file(s) in {target}; recorded as {entry} on the leaderboard")
+
+
+class KernelFailed(PetalsError):
+    """A kernel version ended in an error or was cancelled: its output cannot be submitted."""
+
+
+# What GetKernelSessionStatus answers for the newest version (kagglesdk's KernelWorkerStatus names).
+KERNEL_FINISHED = "COMPLETE"
+KERNEL_FAILED = ("ERROR", "CANCEL_REQUESTED", "CANCEL_ACKNOWLEDGED")
+
+
+def kernel_state(answer: Any) -> str:
+    """A status answer's state as kagglesdk names it: QUEUED, RUNNING, COMPLETE, ERROR, ..."""
+    return str(getattr(answer.status, "name", answer.status)).rsplit(".", 1)[-1]
+
+
+def wait_for_kernel(
+    kernel: str,
+    version: int,
+    *,
+    poll_seconds: float = 60.0,
+    limit_seconds: float = 13 * 3600.0,
+    report: Callable[[str], None] = print,
+) -> None:
+    """Poll the kernel's status until its newest version (`version`, just pushed) completes; each
+    change of state is reported in one line. PetalsError in one line when it ends in an error or is
+    cancelled, or is still not done after `limit_seconds`."""
+    from pipeline.core import kaggle_client
+
+    started, seen = time.monotonic(), None
+    while True:
+        answer = kaggle_client.kernel_status(kernel)
+        state = kernel_state(answer)
+        if state != seen:
+            report(f"kernel {kernel} version {version}: {state.lower().replace('_', ' ')}")
+            seen = state
+        if state == KERNEL_FINISHED:
+            return
+        if state in KERNEL_FAILED:
+            why = f" ({answer.failure_message})" if answer.failure_message else ""
+            raise KernelFailed(
+                f"kernel {kernel} version {version} ended {state.lower().replace('_', ' ')}{why}: "
+                f"nothing was submitted; its log is at https://www.kaggle.com/code/{kernel}; "
+                "fix, then `make submit` again"
+            )
+        waited = time.monotonic() - started
+        if waited >= limit_seconds:
+            raise PetalsError(
+                f"kernel {kernel} version {version} is still {state.lower()} after {waited:.0f} s: "
+                "nothing was submitted; rerun `make submit` to go on waiting for this version "
+                "(it is not pushed again)"
+            )
+        time.sleep(min(poll_seconds, max(limit_seconds - waited, 0.0)))

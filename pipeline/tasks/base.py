@@ -1,0 +1,73 @@
+"""The Task interface and its registry (Model Garden's task registry, in a few lines)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from pipeline.core.errors import PetalsError
+
+if TYPE_CHECKING:
+    from competition.spec import CompetitionSpec
+
+RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
+TASKS: dict[str, Task] = {}
+
+
+def register(cls: type[Task]) -> type[Task]:
+    """Class decorator: make a task known by its `name`."""
+    if cls.name in TASKS:
+        raise ValueError(f"task {cls.name!r} registered twice")  # two modules claim one name: a bug
+    TASKS[cls.name] = cls()
+    return cls
+
+
+def get_task(name: str) -> Task:
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ValueError(f"task {name!r} is not one of {', '.join(sorted(TASKS))}") from None
+
+
+class Task:
+    """A kind of problem. Subclasses set the class attributes and override what differs."""
+
+    name: ClassVar[str]
+    modality: ClassVar[str]  # what a model reads: "image" or "text" (pipeline/modeling/networks.py)
+    unit: ClassVar[str]  # an example in the training log: "img" or "ex"
+
+    @property
+    def recipes_dir(self) -> Path:
+        """The task's own cpu, gpu and tpu recipes: what a competition without its own trains."""
+        return RECIPES_DIR / self.name
+
+    def check_spec(self, spec: CompetitionSpec) -> None:
+        """A competition file fits this task; ValueError naming what does not."""
+
+    def size(self, config) -> int:
+        """The size a run id carries: an image's side, or a text's tokens."""
+        raise NotImplementedError
+
+    def check_views(self, spec: CompetitionSpec, tta: int) -> None:
+        """`tta` test-time passes make sense for this competition; else one line."""
+        if tta < 1:
+            raise PetalsError(f"--tta {tta}: the number of passes must be at least 1")
+        if tta > 1 and "flip" not in spec.keeps_label:  # the extra views are mirrored
+            raise PetalsError(
+                f"--tta {tta}: competition {spec.name} does not keep the label under a mirror "
+                f"(its keeps_label: {', '.join(sorted(spec.keeps_label)) or 'none'}); use --tta 1"
+            )
+
+    def check_network(self, config, spec: CompetitionSpec, backend: str) -> None:
+        """The config's network reads this task's inputs and builds on `backend`; else one line."""
+        raise NotImplementedError
+
+    def submission_values(self, probabilities, spec: CompetitionSpec):
+        """What a submission row holds: the class id, or P(class 1) for a probability submission."""
+        if spec.submission_value == "probability":
+            return probabilities[:, 1]
+        return probabilities.argmax(axis=1)
+
+    def summary_sizes(self, config, image_size: int | None) -> dict[str, int | None]:
+        """The sizes a run's summary records."""
+        return {"image_size": None, "sequence_length": None}
