@@ -11,10 +11,11 @@ from pathlib import Path
 
 from competition import CompetitionSpec
 from pipeline.core.errors import PetalsError
-from pipeline.data import synthetic, synthetic_pairs, synthetic_pets, synthetic_reviews
+from pipeline.data import synthetic, synthetic_leaves, synthetic_pairs, synthetic_pets, synthetic_reviews
 
 # competition name -> the module that draws it (write_dataset(out_dir, counts, seed), DEFAULT_COUNTS)
 BY_COMPETITION = {
+    "cassava": synthetic_leaves,
     "dogs-vs-cats": synthetic_pets,
     "imdb": synthetic_reviews,
     "watson": synthetic_pairs,

@@ -4,6 +4,6 @@ format is written). Importing this package registers the shipped ones."""
 from pipeline.data.formats.base import FORMATS, Format, ImageFiles, get_format, register
 
 # Each module registers its format on import.
-from pipeline.data.formats import image_folder, records, table  # noqa: F401  isort: skip
+from pipeline.data.formats import image_csv, image_folder, records, table  # noqa: F401  isort: skip
 
 __all__ = ["FORMATS", "Format", "ImageFiles", "get_format", "register"]
