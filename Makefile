@@ -35,7 +35,7 @@ MESSAGE     ?=#                  make submit: the submission description
 SLUG        ?=#                  Kaggle competition slug (default: the data's)
 KERNEL      ?=#                  kernel folder and slug under kernels/ (default: petals-<COMPETITION>-<recipe>)
 OWNER       ?=#                  Kaggle user owning the kernel (default: the credentials' username)
-ACCELERATOR ?= TpuV5E8#          kernel accelerator: TpuV5E8 TpuV6E8 NvidiaTeslaT4 NvidiaL4 NvidiaH100 ... None (CPU)
+ACCELERATOR ?=#                  kernel accelerator: TpuV5E8 (default) TpuV6E8 NvidiaTeslaT4 (default for a code competition) NvidiaL4 NvidiaH100 ... None (CPU)
 KERNEL_TYPE ?= script#           script | notebook
 INTERNET    ?=#                  the kernel's internet (pretrained weights download): on | off (default on; off for a code competition)
 DATASETS    ?=#                  datasets to attach, e.g. DATASETS="me/b7-weights"
@@ -156,7 +156,7 @@ ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1
 		--tta $(TTA) --data-dir $(DATA) --runs-dir $(RUNS_DIR) --submissions-dir $(SUBMISSIONS) $(device_ARGS)
 
 submit: $(if $(and $(CHAIN),$(if $(FILE),,1)),predict) | $(STAMP) ## check and upload FILE (default: the newest CSV); a code competition: push the kernel, wait, submit its output; a dry run without credentials
-	$(PY) -m pipeline submit --competition $(COMPETITION) --data-dir $(DATA) --submissions-dir $(SUBMISSIONS) $(if $(FILE),--file $(FILE)) --kernels-dir kernels --recipe $(RECIPE) --accelerator $(ACCELERATOR) \
+	$(PY) -m pipeline submit --competition $(COMPETITION) --data-dir $(DATA) --submissions-dir $(SUBMISSIONS) $(if $(FILE),--file $(FILE)) --kernels-dir kernels --recipe $(RECIPE) $(if $(ACCELERATOR),--accelerator $(ACCELERATOR)) \
 		$(if $(KERNEL),--kernel $(KERNEL)) $(if $(MESSAGE),--message "$(MESSAGE)") $(if $(SLUG),--slug $(SLUG)) $(if $(FORCE),--force)
 
 leaderboard: | $(STAMP) ## print the offline leaderboard and plot it (SUBMISSIONS/leaderboard-<COMPETITION>.png)
@@ -166,7 +166,7 @@ leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into
 	$(PY) -m pipeline leaderboard --sync --competition $(COMPETITION) --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
 
 kernel_ARGS := --recipe $(RECIPE) --set competition=$(COMPETITION) $(foreach s,$(SET),--set $(s)) $(if $(KERNEL),--name $(KERNEL)) \
-	$(if $(OWNER),--owner $(OWNER)) --accelerator $(ACCELERATOR) --kernel-type $(KERNEL_TYPE) $(if $(INTERNET),--internet $(INTERNET)) \
+	$(if $(OWNER),--owner $(OWNER)) $(if $(ACCELERATOR),--accelerator $(ACCELERATOR)) --kernel-type $(KERNEL_TYPE) $(if $(INTERNET),--internet $(INTERNET)) \
 	$(foreach d,$(DATASETS),--dataset $(d)) $(foreach m,$(MODELS),--model $(m)) $(foreach k,$(RESUME_FROM),--resume-from $(k)) --tta $(TTA) \
 	$(if $(SLUG),--slug $(SLUG)) --submissions-dir $(SUBMISSIONS) $(if $(TIMEOUT),--timeout $(TIMEOUT))
 

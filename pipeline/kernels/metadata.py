@@ -44,6 +44,9 @@ RETIRED = {
     "TpuV2256": "TpuV5E8",
 }
 DEFAULT_ACCELERATOR = "TpuV5E8"
+# Kaggle scores a code competition's notebook on a GPU or the CPU (Cassava's rules: no TPU for
+# submissions; docs/competitions/cassava.md), so its kernel defaults to a T4.
+CODE_COMPETITION_ACCELERATOR = "NvidiaTeslaT4"
 # The strategy a kernel runs with on each session: the accelerator it asked for, or a one-line stop.
 KERNEL_STRATEGY = {"tpu": "tpu", "gpu": "mirrored", "cpu": "cpu"}
 # A session's longest run, seconds, as Kaggle's documentation states it (9 h on a TPU, 12 h
@@ -78,6 +81,16 @@ def check_accelerator(accelerator: str) -> str:
 def default_name(recipe: str, competition: str = DEFAULT_COMPETITION) -> str:
     """petals-<competition>-<recipe>: the kernel folder and slug when none is given."""
     return f"petals-{competition}-{recipe}"
+
+
+def resolve_accelerator(accelerator: str | None, competition: str) -> str:
+    """The accelerator asked for, else the default for the competition: a TPU, or a T4 for a code
+    competition."""
+    if accelerator:
+        return accelerator
+    from competition import load_spec
+
+    return CODE_COMPETITION_ACCELERATOR if load_spec(competition).code_competition else DEFAULT_ACCELERATOR
 
 
 def kernel_folder(

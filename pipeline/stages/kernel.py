@@ -22,10 +22,12 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from pipeline.core import arguments
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically, write_json
 from pipeline.kernels.metadata import (
     ACCELERATORS,
+    CODE_COMPETITION_ACCELERATOR,
     DATASET_SOURCE,
     DEFAULT_ACCELERATOR,
     KERNEL_STRATEGY,
@@ -44,6 +46,7 @@ from pipeline.kernels.metadata import (
     metadata,
     notebook_entry,
     read_metadata,
+    resolve_accelerator,
     resume_sources,
 )
 from pipeline.kernels.recipe_check import check_recipe, kernel_internet, weights_file
@@ -66,7 +69,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--owner", default=None, help="Kaggle user that owns the kernel (default: the credentials')"
     )
     parser.add_argument(
-        "--accelerator", default=DEFAULT_ACCELERATOR, help=f"one of {', '.join(ACCELERATORS)}"
+        "--accelerator",
+        default=None,
+        help=f"one of {', '.join(ACCELERATORS)} (default: {DEFAULT_ACCELERATOR}; a code competition: "
+        f"{CODE_COMPETITION_ACCELERATOR})",
     )
     parser.add_argument(
         "--resume-from",
@@ -100,9 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="the kernel's longest run, seconds (default: Kaggle's session limit); training stops before it",
     )
-    parser.add_argument(
-        "--submissions-dir", type=Path, default=Path("submissions"), help="output: the leaderboard"
-    )
+    arguments.add_submissions_dir(parser, help="output: the leaderboard")
     config_module.add_config_arguments(parser)
 
 
@@ -110,6 +114,7 @@ def run(args: argparse.Namespace) -> None:
     from pipeline.kernels import remote
     from pipeline.kernels.check import check
 
+    args.accelerator = resolve_accelerator(args.accelerator, kernel_competition(args))
     if args.action == "generate":
         folder = generate(args)
         check(folder)

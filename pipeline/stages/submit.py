@@ -24,9 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from competition.spec import DEFAULT_COMPETITION
+from pipeline.core import arguments
 from pipeline.core.errors import PetalsError
 from pipeline.core.report import closing_summary, predicted
-from pipeline.kernels.metadata import DEFAULT_ACCELERATOR
+from pipeline.kernels.metadata import CODE_COMPETITION_ACCELERATOR, DEFAULT_ACCELERATOR
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--message", default=None, help="submission description (default: the entry and its val score)"
     )
-    parser.add_argument(
-        "--data-dir", type=Path, default=Path("data"), help="fetched data dir (its sample_submission.csv)"
-    )
-    parser.add_argument("--submissions-dir", type=Path, default=Path("submissions"), help="where CSVs are")
-    parser.add_argument(
-        "--competition", default=DEFAULT_COMPETITION, help="competition spec under competition/"
-    )
+    arguments.add_data_dir(parser, help="fetched data dir (its sample_submission.csv)")
+    arguments.add_submissions_dir(parser)
+    arguments.add_competition(parser)
     parser.add_argument(
         "--slug", default=None, help="Kaggle competition slug (default: the data's, else the spec's first)"
     )
@@ -61,7 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     code.add_argument("--recipe", default="auto", help="the kernel's recipe, for its default name")
     code.add_argument(
-        "--accelerator", default=DEFAULT_ACCELERATOR, help="the kernel's accelerator (resolves --recipe auto)"
+        "--accelerator",
+        default=None,
+        help=f"the kernel's accelerator, which resolves --recipe auto (default: {DEFAULT_ACCELERATOR}; "
+        f"a code competition: {CODE_COMPETITION_ACCELERATOR})",
     )
     code.add_argument(
         "--poll-seconds", type=float, default=60.0, help="seconds between status checks of the version"
@@ -224,20 +224,37 @@ def submit_kernel(args: argparse.Namespace, spec, checked: Checked) -> None:
     from pipeline.core.files import write_json
     from pipeline.kernels import remote
     from pipeline.kernels.check import check
-    from pipeline.kernels.metadata import code_kernel, content_digest, kernel_folder
+    from pipeline.kernels.metadata import (
+        METADATA,
+        code_kernel,
+        content_digest,
+        kernel_folder,
+        resolve_accelerator,
+    )
 
     slug, message, entry = checked.slug, checked.message, checked.entry
-    folder, meta = code_kernel(
-        kernel_folder(args.kernels_dir, args.kernel, args.recipe, args.accelerator, spec.name), spec, slug
-    )
-    kernel, digest, file_name = meta["id"], content_digest(folder), spec.submission_file
-    page = f"https://www.kaggle.com/competitions/{slug}"
-    what = (
-        f"kernel {kernel} ({folder}, sha256 {digest[:12]}) as a new version and, once it completes, "
-        f"submit its {file_name} to competition {slug!r} ({page}/submissions) with message {message!r}"
-    )
+    accelerator = resolve_accelerator(args.accelerator, spec.name)
+    folder = kernel_folder(args.kernels_dir, args.kernel, args.recipe, accelerator, spec.name)
+    dry = kaggle_client.find_credentials() is None
+    file_name, page = spec.submission_file, f"https://www.kaggle.com/competitions/{slug}"
     summary = checked.summary
     rows = summary.rows
+    if dry and not (folder / METADATA).is_file():  # a dry run needs no kernel yet: say how to make one
+        kernel, digest = f"<you>/{folder.name}", None
+        print(
+            f"DRY RUN, NOT SUBMITTED: no kernel at {folder} yet. To submit: make kernel "
+            f"COMPETITION={spec.name} ACCELERATOR={accelerator} "
+            "(weights from an attached dataset: DATASETS=), "
+            "then `make submit` pushes it, waits for it and submits its output."
+        )
+    else:
+        folder, meta = code_kernel(folder, spec, slug)
+        kernel, digest = meta["id"], content_digest(folder)
+    shown = f"{folder}, sha256 {digest[:12]}" if digest else str(folder)
+    what = (
+        f"kernel {kernel} ({shown}) as a new version and, once it completes, submit its {file_name} "
+        f"to competition {slug!r} ({page}/submissions) with message {message!r}"
+    )
 
     def finished(submitted_to: str | None) -> str:
         return closing_summary(
@@ -245,7 +262,7 @@ def submit_kernel(args: argparse.Namespace, spec, checked: Checked) -> None:
             synthetic=False, code=True,
         )  # fmt: skip
 
-    if kaggle_client.find_credentials() is None:
+    if dry:
         print(f"DRY RUN, NOT SUBMITTED: would push {what}.")
         print(
             f"  {checked.path} ({rows} rows, {predicted(spec, summary)}) passes the checks; on Kaggle the "
