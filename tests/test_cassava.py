@@ -102,3 +102,31 @@ def test_the_image_task_cpu_recipe_learns_the_leaves(cpu, tmp_path):
     job = train.prepare(config, cpu, data_dir, tmp_path / "runs", None, None)
     score = train.fit(job, verbose=0)[SPEC.score_key]
     assert score >= 0.8, f"val accuracy {score:.3f}"
+
+
+def test_submit_without_a_kernel_or_credentials_is_a_checked_dry_run_saying_how(leaves, tmp_path):
+    """The main job's last step on a code competition: the local CSV checked, then what `make kernel`
+    and `make submit` would do; nothing pushed, exit 0."""
+    from tests.conftest import run_cli
+
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    ids = pd.read_csv(leaves / "sample_submission.csv", dtype=str)["image_id"]
+    pd.DataFrame({"image_id": ids, "label": 3}).to_csv(subs / "mine.csv", index=False)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        "HOME": str(home),
+        "KAGGLE_CONFIG_DIR": str(home / ".kaggle"),
+        "KAGGLE_USERNAME": "",
+        "KAGGLE_KEY": "",
+        "KAGGLE_API_TOKEN": "",
+    }
+    done = run_cli(
+        "submit", "--competition", "cassava", "--data-dir", str(leaves), "--submissions-dir", str(subs),
+        "--kernels-dir", str(tmp_path / "kernels"), env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "DRY RUN, NOT SUBMITTED: no kernel at" in done.stdout
+    assert "make kernel COMPETITION=cassava ACCELERATOR=NvidiaTeslaT4" in done.stdout  # no TPU scores it
+    assert "NOT SUBMITTED (dry run)" in done.stdout and not (tmp_path / "kernels").exists()
