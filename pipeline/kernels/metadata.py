@@ -83,14 +83,12 @@ def default_name(recipe: str, competition: str = DEFAULT_COMPETITION) -> str:
     return f"petals-{competition}-{recipe}"
 
 
-def resolve_accelerator(accelerator: str | None, competition: str) -> str:
+def resolve_accelerator(accelerator: str | None, spec) -> str:
     """The accelerator asked for, else the default for the competition: a TPU, or a T4 for a code
     competition."""
     if accelerator:
         return accelerator
-    from competition import load_spec
-
-    return CODE_COMPETITION_ACCELERATOR if load_spec(competition).code_competition else DEFAULT_ACCELERATOR
+    return CODE_COMPETITION_ACCELERATOR if spec.code_competition else DEFAULT_ACCELERATOR
 
 
 def kernel_folder(

@@ -25,12 +25,13 @@ def kernel_internet(spec, asked: str | None) -> str:
 
 
 def weights_file(backbone: str, weights: str) -> str | None:
-    """The file a pretrained backbone downloads, where petals names it (noisy-student); else None."""
-    if weights != "noisy-student":
+    """The file a pretrained backbone downloads, where petals names it (noisy-student); else None:
+    its registry entry's to say."""
+    if weights != "noisy-student":  # the others are Keras' own downloads, or a text network's preset
         return None
-    from pipeline.modeling import convert
+    from pipeline.modeling import registry
 
-    return convert.noisy_student_file(backbone.rsplit("-", 1)[-1])
+    return registry.get_backbone(backbone).weights_file(weights)
 
 
 def _offline(spec) -> str:

@@ -51,6 +51,16 @@ class Backbone:
     # Packages it imports beyond Keras, as {import name: pip install arguments} (Kaggle's images
     # may lack them: a kernel installs them, or stops in one line).
     imports: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    noisy_student: str | None = None  # the EfficientNet variant (b0..b7) whose noisy-student file it loads
+
+    def weights_file(self, weights: str) -> str | None:
+        """The file its `weights` download, where petals names it (noisy-student); else None. A
+        kernel without internet finds it in an attached dataset by this name."""
+        if weights != "noisy-student" or self.noisy_student is None:
+            return None
+        from pipeline.modeling import convert
+
+        return convert.noisy_student_file(self.noisy_student)
 
     def packages(self, weights: str) -> dict[str, list[str]]:
         """{import name: pip install arguments} of what building it with `weights` needs beyond Keras."""
@@ -172,11 +182,16 @@ def _registry() -> dict[str, Backbone]:
                 ("imagenet", "noisy-student"),
                 backends=("tensorflow",),  # its swish needs Keras 2's keras.backend.sigmoid elsewhere
                 imports=(("efficientnet", ("efficientnet==1.1.1",)),),
+                noisy_student=f"b{i}",
             )
         )
         entries.append(
             Backbone(
-                f"keras-efficientnet-b{i}", _keras_efficientnet(f"b{i}"), "raw", ("imagenet", "noisy-student")
+                f"keras-efficientnet-b{i}",
+                _keras_efficientnet(f"b{i}"),
+                "raw",
+                ("imagenet", "noisy-student"),
+                noisy_student=f"b{i}",
             )
         )
     for variant in ("B0", "B1", "B2", "B3", "S", "M", "L"):

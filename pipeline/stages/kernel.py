@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> None:
     from pipeline.kernels import remote
     from pipeline.kernels.check import check
 
-    args.accelerator = resolve_accelerator(args.accelerator, kernel_competition(args))
+    args.accelerator = resolve_accelerator(args.accelerator, kernel_spec(args))
     if args.action == "generate":
         folder = generate(args)
         check(folder)
@@ -137,13 +137,18 @@ def run(args: argparse.Namespace) -> None:
         remote.output(folder, args.submissions_dir)
 
 
-def kernel_competition(args: argparse.Namespace) -> str:
-    """The name of the competition the kernel's overrides pick (the default one without)."""
+def kernel_spec(args: argparse.Namespace):
+    """The competition the kernel's overrides pick (the default one without)."""
     from competition.spec import DEFAULT_COMPETITION
     from pipeline.core.competitions import load_competition
     from pipeline.core.config import parse_overrides
 
-    return load_competition(parse_overrides(args.overrides).get("competition", DEFAULT_COMPETITION)).name
+    return load_competition(parse_overrides(args.overrides).get("competition", DEFAULT_COMPETITION))
+
+
+def kernel_competition(args: argparse.Namespace) -> str:
+    """The name of the competition the kernel's overrides pick (the default one without)."""
+    return kernel_spec(args).name
 
 
 def kernel_recipe(args: argparse.Namespace) -> str:

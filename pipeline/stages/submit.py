@@ -233,7 +233,7 @@ def submit_kernel(args: argparse.Namespace, spec, checked: Checked) -> None:
     )
 
     slug, message, entry = checked.slug, checked.message, checked.entry
-    accelerator = resolve_accelerator(args.accelerator, spec.name)
+    accelerator = resolve_accelerator(args.accelerator, spec)
     folder = kernel_folder(args.kernels_dir, args.kernel, args.recipe, accelerator, spec.name)
     dry = kaggle_client.find_credentials() is None
     file_name, page = spec.submission_file, f"https://www.kaggle.com/competitions/{slug}"
