@@ -9,7 +9,8 @@ labels never reach the pipeline, and no recipe was tuned on them. Beside: an SVC
 pixels of the same split (train + val), the 20-line baseline a recipe should beat.
 
 Usage: python benchmarks/bench_images_real.py [--datasets digits fashion faces]
-       [--recipes competition/recipes/cpu.toml competition/recipes/cnn.toml] [--backend tensorflow]
+       [--recipes competition/flowers/recipes/cpu.toml competition/flowers/recipes/cnn.toml]
+       [--backend tensorflow]
 Writes the figures into benchmarks/latest.json (merged with other benchmarks' figures).
 """
 
@@ -31,7 +32,7 @@ from benchmarks import real_images  # noqa: E402
 from benchmarks.bench_fetch import machine, record  # noqa: E402
 from benchmarks.bench_train import figure  # noqa: E402
 
-RECIPES = ["competition/recipes/cpu.toml", "competition/recipes/cnn.toml"]
+RECIPES = ["competition/flowers/recipes/cpu.toml", "competition/flowers/recipes/cnn.toml"]
 
 
 def stage(*args: str) -> float:

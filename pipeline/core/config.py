@@ -1,7 +1,8 @@
 """One typed configuration: frozen dataclasses, recipe files that override only what differs,
 and `--set section.key=value` overrides that reject unknown keys and wrong types.
 
-Precedence: the defaults below < `competition/recipes/<recipe>.toml` < `--set` overrides.
+Precedence: the defaults below < the recipe (`competition/<name>/recipes/<recipe>.toml`, else its
+task's `pipeline/tasks/recipes/<task>/<recipe>.toml`) < `--set` overrides.
 The resolved config is written beside every run's outputs (`Config.to_dict`).
 """
 
@@ -333,8 +334,9 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--recipe",
         default=AUTO_RECIPE,
-        help=f"recipe under competition/recipes/, a .toml path, or auto: tpu, gpu or cpu by the "
-        f"device the stage runs on; `default` is the bare defaults (known: {', '.join(recipe_names())}) "
+        help="recipe under competition/<name>/recipes/ (else its task's), a .toml path, or auto: tpu, "
+        "gpu or cpu by the device the stage runs on; `default` is the bare defaults "
+        f"(known: {', '.join(recipe_names())}) "
         f"(default: {AUTO_RECIPE})",
     )
     parser.add_argument(

@@ -261,7 +261,7 @@ def ngram_classifier(
     """fastText: `SubwordVectorizer`'s ids -> word n-gram ids (`NgramIds`) -> one Embedding for
     words, subwords and n-grams -> their means (`BagMean`) -> dropout -> softmax. About 10 s an
     epoch for 7,600 sentences on 2 CPU cores. The defaults are the ones chosen on real reviews
-    (competition/recipes/imdb/cpu.toml). `batch_size` fixes the batch dimension (a TPU's static
+    (competition/imdb/recipes/cpu.toml). `batch_size` fixes the batch dimension (a TPU's static
     shapes); None leaves it free."""
     tokens = keras.Input(shape=(sequence_length,), batch_size=batch_size, dtype="int32", name="tokens")
     to_ids = NgramIds(vocabulary_size, subword_buckets, ngram_buckets, order, name="ngram_ids")
