@@ -96,5 +96,5 @@ class ImageFolderFormat(ImageFiles):
             fields = folder.parse(name)
             if fields is None:
                 raise PetalsError(f"{root / name}: not a {split} image name ({folder.members})")
-            found.append((fields.get("id", name), path, fields.get("label")))
+            found.append((fields.get("id", path.stem), path, fields.get("label")))  # train: "cat.0"
         return found
