@@ -120,8 +120,18 @@ def _bundled_texts(code: str) -> list[str]:
         return [archive.read(name).decode("utf-8", "replace") for name in archive.namelist()]
 
 
+# Scripts (by sha256) this process saw answer --help: the same bytes need not start again (a rerun
+# of `submit` in one process, as the tests do; each `make` call is a process of its own).
+_ANSWERED: set[str] = set()
+
+
 def _answers_help(code: str, folder: Path) -> None:
     """The kernel imports its bundle and answers --help in a clean process, outside this repo."""
+    import hashlib
+
+    digest = hashlib.sha256(code.encode()).hexdigest()
+    if digest in _ANSWERED:
+        return
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / SCRIPT
         script.write_text(code.replace(*reversed(notebook_entry())))
@@ -137,3 +147,4 @@ def _answers_help(code: str, folder: Path) -> None:
     if done.returncode != 0 or "usage:" not in done.stdout:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise PetalsError(f"{folder}: the kernel script does not answer --help ({last})")
+    _ANSWERED.add(digest)
