@@ -2,34 +2,23 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.named import Registry
 
 if TYPE_CHECKING:
     from competition.spec import CompetitionSpec
 
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
-TASKS: dict[str, Task] = {}
+TASKS = Registry("task")
+register = TASKS.register  # class decorator: make a task known by its `name`
+get_task = TASKS.named
 
 
-def register(cls: type[Task]) -> type[Task]:
-    """Class decorator: make a task known by its `name`."""
-    if cls.name in TASKS:
-        raise ValueError(f"task {cls.name!r} registered twice")  # two modules claim one name: a bug
-    TASKS[cls.name] = cls()
-    return cls
-
-
-def get_task(name: str) -> Task:
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise ValueError(f"task {name!r} is not one of {', '.join(sorted(TASKS))}") from None
-
-
-class Task:
+class Task(ABC):
     """A kind of problem. Subclasses set the class attributes and override what differs."""
 
     name: ClassVar[str]
@@ -43,10 +32,11 @@ class Task:
 
     def check_spec(self, spec: CompetitionSpec) -> None:
         """A competition file fits this task; ValueError naming what does not."""
+        return  # nothing to check by default: a task with demands says them
 
+    @abstractmethod
     def size(self, config) -> int:
         """The size a run id carries: an image's side, or a text's tokens."""
-        raise NotImplementedError
 
     def check_views(self, spec: CompetitionSpec, tta: int) -> None:
         """`tta` test-time passes make sense for this competition; else one line."""
@@ -58,9 +48,9 @@ class Task:
                 f"(its keeps_label: {', '.join(sorted(spec.keeps_label)) or 'none'}); use --tta 1"
             )
 
+    @abstractmethod
     def check_network(self, config, spec: CompetitionSpec, backend: str) -> None:
         """The config's network reads this task's inputs and builds on `backend`; else one line."""
-        raise NotImplementedError
 
     def submission_values(self, probabilities, spec: CompetitionSpec):
         """What a submission row holds: the class id, or P(class 1) for a probability submission."""

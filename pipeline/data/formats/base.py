@@ -11,11 +11,14 @@ Module level stays cheap (no TensorFlow, pandas or PIL): the competition spec im
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+
+from pipeline.core.named import Registry
 
 
 @dataclass(frozen=True)
@@ -39,44 +42,39 @@ class Examples:
         )
 
 
-FORMATS: dict[str, Format] = {}
+FORMATS = Registry("data format")
+register = FORMATS.register  # class decorator: make a format known by its `name`
+get_format = FORMATS.named
 JPEG_START = b"\xff\xd8\xff"
 
 
-def register(cls: type[Format]) -> type[Format]:
-    if cls.name in FORMATS:
-        raise ValueError(f"format {cls.name!r} registered twice")  # two modules claim one name: a bug
-    FORMATS[cls.name] = cls()
-    return cls
+class Format(ABC):
+    """A layout of a competition's files. TFRecord shards (`sharded`) are read where they lie by
+    pipeline/data/layout.py and datasets.py; plain files are a `FileFormat`."""
 
-
-def get_format(name: str) -> Format:
-    try:
-        return FORMATS[name]
-    except KeyError:
-        raise ValueError(f"data format {name!r} is not one of {', '.join(sorted(FORMATS))}") from None
-
-
-class Format:
     name: ClassVar[str]
     sharded: ClassVar[bool] = False  # TFRecord shards at several resolutions, read where they are
     unit: ClassVar[str] = "images"  # what a split's count counts: "images" or "rows"
 
+    @abstractmethod
     def layout(self, raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]) -> Any:
         """`[data.<format>]` as this format's layout; ValueError naming what is wrong."""
-        raise NotImplementedError
 
+
+class FileFormat(Format):
+    """Plain files, unpacked into the data dir: what it holds per split, how a split is checked and read."""
+
+    @abstractmethod
     def entries(self, spec) -> dict[str, tuple[str, str | None]]:
         """Per split: the folder or file the data dir holds, and the zip Kaggle may ship it in."""
-        raise NotImplementedError
 
+    @abstractmethod
     def verify_split(self, root: Path, spec, split: str) -> tuple[int, list[str]]:
         """Check a split of an unpacked data dir: (its count, its ids); PetalsError naming a defect."""
-        raise NotImplementedError
 
-    def examples(self, root: Path, spec, split: str):
-        """A split's examples (pipeline/data/file_examples.Examples) in a fixed order."""
-        raise NotImplementedError
+    @abstractmethod
+    def examples(self, root: Path, spec, split: str) -> Examples:
+        """A split's examples in a fixed order."""
 
 
 def _numeric_first(item: tuple) -> tuple:
@@ -84,16 +82,17 @@ def _numeric_first(item: tuple) -> tuple:
     return (len(item[0]), item[0]) if item[0].isdigit() else (0, item[0])
 
 
-class ImageFiles(Format):
+class ImageFiles(FileFormat):
     """Image files on disk, one per example: what the subclasses share. A subclass says where a
     split's images are (`folder`) and lists them with their ids and labels (`images`)."""
 
+    @abstractmethod
     def folder(self, root: Path, spec, split: str) -> Path:
-        raise NotImplementedError
+        """The folder holding a split's images."""
 
+    @abstractmethod
     def images(self, root: Path, spec, split: str) -> list[tuple[str, Path, str | int | None]]:
         """(id, path, label) per image: the label a class name or id, None in an unlabelled split."""
-        raise NotImplementedError
 
     def verify_split(self, root: Path, spec, split: str) -> tuple[int, list[str]]:
         """Every image's name and label checked, and that it starts as a JPEG does; the first is

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.data.formats.base import Examples, Format, register
+from pipeline.data.formats.base import Examples, FileFormat, register
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def _table(raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...
 
 
 @register
-class Table(Format):
+class Table(FileFormat):
     name = "table"
     unit = "rows"
 

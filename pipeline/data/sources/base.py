@@ -8,10 +8,13 @@ source is a new module here, decorated `@register`.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+
+from pipeline.core.named import Registry
 
 
 @dataclass(frozen=True)
@@ -57,21 +60,15 @@ class Context:
     attached: Callable[[], Any]
 
 
-SOURCES: dict[str, Source] = {}
-
-
-def register(cls: type[Source]) -> type[Source]:
-    if cls.name in SOURCES:
-        raise ValueError(f"source {cls.name!r} registered twice")  # two modules claim one name: a bug
-    SOURCES[cls.name] = cls()
-    return cls
+SOURCES = Registry("source")
+register = SOURCES.register  # class decorator: make a source known by its `name`
 
 
 def by_priority() -> list[Source]:
     return sorted(SOURCES.values(), key=lambda source: source.priority)
 
 
-class Source:
+class Source(ABC):
     name: ClassVar[str]
     priority: ClassVar[int]  # `auto` tries lower first
 
@@ -79,5 +76,6 @@ class Source:
         """Why `auto` takes this source here, or None when it does not apply."""
         return None
 
+    @abstractmethod
     def get(self, context: Context, staging: Path) -> Got:
-        raise NotImplementedError
+        """The data in `staging`, or where it already lies (read in place); PetalsError naming the fault."""
