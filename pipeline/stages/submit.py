@@ -199,15 +199,7 @@ def submit_csv(args: argparse.Namespace, spec, checked: Checked) -> None:
         write_json(intent, {"sha256": digest, "slug": slug, "message": message, "started": leaderboard.now()})
         answer = kaggle_client.submit_file(path, slug, message, retries=args.retries)
         ref, said = answer.ref, answer.message or "accepted"
-    leaderboard.update(
-        board,
-        entry,
-        submission=str(path),
-        submitted_at=leaderboard.now(),
-        submission_ref=str(ref) if ref else None,
-        submission_sha256=digest,
-    )
-    intent.unlink(missing_ok=True)
+    _recorded(board, entry, str(path), ref, digest, intent)
     print(
         f"UPLOADED {path} to {slug!r}: {said} (ref {ref}); "
         "`make leaderboard-sync` fetches its public score once Kaggle has scored it"
@@ -307,20 +299,28 @@ def submit_kernel(args: argparse.Namespace, spec, checked: Checked) -> None:
         write_json(intent, {**record, "version": version, "submitting": True, "started": leaderboard.now()})
         answer = kaggle_client.submit_code(slug, kernel, version, file_name, message, retries=args.retries)
         ref, said = answer.ref, answer.message or "accepted"
-    leaderboard.update(
-        board,
-        entry,
-        submission=f"{kernel} version {version}",
-        submitted_at=leaderboard.now(),
-        submission_ref=str(ref) if ref else None,
-        submission_sha256=digest,
-    )
-    intent.unlink(missing_ok=True)
+    _recorded(board, entry, f"{kernel} version {version}", ref, digest, intent)
     print(
         f"SUBMITTED {file_name} of kernel {kernel} version {version} to {slug!r}: {said} (ref {ref}); "
         f"`make leaderboard-sync COMPETITION={spec.name}` fetches its public score once Kaggle has scored it"
     )
     print(finished(f"{slug} as kernel {kernel} version {version}"))
+
+
+def _recorded(board: Path, entry: str, submission: str, ref, digest: str, intent: Path) -> None:
+    """The accepted submission on the leaderboard (what was sent, its ref and sha256); then the
+    intent file goes: a rerun finds it there and sends nothing."""
+    from pipeline.core import leaderboard
+
+    leaderboard.update(
+        board,
+        entry,
+        submission=submission,
+        submitted_at=leaderboard.now(),
+        submission_ref=str(ref) if ref else None,
+        submission_sha256=digest,
+    )
+    intent.unlink(missing_ok=True)
 
 
 def _read_intent(intent: Path, record: dict) -> dict:
