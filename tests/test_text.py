@@ -107,7 +107,8 @@ def _static_then_variable(network: str = "bilstm") -> dict:
     import tensorflow as tf
 
     from pipeline.data import synthetic_reviews
-    from pipeline.modeling.text import NETWORKS, Vectorizer, predict_padded, serving_copy
+    from pipeline.modeling.text import Vectorizer, predict_padded, serving_copy
+    from pipeline.modeling.text_networks import NETWORKS
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
@@ -116,7 +117,9 @@ def _static_then_variable(network: str = "bilstm") -> dict:
     labels = (ratings >= 7).astype("int64")
     vocabulary = Vectorizer.adapt(texts, vocabulary_size=500, sequence_length=LENGTH).vocabulary
     tokens = NETWORKS[network].vectorizer(vocabulary, LENGTH)((np.array(texts),))
-    model = NETWORKS[network].build(len(vocabulary) + 2, LENGTH, 2, batch_size=STATIC_BATCH, **SMALL[network])
+    model = NETWORKS[network].classifier(
+        len(vocabulary) + 2, LENGTH, 2, batch_size=STATIC_BATCH, **SMALL[network]
+    )
     assert model.inputs[0].shape[0] == STATIC_BATCH
     model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
     data = tf.data.Dataset.from_tensor_slices((tokens, labels)).batch(STATIC_BATCH, drop_remainder=True)

@@ -1,25 +1,44 @@
-"""The network a config names, for the competition's inputs: images or texts.
+"""Every network a config can name, by one name (`NETWORKS`, `get`), and what is done with it.
 
-Images go to the backbone registry (`registry.build_classifier`); texts to the LSTM or the bag
-of n-grams (`text.NETWORKS`), which read token ids of a vocabulary adapted on the training texts,
-or to BERT (`bert`), which reads its tokenizer's ids. A text run keeps its tokenization in its run
-dir (`text_inputs`), so it predicts with the ids it trained on. Training and inference build
-through here, so a new kind of network changes this file and its own module.
+An entry is an image backbone (`registry.BACKBONES`, built into a classifier by
+`registry.build_classifier`) or a text network (`text_networks.NETWORKS`: the LSTM and the bag of
+n-grams of `text`, which read token ids of a vocabulary adapted on the training texts, and BERT,
+which reads its tokenizer's ids). Each answers the same questions: its modality, the backends it
+builds on, the packages it needs, its pretrained weights, its preprocessing, a line for
+`train --list-backbones` (`describe_all`). The functions here dispatch on the entry. A text run
+keeps its tokenization in its run dir (`text_inputs`), so it predicts with the ids it trained on;
+the names of its files are `RunDir`'s, handed to the text entries from here. Training and
+inference build through here; a new network is a new entry in its kind's module.
+
+The tasks check a config's network against their inputs through `registry` and `text_networks`,
+not through this module: it imports the run dir's, which reaches the tasks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import keras
 
-from pipeline.core.errors import PetalsError
-from pipeline.modeling import bert, registry, text
-from pipeline.tasks.text_classification import text_networks
+from pipeline.modeling import registry, text_networks
+from pipeline.modeling.text_networks import TextInputs
 
-TEXT_NETWORKS = text_networks()
+Network = registry.Backbone | text_networks.TextNetwork
+
+NETWORKS: dict[str, Network] = {**registry.BACKBONES, **text_networks.NETWORKS}
+TEXT_NETWORKS = tuple(name for name, entry in NETWORKS.items() if entry.modality == "text")
+
+
+def get(name: str) -> Network:
+    """The entry named `name`; else a PetalsError naming close ones."""
+    if name not in NETWORKS:
+        raise registry.unknown(name, NETWORKS)
+    return NETWORKS[name]
+
+
+def describe_all() -> list[str]:
+    """One line an entry, the image backbones first: what `train --list-backbones` prints."""
+    return [entry.describe() for entry in NETWORKS.values()]
 
 
 def check(config, spec, backend: str) -> None:
@@ -31,22 +50,30 @@ def check(config, spec, backend: str) -> None:
 def packages(config) -> dict[str, list[str]]:
     """{import name: pip install arguments} of the packages the config's network needs beyond Keras
     (Kaggle's images may lack them: a kernel installs them, or stops in one line)."""
-    name = config.model.backbone
-    if name in bert.NAMES:
-        return {"keras_hub": list(bert.PIP_INSTALL)}
-    if name in text.NETWORKS:
-        return {}
-    return registry.get_backbone(name).packages(config.model.weights)
+    return get(config.model.backbone).packages(config.model.weights)
+
+
+def _text(config) -> text_networks.TextNetwork:
+    entry = get(config.model.backbone)
+    if not isinstance(entry, text_networks.TextNetwork):
+        raise ValueError(f"{entry.name} reads images, not texts")  # a caller's bug: `check` refuses it
+    return entry
+
+
+def _files() -> text_networks.RunFiles:
+    from pipeline.core.rundir import RunDir
+
+    return text_networks.RunFiles(RunDir.VOCABULARY, RunDir.TOKENIZER, RunDir.BACKBONE)
 
 
 def input_shape(config, spec, batch_size: int | None = None):
     """One batch of model inputs: pixels [batch, size, size, 3], token ids [batch, length], or
     BERT's three [batch, length] inputs by name."""
-    if spec.modality == "image":
-        size = config.data.input_size or config.data.image_size
-        return (batch_size, size, size, 3)
-    shape = (batch_size, config.data.sequence_length)
-    return {name: shape for name in bert.INPUTS} if config.model.backbone in bert.NAMES else shape
+    entry = get(config.model.backbone)
+    if isinstance(entry, text_networks.TextNetwork):
+        return entry.input_shape(config.data.sequence_length, batch_size)
+    size = config.data.input_size or config.data.image_size
+    return (batch_size, size, size, 3)
 
 
 def build(
@@ -63,7 +90,8 @@ def build(
     static shapes); None leaves it free, as inference anywhere needs. A text network needs its
     tokenization's vocabulary size (`TextInputs.vocabulary_size`); given a trained run's dir,
     BERT takes its architecture from there (`keep_architecture`), not from the preset."""
-    if spec.modality == "image":
+    entry = get(config.model.backbone)
+    if not isinstance(entry, text_networks.TextNetwork):
         return registry.build_classifier(
             config.model.backbone,
             input_shape(config, spec)[1],
@@ -75,36 +103,16 @@ def build(
         )
     if vocabulary_size is None:
         raise ValueError("a text network needs the vocabulary's size")  # a caller's bug
-    if config.model.backbone in bert.NAMES:
-        from pipeline.core.rundir import RunDir
-
-        backbone = (
-            bert.backbone_from_config(run_dir / RunDir.BACKBONE)
-            if run_dir is not None
-            else bert.new_backbone(config, vocabulary_size)
-        )
-        return bert.classifier(
-            backbone,
-            spec.num_classes,
-            config.data.sequence_length,
-            config.model.dropout,
-            batch_size=batch_size,
-        )
-    return text.NETWORKS[config.model.backbone].build(
-        vocabulary_size,
-        config.data.sequence_length,
-        spec.num_classes,
-        batch_size=batch_size,
-        dropout=config.model.dropout,
+    return entry.build(
+        config, spec.num_classes, vocabulary_size, batch_size=batch_size, run_dir=run_dir, files=_files()
     )
 
 
 def keep_architecture(config, net: keras.Model, run_dir: Path) -> None:
     """What a run dir needs to rebuild its network besides the config: BERT's backbone architecture."""
-    if config.model.backbone in bert.NAMES:
-        from pipeline.core.rundir import RunDir
-
-        bert.save_backbone_config(net.get_layer("backbone"), run_dir / RunDir.BACKBONE)
+    entry = get(config.model.backbone)
+    if isinstance(entry, text_networks.TextNetwork):  # an image backbone's is the config's
+        entry.keep_architecture(net, run_dir, _files())
 
 
 def has_backbone(net: keras.Model) -> bool:
@@ -112,44 +120,7 @@ def has_backbone(net: keras.Model) -> bool:
     return any(layer.name == "backbone" for layer in net.layers)
 
 
-@dataclass
-class TextInputs:
-    """A text run's tokenization: the encoder its splits use, the vocabulary size its network
-    embeds, and how it is kept in the run dir (the words of the LSTM and the bag of n-grams, BERT's
-    tokenizer)."""
-
-    encode: Callable
-    vocabulary_size: int
-    save: Callable[[Path], None]  # into the run dir
-
-
 def text_inputs(config, run_dir: Path, train_columns=None, fresh: bool = False) -> TextInputs:
     """The tokenization a run keeps in `run_dir`; with `train_columns` (the training texts), a new
     one made from them when nothing is kept yet or `fresh` (a run trained again)."""
-    from pipeline.core.rundir import RunDir
-
-    if config.model.backbone in bert.NAMES:
-        folder = run_dir / RunDir.TOKENIZER
-        if train_columns is None or ((folder / "tokenizer.json").is_file() and not fresh):
-            tokenizer = bert.load_tokenizer(folder)
-        else:
-            tokenizer = bert.new_tokenizer(config, train_columns)
-        return TextInputs(
-            encode=bert.Encoder(tokenizer, config.data.sequence_length),
-            vocabulary_size=tokenizer.vocabulary_size(),
-            save=lambda run: bert.save_tokenizer(tokenizer, run / RunDir.TOKENIZER),
-        )
-    path = run_dir / RunDir.VOCABULARY
-    if train_columns is None or (path.is_file() and not fresh):
-        if not path.is_file():
-            raise PetalsError(f"{path}: missing; a text run keeps its vocabulary there, train it again")
-        vocabulary = text.read_vocabulary(path)
-    else:
-        vocabulary = text.Vectorizer.adapt(
-            train_columns[0], config.data.vocabulary_size, config.data.sequence_length
-        ).vocabulary
-    return TextInputs(
-        encode=text.NETWORKS[config.model.backbone].vectorizer(vocabulary, config.data.sequence_length),
-        vocabulary_size=len(vocabulary) + 2,  # padding and unknown words
-        save=lambda run: text.write_vocabulary(run / RunDir.VOCABULARY, vocabulary),
-    )
+    return _text(config).text_inputs(config, run_dir, _files(), train_columns, fresh)

@@ -10,6 +10,9 @@ so they load offline) and `cnn`, a small network for CPU runs. Every model is
 the same shape: uint8 or float pixels in [0, 255] -> the backbone's own preprocessing ->
 backbone -> global average pooling (`cnn` pools itself, max and average) -> dropout -> dense
 softmax over the classes (float32 even under mixed precision).
+
+These are the image entries of the one lookup by name, `networks.NETWORKS`; the text networks'
+entries are in `text_networks`.
 """
 
 from __future__ import annotations
@@ -18,9 +21,10 @@ import contextlib
 import fnmatch
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import keras
 from keras import layers
@@ -40,6 +44,7 @@ CNN_WORKING_SIZE = 64  # the resolution `cnn`'s blocks work at, whatever its inp
 class Backbone:
     """How to build one backbone without its top, and how it wants its pixels."""
 
+    modality: ClassVar[str] = "image"  # what it reads, as a text network's entry says "text"
     name: str
     build: Callable[..., keras.Model]  # (input_shape, weights) -> model without the top
     preprocess: str  # raw (takes 0..255 itself) | unit (0..1) | torch | tf (-1..1) | caffe | lite
@@ -244,14 +249,15 @@ def check_backbone(name: str, backend: str) -> Backbone:
 
 def get_backbone(name: str) -> Backbone:
     if name not in BACKBONES:
-        close = [n for n in BACKBONES if name.split("-")[0] in n][:6]
-        hint = (
-            f" (did you mean: {', '.join(close)})"
-            if close
-            else " (python -m pipeline train --list-backbones)"
-        )
-        raise PetalsError(f"unknown backbone {name!r}{hint}")
+        raise unknown(name, BACKBONES)
     return BACKBONES[name]
+
+
+def unknown(name: str, names: Iterable[str]) -> PetalsError:
+    """The error for a name no entry has, with up to six of `names` that share its first part."""
+    close = [n for n in names if name.split("-")[0] in n][:6]
+    hint = f" (did you mean: {', '.join(close)})" if close else " (python -m pipeline train --list-backbones)"
+    return PetalsError(f"unknown backbone {name!r}{hint}")
 
 
 # ----------------------------------------------------------------------------- preprocessing

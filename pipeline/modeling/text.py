@@ -12,14 +12,15 @@ to predict any number of texts on the CPU.
 vectors of a text's words, of its word bigrams and of its words' character n-grams, averaged,
 then one linear layer. `SubwordVectorizer` writes the words' ids and their character n-grams'
 ids (hashed) into one row; the model hashes the word n-grams from the word ids itself.
+
+Their registry entries, by name (`bilstm`, `ngrams`), are in `text_networks`.
 """
 
 from __future__ import annotations
 
 import itertools
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 import keras
 import numpy as np
@@ -273,24 +274,7 @@ def ngram_classifier(
     return keras.Model(tokens, probabilities, name="ngrams")
 
 
-# ---------------------------------------------------------------- the registry
-
-
-@dataclass(frozen=True)
-class TextNetwork:
-    """A text network by name (`model.backbone` for a table competition): how its texts become ids
-    and how it is built from the ids' vocabulary size."""
-
-    # (vocabulary_size, sequence_length, num_classes, batch_size, dropout) -> token ids to probabilities
-    build: Callable[..., keras.Model]
-    # (vocabulary, sequence_length) -> texts to int32 ids [n, sequence_length]
-    vectorizer: Callable[[Sequence[str], int], Callable]
-
-
-NETWORKS = {
-    "bilstm": TextNetwork(lstm_classifier, Vectorizer),
-    "ngrams": TextNetwork(ngram_classifier, SubwordVectorizer),
-}
+# ---------------------------------------------------------------- a run's vocabulary, and serving
 
 
 def read_vocabulary(path) -> list[str]:
@@ -305,7 +289,8 @@ def write_vocabulary(path, vocabulary: Sequence[str]) -> None:
 
 
 def serving_copy(model: keras.Model) -> keras.Model:
-    """The same classifier (any of `NETWORKS`) with a free batch dimension and `model`'s weights."""
+    """The same classifier (a word model of `text_networks`) with a free batch dimension and
+    `model`'s weights."""
     config = model.get_config()
     for layer in config["layers"]:
         if layer["class_name"] == "InputLayer":

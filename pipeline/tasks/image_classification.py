@@ -16,10 +16,11 @@ class ImageClassification(Task):
         return config.data.input_size or config.data.image_size
 
     def check_network(self, config, spec, backend: str) -> None:
-        from pipeline.modeling import registry
-        from pipeline.tasks.text_classification import text_networks
+        from pipeline.modeling import registry, text_networks
 
-        if config.model.backbone in text_networks():
+        # A text network's entry (pipeline/modeling/text_networks.py) reads another modality.
+        entry = text_networks.NETWORKS.get(config.model.backbone)
+        if entry is not None and entry.modality != self.modality:
             raise PetalsError(
                 f"model.backbone={config.model.backbone} reads texts; competition {spec.name} has images "
                 f"(python -m pipeline train --list-backbones)"

@@ -7,13 +7,6 @@ from pipeline.core.errors import PetalsError
 from pipeline.tasks.base import Task, register
 
 
-def text_networks() -> tuple[str, ...]:
-    """The networks that read texts: the word models (pipeline/modeling/text.py) and BERT."""
-    from pipeline.modeling import bert, text
-
-    return (*text.NETWORKS, *bert.NAMES)
-
-
 @register
 class TextClassification(Task):
     name = "text_classification"
@@ -33,13 +26,20 @@ class TextClassification(Task):
         return config.data.sequence_length
 
     def check_network(self, config, spec, backend: str) -> None:
-        from pipeline.modeling import bert
+        """Through the network's entry (pipeline/modeling/text_networks.py): it reads texts, as many
+        an example as this task has, and has a pretrained part where a warm-up freezes one."""
+        from pipeline.modeling import text_networks
 
-        name = config.model.backbone
-        if name not in text_networks():
+        name, entries = config.model.backbone, text_networks.NETWORKS
+        entry = entries.get(name)
+        if entry is None:
             raise PetalsError(
                 f"model.backbone={name}: competition {spec.name} has texts; its networks are "
-                f"{', '.join(text_networks())}"
+                f"{', '.join(entries)}"
+            )
+        if backend not in entry.backends:
+            raise PetalsError(
+                f"model.backbone={name} builds on {', '.join(entry.backends)} only, not on {backend}"
             )
         if config.train.feature_cache:
             raise PetalsError(
@@ -50,16 +50,14 @@ class TextClassification(Task):
                 f"train.unfrozen_layers={config.train.unfrozen_layers} cuts an image backbone; {name} reads "
                 "texts (train.frozen_epochs freezes a text backbone whole)"
             )
-        if name in bert.NAMES:
-            bert.check(config)
-            return
-        if self.columns > 1:
+        entry.check(config)
+        if self.columns > 1 and not entry.reads_pairs:
+            pairs = ", ".join(n for n, e in entries.items() if e.reads_pairs)
             raise PetalsError(
                 f"model.backbone={name} reads one text; competition {spec.name} has {self.columns} "
-                "per example "
-                f"(sentence pairs need a network that reads pairs: {', '.join(bert.NAMES)})"
+                f"per example (sentence pairs need a network that reads pairs: {pairs})"
             )
-        if config.train.frozen_epochs:
+        if config.train.frozen_epochs and not entry.has_backbone:
             raise PetalsError(
                 f"train.frozen_epochs={config.train.frozen_epochs}: {name} has no pretrained part to freeze"
             )

@@ -1,0 +1,202 @@
+"""The text networks by name (`model.backbone` for a table competition): one entry each.
+
+An entry says what `registry.Backbone` says of an image backbone: its modality, the Keras backends
+it builds on, the packages it needs beyond Keras, the pretrained weights it loads and how its texts
+become ids (`preprocess`). It also says whether it reads text pairs and whether it has a pretrained
+part a frozen warm-up freezes, checks a config's weights, and does what differs between networks:
+its inputs' shape, building the classifier, the run's tokenization (`TextInputs`) and what the run
+dir keeps of its architecture. Two kinds: the word models (`text`: ids of a vocabulary adapted on
+the training texts) and BERT (`bert`: its tokenizer's ids). `networks` looks these entries and
+the image backbones up by one name.
+
+The tasks check a config's network through these entries, and the run dir's module reaches the
+tasks, so this module cannot import it: `networks` hands in its file names (`RunFiles`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import keras
+
+from pipeline.core.errors import PetalsError
+from pipeline.modeling import bert, text
+
+PRESET_WEIGHTS = "keras-hub preset"  # `bert` loads a preset folder, its path in model.weights
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The names a text run keeps its tokenization and architecture under in its run dir (`RunDir`'s)."""
+
+    vocabulary: str  # a word model's words
+    tokenizer: str  # BERT's tokenizer, a keras-hub preset folder
+    backbone: str  # BERT's backbone architecture
+
+
+@dataclass
+class TextInputs:
+    """A text run's tokenization: the encoder its splits use, the vocabulary size its network
+    embeds, and how it is kept in the run dir (the words of the LSTM and the bag of n-grams, BERT's
+    tokenizer)."""
+
+    encode: Callable
+    vocabulary_size: int
+    save: Callable[[Path], None]  # into the run dir
+
+
+class TextNetwork(ABC):
+    """One text network: what it is, and how it is built, fed and kept."""
+
+    modality: ClassVar[str] = "text"
+    backends: ClassVar[tuple[str, ...]] = ("tensorflow", "jax")  # Keras backends it builds on
+    reads_pairs: ClassVar[bool] = False  # two texts an example (premise, hypothesis)
+    has_backbone: ClassVar[bool] = False  # a pretrained part, one layer a frozen warm-up freezes
+    name: str
+    preprocess: str  # how texts become ids: words | subwords (words and their n-grams) | wordpiece
+    weights: tuple[str, ...]  # pretrained weights it can load
+
+    def packages(self, weights: str) -> dict[str, list[str]]:
+        """{import name: pip install arguments} of what building it needs beyond Keras."""
+        return {}
+
+    def check(self, config) -> None:
+        """The config's weights fit this network; else one line. A word model takes any: it loads none."""
+        return None
+
+    def input_shape(self, sequence_length: int, batch_size: int | None = None):
+        """One batch of its inputs: token ids [batch, length]."""
+        return (batch_size, sequence_length)
+
+    @abstractmethod
+    def build(
+        self,
+        config,
+        num_classes: int,
+        vocabulary_size: int,
+        *,
+        batch_size: int | None,
+        run_dir: Path | None,
+        files: RunFiles,
+    ) -> keras.Model:
+        """Its inputs -> class probabilities (float32); a trained run's dir, if given, may say its
+        architecture (`keep_architecture`)."""
+
+    @abstractmethod
+    def text_inputs(
+        self, config, run_dir: Path, files: RunFiles, train_columns=None, fresh: bool = False
+    ) -> TextInputs:
+        """The tokenization a run keeps in `run_dir`; with `train_columns` (the training texts), a new
+        one made from them when nothing is kept yet or `fresh` (a run trained again)."""
+
+    def keep_architecture(self, net: keras.Model, run_dir: Path, files: RunFiles) -> None:
+        """What the run dir needs besides the config to rebuild it: nothing, for a word model."""
+        return None
+
+    def describe(self) -> str:
+        pairs = ", reads pairs" if self.reads_pairs else ""
+        needs = "".join(f"  (needs {pip[-1]})" for pip in self.packages("none").values())
+        return (
+            f"{self.name:<26} pretrained: {', '.join(self.weights) or '-'}  "
+            f"text: {self.preprocess}{pairs}{needs}"
+        )
+
+
+@dataclass(frozen=True)
+class WordNetwork(TextNetwork):
+    """A word model of `text`: ids of the words of a vocabulary adapted on the training texts."""
+
+    name: str
+    preprocess: str
+    # (vocabulary_size, sequence_length, num_classes, batch_size, dropout) -> token ids to probabilities
+    classifier: Callable[..., keras.Model]
+    # (vocabulary, sequence_length) -> texts to int32 ids [n, sequence_length]
+    vectorizer: Callable[..., Callable]
+    weights: tuple[str, ...] = ()
+
+    def build(self, config, num_classes, vocabulary_size, *, batch_size, run_dir, files) -> keras.Model:
+        return self.classifier(
+            vocabulary_size,
+            config.data.sequence_length,
+            num_classes,
+            batch_size=batch_size,
+            dropout=config.model.dropout,
+        )
+
+    def text_inputs(self, config, run_dir, files, train_columns=None, fresh=False) -> TextInputs:
+        path = run_dir / files.vocabulary
+        if train_columns is None or (path.is_file() and not fresh):
+            if not path.is_file():
+                raise PetalsError(f"{path}: missing; a text run keeps its vocabulary there, train it again")
+            vocabulary = text.read_vocabulary(path)
+        else:
+            vocabulary = text.Vectorizer.adapt(
+                train_columns[0], config.data.vocabulary_size, config.data.sequence_length
+            ).vocabulary
+        return TextInputs(
+            encode=self.vectorizer(vocabulary, config.data.sequence_length),
+            vocabulary_size=len(vocabulary) + 2,  # padding and unknown words
+            save=lambda run: text.write_vocabulary(run / files.vocabulary, vocabulary),
+        )
+
+
+@dataclass(frozen=True)
+class BertNetwork(TextNetwork):
+    """BERT from keras-hub (`bert`): a preset's, or a random one of a named size."""
+
+    preprocess: ClassVar[str] = "wordpiece"
+    reads_pairs: ClassVar[bool] = True
+    has_backbone: ClassVar[bool] = True
+    name: str
+    weights: tuple[str, ...] = ()
+
+    def packages(self, weights: str) -> dict[str, list[str]]:
+        return {"keras_hub": list(bert.PIP_INSTALL)}
+
+    def check(self, config) -> None:
+        bert.check(config)
+
+    def input_shape(self, sequence_length: int, batch_size: int | None = None):
+        """Its three inputs by name (token ids, segment ids, padding mask), each [batch, length]."""
+        return {name: (batch_size, sequence_length) for name in bert.INPUTS}
+
+    def build(self, config, num_classes, vocabulary_size, *, batch_size, run_dir, files) -> keras.Model:
+        """Given a trained run's dir, the architecture it kept, not the preset's."""
+        backbone = (
+            bert.backbone_from_config(run_dir / files.backbone)
+            if run_dir is not None
+            else bert.new_backbone(config, vocabulary_size)
+        )
+        return bert.classifier(
+            backbone, num_classes, config.data.sequence_length, config.model.dropout, batch_size=batch_size
+        )
+
+    def text_inputs(self, config, run_dir, files, train_columns=None, fresh=False) -> TextInputs:
+        folder = run_dir / files.tokenizer
+        if train_columns is None or ((folder / "tokenizer.json").is_file() and not fresh):
+            tokenizer = bert.load_tokenizer(folder)
+        else:
+            tokenizer = bert.new_tokenizer(config, train_columns)
+        return TextInputs(
+            encode=bert.Encoder(tokenizer, config.data.sequence_length),
+            vocabulary_size=tokenizer.vocabulary_size(),
+            save=lambda run: bert.save_tokenizer(tokenizer, run / files.tokenizer),
+        )
+
+    def keep_architecture(self, net: keras.Model, run_dir: Path, files: RunFiles) -> None:
+        """The backbone's architecture: inference rebuilds it without the preset."""
+        bert.save_backbone_config(net.get_layer("backbone"), run_dir / files.backbone)
+
+
+NETWORKS: dict[str, TextNetwork] = {
+    entry.name: entry
+    for entry in (
+        WordNetwork("bilstm", "words", text.lstm_classifier, text.Vectorizer),
+        WordNetwork("ngrams", "subwords", text.ngram_classifier, text.SubwordVectorizer),
+        *(BertNetwork(name, (PRESET_WEIGHTS,) if name == bert.PRESET else ()) for name in bert.NAMES),
+    )
+}

@@ -1,0 +1,103 @@
+"""The one lookup of networks by name: every entry, image or text, answers the same questions."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from pipeline.core.config import load_config
+from pipeline.core.errors import PetalsError
+from pipeline.modeling import bert, networks, registry, text_networks
+
+
+def test_the_lookup_holds_every_image_backbone_and_text_network_once():
+    assert len(networks.NETWORKS) == len(registry.BACKBONES) + len(text_networks.NETWORKS)
+    assert networks.TEXT_NETWORKS[:2] == ("bilstm", "ngrams")
+    assert networks.TEXT_NETWORKS[2:] == bert.NAMES
+    assert {networks.get(name).modality for name in registry.BACKBONES} == {"image"}
+    assert {networks.get(name).modality for name in networks.TEXT_NETWORKS} == {"text"}
+
+
+@pytest.mark.parametrize("name", list(networks.NETWORKS))
+def test_every_entry_says_what_it_is(name):
+    entry = networks.get(name)
+    assert entry.name == name and entry.modality in ("image", "text")
+    assert entry.backends and set(entry.backends) <= {"tensorflow", "jax"}
+    assert isinstance(entry.weights, tuple) and isinstance(entry.preprocess, str) and entry.preprocess
+    for weights in ("none", *entry.weights):
+        needed = entry.packages(weights)
+        assert isinstance(needed, dict)
+        assert all(isinstance(pip, list) and pip for pip in needed.values())
+    line = entry.describe()
+    assert line.startswith(f"{name} ") and "\n" not in line
+
+
+def test_describe_all_gives_one_line_an_entry():
+    lines = networks.describe_all()
+    assert len(lines) == len(networks.NETWORKS)
+    assert any(line.startswith("bert ") and "keras-hub preset" in line for line in lines)
+
+
+def test_an_unknown_network_suggests_close_names():
+    with pytest.raises(PetalsError, match=r"unknown backbone 'bert-huge' \(did you mean: bert, bert-tiny"):
+        networks.get("bert-huge")
+    with pytest.raises(
+        PetalsError, match=r"unknown backbone 'zzz' \(python -m pipeline train --list-backbones"
+    ):
+        networks.get("zzz")
+
+
+def test_the_text_entries_say_how_they_tokenize_and_what_they_read():
+    entries = text_networks.NETWORKS
+    assert {name: e.preprocess for name, e in entries.items()} == {
+        "bilstm": "words",
+        "ngrams": "subwords",
+        **dict.fromkeys(bert.NAMES, "wordpiece"),
+    }
+    assert [name for name, e in entries.items() if e.reads_pairs] == list(bert.NAMES)
+    assert [name for name, e in entries.items() if e.has_backbone] == list(bert.NAMES)
+    assert entries[bert.PRESET].weights and not entries["bert-tiny"].weights
+    assert entries["bert-tiny"].packages("none") == {"keras_hub": list(bert.PIP_INSTALL)}
+    assert entries["ngrams"].packages("none") == {}
+
+
+def _text_config(backbone: str):
+    config = load_config("cpu", ["competition=imdb"])
+    return dataclasses.replace(
+        config,
+        model=dataclasses.replace(config.model, backbone=backbone),
+        data=dataclasses.replace(config.data, sequence_length=16),
+    )
+
+
+@pytest.mark.parametrize("name", ["bilstm", "ngrams"])
+def test_a_word_model_keeps_its_vocabulary_and_builds_from_its_size(name, tmp_path):
+    from competition import load_spec
+
+    config = _text_config(name)
+    texts = (np.array(["a good film", "a bad film", "good good"]),)
+    inputs = networks.text_inputs(config, tmp_path, texts)
+    inputs.save(tmp_path)
+    kept = networks.text_inputs(config, tmp_path)  # what inference reads back
+    assert kept.vocabulary_size == inputs.vocabulary_size
+    np.testing.assert_array_equal(kept.encode(texts), inputs.encode(texts))
+    spec = load_spec("imdb")
+    assert networks.input_shape(config, spec, 2) == (2, 16)
+    net = networks.build(config, spec, vocabulary_size=inputs.vocabulary_size)
+    assert net.output.shape[-1] == spec.num_classes
+    networks.keep_architecture(config, net, tmp_path)  # nothing for a word model
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["vocabulary.txt"]
+
+
+def test_a_text_task_checks_the_network_through_its_entry():
+    from competition import load_spec
+
+    pairs = load_config("cpu", ["competition=watson", "model.backbone=bilstm"])
+    with pytest.raises(PetalsError, match=r"reads pairs: bert, bert-tiny, bert-small\)$"):
+        networks.check(pairs, load_spec("watson"), "tensorflow")
+    warm_up = load_config("cpu", ["competition=watson", "model.backbone=bert-tiny", "train.frozen_epochs=1"])
+    networks.check(warm_up, load_spec("watson"), "jax")  # BERT reads pairs and has a part to freeze
+    with pytest.raises(PetalsError, match=r"^model.backbone=bert-tiny builds on tensorflow, jax only"):
+        networks.check(warm_up, load_spec("watson"), "torch")
