@@ -1,4 +1,7 @@
-"""Command line: one subcommand per stage; failures become one line and a non-zero exit."""
+"""Command line: one subcommand per stage; failures become one line and a non-zero exit.
+
+Each stage's `run(args)` turns its arguments into the typed options of `pipeline.api` and calls
+the function the API calls: the command line is a thin driver over the library."""
 
 from __future__ import annotations
 
@@ -10,8 +13,9 @@ import importlib.util
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from pipeline.core.errors import PetalsError, Preempted, describe_os_error
 from pipeline.core.native_log import filter_tensorflow_start_up
@@ -122,22 +126,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     hush("--verbose" in before_stage or verbose_asked())
     # Only the stage asked for is imported ("" for none: `--help`, or a name argparse will refuse).
     args = build_parser(only=stage if stage in STAGES else "").parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(message)s")
+    set_up_logging(args.quiet)
+    return run_stage(args.stage, args.run, args)
+
+
+def set_up_logging(quiet: bool = False) -> None:
+    """petals' own lines, bare, from INFO (WARNING with --quiet); once per process."""
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(message)s")
+
+
+def run_stage(stage: str, function: Callable[..., Any], *arguments: Any) -> int:
+    """`function(*arguments)` (a stage's `run`, or a `pipeline.api` function), its failures turned
+    into one line and an exit code: 0, EXIT_ERROR, EXIT_PREEMPTED (the rerun resumes) or 130."""
     try:
-        args.run(args)
+        function(*arguments)
     except PetalsError as err:
-        print(f"petals {args.stage}: error: {err}", file=sys.stderr)
+        print(f"petals {stage}: error: {err}", file=sys.stderr)
         return EXIT_ERROR
     except OSError as err:  # a full disk, a read-only or forbidden folder, a file gone mid-run
         if err.errno not in FILE_SYSTEM_ERRORS:
             raise  # not the file system's: a bug, keep its traceback
-        print(f"petals {args.stage}: error: {describe_os_error(err)}", file=sys.stderr)
+        print(f"petals {stage}: error: {describe_os_error(err)}", file=sys.stderr)
         return EXIT_ERROR
     except Preempted as err:
-        print(f"petals {args.stage}: {err}", file=sys.stderr)
+        print(f"petals {stage}: {err}", file=sys.stderr)
         return EXIT_PREEMPTED
     except KeyboardInterrupt:
-        print(f"petals {args.stage}: interrupted; rerun the same command to resume", file=sys.stderr)
+        print(f"petals {stage}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     return 0
 

@@ -15,7 +15,7 @@ from pipeline.core.config import TrainConfig, load_config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
 from pipeline.data import datasets
-from pipeline.modeling import registry
+from pipeline.modeling import networks
 from pipeline.modeling.classifier import set_backbone_trainable
 from pipeline.modeling.inference import load_inference_model, predict_split
 from pipeline.modeling.losses import loss_function
@@ -238,7 +238,8 @@ def test_list_backbones(capsys):
     assert cli.main(["train", "--list-backbones"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert any(line.startswith("efficientnet-b7 ") and "noisy-student" in line for line in listed)
-    assert len(listed) == len(registry.BACKBONES)
+    assert len(listed) == len(networks.NETWORKS)  # the image backbones, then the text networks
+    assert any(line.startswith("bert-tiny ") for line in listed)
 
 
 def test_fine_tuning_unfreezes_the_backbone_but_keeps_batchnorm_frozen():

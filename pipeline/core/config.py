@@ -94,8 +94,8 @@ TRANSFORMS = (
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The network: an image backbone from the registry (`pipeline.modeling.registry.BACKBONES`) and its
-    head, or a text network (`pipeline.modeling.text.NETWORKS`)."""
+    """The network, by its entry's name in `pipeline.modeling.networks.NETWORKS`: an image backbone
+    (`registry.BACKBONES`) and its head, or a text network (`text_networks.NETWORKS`)."""
 
     backbone: str = "cnn"
     weights: str = "none"  # imagenet | noisy-student | none | a local weights file (offline kernels)
@@ -354,9 +354,9 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def config_from_args(args: argparse.Namespace, device: str | None = None) -> Config:
-    """The stage's config, resolved once for `device`; with `--print-config`, printed, and the
-    process exits 0 (like `--help`)."""
+def config_from_args(args, device: str | None = None) -> Config:
+    """The config of a stage's command line or options (`recipe`, `overrides`), resolved once for
+    `device`; with `--print-config`, printed, and the process exits 0 (like `--help`)."""
     if getattr(args, "print_config", False):
         print(describe(args.recipe, args.overrides, device))
         raise SystemExit(0)

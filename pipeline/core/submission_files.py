@@ -1,14 +1,17 @@
 """A submission CSV written as Kaggle expects it, checked before it replaces an earlier one, with
-its provenance beside it; and the test ids a data dir's sample submission lists."""
+its provenance beside it; the test ids a data dir's sample submission lists; and finding the newest
+CSV of a competition with what was recorded about it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from competition import CompetitionSpec
+from competition.spec import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import sha256, write_atomically, write_json
 
@@ -95,3 +98,33 @@ def write_submission(
         },
     )
     return path
+
+
+def newest_submission(submissions_dir: Path, competition: str = DEFAULT_COMPETITION) -> Path:
+    """The newest CSV predict or ensemble wrote for `competition` (one without a record: any)."""
+    from pipeline.core import leaderboard
+
+    def made_for(path: Path) -> str:
+        try:
+            return json.loads(path.with_suffix(".json").read_text()).get("competition", competition)
+        except (OSError, json.JSONDecodeError):
+            return competition
+
+    files = [
+        p for p in submissions_dir.glob("*.csv") if not leaderboard.is_board(p) and made_for(p) == competition
+    ]
+    if not files:
+        raise PetalsError(
+            f"{submissions_dir}: no {competition} submission CSV; run `make predict` (or pass FILE=)"
+        )
+    return max(files, key=lambda p: p.stat().st_mtime)
+
+
+def sidecar(path: Path, digest: str) -> dict:
+    """What `predict`/`ensemble` recorded about the file, if it is still the file they wrote."""
+    meta = path.with_suffix(".json")
+    try:
+        recorded = json.loads(meta.read_text()) if meta.is_file() else {}
+    except json.JSONDecodeError:
+        return {}
+    return recorded if recorded.get("csv_sha256") == digest else {}

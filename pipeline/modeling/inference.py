@@ -8,7 +8,6 @@ test-time-augmentation passes are unchanged.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -25,6 +24,8 @@ from pipeline.core.rundir import RunDir
 
 if TYPE_CHECKING:
     import keras
+
+    from pipeline.core.options import ScoreOptions
 
 log = logging.getLogger(__name__)
 
@@ -81,16 +82,17 @@ class Predictions:
 # ----------------------------------------------------------------------------- finding runs
 
 
-def find_run(args: argparse.Namespace, platform) -> RunDir:
-    """The finished run `--run` names, or the one `train` makes of the same recipe, overrides and data."""
+def find_run(opts: ScoreOptions, platform) -> RunDir:
+    """The finished run `opts.run_id` names, or the one `train` makes of the same recipe, overrides
+    and data."""
     from pipeline.core import config as config_module
     from pipeline.data.manifest import read_manifest
 
-    if args.run_id:
-        return rundir.finished_run(args.runs_dir, args.run_id)
-    config = config_module.config_from_args(args, platform.device)
-    manifest = read_manifest(args.data_dir) or {}
-    return rundir.finished_run(args.runs_dir, rundir.run_id(config, manifest.get("fingerprint", "")))
+    if opts.run_id:
+        return rundir.finished_run(opts.runs_dir, opts.run_id)
+    config = config_module.config_from_args(opts, platform.device)
+    manifest = read_manifest(opts.data_dir) or {}
+    return rundir.finished_run(opts.runs_dir, rundir.run_id(config, manifest.get("fingerprint", "")))
 
 
 def check_same_data(run: RunDir, data_dir: Path) -> dict:

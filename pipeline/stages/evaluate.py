@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.core import arguments
+from pipeline.core import arguments, options
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure, write_atomically
+from pipeline.core.options import ScoreOptions
 from pipeline.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -35,14 +36,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    evaluate_run(options.from_args(ScoreOptions, args))
+
+
+def evaluate_run(opts: ScoreOptions) -> dict:
+    """Score the finished run `opts` names on its val split; print and return the evaluation."""
     from pipeline.core import device
     from pipeline.modeling.inference import find_run
 
-    platform = device.pick_from_args(args)  # before Keras is imported: it fixes the backend
+    platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
-    run = find_run(args, platform)
-    report = evaluate(run, args.data_dir, args.tta, platform, args.submissions_dir)
+    run = find_run(opts, platform)
+    report = evaluate(run, opts.data_dir, opts.tta, platform, opts.submissions_dir)
     print(summary_text(run.name, report))
+    return report
 
 
 def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: Path) -> dict:

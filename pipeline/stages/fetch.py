@@ -261,9 +261,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    spec = load_competition(args.competition)
-    if args.slug and args.slug not in spec.slugs:
-        raise PetalsError(f"slug {args.slug!r} is not one of this competition's: {', '.join(spec.slugs)}")
     options = FetchOptions(
         source=args.source,
         data_dir=args.data_dir,
@@ -281,7 +278,15 @@ def run(args: argparse.Namespace) -> None:
         force=args.force,
         progress=args.progress,
     )
+    fetch_competition(args.competition, options)
+
+
+def fetch_competition(competition: str, options: FetchOptions) -> dict[str, Any]:
+    """`fetch` for the competition named: its data into `options.data_dir`; returns the manifest."""
+    spec = load_competition(competition)
+    if options.slug and options.slug not in spec.slugs:
+        raise PetalsError(f"slug {options.slug!r} is not one of this competition's: {', '.join(spec.slugs)}")
     try:
-        fetch(options, spec)
+        return fetch(options, spec)
     except ValueError as err:  # bad synthetic parameters
         raise PetalsError(str(err)) from None

@@ -11,7 +11,8 @@ process, so the accelerator is set up once. In order:
 3. the runs of an earlier version (a kernel output attached as a source) or of an attached dataset
    (its petals_runs/) copied in, so training resumes where that version was stopped, or a finished
    run is only scored and predicted;
-4. fetch (the attached competition, wherever Kaggle mounted it), train, evaluate, predict.
+4. fetch (the attached competition, wherever Kaggle mounted it), train, evaluate, predict: the
+   functions of `pipeline.api`, the ones the command line and the Make targets run.
 Everything is written under --working (/kaggle/working on Kaggle) as it is made: petals_runs/
 (checkpoints, history, metrics), petals_submissions/, then the competition's submission file
 (submission.csv), checked against the sample, and petals_summary.json (config, metrics, timings).
@@ -187,15 +188,15 @@ def copy_submission(submissions: Path, run_name: str, working: Path, data_dir: P
     return target
 
 
-def time_limit(started: float) -> list[str]:
-    """`--time-limit` for train: the session's limit, less the time spent so far and a reserve for
-    scoring, predicting and copying out, so training stops with a checkpoint before Kaggle kills it."""
+def time_limit(started: float) -> float | None:
+    """Train's time limit: the session's, less the time spent so far and a reserve for scoring,
+    predicting and copying out, so training stops with a checkpoint before Kaggle kills it."""
     limit = SETTINGS.get("time_limit")
     if not limit:
-        return []
+        return None
     reserve = max(900.0, 0.05 * limit)
     left = limit - (time.perf_counter() - started) - reserve
-    return ["--time-limit", str(round(max(left, 60.0)))]
+    return float(round(max(left, 60.0)))
 
 
 def write_stopped(working: Path, timings: dict, started: float) -> None:
@@ -243,47 +244,42 @@ def run(args: argparse.Namespace, root: Path) -> int:
     # stages below ask `pick` the same question and get this answer: one TPU initialisation.
     platform = device.pick("auto", args.strategy, None, 0)
     print(f"petals kernel: {platform.describe()}", flush=True)
-    from pipeline import cli
+    from pipeline import api, cli
 
-    cli.build_parser()  # imports every stage (after the backend is set), as --help does
+    cli.hush(cli.verbose_asked())
+    cli.set_up_logging()
     args.working.mkdir(parents=True, exist_ok=True)
     runs, submissions = args.working / RUNS, args.working / SUBMISSIONS
     runs.mkdir(exist_ok=True)
     for line in [*provide_offline(args, Path(os.environ["KERAS_HOME"])), *restore_runs(args, runs)]:
         print(f"petals kernel: {line}", flush=True)
     data_dir = args.data_dir or scratch_dir("petals-data-") / "data"
-    config = ["--recipe", SETTINGS["recipe"]]
-    for override in [*SETTINGS["overrides"], *args.extra]:
-        config += ["--set", override]
+    overrides = (*SETTINGS["overrides"], *args.extra)
     timings: dict[str, float] = {"setup": round(time.perf_counter() - started, 1)}
 
-    def stage(name: str, *arguments: str) -> None:
+    def stage(name: str, function, *arguments) -> None:
+        """One step of the chain through `pipeline.api`, its failure one line (the command line's)."""
         begun = time.perf_counter()
-        code = cli.main([name, *arguments])
+        code = cli.run_stage(name, function, *arguments)
         timings[name] = round(time.perf_counter() - begun, 1)
         if code:
             raise SystemExit(code)  # the stage has said why, in one line
 
     if args.data_dir is None:
-        sizes = ["--sizes", str(SETTINGS["image_size"])] if SETTINGS["image_size"] else []  # TFRecords
-        stage(
-            "fetch",
-            "--source",
-            "kaggle-input",
-            "--kaggle-input",
-            str(args.input),
-            "--data-dir",
-            str(data_dir),
-            "--competition",
-            SETTINGS["competition"],
-            "--slug",
-            SETTINGS["slug"],
-            *sizes,
-            "--no-progress",
+        size = SETTINGS["image_size"]
+        fetching = api.FetchOptions(
+            source="kaggle-input",
+            kaggle_input=args.input,
+            data_dir=data_dir,
+            slug=SETTINGS["slug"],
+            sizes=(size,) if size else None,  # TFRecords: the recipe's resolution only
+            progress=False,
         )
-    common = ["--data-dir", str(data_dir), "--runs-dir", str(runs), "--strategy", args.strategy, *config]
+        stage("fetch", api.fetch, SETTINGS["competition"], fetching)
+    where = {"data_dir": data_dir, "runs_dir": runs, "strategy": args.strategy}
+    config = {"recipe": SETTINGS["recipe"], "overrides": overrides}
     try:
-        stage("train", *common, *time_limit(started))
+        stage("train", api.train, api.TrainOptions(**where, **config, time_limit=time_limit(started)))
     except SystemExit as err:
         if err.code != cli.EXIT_PREEMPTED:
             raise
@@ -294,11 +290,10 @@ def run(args: argparse.Namespace, root: Path) -> int:
     from pipeline.core.files import write_json
     from pipeline.core.rundir import RunDir
 
-    merged = load_config(SETTINGS["recipe"], [*SETTINGS["overrides"], *args.extra]).train.merge_val
-    scoring = [*common, "--submissions-dir", str(submissions), "--tta", str(SETTINGS["tta"])]
-    if not merged:  # a run trained on train + val has nothing held out to score
-        stage("evaluate", *scoring)
-    stage("predict", *scoring)
+    scoring = api.ScoreOptions(**where, **config, submissions_dir=submissions, tta=SETTINGS["tta"])
+    if not load_config(SETTINGS["recipe"], overrides).train.merge_val:  # else nothing is held out
+        stage("evaluate", api.evaluate, scoring)
+    stage("predict", api.predict, scoring)
 
     written = [p for p in submissions.glob("*.csv") if (runs / p.stem).is_dir()]  # one per run predicted
     newest = max(written, key=lambda p: p.stat().st_mtime)  # what predict just wrote

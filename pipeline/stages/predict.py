@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
-from pipeline.core import arguments
+from pipeline.core import arguments, options
+from pipeline.core.options import ScoreOptions
 from pipeline.core.submission_files import write_submission
 
 log = logging.getLogger(__name__)
@@ -26,31 +28,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    predict(options.from_args(ScoreOptions, args))
+
+
+def predict(opts: ScoreOptions) -> Path:
+    """The test predictions of the finished run `opts` names, and its submission CSV (returned)."""
     from competition import load_spec
     from pipeline.core import device, leaderboard
     from pipeline.modeling.inference import check_same_data, find_run, predict_split
 
-    platform = device.pick_from_args(args)  # before Keras is imported: it fixes the backend
+    platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
-    run = find_run(args, platform)
+    run = find_run(opts, platform)
     spec = load_spec(run.competition())
-    manifest = check_same_data(run, args.data_dir)
-    test = predict_split(run, args.data_dir, "test", args.tta, platform)
+    manifest = check_same_data(run, opts.data_dir)
+    test = predict_split(run, opts.data_dir, "test", opts.tta, platform)
     metrics = run.metrics()
     score = metrics.get("evaluation", metrics).get(spec.score_key)
     path = write_submission(
-        args.submissions_dir,
+        opts.submissions_dir,
         run.name,
         test.ids,
         spec.task.submission_values(test.probabilities, spec),
         spec,
-        args.data_dir,
+        opts.data_dir,
         manifest,
         score,
         run.path,
     )
     leaderboard.update(
-        leaderboard.board_file(args.submissions_dir, spec.name),
+        leaderboard.board_file(opts.submissions_dir, spec.name),
         run.name,
         # A run predicted before it was evaluated: its training scores until evaluate runs.
         defaults={
@@ -61,4 +68,5 @@ def run(args: argparse.Namespace) -> None:
         **leaderboard.run_fields(run),
         submission=str(path),
     )
-    print(f"{run.name}: {len(test.ids)} test predictions (TTA {args.tta}) -> {path}")
+    print(f"{run.name}: {len(test.ids)} test predictions (TTA {opts.tta}) -> {path}")
+    return path

@@ -23,9 +23,9 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from competition.spec import DEFAULT_COMPETITION
-from pipeline.core import arguments
+from pipeline.core import arguments, options, submission_files
 from pipeline.core.errors import PetalsError
+from pipeline.core.options import SubmitOptions
 from pipeline.core.report import closing_summary, predicted
 from pipeline.kernels.metadata import CODE_COMPETITION_ACCELERATOR, DEFAULT_ACCELERATOR
 
@@ -91,41 +91,47 @@ class Checked:
 
 
 def run(args: argparse.Namespace) -> None:
+    submit(options.from_args(SubmitOptions, args))
+
+
+def submit(opts: SubmitOptions) -> None:
+    """Check the competition's submission, then send it (a CSV, or a kernel version's output); a
+    dry run without credentials."""
     from competition import load_spec
 
-    spec = load_spec(args.competition)
-    checked = check_local(args, spec)
+    spec = load_spec(opts.competition)
+    checked = check_local(opts, spec)
     log.info("submit: %s is a valid submission", checked.path)
-    if args.retries < 1:
-        raise PetalsError(f"--retries {args.retries}: must be at least 1")
+    if opts.retries < 1:
+        raise PetalsError(f"--retries {opts.retries}: must be at least 1")
     if spec.code_competition:
-        submit_kernel(args, spec, checked)
+        submit_kernel(opts, spec, checked)
     else:
-        submit_csv(args, spec, checked)
+        submit_csv(opts, spec, checked)
 
 
-def check_local(args: argparse.Namespace, spec) -> Checked:
+def check_local(opts: SubmitOptions, spec) -> Checked:
     """The CSV (given, else the newest for the competition) checked against the data's sample."""
     from competition.submission import SubmissionError, check_submission
     from pipeline.core.files import sha256
     from pipeline.core.submission_files import sample_ids
     from pipeline.data.manifest import read_manifest
 
-    path = args.file or newest_submission(args.submissions_dir, spec.name)
-    manifest = read_manifest(args.data_dir)
+    path = opts.file or submission_files.newest_submission(opts.submissions_dir, spec.name)
+    manifest = read_manifest(opts.data_dir)
     if manifest is None:
         raise PetalsError(
-            f"{args.data_dir}: no manifest.json; checking {path} needs the fetched data's "
+            f"{opts.data_dir}: no manifest.json; checking {path} needs the fetched data's "
             f"{spec.sample_submission} (pass --data-dir / DATA=)"
         )
     # Predictions of the embedded synthetic data, however it was fetched, have the wrong test set.
     real_rows = spec.split_counts.get("test")
     synthetic = manifest.get("source") == "synthetic"
     try:
-        summary = check_submission(path, spec, sample_ids(args.data_dir, spec))
+        summary = check_submission(path, spec, sample_ids(opts.data_dir, spec))
     except SubmissionError as err:
         hint = (
-            f" ({args.data_dir} holds the embedded synthetic dataset)"
+            f" ({opts.data_dir} holds the embedded synthetic dataset)"
             if synthetic and "not in the test set" in str(err)
             else ""
         )
@@ -133,7 +139,7 @@ def check_local(args: argparse.Namespace, spec) -> Checked:
     if real_rows and summary.rows != real_rows:
         synthetic = True
     digest = sha256(path)
-    provenance = sidecar(path, digest)
+    provenance = submission_files.sidecar(path, digest)
     entry = provenance.get("entry", path.stem)
     data_slug = manifest.get("slug")  # the competition the data came from, if it is one of the spec's
     return Checked(
@@ -142,15 +148,15 @@ def check_local(args: argparse.Namespace, spec) -> Checked:
         digest=digest,
         provenance=provenance,
         entry=entry,
-        slug=args.slug or (data_slug if data_slug in spec.slugs else spec.default_slug),
-        message=args.message or default_message(entry, provenance),
+        slug=opts.slug or (data_slug if data_slug in spec.slugs else spec.default_slug),
+        message=opts.message or default_message(entry, provenance),
         synthetic=synthetic,
         real_rows=real_rows,
         origin=manifest.get("origin"),
     )
 
 
-def submit_csv(args: argparse.Namespace, spec, checked: Checked) -> None:
+def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
     """Upload the checked CSV (a file competition); a dry run without credentials."""
     from pipeline.core import kaggle_client, leaderboard
     from pipeline.core.files import write_json
@@ -175,7 +181,7 @@ def submit_csv(args: argparse.Namespace, spec, checked: Checked) -> None:
         print(f"  To upload: {kaggle_client.CREDENTIALS_HELP}; then rerun `make submit`.")
         print(
             closing_summary(
-                args.submissions_dir, args.competition, provenance, path, summary.rows, None, synthetic
+                opts.submissions_dir, opts.competition, provenance, path, summary.rows, None, synthetic
             )
         )
         return
@@ -185,9 +191,9 @@ def submit_csv(args: argparse.Namespace, spec, checked: Checked) -> None:
             f"{summary.rows} test rows where {slug!r} has {checked.real_rows}): refusing to upload it; "
             "fetch the real data (make fetch SOURCE=kaggle) and train again"
         )
-    board = leaderboard.board_file(args.submissions_dir, spec.name)
+    board = leaderboard.board_file(opts.submissions_dir, spec.name)
     done = _uploaded_before(board, entry, digest)
-    if done and not args.force:  # a rerun: Kaggle counts every upload against the day's limit
+    if done and not opts.force:  # a rerun: Kaggle counts every upload against the day's limit
         print(f"ALREADY UPLOADED {path} to {slug!r} (ref {done}); FORCE=1 (--force) uploads it again")
         return
     # An upload Kaggle accepted is recorded once even if this process is killed before writing its
@@ -197,7 +203,7 @@ def submit_csv(args: argparse.Namespace, spec, checked: Checked) -> None:
     if ref is None:
         log.info("submit: uploading %s (credentials from %s)", what, credentials)
         write_json(intent, {"sha256": digest, "slug": slug, "message": message, "started": leaderboard.now()})
-        answer = kaggle_client.submit_file(path, slug, message, retries=args.retries)
+        answer = kaggle_client.submit_file(path, slug, message, retries=opts.retries)
         ref, said = answer.ref, answer.message or "accepted"
     _recorded(board, entry, str(path), ref, digest, intent)
     print(
@@ -205,11 +211,11 @@ def submit_csv(args: argparse.Namespace, spec, checked: Checked) -> None:
         "`make leaderboard-sync` fetches its public score once Kaggle has scored it"
     )
     print(
-        closing_summary(args.submissions_dir, args.competition, provenance, path, summary.rows, slug, False)
+        closing_summary(opts.submissions_dir, opts.competition, provenance, path, summary.rows, slug, False)
     )
 
 
-def submit_kernel(args: argparse.Namespace, spec, checked: Checked) -> None:
+def submit_kernel(opts: SubmitOptions, spec, checked: Checked) -> None:
     """A code competition: push the kernel as a new version, wait until it completes, then submit the
     file it wrote; a dry run without credentials."""
     from pipeline.core import kaggle_client, leaderboard
@@ -225,8 +231,8 @@ def submit_kernel(args: argparse.Namespace, spec, checked: Checked) -> None:
     )
 
     slug, message, entry = checked.slug, checked.message, checked.entry
-    accelerator = resolve_accelerator(args.accelerator, spec)
-    folder = kernel_folder(args.kernels_dir, args.kernel, args.recipe, accelerator, spec.name)
+    accelerator = resolve_accelerator(opts.accelerator, spec)
+    folder = kernel_folder(opts.kernels_dir, opts.kernel, opts.recipe, accelerator, spec.name)
     dry = kaggle_client.find_credentials() is None
     file_name, page = spec.submission_file, f"https://www.kaggle.com/competitions/{slug}"
     summary = checked.summary
@@ -250,7 +256,7 @@ def submit_kernel(args: argparse.Namespace, spec, checked: Checked) -> None:
 
     def finished(submitted_to: str | None) -> str:
         return closing_summary(
-            args.submissions_dir, args.competition, checked.provenance, checked.path, rows, submitted_to,
+            opts.submissions_dir, opts.competition, checked.provenance, checked.path, rows, submitted_to,
             synthetic=False, code=True,
         )  # fmt: skip
 
@@ -263,9 +269,9 @@ def submit_kernel(args: argparse.Namespace, spec, checked: Checked) -> None:
         print(f"  To submit: {kaggle_client.CREDENTIALS_HELP}; then rerun `make submit`.")
         print(finished(None))
         return
-    board = leaderboard.board_file(args.submissions_dir, spec.name)
+    board = leaderboard.board_file(opts.submissions_dir, spec.name)
     done = _uploaded_before(board, entry, digest)
-    if done and not args.force:  # a rerun: a version is hours of accelerator time
+    if done and not opts.force:  # a rerun: a version is hours of accelerator time
         print(
             f"ALREADY SUBMITTED kernel {kernel} (sha256 {digest[:12]}) to {slug!r} (ref {done}); "
             "FORCE=1 (--force) pushes and submits it again"
@@ -273,20 +279,20 @@ def submit_kernel(args: argparse.Namespace, spec, checked: Checked) -> None:
         return
     # Written before each step, so a rerun after a stop goes on with the version already pushed (and
     # asks Kaggle before submitting it again) instead of pushing another one.
-    intent = args.submissions_dir / f".{folder.name}.submitting.json"
+    intent = opts.submissions_dir / f".{folder.name}.submitting.json"
     record = {"sha256": digest, "slug": slug, "message": message, "kernel": kernel}
-    earlier = _read_intent(intent, record) if not args.force else {}
+    earlier = _read_intent(intent, record) if not opts.force else {}
     version = earlier.get("version")
     if version:
         print(f"kernel {kernel} version {version} was pushed by an earlier `make submit`: waiting for it")
     else:
         check(folder)  # what `make kernel-push` checks before a push
         version = remote.push(folder)
-        args.submissions_dir.mkdir(parents=True, exist_ok=True)
+        opts.submissions_dir.mkdir(parents=True, exist_ok=True)
         write_json(intent, {**record, "version": version, "started": leaderboard.now()})
     try:
         remote.wait_for_kernel(
-            kernel, version, poll_seconds=args.poll_seconds, limit_seconds=args.wait_seconds
+            kernel, version, poll_seconds=opts.poll_seconds, limit_seconds=opts.wait_seconds
         )
     except remote.KernelFailed:
         intent.unlink(missing_ok=True)  # that version is over: a rerun pushes a new one
@@ -297,7 +303,7 @@ def submit_kernel(args: argparse.Namespace, spec, checked: Checked) -> None:
         ref = str(found.ref) if found is not None else None
     if ref is None:
         write_json(intent, {**record, "version": version, "submitting": True, "started": leaderboard.now()})
-        answer = kaggle_client.submit_code(slug, kernel, version, file_name, message, retries=args.retries)
+        answer = kaggle_client.submit_code(slug, kernel, version, file_name, message, retries=opts.retries)
         ref, said = answer.ref, answer.message or "accepted"
     _recorded(board, entry, f"{kernel} version {version}", ref, digest, intent)
     print(
@@ -358,36 +364,6 @@ def _already_submitted(intent: Path, path: Path, digest: str, slug: str, message
         return None
     log.info("submit: an earlier submit of %s was stopped after Kaggle accepted it (ref %s)", path, found.ref)
     return str(found.ref)
-
-
-def newest_submission(submissions_dir: Path, competition: str = DEFAULT_COMPETITION) -> Path:
-    """The newest CSV predict or ensemble wrote for `competition` (one without a record: any)."""
-    from pipeline.core import leaderboard
-
-    def made_for(path: Path) -> str:
-        try:
-            return json.loads(path.with_suffix(".json").read_text()).get("competition", competition)
-        except (OSError, json.JSONDecodeError):
-            return competition
-
-    files = [
-        p for p in submissions_dir.glob("*.csv") if not leaderboard.is_board(p) and made_for(p) == competition
-    ]
-    if not files:
-        raise PetalsError(
-            f"{submissions_dir}: no {competition} submission CSV; run `make predict` (or pass FILE=)"
-        )
-    return max(files, key=lambda p: p.stat().st_mtime)
-
-
-def sidecar(path: Path, digest: str) -> dict:
-    """What `predict`/`ensemble` recorded about the file, if it is still the file they wrote."""
-    meta = path.with_suffix(".json")
-    try:
-        recorded = json.loads(meta.read_text()) if meta.is_file() else {}
-    except json.JSONDecodeError:
-        return {}
-    return recorded if recorded.get("csv_sha256") == digest else {}
 
 
 def default_message(entry: str, provenance: dict) -> str:

@@ -20,12 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core import arguments, rundir
+from pipeline.core import arguments, options, rundir
 from pipeline.core import config as config_module
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure
 from pipeline.core.git import git_commit
+from pipeline.core.options import TrainOptions
 from pipeline.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -57,41 +58,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-checkpoints", type=int, default=2, help="checkpoints kept; resume falls back to an older one"
     )
-    parser.add_argument("--list-backbones", action="store_true", help="list the backbone registry and exit")
+    parser.add_argument(
+        "--list-backbones", action="store_true", help="list the network registry (images, texts) and exit"
+    )
     config_module.add_config_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> None:
     if args.list_backbones:
-        from pipeline.modeling.registry import BACKBONES
+        from pipeline.modeling import networks
 
-        print("\n".join(b.describe() for b in BACKBONES.values()))
+        print("\n".join(networks.describe_all()))
         return
+    # Keras's progress bar only on a terminal: in a log it is escape codes, and each epoch's own
+    # line says the same.
+    train(options.from_args(TrainOptions, args, progress_bar=not args.quiet and sys.stdout.isatty()))
+
+
+def train(opts: TrainOptions) -> dict | None:
+    """Train the run `opts` names (or resume it); its metrics, or None when it was finished before."""
     from pipeline.core import device
 
-    platform = device.pick_from_args(args)  # before Keras is imported: it fixes the backend
-    config = config_module.config_from_args(args, platform.device)
+    platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
+    config = config_module.config_from_args(opts, platform.device)
     log.info("device: %s", platform.describe(device.pick_precision(platform, config.train.precision)))
-    job = prepare(config, platform, args.data_dir, args.runs_dir, args.run_id, args.checkpoint_dir)
-    if job.finished and not args.force:
+    job = prepare(config, platform, opts.data_dir, opts.runs_dir, opts.run_id, opts.checkpoint_dir)
+    if job.finished and not opts.force:
         log.info(
             "train: %s is finished (val %s %s); --force to train again",
             job.run,
             job.spec.metric.title,
             job.finished.get(job.spec.score_key),
         )
-        return
-    # Keras's progress bar only on a terminal: in a log it is escape codes, and each epoch's own
-    # line says the same.
+        return None
     from pipeline.modeling import preemption
 
-    with preemption.watching(preemption.StopRequest(args.time_limit)) as stop:
+    with preemption.watching(preemption.StopRequest(opts.time_limit)) as stop:
         metrics = fit(
             job,
-            verbose=int(not args.quiet and sys.stdout.isatty()),
-            restart=args.force,
+            verbose=int(opts.progress_bar),
+            restart=opts.force,
             stop=stop,
-            keep_checkpoints=args.keep_checkpoints,
+            keep_checkpoints=opts.keep_checkpoints,
         )
     metric = job.spec.metric
     accuracy = "" if metric.name == "accuracy" else f", accuracy {metrics['val_accuracy']:.4f}"
@@ -104,6 +112,7 @@ def run(args: argparse.Namespace) -> None:
         metrics["train_seconds"],
         metrics["images_per_second"],
     )
+    return metrics
 
 
 # ----------------------------------------------------------------------------- the job

@@ -15,25 +15,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pipeline.core.named import Registry
-
-
-@dataclass(frozen=True)
-class FetchOptions:
-    source: str = "auto"
-    data_dir: Path = Path("data")
-    slug: str | None = None  # None: the spec's default slug
-    data_from: Path | None = None  # source dir: the competition's zip or an unpacked folder
-    gcs_path: str | None = None
-    gcs_in_place: bool = False
-    kaggle_input: Path = Path("/kaggle/input")
-    sizes: tuple[int, ...] | None = None  # resolutions to keep and verify; None: all present
-    synthetic_size: int = 192
-    seed: int = 0
-    scale: float | None = None  # None: the embedded dataset's default
-    workers: int | None = None
-    retries: int = 3
-    force: bool = False
-    progress: bool = True
+from pipeline.core.options import FetchOptions
 
 
 @dataclass

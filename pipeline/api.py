@@ -1,0 +1,90 @@
+"""petals as a Python library: the chain fetch -> train -> evaluate -> predict -> submit.
+
+Each function takes typed options and does what the stage of the same name does: the command line
+(`python -m pipeline <stage>`, which the Make targets run) parses its arguments into these options
+and calls the same function, and so does the Kaggle kernel `make kernel` writes. So a notebook can
+run the chain without a shell:
+
+    from pipeline import api
+    api.fetch("flowers", api.FetchOptions(data_dir=Path("data-flowers")))
+    run = api.TrainOptions(data_dir=Path("data-flowers"), overrides=("competition=flowers",))
+    api.train(run)
+    api.evaluate(api.ScoreOptions(data_dir=run.data_dir, overrides=run.overrides))
+    api.predict(api.ScoreOptions(data_dir=run.data_dir, overrides=run.overrides))
+    api.submit(api.SubmitOptions(competition="flowers", data_dir=run.data_dir))
+
+A run is found the way `train` names it (recipe, overrides, data), so the scoring steps take the
+training's recipe and overrides, or its `run_id`. Errors a user can fix raise
+`pipeline.core.errors.PetalsError` with one line; a run stopped on a signal or its time limit
+raises `Preempted` after its checkpoint, and the same call again resumes it. The device is picked
+in each call, before Keras is imported (it fixes the backend), and once per process.
+
+Stage modules are imported inside each function: importing this module imports neither
+TensorFlow nor JAX.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from competition.spec import DEFAULT_COMPETITION
+from pipeline.core.options import (
+    ConfigOptions,
+    DeviceOptions,
+    FetchOptions,
+    ScoreOptions,
+    SubmitOptions,
+    TrainOptions,
+)
+
+__all__ = [
+    "ConfigOptions",
+    "DeviceOptions",
+    "FetchOptions",
+    "ScoreOptions",
+    "SubmitOptions",
+    "TrainOptions",
+    "evaluate",
+    "fetch",
+    "predict",
+    "submit",
+    "train",
+]
+
+
+def fetch(competition: str = DEFAULT_COMPETITION, options: FetchOptions | None = None) -> dict[str, Any]:
+    """The competition's data into `options.data_dir` (Kaggle, gs://, /kaggle/input, a local copy or
+    the embedded dataset); its manifest. A complete data dir is left as it is unless `force`."""
+    from pipeline.stages import fetch as stage
+
+    return stage.fetch_competition(competition, options or FetchOptions())
+
+
+def train(options: TrainOptions) -> dict | None:
+    """Train (or resume) the run the options name; its metrics, or None if it was finished before."""
+    from pipeline.stages import train as stage
+
+    return stage.train(options)
+
+
+def evaluate(options: ScoreOptions) -> dict:
+    """Score a finished run on its val split: report files in the run dir, a leaderboard row."""
+    from pipeline.stages import evaluate as stage
+
+    return stage.evaluate_run(options)
+
+
+def predict(options: ScoreOptions) -> Path:
+    """A finished run's test predictions and its submission CSV, whose path is returned."""
+    from pipeline.stages import predict as stage
+
+    return stage.predict(options)
+
+
+def submit(options: SubmitOptions) -> None:
+    """Check the competition's newest submission (or `options.file`) and send it: the CSV, or in a
+    code competition the kernel's version and its output. A dry run without Kaggle credentials."""
+    from pipeline.stages import submit as stage
+
+    stage.submit(options)

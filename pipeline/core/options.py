@@ -1,0 +1,114 @@
+"""What each step of the chain takes, typed: the options of `pipeline.api`'s functions.
+
+The command line's arguments carry the same names (`from_args` turns a parsed command line into
+options), so `python -m pipeline train ...`, `make train` and a Kaggle kernel's
+`api.train(TrainOptions(...))` run the same function with the same values. Importing this module
+imports no TensorFlow: a caller sets the backend up first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from competition.spec import DEFAULT_COMPETITION
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class FetchOptions:
+    """Where a competition's data comes from and where it goes (`pipeline.data.sources`)."""
+
+    source: str = "auto"
+    data_dir: Path = Path("data")
+    slug: str | None = None  # None: the spec's default slug
+    data_from: Path | None = None  # source dir: the competition's zip or an unpacked folder
+    gcs_path: str | None = None
+    gcs_in_place: bool = False
+    kaggle_input: Path = Path("/kaggle/input")
+    sizes: tuple[int, ...] | None = None  # resolutions to keep and verify; None: all present
+    synthetic_size: int = 192
+    seed: int = 0
+    scale: float | None = None  # None: the embedded dataset's default
+    workers: int | None = None
+    retries: int = 3
+    force: bool = False
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class DeviceOptions:
+    """Where a model runs: `pipeline.core.device.pick`'s knobs."""
+
+    backend: str = "auto"  # auto | tensorflow | jax
+    strategy: str = "auto"  # auto | tpu | gpu | cpu | ...: device.STRATEGIES
+    cpu_replicas: int = 0  # split the CPU into N replicas (multi-replica code without accelerators)
+    tpu: str | None = None  # a TPU's name or gRPC address; None: the TPU VM's own
+
+
+@dataclass(frozen=True)
+class ConfigOptions:
+    """Which config: a recipe and `--set KEY=VALUE` overrides (`competition=<name>` among them)."""
+
+    recipe: str = "auto"  # auto: tpu, gpu or cpu by the device
+    overrides: tuple[str, ...] = ()
+    print_config: bool = False  # print the resolved config and exit (the command line's)
+
+
+@dataclass(frozen=True)
+class TrainOptions(ConfigOptions, DeviceOptions):
+    data_dir: Path = Path("data")
+    runs_dir: Path = Path("runs")
+    run_id: str | None = None  # None: recipe, backbone, size and a hash of the config and data
+    checkpoint_dir: str | None = None  # None: the run dir; or gs://bucket/folder
+    force: bool = False  # train again over a finished run
+    time_limit: float | None = None  # seconds: stop with a checkpoint once reached; a rerun resumes
+    keep_checkpoints: int = 2
+    progress_bar: bool = False  # Keras's per-step bar (a terminal's); each epoch's line says the same
+
+
+@dataclass(frozen=True)
+class ScoreOptions(ConfigOptions, DeviceOptions):
+    """A finished run, named by id or found the way `train` names it, scored or predicted."""
+
+    data_dir: Path = Path("data")
+    runs_dir: Path = Path("runs")
+    run_id: str | None = None  # an id or a run dir; None: the run `train` makes of the same config
+    tta: int = 1  # test-time augmentation passes (1: the input as it is)
+    submissions_dir: Path = Path("submissions")
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    competition: str = DEFAULT_COMPETITION
+    file: Path | None = None  # None: the newest of the competition's CSVs in submissions_dir
+    message: str | None = None  # None: the entry and its val score
+    data_dir: Path = Path("data")  # the fetched data (its sample submission)
+    submissions_dir: Path = Path("submissions")
+    slug: str | None = None  # None: the data's, else the competition's first
+    retries: int = 3
+    force: bool = False  # send again what was already sent
+    # A code competition: the kernel `make kernel` generated is pushed, run and submitted.
+    kernels_dir: Path = Path("kernels")
+    kernel: str | None = None  # None: petals-<competition>-<recipe>
+    recipe: str = "auto"  # the kernel's recipe, for its default name
+    accelerator: str | None = None  # resolves recipe auto; None: the competition's default
+    poll_seconds: float = 60.0
+    wait_seconds: float = 13 * 3600.0
+
+
+def from_args(cls: type[T], args: argparse.Namespace, **given) -> T:
+    """Options of type `cls` from a parsed command line: every field the command line has, the
+    rest from `given` or the field's default."""
+    values = {}
+    for field in dataclasses.fields(cls):
+        if field.name in given:
+            values[field.name] = given[field.name]
+        elif hasattr(args, field.name):
+            value = getattr(args, field.name)
+            values[field.name] = tuple(value) if isinstance(value, list) else value
+    return cls(**values)
