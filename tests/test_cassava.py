@@ -92,6 +92,42 @@ def test_a_copy_of_the_download_is_read_as_kaggle_lays_it_out(leaves, tmp_path):
     assert manifest["fingerprint"] == fetch(FetchOptions(data_dir=leaves), SPEC)["fingerprint"]
 
 
+def test_the_scoring_rerun_with_a_hidden_test_set_predicts_with_the_run_it_trained(leaves, tmp_path):
+    """Kaggle scores a code competition by running the kernel again with the hidden test set
+    mounted in place of the visible one: the same labelled data finds the same finished run (no
+    second training), and the predictions are made again for the new test photos."""
+    from pipeline import api
+
+    where = {"runs_dir": tmp_path / "runs", "strategy": "cpu", "recipe": "default"}
+    tiny = ("competition=cassava", "model.backbone=cnn", "data.image_size=32", "data.batch_size=8",
+            "train.epochs=1", "train.steps_per_epoch=2")  # fmt: skip
+    api.train(api.TrainOptions(data_dir=leaves, overrides=tiny, **where))
+    [run] = list((tmp_path / "runs").iterdir())
+    visible = api.predict(
+        api.ScoreOptions(data_dir=leaves, overrides=tiny, submissions_dir=tmp_path / "a", **where)
+    )
+
+    hidden = _copy(leaves, tmp_path)  # three other test photos: a train photo under new names
+    for name in list((hidden / "test_images").iterdir()):
+        name.unlink()
+    photo = next((hidden / "train_images").iterdir())
+    ids = [f"hidden-{i}.jpg" for i in range(3)]
+    for image_id in ids:
+        shutil.copy(photo, hidden / "test_images" / image_id)
+    pd.DataFrame({"image_id": ids, "label": 4}).to_csv(hidden / "sample_submission.csv", index=False)
+    manifest = _refetch(hidden, tmp_path)
+    original = fetch(FetchOptions(data_dir=leaves), SPEC)
+    assert manifest["labelled_fingerprint"] == original["labelled_fingerprint"]
+    assert manifest["fingerprint"] != original["fingerprint"]
+
+    assert api.train(api.TrainOptions(data_dir=tmp_path / "data", overrides=tiny, **where)) is None  # found
+    scored = api.predict(
+        api.ScoreOptions(data_dir=tmp_path / "data", overrides=tiny, submissions_dir=tmp_path / "b", **where)
+    )
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == [run.name] and scored.stem == visible.stem
+    assert sorted(pd.read_csv(scored, dtype=str)["image_id"]) == ids  # not the visible set's cached rows
+
+
 @pytest.mark.slow
 def test_the_image_task_cpu_recipe_learns_the_leaves(cpu, tmp_path):
     """Beats always answering the commonest disease (CMD, 62% of the leaves) by a clear margin:

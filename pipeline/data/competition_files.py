@@ -110,19 +110,37 @@ def _check_sample_submission(path: Path, spec: CompetitionSpec, test_ids: list[s
         raise PetalsError(f"{path}: its {len(frame)} ids are not the test split's {len(test_ids)}")
 
 
-def data_files(root: Path, spec: CompetitionSpec) -> list[Path]:
-    """Every file the data dir's competition data is made of."""
+def data_files(root: Path, spec: CompetitionSpec, labelled_only: bool = False) -> list[Path]:
+    """Every file the data dir's competition data is made of; or only the labelled splits'."""
     files = []
-    for name, _ in _entries(spec).values():
+    for key, (name, _) in _entries(spec).items():
+        if labelled_only and not spec.is_labeled(key.split()[0]):  # keys: "<split>" or "<split> <part>"
+            continue
         path = root / name
         files += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     return files
 
 
+def combine(digests: dict[str, bytes]) -> str:
+    """One sha256 over files' relative paths and their contents' sha256 digests, in the dict's order."""
+    digest = hashlib.sha256()
+    for name, file_digest in digests.items():
+        digest.update(name.encode() + b"\0")
+        digest.update(file_digest)
+    return "sha256:" + digest.hexdigest()
+
+
+def fingerprints(root: Path, spec: CompetitionSpec) -> tuple[str, str]:
+    """(every data file's fingerprint, the labelled splits' files' fingerprint), each file read once.
+
+    The first names the data dir (a changed test set is other data: predictions are made again);
+    the second is what a run trains on, and is part of its id: a code competition's scoring rerun,
+    with the hidden test set mounted in place of the visible one, finds the same run."""
+    labelled = {p.relative_to(root).as_posix() for p in data_files(root, spec, labelled_only=True)}
+    digests = {p.relative_to(root).as_posix(): bytes.fromhex(sha256(p)) for p in data_files(root, spec)}
+    return combine(digests), combine({name: d for name, d in digests.items() if name in labelled})
+
+
 def fingerprint(root: Path, spec: CompetitionSpec) -> str:
     """sha256 over the relative path and content of every data file."""
-    digest = hashlib.sha256()
-    for path in data_files(root, spec):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0")
-        digest.update(bytes.fromhex(sha256(path)))  # read in chunks: a split can be gigabytes
-    return "sha256:" + digest.hexdigest()
+    return fingerprints(root, spec)[0]

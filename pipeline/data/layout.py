@@ -116,26 +116,37 @@ def _check_sample_submission(root: str, spec: CompetitionSpec, counts: dict) -> 
             )
 
 
-def data_files(root: str, spec: CompetitionSpec, sizes: list[int]) -> list[str]:
-    """The files a data root is made of: the sample submission and every shard at these resolutions."""
-    paths = [f"{root.rstrip('/')}/{spec.sample_submission}"]
+def data_files(root: str, spec: CompetitionSpec, sizes: list[int], labelled_only: bool = False) -> list[str]:
+    """The files a data root is made of: the sample submission and every shard at these
+    resolutions; or only the labelled splits' shards."""
+    paths = [] if labelled_only else [f"{root.rstrip('/')}/{spec.sample_submission}"]
     for size in sizes:
         for split in spec.splits:
-            paths += records.list_shards(root, spec, size, split)
+            if spec.is_labeled(split) or not labelled_only:
+                paths += records.list_shards(root, spec, size, split)
     return paths
 
 
-def fingerprint(root: str, spec: CompetitionSpec, sizes: list[int]) -> str:
-    """sha256 over the relative path and content of every data file."""
-    digest = hashlib.sha256()
+def fingerprints(root: str, spec: CompetitionSpec, sizes: list[int]) -> tuple[str, str]:
+    """(every data file's fingerprint, the labelled splits' fingerprint), each file read once: see
+    `competition_files.fingerprints`."""
+    start = len(root.rstrip("/")) + 1
+    digests = {}
     for path in sorted(data_files(root, spec, sizes)):
-        digest.update(path[len(root.rstrip("/")) + 1 :].encode() + b"\0")
         file_digest = hashlib.sha256()
         with tf.io.gfile.GFile(path, "rb") as f:
             while chunk := f.read(1 << 22):
                 file_digest.update(chunk)
-        digest.update(file_digest.digest())
-    return "sha256:" + digest.hexdigest()
+        digests[path[start:]] = file_digest.digest()
+    labelled = {path[start:] for path in data_files(root, spec, sizes, labelled_only=True)}
+    return competition_files.combine(digests), competition_files.combine(
+        {name: d for name, d in digests.items() if name in labelled}
+    )
+
+
+def fingerprint(root: str, spec: CompetitionSpec, sizes: list[int]) -> str:
+    """sha256 over the relative path and content of every data file."""
+    return fingerprints(root, spec, sizes)[0]
 
 
 def markers(spec: CompetitionSpec) -> str:

@@ -92,7 +92,7 @@ def find_run(opts: ScoreOptions, platform) -> RunDir:
         return rundir.finished_run(opts.runs_dir, opts.run_id)
     config = config_module.config_from_args(opts, platform.device)
     manifest = read_manifest(opts.data_dir) or {}
-    return rundir.finished_run(opts.runs_dir, rundir.run_id(config, manifest.get("fingerprint", "")))
+    return rundir.finished_run(opts.runs_dir, rundir.run_id(config, rundir.data_identity(manifest)))
 
 
 def check_same_data(run: RunDir, data_dir: Path) -> dict:

@@ -30,7 +30,7 @@ from pipeline.core.competitions import load_competition
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
 from pipeline.data import competition_files
-from pipeline.data.layout import fingerprint, verify_layout
+from pipeline.data.layout import fingerprints, verify_layout
 from pipeline.data.manifest import MANIFEST, read_manifest
 from pipeline.data.sources import SOURCES as REGISTERED
 from pipeline.data.sources import Context, FetchOptions, by_priority
@@ -172,7 +172,7 @@ def _fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
             if source != "synthetic":
                 _note_unusual_counts(counts, spec)
             counted = {"sizes": {str(size): splits for size, splits in counts.items()}}
-            digest = fingerprint(root, spec, list(counts))
+            digest, labelled = fingerprints(root, spec, list(counts))
         else:  # image folders and tables are unpacked into the data dir
             competition_files.unpack_into(Path(root), staging, spec)
             try:
@@ -180,7 +180,7 @@ def _fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
             except PetalsError as err:  # name the file where it came from: staging goes with the error
                 raise PetalsError(str(err).replace(str(staging), origin.rstrip("/"))) from None
             root, counts = str(staging), {}
-            digest = competition_files.fingerprint(staging, spec)
+            digest, labelled = competition_files.fingerprints(staging, spec)
         manifest = {
             "competition": spec.name,
             "slug": slug,
@@ -188,7 +188,8 @@ def _fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
             "origin": origin,
             "root": "." if root == str(staging) else root,
             **counted,
-            "fingerprint": digest,
+            "fingerprint": digest,  # every file: the data dir
+            "labelled_fingerprint": labelled,  # the labelled splits: what a run trains on, in its id
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(time.perf_counter() - started, 1),
             "petals_version": __version__,

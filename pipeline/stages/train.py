@@ -167,7 +167,7 @@ def prepare(
             f"batch {config.data.batch_size} per replica x {platform.replicas} replicas = {global_batch} "
             f"is more than the {train.count} training examples; lower data.batch_size"
         )
-    run = RunDir(runs_dir / (name or rundir.run_id(config, manifest.get("fingerprint", ""))))
+    run = RunDir(runs_dir / (name or rundir.run_id(config, rundir.data_identity(manifest))))
     return Job(
         config=config,
         platform=platform,
