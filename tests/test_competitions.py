@@ -325,3 +325,26 @@ def test_an_ensemble_of_two_runs_searches_lower_log_loss_and_submits_probabiliti
     ).rows == len(submission)
     board = leaderboard.read(leaderboard.board_file(subs, name)).set_index("entry")
     assert board.loc["blend", "val_log_loss"] == pytest.approx(metrics["val_log_loss"], abs=1e-5)
+
+
+@pytest.mark.parametrize("name", ["imdb", "watson"])
+def test_inspect_of_a_text_task_writes_the_batchs_texts_with_their_class_names(
+    fetched, name, tmp_path, capsys
+):
+    """What the text tasks show: training texts as the data holds them, each with its class name."""
+    from pipeline.data import file_examples
+    from pipeline.stages import inspect
+
+    spec = load_spec(name)
+    config = load_config("cpu", [f"competition={name}"])
+    paths = inspect.inspect(config, fetched[name], tmp_path, 6)
+    table = pd.read_csv(paths["batch"], dtype=str, keep_default_na=False)
+    train = file_examples.examples(fetched[name], spec, "train")
+    by_id = {i: k for k, i in enumerate(train.ids)}
+    columns = ["text"] if len(train.inputs) == 1 else ["text_1", "text_2"]
+    assert len(table) == 6 and list(table.columns[:2]) == ["id", "label"]
+    for _, row in table.iterrows():
+        k = by_id[row["id"]]
+        assert row["label"] == spec.classes[train.labels[k]]
+        assert [row[c] for c in columns] == [column[k] for column in train.inputs]
+    assert "class_counts.csv" in str(paths["counts"]) and "label" in capsys.readouterr().out

@@ -12,7 +12,6 @@ import argparse
 import logging
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from competition import CompetitionSpec
@@ -20,7 +19,7 @@ from pipeline.core import arguments, device
 from pipeline.core import config as config_module
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import pyplot, save_figure, write_atomically
+from pipeline.core.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +44,8 @@ def run(args: argparse.Namespace) -> None:
 
 
 def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str = "host") -> dict[str, Path]:
-    """Write the batch grid (for texts: `batch.csv`, the batch's texts and labels) and the
-    class-count table; return their paths.
+    """Write what the competition's task shows of one training batch (images: `batch.png`, a grid;
+    texts: `batch.csv`) and the class-count table; return their paths.
 
     `where` (host or device) only labels the grid: the batch is augmented here either way.
     """
@@ -68,18 +67,8 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
     write_atomically(counts_path, lambda tmp: counts.to_csv(tmp, index_label="class"))
     _print_counts(counts, spec)
 
-    if spec.modality == "text":
-        batch_path = out / "batch.csv"
-        texts = _text_batch(train, spec, images, config.seed)
-        write_atomically(batch_path, lambda tmp: texts.to_csv(tmp, index=False))
-        print(texts.head(5).to_string(index=False, max_colwidth=90))
-        log.info("inspect: wrote %s and %s", batch_path, counts_path)
-        return {"batch": batch_path, "counts": counts_path}
-    with train.naming_bad(labeled=True):
-        batch_images, batch_labels = _one_augmented_batch(train, config, images)
-    grid_path = out / "batch.png"
-    save_figure(_grid(batch_images, batch_labels, spec, config, where), grid_path, dpi=80)
-    log.info("inspect: wrote %s and %s", grid_path, counts_path)
+    batch_path = spec.task.show_batch(train, spec, config, out, images, where)
+    log.info("inspect: wrote %s and %s", batch_path, counts_path)
 
     if config.data.skip_bad_records and spec.format.sharded:
         size = config.data.image_size
@@ -91,7 +80,7 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
         ]
         for line in datasets.skipped_summary(reports) or ["no unreadable records"]:
             log.warning("inspect: %s", line)
-    return {"grid": grid_path, "counts": counts_path}
+    return {"batch": batch_path, "counts": counts_path}
 
 
 # ----------------------------------------------------------------------------- counts
@@ -123,58 +112,3 @@ def _print_counts(counts: pd.DataFrame, spec: CompetitionSpec) -> None:
         if absent:
             lines.append(f"warning: {len(absent)} classes have no {split} images: {absent[:10]}")
     print("\n".join(lines))
-
-
-# ----------------------------------------------------------------------------- the grid
-
-
-def _one_augmented_batch(train, config: Config, images: int):
-    """One training batch augmented as the model would see it, wherever the recipe runs augmentation."""
-    import dataclasses
-
-    on_host = dataclasses.replace(config, augment=dataclasses.replace(config.augment, where="host"))
-    batch = next(iter(train.train_dataset(on_host, images)))
-    return batch[0].numpy(), batch[1].numpy()
-
-
-def _text_batch(train, spec: CompetitionSpec, size: int, seed: int) -> pd.DataFrame:
-    """`size` training texts drawn with `seed`, with their class names and lengths in words."""
-    examples = train.examples
-    rows = np.random.default_rng(seed).choice(len(examples), min(size, len(examples)), replace=False)
-    table = pd.DataFrame(
-        {"id": examples.ids[rows], "label": [spec.classes[i] for i in examples.labels[rows]]}
-    )
-    for k, column in enumerate(examples.inputs):
-        name = "text" if len(examples.inputs) == 1 else f"text_{k + 1}"
-        table[name] = column[rows]
-        table[f"{name}_words"] = [len(t.split()) for t in column[rows]]
-    return table
-
-
-def _title(label: np.ndarray, spec: CompetitionSpec) -> str:
-    if label.ndim == 0:
-        return spec.classes[int(label)]
-    top = np.argsort(label)[::-1][:2]
-    parts = [f"{spec.classes[i]} {label[i]:.0%}" for i in top if label[i] > 0.005]
-    return "\n".join(parts)
-
-
-def _grid(images: np.ndarray, labels: np.ndarray, spec: CompetitionSpec, config: Config, where: str):
-    """The batch as a grid of images, each titled with its class (or its two largest shares)."""
-    plt = pyplot()
-
-    n = len(images)
-    cols = min(n, 5)
-    rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * 2.6, rows * 2.9), squeeze=False)
-    for ax in axes.flat:
-        ax.axis("off")
-    for ax, image, label in zip(axes.flat, images, labels, strict=False):
-        ax.imshow(np.clip(image / 255.0, 0.0, 1.0))
-        ax.set_title(_title(label, spec), fontsize=8)
-    fig.suptitle(
-        f"one training batch, recipe {config.recipe}, {images.shape[1]} px, augmentation on the {where}",
-        fontsize=10,
-    )
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
-    return fig

@@ -52,6 +52,12 @@ class Task(ABC):
     def check_network(self, config, spec: CompetitionSpec, backend: str) -> None:
         """The config's network reads this task's inputs and builds on `backend`; else one line."""
 
+    @abstractmethod
+    def show_batch(self, train, spec: CompetitionSpec, config, out: Path, size: int, where: str) -> Path:
+        """What `make inspect` shows of `size` training examples as the model sees them (`train`: the
+        training split, pipeline/data/splits.py), written into `out`; its path. `where` (host or
+        device) says where the recipe augments."""
+
     def submission_values(self, probabilities, spec: CompetitionSpec):
         """What a submission row holds: the class id, or P(class 1) for a probability submission."""
         if spec.submission_value == "probability":

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
+
 from pipeline.core.errors import PetalsError
 from pipeline.tasks.base import Task, register
 
@@ -29,3 +33,53 @@ class ImageClassification(Task):
 
     def summary_sizes(self, config, image_size: int | None) -> dict[str, int | None]:
         return {"image_size": image_size, "sequence_length": None}
+
+    def show_batch(self, train, spec, config, out: Path, size: int, where: str) -> Path:
+        """One augmented training batch as a grid, each image titled with its class."""
+        from pipeline.core.files import save_figure
+
+        with train.naming_bad(labeled=True):
+            images, labels = _one_augmented_batch(train, config, size)
+        path = out / "batch.png"
+        save_figure(_grid(images, labels, spec, config, where), path, dpi=80)
+        return path
+
+
+def _one_augmented_batch(train, config, images: int):
+    """One training batch augmented as the model would see it, wherever the recipe runs augmentation."""
+    import dataclasses
+
+    on_host = dataclasses.replace(config, augment=dataclasses.replace(config.augment, where="host"))
+    batch = next(iter(train.train_dataset(on_host, images)))
+    return batch[0].numpy(), batch[1].numpy()
+
+
+def _title(label: np.ndarray, spec) -> str:
+    """The class name; for a CutMix/MixUp soft label, its two largest shares."""
+    if label.ndim == 0:
+        return spec.classes[int(label)]
+    top = np.argsort(label)[::-1][:2]
+    parts = [f"{spec.classes[i]} {label[i]:.0%}" for i in top if label[i] > 0.005]
+    return "\n".join(parts)
+
+
+def _grid(images: np.ndarray, labels: np.ndarray, spec, config, where: str):
+    """The batch as a grid of images, each titled with its class (or its two largest shares)."""
+    from pipeline.core.files import pyplot
+
+    plt = pyplot()
+    n = len(images)
+    cols = min(n, 5)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * 2.6, rows * 2.9), squeeze=False)
+    for ax in axes.flat:
+        ax.axis("off")
+    for ax, image, label in zip(axes.flat, images, labels, strict=False):
+        ax.imshow(np.clip(image / 255.0, 0.0, 1.0))
+        ax.set_title(_title(label, spec), fontsize=8)
+    fig.suptitle(
+        f"one training batch, recipe {config.recipe}, {images.shape[1]} px, augmentation on the {where}",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return fig

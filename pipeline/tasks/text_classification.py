@@ -3,6 +3,8 @@ one class out (premise and hypothesis: natural-language inference, Watson)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pipeline.core.errors import PetalsError
 from pipeline.tasks.base import Task, register
 
@@ -64,6 +66,30 @@ class TextClassification(Task):
 
     def summary_sizes(self, config, image_size: int | None) -> dict[str, int | None]:
         return {"image_size": None, "sequence_length": config.data.sequence_length}
+
+    def show_batch(self, train, spec, config, out: Path, size: int, where: str) -> Path:
+        """`size` training texts drawn with the config's seed, with their class names and lengths in
+        words (`batch.csv`); the first five printed."""
+        import numpy as np
+        import pandas as pd
+
+        from pipeline.core.files import write_atomically
+
+        examples = train.examples
+        rows = np.random.default_rng(config.seed).choice(
+            len(examples), min(size, len(examples)), replace=False
+        )
+        table = pd.DataFrame(
+            {"id": examples.ids[rows], "label": [spec.classes[i] for i in examples.labels[rows]]}
+        )
+        for k, column in enumerate(examples.inputs):
+            name = "text" if len(examples.inputs) == 1 else f"text_{k + 1}"
+            table[name] = column[rows]
+            table[f"{name}_words"] = [len(t.split()) for t in column[rows]]
+        path = out / "batch.csv"
+        write_atomically(path, lambda tmp: table.to_csv(tmp, index=False))
+        print(table.head(5).to_string(index=False, max_colwidth=90))
+        return path
 
 
 @register
