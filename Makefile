@@ -23,6 +23,7 @@ RUN         ?=#                  run id (default: recipe, backbone, size and a c
 BACKEND     ?= auto#             Keras backend: auto (TensorFlow, or JAX where only JAX drives the TPU) | tensorflow | jax
 STRATEGY    ?= auto#             auto | tpu | mirrored | multi-worker | gpu | cpu
 CPU_REPLICAS ?= 0#               split the CPU into N replicas (tests multi-replica code on either backend)
+HOSTS       ?= 1#                make train: N local processes as a slice's hosts (pipeline/launch.py; JAX), e.g. HOSTS=2 CPU_REPLICAS=4; slice: one host of a TPU slice
 device_ARGS = --backend $(BACKEND) --strategy $(STRATEGY) --cpu-replicas $(CPU_REPLICAS)
 RETRAIN     ?=#                  RETRAIN=1 trains again over a finished run
 TTA         ?= 1#                test-time augmentation passes for evaluate, predict and ensemble
@@ -74,7 +75,7 @@ inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(device_ARGS) $(config_
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) \
 	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
 
-.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-lite-parity fault-table clean clean-data always
+.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-lite-parity bench-hosts fault-table clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
@@ -134,7 +135,7 @@ inspect: $(INSPECT_DIR)/batch.png ## PNG grid of one augmented training batch + 
 
 # The stage finds its run by the config's hash: a finished run is a no-op, an interrupted one resumes.
 train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an interrupted run; RETRAIN=1 redoes it)
-	$(PY) -m pipeline train $(train_ARGS)
+	$(if $(filter slice,$(HOSTS)),PETALS_HOSTS=slice $(PY) -m pipeline,$(if $(filter-out 1,$(HOSTS)),$(PY) -m pipeline.launch --hosts $(HOSTS) --,$(PY) -m pipeline)) train $(train_ARGS)
 
 config: | $(STAMP) ## print the config `make train` resolves (RECIPE, SET, the device), each value with its source
 	@$(PY) -m pipeline --quiet train $(train_ARGS) --print-config
@@ -247,6 +248,9 @@ bench-images-real: | $(STAMP) ## the CPU recipes on real images (sklearn's digit
 
 bench-transfer: $(DATA)/manifest.json ## the pretrained CPU recipe vs the cnn, the feature cache's speed-up, Lite0's img/s on both backends
 	$(PY) benchmarks/bench_transfer.py --data-dir $(DATA)
+
+bench-hosts: $(DATA)/manifest.json ## 1 process of 8 JAX CPU devices against 2 of 4 (HOSTS=2): img/s and the losses, 3 times each
+	$(PY) benchmarks/bench_hosts.py --data-dir $(DATA)
 
 bench-onednn: $(STAMP) ## TensorFlow's oneDNN kernels on this CPU: the CPU recipe's network with them on and off, img/s
 	$(PY) benchmarks/bench_onednn.py

@@ -162,6 +162,10 @@ def leave(code: int | None) -> None:
     iterator at exit can block TensorFlow for minutes on a loaded machine (seen with 8 logical CPU
     replicas; py-spy shows ~MultiDeviceIterator waiting on its thread pool). Every file a stage
     writes is closed and renamed by the time a stage returns."""
+    from pipeline.core.hosts import leave_jax
+
+    if not code:  # a failed process leaves at once: the others stop on the coordination service's word
+        leave_jax()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -24,6 +24,7 @@ import os
 import sys
 from typing import Any
 
+from pipeline.core import hosts as hosts_module
 from pipeline.core.device_jax import pick_jax
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.machine import (
@@ -70,6 +71,9 @@ def choose_backend(backend: str, strategy: str, tpu: str | None) -> tuple[str, s
 
 
 def _auto_backend(strategy: str, tpu: str | None) -> tuple[str, str]:
+    several = hosts_module.from_environment()
+    if several.several and several.source != "TF_CONFIG":
+        return "jax", f"{several.describe()}: JAX joins the processes"
     signs = tpu_signs()
     wants_tpu = strategy == "tpu" or bool(tpu) or (strategy == "auto" and bool(signs))
     if not wants_tpu:
@@ -189,10 +193,17 @@ def _workers_in_tf_config() -> int:
 def _pick_tensorflow(strategy: str, tpu: str | None, cpu_replicas: int, why: str) -> Platform:
     import tensorflow as tf
 
-    def platform(strategy_object, kind, device, reason, devices=None):
+    def platform(strategy_object, kind, device, reason, devices=None, hosts=None):
         replicas = strategy_object.num_replicas_in_sync
         return Platform(
-            "tensorflow", kind, device, devices or replicas, replicas, reason, strategy=strategy_object
+            "tensorflow",
+            kind,
+            device,
+            devices or replicas,
+            replicas,
+            reason,
+            strategy=strategy_object,
+            hosts=hosts or hosts_module.Hosts(),
         )
 
     if cpu_replicas > 1:
@@ -211,6 +222,12 @@ def _pick_tensorflow(strategy: str, tpu: str | None, cpu_replicas: int, why: str
         if connected is not None:
             return platform(connected, "tpu", "TPU", f"{where}; {why}")
         refuse_tpu("tpu" if (strategy == "tpu" or tpu) else strategy, where)
+    several = hosts_module.from_environment()
+    if several.several and several.source != "TF_CONFIG":
+        raise PetalsError(
+            f"{several.describe()}: several processes under TensorFlow need a TF_CONFIG cluster "
+            "(--strategy multi-worker); use --backend jax"
+        )
     gpus = tf.config.list_logical_devices("GPU")
     workers = _workers_in_tf_config()
     if strategy == "multi-worker" or (strategy == "auto" and workers > 1):
@@ -220,7 +237,8 @@ def _pick_tensorflow(strategy: str, tpu: str | None, cpu_replicas: int, why: str
             tf.distribute.MultiWorkerMirroredStrategy(),
             "multi-worker",
             "GPU" if gpus else "CPU",
-            f"TF_CONFIG lists {workers} workers",
+            f"TF_CONFIG lists {workers} workers; {several.describe()}",
+            hosts=several,
         )
     if strategy == "mirrored" or (strategy == "auto" and len(gpus) > 1):
         if not gpus:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from pipeline.core import hosts as hosts_module
 from pipeline.core.errors import PetalsError
 from pipeline.core.machine import (
     TPU_STANDIN_VARIABLE,
@@ -45,11 +46,13 @@ def pick_jax(strategy: str, cpu_replicas: int, why: str) -> Platform:
     a TPU that was wanted and is not there stops here (`refuse_tpu`), unless emulation stands in."""
     if strategy == "multi-worker":
         raise PetalsError("--strategy multi-worker (TF_CONFIG) is TensorFlow's; use --backend tensorflow")
+    hosts = hosts_module.from_environment()
     if cpu_replicas > 1:
-        _jax_cpu_devices(cpu_replicas)
+        _jax_cpu_devices(cpu_replicas)  # on each host: the mesh spans hosts x cpu_replicas
     import jax
 
     _keep_compiled_programs(jax)
+    hosts = hosts_module.join_jax(hosts)  # before any device is touched
     standin = os.environ.get(TPU_STANDIN_VARIABLE) == "cpu"
     if strategy == "cpu" or cpu_replicas > 1:
         devices, reason = (
@@ -61,11 +64,14 @@ def pick_jax(strategy: str, cpu_replicas: int, why: str) -> Platform:
         reason = why
     platform_name = devices[0].platform  # cpu | gpu | tpu
     device = {"tpu": "TPU", "gpu": "GPU", "cuda": "GPU", "rocm": "GPU"}.get(platform_name, "CPU")
-    if cpu_replicas > 1 and len(devices) != cpu_replicas:
+    local = [d for d in devices if d.process_index == jax.process_index()]
+    if cpu_replicas > 1 and len(local) != cpu_replicas:
         raise PetalsError(
-            f"--cpu-replicas {cpu_replicas}: JAX already started with {len(devices)} CPU device(s); "
+            f"--cpu-replicas {cpu_replicas}: JAX already started with {len(local)} CPU device(s); "
             "it must be set before anything else runs"
         )
+    if hosts.several:
+        reason = f"{reason}; {hosts.describe()}, {len(local)} device(s) here"
     tpu_wanted = strategy == "tpu" or (strategy == "auto" and tpu_signs())
     if tpu_wanted and device != "TPU":
         if standin and device == "CPU":
@@ -98,4 +104,5 @@ def pick_jax(strategy: str, cpu_replicas: int, why: str) -> Platform:
         reason,
         devices[0].device_kind,
         distribution=distribution,
+        hosts=hosts,
     )

@@ -10,10 +10,11 @@ import contextlib
 import glob
 import importlib.metadata
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.hosts import Hosts
 
 TPU_ADDRESS_VARIABLES = ("TPU_NAME", "COLAB_TPU_ADDR")  # a TPU reached over gRPC (TPU Nodes, old Colab)
 # Kernel emulation only (make kernel-emulate): JAX's CPU devices stand in for the TPU cores of a
@@ -34,6 +35,7 @@ class Platform:
     device_name: str = ""  # e.g. "TPU v5 lite", as the backend names it
     strategy: Any = None  # tf.distribute.Strategy (TensorFlow)
     distribution: Any = None  # keras.distribution.Distribution (JAX, several devices)
+    hosts: Hosts = field(default_factory=Hosts)  # the processes training together; process 0 writes
 
     @property
     def accelerated(self) -> bool:

@@ -116,13 +116,15 @@ def _remove(path: str) -> None:
 class Checkpoint:
     """The last `keep` checkpoints of a run's variables, in `directory`, each with its sha256."""
 
-    def __init__(self, directory: str, groups: dict[str, Sequence], keep: int = 2):
-        """`groups`: named lists of Keras variables, e.g. {"net": net.weights, "optimizer": opt.variables}."""
+    def __init__(self, directory: str, groups: dict[str, Sequence], keep: int = 2, writes: bool = True):
+        """`groups`: named lists of Keras variables, e.g. {"net": net.weights, "optimizer": opt.variables}.
+        `writes=False` (every process of a multi-host run but the first) restores, never saves."""
         if keep < 1:
             raise PetalsError(f"train.keep_checkpoints={keep}: keep at least 1")
         self.directory = str(directory)
         self.groups = {name: list(variables) for name, variables in groups.items()}
         self.keep = keep
+        self.writes = writes
 
     @property
     def latest(self) -> str | None:
@@ -159,6 +161,9 @@ class Checkpoint:
         """Write a checkpoint after `epoch` completed epochs and `step` steps of the next one
         (`partial`: that epoch's running sums), list it in the index with its sha256, then delete
         what is past the last `keep`."""
+        name = f"ckpt-{epoch}.npz" if not step else f"ckpt-{epoch}-step{step}.npz"
+        if not self.writes:  # process 0 writes this same checkpoint
+            return _join(self.directory, name)
         entries = [e for e in self._entries() if (e["epoch"], e["step"]) != (epoch, step)]
         arrays: dict[str, np.ndarray] = {
             "epoch": np.asarray(epoch), "best_score": np.asarray(best_score), "step": np.asarray(step),
@@ -172,7 +177,6 @@ class Checkpoint:
         buffer = io.BytesIO()
         np.savez(buffer, **arrays)
         payload = buffer.getvalue()
-        name = f"ckpt-{epoch}.npz" if not step else f"ckpt-{epoch}-step{step}.npz"
         path = _join(self.directory, name)
         _write_bytes(path, payload)
         entry = {"name": name, "epoch": epoch, "step": step, "bytes": len(payload),

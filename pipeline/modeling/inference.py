@@ -163,18 +163,45 @@ def view(images, index: int, aug, num_classes: int, shift_scale: float):
     return augment.augment_batch(images, labels, aug, num_classes, shift_scale=shift_scale)[0]
 
 
-def predict_batches(model, batches, replicas: int) -> np.ndarray:
+def predict_batches(model, batches, replicas: int, processes: int = 1) -> np.ndarray:
     """The model's outputs for every batch of a dataset of inputs, in order.
 
     One replica: batch by batch with `predict_on_batch`, about twice Keras `predict`'s images/s
     on 2 CPU cores (EfficientNet-Lite0 at 192 px: 141-173 against 75-92; `predict` feeds its own
     tf.data pipeline, which competes for the cores). Under a strategy of several replicas
-    `predict_on_batch` would run the whole batch on each, so `predict` splits it there.
+    `predict_on_batch` would run the whole batch on each, so `predict` splits it there. Across
+    several processes (JAX on a multi-host mesh) the outputs of a mesh-wide predict live partly on
+    other hosts, where this process cannot read them: each process predicts with a copy of the
+    weights on its own devices (`_predict_here`), so all of them score the same numbers.
     """
+    if processes > 1:
+        return _predict_here(model, batches)
     if replicas > 1:
         return np.asarray(model.predict(batches, verbose=0))
     outputs = [np.asarray(model.predict_on_batch(inputs)) for inputs in batches.as_numpy_iterator()]
     return np.concatenate(outputs)
+
+
+_HERE: dict[int, keras.Model] = {}  # a model's copy outside the distribution, built once
+
+
+def _predict_here(model, batches) -> np.ndarray:
+    """`model`'s outputs from a copy of it outside the multi-host distribution, on this process's
+    first device (every variable of a data-parallel mesh has a replica here to copy). The copy is
+    made once per model and takes its weights anew at each call: each epoch's scoring compiles
+    nothing again."""
+    import keras
+
+    distribution = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)
+    try:
+        if id(model) not in _HERE:
+            _HERE[id(model)] = keras.models.clone_model(model)
+        copy = _HERE[id(model)]
+        copy.set_weights(model.get_weights())
+        return np.concatenate([np.asarray(copy.predict_on_batch(x)) for x in batches.as_numpy_iterator()])
+    finally:
+        keras.distribution.set_distribution(distribution)
 
 
 def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -> Predictions:

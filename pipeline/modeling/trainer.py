@@ -109,6 +109,7 @@ class Trainer:
             job.checkpoint_dir,
             {"net": self.net.weights, "optimizer": self.optimizer.variables},
             keep=self.keep_checkpoints,
+            writes=job.platform.hosts.writer,  # every process restores it; process 0 writes it
         )
         # The best val score so far, greater is better (the metric negated when lower is better;
         # minus the training loss when there is no val split).
@@ -190,7 +191,9 @@ class Trainer:
             with self.job.val.naming_bad(labeled=True):
                 self._val_labels = np.concatenate([tags for _, tags in val.as_numpy_iterator()])
         inputs = val.map(lambda inputs, _: inputs)
-        probabilities = predict_batches(self.classifier, inputs, self.job.platform.replicas)
+        platform = self.job.platform
+        model = self.classifier if platform.hosts.count == 1 else self.classifier.net
+        probabilities = predict_batches(model, inputs, platform.replicas, platform.hosts.count)
         real = self._val_labels != datasets.PAD_LABEL
         probabilities, labels = probabilities[real], self._val_labels[real]
         predicted = probabilities.argmax(axis=1)

@@ -168,6 +168,7 @@ def prepare(
             f"is more than the {train.count} training examples; lower data.batch_size"
         )
     run = RunDir(runs_dir / (name or rundir.run_id(config, rundir.data_identity(manifest))))
+    shared, run = run, _own_run_dir(run, platform.hosts)
     return Job(
         config=config,
         platform=platform,
@@ -177,9 +178,21 @@ def prepare(
         val=val,
         global_batch=global_batch,
         run=run,
-        checkpoint_dir=checkpoint_dir or run.checkpoints,
-        finished=run.metrics() if run.finished else None,
+        checkpoint_dir=checkpoint_dir or shared.checkpoints,
+        finished=shared.metrics() if shared.finished else None,
     )
+
+
+def _own_run_dir(run: RunDir, hosts) -> RunDir:
+    """Where this process writes: the run dir for process 0, the only writer; a scratch copy of it
+    for the others, which read the writer's checkpoints (one folder on this machine; on a slice's
+    hosts, `--checkpoint-dir gs://...`) and agree with it on the run id and the epoch."""
+    if not hosts.several or hosts.writer:
+        return run
+    import os
+    import tempfile
+
+    return RunDir(Path(tempfile.gettempdir()) / f"petals-process-{hosts.index}-{os.getpid()}" / run.name)
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -221,8 +234,14 @@ def plot_curves(history, path: Path, score_key: str = "val_macro_f1") -> None:
 def fit(job: Job, verbose: int = 1, restart: bool = False, stop=None, keep_checkpoints: int = 2) -> dict:
     """Train the job's recipe to its last epoch, resuming from the last checkpoint; return its metrics.
     `stop` (a preemption.StopRequest) ends it early, with a checkpoint at the step reached."""
-    with _only_writer(job.run):
-        return _fit(job, verbose, restart, stop, keep_checkpoints)
+    try:
+        with _only_writer(job.run):
+            return _fit(job, verbose, restart, stop, keep_checkpoints)
+    finally:
+        if not job.platform.hosts.writer:  # its scratch copy: process 0 kept what matters
+            import shutil
+
+            shutil.rmtree(job.run.path.parent, ignore_errors=True)
 
 
 @contextlib.contextmanager

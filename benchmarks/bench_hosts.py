@@ -1,0 +1,117 @@
+"""One process of 8 JAX CPU devices against 2 processes of 4 (`make train HOSTS=2 CPU_REPLICAS=4`):
+images/s and the loss of every epoch, side by side.
+
+Each layout trains the same config (the `cnn` at 64 px on the embedded flowers, a slice of them,
+one fixed seed) in fresh processes, `--repeats` times, alternating, so the machine's load falls on
+both alike. TensorFlow's op determinism (TF_DETERMINISTIC_OPS=1, TensorFlow's own switch) fixes the
+input pipeline's order, so two runs of the same layout see the same batches. Writes
+`benchmarks/hosts.json` and `benchmarks/hosts.png` (the loss curves) and prints a table.
+
+    python benchmarks/bench_hosts.py --data-dir data-flowers [--repeats 3] [--epochs 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+LAYOUTS = {"1x8": (1, 8), "2x4": (2, 4)}
+
+
+def train(layout: str, data_dir: Path, runs: Path, epochs: int, steps: int) -> dict:
+    hosts, devices = LAYOUTS[layout]
+    overrides = [
+        "competition=flowers", "model.backbone=cnn", "data.image_size=64", "data.batch_size=8",
+        f"train.epochs={epochs}", f"train.steps_per_epoch={steps}", "train.min_steps_per_epoch=1",
+        "train.val_every=1000",  # scored once, after the last epoch: the figure is training's
+    ]  # fmt: skip
+    settings = [a for o in overrides for a in ("--set", o)]
+    stage = ["train", "--data-dir", str(data_dir), "--runs-dir", str(runs), "--backend", "jax",
+             "--cpu-replicas", str(devices), "--recipe", "default", *settings]  # fmt: skip
+    if hosts == 1:
+        command = [sys.executable, "-m", "pipeline", *stage]
+    else:
+        logs = Path(tempfile.mkdtemp(prefix="bench-hosts-"))
+        command = [
+            sys.executable,
+            "-m",
+            "pipeline.launch",
+            "--hosts",
+            str(hosts),
+            "--log-dir",
+            str(logs),
+            "--",
+            *stage,
+        ]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TF_DETERMINISTIC_OPS": "1"}
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    if done.returncode:
+        raise SystemExit(f"{layout}: exit {done.returncode}\n{done.stderr[-2000:]}")
+    [history] = runs.glob("*/history.csv")
+    with history.open() as f:
+        rows = list(csv.DictReader(f))
+    shutil.rmtree(runs)
+    return {
+        "layout": layout,
+        "wall_seconds": round(wall, 1),
+        "loss": [float(r["loss"]) for r in rows],
+        "images_per_second": [float(r["images_per_second"]) for r in rows],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, default=Path("data-flowers"))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=20, help="steps per epoch (global batch 64)")
+    args = parser.parse_args()
+    runs = Path(tempfile.mkdtemp(prefix="bench-hosts-runs-"))
+    results = []
+    for repeat in range(args.repeats):
+        for layout in LAYOUTS:
+            result = train(layout, args.data_dir, runs / f"{layout}-{repeat}", args.epochs, args.steps)
+            results.append({**result, "repeat": repeat})
+            print(f"{layout} #{repeat}: loss {result['loss']}, img/s {result['images_per_second']}, "
+                  f"{result['wall_seconds']} s", flush=True)  # fmt: skip
+    (REPO / "benchmarks/hosts.json").write_text(json.dumps(results, indent=1))
+    _plot(results, REPO / "benchmarks/hosts.png")
+    for layout in LAYOUTS:
+        mine = [r for r in results if r["layout"] == layout]
+        speeds = [sum(r["images_per_second"][1:]) / max(1, len(r["images_per_second"]) - 1) for r in mine]
+        last = [r["loss"][-1] for r in mine]
+        print(f"{layout}: img/s after the first epoch {min(speeds):.0f}-{max(speeds):.0f}, "
+              f"last loss {min(last):.4f}-{max(last):.4f}")  # fmt: skip
+
+
+def _plot(results: list[dict], path: Path) -> None:
+    from pipeline.core.files import pyplot, save_figure
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in results:
+        style = "-" if r["layout"] == "1x8" else "--"
+        ax.plot(range(1, len(r["loss"]) + 1), r["loss"], style, label=f"{r['layout']} #{r['repeat']}")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("training loss")
+    ax.set_title("1 process x 8 JAX CPU devices against 2 x 4")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=80)
+
+
+if __name__ == "__main__":
+    main()
