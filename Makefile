@@ -249,8 +249,9 @@ bench-images-real: | $(STAMP) ## the CPU recipes on real images (sklearn's digit
 bench-transfer: $(DATA)/manifest.json ## the pretrained CPU recipe vs the cnn, the feature cache's speed-up, Lite0's img/s on both backends
 	$(PY) benchmarks/bench_transfer.py --data-dir $(DATA)
 
-bench-hosts: $(DATA)/manifest.json ## 1 process of 8 JAX CPU devices against 2 of 4 (HOSTS=2): img/s and the losses, 3 times each
-	$(PY) benchmarks/bench_hosts.py --data-dir $(DATA)
+bench-hosts: $(STAMP) ## 1 process of 8 JAX CPU devices against 2 of 4 (HOSTS=2): img/s and the losses, 3 times each
+	$(PY) -m pipeline fetch --source synthetic --data-dir data-hosts --size 64 --scale 0.25 --no-progress
+	$(PY) benchmarks/bench_hosts.py --data-dir data-hosts --size 64
 
 bench-onednn: $(STAMP) ## TensorFlow's oneDNN kernels on this CPU: the CPU recipe's network with them on and off, img/s
 	$(PY) benchmarks/bench_onednn.py

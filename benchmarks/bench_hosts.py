@@ -1,13 +1,14 @@
 """One process of 8 JAX CPU devices against 2 processes of 4 (`make train HOSTS=2 CPU_REPLICAS=4`):
 images/s and the loss of every epoch, side by side.
 
-Each layout trains the same config (the `cnn` at 64 px on the embedded flowers, a slice of them,
-one fixed seed) in fresh processes, `--repeats` times, alternating, so the machine's load falls on
-both alike. TensorFlow's op determinism (TF_DETERMINISTIC_OPS=1, TensorFlow's own switch) fixes the
-input pipeline's order, so two runs of the same layout see the same batches. Writes
-`benchmarks/hosts.json` and `benchmarks/hosts.png` (the loss curves) and prints a table.
+Each layout trains the same config (the `cnn` on the embedded flowers drawn at 64 px, a quarter of
+them: `make fetch DATA=data-hosts SIZE=64 SCALE=0.25`, one fixed seed) in fresh processes,
+`--repeats` times, alternating, so the machine's load falls on both alike. TensorFlow's op
+determinism (TF_DETERMINISTIC_OPS=1, TensorFlow's own switch) fixes the input pipeline's order, so
+two runs of the same layout see the same batches. Writes `benchmarks/hosts.json` and
+`benchmarks/hosts.png` (the loss curves) and prints a table.
 
-    python benchmarks/bench_hosts.py --data-dir data-flowers [--repeats 3] [--epochs 4]
+    python benchmarks/bench_hosts.py --data-dir data-hosts [--repeats 3] [--epochs 4]
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ sys.path.insert(0, str(REPO))
 LAYOUTS = {"1x8": (1, 8), "2x4": (2, 4)}
 
 
-def train(layout: str, data_dir: Path, runs: Path, epochs: int, steps: int) -> dict:
+def train(layout: str, data_dir: Path, runs: Path, epochs: int, steps: int, size: int) -> dict:
     hosts, devices = LAYOUTS[layout]
     overrides = [
-        "competition=flowers", "model.backbone=cnn", "data.image_size=64", "data.batch_size=8",
+        "competition=flowers", "model.backbone=cnn", f"data.image_size={size}", "data.batch_size=8",
         f"train.epochs={epochs}", f"train.steps_per_epoch={steps}", "train.min_steps_per_epoch=1",
         "train.val_every=1000",  # scored once, after the last epoch: the figure is training's
     ]  # fmt: skip
@@ -74,16 +75,19 @@ def train(layout: str, data_dir: Path, runs: Path, epochs: int, steps: int) -> d
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=Path("data-flowers"))
+    parser.add_argument("--data-dir", type=Path, default=Path("data-hosts"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=20, help="steps per epoch (global batch 64)")
+    parser.add_argument("--size", type=int, default=64, help="the data dir's image size")
     args = parser.parse_args()
     runs = Path(tempfile.mkdtemp(prefix="bench-hosts-runs-"))
     results = []
     for repeat in range(args.repeats):
         for layout in LAYOUTS:
-            result = train(layout, args.data_dir, runs / f"{layout}-{repeat}", args.epochs, args.steps)
+            result = train(
+                layout, args.data_dir, runs / f"{layout}-{repeat}", args.epochs, args.steps, args.size
+            )
             results.append({**result, "repeat": repeat})
             print(f"{layout} #{repeat}: loss {result['loss']}, img/s {result['images_per_second']}, "
                   f"{result['wall_seconds']} s", flush=True)  # fmt: skip

@@ -47,7 +47,7 @@ def torch_preprocessed(pixels: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("variant", ["b0", "b3"])
+@pytest.mark.parametrize("variant", ["b0", pytest.param("b3", marks=pytest.mark.heavy)])  # b3: a second width
 def test_the_converted_model_computes_what_the_package_model_computes(tmp_path, variant):
     path = tmp_path / f"efficientnet-{variant}_noisy-student_notop.h5"
     package = package_weights(variant, path)

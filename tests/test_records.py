@@ -59,6 +59,7 @@ def test_test_records_have_no_class(tmp_path, spec):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # three fresh processes; the fetch fingerprint tests cover one process's bytes
 def test_a_record_serializes_to_the_same_bytes_in_every_process(spec):
     """The data fingerprint hashes shard bytes: drawing the embedded dataset again must match."""
     code = (

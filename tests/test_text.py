@@ -155,7 +155,8 @@ def _on_backend(backend: str, helper: str, *args) -> dict:
     [
         ("ngrams", "tensorflow"),
         pytest.param("ngrams", "jax", marks=pytest.mark.heavy),  # a JAX process: the heavy tier
-        pytest.param("bilstm", "tensorflow", marks=pytest.mark.slow),
+        # The BiLSTM is no competition's recipe any more (imdb's is the bag of n-grams): the heavy tier.
+        pytest.param("bilstm", "tensorflow", marks=[pytest.mark.slow, pytest.mark.heavy]),
         # JAX compiles the LSTM's scan at about a quarter of TensorFlow's speed here: the heavy tier.
         pytest.param("bilstm", "jax", marks=[pytest.mark.slow, pytest.mark.heavy]),
     ],

@@ -48,7 +48,7 @@ def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]
     """What a kernel cannot run: a resolution Kaggle does not ship, a backbone its image cannot build,
     weights or packages it cannot reach (`datasets`: the attached datasets and models). One line,
     with the way out."""
-    from pipeline.modeling import bert, networks, registry
+    from pipeline.modeling import networks, registry, text_networks
 
     size = config.data.image_size
     if spec.format.sharded and size not in spec.records.resolutions:
@@ -58,7 +58,7 @@ def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]
             "the kernel cannot run this recipe"
         )
     backbone = config.model.backbone
-    if backbone == bert.PRESET:  # a preset folder the kernel will find under /kaggle/input
+    if text_networks.PRESET_WEIGHTS in networks.get(backbone).weights:  # its weights: a preset folder
         if not config.model.weights.startswith("/kaggle/input/"):
             raise PetalsError(
                 f"model.weights={config.model.weights!r} is a folder on this machine, which the kernel "
