@@ -46,7 +46,7 @@ RESUME_FROM ?=#                  kernels whose output a new version resumes from
 VERBOSE     ?=#                  VERBOSE=1 also shows TensorFlow's, JAX's and the Kaggle clients' own lines
 export VERBOSE
 PYTEST_ARGS ?=#                  extra pytest arguments, e.g. PYTEST_ARGS="-k fetch"
-TEST_WORKERS ?= 2#               parallel pytest workers (pytest-xdist); 0 runs the tests in this process
+TEST_WORKERS ?= 3#               parallel pytest workers (pytest-xdist): 3 on 2 cores, as tests wait on subprocesses and the loopback server; 0 runs them in this process
 ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 
 # ---- the project virtualenv
