@@ -73,6 +73,35 @@ def train(layout: str, data_dir: Path, runs: Path, epochs: int, steps: int, size
     }
 
 
+def kill_latency(data_dir: Path, size: int) -> dict:
+    """Seconds from SIGKILL of process 1 (a second into training) to the launcher's exit, its line."""
+    import signal
+
+    logs, runs = (
+        Path(tempfile.mkdtemp(prefix="bench-hosts-kill-")),
+        Path(tempfile.mkdtemp(prefix="bench-runs-")),
+    )
+    overrides = ["competition=flowers", "model.backbone=cnn", f"data.image_size={size}", "data.batch_size=8",
+                 "train.epochs=50", "train.steps_per_epoch=4", "train.min_steps_per_epoch=1"]  # fmt: skip
+    command = [sys.executable, "-m", "pipeline.launch", "--hosts", "2", "--log-dir", str(logs), "--",
+               "train", "--data-dir", str(data_dir), "--runs-dir", str(runs), "--backend", "jax",
+               "--cpu-replicas", "2", "--recipe", "default"]  # fmt: skip
+    command += [a for o in overrides for a in ("--set", o)]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    job = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    while not list(runs.glob("*/history.csv")) and job.poll() is None:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    killed = time.perf_counter()
+    os.kill(int((logs / "host-1.pid").read_text()), signal.SIGKILL)
+    _, err = job.communicate(timeout=120)
+    seconds = time.perf_counter() - killed
+    shutil.rmtree(runs, ignore_errors=True)
+    return {"seconds": round(seconds, 2), "exit": job.returncode, "line": err.strip().splitlines()[-1]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=Path("data-hosts"))
@@ -80,7 +109,18 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--steps", type=int, default=20, help="steps per epoch (global batch 64)")
     parser.add_argument("--size", type=int, default=64, help="the data dir's image size")
+    parser.add_argument(
+        "--only", choices=("all", "kill"), default="all", help="kill: the launcher's stop only"
+    )
     args = parser.parse_args()
+    kills = []
+    for _ in range(args.repeats):
+        kills.append(kill_latency(args.data_dir, args.size))
+        print(f"kill: the launcher ended {kills[-1]['seconds']} s after it, exit {kills[-1]['exit']}: "
+              f"{kills[-1]['line']}", flush=True)  # fmt: skip
+    (REPO / "benchmarks/hosts-kill.json").write_text(json.dumps(kills, indent=1))
+    if args.only == "kill":
+        return
     runs = Path(tempfile.mkdtemp(prefix="bench-hosts-runs-"))
     results = []
     for repeat in range(args.repeats):
