@@ -100,6 +100,7 @@ def _epochs_written(runs) -> int:
         return len(list(csv.DictReader(f)))
 
 
+@pytest.mark.slow  # it trains: make test, not test-fast
 def test_two_processes_train_as_one_a_killed_one_ends_the_job_in_one_line_and_the_rerun_resumes(
     tiny_data_dir, tmp_path
 ):
@@ -135,6 +136,7 @@ def test_two_processes_train_as_one_a_killed_one_ends_the_job_in_one_line_and_th
     assert (run / "metrics.json").is_file() and (run / "best.weights.h5").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.heavy  # three JAX processes: the figure is `make bench-hosts`'s
 def test_two_processes_of_four_devices_train_the_losses_of_one_process_of_eight(tiny_data_dir, tmp_path):
     """The same config, the same batches (TensorFlow's op determinism fixes the input order): the
