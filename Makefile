@@ -20,6 +20,7 @@ SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 
 INSPECT_DIR ?= runs/inspect-$(COMPETITION)#     where `make inspect` writes batch.png and class_counts.csv
 RUNS_DIR    ?= runs#             run directories (make train)
 RUN         ?=#                  run id (default: recipe, backbone, size and a config hash)
+CHECKPOINT_DIR ?=#               make train: checkpoints elsewhere, e.g. gs://bucket/petals (every host of a slice must read them)
 BACKEND     ?= auto#             Keras backend: auto (TensorFlow, or JAX where only JAX drives the TPU) | tensorflow | jax
 STRATEGY    ?= auto#             auto | tpu | mirrored | multi-worker | gpu | cpu
 CPU_REPLICAS ?= 0#               split the CPU into N replicas (tests multi-replica code on either backend)
@@ -73,7 +74,7 @@ fetch_ARGS := --source $(SOURCE) --data-dir $(DATA) --competition $(COMPETITION)
 config_ARGS := --recipe $(RECIPE) --set competition=$(COMPETITION) $(foreach s,$(SET),--set $(s))
 inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(device_ARGS) $(config_ARGS)
 train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) \
-	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force)
+	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force) $(if $(CHECKPOINT_DIR),--checkpoint-dir $(CHECKPOINT_DIR))
 
 .PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-lite-parity bench-hosts fault-table clean clean-data always
 

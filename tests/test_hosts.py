@@ -165,3 +165,19 @@ def test_two_processes_of_four_devices_train_the_losses_of_one_process_of_eight(
             losses[layout] = [float(row["loss"]) for row in csv.DictReader(f)]
     assert len(losses["1x8"]) == len(losses["2x4"]) == 3
     assert max(abs(a - b) for a, b in zip(losses["1x8"], losses["2x4"], strict=True)) < 2e-3, losses
+
+
+def test_processes_that_resumed_from_different_epochs_stop_in_one_line(monkeypatch):
+    """One host that cannot read process 0's checkpoints would start over and run other steps;
+    the processes compare their epochs (an all-gather) and stop, naming each one's."""
+    from jax.experimental import multihost_utils
+
+    monkeypatch.setattr(multihost_utils, "process_allgather", lambda value: [[2], [0]])
+    two = hosts.Hosts(2, 0, "127.0.0.1:1", "test")
+    with pytest.raises(
+        PetalsError, match=r"disagree on the epoch \(process 0: 2, process 1: 0\); every host"
+    ) as err:
+        hosts.agree_jax(two, "the epoch", 2, "every host must read the same checkpoints")
+    assert "\n" not in str(err.value)
+    monkeypatch.setattr(multihost_utils, "process_allgather", lambda value: [[2], [2]])
+    hosts.agree_jax(two, "the epoch", 2, "unused")  # the same: nothing to say

@@ -137,6 +137,20 @@ def join_jax(hosts: Hosts) -> Hosts:
     return Hosts(jax.process_count(), jax.process_index(), hosts.coordinator, hosts.source)
 
 
+def agree_jax(hosts: Hosts, what: str, value: int, hint: str) -> None:
+    """Every process holds the same `value` of `what`, else a PetalsError naming each one's: a
+    process that resumed elsewhere would run other steps and wait in a collective for ever."""
+    if not hosts.several:
+        return
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    values = np.asarray(multihost_utils.process_allgather(np.asarray([value]))).ravel().tolist()
+    if len(set(values)) > 1:
+        each = ", ".join(f"process {i}: {v}" for i, v in enumerate(values))
+        raise PetalsError(f"the processes disagree on {what} ({each}); {hint}")
+
+
 def leave_jax() -> None:
     """Leave the other processes together: JAX's shutdown waits until each has reached it, so the
     coordinator (process 0) does not go first and take the service from those still finishing.

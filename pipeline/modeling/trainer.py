@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import pandas as pd
 
-from pipeline.core import device
+from pipeline.core import device, hosts
 from pipeline.core.files import write_atomically
 from pipeline.data import augment, datasets
 from pipeline.modeling import custom_loop, features, networks, policy, preemption
@@ -30,6 +30,7 @@ from pipeline.modeling.losses import loss_function
 from pipeline.modeling.optimizer import averaged_weights, make_optimizer
 
 log = logging.getLogger(__name__)
+CHECKPOINTS_HINT = "every host must read the same checkpoints: --checkpoint-dir gs://bucket/folder"
 
 
 def save_weights(net: keras.Model, path) -> None:
@@ -124,6 +125,8 @@ class Trainer:
                 self.class_counts.max(),
             )
         self.start = self._restore()  # a checkpoint that does not fit fails here, before any write
+        if job.platform.backend == "jax":  # each process restored on its own: from one checkpoint?
+            hosts.agree_jax(job.platform.hosts, "the epoch to resume from", self.start, CHECKPOINTS_HINT)
 
     def _cut(self) -> features.Cut:
         train = self.config.train
