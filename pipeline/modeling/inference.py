@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -182,7 +183,8 @@ def predict_batches(model, batches, replicas: int, processes: int = 1) -> np.nda
     return np.concatenate(outputs)
 
 
-_HERE: dict[int, keras.Model] = {}  # a model's copy outside the distribution, built once
+# A model's copy outside the distribution, built once; it goes with the model (an id could be reused).
+_HERE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _predict_here(model, batches) -> np.ndarray:
@@ -195,9 +197,9 @@ def _predict_here(model, batches) -> np.ndarray:
     distribution = keras.distribution.distribution()
     keras.distribution.set_distribution(None)
     try:
-        if id(model) not in _HERE:
-            _HERE[id(model)] = keras.models.clone_model(model)
-        copy = _HERE[id(model)]
+        if model not in _HERE:
+            _HERE[model] = keras.models.clone_model(model)
+        copy = _HERE[model]
         copy.set_weights(model.get_weights())
         return np.concatenate([np.asarray(copy.predict_on_batch(x)) for x in batches.as_numpy_iterator()])
     finally:
