@@ -24,7 +24,7 @@ CHECKPOINT_DIR ?=#               make train: checkpoints elsewhere, e.g. gs://bu
 BACKEND     ?= auto#             Keras backend: auto (TensorFlow, or JAX where only JAX drives the TPU) | tensorflow | jax
 STRATEGY    ?= auto#             auto | tpu | mirrored | multi-worker | gpu | cpu
 CPU_REPLICAS ?= 0#               split the CPU into N replicas (tests multi-replica code on either backend)
-HOSTS       ?= 1#                make train: N local processes as a slice's hosts (pipeline/launch.py; JAX), e.g. HOSTS=2 CPU_REPLICAS=4; slice: one host of a TPU slice
+HOSTS       ?= 1#                train, evaluate, predict: N local processes as a slice's hosts (pipeline/launch.py; JAX), e.g. HOSTS=2 CPU_REPLICAS=4; slice: one host of a TPU slice
 device_ARGS = --backend $(BACKEND) --strategy $(STRATEGY) --cpu-replicas $(CPU_REPLICAS)
 RETRAIN     ?=#                  RETRAIN=1 trains again over a finished run
 TTA         ?= 1#                test-time augmentation passes for evaluate, predict and ensemble
@@ -134,9 +134,12 @@ $(INSPECT_DIR)/batch.png: $(DATA)/manifest.json $(ARGS_DIR)/inspect.args $(wildc
 
 inspect: $(INSPECT_DIR)/batch.png ## PNG grid of one augmented training batch + per-class counts (RECIPE=, SET=)
 
+# The stages that use the devices run on every host: one process, N local ones, or a TPU slice's.
+hosts_PY = $(if $(filter slice,$(HOSTS)),PETALS_HOSTS=slice $(PY) -m pipeline,$(if $(filter-out 1,$(HOSTS)),$(PY) -m pipeline.launch --hosts $(HOSTS) --,$(PY) -m pipeline))
+
 # The stage finds its run by the config's hash: a finished run is a no-op, an interrupted one resumes.
 train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an interrupted run; RETRAIN=1 redoes it)
-	$(if $(filter slice,$(HOSTS)),PETALS_HOSTS=slice $(PY) -m pipeline,$(if $(filter-out 1,$(HOSTS)),$(PY) -m pipeline.launch --hosts $(HOSTS) --,$(PY) -m pipeline)) train $(train_ARGS)
+	$(hosts_PY) train $(train_ARGS)
 
 config: | $(STAMP) ## print the config `make train` resolves (RECIPE, SET, the device), each value with its source
 	@$(PY) -m pipeline --quiet train $(train_ARGS) --print-config
@@ -148,10 +151,10 @@ run_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) $(config_AR
 	--submissions-dir $(SUBMISSIONS)
 
 evaluate: $(DATA)/manifest.json $(CHAIN) ## score RUN (default: RECIPE's run) on val: macro-F1, per class, confusions (TTA=)
-	$(PY) -m pipeline evaluate $(run_ARGS) --tta $(TTA)
+	$(hosts_PY) evaluate $(run_ARGS) --tta $(TTA)
 
 predict: $(DATA)/manifest.json $(if $(CHAIN),evaluate) ## test predictions of RUN (TTA=) -> SUBMISSIONS/<run-id>.csv
-	$(PY) -m pipeline predict $(run_ARGS) --tta $(TTA)
+	$(hosts_PY) predict $(run_ARGS) --tta $(TTA)
 
 ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1): val macro-F1 and a submission
 	$(PY) -m pipeline ensemble --runs $(RUNS) $(if $(WEIGHTS),--weights $(WEIGHTS)) $(if $(SEARCH),--search) \

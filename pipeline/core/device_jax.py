@@ -92,7 +92,9 @@ def pick_jax(strategy: str, cpu_replicas: int, why: str) -> Platform:
 
     distribution = None
     if len(devices) > 1:
-        distribution = keras.distribution.DataParallel(devices=devices)
+        # Across processes each one feeds its own share (hosts.input_share), not the global batch
+        # for Keras to cut: JAX assembles the hosts' batches into one.
+        distribution = keras.distribution.DataParallel(devices=devices, auto_shard_dataset=not hosts.several)
         keras.distribution.set_distribution(distribution)
     kind = "data-parallel" if distribution else "one-device"
     return Platform(

@@ -137,6 +137,20 @@ def join_jax(hosts: Hosts) -> Hosts:
     return Hosts(jax.process_count(), jax.process_index(), hosts.coordinator, hosts.source)
 
 
+def input_share(hosts: Hosts, global_batch: int, replicas: int):
+    """What this process's input pipeline reads: (its batch, a `tf.distribute.InputContext` that
+    picks its share of the shards or rows), or (the global batch, None) alone. Each host reads
+    only its own files, and JAX makes one global batch of the hosts' batches."""
+    if not hosts.several:
+        return global_batch, None
+    import tensorflow as tf
+
+    if global_batch % hosts.count:
+        raise PetalsError(f"a global batch of {global_batch} cannot be split between {hosts.count} processes")
+    context = tf.distribute.InputContext(hosts.count, hosts.index, replicas)
+    return global_batch // hosts.count, context
+
+
 def agree_jax(hosts: Hosts, what: str, value: int, hint: str) -> None:
     """Every process holds the same `value` of `what`, else a PetalsError naming each one's: a
     process that resumed elsewhere would run other steps and wait in a collective for ever."""

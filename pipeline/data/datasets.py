@@ -170,8 +170,9 @@ def train_dataset(
 ) -> tf.data.Dataset:
     """Endless shuffled training batches of exactly `batch_size` (static shapes for TPUs).
 
-    `batch_size` is the global batch, or the per-replica one when an `input_context` from
-    `distribute_datasets_from_function` shards the files between input pipelines.
+    `batch_size` is the global batch, or this input pipeline's when an `input_context` shards the
+    files between pipelines: a replica's (`distribute_datasets_from_function`) or a host's
+    (`hosts.input_share`).
     With `augment.where == "host"` the batches leave augmented (float32, maybe soft labels);
     with `"device"` they leave as uint8 and the train step augments them.
     """

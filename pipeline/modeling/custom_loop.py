@@ -20,6 +20,8 @@ from typing import Any
 import keras
 from keras import ops
 
+from pipeline.core import hosts
+
 
 def for_backend(trainer, loss_fn: keras.losses.Loss) -> Any:
     """The custom loop for the trainer's backend."""
@@ -125,7 +127,8 @@ class JaxLoop:
         if self._step is None:
             self._step = self._build()
         if self._batches is None:
-            dataset = job.train.train_dataset(trainer.data_config, job.global_batch)
+            share = hosts.input_share(job.platform.hosts, job.global_batch, job.platform.replicas)
+            dataset = job.train.train_dataset(trainer.data_config, *share)
             self._batches = dataset.as_numpy_iterator()
         variables = (classifier.trainable_variables, classifier.non_trainable_variables, optimizer.variables)
         state = tuple([v.value for v in group] for group in variables)
@@ -147,13 +150,17 @@ class JaxLoop:
         }
 
     def _on_devices(self, array):
-        """A host batch laid out as the distribution wants it (split over the devices' batch axis)."""
+        """A host batch laid out as the distribution wants it (split over the devices' batch axis);
+        across processes, this one's share of the global batch, which JAX joins to the others'."""
         import jax
 
-        distribution = self.trainer.job.platform.distribution
-        if distribution is None:
+        platform = self.trainer.job.platform
+        if platform.distribution is None:
             return jax.device_put(array)
-        return keras.distribution.distribute_tensor(array, distribution.get_data_layout(array.shape))
+        layout = platform.distribution.get_data_layout(array.shape)
+        if platform.hosts.several:
+            return jax.make_array_from_process_local_data(layout.backend_layout, array)
+        return keras.distribution.distribute_tensor(array, layout)
 
     def _build(self):
         import jax

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,7 +20,9 @@ import numpy as np
 from pipeline.core import rundir
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import sha256, write_atomically
+from pipeline.core.hosts import Hosts
 from pipeline.core.rundir import RunDir
+from pipeline.modeling import host_predict
 
 if TYPE_CHECKING:
     import keras
@@ -121,6 +122,9 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
     config = run.read_config()
     spec = load_spec(config.competition)
     keras.mixed_precision.set_global_policy("float32")
+    # The first values, overwritten below, are still laid out on a multi-host mesh, which wants
+    # the same values from every process.
+    keras.utils.set_random_seed(config.seed)
     vocabulary_size = None
     if spec.modality == "text":
         vocabulary_size = networks.text_inputs(config, run.path).vocabulary_size
@@ -164,46 +168,31 @@ def view(images, index: int, aug, num_classes: int, shift_scale: float):
     return augment.augment_batch(images, labels, aug, num_classes, shift_scale=shift_scale)[0]
 
 
-def predict_batches(model, batches, replicas: int, processes: int = 1) -> np.ndarray:
+def val_scores(spec, probabilities: np.ndarray, labels: np.ndarray) -> dict[str, float]:
+    """Loss, accuracy and the competition's metric of val predictions (padding already dropped)."""
+    losses = -np.log(np.clip(probabilities[np.arange(len(labels)), labels], 1e-7, 1.0))
+    return {
+        "val_loss": float(losses.mean()),
+        "val_accuracy": float((probabilities.argmax(axis=1) == labels).mean()),
+        spec.score_key: spec.metric.score(labels, probabilities),
+    }
+
+
+def predict_batches(model, batches, replicas: int, hosts: Hosts | None = None) -> np.ndarray:
     """The model's outputs for every batch of a dataset of inputs, in order.
 
     One replica: batch by batch with `predict_on_batch`, about twice Keras `predict`'s images/s
     on 2 CPU cores (EfficientNet-Lite0 at 192 px: 141-173 against 75-92; `predict` feeds its own
     tf.data pipeline, which competes for the cores). Under a strategy of several replicas
     `predict_on_batch` would run the whole batch on each, so `predict` splits it there. Across
-    several processes (JAX on a multi-host mesh) the outputs of a mesh-wide predict live partly on
-    other hosts, where this process cannot read them: each process predicts with a copy of the
-    weights on its own devices (`_predict_here`), so all of them score the same numbers.
+    several processes each predicts its share of the batches (`host_predict`).
     """
-    if processes > 1:
-        return _predict_here(model, batches)
+    if hosts is not None and hosts.several:
+        return host_predict.predict_shared(model, batches, hosts)
     if replicas > 1:
         return np.asarray(model.predict(batches, verbose=0))
     outputs = [np.asarray(model.predict_on_batch(inputs)) for inputs in batches.as_numpy_iterator()]
     return np.concatenate(outputs)
-
-
-# A model's copy outside the distribution, built once; it goes with the model (an id could be reused).
-_HERE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _predict_here(model, batches) -> np.ndarray:
-    """`model`'s outputs from a copy of it outside the multi-host distribution, on this process's
-    first device (every variable of a data-parallel mesh has a replica here to copy). The copy is
-    made once per model and takes its weights anew at each call: each epoch's scoring compiles
-    nothing again."""
-    import keras
-
-    distribution = keras.distribution.distribution()
-    keras.distribution.set_distribution(None)
-    try:
-        if model not in _HERE:
-            _HERE[model] = keras.models.clone_model(model)
-        copy = _HERE[model]
-        copy.set_weights(model.get_weights())
-        return np.concatenate([np.asarray(copy.predict_on_batch(x)) for x in batches.as_numpy_iterator()])
-    finally:
-        keras.distribution.set_distribution(distribution)
 
 
 def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -> Predictions:
@@ -250,11 +239,12 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
                 views = dataset.map(lambda images, *_, i=index: view(images, i, aug, spec.num_classes, scale))
             else:
                 views = dataset.map(lambda tokens, *_: tokens)
-            total += predict_batches(net, views, platform.replicas)[real]
+            total += predict_batches(net, views, platform.replicas, platform.hosts)[real]
             log.info("%s: %s pass %d/%d done", run.name, split, index + 1, tta)
     labels = np.concatenate([t[0] for t in tags])[real] if labeled else None
     predictions = Predictions(
         ids=ids[real], probabilities=(total / tta).astype(np.float32), labels=labels, tta=tta, source=source
     )
-    predictions.save(path)
+    if platform.hosts.writer:  # every process holds them; one writes
+        predictions.save(path)
     return predictions

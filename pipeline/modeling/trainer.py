@@ -25,7 +25,7 @@ from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
 from pipeline.modeling.epoch_lines import epoch_header, epoch_line
 from pipeline.modeling.fit_hooks import EpochHooks
-from pipeline.modeling.inference import predict_batches
+from pipeline.modeling.inference import predict_batches, val_scores
 from pipeline.modeling.losses import loss_function
 from pipeline.modeling.optimizer import averaged_weights, make_optimizer
 
@@ -196,16 +196,9 @@ class Trainer:
         inputs = val.map(lambda inputs, _: inputs)
         platform = self.job.platform
         model = self.classifier if platform.hosts.count == 1 else self.classifier.net
-        probabilities = predict_batches(model, inputs, platform.replicas, platform.hosts.count)
+        probabilities = predict_batches(model, inputs, platform.replicas, platform.hosts)
         real = self._val_labels != datasets.PAD_LABEL
-        probabilities, labels = probabilities[real], self._val_labels[real]
-        predicted = probabilities.argmax(axis=1)
-        losses = -np.log(np.clip(probabilities[np.arange(len(labels)), labels], 1e-7, 1.0))
-        return {
-            "val_loss": float(losses.mean()),
-            "val_accuracy": float((predicted == labels).mean()),
-            spec.score_key: spec.metric.score(labels, probabilities),
-        }
+        return val_scores(spec, probabilities[real], self._val_labels[real])
 
     # ------------------------------------------------------------------ the loop
 
@@ -357,7 +350,9 @@ class Trainer:
         """One Keras `fit` per backbone setting, so the data iterator and the compiled step live
         across epochs; the per-epoch work runs in a callback."""
         job = self.job
-        train = job.train.train_dataset(self.data_config, job.global_batch)
+        train = job.train.train_dataset(
+            self.data_config, *hosts.input_share(job.platform.hosts, job.global_batch, job.platform.replicas)
+        )
         epochs = EpochHooks(self)
         for first, end in self._phases(start):
             self._stop_if_asked(first, self._first_step(first))

@@ -71,9 +71,6 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
     matrix = confusion_matrix(val.labels, predicted, labels=np.arange(spec.num_classes))
     per_class = per_class_table(val.labels, predicted, spec.classes)
     confusions = top_confusions(matrix, spec.classes)
-    write_atomically(run.file(RunDir.PER_CLASS), lambda tmp: per_class.to_csv(tmp, index=False))
-    write_atomically(run.file(RunDir.CONFUSIONS), lambda tmp: confusions.to_csv(tmp, index=False))
-    plot_confusion(matrix, spec.classes, run.file(RunDir.CONFUSION_PLOT))
     evaluation = {
         "metric": spec.metric.name,
         spec.score_key: spec.metric.score(val.labels, val.probabilities),
@@ -84,6 +81,11 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
         "worst_classes": per_class.nsmallest(5, "f1")["class"].tolist(),
         "top_confusions": confusions.head(TOP_CONFUSIONS).to_dict(orient="records"),
     }
+    if not platform.hosts.writer:  # every process scored the same predictions; process 0 writes
+        return evaluation
+    write_atomically(run.file(RunDir.PER_CLASS), lambda tmp: per_class.to_csv(tmp, index=False))
+    write_atomically(run.file(RunDir.CONFUSIONS), lambda tmp: confusions.to_csv(tmp, index=False))
+    plot_confusion(matrix, spec.classes, run.file(RunDir.CONFUSION_PLOT))
     run.write_json(RunDir.METRICS, {**run.metrics(), "evaluation": evaluation})
     leaderboard.update(
         leaderboard.board_file(submissions_dir, spec.name),

@@ -43,6 +43,8 @@ def predict(opts: ScoreOptions) -> Path:
     spec = load_spec(run.competition())
     manifest = check_same_data(run, opts.data_dir)
     test = predict_split(run, opts.data_dir, "test", opts.tta, platform)
+    if not platform.hosts.writer:  # process 0 writes the submission; the others predicted their share
+        return opts.submissions_dir / f"{run.name}.csv"
     metrics = run.metrics()
     score = metrics.get("evaluation", metrics).get(spec.score_key)
     path = write_submission(

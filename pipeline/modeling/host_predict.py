@@ -1,0 +1,70 @@
+"""Predicting across several processes (JAX on a multi-host mesh): each example once, every
+process ending with all the outputs in the dataset's order.
+
+A mesh-wide `predict` fails across processes: its outputs live partly on other hosts, where this
+process cannot read them. So each process takes every n-th batch (process i: batches i, i+n, ...),
+predicts it with a copy of the weights on its own devices, and JAX's all-gather hands every
+process the others' outputs, which are put back in order. Every process then scores, and takes
+decisions (the best epoch), on the same numbers.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from pipeline.core.hosts import Hosts
+
+# A model's copy outside the distribution, built once; it goes with the model (an id could be reused).
+_HERE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def predict_shared(model, batches, hosts: Hosts) -> np.ndarray:
+    """`model`'s outputs for every batch of `batches` (all full but the last: `pad_to_batch`), each
+    batch predicted by one process only."""
+    import tensorflow as tf
+
+    rows = tf.nest.flatten(batches.element_spec)[0].shape[0]
+    if rows is None:
+        raise ValueError("predicting across processes needs batches of a static size (pad_to_batch=True)")
+    mine = predict_here(model, batches.shard(hosts.count, hosts.index))
+    return in_order(mine, hosts, rows)
+
+
+def in_order(mine: np.ndarray, hosts: Hosts, rows: int) -> np.ndarray:
+    """Every process's outputs, gathered, in the order of the batches they were dealt from: local
+    row r of process i belongs to batch (r // rows) * n + i."""
+    from jax.experimental import multihost_utils
+
+    counts = np.asarray(multihost_utils.process_allgather(np.asarray([len(mine)]))).ravel()
+    padded = np.zeros((counts.max(), *mine.shape[1:]), mine.dtype)  # the all-gather wants one shape
+    padded[: len(mine)] = mine
+    every = np.asarray(multihost_utils.process_allgather(padded))
+    out = np.empty((counts.sum(), *mine.shape[1:]), mine.dtype)
+    for process, count in enumerate(counts):
+        local = np.arange(count)
+        out[((local // rows) * hosts.count + process) * rows + local % rows] = every[process, :count]
+    return out
+
+
+def predict_here(model, batches) -> np.ndarray:
+    """`model`'s outputs from a copy of it outside the multi-host distribution, on this process's
+    first device (every variable of a data-parallel mesh has a replica here to copy). The copy is
+    made once per model and takes its weights anew at each call: each epoch's scoring compiles
+    nothing again."""
+    import keras
+
+    distribution = keras.distribution.distribution()
+    keras.distribution.set_distribution(None)
+    try:
+        if model not in _HERE:
+            _HERE[model] = keras.models.clone_model(model)
+        copy = _HERE[model]
+        copy.set_weights(model.get_weights())
+        outputs = [np.asarray(copy.predict_on_batch(x)) for x in batches.as_numpy_iterator()]
+        if not outputs:  # fewer batches than processes: this one had none
+            return np.zeros((0, *copy.output.shape[1:]), np.float32)
+        return np.concatenate(outputs)
+    finally:
+        keras.distribution.set_distribution(distribution)
