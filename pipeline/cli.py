@@ -133,6 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def set_up_logging(quiet: bool = False) -> None:
     """petals' own lines, bare, from INFO (WARNING with --quiet); once per process."""
     logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(message)s")
+    # TensorFlow's INFO lines are not petals' (a multi-worker strategy logs every collective).
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
 
 
 def run_stage(stage: str, function: Callable[..., Any], *arguments: Any) -> int:

@@ -100,8 +100,11 @@ def launch(count: int, backend: str, command: list[str], log_dir: Path) -> int:
     try:
         while True:
             codes = [child.poll() for child in children]
-            failed = next((i for i, code in enumerate(codes) if code not in (None, 0)), None)
-            if failed is not None:
+            failed = [i for i, code in enumerate(codes) if code not in (None, 0)]
+            if failed:
+                # Seen together, one killed by a signal is named before one that exited with an
+                # error: a TF_CONFIG worker fails within 0.1 s of losing its peer, inside one poll.
+                failed = min(failed, key=lambda i: (codes[i] > 0, i))
                 stop_all()
                 where = "" if failed == 0 else f"; its output: {logs[failed]}"
                 print(

@@ -78,14 +78,27 @@ def test_keras_variables_under_tensorflow_are_refused_not_trained_alone(monkeypa
         device.pick.__wrapped__("tensorflow", "cpu")  # not the answer this process cached
 
 
-def _launch(tiny_data_dir, runs, logs, *extra) -> subprocess.Popen:
-    """`make train HOSTS=2 CPU_REPLICAS=2` on the tiny data: 6 epochs of 4 steps (two devices a
-    process: the same code as four, half the threads beside the other tests)."""
+# Per engine: the launcher's and the stage's arguments, and what process 0's device line says.
+ENGINES = {
+    # Two JAX CPU devices a process: the same code as four, half the threads beside other tests.
+    "jax": ([], ["--backend", "jax", "--cpu-replicas", "2"], "4 CPUs, 4 replicas"),
+    # A TF_CONFIG worker has one CPU replica; Keras' fit fails under the strategy (custom loop).
+    "tensorflow": (
+        ["--backend", "tensorflow"],
+        ["--backend", "tensorflow", "--set", "train.loop=custom"],
+        "2 CPUs, 2 replicas",
+    ),
+}
+
+
+def _launch(tiny_data_dir, runs, logs, engine: str) -> subprocess.Popen:
+    """`make train HOSTS=2` on the tiny data: 6 epochs of 4 steps."""
+    launcher, stage, _ = ENGINES[engine]
     overrides = [*TINY, "train.epochs=6", "train.steps_per_epoch=4", "train.min_steps_per_epoch=1"]
     command = [
-        sys.executable, "-m", "pipeline.launch", "--hosts", "2", "--log-dir", str(logs), "--",
-        "train", "--data-dir", str(tiny_data_dir), "--runs-dir", str(runs), "--backend", "jax",
-        "--cpu-replicas", "2", "--recipe", "default", *[a for o in overrides for a in ("--set", o)], *extra,
+        sys.executable, "-m", "pipeline.launch", "--hosts", "2", "--log-dir", str(logs), *launcher, "--",
+        "train", "--data-dir", str(tiny_data_dir), "--runs-dir", str(runs), *stage,
+        "--recipe", "default", *[a for o in overrides for a in ("--set", o)],
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("KERAS_BACKEND", None)
@@ -103,11 +116,12 @@ def _epochs_written(runs) -> int:
 
 
 @pytest.mark.slow  # it trains: make test, not test-fast
+@pytest.mark.parametrize("engine", ENGINES)
 def test_two_processes_train_as_one_a_killed_one_ends_the_job_in_one_line_and_the_rerun_resumes(
-    tiny_data_dir, tmp_path
+    tiny_data_dir, tmp_path, engine
 ):
     runs, logs = tmp_path / "runs", tmp_path / "logs"
-    job = _launch(tiny_data_dir, runs, logs)
+    job = _launch(tiny_data_dir, runs, logs, engine)
     deadline = time.monotonic() + 240
     while _epochs_written(runs) < 2 and job.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -121,10 +135,10 @@ def test_two_processes_train_as_one_a_killed_one_ends_the_job_in_one_line_and_th
     assert err.strip().splitlines()[-1] == (
         f"petals launch: process 1 of 2 was killed by SIGKILL; stopped the other; its output: {log}"
     )
-    assert "process 0 of 2" in err and "4 CPUs, 4 replicas" in err  # one mesh of both hosts' devices
+    assert "process 0 of 2" in err and ENGINES[engine][2] in err  # one mesh of both hosts' devices
     done_before = _epochs_written(runs)
 
-    rerun = _launch(tiny_data_dir, runs, logs)
+    rerun = _launch(tiny_data_dir, runs, logs, engine)
     out, err = rerun.communicate(timeout=240)
     assert rerun.returncode == 0, err
     [run] = [p for p in runs.iterdir() if p.is_dir()]  # process 0 alone wrote here, the same run
@@ -211,20 +225,16 @@ def test_two_processes_of_four_devices_learn_as_one_of_eight_and_score_each_exam
     np.testing.assert_allclose(a["probabilities"], b["probabilities"], atol=1e-5)
 
 
-def test_processes_that_resumed_from_different_epochs_stop_in_one_line(monkeypatch):
+def test_processes_that_resumed_from_different_epochs_stop_in_one_line():
     """One host that cannot read process 0's checkpoints would start over and run other steps;
-    the processes compare their epochs (an all-gather) and stop, naming each one's."""
-    from jax.experimental import multihost_utils
-
-    monkeypatch.setattr(multihost_utils, "process_allgather", lambda value: [[2], [0]])
+    the processes compare their epochs (the engine's all-gather) and stop, naming each one's."""
     two = hosts.Hosts(2, 0, "127.0.0.1:1", "test")
     with pytest.raises(
         PetalsError, match=r"disagree on the epoch \(process 0: 2, process 1: 0\); every host"
     ) as err:
-        hosts.agree_jax(two, "the epoch", 2, "every host must read the same checkpoints")
+        hosts.agree(two, "the epoch", 2, "every host must read the same checkpoints", lambda _: [[2], [0]])
     assert "\n" not in str(err.value)
-    monkeypatch.setattr(multihost_utils, "process_allgather", lambda value: [[2], [2]])
-    hosts.agree_jax(two, "the epoch", 2, "unused")  # the same: nothing to say
+    hosts.agree(two, "the epoch", 2, "unused", lambda _: [[2], [2]])  # the same: nothing to say
 
 
 def test_each_process_reads_its_own_share_and_the_global_batch_is_the_hosts_batches():
@@ -244,11 +254,10 @@ def test_each_process_reads_its_own_share_and_the_global_batch_is_the_hosts_batc
         hosts.input_share(hosts.Hosts(4, 0, "127.0.0.1:1", "test"), 30, 8)
 
 
-def test_outputs_predicted_by_several_processes_come_back_in_the_datasets_order(monkeypatch):
+def test_outputs_predicted_by_several_processes_come_back_in_the_datasets_order():
     """7 batches of 2 rows dealt to 3 processes (0: batches 0, 3, 6; 1: 1, 4; 2: 2, 5): once
     gathered, every process holds every row once, in order."""
     import numpy as np
-    from jax.experimental import multihost_utils
 
     from pipeline.modeling import host_predict
 
@@ -256,7 +265,7 @@ def test_outputs_predicted_by_several_processes_come_back_in_the_datasets_order(
     batches = np.arange(14).reshape(7, rows)
     shares = [batches[i::count].reshape(-1, 1).astype(np.float32) for i in range(count)]
 
-    def allgather(value):  # what JAX's all-gather gives each process: every process's value
+    def allgather(value):  # what the engine's all-gather gives each process: every process's value
         if value.shape == (1,):
             return np.asarray([[len(s)] for s in shares])
         padded = np.zeros((count, *value.shape), value.dtype)
@@ -264,8 +273,7 @@ def test_outputs_predicted_by_several_processes_come_back_in_the_datasets_order(
             padded[i, : len(share)] = share
         return padded
 
-    monkeypatch.setattr(multihost_utils, "process_allgather", allgather)
     for index in range(count):
         here = hosts.Hosts(count, index, "127.0.0.1:1", "test")
-        gathered = host_predict.in_order(shares[index], here, rows)
+        gathered = host_predict.in_order(shares[index], here, rows, allgather)
         assert gathered.ravel().tolist() == list(range(14))

@@ -207,6 +207,11 @@ def _pick_tensorflow(strategy: str, tpu: str | None, cpu_replicas: int, why: str
         )
 
     if cpu_replicas > 1:
+        if _workers_in_tf_config() > 1:  # MirroredStrategy would train each worker alone
+            raise PetalsError(
+                f"--cpu-replicas {cpu_replicas}: TF_CONFIG's workers train with one CPU replica "
+                "each (MultiWorkerMirroredStrategy); leave it out, or use --backend jax"
+            )
         _split_cpu(tf, cpu_replicas)
         cpus = [d.name for d in tf.config.list_logical_devices("CPU")]
         return platform(
@@ -228,11 +233,13 @@ def _pick_tensorflow(strategy: str, tpu: str | None, cpu_replicas: int, why: str
             f"{several.describe()}: several processes under TensorFlow need a TF_CONFIG cluster "
             "(--strategy multi-worker); use --backend jax"
         )
-    gpus = tf.config.list_logical_devices("GPU")
     workers = _workers_in_tf_config()
     if strategy == "multi-worker" or (strategy == "auto" and workers > 1):
         if workers < 1:
             raise PetalsError("--strategy multi-worker needs TF_CONFIG describing the cluster")
+        # Before anything starts TensorFlow's runtime (listing logical devices does): the strategy
+        # configures its collectives, which must happen first ("must be configured at program startup").
+        gpus = tf.config.list_physical_devices("GPU")
         return platform(
             tf.distribute.MultiWorkerMirroredStrategy(),
             "multi-worker",
@@ -240,6 +247,7 @@ def _pick_tensorflow(strategy: str, tpu: str | None, cpu_replicas: int, why: str
             f"TF_CONFIG lists {workers} workers; {several.describe()}",
             hosts=several,
         )
+    gpus = tf.config.list_logical_devices("GPU")
     if strategy == "mirrored" or (strategy == "auto" and len(gpus) > 1):
         if not gpus:
             raise PetalsError(

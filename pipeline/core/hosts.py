@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pipeline.core.errors import PetalsError, first_line
@@ -151,15 +151,15 @@ def input_share(hosts: Hosts, global_batch: int, replicas: int):
     return global_batch // hosts.count, context
 
 
-def agree_jax(hosts: Hosts, what: str, value: int, hint: str) -> None:
+def agree(hosts: Hosts, what: str, value: int, hint: str, gather: Callable) -> None:
     """Every process holds the same `value` of `what`, else a PetalsError naming each one's: a
-    process that resumed elsewhere would run other steps and wait in a collective for ever."""
+    process that resumed elsewhere would run other steps and wait in a collective for ever.
+    `gather`: the engine's all-gather (`host_predict.allgather`), every process's value in order."""
     if not hosts.several:
         return
     import numpy as np
-    from jax.experimental import multihost_utils
 
-    values = np.asarray(multihost_utils.process_allgather(np.asarray([value]))).ravel().tolist()
+    values = np.asarray(gather(np.asarray([value]))).ravel().tolist()
     if len(set(values)) > 1:
         each = ", ".join(f"process {i}: {v}" for i, v in enumerate(values))
         raise PetalsError(f"the processes disagree on {what} ({each}); {hint}")

@@ -21,6 +21,7 @@ import keras
 from keras import ops
 
 from pipeline.core import hosts
+from pipeline.core.errors import PetalsError
 
 
 def for_backend(trainer, loss_fn: keras.losses.Loss) -> Any:
@@ -61,7 +62,10 @@ class TensorFlowLoop:
         done = 0
         while done < steps and not (done and trainer.stop()):
             n = min(trainer.steps_per_execution, steps - done)
-            loss, right = self._steps(self._iterator, tf.constant(n))
+            try:
+                loss, right = self._steps(self._iterator, tf.constant(n))
+            except tf.errors.UnavailableError:  # TF_CONFIG workers: one went away mid-collective
+                raise PetalsError("another worker went away mid-step; its own output says why") from None
             loss_sum += float(loss)
             correct += float(right)
             done += n

@@ -208,14 +208,14 @@ def _views(config: Config, num_classes: int) -> list:
     return views[: config.train.feature_views]
 
 
-def _extract(bottom: keras.Model, batches: tf.data.Dataset, replicas: int) -> tuple[np.ndarray, np.ndarray]:
+def _extract(bottom: keras.Model, batches: tf.data.Dataset, platform) -> tuple[np.ndarray, np.ndarray]:
     """`bottom`'s outputs (float16) and the labels of every example of `batches`, in order."""
     from pipeline.modeling.inference import predict_batches
 
     outputs, labels = [], []
     for images, tags in batches.as_numpy_iterator():
         one = tf.data.Dataset.from_tensors(images)
-        outputs.append(predict_batches(bottom, one, replicas).astype(np.float16))
+        outputs.append(predict_batches(bottom, one, platform).astype(np.float16))
         labels.append(tags)
     return np.concatenate(outputs), np.concatenate(labels)
 
@@ -260,7 +260,7 @@ def _save(path: Path, features: np.ndarray, labels: np.ndarray, signature: dict)
 
 
 def _cache_split(
-    name: str, split, views: list, cut_: Cut, config: Config, folder: Path, replicas: int, source: str
+    name: str, split, views: list, cut_: Cut, config: Config, folder: Path, platform, source: str
 ) -> FeatureSplit:
     """The cached views of one split, computed and saved unless the folder already holds them."""
     from pipeline.data import datasets
@@ -278,7 +278,7 @@ def _cache_split(
             batches = split.eval_dataset(config, EXTRACT_BATCH, labeled=True)
             batches = batches.map(lambda images, tags, view=view: (view(images), tags))
             with split.naming_bad(labeled=True):
-                output, view_labels = _extract(cut_.bottom, batches.prefetch(datasets.AUTOTUNE), replicas)
+                output, view_labels = _extract(cut_.bottom, batches.prefetch(datasets.AUTOTUNE), platform)
             if labels is not None and not np.array_equal(labels, view_labels):
                 raise RuntimeError(f"{name}: views came in different orders")  # a reader's bug
             per_view.append(output)
@@ -300,14 +300,14 @@ def _cache_split(
     return FeatureSplit(features, labels.astype(np.int64), split.spec.num_classes, config.seed)
 
 
-def cache_splits(cut_: Cut, train, val, config: Config, run_dir: Path, replicas: int, source: str = ""):
+def cache_splits(cut_: Cut, train, val, config: Config, run_dir: Path, platform, source: str = ""):
     """(train, val) as cached features in `run_dir`: train in `train.feature_views` views, val in one.
     `source` is the data's fingerprint (the manifest's)."""
     folder = run_dir / FOLDER
     views = _views(config, train.spec.num_classes)
-    cached_train = _cache_split("train", train, views, cut_, config, folder, replicas, source)
+    cached_train = _cache_split("train", train, views, cut_, config, folder, platform, source)
     cached_val = (
-        None if val is None else _cache_split("val", val, views[:1], cut_, config, folder, replicas, source)
+        None if val is None else _cache_split("val", val, views[:1], cut_, config, folder, platform, source)
     )
     return cached_train, cached_val
 

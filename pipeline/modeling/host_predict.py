@@ -1,16 +1,20 @@
-"""Predicting across several processes (JAX on a multi-host mesh): each example once, every
-process ending with all the outputs in the dataset's order.
+"""Predicting across several processes (JAX on a multi-host mesh, TensorFlow's multi-worker
+strategy): each example once, every process ending with all the outputs in the dataset's order.
 
 A mesh-wide `predict` fails across processes: its outputs live partly on other hosts, where this
-process cannot read them. So each process takes every n-th batch (process i: batches i, i+n, ...),
-predicts it with a copy of the weights on its own devices, and JAX's all-gather hands every
-process the others' outputs, which are put back in order. Every process then scores, and takes
-decisions (the best epoch), on the same numbers.
+process cannot read them (under TensorFlow's multi-worker strategy, Keras' `predict` returns this
+worker's rows only). So each process takes every n-th batch (process i: batches i, i+n, ...),
+predicts it with a copy of the weights outside the distribution, on its own first device, and the
+engine's all-gather (JAX's `process_allgather`, the strategy's `gather`) hands every process the
+others' outputs, which are put back in order. Every process then scores, and takes decisions (the
+best epoch), on the same numbers.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -20,27 +24,40 @@ from pipeline.core.hosts import Hosts
 _HERE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def predict_shared(model, batches, hosts: Hosts) -> np.ndarray:
+def predict_shared(model, batches, platform) -> np.ndarray:
     """`model`'s outputs for every batch of `batches` (all full but the last: `pad_to_batch`), each
     batch predicted by one process only."""
     import tensorflow as tf
 
+    hosts = platform.hosts
     rows = tf.nest.flatten(batches.element_spec)[0].shape[0]
     if rows is None:
         raise ValueError("predicting across processes needs batches of a static size (pad_to_batch=True)")
     mine = predict_here(model, batches.shard(hosts.count, hosts.index))
-    return in_order(mine, hosts, rows)
+    return in_order(mine, hosts, rows, partial(allgather, platform))
 
 
-def in_order(mine: np.ndarray, hosts: Hosts, rows: int) -> np.ndarray:
+def allgather(platform, value: np.ndarray) -> np.ndarray:
+    """Every process's `value` (one shape on all), stacked in process order."""
+    if platform.backend == "jax":
+        from jax.experimental import multihost_utils
+
+        return np.asarray(multihost_utils.process_allgather(value))
+    import tensorflow as tf
+
+    strategy = platform.strategy
+    values = strategy.experimental_distribute_values_from_function(lambda _: tf.constant(value[None]))
+    every = strategy.gather(values, axis=0).numpy()  # one copy per replica, worker after worker
+    return every[:: strategy.num_replicas_in_sync // platform.hosts.count]
+
+
+def in_order(mine: np.ndarray, hosts: Hosts, rows: int, gather: Callable) -> np.ndarray:
     """Every process's outputs, gathered, in the order of the batches they were dealt from: local
     row r of process i belongs to batch (r // rows) * n + i."""
-    from jax.experimental import multihost_utils
-
-    counts = np.asarray(multihost_utils.process_allgather(np.asarray([len(mine)]))).ravel()
+    counts = np.asarray(gather(np.asarray([len(mine)]))).ravel()
     padded = np.zeros((counts.max(), *mine.shape[1:]), mine.dtype)  # the all-gather wants one shape
     padded[: len(mine)] = mine
-    every = np.asarray(multihost_utils.process_allgather(padded))
+    every = np.asarray(gather(padded))
     out = np.empty((counts.sum(), *mine.shape[1:]), mine.dtype)
     for process, count in enumerate(counts):
         local = np.arange(count)

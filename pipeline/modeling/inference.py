@@ -20,7 +20,6 @@ import numpy as np
 from pipeline.core import rundir
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import sha256, write_atomically
-from pipeline.core.hosts import Hosts
 from pipeline.core.rundir import RunDir
 from pipeline.modeling import host_predict
 
@@ -178,7 +177,7 @@ def val_scores(spec, probabilities: np.ndarray, labels: np.ndarray) -> dict[str,
     }
 
 
-def predict_batches(model, batches, replicas: int, hosts: Hosts | None = None) -> np.ndarray:
+def predict_batches(model, batches, platform) -> np.ndarray:
     """The model's outputs for every batch of a dataset of inputs, in order.
 
     One replica: batch by batch with `predict_on_batch`, about twice Keras `predict`'s images/s
@@ -187,9 +186,9 @@ def predict_batches(model, batches, replicas: int, hosts: Hosts | None = None) -
     `predict_on_batch` would run the whole batch on each, so `predict` splits it there. Across
     several processes each predicts its share of the batches (`host_predict`).
     """
-    if hosts is not None and hosts.several:
-        return host_predict.predict_shared(model, batches, hosts)
-    if replicas > 1:
+    if platform.hosts.several:
+        return host_predict.predict_shared(model, batches, platform)
+    if platform.replicas > 1:
         return np.asarray(model.predict(batches, verbose=0))
     outputs = [np.asarray(model.predict_on_batch(inputs)) for inputs in batches.as_numpy_iterator()]
     return np.concatenate(outputs)
@@ -239,7 +238,7 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
                 views = dataset.map(lambda images, *_, i=index: view(images, i, aug, spec.num_classes, scale))
             else:
                 views = dataset.map(lambda tokens, *_: tokens)
-            total += predict_batches(net, views, platform.replicas, platform.hosts)[real]
+            total += predict_batches(net, views, platform)[real]
             log.info("%s: %s pass %d/%d done", run.name, split, index + 1, tta)
     labels = np.concatenate([t[0] for t in tags])[real] if labeled else None
     predictions = Predictions(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from functools import partial
 
 import keras
 import numpy as np
@@ -20,7 +21,7 @@ import pandas as pd
 from pipeline.core import device, hosts
 from pipeline.core.files import write_atomically
 from pipeline.data import augment, datasets
-from pipeline.modeling import custom_loop, features, networks, policy, preemption
+from pipeline.modeling import custom_loop, features, host_predict, networks, policy, preemption
 from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
 from pipeline.modeling.epoch_lines import epoch_header, epoch_line
@@ -125,8 +126,8 @@ class Trainer:
                 self.class_counts.max(),
             )
         self.start = self._restore()  # a checkpoint that does not fit fails here, before any write
-        if job.platform.backend == "jax":  # each process restored on its own: from one checkpoint?
-            hosts.agree_jax(job.platform.hosts, "the epoch to resume from", self.start, CHECKPOINTS_HINT)
+        gather = partial(host_predict.allgather, job.platform)  # each process restored on its own:
+        hosts.agree(job.platform.hosts, "the epoch to resume from", self.start, CHECKPOINTS_HINT, gather)
 
     def _cut(self) -> features.Cut:
         train = self.config.train
@@ -196,7 +197,7 @@ class Trainer:
         inputs = val.map(lambda inputs, _: inputs)
         platform = self.job.platform
         model = self.classifier if platform.hosts.count == 1 else self.classifier.net
-        probabilities = predict_batches(model, inputs, platform.replicas, platform.hosts)
+        probabilities = predict_batches(model, inputs, platform)
         real = self._val_labels != datasets.PAD_LABEL
         return val_scores(spec, probabilities[real], self._val_labels[real])
 
@@ -276,7 +277,7 @@ class Trainer:
             job.val,
             config,
             self.run.path,
-            job.platform.replicas,
+            job.platform,
             job.manifest.get("fingerprint", ""),
         )
 

@@ -157,6 +157,15 @@ def prepare(
 
     spec = load_competition(config.competition)
     networks.check(config, spec, platform.backend)  # before any work
+    if platform.kind == "multi-worker" and config.train.loop == "fit":
+        # Keras 3's fit hands the strategy's per-replica batches to ops that want one tensor
+        # ("Attempt to convert a value (PerReplica...)"); the custom loop runs them itself.
+        raise PetalsError(
+            "train.loop=fit: Keras 3's fit does not train under MultiWorkerMirroredStrategy "
+            "(keras-team/keras#20585); --set train.loop=custom"
+        )
+    if platform.hosts.several and config.train.feature_cache:  # it extracts batch by batch, alone
+        raise PetalsError("train.feature_cache=true runs in one process; train it with HOSTS=1")
     root = locate_data(data_dir)
     manifest = read_manifest(data_dir)
     train, val = splits.train_and_val(root, spec, config)
