@@ -152,41 +152,19 @@ def test_two_processes_train_as_one_a_killed_one_ends_the_job_in_one_line_and_th
     assert (run / "metrics.json").is_file() and (run / "best.weights.h5").is_file()
 
 
-def _train(tiny_data_dir, tmp_path, layout: str, seed: int) -> tuple[list[float], Path]:
-    """Train the tiny recipe at `layout` (1x8 or 2x4) and seed; its losses and its run dir."""
-    # TINY's learning rate without its warm-up diverges at first, and chance-level losses would
-    # compare nothing: one epoch of warm-up, then a rate at which the cnn learns within 6 epochs.
-    tiny = [o for o in TINY if not o.startswith(("train.lr_", "train.epochs", "train.steps"))]
-    overrides = [*tiny, "train.epochs=6", "train.steps_per_epoch=4", "train.min_steps_per_epoch=1",
-                 "train.lr_max=0.003", "train.lr_ramp_epochs=1", f"seed={seed}"]  # fmt: skip
-    runs = tmp_path / f"{layout}-{seed}"
-    stage = ["train", "--data-dir", str(tiny_data_dir), "--runs-dir", str(runs), "--backend", "jax",
-             "--recipe", "default", *[a for o in overrides for a in ("--set", o)]]  # fmt: skip
-    done = _run_layout(layout, stage, tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    [history] = runs.glob("*/history.csv")
-    with history.open() as f:
-        return [float(row["loss"]) for row in csv.DictReader(f)], history.parent
+# One process of all the devices against two of half as many each: 1 x 8 against 2 x 4 JAX CPU
+# devices; under TensorFlow a TF_CONFIG worker has one CPU replica, so 1 x 2 against 2 x 1.
+LAYOUTS = {"jax": {"one": (1, 8), "two": (2, 4)}, "tensorflow": {"one": (1, 2), "two": (2, 1)}}
 
 
-def _run_layout(layout: str, stage: list[str], tmp_path) -> subprocess.CompletedProcess:
-    hosts_, devices = {"1x8": (1, 8), "2x4": (2, 4)}[layout]
-    launch = [
-        sys.executable,
-        "-m",
-        "pipeline.launch",
-        "--hosts",
-        str(hosts_),
-        "--log-dir",
-        str(tmp_path / "logs"),
-        "--",
-    ]
-    command = [
-        *(launch if hosts_ > 1 else [sys.executable, "-m", "pipeline"]),
-        *stage,
-        "--cpu-replicas",
-        str(devices),
-    ]
+def _run_layout(engine: str, layout: str, stage: list[str], tmp_path) -> subprocess.CompletedProcess:
+    hosts_, devices = LAYOUTS[engine][layout]
+    stage = [*stage, "--backend", engine, *(["--set", "train.loop=custom"] if engine == "tensorflow" else [])]
+    if devices > 1:
+        stage += ["--cpu-replicas", str(devices)]
+    logs = str(tmp_path / "logs")
+    launch = ["-m", "pipeline.launch", "--hosts", "2", "--backend", engine, "--log-dir", logs, "--"]
+    command = [sys.executable, *(launch if hosts_ > 1 else ["-m", "pipeline"]), *stage]
     env = {**os.environ, "PYTHONPATH": str(REPO), "TF_DETERMINISTIC_OPS": "1"}
     env.pop("KERAS_BACKEND", None)
     return subprocess.run(
@@ -194,33 +172,51 @@ def _run_layout(layout: str, stage: list[str], tmp_path) -> subprocess.Completed
     )
 
 
+def _train(tiny_data_dir, tmp_path, engine: str, layout: str) -> tuple[list[float], Path]:
+    """Train the tiny recipe at `layout`; its losses and its run dir."""
+    # TINY's learning rate without its warm-up diverges at first, and chance-level losses would
+    # compare nothing: one epoch of warm-up, then a rate at which the cnn learns a little.
+    tiny = [o for o in TINY if not o.startswith(("train.lr_", "train.epochs", "train.steps"))]
+    overrides = [*tiny, "train.epochs=6", "train.steps_per_epoch=4", "train.min_steps_per_epoch=1",
+                 "train.lr_max=0.003", "train.lr_ramp_epochs=1"]  # fmt: skip
+    runs = tmp_path / layout
+    stage = ["train", "--data-dir", str(tiny_data_dir), "--runs-dir", str(runs), "--recipe", "default",
+             *[a for o in overrides for a in ("--set", o)]]  # fmt: skip
+    done = _run_layout(engine, layout, stage, tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    [history] = runs.glob("*/history.csv")
+    with history.open() as f:
+        return [float(row["loss"]) for row in csv.DictReader(f)], history.parent
+
+
 @pytest.mark.slow
-@pytest.mark.heavy  # five JAX runs: the figure is `make bench-hosts`'s
-def test_two_processes_of_four_devices_learn_as_one_of_eight_and_score_each_example_once(
-    tiny_data_dir, tmp_path
+@pytest.mark.heavy  # four runs of two processes or one: the figure is `make bench-hosts`'s
+@pytest.mark.parametrize("engine", LAYOUTS)
+def test_two_processes_learn_as_one_of_all_the_devices_and_score_each_example_once(
+    tiny_data_dir, tmp_path, engine
 ):
-    """Each process of 2 x 4 reads its own half of the shards, so its batches are not 1 x 8's (and
+    """Each process reads its own half of the shards, so its batches are not one process's (and
     the cnn's dropout falls on other examples): the losses agree as another data order's do. On this
-    data a second seed of 1 x 8 ends 0.12 from the first; 2 x 4 ended 0.026 from it, and the
-    epochs' largest gap was 0.16, at the second epoch's jump (`make bench-hosts` has the figures
-    on more data). Then the 2 x 4 run's val, predicted by both processes (each batch by one), is
-    what one process predicts, every example once and in order."""
+    data, under JAX, a second seed of 1 x 8 ends 0.12 from the first; 2 x 4 ended 0.026 from it, and
+    the epochs' largest gap was 0.16, at the second epoch's jump (`make bench-hosts` has the figures
+    on more data). Then the two-process run's val, predicted by both processes (each batch by one),
+    is what one process predicts, every example once and in order."""
     import numpy as np
 
-    one, _ = _train(tiny_data_dir, tmp_path, "1x8", 0)
-    two, run = _train(tiny_data_dir, tmp_path, "2x4", 0)
+    one, _ = _train(tiny_data_dir, tmp_path, engine, "one")
+    two, run = _train(tiny_data_dir, tmp_path, engine, "two")
     gaps = [abs(a - b) for a, b in zip(one, two, strict=True)]
     assert len(gaps) == 6 and max(gaps) < 0.3 and gaps[-1] < 0.1, (one, two)
     predictions = {}
-    for layout in ("1x8", "2x4"):
+    for layout in ("one", "two"):
         copy = tmp_path / f"evaluate-{layout}"
         shutil.copytree(run.parent, copy)
         stage = ["evaluate", "--data-dir", str(tiny_data_dir), "--runs-dir", str(copy), "--run", run.name,
-                 "--backend", "jax", "--submissions-dir", str(copy / "submissions")]  # fmt: skip
-        done = _run_layout(layout, stage, tmp_path)
+                 "--submissions-dir", str(copy / "submissions")]  # fmt: skip
+        done = _run_layout(engine, layout, stage, tmp_path)
         assert done.returncode == 0, done.stderr[-2000:]
         predictions[layout] = np.load(copy / run.name / "val_predictions.npz")
-    a, b = predictions["1x8"], predictions["2x4"]
+    a, b = predictions["one"], predictions["two"]
     assert a["ids"].tolist() == b["ids"].tolist() and len(set(a["ids"].tolist())) == len(a["ids"])
     np.testing.assert_allclose(a["probabilities"], b["probabilities"], atol=1e-5)
 
