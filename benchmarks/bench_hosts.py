@@ -1,5 +1,6 @@
 """One process of 8 JAX CPU devices against 2 processes of 4 (`make train HOSTS=2 CPU_REPLICAS=4`):
-images/s and the loss of every epoch, side by side.
+images/s and the loss of every epoch, side by side. `--engine tensorflow`: one process of 2 CPU
+replicas against 2 TF_CONFIG workers of one (`make train HOSTS=2 BACKEND=tensorflow`).
 
 Each layout trains the same config (the `cnn` on the embedded flowers drawn at 64 px, a quarter of
 them: `make fetch DATA=data-hosts SIZE=64 SCALE=0.25`) in fresh processes, `--repeats` times,
@@ -8,9 +9,9 @@ Each process of 2 x 4 reads its own half of the shards, so the two layouts see o
 what a layout changes is measured against what another seed (another order of the same data)
 changes. TensorFlow's op determinism (TF_DETERMINISTIC_OPS=1, TensorFlow's own switch) fixes the
 input order of one seed. Writes `benchmarks/hosts.json` and `benchmarks/hosts.png` (the loss
-curves) and prints a table.
+curves; `hosts-tensorflow.*` for TensorFlow) and prints a table.
 
-    python benchmarks/bench_hosts.py --data-dir data-hosts [--repeats 3] [--epochs 4]
+    python benchmarks/bench_hosts.py --data-dir data-hosts [--repeats 3] [--epochs 6] [--engine tensorflow]
 """
 
 from __future__ import annotations
@@ -31,11 +32,19 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-LAYOUTS = {"1x8": (1, 8), "2x4": (2, 4)}
+# Per engine, one process of all the devices against two of half as many: under TensorFlow a
+# TF_CONFIG worker has one CPU replica (MultiWorkerMirroredStrategy), and trains with the custom
+# loop (Keras 3's fit fails under that strategy).
+ENGINES = {
+    "jax": {"1x8": (1, 8), "2x4": (2, 4)},
+    "tensorflow": {"1x2": (1, 2), "2x1": (2, 1)},
+}
 
 
-def train(layout: str, data_dir: Path, runs: Path, epochs: int, steps: int, size: int, seed: int) -> dict:
-    hosts, devices = LAYOUTS[layout]
+def train(
+    layout: str, data_dir: Path, runs: Path, epochs: int, steps: int, size: int, seed: int, engine: str
+) -> dict:
+    hosts, devices = ENGINES[engine][layout]
     overrides = [
         "competition=flowers", "model.backbone=cnn", f"data.image_size={size}", "data.batch_size=8",
         f"train.epochs={epochs}", f"train.steps_per_epoch={steps}", "train.min_steps_per_epoch=1",
@@ -44,8 +53,12 @@ def train(layout: str, data_dir: Path, runs: Path, epochs: int, steps: int, size
         f"seed={seed}",
     ]  # fmt: skip
     settings = [a for o in overrides for a in ("--set", o)]
-    stage = ["train", "--data-dir", str(data_dir), "--runs-dir", str(runs), "--backend", "jax",
-             "--cpu-replicas", str(devices), "--recipe", "default", *settings]  # fmt: skip
+    if engine == "tensorflow":
+        settings += ["--set", "train.loop=custom"]
+    if devices > 1:
+        settings += ["--cpu-replicas", str(devices)]
+    stage = ["train", "--data-dir", str(data_dir), "--runs-dir", str(runs), "--backend", engine,
+             "--recipe", "default", *settings]  # fmt: skip
     if hosts == 1:
         command = [sys.executable, "-m", "pipeline", *stage]
     else:
@@ -58,6 +71,8 @@ def train(layout: str, data_dir: Path, runs: Path, epochs: int, steps: int, size
             str(hosts),
             "--log-dir",
             str(logs),
+            "--backend",
+            engine,
             "--",
             *stage,
         ]
@@ -79,7 +94,7 @@ def train(layout: str, data_dir: Path, runs: Path, epochs: int, steps: int, size
     }
 
 
-def kill_latency(data_dir: Path, size: int) -> dict:
+def kill_latency(data_dir: Path, size: int, engine: str) -> dict:
     """Seconds from SIGKILL of process 1 (a second into training) to the launcher's exit, its line."""
     import signal
 
@@ -89,9 +104,13 @@ def kill_latency(data_dir: Path, size: int) -> dict:
     )
     overrides = ["competition=flowers", "model.backbone=cnn", f"data.image_size={size}", "data.batch_size=8",
                  "train.epochs=50", "train.steps_per_epoch=4", "train.min_steps_per_epoch=1"]  # fmt: skip
-    command = [sys.executable, "-m", "pipeline.launch", "--hosts", "2", "--log-dir", str(logs), "--",
-               "train", "--data-dir", str(data_dir), "--runs-dir", str(runs), "--backend", "jax",
-               "--cpu-replicas", "2", "--recipe", "default"]  # fmt: skip
+    command = [sys.executable, "-m", "pipeline.launch", "--hosts", "2", "--log-dir", str(logs),
+               "--backend", engine, "--", "train", "--data-dir", str(data_dir), "--runs-dir", str(runs),
+               "--backend", engine, "--recipe", "default"]  # fmt: skip
+    if engine == "jax":
+        command += ["--cpu-replicas", "2"]
+    else:
+        overrides.append("train.loop=custom")
     command += [a for o in overrides for a in ("--set", o)]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     job = subprocess.Popen(
@@ -113,38 +132,43 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, default=Path("data-hosts"))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=6)
-    parser.add_argument("--steps", type=int, default=20, help="steps per epoch (global batch 64)")
+    parser.add_argument("--steps", type=int, default=20, help="steps per epoch (global batch 8 x devices)")
     parser.add_argument("--size", type=int, default=64, help="the data dir's image size")
+    parser.add_argument("--engine", choices=tuple(ENGINES), default="jax")
     parser.add_argument(
-        "--only", choices=("all", "kill"), default="all", help="kill: the launcher's stop only"
+        "--only", choices=("all", "kill", "train"), default="all", help="the launcher's stop or training only"
     )
     args = parser.parse_args()
-    kills = []
-    for _ in range(args.repeats):
-        kills.append(kill_latency(args.data_dir, args.size))
-        print(f"kill: the launcher ended {kills[-1]['seconds']} s after it, exit {kills[-1]['exit']}: "
-              f"{kills[-1]['line']}", flush=True)  # fmt: skip
-    (REPO / "benchmarks/hosts-kill.json").write_text(json.dumps(kills, indent=1))
+    suffix = "" if args.engine == "jax" else f"-{args.engine}"
+    if args.only != "train":
+        kills = []
+        for _ in range(args.repeats):
+            kills.append(kill_latency(args.data_dir, args.size, args.engine))
+            print(f"kill: the launcher ended {kills[-1]['seconds']} s after it, exit {kills[-1]['exit']}: "
+                  f"{kills[-1]['line']}", flush=True)  # fmt: skip
+        (REPO / f"benchmarks/hosts-kill{suffix}.json").write_text(json.dumps(kills, indent=1))
     if args.only == "kill":
         return
     runs = Path(tempfile.mkdtemp(prefix="bench-hosts-runs-"))
     results = []
+    one, two = ENGINES[args.engine]
     for repeat in range(args.repeats):
-        for layout in LAYOUTS:
-            result = train(
-                layout, args.data_dir, runs / f"{layout}-{repeat}", args.epochs, args.steps, args.size, repeat
-            )
+        for layout in (one, two):
+            result = train(layout, args.data_dir, runs / f"{layout}-{repeat}", args.epochs, args.steps,
+                           args.size, repeat, args.engine)  # fmt: skip
             results.append({**result, "repeat": repeat})
             print(f"{layout} #{repeat}: loss {result['loss']}, img/s {result['images_per_second']}, "
                   f"{result['wall_seconds']} s", flush=True)  # fmt: skip
-    (REPO / "benchmarks/hosts.json").write_text(json.dumps(results, indent=1))
-    _plot(results, REPO / "benchmarks/hosts.png")
+    (REPO / f"benchmarks/hosts{suffix}.json").write_text(json.dumps(results, indent=1))
+    _plot(results, REPO / f"benchmarks/hosts{suffix}.png", one, args.engine)
     by = {(r["layout"], r["repeat"]): np.asarray(r["loss"]) for r in results}
-    layouts = [by["2x4", r] - by["1x8", r] for r in range(args.repeats)]
-    seeds = [by["1x8", r] - by["1x8", 0] for r in range(1, args.repeats)]
-    print(f"2x4 - 1x8, the same seed: at most {max(np.abs(d).max() for d in layouts):.4f} an epoch; "
-          f"another seed of 1x8: up to {max((np.abs(d).max() for d in seeds), default=0):.4f}")  # fmt: skip
-    for layout in LAYOUTS:
+    layouts = [by[two, r] - by[one, r] for r in range(args.repeats)]
+    seeds = [by[one, r] - by[one, 0] for r in range(1, args.repeats)]
+    print(f"{two} - {one}, the same seed: at most {max(np.abs(d).max() for d in layouts):.4f} an epoch, "
+          f"last epoch {max(abs(d[-1]) for d in layouts):.4f}; another seed of {one}: up to "
+          f"{max((np.abs(d).max() for d in seeds), default=0):.4f}, last epoch "
+          f"{max((abs(d[-1]) for d in seeds), default=0):.4f}")  # fmt: skip
+    for layout in (one, two):
         mine = [r for r in results if r["layout"] == layout]
         speeds = [sum(r["images_per_second"][1:]) / max(1, len(r["images_per_second"]) - 1) for r in mine]
         last = [r["loss"][-1] for r in mine]
@@ -152,17 +176,17 @@ def main() -> None:
               f"last loss {min(last):.4f}-{max(last):.4f}")  # fmt: skip
 
 
-def _plot(results: list[dict], path: Path) -> None:
+def _plot(results: list[dict], path: Path, one: str, engine: str) -> None:
     from pipeline.core.files import pyplot, save_figure
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for r in results:
-        style = "-" if r["layout"] == "1x8" else "--"
-        ax.plot(range(1, len(r["loss"]) + 1), r["loss"], style, label=f"{r['layout']} #{r['repeat']}")
+        style = "-" if r["layout"] == one else "--"
+        ax.plot(range(1, len(r["loss"]) + 1), r["loss"], style, label=f"{r['layout']} seed {r['repeat']}")
     ax.set_xlabel("epoch")
     ax.set_ylabel("training loss")
-    ax.set_title("1 process x 8 JAX CPU devices against 2 x 4")
+    ax.set_title(f"{engine}: one process of all the devices (solid) against two (dashed)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     save_figure(fig, path, dpi=80)
