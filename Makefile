@@ -24,7 +24,7 @@ CHECKPOINT_DIR ?=#               make train: checkpoints elsewhere, e.g. gs://bu
 BACKEND     ?= auto#             Keras backend: auto (TensorFlow, or JAX where only JAX drives the TPU) | tensorflow | jax
 STRATEGY    ?= auto#             auto | tpu | mirrored | multi-worker | gpu | cpu
 CPU_REPLICAS ?= 0#               split the CPU into N replicas (tests multi-replica code on either backend)
-HOSTS       ?= 1#                train, evaluate, predict: N local processes as a slice's hosts (pipeline/launch.py; JAX), e.g. HOSTS=2 CPU_REPLICAS=4; slice: one host of a TPU slice
+HOSTS       ?= 1#                train, evaluate, predict: N local processes as a slice's hosts (pipeline/launch.py; JAX, or TF_CONFIG workers with BACKEND=tensorflow), e.g. HOSTS=2 CPU_REPLICAS=4; slice: one host of a TPU slice
 device_ARGS = --backend $(BACKEND) --strategy $(STRATEGY) --cpu-replicas $(CPU_REPLICAS)
 RETRAIN     ?=#                  RETRAIN=1 trains again over a finished run
 TTA         ?= 1#                test-time augmentation passes for evaluate, predict and ensemble

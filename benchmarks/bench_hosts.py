@@ -48,7 +48,7 @@ def train(
     overrides = [
         "competition=flowers", "model.backbone=cnn", f"data.image_size={size}", "data.batch_size=8",
         f"train.epochs={epochs}", f"train.steps_per_epoch={steps}", "train.min_steps_per_epoch=1",
-        "train.lr_max=0.003", "train.lr_ramp_epochs=1",  # it learns within the epochs: 4.64 -> 4.0
+        "train.lr_max=0.001", "train.lr_ramp_epochs=1",  # learns steadily: 4.64 -> 3.4-3.9 (1x8, seeds 0-2)
         "train.val_every=1000",  # scored once, after the last epoch: the figure is training's
         f"seed={seed}",
     ]  # fmt: skip

@@ -166,7 +166,9 @@ def leave(code: int | None) -> None:
     writes is closed and renamed by the time a stage returns."""
     from pipeline.core.hosts import leave_jax
 
-    if not code:  # a failed process leaves at once: the others stop on the coordination service's word
+    # Done, or stopped at the step every process agreed on: leave together. A failed process
+    # leaves at once: the others stop on the coordination service's word.
+    if code in (None, 0, EXIT_PREEMPTED):
         leave_jax()
     logging.shutdown()
     sys.stdout.flush()

@@ -10,8 +10,11 @@ process id to `host-<i>.pid`.
 The first process to fail ends the launch: the others are killed (their whole process groups, at
 once: a process waiting in a collective would only notice after the coordination service's
 heartbeat) and one line names the process, its exit and its log; the exit code is its own.
-Ctrl-C or a SIGTERM to the launcher stops every process the same way. Nothing here takes part in
-the training: the collectives and process groups are JAX's and TensorFlow's own.
+Ctrl-C stops every process the same way. A SIGTERM to the launcher (a preemption notice) goes to
+every process, which stop at a step they agree on (JAX's preemption sync point) and save it, as
+when one process stops so (exit 75, EXIT_PREEMPTED): the launcher waits for them all, then says so
+in one line, exit 75. Nothing here takes part in the training: the collectives and process groups
+are JAX's and TensorFlow's own.
 """
 
 from __future__ import annotations
@@ -28,9 +31,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from pipeline.cli import EXIT_PREEMPTED
 from pipeline.core import hosts
 
 POLL_SECONDS = 0.2
+# After a preemption notice, how long the processes get to save and exit on their own (their own
+# grace is 20 s, inside the ~30 s a preempted Cloud TPU VM gets).
+GRACE_SECONDS = 25.0
 BACKENDS = ("jax", "tensorflow")
 
 
@@ -93,13 +100,37 @@ def launch(count: int, backend: str, command: list[str], log_dir: Path) -> int:
         for child in children:
             child.wait()
 
+    terminated = []
+
     def on_signal(number, frame):
+        terminated.append(number)
         raise KeyboardInterrupt
+
+    def preempted() -> int:
+        """A preemption (SIGTERM to the launcher, or one process stopped at the step they agreed on):
+        the processes save and exit on their own, within the grace; those still running then are
+        killed. 75 when every process saved, like one process's preemption."""
+        deadline = time.monotonic() + GRACE_SECONDS
+        while any(c.poll() is None for c in children) and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+        codes = [c.poll() for c in children]
+        stop_all()
+        if all(code == EXIT_PREEMPTED for code in codes):
+            print(f"petals launch: all {count} processes stopped at the step they agreed on and saved it; "
+                  "rerun the same command to resume", file=sys.stderr)  # fmt: skip
+            return EXIT_PREEMPTED
+        late = [i for i, code in enumerate(codes) if code != EXIT_PREEMPTED]
+        print(f"petals launch: preempted; process(es) {', '.join(map(str, late))} of {count} did not save "
+              f"within {GRACE_SECONDS:.0f} s and were stopped; the rerun resumes from the last checkpoint",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_PREEMPTED
 
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
         while True:
             codes = [child.poll() for child in children]
+            if EXIT_PREEMPTED in codes:  # the others stop at the same step: let them save
+                return preempted()
             failed = [i for i, code in enumerate(codes) if code not in (None, 0)]
             if failed:
                 # Seen together, one killed by a signal is named before one that exited with an
@@ -117,6 +148,12 @@ def launch(count: int, backend: str, command: list[str], log_dir: Path) -> int:
                 return 0
             time.sleep(POLL_SECONDS)
     except KeyboardInterrupt:
+        if terminated:  # a preemption notice: each process takes it (JAX agrees on the step)
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one changes nothing now
+            for child in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGTERM)
+            return preempted()
         stop_all()
         print(f"petals launch: interrupted; stopped all {count} processes", file=sys.stderr)
         return 130

@@ -91,14 +91,14 @@ ENGINES = {
 }
 
 
-def _launch(tiny_data_dir, runs, logs, engine: str) -> subprocess.Popen:
+def _launch(tiny_data_dir, runs, logs, engine: str, *extra: str) -> subprocess.Popen:
     """`make train HOSTS=2` on the tiny data: 6 epochs of 4 steps."""
     launcher, stage, _ = ENGINES[engine]
     overrides = [*TINY, "train.epochs=6", "train.steps_per_epoch=4", "train.min_steps_per_epoch=1"]
     command = [
         sys.executable, "-m", "pipeline.launch", "--hosts", "2", "--log-dir", str(logs), *launcher, "--",
         "train", "--data-dir", str(tiny_data_dir), "--runs-dir", str(runs), *stage,
-        "--recipe", "default", *[a for o in overrides for a in ("--set", o)],
+        "--recipe", "default", *[a for o in overrides for a in ("--set", o)], *extra,
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("KERAS_BACKEND", None)
@@ -156,6 +156,46 @@ def test_two_processes_train_as_one_a_killed_one_ends_the_job_in_one_line_and_th
     with (run / "history.csv").open() as f:
         assert [int(row["epoch"]) for row in csv.DictReader(f)] == list(range(1, 7))
     assert (run / "metrics.json").is_file() and (run / "best.weights.h5").is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # two JAX runs of two processes
+@pytest.mark.parametrize("notice", ["SIGTERM", "time limit"])
+def test_a_preemption_notice_stops_every_process_at_one_step_and_the_rerun_resumes_it(
+    tiny_data_dir, tmp_path, notice
+):
+    """A SIGTERM to the launcher reaches every process, or one process's time limit becomes a
+    notice to all (JAX's preemption notifier); they stop at the step JAX names, process 0 saves
+    it, and the launcher says so in one line, exit 75. The rerun resumes both from that step."""
+    runs, logs = tmp_path / "runs", tmp_path / "logs"
+    extra = ["--time-limit", "12"] if notice == "time limit" else []
+    job = _launch(tiny_data_dir, runs, logs, "jax", *extra, "--set", "train.steps_per_epoch=40")
+    if notice == "SIGTERM":
+        deadline = time.monotonic() + 240
+        while _epochs_written(runs) < 1 and job.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)  # into the second epoch
+        job.send_signal(signal.SIGTERM)
+    _, err = job.communicate(timeout=120)
+    assert job.returncode == 75, err
+    assert err.strip().splitlines()[-1] == (
+        "petals launch: all 2 processes stopped at the step they agreed on and saved it; "
+        "rerun the same command to resume"
+    )
+    stopped = re.compile(r"petals train: stopped by .* at epoch (\d+), step (\d+) of 40")
+    [here] = stopped.findall(err)
+    [there] = stopped.findall((logs / "host-1.log").read_text())
+    assert here == there and int(here[1]) > 0, (here, there)  # the same step, mid-epoch
+
+    rerun = _launch(tiny_data_dir, runs, logs, "jax", "--set", "train.steps_per_epoch=40")
+    out, err = rerun.communicate(timeout=240)
+    assert rerun.returncode == 0, err
+    epoch, step = int(here[0]) - 1, here[1]
+    for text in (out + err, (logs / "host-1.log").read_text()):
+        assert f"after epoch {epoch} and step {step} of the next" in text
+    [run] = [p for p in runs.iterdir() if p.is_dir()]
+    with (run / "history.csv").open() as f:
+        assert [int(row["epoch"]) for row in csv.DictReader(f)] == list(range(1, 7))
 
 
 @pytest.mark.slow

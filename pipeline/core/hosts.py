@@ -165,6 +165,16 @@ def agree(hosts: Hosts, what: str, value: int, hint: str, gather: Callable) -> N
         raise PetalsError(f"the processes disagree on {what} ({each}); {hint}")
 
 
+def preemption_sync_jax(hosts: Hosts) -> Callable[[int], bool] | None:
+    """Several JAX processes: JAX's own agreement on the step to stop at after a SIGTERM to any of
+    them (its coordination service's preemption notifier), for `preemption.StopRequest`."""
+    if not hosts.several:
+        return None
+    from jax.experimental import multihost_utils
+
+    return multihost_utils.reached_preemption_sync_point
+
+
 def leave_jax() -> None:
     """Leave the other processes together: JAX's shutdown waits until each has reached it, so the
     coordinator (process 0) does not go first and take the service from those still finishing.

@@ -36,8 +36,15 @@ GRACE_SECONDS = 20.0  # inside the ~30 s notice a preempted Cloud TPU VM gets
 class StopRequest:
     """Whether the run should stop now, and why: a signal received, or the time limit near."""
 
-    def __init__(self, time_limit: float | None = None, grace: float = GRACE_SECONDS):
+    def __init__(self, time_limit: float | None = None, grace: float = GRACE_SECONDS, agreed=None):
         self.started = time.monotonic()
+        # Several JAX processes: JAX's preemption notifier takes SIGTERM, and `agreed(n)` (JAX's
+        # `reached_preemption_sync_point`) says, at the n-th look, whether this is the step every
+        # process stops at: stopping each at its own step would leave the others in a collective.
+        # Every process looks the same number of times, between the same steps.
+        self.agreed = agreed
+        self.looks = 0
+        self.limit_told = False
         self.deadline = self.started + time_limit if time_limit else None
         self.grace = grace
         self.reason: str | None = None
@@ -46,8 +53,21 @@ class StopRequest:
 
     def __call__(self) -> str | None:
         """The reason to stop now, or None."""
+        if self.agreed is not None:
+            return self._agreed_reason() if self.deferring else None
         if self.reason is None and self.deadline is not None and time.monotonic() >= self.deadline:
             self.reason = "the time limit"
+        return self.reason
+
+    def _agreed_reason(self) -> str | None:
+        """Several processes: this one's time limit becomes a preemption notice to all of them (a
+        SIGTERM to itself, which JAX's notifier passes on); they stop at the step JAX names."""
+        if not self.limit_told and self.deadline is not None and time.monotonic() >= self.deadline:
+            self.limit_told = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        self.looks += 1
+        if self.reason is None and self.agreed(self.looks):
+            self.reason = "the time limit" if self.limit_told else "SIGTERM (every process stops at this step)"
         return self.reason
 
     def signalled(self, signum: int, frame) -> None:
@@ -79,11 +99,13 @@ class StopRequest:
 @contextlib.contextmanager
 def watching(stop: StopRequest) -> Iterator[StopRequest]:
     """SIGTERM and SIGINT go to `stop` while the block runs (in the main thread only: elsewhere
-    Python cannot take signals, and the block runs unguarded)."""
+    Python cannot take signals, and the block runs unguarded); SIGTERM stays JAX's when the
+    processes agree on where to stop (`stop.agreed`)."""
     if threading.current_thread() is not threading.main_thread():
         yield stop
         return
-    previous = {s: signal.signal(s, stop.signalled) for s in (signal.SIGTERM, signal.SIGINT)}
+    taken = (signal.SIGINT,) if stop.agreed is not None else (signal.SIGTERM, signal.SIGINT)
+    previous = {s: signal.signal(s, stop.signalled) for s in taken}
     try:
         yield stop
     finally:

@@ -26,6 +26,7 @@ from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure
 from pipeline.core.git import git_commit
+from pipeline.core.hosts import preemption_sync_jax
 from pipeline.core.options import TrainOptions
 from pipeline.core.rundir import RunDir
 
@@ -93,7 +94,8 @@ def train(opts: TrainOptions) -> dict | None:
         return None
     from pipeline.modeling import preemption
 
-    with preemption.watching(preemption.StopRequest(opts.time_limit)) as stop:
+    agreed = preemption_sync_jax(platform.hosts) if platform.backend == "jax" else None
+    with preemption.watching(preemption.StopRequest(opts.time_limit, agreed=agreed)) as stop:
         metrics = fit(
             job,
             verbose=int(opts.progress_bar),
