@@ -166,8 +166,6 @@ def prepare(
             "train.loop=fit: Keras 3's fit does not train under MultiWorkerMirroredStrategy "
             "(keras-team/keras#20585); --set train.loop=custom"
         )
-    if platform.hosts.several and config.train.feature_cache:  # it extracts batch by batch, alone
-        raise PetalsError("train.feature_cache=true runs in one process; train it with HOSTS=1")
     root = locate_data(data_dir)
     manifest = read_manifest(data_dir)
     train, val = splits.train_and_val(root, spec, config)
