@@ -199,6 +199,34 @@ def test_a_preemption_notice_stops_every_process_at_one_step_and_the_rerun_resum
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # EfficientNet-Lite0 in two JAX processes
+def test_the_cpu_recipe_trains_in_two_processes_each_batch_of_its_feature_pass_predicted_once(
+    tiny_data_dir, tmp_path
+):
+    """`make train HOSTS=2` with the shipped CPU recipe (pretrained Lite0, the feature cache): the
+    cache's pass and val both go through the processes' shared predicting."""
+    command = [
+        sys.executable, "-m", "pipeline.launch", "--hosts", "2", "--log-dir", str(tmp_path / "logs"), "--",
+        "train", "--data-dir", str(tiny_data_dir), "--runs-dir", str(tmp_path / "runs"), "--backend", "jax",
+        "--cpu-replicas", "2", "--recipe", "cpu", "--set", "data.image_size=32", "--set", "data.batch_size=8",
+        "--set", "train.epochs=2",
+        "--set", "train.steps_per_epoch=2", "--set", "train.min_steps_per_epoch=1",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("KERAS_BACKEND", None)
+    done = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "cached train features" in done.stderr
+    rows = {
+        name: re.findall(r"train:\s+2/2 .*", text)
+        for name, text in {"0": done.stderr, "1": (tmp_path / "logs" / "host-1.log").read_text()}.items()
+    }
+    assert rows["0"] and rows["0"][0].split()[:7] == rows["1"][0].split()[:7]  # the same val scores
+
+
+@pytest.mark.slow
 def test_a_killed_tensorflow_worker_ends_the_job_in_one_line(tiny_data_dir, tmp_path):
     """TF_CONFIG workers: the survivor fails within 0.1 s of losing its peer, in the same poll of
     the launcher; the launcher still names the killed one. (The rerun: the heavy tier, above.)"""

@@ -25,16 +25,15 @@ _HERE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def predict_shared(model, batches, platform) -> np.ndarray:
-    """`model`'s outputs for every batch of `batches` (all full but the last: `pad_to_batch`), each
-    batch predicted by one process only."""
-    import tensorflow as tf
-
+    """`model`'s outputs for every batch of `batches` (all of one size but the last), each batch
+    predicted by one process only."""
     hosts = platform.hosts
-    rows = tf.nest.flatten(batches.element_spec)[0].shape[0]
-    if rows is None:
-        raise ValueError("predicting across processes needs batches of a static size (pad_to_batch=True)")
-    mine = predict_here(model, batches.shard(hosts.count, hosts.index))
-    return in_order(mine, hosts, rows, partial(allgather, platform))
+    gather = partial(allgather, platform)
+    outputs = predict_here(model, batches.shard(hosts.count, hosts.index))
+    # The batch size: process 0's first batch is the dataset's first (the largest of the first ones).
+    rows = int(np.max(gather(np.asarray([len(outputs[0]) if outputs else 0]))))
+    mine = np.concatenate(outputs) if outputs else np.zeros((0, *model.output.shape[1:]), np.float32)
+    return in_order(mine, hosts, rows, gather)
 
 
 def allgather(platform, value: np.ndarray) -> np.ndarray:
@@ -65,11 +64,11 @@ def in_order(mine: np.ndarray, hosts: Hosts, rows: int, gather: Callable) -> np.
     return out
 
 
-def predict_here(model, batches) -> np.ndarray:
-    """`model`'s outputs from a copy of it outside the multi-host distribution, on this process's
-    first device (every variable of a data-parallel mesh has a replica here to copy). The copy is
-    made once per model and takes its weights anew at each call: each epoch's scoring compiles
-    nothing again."""
+def predict_here(model, batches) -> list[np.ndarray]:
+    """`model`'s outputs for each batch, from a copy of it outside the multi-host distribution, on
+    this process's first device (every variable of a data-parallel mesh has a replica here to
+    copy). The copy is made once per model and takes its weights anew at each call: each epoch's
+    scoring compiles nothing again."""
     import keras
 
     distribution = keras.distribution.distribution()
@@ -79,9 +78,6 @@ def predict_here(model, batches) -> np.ndarray:
             _HERE[model] = keras.models.clone_model(model)
         copy = _HERE[model]
         copy.set_weights(model.get_weights())
-        outputs = [np.asarray(copy.predict_on_batch(x)) for x in batches.as_numpy_iterator()]
-        if not outputs:  # fewer batches than processes: this one had none
-            return np.zeros((0, *copy.output.shape[1:]), np.float32)
-        return np.concatenate(outputs)
+        return [np.asarray(copy.predict_on_batch(x)) for x in batches.as_numpy_iterator()]
     finally:
         keras.distribution.set_distribution(distribution)

@@ -67,7 +67,7 @@ class StopRequest:
             os.kill(os.getpid(), signal.SIGTERM)
         self.looks += 1
         if self.reason is None and self.agreed(self.looks):
-            self.reason = "the time limit" if self.limit_told else "SIGTERM (every process stops at this step)"
+            self.reason = "the time limit" if self.limit_told else "SIGTERM (all processes stop at this step)"
         return self.reason
 
     def signalled(self, signum: int, frame) -> None:
