@@ -135,7 +135,7 @@ $(INSPECT_DIR)/batch.png: $(DATA)/manifest.json $(ARGS_DIR)/inspect.args $(wildc
 inspect: $(INSPECT_DIR)/batch.png ## PNG grid of one augmented training batch + per-class counts (RECIPE=, SET=)
 
 # The stages that use the devices run on every host: one process, N local ones, or a TPU slice's.
-hosts_PY = $(if $(filter slice,$(HOSTS)),PETALS_HOSTS=slice $(PY) -m pipeline,$(if $(filter-out 1,$(HOSTS)),$(PY) -m pipeline.launch --hosts $(HOSTS) $(if $(filter tensorflow,$(BACKEND)),--backend tensorflow) --,$(PY) -m pipeline))
+hosts_PY = $(if $(filter slice,$(HOSTS)),PETALS_HOSTS=slice $(PY) -m pipeline.launch --hosts 1 --,$(if $(filter-out 1,$(HOSTS)),$(PY) -m pipeline.launch --hosts $(HOSTS) $(if $(filter tensorflow,$(BACKEND)),--backend tensorflow) --,$(PY) -m pipeline))
 
 # The stage finds its run by the config's hash: a finished run is a no-op, an interrupted one resumes.
 train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an interrupted run; RETRAIN=1 redoes it)

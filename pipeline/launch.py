@@ -1,11 +1,13 @@
 """Several processes on this machine as one training, the way a pod slice runs one per host:
 `make train HOSTS=2 CPU_REPLICAS=4`, or `python -m pipeline.launch --hosts 2 -- train ...`.
 
-Each process is `python -m pipeline <the stage and its arguments>` with the settings a slice would
-give it (pipeline/core/hosts.py): under JAX, Keras' multi-process variables, one coordinator on
-127.0.0.1 at a free port; under TensorFlow, a TF_CONFIG cluster of workers on 127.0.0.1. Process
-0's output is this terminal's; each other's goes to `<log dir>/host-<i>.log`, and each one's
-process id to `host-<i>.pid`.
+`--hosts 1` supervises one process (`make train HOSTS=slice`, on each host of a real slice): it adds
+nothing to its settings, and if the process fails, one line says how, e.g. when JAX aborted it
+because another host died. Each process is `python -m pipeline <the stage and its arguments>`
+with the settings a slice would give it (pipeline/core/hosts.py): under JAX, Keras' multi-process
+variables, one coordinator on 127.0.0.1 at a free port; under TensorFlow, a TF_CONFIG cluster of
+workers on 127.0.0.1. Process 0's output is this terminal's; each other's goes to
+`<log dir>/host-<i>.log`, and each one's process id to `host-<i>.pid`.
 
 The first process to fail ends the launch: the others are killed (their whole process groups, at
 once: a process waiting in a collective would only notice after the coordination service's
@@ -54,7 +56,10 @@ def free_ports(count: int) -> list[int]:
 
 
 def environments(count: int, backend: str) -> list[dict[str, str]]:
-    """What each process is told about the others."""
+    """What each process is told about the others (nothing to one alone: on a slice's host it
+    keeps the host's own settings, e.g. PETALS_HOSTS=slice)."""
+    if count == 1:
+        return [{}]
     if backend == "jax":
         [port] = free_ports(1)
         shared = {hosts.ADDRESSES: f"127.0.0.1:{port}", hosts.COUNT: str(count), "JAX_PLATFORMS": "cpu"}
@@ -64,6 +69,16 @@ def environments(count: int, backend: str) -> list[dict[str, str]]:
         {"TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": i}})}
         for i in range(count)
     ]
+
+
+def _why(code: int) -> str:
+    """What a slice host's failure most likely means, past its own output."""
+    if code == -signal.SIGABRT:
+        return (
+            f"; JAX aborts every process once one has died or not answered for {hosts.HEARTBEAT_SECONDS} s: "
+            "if this host's output names no error of its own, another host's does"
+        )
+    return ""
 
 
 def _exit_words(code: int) -> str:
@@ -137,6 +152,10 @@ def launch(count: int, backend: str, command: list[str], log_dir: Path) -> int:
                 # error: a TF_CONFIG worker fails within 0.1 s of losing its peer, inside one poll.
                 failed = min(failed, key=lambda i: (codes[i] > 0, i))
                 stop_all()
+                if count == 1:  # one host of a slice: its process, whose output is above
+                    print(f"petals launch: this host's process {_exit_words(codes[0])}{_why(codes[0])}",
+                          file=sys.stderr)  # fmt: skip
+                    return codes[0] if codes[0] > 0 else 128 - codes[0]
                 where = "" if failed == 0 else f"; its output: {logs[failed]}"
                 print(
                     f"petals launch: process {failed} of {count} {_exit_words(codes[failed])}; "

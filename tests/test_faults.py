@@ -352,6 +352,7 @@ def test_the_time_limit_stops_with_a_checkpoint_and_the_rerun_resumes(tiny_data_
     assert _history(tmp_path / "limited") == [1, 2, 3]
 
 
+@pytest.mark.heavy  # JAX's convolutions on this CPU; the same stops on TensorFlow run in make test
 def test_both_loops_stop_and_resume_mid_epoch_on_jax(tiny_data_dir, tmp_path):
     done = run_python(
         f"""

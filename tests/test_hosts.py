@@ -227,6 +227,46 @@ def test_the_cpu_recipe_trains_in_two_processes_each_batch_of_its_feature_pass_p
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # two JAX processes, and JAX's 10 s heartbeat
+def test_on_a_slice_a_host_whose_peer_died_ends_in_one_line_within_the_heartbeat(tiny_data_dir, tmp_path):
+    """`make train HOSTS=slice` on each host of a real slice: no launcher sees the other hosts, so
+    each host's own one-process launcher supervises its process. When another host dies, JAX's
+    coordination service aborts this one within its heartbeat, and the line says what that means."""
+    from pipeline.launch import free_ports
+
+    [port] = free_ports(1)
+    overrides = [*TINY, "train.epochs=50", "train.steps_per_epoch=4", "train.min_steps_per_epoch=1"]
+    jobs, logs = [], [tmp_path / f"host{i}" for i in range(2)]
+    for i in range(2):  # two hosts, each with its own launcher, as `make train HOSTS=slice` starts them
+        env = {**os.environ, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu",
+               hosts.ADDRESSES: f"127.0.0.1:{port}", hosts.COUNT: "2", hosts.INDEX: str(i)}  # fmt: skip
+        env.pop("KERAS_BACKEND", None)
+        command = [
+            sys.executable, "-m", "pipeline.launch", "--hosts", "1", "--log-dir", str(logs[i]), "--",
+            "train", "--data-dir", str(tiny_data_dir), "--runs-dir", str(tmp_path / f"runs{i}"),
+            "--backend", "jax", "--recipe", "default", *[a for o in overrides for a in ("--set", o)],
+        ]  # fmt: skip
+        jobs.append(subprocess.Popen(command, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + 240
+    while _epochs_written(tmp_path / "runs0") < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    killed = time.monotonic()
+    os.kill(int((logs[1] / "host-0.pid").read_text()), signal.SIGKILL)  # host 1's process dies
+    _, err = jobs[0].communicate(timeout=120)
+    jobs[1].communicate(timeout=60)
+    assert time.monotonic() - killed < 60
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            "petals launch: this host's process was killed by SIGABRT; JAX aborts every process once one "
+            f"has died or not answered for {hosts.HEARTBEAT_SECONDS} s"
+        )
+    ), err[-2000:]
+    assert jobs[0].returncode == 134
+
+
+@pytest.mark.slow
 def test_a_killed_tensorflow_worker_ends_the_job_in_one_line(tiny_data_dir, tmp_path):
     """TF_CONFIG workers: the survivor fails within 0.1 s of losing its peer, in the same poll of
     the launcher; the launcher still names the killed one. (The rerun: the heavy tier, above.)"""
