@@ -131,7 +131,8 @@ def launch(count: int, backend: str, command: list[str], log_dir: Path) -> int:
         codes = [c.poll() for c in children]
         stop_all()
         if all(code == EXIT_PREEMPTED for code in codes):
-            print(f"petals launch: all {count} processes stopped at the step they agreed on and saved it; "
+            who = "this host's process" if count == 1 else f"all {count} processes"
+            print(f"petals launch: {who} stopped at the step they agreed on and saved it; "
                   "rerun the same command to resume", file=sys.stderr)  # fmt: skip
             return EXIT_PREEMPTED
         late = [i for i, code in enumerate(codes) if code != EXIT_PREEMPTED]
