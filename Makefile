@@ -20,7 +20,7 @@ SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 
 INSPECT_DIR ?= runs/inspect-$(COMPETITION)#     where `make inspect` writes batch.png and class_counts.csv
 RUNS_DIR    ?= runs#             run directories (make train)
 RUN         ?=#                  run id (default: recipe, backbone, size and a config hash)
-CHECKPOINT_DIR ?=#               make train: checkpoints elsewhere, e.g. gs://bucket/petals (every host of a slice must read them)
+CHECKPOINT_DIR ?=#               make train: this run's checkpoints elsewhere, one folder per run, e.g. gs://bucket/petals/flowers-tpu (every host of a slice must read them)
 BACKEND     ?= auto#             Keras backend: auto (TensorFlow, or JAX where only JAX drives the TPU) | tensorflow | jax
 STRATEGY    ?= auto#             auto | tpu | mirrored | multi-worker | gpu | cpu
 CPU_REPLICAS ?= 0#               split the CPU into N replicas (tests multi-replica code on either backend)

@@ -13,10 +13,10 @@ The first process to fail ends the launch: the others are killed (their whole pr
 once: a process waiting in a collective would only notice after the coordination service's
 heartbeat) and one line names the process, its exit and its log; the exit code is its own.
 Ctrl-C stops every process the same way. A SIGTERM to the launcher (a preemption notice) goes to
-every process, which stop at a step they agree on (JAX's preemption sync point) and save it, as
-when one process stops so (exit 75, EXIT_PREEMPTED): the launcher waits for them all, then says so
-in one line, exit 75. Nothing here takes part in the training: the collectives and process groups
-are JAX's and TensorFlow's own.
+every process, which save and exit 75 (EXIT_PREEMPTED): under JAX at a step they agree on (JAX's
+preemption sync point), under TensorFlow each at its own. The launcher, as when one process stops
+so, waits for them all (`GRACE_SECONDS`), then says so in one line, exit 75. Nothing here takes
+part in the training: the collectives and process groups are JAX's and TensorFlow's own.
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ from pathlib import Path
 
 from pipeline.cli import EXIT_PREEMPTED
 from pipeline.core import hosts
+from pipeline.modeling import preemption
 
 POLL_SECONDS = 0.2
-# After a preemption notice, how long the processes get to save and exit on their own (their own
-# grace is 20 s, inside the ~30 s a preempted Cloud TPU VM gets).
-GRACE_SECONDS = 25.0
+# After a preemption notice, how long the processes get to save and exit on their own: a process's
+# own watchdog gives up after `preemption.GRACE_SECONDS`; then a margin.
+GRACE_SECONDS = preemption.GRACE_SECONDS + 5
 BACKENDS = ("jax", "tensorflow")
 
 

@@ -14,8 +14,9 @@ settings come from, in order:
 
 Under JAX every process then joins one coordination service (`jax.distributed.initialize`) before
 any device is touched, and one `DataParallel` mesh spans every host's devices. Process 0 is the
-writer (pipeline/core/rundir.py asks `writer()`). The service's heartbeat bounds how long the
-others wait on a dead one: `HEARTBEAT_SECONDS`, not JAX's default 100 s.
+writer (`Hosts.writer`: the train stage gives the others a scratch run dir). The service's
+heartbeat bounds how long the others wait on a dead one: `HEARTBEAT_SECONDS`, not JAX's default
+100 s.
 """
 
 from __future__ import annotations

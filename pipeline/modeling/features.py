@@ -259,6 +259,15 @@ def _save(path: Path, features: np.ndarray, labels: np.ndarray, signature: dict)
     write_atomically(path, write)
 
 
+def _every_process_has(platform, here: bool) -> bool:
+    """Whether every process found its cache (each one asks, always: a process that computes
+    waits in the shared predicting for the others; the scratch run dir of a process other than 0
+    holds none)."""
+    from pipeline.modeling.host_predict import allgather
+
+    return bool(np.min(allgather(platform, np.asarray([int(here)]))))
+
+
 def _cache_split(
     name: str, split, views: list, cut_: Cut, config: Config, folder: Path, platform, source: str
 ) -> FeatureSplit:
@@ -267,7 +276,10 @@ def _cache_split(
 
     path = folder / f"{name}.npz"
     signature = _signature(cut_, config, split, source)
-    if (saved := _cached(path, signature)) is not None:
+    saved = _cached(path, signature)
+    if platform.hosts.several and not _every_process_has(platform, saved is not None):
+        saved = None  # the processes predict the pass together: all of them, or none, compute it
+    if saved is not None:
         features, labels = saved
         log.info("train: %s features cached already (%s)", name, path)
     else:

@@ -32,7 +32,12 @@ def predict_shared(model, batches, platform) -> np.ndarray:
     outputs = predict_here(model, batches.shard(hosts.count, hosts.index))
     # The batch size: process 0's first batch is the dataset's first (the largest of the first ones).
     rows = int(np.max(gather(np.asarray([len(outputs[0]) if outputs else 0]))))
-    mine = np.concatenate(outputs) if outputs else np.zeros((0, *model.output.shape[1:]), np.float32)
+    # float32 on every process (an empty share is; mixed precision's outputs are not): one dtype to gather
+    mine = (
+        np.concatenate(outputs).astype(np.float32)
+        if outputs
+        else np.zeros((0, *model.output.shape[1:]), np.float32)
+    )
     return in_order(mine, hosts, rows, gather)
 
 

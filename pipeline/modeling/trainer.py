@@ -196,7 +196,7 @@ class Trainer:
                 self._val_labels = np.concatenate([tags for _, tags in val.as_numpy_iterator()])
         inputs = val.map(lambda inputs, _: inputs)
         platform = self.job.platform
-        model = self.classifier if platform.hosts.count == 1 else self.classifier.net
+        model = self.classifier.net if platform.hosts.several else self.classifier
         probabilities = predict_batches(model, inputs, platform)
         real = self._val_labels != datasets.PAD_LABEL
         return val_scores(spec, probabilities[real], self._val_labels[real])

@@ -31,6 +31,7 @@ from pipeline.core.options import TrainOptions
 from pipeline.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
+SCRATCH = "petals-process-"  # a scratch run dir's folder, in /tmp: a process other than 0 writes there
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -201,7 +202,7 @@ def _own_run_dir(run: RunDir, hosts) -> RunDir:
     import os
     import tempfile
 
-    return RunDir(Path(tempfile.gettempdir()) / f"petals-process-{hosts.index}-{os.getpid()}" / run.name)
+    return RunDir(Path(tempfile.gettempdir()) / f"{SCRATCH}{hosts.index}-{os.getpid()}" / run.name)
 
 
 # ----------------------------------------------------------------------------- outputs
@@ -247,7 +248,7 @@ def fit(job: Job, verbose: int = 1, restart: bool = False, stop=None, keep_check
         with _only_writer(job.run):
             return _fit(job, verbose, restart, stop, keep_checkpoints)
     finally:
-        if not job.platform.hosts.writer:  # its scratch copy: process 0 kept what matters
+        if job.run.path.parent.name.startswith(SCRATCH):  # process 0 kept what matters
             import shutil
 
             shutil.rmtree(job.run.path.parent, ignore_errors=True)
