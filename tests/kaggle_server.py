@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 PORT = 7777
 LOCK = Path(tempfile.gettempdir()) / f"petals-kaggle-test-server-{PORT}.lock"
@@ -37,7 +38,12 @@ class Behaviour:
     kernel_status: str = "COMPLETE"  # what GetKernelSessionStatus answers once `kernel_statuses` is spent
     kernel_statuses: list[str] = field(default_factory=list)  # answered first, one per status request
     failure_message: str = ""  # the status answer's failureMessage
-    kernel_files: dict[str, bytes] = field(default_factory=dict)  # a kernel's output files by name
+    # A kernel's output files by name, listed as they are: a test may name one `/tmp/x` or `../../x`
+    # to play a hostile server (the download URL quotes the name, so it reaches the server whole).
+    kernel_files: dict[str, bytes] = field(default_factory=dict)
+    kernel_log: str = "kernel log"  # what ListKernelSessionOutput answers as the log
+    # Where DownloadDataFiles redirects to, `{slug}` filled in: the client names the archive from it.
+    download_location: str = "/files/{slug}.zip"
     pushed: list[dict] = field(default_factory=list)  # SaveKernel requests
     versions: dict[str, int] = field(default_factory=dict)  # owner/kernel -> its newest version number
     code_submissions: list[dict] = field(default_factory=list)  # CreateCodeSubmission requests accepted
@@ -83,7 +89,8 @@ class _Handler(BaseHTTPRequestHandler):
         method = self.path.removeprefix("/api/v1/competitions.CompetitionApiService/")
         if method == "DownloadDataFiles":
             slug = payload.get("competitionName", "")
-            return self._reply(302, headers={"Location": f"/files/{slug}.zip"})
+            location = self.behaviour.download_location.format(slug=slug)
+            return self._reply(302, headers={"Location": location})
         if method == "StartSubmissionUpload":
             token = f"blob-{len(self.behaviour.uploads) + 1}"
             self.behaviour.uploads[token] = b""
@@ -145,10 +152,10 @@ class _Handler(BaseHTTPRequestHandler):
             return self._json({"status": status, "failureMessage": self.behaviour.failure_message})
         if method == "ListKernelSessionOutput":
             files = [
-                {"fileName": name, "url": f"http://localhost:{PORT}/kernel-files/{name}"}
+                {"fileName": name, "url": f"http://localhost:{PORT}/kernel-files/{quote(name, safe='')}"}
                 for name in self.behaviour.kernel_files
             ]
-            return self._json({"files": files, "log": "kernel log"})
+            return self._json({"files": files, "log": self.behaviour.kernel_log})
         return self._reply(404, b"{}", {"Content-Type": "application/json"})
 
     def _json(self, payload: dict) -> None:
@@ -167,11 +174,11 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         self.behaviour.requests.append({"path": self.path})
         if self.path.startswith("/kernel-files/"):
-            name = self.path.removeprefix("/kernel-files/")
+            name = unquote(self.path.removeprefix("/kernel-files/"))
             if name in self.behaviour.kernel_files:
                 return self._reply(200, self.behaviour.kernel_files[name])
             return self._reply(404)
-        if self.path.startswith("/files/") and self.path.endswith(".zip"):
+        if self.path.startswith("/files/"):
             return self._reply(
                 200,
                 self.behaviour.archive,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any
 
 from competition.spec import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
+from pipeline.core.paths import check_name, check_relative, shown
 
 METADATA = "kernel-metadata.json"
 SCRIPT = "petals_kernel.py"
@@ -105,11 +107,55 @@ def kernel_folder(
 
 
 def read_metadata(folder: Path) -> dict[str, Any]:
-    """The folder's kernel-metadata.json; one line saying to generate it when there is none."""
+    """The folder's kernel-metadata.json; one line saying to generate it when there is none, or
+    when its kernel id is not `owner/slug` of two plain names (the slug names files petals writes)."""
     path = folder / METADATA
     if not path.is_file():
         raise PetalsError(f"{folder}: no {METADATA}; generate it first (make kernel RECIPE=...)")
-    return json.loads(path.read_text())
+    meta = _json_object(path)
+    check_kernel(meta.get("id"), path)
+    return meta
+
+
+def check_kernel(kernel: object, source: object) -> str:
+    """`kernel` if it is `owner/slug`, each half a plain name (`check_name`); else the one line."""
+    owner, _, slug = str(kernel).partition("/") if isinstance(kernel, str) else ("", "", "")
+    check_name(owner, "kernel owner", source)
+    check_name(slug, "kernel slug", source)
+    return kernel
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise PetalsError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(value, dict):
+        raise PetalsError(f"{path}: not a JSON object")
+    return value
+
+
+def read_summary(path: Path, kernel: str) -> dict[str, Any]:
+    """A kernel's downloaded petals_summary.json, its fields checked before anything uses them: it
+    came from Kaggle, so its names (the competition, the run id, the submission file) must stay
+    plain and its scores finite numbers; one line naming the kernel, the field and the value if not."""
+    summary = _json_object(path)
+    source = f"{path} (kernel {kernel})"
+    check_name(summary.get("run_id"), "run_id", source)
+    check_name(summary.setdefault("competition", DEFAULT_COMPETITION), "competition", source)
+    check_relative(summary.setdefault("submission_file", "submission.csv"), "submission_file", source)
+    metrics = summary.get("metrics")
+    if not isinstance(metrics, dict) or not isinstance(metrics.setdefault("evaluation", {}), dict):
+        raise PetalsError(f"{source}: metrics is not a JSON object with an evaluation object")
+    metric = check_name(metrics.setdefault("metric", "macro_f1"), "metrics.metric", source)
+    # What goes on the leaderboard; other numbers (a diverged run's NaN loss) are the kernel's own.
+    recorded = {"val_accuracy", f"val_{metric}", "train_seconds", "image_size", "epochs", "tta"}
+    for where, numbers in (("metrics", metrics), ("metrics.evaluation", metrics["evaluation"])):
+        for name, value in numbers.items():
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if name in recorded and value is not None and not (number and math.isfinite(value)):
+                raise PetalsError(f"{source}: {where}.{name} {shown(value)} is not a finite number")
+    return summary
 
 
 def resume_sources(given: list[str], kernel_id: str) -> list[str]:

@@ -6,14 +6,14 @@ by the caller before it is pushed. `wait_for_kernel` follows a pushed version to
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import PetalsError
-from pipeline.kernels.metadata import SUMMARY, read_metadata
+from pipeline.core.paths import inside
+from pipeline.kernels.metadata import SUMMARY, read_metadata, read_summary
 
 
 def push(folder: Path, timeout: int | None = None) -> int:
@@ -43,8 +43,8 @@ def status(folder: Path) -> str:
 
 
 def output(folder: Path, submissions_dir: Path) -> None:
-    """Download the kernel's outputs into `<folder>/output/` and record its run on the leaderboard."""
-    from competition.spec import DEFAULT_COMPETITION
+    """Download the kernel's outputs into `<folder>/output/` and record its run on the leaderboard.
+    Every name Kaggle answers with (the files, the summary's fields) is checked before it is used."""
     from pipeline.core import kaggle_client, leaderboard
 
     kernel = read_metadata(folder)["id"]
@@ -56,13 +56,13 @@ def output(folder: Path, submissions_dir: Path) -> None:
             f"kernel {kernel} left no {SUMMARY} ({len(files)} file(s) downloaded to {target}); "
             "`make kernel-status` says whether it finished or failed"
         )
-    summary = json.loads(summary_path.read_text())
+    summary = read_summary(summary_path, kernel)  # Kaggle's file: its names and scores checked
     metrics = summary["metrics"]
-    evaluation = metrics.get("evaluation", {})
+    evaluation = metrics["evaluation"]
     entry = f"kaggle-{summary['run_id']}"
-    competition = summary.get("competition", DEFAULT_COMPETITION)
-    submission = target / summary.get("submission_file", "submission.csv")
-    key = f"val_{metrics.get('metric', 'macro_f1')}"
+    competition = summary["competition"]
+    submission = inside(target, summary["submission_file"], "submission_file", summary_path)
+    key = f"val_{metrics['metric']}"
     leaderboard.update(
         leaderboard.board_file(submissions_dir, competition),
         entry,

@@ -7,6 +7,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from pipeline.core.errors import PetalsError, first_line
+from pipeline.core.paths import inside, shown
 from pipeline.data.layout import data_files, found_sizes
 from pipeline.data.sources.base import Context, Got, Source, register
 
@@ -14,13 +15,21 @@ GCS_PATH_VARIABLE = "PETALS_GCS_PATH"
 
 
 def copy_tree(source_root: str, dest: Path, spec, sizes: list[int], progress: bool) -> None:
+    """Copy the data files listed under `source_root` into `dest`, keeping their relative paths.
+    Object names are the bucket owner's to choose: every one is checked to stay inside `dest`
+    before the first copy."""
     import tensorflow as tf
 
-    paths = data_files(source_root, spec, sizes)
-    for path in tqdm(
-        paths, unit="file", desc=f"copying from {source_root}", disable=None if progress else True
+    prefix = source_root.rstrip("/") + "/"
+    targets = []
+    for path in data_files(source_root, spec, sizes):
+        where = f"listing of {source_root}"
+        if not path.startswith(prefix):
+            raise PetalsError(f"{where}: object name {shown(path)} is not under it")
+        targets.append((path, inside(dest, path[len(prefix) :], "object name", where)))
+    for path, target in tqdm(
+        targets, unit="file", desc=f"copying from {source_root}", disable=None if progress else True
     ):
-        target = dest / path[len(source_root.rstrip("/")) + 1 :]
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             tf.io.gfile.copy(path, str(target), overwrite=True)
