@@ -28,6 +28,7 @@ from pipeline.core.files import pyplot, save_figure
 from pipeline.core.git import git_commit
 from pipeline.core.hosts import preemption_sync_jax
 from pipeline.core.options import TrainOptions
+from pipeline.core.paths import check_name
 from pipeline.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,13 @@ def prepare(
             f"batch {config.data.batch_size} per replica x {platform.replicas} replicas = {global_batch} "
             f"is more than the {train.count} training examples; lower data.batch_size"
         )
-    run = RunDir(runs_dir / (name or rundir.run_id(config, rundir.data_identity(manifest))))
+    # A run id given by hand is a folder name under runs_dir, never a way out of it.
+    name = (
+        check_name(name, "run id", "--run (RUN=)")
+        if name
+        else rundir.run_id(config, rundir.data_identity(manifest))
+    )
+    run = RunDir(runs_dir / name)
     shared, run = run, _own_run_dir(run, platform.hosts)
     return Job(
         config=config,
