@@ -36,7 +36,8 @@ def render(rows: list[dict], commit: str, summary: str) -> str:
     ]
     for r in sorted(rows, key=lambda r: r["case"]):
         seen = cell(r["seen"]) if r["seen"].startswith("(") else f"`{cell(r['seen'])}`"
-        lines.append("| " + " | ".join((cell(r["case"]), cell(r["input"]), seen, str(r["exit"]), cell(r["left"]))) + " |")
+        cells = (cell(r["case"]), cell(r["input"]), seen, str(r["exit"]), cell(r["left"]))
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join([*lines, END])
 
 
@@ -49,7 +50,9 @@ def splice(document: str, table: str) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "SECURITY.md")
     parser.add_argument("--workers", default="2", help="pytest-xdist workers")
     args = parser.parse_args()
