@@ -19,3 +19,22 @@ def git_commit() -> str:
         return git("rev-parse", "HEAD") + ("+dirty" if git("status", "--porcelain") else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def listed_files(root: Path, folders: tuple[str, ...], tracked: bool = True) -> list[str] | None:
+    """The files under `folders` of the checkout at `root` that git tracks (with `tracked=False`,
+    the ones it does not, ignored ones included), as sorted POSIX paths relative to `root`; None
+    when `root` is not the top of a git checkout (an unpacked sdist, a Kaggle kernel, no git)."""
+    try:
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True, check=True, cwd=root
+        ).stdout.strip()
+        if Path(top).resolve() != Path(root).resolve():
+            return None  # a copy inside another checkout: git knows nothing of these files
+        which = [] if tracked else ["--others"]
+        done = subprocess.run(
+            ["git", "ls-files", "-z", *which, "--", *folders], capture_output=True, check=True, cwd=root
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return sorted(name for name in done.stdout.decode().split("\0") if name)

@@ -2,7 +2,8 @@
 
 `check(folder)` raises one PetalsError line for the first fault: metadata Kaggle would refuse or
 silently change (a retired accelerator, a pinned image on a TPU kernel), a missing code file, a
-Kaggle secret in the bundle, or a script that does not import its bundle and answer --help.
+Kaggle secret in the script, its metadata or a bundled file (the line names which), or a script
+that does not import its bundle and answer --help.
 """
 
 from __future__ import annotations
@@ -57,67 +58,80 @@ SECRET_PATTERNS = (
 )
 
 
-def check(folder: Path) -> None:
-    """Everything Kaggle or the run would trip on, caught here: one line for the first fault."""
+def check(folder: Path, shown_as: Path | None = None) -> None:
+    """Everything Kaggle or the run would trip on, caught here: one line for the first fault. The
+    lines name `shown_as` for `folder` (generation checks a kernel in a staging folder)."""
     from slugify import slugify
 
-    path = folder / METADATA
+    where = shown_as or folder
+    path, label = folder / METADATA, where / METADATA
     try:
         meta = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as err:
-        raise PetalsError(f"{path}: unreadable ({err})") from None
+        raise PetalsError(f"{label}: unreadable ({err})") from None
     required = ("id", "title", "code_file", "language", "kernel_type", "is_private", "enable_internet")
     missing = [key for key in required if key not in meta]
     if missing:
-        raise PetalsError(f"{path}: missing {', '.join(missing)}")
+        raise PetalsError(f"{label}: missing {', '.join(missing)}")
     owner, _, slug = str(meta["id"]).partition("/")
     if not owner or not slug or "/" in slug:
-        raise PetalsError(f"{path}: id {meta['id']!r} must be owner/kernel-slug")
+        raise PetalsError(f"{label}: id {meta['id']!r} must be owner/kernel-slug")
     if not 5 <= len(meta["title"]) <= TITLE_LIMIT or slugify(meta["title"]) != slug:
         raise PetalsError(
-            f"{path}: title {meta['title']!r} must be 5 to {TITLE_LIMIT} characters and slugify to {slug!r}"
+            f"{label}: title {meta['title']!r} must be 5 to {TITLE_LIMIT} characters and slugify to {slug!r}"
         )
     if meta["language"] != "python" or meta["kernel_type"] not in ("script", "notebook"):
-        raise PetalsError(f"{path}: language must be python and kernel_type script or notebook")
+        raise PetalsError(f"{label}: language must be python and kernel_type script or notebook")
     if "docker_image" in meta or "docker_image_pinning_type" in meta:
-        raise PetalsError(f"{path}: remove docker_image: a pinned image runs a TPU kernel on the CPU")
+        raise PetalsError(f"{label}: remove docker_image: a pinned image runs a TPU kernel on the CPU")
     for source in meta.get("competition_sources", []):
         if "/" in source:
-            raise PetalsError(f"{path}: competition source {source!r} must be the plain slug (no 'c/')")
+            raise PetalsError(f"{label}: competition source {source!r} must be the plain slug (no 'c/')")
     for source in meta.get("dataset_sources", []):
         if not DATASET_SOURCE.fullmatch(source):
-            raise PetalsError(f"{path}: dataset source {source!r} must be owner/dataset-slug")
+            raise PetalsError(f"{label}: dataset source {source!r} must be owner/dataset-slug")
     if meta.get("machine_shape") == "None":
-        raise PetalsError(f"{path}: a CPU kernel names no machine_shape; remove it")
+        raise PetalsError(f"{label}: a CPU kernel names no machine_shape; remove it")
     if "machine_shape" in meta:
         try:
             check_accelerator(meta["machine_shape"])
         except PetalsError as err:
-            raise PetalsError(f"{path}: machine_shape: {err}") from None
+            raise PetalsError(f"{label}: machine_shape: {err}") from None
     for source in meta.get("kernel_sources", []):
         if not DATASET_SOURCE.fullmatch(source):
-            raise PetalsError(f"{path}: kernel source {source!r} must be owner/kernel-slug")
+            raise PetalsError(f"{label}: kernel source {source!r} must be owner/kernel-slug")
     if not (folder / meta["code_file"]).is_file():
-        raise PetalsError(f"{folder / meta['code_file']}: the code file is missing")
+        raise PetalsError(f"{where / meta['code_file']}: the code file is missing")
     code = _code(folder, meta)
-    texts = [code, path.read_text(), *_bundled_texts(code)]
+    texts = {meta["code_file"]: code, METADATA: path.read_text()}
+    texts.update((f"bundled file {name}", text) for name, text in _bundled_texts(code).items())
     for secret in _secrets():
-        if any(secret in text for text in texts):
-            raise PetalsError(f"{folder}: the kernel contains one of your Kaggle secrets; regenerate it")
+        for name, text in texts.items():
+            if secret in text:
+                raise PetalsError(f"{where}: {name} contains one of your Kaggle secrets; {_remedy(name)}")
     for pattern in SECRET_PATTERNS:
-        if any(pattern.search(text) for text in texts):
-            raise PetalsError(
-                f"{folder}: the kernel contains what looks like a Kaggle key ({pattern.pattern})"
-            )
-    _answers_help(code, folder)
+        for name, text in texts.items():
+            if pattern.search(text):
+                raise PetalsError(
+                    f"{where}: {name} contains what looks like a Kaggle key ({pattern.pattern}); "
+                    f"{_remedy(name)}"
+                )
+    _answers_help(code, where)
 
 
-def _bundled_texts(code: str) -> list[str]:
+def _remedy(name: str) -> str:
+    if name.startswith("bundled file "):  # git tracks it: generation bundles only tracked files
+        return "remove the key from that file (or the file from git) and regenerate"
+    return "regenerate it"
+
+
+def _bundled_texts(code: str) -> dict[str, str]:
+    """Each bundled file's text, by its path in the bundle."""
     match = re.search(r'BUNDLE = """\n(.*?)\n"""', code, re.S)
     if not match:
         raise PetalsError("the kernel script carries no bundle; regenerate it (make kernel)")
     with zipfile.ZipFile(io.BytesIO(base64.b64decode(match.group(1)))) as archive:
-        return [archive.read(name).decode("utf-8", "replace") for name in archive.namelist()]
+        return {name: archive.read(name).decode("utf-8", "replace") for name in archive.namelist()}
 
 
 # Scripts (by sha256) this process saw answer --help: the same bytes need not start again (a rerun

@@ -1,15 +1,16 @@
 """Kernel stage: a Kaggle kernel that runs a recipe on the accelerators Kaggle offers today.
 
-`generate` writes `kernels/<name>/`: the kernel script (this repo's `pipeline/` and
-`competition/` bundled into it, byte for byte, never edited by hand; `kernel_template.py` says
-what it does on Kaggle) and `kernel-metadata.json` (`pipeline/kernels/metadata.py`). What the
-kernel could not do there is refused here, in one line (`pipeline/kernels/recipe_check.py`): a
-retired accelerator, a backbone Kaggle's TPU image cannot build (it trains on JAX), weights or
-packages a kernel without internet cannot reach. A code competition's kernel has the internet off
-and writes the competition's submission file, which `make submit` sends. `push` checks the folder
-first (`pipeline/kernels/check.py`) and uploads it; `status` reports the run; `output` downloads
-its outputs and
-records the run on the offline leaderboard as a Kaggle run (`pipeline/kernels/remote.py`).
+`generate` writes `kernels/<name>/`: the kernel script (the files git tracks in this repo's
+`pipeline/` and `competition/` bundled into it, byte for byte, never edited by hand;
+`kernel_template.py` says what it does on Kaggle) and `kernel-metadata.json`
+(`pipeline/kernels/metadata.py`), checked in a staging folder before they replace an earlier
+generation. What the kernel could not do there is refused here, in one line
+(`pipeline/kernels/recipe_check.py`): a retired accelerator, a backbone Kaggle's TPU image cannot
+build (it trains on JAX), weights or packages a kernel without internet cannot reach. A code
+competition's kernel has the internet off and writes the competition's submission file, which
+`make submit` sends. `push` checks the folder first (`pipeline/kernels/check.py`) and uploads it;
+`status` reports the run; `output` downloads its outputs and records the run on the offline
+leaderboard as a Kaggle run (`pipeline/kernels/remote.py`).
 """
 
 from __future__ import annotations
@@ -17,14 +18,20 @@ from __future__ import annotations
 import argparse
 import base64
 import io
+import logging
+import os
 import pprint
+import shutil
+import tempfile
 import zipfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pipeline.core import arguments
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import write_atomically, write_json
+from pipeline.core.files import write_json
+from pipeline.core.git import listed_files
+from pipeline.core.paths import check_name, inside, shown
 from pipeline.kernels.metadata import (
     ACCELERATORS,
     CODE_COMPETITION_ACCELERATOR,
@@ -51,8 +58,23 @@ from pipeline.kernels.metadata import (
 )
 from pipeline.kernels.recipe_check import check_recipe, kernel_internet, weights_file
 
+log = logging.getLogger(__name__)
+
 REPO = Path(__file__).resolve().parents[2]
 BUNDLED = ("pipeline", "competition")  # the packages the kernel carries
+BUNDLED_SUFFIXES = (".py", ".toml", ".txt")
+# What the kernel needs where git cannot say what belongs to the packages (an unpacked sdist, a
+# kernel's own bundle): their modules, the task recipes, and each competition's file, classes and
+# recipes. A stray notes.txt beside competition.toml matches none of these.
+WITHOUT_GIT = (
+    "pipeline/**/*.py",
+    "pipeline/tasks/recipes/*/*.toml",
+    "competition/*.py",
+    "competition/*/competition.toml",
+    "competition/*/classes.txt",
+    "competition/*/recipes/*.toml",
+)
+SHOWN_LEFT_OUT = 3  # untracked files the INFO line names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -110,14 +132,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     config_module.add_config_arguments(parser)
 
 
+def check_names(args: argparse.Namespace) -> None:
+    """Every name the user gives that becomes a folder or a Kaggle slug is a plain name, each part of
+    an owner/slug source too: `--name ../evil` would put the kernel folder outside --kernels-dir."""
+    for option, value in (("--name", args.name), ("--owner", args.owner)):
+        if value is not None:
+            check_name(value, option)
+    for option, values in (
+        ("--resume-from", args.resume_from),
+        ("--dataset", args.dataset),
+        ("--model", args.model),
+    ):
+        for value in values:
+            for part in value.split("/"):  # the number of parts is checked with the source's shape
+                check_name(part, f"{option} {shown(value)}, part")
+
+
 def run(args: argparse.Namespace) -> None:
     from pipeline.kernels import remote
     from pipeline.kernels.check import check
 
+    check_names(args)
     args.accelerator = resolve_accelerator(args.accelerator, kernel_spec(args))
     if args.action == "generate":
         folder = generate(args)
-        check(folder)
         kernel_id = read_metadata(folder)["id"]
         print(f"kernel: {folder} ({kernel_id}); push with `make kernel-push`")
         return
@@ -161,20 +199,42 @@ def kernel_recipe(args: argparse.Namespace) -> str:
 # ----------------------------------------------------------------------------- generate
 
 
-def bundle() -> bytes:
+def _carried(name: str) -> bool:
+    path = PurePosixPath(name)
+    return path.suffix in BUNDLED_SUFFIXES and "__pycache__" not in path.parts
+
+
+def bundle_members(root: Path = REPO) -> list[str]:
+    """The files the kernel carries, relative to `root`: what git tracks under the bundled packages,
+    so a stray untracked file (a key in competition/<name>/notes.txt) never goes in, and one INFO line
+    says how many were left out; without git, the explicit list WITHOUT_GIT."""
+    tracked = listed_files(root, BUNDLED)
+    if tracked is None:
+        names = {path.relative_to(root).as_posix() for pattern in WITHOUT_GIT for path in root.glob(pattern)}
+    else:
+        names = set(tracked)
+        left_out = [name for name in listed_files(root, BUNDLED, tracked=False) or [] if _carried(name)]
+        if left_out:
+            named = ", ".join(left_out[:SHOWN_LEFT_OUT]) + (", ..." if len(left_out) > SHOWN_LEFT_OUT else "")
+            log.info(
+                "kernel: %d untracked file(s) under %s left out of the bundle (only what git tracks goes "
+                "in; git add one the kernel needs): %s",
+                len(left_out),
+                ", ".join(f"{p}/" for p in BUNDLED),
+                named,
+            )
+    # A tracked link pointing out of the checkout (at ~/.kaggle, say) is refused, not followed.
+    return [name for name in sorted(names) if _carried(name) and inside(root, name, "bundled file").is_file()]
+
+
+def bundle(root: Path = REPO) -> bytes:
     """The bundled packages as a zip with fixed timestamps: the same sources give the same bytes."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for package in BUNDLED:
-            for path in sorted((REPO / package).rglob("*")):
-                if (
-                    path.is_file()
-                    and "__pycache__" not in path.parts
-                    and path.suffix in (".py", ".toml", ".txt")
-                ):
-                    info = zipfile.ZipInfo(path.relative_to(REPO).as_posix(), date_time=(2020, 1, 1, 0, 0, 0))
-                    info.compress_type = zipfile.ZIP_DEFLATED
-                    archive.writestr(info, path.read_bytes())
+        for name in bundle_members(root):
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, (root / name).read_bytes())
     return buffer.getvalue()
 
 
@@ -240,20 +300,54 @@ def generate(args: argparse.Namespace) -> Path:
     meta = metadata(args, find_owner(args.owner), name, slug)
     settings = kernel_settings(args, config, spec, meta["id"])
     text = script_text(settings, bundle(), notebook=args.kernel_type == "notebook")
-    folder = args.kernels_dir / name
-    folder.mkdir(parents=True, exist_ok=True)
-    if args.kernel_type == "notebook":
-        cell = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": text}
-        notebook = {
-            "cells": [cell],
-            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-            "nbformat": 4,
-            "nbformat_minor": 4,
-        }
-        write_json(folder / NOTEBOOK, notebook)
-        (folder / SCRIPT).unlink(missing_ok=True)
-    else:
-        write_atomically(folder / SCRIPT, lambda tmp: tmp.write_text(text))
-        (folder / NOTEBOOK).unlink(missing_ok=True)
-    write_json(folder / METADATA, meta)
-    return folder
+    return place_checked(args.kernels_dir / name, text, meta)
+
+
+def place_checked(folder: Path, text: str, meta: dict[str, Any]) -> Path:
+    """Write the kernel into a temporary folder beside `folder`, check it there, and only then move
+    its files into `folder`: a refused kernel (a secret in the bundle) leaves nothing behind, and an
+    earlier good generation, with its downloaded output/, stays as it was."""
+    from pipeline.kernels.check import check
+
+    made = [p for p in (folder.parent, *folder.parent.parents) if not p.exists()]
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".generating", dir=folder.parent))
+    try:
+        staging.chmod(folder.parent.stat().st_mode & 0o777)  # mkdtemp's 0700 would outlive the rename
+        code_file = meta["code_file"]
+        if meta["kernel_type"] == "notebook":
+            cell = {
+                "cell_type": "code",
+                "execution_count": None,
+                "metadata": {},
+                "outputs": [],
+                "source": text,
+            }
+            notebook = {
+                "cells": [cell],
+                "metadata": {
+                    "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+                },
+                "nbformat": 4,
+                "nbformat_minor": 4,
+            }
+            write_json(staging / code_file, notebook)
+        else:
+            (staging / code_file).write_text(text)
+        write_json(staging / METADATA, meta)
+        check(staging, shown_as=folder)
+        if not folder.exists():
+            staging.rename(folder)  # whole, in one step
+            return folder
+        for name in (code_file, METADATA):
+            os.replace(staging / name, folder / name)
+        (folder / (NOTEBOOK if code_file == SCRIPT else SCRIPT)).unlink(missing_ok=True)
+        return folder
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        for created in made:  # the kernels folder this call made, if it holds nothing else
+            if created.exists() and not any(created.iterdir()):
+                created.rmdir()
+        raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)

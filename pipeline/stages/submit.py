@@ -91,6 +91,10 @@ class Checked:
 
 
 def run(args: argparse.Namespace) -> None:
+    from pipeline.core.paths import check_name
+
+    if args.kernel is not None:  # KERNEL=: a folder under --kernels-dir, never a path out of it
+        check_name(args.kernel, "--kernel")
     submit(options.from_args(SubmitOptions, args))
 
 
