@@ -9,6 +9,8 @@ format needs only its file and class list.
 
 from __future__ import annotations
 
+import re
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from functools import cache
@@ -16,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from competition.metric import Metric, get_metric
+from pipeline.core.errors import PetalsError
+from pipeline.core.paths import check_name, check_relative, inside, shown
 from pipeline.data.formats import Format, get_format
 from pipeline.data.formats.image_folder import ImageFolderLayout
 from pipeline.data.formats.records import RecordLayout
@@ -30,6 +34,11 @@ SUBMISSION_VALUES = ("class", "probability")  # a class id per row, or the proba
 # How Kaggle takes a submission: a CSV uploaded through the API, or (a code competition) the
 # submission file a notebook version writes, sent with the API's code-submission call.
 SUBMITTED_BY = ("file", "code")
+# A competition file or class list is read whole, so it is bounded first: the largest shipped
+# (flowers' 104 class names) is under 2 KiB; a shared file of a MiB is no competition's.
+MAX_TEXT_BYTES = 2**20
+# Kaggle's competition slugs, as in its URLs: lower-case letters, digits and dashes.
+SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,99}")
 
 
 @dataclass(frozen=True)
@@ -100,16 +109,68 @@ class CompetitionSpec:
         return self.layout
 
 
-def _read_classes(path: Path) -> tuple[str, ...]:
-    names = tuple(line.strip() for line in path.read_text().splitlines() if line.strip())
+def read_small_text(path: Path, field: str, value: object) -> str:
+    """A small UTF-8 file read whole; refused before reading when it is not a regular file or is
+    larger than MAX_TEXT_BYTES (`/dev/zero` or a FIFO at once, never read until memory runs out)."""
+    info = path.stat()  # a missing file: the OSError the caller names
+    if not stat.S_ISREG(info.st_mode):
+        raise PetalsError(f"{field} {shown(value)} is not a regular file")
+    with open(path, "rb") as f:
+        data = f.read(MAX_TEXT_BYTES + 1)  # a file growing after its stat still stops here
+    if max(info.st_size, len(data)) > MAX_TEXT_BYTES:
+        raise PetalsError(f"{field} {shown(value)} is larger than {MAX_TEXT_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PetalsError(f"{field} {shown(value)} is not UTF-8 text") from None
+
+
+def _read_classes(folder: Path, value: object) -> tuple[str, ...]:
+    path = inside(folder, check_relative(value, "classes_file"), "classes_file")
+    text = read_small_text(path, "classes_file", value)
+    names = tuple(line.strip() for line in text.splitlines() if line.strip())
     if len(set(names)) != len(names):
         raise ValueError(f"{path}: class names are not unique")
     return names
 
 
+def _slugs(value: object) -> tuple[str, ...]:
+    """The Kaggle slugs: a non-empty list, each a slug as Kaggle writes them (never a path)."""
+    if not isinstance(value, list) or not value:
+        raise PetalsError(f"slugs {shown(value)} is not a list of Kaggle slugs")
+    for slug in value:
+        if not isinstance(slug, str) or not SLUG.fullmatch(slug):
+            raise PetalsError(f"slugs: {shown(slug)} is not a Kaggle slug (a-z, 0-9 and '-')")
+    return tuple(value)
+
+
+def _counts(value: object) -> dict[str, int]:
+    """`[data.counts]`: each split's count a whole number, 0 or more (TOML's inf and nan refused)."""
+    if not isinstance(value, dict):
+        raise PetalsError(f"[data.counts] {shown(value)} is not a table of counts")
+    for key, count in value.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise PetalsError(
+                f"[data.counts] {key} = {shown(count)} is not a count (a whole number, 0 or more)"
+            )
+    return dict(value)
+
+
+def _splits(value: object, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise PetalsError(f"{field} {shown(value)} is not a list of split names")
+    return tuple(check_name(split, field) for split in value)
+
+
 def competition_file(name: str) -> Path:
-    """`competition/<name>/competition.toml`, or `name` itself when it is a path to a TOML file."""
-    return Path(name) if name.endswith(".toml") else SPEC_DIR / name / SPEC_FILE
+    """`competition/<name>/competition.toml`, or `name` itself when it is a path to a TOML file;
+    a name is a plain name (ValueError for `../x`: it may come from a downloaded summary)."""
+    if name.endswith(".toml"):
+        return Path(name)
+    try:
+        return SPEC_DIR / check_name(name, "competition") / SPEC_FILE
+    except PetalsError as err:
+        raise ValueError(str(err)) from None
 
 
 def competition_folder(name: str) -> Path:
@@ -129,11 +190,13 @@ def load_spec(name: str = DEFAULT_COMPETITION) -> CompetitionSpec:
         known = ", ".join(known_competitions())
         raise ValueError(f"unknown competition {name!r}: no {path} (known: {known})")
     try:
-        raw = tomllib.loads(path.read_text())
+        raw = tomllib.loads(read_small_text(path, "competition file", path.name))
         spec = _spec_from(raw, path)
     except (KeyError, TypeError, OSError, tomllib.TOMLDecodeError) as err:
         key = f"key {err}" if isinstance(err, KeyError) else str(err)
         raise ValueError(f"{path}: not a competition file ({key})") from None
+    except PetalsError as err:  # a field refused (pipeline/core/paths.py): the file named first
+        raise ValueError(f"{path}: {err}") from None
     unknown = set(spec.labeled_splits) - set(spec.splits)
     if unknown:
         raise ValueError(f"{path}: labeled_splits {sorted(unknown)} are not among splits")
@@ -156,29 +219,30 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
     by = submission.get("by", "file")
     if by not in SUBMITTED_BY:
         raise ValueError(f"{path}: submission by {by!r} is not one of {', '.join(SUBMITTED_BY)}")
-    splits, labeled = tuple(data["splits"]), tuple(data["labeled_splits"])
+    splits = _splits(data["splits"], "[data] splits")
+    labeled = _splits(data["labeled_splits"], "[data] labeled_splits")
     try:
         task, form = get_task(raw["task"]), get_format(data["format"])
         layout = form.layout(data[form.name], splits, labeled)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
     return CompetitionSpec(
-        name=raw["name"],
+        name=check_name(raw["name"], "name"),  # names the leaderboard and the run dirs
         title=raw["title"],
-        slugs=tuple(raw["slugs"]),
-        classes=_read_classes(path.parent / raw.get("classes_file", CLASSES_FILE)),
+        slugs=_slugs(raw["slugs"]),
+        classes=_read_classes(path.parent, raw.get("classes_file", CLASSES_FILE)),
         metric=metric,
         task=task,
         format=form,
         layout=layout,
         splits=splits,
         labeled_splits=labeled,
-        sample_submission=data["sample_submission"],
-        split_counts={k: int(v) for k, v in data["counts"].items()},
+        sample_submission=check_relative(data["sample_submission"], "[data] sample_submission"),
+        split_counts=_counts(data["counts"]),
         id_column=submission["id_column"],
         label_column=submission["label_column"],
         submission_value=value,
         submitted_by=by,
-        submission_file=submission.get("file", "submission.csv"),
+        submission_file=check_name(submission.get("file", "submission.csv"), "[submission] file"),
         keeps_label=frozenset(raw.get("augment", {}).get("keeps_label", ())),
     )

@@ -26,6 +26,7 @@ import pandas as pd
 from competition.spec import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure, write_atomically
+from pipeline.core.paths import check_name
 from pipeline.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,10 @@ COLUMNS = [
 
 def board_file(submissions_dir: Path, competition: str = DEFAULT_COMPETITION) -> Path:
     """A competition's board: `leaderboard-<name>.csv`. The default competition's board was
-    `leaderboard.csv` before competitions became folders: found there, it is renamed once."""
+    `leaderboard.csv` before competitions became folders: found there, it is renamed once. The
+    name comes from a competition file or a downloaded summary, so it must be a plain name: the
+    board, its lock and its plot stay in `submissions_dir`."""
+    check_name(competition, "competition", "leaderboard")
     board = submissions_dir / f"leaderboard-{competition}.csv"
     legacy = submissions_dir / LEGACY_BOARD
     if competition == DEFAULT_COMPETITION and legacy.is_file() and not board.exists():

@@ -25,9 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from competition import load_spec
+    from pipeline.core.competitions import load_competition
 
-    spec = load_spec(args.competition)
+    spec = load_competition(args.competition)
     board = board_file(args.submissions_dir, spec.name)
     if args.sync:
         slug = args.slug or spec.default_slug

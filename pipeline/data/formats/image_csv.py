@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.paths import check_relative, inside, shown
 from pipeline.data.formats.base import ImageFiles, register
 
 LABELS = ("ids", "names")
@@ -41,6 +42,9 @@ class ImageCsv(ImageFiles):
     ) -> ImageCsvLayout:
         layout = ImageCsvLayout(splits={split: ImageCsvSplit(**raw[split]) for split in splits})
         for split, own in layout.splits.items():
+            for key in ("folder", "labels", "archive"):  # joined onto the data dir, so inside it
+                if key == "folder" or getattr(own, key) is not None:
+                    check_relative(getattr(own, key), f"[data.image_csv.{split}] {key}")
             if (own.labels is not None) != (split in labeled):
                 wanted = "a labels CSV" if split in labeled else "no labels CSV (it is unlabelled)"
                 raise ValueError(f"[data.image_csv.{split}] needs {wanted}")
@@ -59,16 +63,17 @@ class ImageCsv(ImageFiles):
         return entries
 
     def folder(self, root: Path, spec, split: str) -> Path:
-        return root / spec.layout.splits[split].folder
+        return inside(root, spec.layout.splits[split].folder, f"[data.image_csv.{split}] folder")
 
     def images(self, root: Path, spec, split: str) -> list[tuple[str, Path, str | None]]:
         own = spec.layout.splits[split]
-        top = root / own.folder
+        top = self.folder(root, spec, split)
         if own.labels is None:  # the file names are the ids
-            return [(p.relative_to(top).as_posix(), p, None) for p in top.rglob("*") if p.is_file()]
+            listed = (p.relative_to(top).as_posix() for p in top.rglob("*"))
+            return [(i, inside(top, i, "image", top), None) for i in listed if (top / i).is_file()]
         import pandas as pd
 
-        path = root / own.labels
+        path = inside(root, own.labels, f"[data.image_csv.{split}] labels")
         try:
             rows = pd.read_csv(path, dtype=str, keep_default_na=False)
         except (OSError, ValueError) as err:
@@ -76,16 +81,21 @@ class ImageCsv(ImageFiles):
         missing = {own.id_column, own.label_column} - set(rows.columns)
         if missing:
             raise PetalsError(
-                f"{path}: no column {', '.join(sorted(missing))} (columns: {', '.join(rows.columns)})"
+                f"{path}: no column {', '.join(sorted(missing))} (columns: {shown(', '.join(rows.columns))})"
             )
+        # Each id names a file inside the split's folder, never another split's or one outside
+        # the data dir (a link out included); row n is the CSV's line n + 2, after its header.
+        ids = rows[own.id_column]
         found = [
-            (i, top / i, label) for i, label in zip(rows[own.id_column], rows[own.label_column], strict=True)
+            (i, inside(top, i, f"line {n + 2} {own.id_column}", path), label)
+            for n, (i, label) in enumerate(zip(ids, rows[own.label_column], strict=True))
         ]
-        listed = {image_id for image_id, _, _ in found}
-        if len(listed) != len(found):
-            raise PetalsError(f"{path}: an {own.id_column} is listed twice")
+        twice = ids[ids.duplicated()]
+        if len(twice):
+            raise PetalsError(f"{path}: {own.id_column} {shown(twice.iloc[0])} is listed twice")
+        listed = set(ids)
         for image_id, image, label in found:
-            self.class_id(spec, label, f"{path} ({image_id})")  # the CSV's line, named
+            self.class_id(spec, label, f"{path} ({shown(image_id)})")  # the CSV's line, named
             if not image.is_file():
                 raise PetalsError(f"{image}: listed in {path} but missing")
         strays = [p for p in top.rglob("*") if p.is_file() and p.relative_to(top).as_posix() not in listed]
@@ -97,6 +107,8 @@ class ImageCsv(ImageFiles):
         own = next(s for s in spec.layout.splits.values() if s.labels is not None)
         if own.labels_are == "names":
             return super().class_id(spec, label, where)
-        if isinstance(label, str) and label.isdigit() and int(label) < spec.num_classes:
+        # ASCII digits only, and few of them: int() refuses '²' and numbers of 4300 digits
+        digits = isinstance(label, str) and label.isascii() and label.isdigit() and len(label) <= 6
+        if digits and int(label) < spec.num_classes:
             return int(label)
-        raise PetalsError(f"{where}: label {label!r} is not a class id (0 to {spec.num_classes - 1})")
+        raise PetalsError(f"{where}: label {shown(label)} is not a class id (0 to {spec.num_classes - 1})")

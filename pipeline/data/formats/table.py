@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.paths import check_relative, inside
 from pipeline.data.formats.base import Examples, FileFormat, register
 
 
@@ -52,6 +53,9 @@ def _table(raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...
             raise ValueError(
                 f"[data.table] text_columns: one text or a pair, got {list(layout.text_columns)}"
             )
+        for key in ("file", "archive"):  # joined onto the data dir, so inside it
+            if key == "file" or own.get(key) is not None:
+                check_relative(own[key], f"[data.table.{split}] {key}")
         files[split] = TableFile(file=own["file"], layout=layout, archive=own.get("archive"))
     return TableFilesLayout(splits=files)
 
@@ -74,7 +78,9 @@ class Table(FileFormat):
 
         table = spec.layout.splits[split]
         return table.layout, read_table(
-            root / table.file, table.layout, spec.num_classes if spec.is_labeled(split) else None
+            inside(root, table.file, f"[data.table.{split}] file"),
+            table.layout,
+            spec.num_classes if spec.is_labeled(split) else None,
         )
 
     def verify_split(self, root: Path, spec, split: str) -> tuple[int, list[str]]:
