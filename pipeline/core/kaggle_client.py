@@ -22,8 +22,7 @@ import requests
 import requests.adapters
 
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import write_atomically
-from pipeline.core.paths import check_name, inside
+from pipeline.core.paths import check_name
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -343,7 +342,7 @@ def submit_code(
     )
 
 
-def _kernel_call(fn: Callable[[Any], T], kernel: str, action: str) -> T:
+def kernel_call(fn: Callable[[Any], T], kernel: str, action: str) -> T:
     try:
         return with_client(fn, slug=kernel, action=action, explain=explain_kernel_error)
     except ValueError as err:  # the client's own words for 401/403 on a kernel
@@ -352,69 +351,6 @@ def _kernel_call(fn: Callable[[Any], T], kernel: str, action: str) -> T:
 
 def kernel_status(kernel: str) -> Any:
     """The client's status answer (`status`, `failure_message`) for `owner/slug`."""
-    return _kernel_call(
+    return kernel_call(
         lambda c: c.kernels_status(kernel), kernel, f"asking for the status of kernel {kernel}"
     )
-
-
-def _output_listing(kernel: str) -> tuple[list[tuple[str, str]], str]:
-    """The kernel's latest outputs as Kaggle lists them, (file name, download URL) for each, and its
-    log; nothing is written. Each name is the server's to choose: the caller checks it."""
-    from kagglesdk.kernels.types.kernels_api_service import ApiListKernelSessionOutputRequest
-
-    owner, _, slug = kernel.partition("/")
-
-    def listing(client) -> tuple[list[tuple[str, str]], str]:
-        files, token, log_text = [], "", ""
-        with client.build_kaggle_client() as kaggle:
-            while True:
-                request = ApiListKernelSessionOutputRequest()
-                request.user_name, request.kernel_slug = owner, slug
-                request.page_size, request.page_token = 100, token
-                response = kaggle.kernels.kernels_api_client.list_kernel_session_output(request)
-                files += [(item.file_name, item.url) for item in response.files or []]
-                log_text = log_text or response.log or ""
-                token = response.next_page_token
-                if not token:
-                    return files, log_text
-
-    return _kernel_call(listing, kernel, f"listing the output of kernel {kernel}")
-
-
-def kernel_output(kernel: str, target: Path) -> list[str]:
-    """Download the kernel's latest outputs into `target`; the files written.
-
-    The official client joins each file name Kaggle lists onto the folder and writes there, so an
-    answer naming `/etc/x` or `../../x` would land outside it. Petals lists the outputs itself, checks
-    every name lies inside `target` before writing anything, then downloads each file atomically to
-    the path it checked; the log is saved as `<slug>.log`, as the client saves it.
-    """
-    owner, _, slug = kernel.partition("/")
-    source = f"kernel {kernel}"
-    check_name(owner, "owner", source)
-    check_name(slug, "slug", source)
-    files, log_text = _output_listing(kernel)
-    paths = [(inside(target, name, "output file", source), url) for name, url in files]
-    written = []
-    for path, url in paths:
-
-        def fetch(url: str = url) -> bytes:
-            response = requests.get(url, stream=True)
-            response.raise_for_status()
-            return response.content
-
-        content = call_with_retries(
-            fetch,
-            slug=kernel,
-            action=f"downloading {path.name} of kernel {kernel}",
-            explain=explain_kernel_error,
-        )
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(path, lambda tmp, content=content: tmp.write_bytes(content))
-        written.append(str(path))
-    if log_text:
-        log = target / f"{slug}.log"
-        target.mkdir(parents=True, exist_ok=True)
-        write_atomically(log, lambda tmp: tmp.write_text(log_text))
-        written.append(str(log))
-    return written

@@ -45,11 +45,11 @@ def status(folder: Path) -> str:
 def output(folder: Path, submissions_dir: Path) -> None:
     """Download the kernel's outputs into `<folder>/output/` and record its run on the leaderboard.
     Every name Kaggle answers with (the files, the summary's fields) is checked before it is used."""
-    from pipeline.core import kaggle_client, leaderboard
+    from pipeline.core import kaggle_outputs, leaderboard
 
     kernel = read_metadata(folder)["id"]
     target = folder / "output"
-    files = kaggle_client.kernel_output(kernel, target)
+    files = kaggle_outputs.kernel_output(kernel, target)
     summary_path = target / SUMMARY
     if not summary_path.is_file():
         raise PetalsError(
