@@ -182,9 +182,21 @@ def known_competitions() -> list[str]:
     return sorted(p.parent.name for p in SPEC_DIR.glob(f"*/{SPEC_FILE}"))
 
 
+class CompetitionFileError(PetalsError, ValueError):
+    """A competition file refused: a ValueError to the code that loads specs, and one line with
+    exit 2 to the user of any stage that reaches it (the CLI prints PetalsErrors)."""
+
+
 @cache
 def load_spec(name: str = DEFAULT_COMPETITION) -> CompetitionSpec:
     """Load `competition/<name>/competition.toml` (or a path to a TOML file) into a CompetitionSpec."""
+    try:
+        return _load(name)
+    except ValueError as err:
+        raise CompetitionFileError(str(err)) from None
+
+
+def _load(name: str) -> CompetitionSpec:
     path = competition_file(name)
     if not path.is_file():
         known = ", ".join(known_competitions())
