@@ -25,7 +25,7 @@ BACKEND     ?= auto#             Keras backend: auto (TensorFlow, or JAX where o
 STRATEGY    ?= auto#             auto | tpu | mirrored | multi-worker | gpu | cpu
 CPU_REPLICAS ?= 0#               split the CPU into N replicas (tests multi-replica code on either backend)
 HOSTS       ?= 1#                train, evaluate, predict: N local processes as a slice's hosts (pipeline/launch.py; JAX, or TF_CONFIG workers with BACKEND=tensorflow), e.g. HOSTS=2 CPU_REPLICAS=4; slice: one host of a TPU slice
-device_ARGS = --backend $(BACKEND) --strategy $(STRATEGY) --cpu-replicas $(CPU_REPLICAS)
+device_ARGS = --backend $(call q,BACKEND) --strategy $(call q,STRATEGY) --cpu-replicas $(call q,CPU_REPLICAS)
 RETRAIN     ?=#                  RETRAIN=1 trains again over a finished run
 TTA         ?= 1#                test-time augmentation passes for evaluate, predict and ensemble
 RUNS        ?=#                  make ensemble: the run ids to blend, RUNS="a b"
@@ -50,6 +50,47 @@ PYTEST_ARGS ?=#                  extra pytest arguments, e.g. PYTEST_ARGS="-k fe
 TEST_WORKERS ?= 3#               parallel pytest workers (pytest-xdist): 3 on 2 cores, as tests wait on subprocesses and the loopback server; 0 runs them in this process
 ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 
+# ---- knobs are values, never code
+# What the user typed is taken as written ($(value)): Make would otherwise run a `$(shell ...)`
+# in it, and turn `$5` in a message into nothing.
+KNOBS := DATA SOURCE DATA_FROM COMPETITION GCS_PATH SIZE SEED SCALE FORCE RECIPE SET INSPECT_DIR \
+	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TTA RUNS WEIGHTS SEARCH \
+	SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
+	TIMEOUT RESUME_FROM PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS
+$(foreach k,$(KNOBS),$(if $(filter command environment,$(firstword $(origin $(k)))),\
+	$(eval override $(k) := $$(value $(k)))))
+
+# A path's leading ~ is the home folder, as the shell made it before knobs were quoted (zsh leaves
+# `DATA=~/x` to Make). Newlines mark the value's two ends: no knob holds one.
+define newline
+
+
+endef
+PATH_KNOBS := DATA DATA_FROM INSPECT_DIR RUNS_DIR CHECKPOINT_DIR SUBMISSIONS FILE ARGS_DIR
+home = $(subst $(newline),,$(subst $(newline)~/,$(HOME)/,$(subst $(newline)~$(newline),$(HOME),$(newline)$($(1))$(newline))))
+$(foreach k,$(PATH_KNOBS),$(eval override $(k) := $$(call home,$(k))))
+
+# Every knob reaches the shell as one single-quoted word, so a path with spaces, quotes, `$`,
+# backticks, `;` or `&` arrives at the stage whole, as one argument. Quoting (rather than
+# exporting each knob and writing "$$KNOB" in recipes) keeps in each .args file the exact words
+# the stage gets, which decide whether it reruns, and keeps FILE or RUN out of every process's
+# environment. `q` quotes one variable's value (each ' as '\''), `qs` each word of a list knob
+# (SET, RUNS, WEIGHTS, DATASETS, MODELS, RESUME_FROM: space-separated values), and `opt` gives an
+# option with its value only where the knob is set. They take a variable's name, never its value:
+# $(call) would split a value at its commas. PYTEST_ARGS alone stays shell words (a -k expression
+# with spaces is pytest's own syntax); VENV and PYTHON name programs, not data.
+q = '$(subst ','\'',$($(1)))'
+qs = $(foreach item,$($(1)),$(call q,item))
+opt = $(if $($(2)),$(1) $(call q,$(2)))
+
+# DATA, INSPECT_DIR and ARGS_DIR name files Make itself tracks (the manifest, batch.png, the
+# .args): Make splits a file name at whitespace and reads these characters in it as its own syntax.
+# Such a folder, or none, is refused here in one line, before anything runs.
+make_syntax := : % ; = * ? [ ( ) \ $$ \#
+$(foreach k,DATA INSPECT_DIR ARGS_DIR,\
+	$(if $(or $(filter-out 1,$(words x$($(k))x)),$(strip $(foreach c,$(make_syntax),$(findstring $(c),$($(k))))),$(if $($(k)),,empty)),\
+	$(error $(k) '$($(k))' cannot be a folder Make tracks (empty, or a space or one of $(make_syntax) in it): choose another)))
+
 # ---- the project virtualenv
 VENV   ?= .venv
 PYTHON ?= python3
@@ -68,26 +109,30 @@ else
   TF_EXTRA     ?= cpu,
 endif
 
-fetch_ARGS := --source $(SOURCE) --data-dir $(DATA) --competition $(COMPETITION) \
-	--size $(SIZE) --seed $(SEED) $(if $(SCALE),--scale $(SCALE)) $(if $(DATA_FROM),--from $(DATA_FROM)) $(if $(GCS_PATH),--gcs-path $(GCS_PATH)) $(if $(FORCE),--force)
+fetch_ARGS := --source $(call q,SOURCE) --data-dir $(call q,DATA) --competition $(call q,COMPETITION) \
+	--size $(call q,SIZE) --seed $(call q,SEED) $(call opt,--scale,SCALE) $(call opt,--from,DATA_FROM) \
+	$(call opt,--gcs-path,GCS_PATH) $(if $(FORCE),--force)
 
-config_ARGS := --recipe $(RECIPE) --set competition=$(COMPETITION) $(foreach s,$(SET),--set $(s))
-inspect_ARGS := --data-dir $(DATA) --out $(INSPECT_DIR) $(device_ARGS) $(config_ARGS)
-train_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) \
-	$(config_ARGS) $(if $(RUN),--run $(RUN)) $(if $(RETRAIN),--force) $(if $(CHECKPOINT_DIR),--checkpoint-dir $(CHECKPOINT_DIR))
+config_ARGS := --recipe $(call q,RECIPE) --set competition=$(call q,COMPETITION) $(foreach s,$(SET),--set $(call q,s))
+inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_ARGS) $(config_ARGS)
+train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
+	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR)
 
 .PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-lite-parity bench-hosts fault-table clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
-# arguments live in $(ARGS_DIR)/<stage>.args, rewritten only when they differ (so its time
-# stamp moves only then). The stage itself decides whether there is work to do.
+# arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
+# only when they differ (so its time stamp moves only then). The stage itself decides whether
+# there is work to do.
 $(ARGS_DIR)/%.args: always
-	@mkdir -p $(@D); echo '$($*_ARGS)' | cmp -s - $@ 2>/dev/null || echo '$($*_ARGS)' > $@
+	@mkdir -p $(call q,@D); printf '%s\n' $($*_ARGS) | cmp -s - $(call q,@) 2>/dev/null || \
+		printf '%s\n' $($*_ARGS) > $(call q,@)
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@echo "  knobs: DATA=$(DATA) SOURCE=$(SOURCE) COMPETITION=$(COMPETITION) SIZE=$(SIZE) SEED=$(SEED) FORCE=$(FORCE)"
-	@echo "         RECIPE=$(RECIPE) SET=\"$(SET)\" BACKEND=$(BACKEND) STRATEGY=$(STRATEGY) RUNS_DIR=$(RUNS_DIR) RUN=$(RUN) RETRAIN=$(RETRAIN)"
+	@printf '  knobs: DATA=%s SOURCE=%s COMPETITION=%s SIZE=%s SEED=%s FORCE=%s\n' $(foreach k,DATA SOURCE COMPETITION SIZE SEED FORCE,$(call q,$(k)))
+	@printf '         RECIPE=%s SET="%s" BACKEND=%s STRATEGY=%s RUNS_DIR=%s RUN=%s RETRAIN=%s\n' \
+		$(foreach k,RECIPE SET BACKEND STRATEGY RUNS_DIR RUN RETRAIN,$(call q,$(k)))
 
 # The project installs with uv (11-33 s on a fresh machine here, against pip's 56-71 s). Where an
 # image already has TensorFlow, pip does it: uv ignores --system-site-packages and would install
@@ -120,7 +165,7 @@ install: $(STAMP) ## build the project virtualenv (.venv/); reruns only when set
 # records that it was checked against the current arguments.
 $(DATA)/manifest.json: $(ARGS_DIR)/fetch.args | $(STAMP)
 	$(PY) -m pipeline fetch $(fetch_ARGS)
-	@touch $@
+	@touch $(call q,@)
 
 # FORCE=1 makes the manifest out of date so the stage runs again.
 ifneq ($(FORCE),)
@@ -135,7 +180,7 @@ $(INSPECT_DIR)/batch.png: $(DATA)/manifest.json $(ARGS_DIR)/inspect.args $(wildc
 inspect: $(INSPECT_DIR)/batch.png ## PNG grid of one augmented training batch + per-class counts (RECIPE=, SET=)
 
 # The stages that use the devices run on every host: one process, N local ones, or a TPU slice's.
-hosts_PY = $(if $(filter slice,$(HOSTS)),PETALS_HOSTS=slice $(PY) -m pipeline.launch --hosts 1 --,$(if $(filter-out 1,$(HOSTS)),$(PY) -m pipeline.launch --hosts $(HOSTS) $(if $(filter tensorflow,$(BACKEND)),--backend tensorflow) --,$(PY) -m pipeline))
+hosts_PY = $(if $(filter slice,$(HOSTS)),PETALS_HOSTS=slice $(PY) -m pipeline.launch --hosts 1 --,$(if $(filter-out 1,$(HOSTS)),$(PY) -m pipeline.launch --hosts $(call q,HOSTS) $(if $(filter tensorflow,$(BACKEND)),--backend tensorflow) --,$(PY) -m pipeline))
 
 # The stage finds its run by the config's hash: a finished run is a no-op, an interrupted one resumes.
 train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an interrupted run; RETRAIN=1 redoes it)
@@ -147,33 +192,38 @@ config: | $(STAMP) ## print the config `make train` resolves (RECIPE, SET, the d
 # `make train submit` runs every stage between (train, evaluate, predict, submit) on the run
 # RECIPE and SET name; alone, each target works on what is already there.
 CHAIN := $(filter train,$(MAKECMDGOALS))
-run_ARGS := --data-dir $(DATA) --runs-dir $(RUNS_DIR) $(device_ARGS) $(config_ARGS) $(if $(RUN),--run $(RUN)) \
-	--submissions-dir $(SUBMISSIONS)
+run_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
+	$(call opt,--run,RUN) --submissions-dir $(call q,SUBMISSIONS)
 
 evaluate: $(DATA)/manifest.json $(CHAIN) ## score RUN (default: RECIPE's run) on val: macro-F1, per class, confusions (TTA=)
-	$(hosts_PY) evaluate $(run_ARGS) --tta $(TTA)
+	$(hosts_PY) evaluate $(run_ARGS) --tta $(call q,TTA)
 
 predict: $(DATA)/manifest.json $(if $(CHAIN),evaluate) ## test predictions of RUN (TTA=) -> SUBMISSIONS/<run-id>.csv
-	$(hosts_PY) predict $(run_ARGS) --tta $(TTA)
+	$(hosts_PY) predict $(run_ARGS) --tta $(call q,TTA)
 
 ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1): val macro-F1 and a submission
-	$(PY) -m pipeline ensemble --runs $(RUNS) $(if $(WEIGHTS),--weights $(WEIGHTS)) $(if $(SEARCH),--search) \
-		--tta $(TTA) --data-dir $(DATA) --runs-dir $(RUNS_DIR) --submissions-dir $(SUBMISSIONS) $(device_ARGS)
+	$(PY) -m pipeline ensemble --runs $(call qs,RUNS) $(if $(WEIGHTS),--weights $(call qs,WEIGHTS)) $(if $(SEARCH),--search) \
+		--tta $(call q,TTA) --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) --submissions-dir $(call q,SUBMISSIONS) \
+		$(device_ARGS)
 
+submit_ARGS := --competition $(call q,COMPETITION) --data-dir $(call q,DATA) --submissions-dir $(call q,SUBMISSIONS) \
+	$(call opt,--file,FILE) --kernels-dir kernels --recipe $(call q,RECIPE) $(call opt,--accelerator,ACCELERATOR) \
+	$(call opt,--kernel,KERNEL) $(call opt,--message,MESSAGE) $(call opt,--slug,SLUG) $(if $(FORCE),--force)
 submit: $(if $(and $(CHAIN),$(if $(FILE),,1)),predict) | $(STAMP) ## check and upload FILE (default: the newest CSV); a code competition: push the kernel, wait, submit its output; a dry run without credentials
-	$(PY) -m pipeline submit --competition $(COMPETITION) --data-dir $(DATA) --submissions-dir $(SUBMISSIONS) $(if $(FILE),--file $(FILE)) --kernels-dir kernels --recipe $(RECIPE) $(if $(ACCELERATOR),--accelerator $(ACCELERATOR)) \
-		$(if $(KERNEL),--kernel $(KERNEL)) $(if $(MESSAGE),--message "$(MESSAGE)") $(if $(SLUG),--slug $(SLUG)) $(if $(FORCE),--force)
+	$(PY) -m pipeline submit $(submit_ARGS)
 
+leaderboard_ARGS := --competition $(call q,COMPETITION) --submissions-dir $(call q,SUBMISSIONS) $(call opt,--slug,SLUG)
 leaderboard: | $(STAMP) ## print the offline leaderboard and plot it (SUBMISSIONS/leaderboard-<COMPETITION>.png)
-	$(PY) -m pipeline leaderboard --competition $(COMPETITION) --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
+	$(PY) -m pipeline leaderboard $(leaderboard_ARGS)
 
 leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into the leaderboard, then print it
-	$(PY) -m pipeline leaderboard --sync --competition $(COMPETITION) --submissions-dir $(SUBMISSIONS) $(if $(SLUG),--slug $(SLUG))
+	$(PY) -m pipeline leaderboard --sync $(leaderboard_ARGS)
 
-kernel_ARGS := --recipe $(RECIPE) --set competition=$(COMPETITION) $(foreach s,$(SET),--set $(s)) $(if $(KERNEL),--name $(KERNEL)) \
-	$(if $(OWNER),--owner $(OWNER)) $(if $(ACCELERATOR),--accelerator $(ACCELERATOR)) --kernel-type $(KERNEL_TYPE) $(if $(INTERNET),--internet $(INTERNET)) \
-	$(foreach d,$(DATASETS),--dataset $(d)) $(foreach m,$(MODELS),--model $(m)) $(foreach k,$(RESUME_FROM),--resume-from $(k)) --tta $(TTA) \
-	$(if $(SLUG),--slug $(SLUG)) --submissions-dir $(SUBMISSIONS) $(if $(TIMEOUT),--timeout $(TIMEOUT))
+kernel_ARGS := $(config_ARGS) $(call opt,--name,KERNEL) $(call opt,--owner,OWNER) \
+	$(call opt,--accelerator,ACCELERATOR) --kernel-type $(call q,KERNEL_TYPE) $(call opt,--internet,INTERNET) \
+	$(foreach d,$(DATASETS),--dataset $(call q,d)) $(foreach m,$(MODELS),--model $(call q,m)) \
+	$(foreach k,$(RESUME_FROM),--resume-from $(call q,k)) --tta $(call q,TTA) $(call opt,--slug,SLUG) \
+	--submissions-dir $(call q,SUBMISSIONS) $(call opt,--timeout,TIMEOUT)
 
 kernel: | $(STAMP) ## generate kernels/<name>/ for RECIPE (auto: the ACCELERATOR's): bundled script + kernel-metadata.json, checked
 	$(PY) -m pipeline kernel generate $(kernel_ARGS)
@@ -200,7 +250,7 @@ kernel-emulate: $(TPU_VENV)/.installed | $(STAMP) ## run a generated TPU kernel 
 	$(PY) kernels/emulate.py --python $(TPU_VENV)/bin/python
 
 test: $(STAMP) ## run the test suite (what CI runs), all but the heavy tier
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not heavy" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal -m "not heavy" $(PYTEST_ARGS)
 
 # The heavy tier runs alone, one test at a time, here and in CI: the runs that occupy every core
 # (8 TensorFlow or JAX CPU replicas, whose duration rides on how the OS schedules their threads
@@ -213,7 +263,7 @@ test-heavy: $(STAMP) ## the heavy tier: 8-replica runs, backends side by side, t
 	$(PY) -m pytest -m heavy $(PYTEST_ARGS)
 
 test-fast: $(STAMP) ## the inner loop: every test that trains nothing (pytest -m "not slow")
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not slow and not heavy" $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal -m "not slow and not heavy" $(PYTEST_ARGS)
 
 lint: $(STAMP) ## check style and common bugs with ruff
 	$(VENV)/bin/ruff check .
@@ -226,32 +276,33 @@ format: $(STAMP) ## reformat the code with ruff
 bench: bench-fetch bench-input bench-train bench-submit bench-kernel ## run every benchmark; figures go to benchmarks/latest.json
 
 bench-fetch: $(STAMP) ## fetch stage: synthetic generation time, verification, size, counts
-	$(PY) benchmarks/bench_fetch.py --size $(SIZE) --seed $(SEED) $(if $(SCALE),--scale $(SCALE))
+	$(PY) benchmarks/bench_fetch.py --size $(call q,SIZE) --seed $(call q,SEED) $(call opt,--scale,SCALE)
 
 bench-input: $(DATA)/manifest.json ## input pipeline: images/s and peak memory, petals vs decode-only vs starter kernel
-	$(PY) benchmarks/bench_input.py --data-dir $(DATA) --size $(SIZE)
+	$(PY) benchmarks/bench_input.py --data-dir $(call q,DATA) --size $(call q,SIZE)
 
 bench-train: $(DATA)/manifest.json ## train stage: the CPU recipe (time, img/s, val macro-F1), EfficientNetB0 speed
-	$(PY) benchmarks/bench_train.py --data-dir $(DATA)
+	$(PY) benchmarks/bench_train.py --data-dir $(call q,DATA)
 
 BENCH_EPOCHS ?= 0#               bench-backends: epochs per run (0: the recipe's 20)
 bench-backends: $(DATA)/manifest.json ## the CPU recipe on TensorFlow and on JAX, interleaved, twice each (30+ min here)
-	$(PY) benchmarks/bench_train.py --data-dir $(DATA) --only backends --epochs $(BENCH_EPOCHS)
+	$(PY) benchmarks/bench_train.py --data-dir $(call q,DATA) --only backends --epochs $(call q,BENCH_EPOCHS)
 
+run_dir = $(RUNS_DIR)/$(RUN)
 bench-submit: $(DATA)/manifest.json $(if $(RUN),,train) ## evaluate and predict (TTA 1 and 4) on the newest finished run: wall seconds, val macro-F1
-	$(PY) benchmarks/bench_submit.py --data-dir $(DATA) $(if $(RUN),--run $(RUNS_DIR)/$(RUN))
+	$(PY) benchmarks/bench_submit.py --data-dir $(call q,DATA) $(if $(RUN),--run $(call q,run_dir))
 
 bench-competitions: | $(STAMP) ## each competition's CPU recipe on its embedded data, TensorFlow and JAX interleaved: score, examples/s
 	$(PY) benchmarks/bench_competitions.py
 
 bench-text-real: | $(STAMP) ## imdb's CPU recipe on real movie reviews (VADER's Rotten Tomatoes sentences, fetched once) vs TF-IDF + logistic regression: test ROC AUC, seconds
-	$(PY) benchmarks/bench_text_real.py $(foreach s,$(SET),--set $(s))
+	$(PY) benchmarks/bench_text_real.py $(foreach s,$(SET),--set $(call q,s))
 
 bench-images-real: | $(STAMP) ## the CPU recipes on real images (sklearn's digits, Fashion-MNIST, LFW faces) as a user's own competition vs an SVC: test macro-F1, seconds
 	$(PY) benchmarks/bench_images_real.py
 
 bench-transfer: $(DATA)/manifest.json ## the pretrained CPU recipe vs the cnn, the feature cache's speed-up, Lite0's img/s on both backends
-	$(PY) benchmarks/bench_transfer.py --data-dir $(DATA)
+	$(PY) benchmarks/bench_transfer.py --data-dir $(call q,DATA)
 
 bench-hosts: $(STAMP) ## 1 process of 8 JAX CPU devices against 2 of 4 (HOSTS=2): img/s and the losses, 3 times each
 	$(PY) -m pipeline fetch --source synthetic --data-dir data-hosts --size 64 --scale 0.25 --no-progress
@@ -269,10 +320,18 @@ bench-lite-parity: | $(STAMP) ## EfficientNet-Lite0/1/2 vs the reference PyTorch
 	$(PY) benchmarks/bench_lite_parity.py
 
 bench-kernel: $(DATA)/manifest.json ## generate the cpu-recipe kernel and run it locally on the CPU (3 epochs): seconds, size
-	$(PY) benchmarks/bench_kernel.py --data-dir $(DATA)
+	$(PY) benchmarks/bench_kernel.py --data-dir $(call q,DATA)
 
-clean-data: ## delete the data dir
-	rm -rf $(DATA) $(DATA).partial $(DATA).old $(DATA).download
+# Deletes only what petals fetched: DATA must hold the manifest.json petals wrote, or be absent (an
+# interrupted fetch's siblings go); never an empty DATA (refused above), `/`, a home or a user's folder.
+clean-data: ## delete the data dir (a petals data dir only: one holding petals' manifest.json)
+	@data=$(call q,DATA); \
+	if [ -e "$$data" ] && ! grep -qs '"petals_version"' "$$data/manifest.json"; then \
+		printf '%s\n' "petals clean-data: error: DATA '$$data' is not a petals data dir (no manifest.json of petals fetch in it); nothing deleted" >&2; \
+		exit 2; \
+	fi; \
+	rm -rf -- "$$data" "$$data.partial" "$$data.old" "$$data.download"
 
 clean: ## delete the virtualenv and caches (keeps data and runs)
-	rm -rf $(VENV) $(ARGS_DIR) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -f -- $(call q,ARGS_DIR)/*.args; rmdir -- $(call q,ARGS_DIR) 2>/dev/null || true
