@@ -118,7 +118,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR)
 
-.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-lite-parity bench-hosts fault-table clean clean-data always
+.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-lite-parity bench-hosts fault-table security-table clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -311,11 +311,14 @@ bench-hosts: $(STAMP) ## 1 process of 8 JAX CPU devices against 2 of 4 (HOSTS=2)
 bench-onednn: $(STAMP) ## TensorFlow's oneDNN kernels on this CPU: the CPU recipe's network with them on and off, img/s
 	$(PY) benchmarks/bench_onednn.py
 
-# The reference needs torch, which the project's .venv never carries: the benchmark makes its own
-# virtualenv, .venv-parity/, once (its docstring says how and why).
 fault-table: $(STAMP) ## run the fault-injection suite (5 random kill moments per stage) and write its table to docs/FAULTS.md
 	$(PY) benchmarks/fault_table.py
 
+security-table: $(STAMP) ## run the hostile-input suite (tests/test_hostile*.py) and write its table into docs/SECURITY.md
+	$(PY) benchmarks/security_table.py
+
+# The reference needs torch, which the project's .venv never carries: the benchmark makes its own
+# virtualenv, .venv-parity/, once (its docstring says how and why).
 bench-lite-parity: | $(STAMP) ## EfficientNet-Lite0/1/2 vs the reference PyTorch model on the CPU: max |logit diff| (<= 1e-3), top-1
 	$(PY) benchmarks/bench_lite_parity.py
 
