@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.children import die_with_launcher
 from pipeline.core.errors import PetalsError, Preempted, describe_os_error
 from pipeline.core.native_log import filter_tensorflow_start_up
 
@@ -121,6 +122,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    die_with_launcher()  # a host process of pipeline/launch.py goes when its launcher goes
     stage = next((a for a in argv if not a.startswith("-")), None)
     before_stage = argv[: argv.index(stage)] if stage else argv
     hush("--verbose" in before_stage or verbose_asked())

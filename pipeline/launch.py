@@ -35,6 +35,7 @@ from pathlib import Path
 
 from pipeline.cli import EXIT_PREEMPTED
 from pipeline.core import hosts
+from pipeline.core.children import PARENT_VARIABLE
 from pipeline.modeling import preemption
 
 POLL_SECONDS = 0.2
@@ -98,7 +99,8 @@ def launch(count: int, backend: str, command: list[str], log_dir: Path) -> int:
         children.append(
             subprocess.Popen(
                 [sys.executable, "-m", "pipeline", *command],
-                env={**os.environ, **extra, "PYTHONUNBUFFERED": "1"},
+                # each dies with this launcher, even one killed with -9 (pipeline/core/children.py)
+                env={**os.environ, **extra, "PYTHONUNBUFFERED": "1", PARENT_VARIABLE: str(os.getpid())},
                 stdout=out,
                 stderr=None if i == 0 else subprocess.STDOUT,
                 start_new_session=True,  # its own process group: killed with everything it started

@@ -619,6 +619,125 @@ def test_a_fetch_killed_at_a_random_moment_reruns_to_the_same_data(tmp_path, see
     )
 
 
+def _started(pid: int) -> tuple[int, str] | None:
+    """(parent pid, start time) of a live process from /proc; None once it is gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # after the name, which may hold spaces
+    return None if fields[0] in "ZX" else (int(fields[1]), fields[19])
+
+
+def _command_line(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _children_of(pid: int) -> dict[int, str]:
+    """{pid: start time} of the live processes whose parent is `pid`."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (seen := _started(int(entry.name))) and seen[0] == pid:
+            found[int(entry.name)] = seen[1]
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds processes in /proc (Linux)")
+def test_a_fetch_killed_mid_drawing_takes_its_drawing_workers_with_it(tmp_path):
+    """kill -9 of a stage (an OOM kill, Ctrl-\\) must not leave its spawn workers running, children
+    of init: each dies with the stage, within a few seconds."""
+    proc = subprocess.Popen(
+        _cli(*_tiny_fetch(tmp_path / "data")),
+        cwd=REPO,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    children: dict[int, str] = {}
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and time.monotonic() < deadline:
+        children = _children_of(proc.pid)
+        workers = [c for c in children if b"--multiprocessing-fork" in _command_line(c)]
+        if len(workers) >= min(os.cpu_count() or 1, 2):  # the drawing has begun
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the fetch ended before its drawing workers were seen"
+    time.sleep(0.5)  # some workers past their initializer, some maybe not yet
+    children.update(_children_of(proc.pid))
+    proc.kill()
+    proc.wait()
+    left, deadline = list(children), time.monotonic() + 5
+    while time.monotonic() < deadline:
+        left = [pid for pid, start in children.items() if (_started(pid) or (0, ""))[1] == start]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert left == [], [_command_line(pid) for pid in left]
+    record(
+        "kill -9 mid-drawing: its worker processes",
+        "fetch",
+        "(nothing: the process is gone)",
+        -9,
+        f"no process of its {len(children)} children (drawing workers, multiprocessing's tracker)",
+        "(not rerun: the fetch is killed at a random moment above)",
+        [tmp_path],
+    )
+
+
+def test_a_worker_whose_stage_died_before_it_started_exits_at_once():
+    """The race PR_SET_PDEATHSIG leaves open: the stage killed while its worker was starting."""
+    done = run_python(
+        "from pipeline.core.children import die_with_parent; import os\n"
+        "die_with_parent(os.getppid() + 1)  # not its parent: as if the stage were gone\n"
+        "print('still running')"
+    )
+    assert done.returncode == 1 and "still running" not in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds processes in /proc (Linux)")
+def test_a_host_process_dies_with_its_launcher_killed_with_minus_9(tmp_path):
+    """pipeline/launch.py puts its host processes in their own sessions (to stop each with what it
+    started); killed with -9 it cannot stop them, so each is bound to it by PETALS_DIE_WITH."""
+    ready = tmp_path / "ready"
+    host = (
+        "import pathlib, time\n"
+        "from pipeline import cli\n"
+        "cli.die_with_launcher()\n"
+        f"pathlib.Path({str(ready)!r}).touch()\n"
+        "time.sleep(120)\n"
+    )
+    launcher = (
+        "import os, subprocess, sys, time\n"
+        "from pipeline.core.children import PARENT_VARIABLE\n"
+        f"child = subprocess.Popen([sys.executable, '-c', {host!r}], start_new_session=True,\n"
+        "    env={**os.environ, PARENT_VARIABLE: str(os.getpid())})\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", launcher],
+        cwd=REPO,
+        env={**ENV, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    child = int(proc.stdout.readline())
+    deadline = time.monotonic() + 60
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # the host is past die_with_launcher, as a stage is once cli.main starts
+    start = _started(child)
+    assert start is not None and start[0] == proc.pid
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 5
+    while _started(child) == start and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _started(child) != start, "the host process outlived its launcher"
+
+
 @pytest.mark.parametrize("seed", seeds())
 def test_a_train_killed_at_a_random_moment_resumes_from_its_last_epoch(tiny_data_dir, tmp_path, seed):
     overrides = ["train.epochs=4", "train.steps_per_epoch=10", "train.lr_ramp_epochs=2"]

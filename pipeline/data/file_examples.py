@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from competition import CompetitionSpec
 from pipeline.data.datasets import PAD_ID, PAD_LABEL
-from pipeline.data.formats.base import Examples
+from pipeline.data.formats.base import MAX_IMAGE_SIDE, Examples
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -41,8 +41,19 @@ def fold_split(train: Examples, folds: int, fold: int) -> tuple[Examples, Exampl
 
 
 def read_image(path: tf.Tensor, size: int) -> tf.Tensor:
-    """A JPEG of any size as a `size` x `size` uint8 RGB image (squashed, as public solutions do)."""
-    image = tf.io.decode_jpeg(tf.io.read_file(path), channels=3)
+    """A JPEG of any size as a `size` x `size` uint8 RGB image (squashed, as public solutions do).
+
+    Fetch read every header against MAX_IMAGE_SIDE; a file put in the data dir since is checked
+    here too, from its header, before the decoder allocates what it claims."""
+    data = tf.io.read_file(path)
+    claimed = tf.io.extract_jpeg_shape(data)[:2]
+    within = tf.debugging.assert_less_equal(
+        claimed,
+        tf.constant(MAX_IMAGE_SIDE, claimed.dtype),
+        message=f"an image over {MAX_IMAGE_SIDE} px a side",
+    )
+    with tf.control_dependencies([within]):
+        image = tf.io.decode_jpeg(data, channels=3)
     resized = tf.image.resize(image, [size, size], antialias=True)
     return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
 
@@ -112,10 +123,15 @@ def file_dataset(
 
 
 def first_unreadable_image(paths) -> tuple[str, str] | None:
-    """The first photo of `paths` that does not decode, and why; None when all do."""
+    """The first photo of `paths` that does not decode, and why; None when all do. A header
+    claiming more than MAX_IMAGE_SIDE a side is named without decoding the image."""
     for path in paths:
         try:
-            tf.io.decode_jpeg(tf.io.read_file(str(path)), channels=3)
+            data = tf.io.read_file(str(path))
+            width, height = (int(v) for v in tf.io.extract_jpeg_shape(data)[1::-1])
+            if max(width, height) > MAX_IMAGE_SIDE:
+                return str(path), f"claims {width} x {height} px, more than {MAX_IMAGE_SIDE} px a side"
+            tf.io.decode_jpeg(data, channels=3)
         except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError) as err:
             return str(path), err.message.splitlines()[0]
     return None

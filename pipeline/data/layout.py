@@ -37,7 +37,11 @@ def _check_first_record(path: str, spec: CompetitionSpec, size: int, split: str)
                 f"{split} record in {path} has class {label}, outside 0..{spec.num_classes - 1}"
             )
     try:
-        image = tf.io.decode_jpeg(features[schema.image].bytes_list.value[0], channels=3)
+        jpeg = features[schema.image].bytes_list.value[0]
+        height, width = (int(v) for v in tf.io.extract_jpeg_shape(jpeg)[:2])  # read before decoding
+        if (height, width) != (size, size):
+            raise PetalsError(f"{path}: image is {height} x {width} px, expected {size} x {size}")
+        image = tf.io.decode_jpeg(jpeg, channels=3)
     except tf.errors.OpError as err:
         raise PetalsError(f"{path}: first image is not a readable JPEG ({first_line(err)})") from None
     if tuple(image.shape) != (size, size, 3):

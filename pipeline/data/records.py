@@ -50,8 +50,16 @@ def feature_spec(schema: RecordSchema, labeled: bool) -> dict[str, tf.io.FixedLe
 
 
 def decode_image(image_bytes: tf.Tensor, size: int) -> tf.Tensor:
-    """JPEG bytes -> uint8 [size, size, 3] with a static shape (TPUs need static shapes)."""
-    image = tf.io.decode_jpeg(image_bytes, channels=3)
+    """JPEG bytes -> uint8 [size, size, 3] with a static shape (TPUs need static shapes).
+
+    The header's size is checked first: fetch decodes only a shard's first record, and a later
+    one claiming 30000 px a side would otherwise be allocated whole before the reshape refused it."""
+    claimed = tf.io.extract_jpeg_shape(image_bytes)[:2]
+    fits = tf.debugging.assert_equal(
+        claimed, tf.constant([size, size], claimed.dtype), message=f"an image not {size} x {size} px"
+    )
+    with tf.control_dependencies([fits]):
+        image = tf.io.decode_jpeg(image_bytes, channels=3)
     return tf.reshape(image, [size, size, 3])
 
 

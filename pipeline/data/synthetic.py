@@ -24,6 +24,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from competition import CompetitionSpec
+from pipeline.core.children import die_with_parent
 from pipeline.data.synthetic_flowers import (
     background,  # noqa: F401  synthetic_pets draws it from here
     class_traits,
@@ -97,6 +98,12 @@ def keep_freed_memory() -> None:
     libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20)
 
 
+def start_worker(parent: int) -> None:
+    """A drawing worker's initializer: bound to its stage's life, glibc tuned for image arrays."""
+    die_with_parent(parent)
+    keep_freed_memory()
+
+
 def render_batch(task: tuple) -> list[bytes]:
     """Worker entry point: JPEG bytes for a run of images of one split.
 
@@ -149,7 +156,9 @@ def write_dataset(
     # tqdm's disable=None: a bar on a terminal, none in a log file (16,009 redraws there)
     context = multiprocessing.get_context("spawn")  # never fork a process that has loaded TensorFlow
     with (
-        ProcessPoolExecutor(workers, mp_context=context, initializer=keep_freed_memory) as pool,
+        ProcessPoolExecutor(
+            workers, mp_context=context, initializer=start_worker, initargs=(os.getpid(),)
+        ) as pool,
         tqdm(
             total=total, unit="img", desc=f"drawing {size}px flowers", disable=None if progress else True
         ) as bar,

@@ -46,6 +46,32 @@ FORMATS = Registry("data format")
 register = FORMATS.register  # class decorator: make a format known by its `name`
 get_format = FORMATS.named
 JPEG_START = b"\xff\xd8\xff"
+# The most pixels a side an image may claim. The competitions' photos are smaller (Cassava's
+# 800 x 600, dogs vs cats' about 500) and Kaggle's image competitions stay within a few thousand
+# px a side; a header is free to claim more, and a 6 KB file claiming 13,000 x 13,000 px decodes
+# to half a gigabyte, several at once in tf.data.
+MAX_IMAGE_SIDE = 8192
+
+
+def jpeg_size(path: Path) -> tuple[int, int]:
+    """(width, height) as a JPEG's header claims them, read without decoding the image; the
+    one-line refusal naming the file when the header does not parse or claims more than
+    MAX_IMAGE_SIDE a side."""
+    from PIL import JpegImagePlugin  # the JPEG reader itself: Image.open would refuse a bomb in a traceback
+
+    from pipeline.core.errors import PetalsError
+
+    try:
+        with JpegImagePlugin.JpegImageFile(path) as image:  # reads the markers up to the pixels only
+            width, height = image.size
+    except (OSError, SyntaxError, ValueError) as err:
+        raise PetalsError(f"{path}: not a readable JPEG ({err})") from None
+    if max(width, height) > MAX_IMAGE_SIDE:
+        raise PetalsError(
+            f"{path}: claims {width} x {height} px, more than {MAX_IMAGE_SIDE} px a side "
+            "(the competitions' photos are a few thousand at most): not decoded"
+        )
+    return width, height
 
 
 class Format(ABC):
@@ -95,8 +121,8 @@ class ImageFiles(FileFormat):
         """(id, path, label) per image: the label a class name or id, None in an unlabelled split."""
 
     def verify_split(self, root: Path, spec, split: str) -> tuple[int, list[str]]:
-        """Every image's name and label checked, and that it starts as a JPEG does; the first is
-        decoded whole."""
+        """Every image's name and label checked, and its JPEG header read (its claimed size within
+        MAX_IMAGE_SIDE); the first is decoded whole."""
         from PIL import Image, UnidentifiedImageError
 
         from pipeline.core.errors import PetalsError
@@ -113,6 +139,7 @@ class ImageFiles(FileFormat):
             with open(path, "rb") as f:
                 if f.read(3) != JPEG_START:
                     raise PetalsError(f"{path}: not a JPEG")
+            jpeg_size(path)  # every header read: no image past the bound reaches a decoder
         first = min(path for _, path, _ in found)
         try:
             with Image.open(first) as image:
@@ -124,10 +151,11 @@ class ImageFiles(FileFormat):
     def class_id(self, spec, label, where) -> int:
         """A label as the class id: a class name, or a class id as the label CSV writes it."""
         from pipeline.core.errors import PetalsError
+        from pipeline.core.paths import shown
 
         if label in spec.classes:
             return spec.classes.index(label)
-        raise PetalsError(f"{where}: label {label!r} is not a class ({', '.join(spec.classes)})")
+        raise PetalsError(f"{where}: label {shown(label)} is not a class ({', '.join(spec.classes)})")
 
     def examples(self, root: Path, spec, split: str):
         from pipeline.core.errors import PetalsError

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.paths import check_relative, inside, shown
 from pipeline.data.formats.base import ImageFiles, register
 
 # The fields a member name pattern may hold: {label} (a class name) and {number} in labelled
@@ -56,15 +57,22 @@ def _image_folder(
 ) -> ImageFolderLayout:
     folders = {split: ImageFolder(**raw[split]) for split in splits}
     for split, folder in folders.items():
+        check_relative(folder.archive, f"[data.image_folder.{split}] archive")
+        check_relative(folder.members, f"[data.image_folder.{split}] members")
+        if set("{}") & set(_FIELD.sub("", folder.members)):  # str.format would read anything in braces
+            raise ValueError(
+                f"[data.image_folder.{split}] members {shown(folder.members)}: only {{label}}, "
+                "{number} and {id} may stand in braces"
+            )
         if "/" not in folder.members or _FIELD.search(folder.folder):
             raise ValueError(
-                f"[data.image_folder.{split}] members {folder.members!r}: name the split's folder first"
+                f"[data.image_folder.{split}] members {shown(folder.members)}: name the split's folder first"
             )
         fields = set(_FIELD.findall(folder.members))
         wanted = {"label"} if split in labeled else {"id"}
         if not wanted <= fields:
             raise ValueError(
-                f"[data.image_folder.{split}] members {folder.members!r} has no {{{wanted.pop()}}}"
+                f"[data.image_folder.{split}] members {shown(folder.members)} has no {{{wanted.pop()}}}"
             )
     return ImageFolderLayout(splits=folders)
 
@@ -82,17 +90,18 @@ class ImageFolderFormat(ImageFiles):
         return {split: (folder.folder, folder.archive) for split, folder in spec.layout.splits.items()}
 
     def folder(self, root: Path, spec, split: str) -> Path:
-        return root / spec.layout.splits[split].folder
+        return inside(root, spec.layout.splits[split].folder, f"[data.image_folder.{split}] members")
 
     def images(self, root: Path, spec, split: str) -> list[tuple[str, Path, str | None]]:
         """(id, path, class name or None) of every image of the split, as its file names say."""
         folder = spec.layout.splits[split]
-        top = root / folder.folder
+        top = self.folder(root, spec, split)
         found = []
         for path in top.rglob("*"):
             if not path.is_file():
                 continue
             name = path.relative_to(root).as_posix()
+            path = inside(root, name, "image", root)  # a link out of the data dir is refused
             fields = folder.parse(name)
             if fields is None:
                 raise PetalsError(f"{root / name}: not a {split} image name ({folder.members})")
