@@ -1,7 +1,10 @@
 """Atomic writes: an output is either the old file or the complete new one, never half of it.
 
 Figures go the same way: `pyplot()` gives matplotlib on its file-only backend (servers and
-kernels have no display), `save_figure` writes a PNG atomically and frees the figure.
+kernels have no display), `save_figure` writes a PNG atomically and frees the figure. Archives are
+unpacked only after their members are checked (`check_members`: no paths out, no links or devices,
+bounded sizes) and as plain files (`extract_members`), and the folders petals works in carry a
+marker (`make_work_folder`), so that petals deletes only what it made (`is_work_folder`).
 """
 
 from __future__ import annotations
@@ -10,10 +13,16 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
+import stat
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pipeline.core.errors import PetalsError
+from pipeline.core.paths import shown
 
 
 def write_atomically(path: Path, write: Callable[[Path], None], tmp_name: str | None = None) -> None:
@@ -59,6 +68,22 @@ def write_zip(path: Path, members: Sequence[tuple[str, bytes]]) -> None:
     write_atomically(path, write)
 
 
+# Bounds on what one fetch unpacks, checked against the members' declared sizes before anything is
+# written and against the bytes actually written while inflating. The largest competition petals
+# knows unpacks to about 6 GB (cassava-leaf-disease-classification: 21,397 JPEGs and its TFRecords;
+# tpu-getting-started is about 5 GB) and the most files are dogs-vs-cats' 37,500 JPEGs: ten times
+# the bytes and over twenty-five times the files leave room for any real competition, and a zip bomb
+# (a few kB declaring or inflating to terabytes) is refused in one line instead of filling the disk.
+MAX_UNPACKED_BYTES = 64 * 2**30
+MAX_MEMBERS = 1_000_000
+
+# Written into every work folder petals makes (a fetch's staging folder, the download folder), so
+# that a folder petals is about to delete can be told apart from one of the user's.
+WORK_MARKER = ".petals-work"
+
+_FILE_TYPES = (0, stat.S_IFREG, stat.S_IFDIR)  # 0: a zip made without Unix modes (Windows, DOS)
+
+
 def unsafe_member(archive: zipfile.ZipFile) -> str | None:
     """The first member whose path would land outside the folder it is unpacked into, or None."""
     return next(
@@ -69,6 +94,125 @@ def unsafe_member(archive: zipfile.ZipFile) -> str | None:
         ),
         None,
     )
+
+
+def _member_type(member: zipfile.ZipInfo) -> int:
+    return stat.S_IFMT(member.external_attr >> 16)
+
+
+@dataclass
+class Budget:
+    """What is left to unpack in one fetch: bytes and files. Nested archives (a competition's zip
+    holding `train.zip`) draw on the same budget, so a bomb cannot hide one level down."""
+
+    bytes: int = MAX_UNPACKED_BYTES
+    members: int = MAX_MEMBERS
+
+    @classmethod
+    def left_after(cls, folder: Path) -> Budget:
+        """The budget left once what `folder` already holds is counted (the outer archive's files)."""
+        sizes = [p.stat().st_size for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
+        return cls(MAX_UNPACKED_BYTES - sum(sizes), MAX_MEMBERS - len(sizes))
+
+
+def _in_words(size: int) -> str:
+    return f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.1f} MB"
+
+
+def _too_big(archive: Path, size: int) -> PetalsError:
+    return PetalsError(
+        f"archive {archive}: its members unpack to {_in_words(size)} or more, over the "
+        f"{_in_words(MAX_UNPACKED_BYTES)} petals unpacks in one fetch (a zip bomb?); nothing was kept"
+    )
+
+
+def check_members(zf: zipfile.ZipFile, archive: Path, budget: Budget) -> None:
+    """Refuse, in one line naming the archive and the member, an archive petals will not unpack:
+    a path leaving the folder (absolute, `..`), a member that is not a plain file or folder
+    (a symbolic link, a device, a pipe), more members or declared bytes than `budget` allows."""
+    members = zf.infolist()
+    if (unsafe := unsafe_member(zf)) is not None:
+        raise PetalsError(f"corrupt archive {archive}: unsafe member path {shown(unsafe)}")
+    for m in members:
+        kind = _member_type(m)
+        if kind not in _FILE_TYPES:
+            what = "a symbolic link" if kind == stat.S_IFLNK else "not a plain file or folder"
+            raise PetalsError(
+                f"archive {archive}: member {shown(m.filename)} is {what}; petals unpacks only "
+                "files and folders"
+            )
+    if len(members) > budget.members:
+        raise PetalsError(
+            f"archive {archive}: {len(members)} members, over the {MAX_MEMBERS} petals unpacks "
+            "(a zip bomb?); nothing was kept"
+        )
+    declared = sum(m.file_size for m in members)
+    if declared > budget.bytes:
+        raise _too_big(archive, MAX_UNPACKED_BYTES - budget.bytes + declared)
+
+
+def extract_members(
+    zf: zipfile.ZipFile,
+    members: Sequence[zipfile.ZipInfo],
+    dest: Path,
+    archive: Path,
+    budget: Budget,
+    progress: Callable[[int], Any] | None = None,
+) -> None:
+    """Unpack `members` (checked by `check_members`) into `dest` as plain files, counting the bytes
+    actually written against `budget`: a header may understate what a member inflates to."""
+    for m in members:
+        target = dest / m.filename
+        try:
+            if m.is_dir():
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zf.open(m) as source, open(target, "wb") as out:
+                while chunk := source.read(1 << 20):
+                    budget.bytes -= len(chunk)
+                    if budget.bytes < 0:
+                        raise _too_big(archive, MAX_UNPACKED_BYTES - budget.bytes)
+                    out.write(chunk)
+        except (NotADirectoryError, IsADirectoryError, FileExistsError):
+            raise PetalsError(
+                f"corrupt archive {archive}: member {shown(m.filename)} collides with another member"
+            ) from None
+        budget.members -= 1
+        if progress is not None:
+            progress(m.file_size)
+
+
+def is_work_folder(path: Path, markers: Sequence[str] = ()) -> bool:
+    """Whether petals may delete `path`: it is absent, empty, or holds petals' work marker (or one
+    of `markers`, e.g. the manifest a fetch writes into the data dir)."""
+    if not path.exists():
+        return True
+    if not path.is_dir() or path.is_symlink():
+        return False
+    return any((path / m).is_file() for m in (WORK_MARKER, *markers)) or not any(path.iterdir())
+
+
+def remove_work_folder(path: Path, markers: Sequence[str] = ()) -> None:
+    """Delete a folder `is_work_folder` allows, its marker last: a removal cut short (kill -9)
+    leaves a folder that is still recognisably petals'."""
+    if not path.is_dir() or path.is_symlink():
+        path.unlink(missing_ok=True)
+        return
+    last = {WORK_MARKER, *markers}
+    for entry in sorted(path.iterdir(), key=lambda p: p.name in last):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+    path.rmdir()
+
+
+def make_work_folder(path: Path) -> Path:
+    """A folder petals works in (created if need be), marked as petals' own."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / WORK_MARKER).touch()
+    return path
 
 
 def sha256(path: Path) -> str:

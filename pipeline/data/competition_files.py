@@ -23,7 +23,8 @@ import pandas as pd
 
 from competition import CompetitionSpec
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import sha256, unsafe_member
+from pipeline.core.files import WORK_MARKER, Budget, check_members, extract_members, sha256
+from pipeline.core.paths import inside, shown
 
 
 def _entries(spec: CompetitionSpec) -> dict[str, tuple[str, str | None]]:
@@ -52,32 +53,50 @@ def holds_competition(spec: CompetitionSpec):
 
 def unpack_into(source: Path, dest: Path, spec: CompetitionSpec) -> None:
     """Put every entry of `source` into `dest` unpacked: copied where `source` has it unpacked,
-    unzipped where it has its zip. Unpacking in place (`dest` is `source`), everything else in
-    it goes: the zips once unpacked, and files petals does not read (word2vec's unlabelled
-    reviews), so the data dir holds what is verified and fingerprinted."""
+    unzipped where it has its zip. Unpacking in place (`dest` is `source`, the fetch's own staging
+    folder), everything else in it goes: the zips once unpacked, and files petals does not read
+    (word2vec's unlabelled reviews), so the data dir holds what is verified and fingerprinted.
+    Nothing is copied through a link that leads out of `source`."""
     entries = _entries(spec).values()
+    in_place = source.resolve() == dest.resolve()
+    if in_place and not (dest / WORK_MARKER).is_file():  # only a folder petals made is pruned
+        raise PetalsError(f"{dest}: not a folder petals made; it will not unpack into it in place")
     for name, archive in entries:
-        if (source / name).exists():
-            if source.resolve() != dest.resolve():
-                copy = shutil.copytree if (source / name).is_dir() else shutil.copy2
-                copy(source / name, dest / name)
+        if (source / name).exists() or (source / name).is_symlink():
+            if not in_place:
+                _copy_inside(source, name, dest)
             continue
         if archive is None or not (source / archive).is_file():
             raise PetalsError(f"{source}: no {name}" + (f" nor {archive}" if archive else ""))
-        _unzip(source / archive, dest)
-    if source.resolve() == dest.resolve():
-        kept = {name for name, _ in entries}
+        _unzip(inside(source, archive, "file", source), dest)
+    if in_place:
+        kept = {name for name, _ in entries} | {WORK_MARKER}
         for path in dest.iterdir():
             if path.name not in kept:
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+                shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+
+
+def _copy_inside(source: Path, name: str, dest: Path) -> None:
+    """`source / name` copied to `dest / name`, refused in one line if it, or any link in it, leads
+    out of `source` (a `sample_submission.csv` linking to /etc/passwd, a split folder elsewhere)."""
+    path = inside(source, name, "file", source)
+    if path.is_dir():
+        for link in (p for p in path.rglob("*") if p.is_symlink()):
+            relative = link.relative_to(source).as_posix()
+            inside(source, relative, "file", source)
+            if link.is_dir():  # a folder linked into the tree would be copied twice, or forever
+                raise PetalsError(f"{source}: file {shown(relative)} is a link to a folder (copy it in)")
+        shutil.copytree(path, dest / name)
+    else:
+        shutil.copy2(path, dest / name)
 
 
 def _unzip(archive: Path, dest: Path) -> None:
     try:
         with zipfile.ZipFile(archive) as opened:
-            if (unsafe := unsafe_member(opened)) is not None:
-                raise PetalsError(f"corrupt archive {archive}: unsafe member path {unsafe!r}")
-            opened.extractall(dest)
+            budget = Budget.left_after(dest)  # the outer archive's files count against the same bounds
+            check_members(opened, archive, budget)
+            extract_members(opened, opened.infolist(), dest, archive, budget)
     except (zipfile.BadZipFile, EOFError, zlib.error) as err:
         raise PetalsError(f"corrupt archive {archive} ({err})") from None
 

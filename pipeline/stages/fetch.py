@@ -8,6 +8,11 @@ folder, verified against the competition spec and swapped into place, so an
 interrupted fetch never leaves a half-valid data dir. `manifest.json` in the data
 dir records the source, the counts and a content fingerprint; later stages read
 the data's location from it.
+
+Fetch deletes only what is its own: the data dir it wrote (it holds the manifest) and the work
+folders beside it that carry petals' marker. A source that is, holds or lies inside the data dir
+or one of those folders is refused before anything is touched, and so is a data dir holding
+someone else's files.
 """
 
 from __future__ import annotations
@@ -16,10 +21,8 @@ import argparse
 import functools
 import logging
 import os
-import shutil
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +31,8 @@ from pipeline import __version__
 from pipeline.core import arguments, lock
 from pipeline.core.competitions import load_competition
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import write_json
-from pipeline.data import competition_files
+from pipeline.core.files import make_work_folder, remove_work_folder, write_json
+from pipeline.data import competition_files, work_folders
 from pipeline.data.layout import fingerprints, verify_layout
 from pipeline.data.manifest import MANIFEST, read_manifest
 from pipeline.data.sources import SOURCES as REGISTERED
@@ -66,29 +69,9 @@ def _context(options: FetchOptions, spec: CompetitionSpec, attached=None) -> Con
         options=options,
         spec=spec,
         slug=options.slug or spec.default_slug,
-        cache_dir=data_dir.with_name(data_dir.name + ".download"),
+        cache_dir=work_folders.beside(data_dir, work_folders.DOWNLOAD),
         attached=attached or functools.cache(lambda: find_attached(options, spec)),
     )
-
-
-@contextmanager
-def _staging(data_dir: Path) -> Iterator[Path]:
-    """A fresh sibling folder to build the data dir in; swapped into place only on success."""
-    staging = data_dir.with_name(data_dir.name + ".partial")
-    old = data_dir.with_name(data_dir.name + ".old")
-    for leftover in (staging, old):  # from an interrupted earlier run
-        if leftover.exists():
-            shutil.rmtree(leftover)
-    staging.mkdir(parents=True)
-    try:
-        yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    if data_dir.exists():
-        data_dir.rename(old)
-    staging.rename(data_dir)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _note_unusual_counts(counts: dict, spec: CompetitionSpec) -> None:
@@ -142,8 +125,16 @@ def fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
     if options.source not in SOURCES:
         raise PetalsError(f"unknown source {options.source!r} (choose from {', '.join(SOURCES)})")
     data_dir = options.data_dir
-    with lock.holding(data_dir.with_name(data_dir.name + ".lock"), "fetch"):
-        return _fetch(options, spec)
+    work_folders.check_sources_apart(options)  # before the lock: even its file could land in the source
+    made = work_folders.missing_folders(data_dir.parent)
+    try:
+        with lock.holding(data_dir.with_name(data_dir.name + ".lock"), "fetch"):
+            return _fetch(options, spec)
+    except BaseException:  # a failed fetch leaves no empty folders it made on the way to the lock
+        for folder in made:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        raise
 
 
 def _fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
@@ -161,10 +152,39 @@ def _fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
 
     context = _context(options, spec)
     source, why = resolve_source(options, spec, context.attached)
+    if source == "kaggle-input" and (found := context.attached()) is not None:
+        work_folders.check_apart(data_dir, found.path, "--kaggle-input")
+    work_folders.check_replaceable(data_dir, source, context.cache_dir, context.slug)
     log.info("fetch: source %s: %s", source, why)
     slug = context.slug
     started = time.perf_counter()
-    with _staging(data_dir) as staging:
+    if source == "kaggle":  # the download folder, marked so a later fetch knows it is petals'
+        make_work_folder(context.cache_dir)
+    try:
+        manifest, counts = _build(data_dir, spec, source, context, started)
+    except BaseException:
+        work_folders.drop_if_unused(context.cache_dir)
+        raise
+    if context.cache_dir.exists() and work_folders.is_own(context.cache_dir, slug):  # unpacked and verified
+        remove_work_folder(context.cache_dir)
+    for size, splits in counts.items():
+        summary = ", ".join(f"{split} {c['images']}" for split, c in splits.items())
+        log.info("fetch: %s ready at %dpx: %s images", data_dir, size, summary)
+    if "splits" in manifest:
+        summary = ", ".join(
+            f"{split} {n} {unit}" for split, c in manifest["splits"].items() for unit, n in c.items()
+        )
+        log.info("fetch: %s ready: %s", data_dir, summary)
+    return manifest
+
+
+def _build(
+    data_dir: Path, spec: CompetitionSpec, source: str, context: Context, started: float
+) -> tuple[dict[str, Any], dict]:
+    """The data dir built in staging by `source`, verified, its manifest written, swapped into place;
+    (the manifest, the TFRecord counts per size)."""
+    slug = context.slug
+    with work_folders.staging_for(data_dir) as staging:
         got = REGISTERED[source].get(context, staging)
         root, origin, sizes = got.root, got.origin, got.sizes
         if spec.format.sharded:
@@ -174,8 +194,8 @@ def _fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
             counted = {"sizes": {str(size): splits for size, splits in counts.items()}}
             digest, labelled = fingerprints(root, spec, list(counts))
         else:  # image folders and tables are unpacked into the data dir
-            competition_files.unpack_into(Path(root), staging, spec)
             try:
+                competition_files.unpack_into(Path(root), staging, spec)
                 counted = {"splits": competition_files.verify(staging, spec)}
             except PetalsError as err:  # name the file where it came from: staging goes with the error
                 raise PetalsError(str(err).replace(str(staging), origin.rstrip("/"))) from None
@@ -196,16 +216,7 @@ def _fetch(options: FetchOptions, spec: CompetitionSpec) -> dict[str, Any]:
             "synthetic": got.extra.get("synthetic"),
         }
         write_json(staging / MANIFEST, manifest)
-    shutil.rmtree(context.cache_dir, ignore_errors=True)  # the archive is unpacked and verified
-    for size, splits in counts.items():
-        summary = ", ".join(f"{split} {c['images']}" for split, c in splits.items())
-        log.info("fetch: %s ready at %dpx: %s images", data_dir, size, summary)
-    if "splits" in manifest:
-        summary = ", ".join(
-            f"{split} {n} {unit}" for split, c in manifest["splits"].items() for unit, n in c.items()
-        )
-        log.info("fetch: %s ready: %s", data_dir, summary)
-    return manifest
+    return manifest, counts
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,7 +1,13 @@
-"""Kaggle's competition zip unpacked, keeping its layout (used by the kaggle and dir sources)."""
+"""Kaggle's competition zip unpacked, keeping its layout (used by the kaggle and dir sources).
+
+An archive is a stranger's: its members are checked before anything is written (paths that leave
+the folder, links, devices, and declared sizes and counts past `pipeline.core.files`' bounds), and
+the bytes actually inflated are counted as they are written.
+"""
 
 from __future__ import annotations
 
+import shutil
 import zipfile
 import zlib
 from pathlib import Path
@@ -9,7 +15,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import unsafe_member
+from pipeline.core.files import WORK_MARKER, Budget, check_members, extract_members
 
 
 def unpack(
@@ -21,12 +27,12 @@ def unpack(
     keep_archive: bool = False,
 ) -> None:
     """Unpack Kaggle's archive keeping its layout (only the chosen resolutions, if any). A damaged
-    download is deleted, so the next run fetches it again; a user's own archive is kept."""
+    or refused download is deleted, so the next run fetches it again; a user's own archive is kept."""
     keep_dirs = {spec.records.record_dir(s) for s in sizes} if sizes and spec.format.sharded else None
     try:
         with zipfile.ZipFile(archive) as zf:
-            if (unsafe := unsafe_member(zf)) is not None:
-                raise PetalsError(f"corrupt archive {archive}: unsafe member path {unsafe!r}")
+            budget = Budget.left_after(dest)
+            check_members(zf, archive, budget)
             members = [m for m in zf.infolist() if not m.is_dir()]
             if keep_dirs is not None:  # drop the other resolutions' folders, wherever they sit
 
@@ -40,11 +46,22 @@ def unpack(
             with tqdm(
                 total=total, unit="B", unit_scale=True, desc="unpacking", disable=None if progress else True
             ) as bar:
-                for m in members:
-                    zf.extract(m, dest)
-                    bar.update(m.file_size)
+                extract_members(zf, members, dest, archive, budget, bar.update)
     except (zipfile.BadZipFile, EOFError, zlib.error) as err:  # damaged bytes, not a full disk
         if keep_archive:
             raise PetalsError(f"corrupt archive {archive} ({err})") from None
-        archive.unlink(missing_ok=True)  # so the next run downloads it again
+        _drop_download(archive)  # so the next run downloads it again
         raise PetalsError(f"corrupt archive {archive} ({err}): it was deleted, run fetch again") from None
+    except PetalsError as err:  # refused: a download petals made is not left lying about
+        if keep_archive:
+            raise
+        _drop_download(archive)
+        raise PetalsError(f"{err}; the download was deleted") from None
+
+
+def _drop_download(archive: Path) -> None:
+    """Delete a download petals made, and its folder once nothing but petals' marker is left."""
+    archive.unlink(missing_ok=True)
+    folder = archive.parent
+    if (folder / WORK_MARKER).is_file() and {p.name for p in folder.iterdir()} == {WORK_MARKER}:
+        shutil.rmtree(folder)

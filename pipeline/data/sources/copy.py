@@ -4,10 +4,12 @@ or an unpacked folder (read in place)."""
 from __future__ import annotations
 
 import shutil
+import tempfile
 import zipfile
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.paths import shown
 from pipeline.data.layout import find_in_copy, markers
 from pipeline.data.sources.archives import unpack
 from pipeline.data.sources.base import Context, Got, Source, register
@@ -34,10 +36,8 @@ class Copy(Source):
             inner = find_in_copy(staging, spec)
             if inner is None:
                 raise PetalsError(f"--from {given}: the archive holds no {markers(spec)}")
-            if inner != staging:  # lift the files out of a wrapping folder
-                for entry in list(inner.iterdir()):
-                    entry.rename(staging / entry.name)
-                shutil.rmtree(staging / inner.relative_to(staging).parts[0])
+            if inner != staging:
+                _lift(staging, inner, given)
             return Got(str(staging), str(given), options.sizes)
         if given.is_file():
             raise PetalsError(
@@ -49,3 +49,18 @@ class Copy(Source):
         if found is None:
             raise PetalsError(f"--from {given}: no folder in it holds {markers(spec)}")
         return Got(str(found), str(given), options.sizes)
+
+
+def _lift(staging: Path, inner: Path, given: Path) -> None:
+    """The files of the archive's wrapping folder (`inner`, in `staging`) lifted to `staging`'s top.
+    The wrapper is set aside first, so a file named as it is (`flowers/flowers/...`) moves freely."""
+    top = staging / inner.relative_to(staging).parts[0]
+    aside = Path(tempfile.mkdtemp(prefix=".wrapper-", dir=staging))
+    top.rename(aside / top.name)
+    for entry in list((aside / inner.relative_to(staging)).iterdir()):
+        if (staging / entry.name).exists():
+            raise PetalsError(
+                f"--from {given}: the archive holds {shown(entry.name)} both at its top and in {top.name}/"
+            )
+        entry.rename(staging / entry.name)
+    shutil.rmtree(aside)
