@@ -261,6 +261,15 @@ def fit(job: Job, verbose: int = 1, restart: bool = False, stop=None, keep_check
             shutil.rmtree(job.run.path.parent, ignore_errors=True)
 
 
+def _drop_half_written(run: RunDir) -> None:
+    """A run killed mid-write (-9, a lost machine) leaves its temporary files (`*.partial`, Keras's
+    `partial-*.weights.h5`); with the lock held no one else is writing them, so they go."""
+    if run.path.is_dir():
+        for path in [*run.path.glob("partial-*.weights.h5"), *run.path.rglob("*.partial")]:
+            if path.is_file():
+                path.unlink(missing_ok=True)
+
+
 @contextlib.contextmanager
 def _only_writer(run: RunDir):
     """Hold the run's lock (a second `train` of it is refused); the folders made only for the
@@ -270,6 +279,7 @@ def _only_writer(run: RunDir):
     made = [p for p in (run.path, *run.path.parents) if not p.exists()]  # folders the lock will make
     try:
         with lock.holding(run.file(RunDir.LOCK), "train"):
+            _drop_half_written(run)
             yield
     finally:
         for folder in made:  # innermost first; a folder with anything in it stays
