@@ -210,16 +210,15 @@ def test_a_from_path_with_spaces_and_quotes_is_a_plain_value(tmp_path, capsys, c
 # ----------------------------------------------------------------------------- archives
 
 
-def test_a_zip_with_a_symlink_member_is_refused(tmp_path):
+def test_a_zip_with_a_symlink_member_is_refused(tmp_path, capsys):
     archive = _zip(
         tmp_path / "cats.zip",
         {"train": b"/etc", "train/cat.0.jpg": b"\xff\xd8", "sample_submission.csv": b"id,label\n"},
         {"train": stat.S_IFLNK},
     )
     tree = Tree(tmp_path)
-    result = run_cli("fetch", *CATS, "--from", str(archive), "--data-dir", str(tmp_path / "data"))
-    line = one_error_line(result.stderr)
-    _assert_refused(result.returncode, line, "cats.zip: member 'train' is a symbolic link", tree)
+    code, line = _fetch_here(capsys, *CATS, "--from", str(archive), "--data-dir", str(tmp_path / "data"))
+    _assert_refused(code, line, "cats.zip: member 'train' is a symbolic link", tree)
     record("fetch: zip with a symlink", "member `train -> /etc`", line, 2, "nothing written, your zip kept")
 
 
@@ -231,16 +230,13 @@ def test_a_zip_with_a_device_member_is_refused(tmp_path, capsys):
     record("fetch: zip with a pipe", "member `train/pipe` (a FIFO)", line, 2, "nothing written")
 
 
-def test_a_zip_declaring_terabytes_is_refused_before_unpacking(tmp_path):
+def test_a_zip_declaring_terabytes_is_refused_before_unpacking(tmp_path, capsys):
     members = {f"train/cat.{i}.jpg": b"tiny" for i in range(20)}
     archive = _declare(_zip(tmp_path / "bomb.zip", members), 0xFFFFFFF0)  # 20 members, 4.3 GB each
     assert archive.stat().st_size < 5000
     tree = Tree(tmp_path)
-    result = run_cli("fetch", *CATS, "--from", str(archive), "--data-dir", str(tmp_path / "data"))
-    line = one_error_line(result.stderr)
-    _assert_refused(
-        result.returncode, line, "bomb.zip: its members unpack to 85.9 GB or more, over the", tree
-    )
+    code, line = _fetch_here(capsys, *CATS, "--from", str(archive), "--data-dir", str(tmp_path / "data"))
+    _assert_refused(code, line, "bomb.zip: its members unpack to 85.9 GB or more, over the", tree)
     record("fetch: zip bomb (declared)", "4 kB zip declaring 86 GB", line, 2, "nothing written")
 
 

@@ -104,45 +104,48 @@ def test_a_sample_submission_of_dotdot_makefile_copies_nothing_over_the_checkout
            "nothing written; the checkout's Makefile untouched")  # fmt: skip
 
 
-def test_a_labels_csv_of_etc_passwd_is_refused_without_printing_it(world, tmp_path):
+# ----------------------------------------------------------------------------- in this process
+# The same parser and one-line errors as `python -m pipeline`, without a new process's imports.
+
+
+def test_a_labels_csv_of_etc_passwd_is_refused_without_printing_it(world, tmp_path, capsys):
     evil = _competition(tmp_path / "comp", "cassava", 'labels = "train.csv"', 'labels = "/etc/passwd"')
-    result = run_cli(*world.fetch_args(evil))
-    line = one_error_line(result.stderr)
+    code = cli.main(world.fetch_args(evil))
+    stderr = capsys.readouterr().err
+    line = one_error_line(stderr)
     assert "[data.image_csv.train] labels '/etc/passwd' leaves its folder" in line
-    assert result.returncode == 2 and "root:" not in result.stderr
+    assert code == 2 and "root:" not in stderr
     world.untouched()
     record("spec: image_csv labels", 'labels = "/etc/passwd"', line, 2, "nothing read or written")
 
 
-def test_a_competition_name_with_dotdot_makes_no_board_outside_submissions(tmp_path):
+def test_a_competition_name_with_dotdot_makes_no_board_outside_submissions(tmp_path, capsys):
     evil = _competition(tmp_path / "comp", "flowers", 'name = "flowers"', 'name = "x/../../outside/pwn"')
     submissions = tmp_path / "world" / "submissions"
     submissions.mkdir(parents=True)
     tree = Tree(tmp_path / "world")
-    result = run_cli("leaderboard", "--competition", str(evil), "--submissions-dir", str(submissions))
-    line = one_error_line(result.stderr)
+    code = cli.main(["leaderboard", "--competition", str(evil), "--submissions-dir", str(submissions)])
+    line = one_error_line(capsys.readouterr().err)
     assert "name 'x/../../outside/pwn' is not a plain name" in line
-    assert result.returncode == 2
+    assert code == 2
     assert tree.changes() == []
     record("spec: name", 'name = "x/../../outside/pwn"', line, 2, "no board, lock or folder made")
 
 
-def test_an_infinite_count_is_one_line_not_a_traceback(world, tmp_path):
+def test_an_infinite_count_is_one_line_not_a_traceback(world, tmp_path, capsys):
     evil = _competition(tmp_path / "comp", "cassava", "train = 21397", "train = inf")
-    result = run_cli(*world.fetch_args(evil))
-    line = one_error_line(result.stderr)
+    code, line = _fetch_in_process(world, evil, capsys)
     assert "[data.counts] train = 'inf' is not a count (a whole number, 0 or more)" in line
-    assert result.returncode == 2
+    assert code == 2
     world.untouched()
     record("spec: counts inf", "[data.counts] train = inf", line, 2, "nothing written")
 
 
-def test_a_label_csv_id_in_another_split_is_refused_naming_the_line(world):
+def test_a_label_csv_id_in_another_split_is_refused_naming_the_line(world, capsys):
     world.write("train.csv", "image_id,label\n1.jpg,0\n2.jpg,1\n../test_images/3.jpg,2\n")
-    result = run_cli(*world.fetch_args("cassava"))
-    line = one_error_line(result.stderr)
+    code, line = _fetch_in_process(world, "cassava", capsys)
     assert "train.csv: line 4 image_id '../test_images/3.jpg' leaves its folder" in line
-    assert result.returncode == 2
+    assert code == 2
     world.untouched()
     record("label CSV: id in another split", "train.csv row `../test_images/3.jpg,2`", line, 2,
            "data dir not made")  # fmt: skip
