@@ -56,7 +56,7 @@ ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 KNOBS := DATA SOURCE DATA_FROM COMPETITION GCS_PATH SIZE SEED SCALE FORCE RECIPE SET INSPECT_DIR \
 	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TTA RUNS WEIGHTS SEARCH \
 	SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
-	TIMEOUT RESUME_FROM PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS
+	TIMEOUT RESUME_FROM PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS VERBOSE
 $(foreach k,$(KNOBS),$(if $(filter command environment,$(firstword $(origin $(k)))),\
 	$(eval override $(k) := $$(value $(k)))))
 
@@ -333,8 +333,15 @@ clean-data: ## delete the data dir (a petals data dir only: one holding petals' 
 		printf '%s\n' "petals clean-data: error: DATA '$$data' is not a petals data dir (no manifest.json of petals fetch in it); nothing deleted" >&2; \
 		exit 2; \
 	fi; \
-	rm -rf -- "$$data" "$$data.partial" "$$data.old" "$$data.download"
+	rm -rf -- "$$data"; \
+	for work in "$$data.partial" "$$data.old" "$$data.download"; do \
+		if [ -f "$$work/.petals-work" ] || grep -qs '"petals_version"' "$$work/manifest.json"; then rm -rf -- "$$work"; \
+		elif [ -e "$$work" ]; then printf '%s\n' "petals clean-data: kept $$work: not a folder petals made (no .petals-work in it)" >&2; fi; \
+	done
 
 clean: ## delete the virtualenv and caches (keeps data and runs)
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	@venv=$(call q,VENV); if [ -e "$$venv" ] && [ ! -f "$$venv/.installed" ]; then \
+		printf '%s\n' "petals clean: error: VENV '$$venv' is not a virtualenv make install built (no .installed in it); nothing deleted" >&2; \
+		exit 2; \
+	fi; rm -rf -- "$$venv" .pytest_cache .ruff_cache *.egg-info
 	rm -f -- $(call q,ARGS_DIR)/*.args; rmdir -- $(call q,ARGS_DIR) 2>/dev/null || true

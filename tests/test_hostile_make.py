@@ -169,12 +169,13 @@ def test_make_itself_expands_nothing_a_user_typed(tmp_path):
     marker = tmp_path / "ran"
     tree = Tree(tmp_path, allowed=(tmp_path / "home",))
     given = f"`touch {marker}` $(shell touch {marker}) $$HOME"
-    done = make(tmp_path, "help", f"SET={given}", f"RUN={given}")
+    # VERBOSE is exported to every recipe's environment: Make expands an exported knob as well
+    done = make(tmp_path, "help", f"SET={given}", f"RUN={given}", f"VERBOSE={given}")
     assert done.returncode == 0 and f'SET="{given}"' in done.stdout and f"RUN={given} " in done.stdout
     assert not marker.exists() and tree.changes() == []
     record(
         "make help: $(shell) in a knob",
-        "SET and RUN = '`touch` $(shell touch) $$HOME'",
+        "SET, RUN and VERBOSE (exported) = '`touch` $(shell touch) $$HOME'",
         "(shown as typed)",
         done.returncode,
         "nothing ran, nothing written",
@@ -217,12 +218,22 @@ def test_clean_data_deletes_a_petals_data_dir_and_its_siblings(tmp_path):
     (data / "train").mkdir(parents=True)
     (data / "manifest.json").write_text(json.dumps({"source": "synthetic", "petals_version": "0"}))
     (tmp_path / "data.partial").mkdir()
+    (tmp_path / "data.partial" / ".petals-work").touch()  # the mark petals puts in its work folders
+    (tmp_path / "data.old" / "mine").mkdir(parents=True)  # a user's backup that happens to be named so
     keep = tmp_path / "data-mine"
     keep.mkdir()
     tree = Tree(tmp_path, allowed=(data, tmp_path / "data.partial", tmp_path / "home"))
     done = make(tmp_path, "clean-data")
     assert done.returncode == 0, done.stderr
     assert not data.exists() and not (tmp_path / "data.partial").exists() and tree.changes() == []
+    assert f"petals clean-data: kept {tmp_path / 'data.old'}: not a folder petals made" in done.stderr
+    record(
+        "make clean-data: a data.old petals did not make",
+        "DATA=data beside a user's data.old/",
+        done.stderr.strip().splitlines()[-1],
+        done.returncode,
+        "the data dir and petals' data.partial deleted; data.old kept",
+    )
 
 
 @pytest.mark.parametrize("given", ["{tmp}/mine", "~", "{tmp}"])
@@ -250,3 +261,20 @@ def test_clean_data_refuses_a_folder_petals_did_not_fetch(tmp_path, given):
         done.returncode,
         "nothing deleted",
     )
+
+
+def test_clean_refuses_a_venv_make_install_did_not_build(tmp_path):
+    """`rm -rf $(VENV)` with VENV=~/venvs/shared would delete a shared environment: clean deletes
+    only a virtualenv holding make install's stamp (only the refusal runs here: clean also empties
+    the checkout's caches)."""
+    shared = tmp_path / "venvs" / "shared"
+    (shared / "bin").mkdir(parents=True)
+    tree = Tree(tmp_path, allowed=(tmp_path / "home",))
+    done = make(tmp_path, "clean", f"VENV={shared}")
+    line = one_error_line(done.stderr)
+    assert line == (
+        f"petals clean: error: VENV '{shared}' is not a virtualenv make install built "
+        "(no .installed in it); nothing deleted"
+    )
+    assert done.returncode == 2 and tree.changes() == []
+    record("make clean: another's VENV", "VENV=<tmp>/venvs/shared", line, done.returncode, "nothing deleted")
