@@ -36,7 +36,8 @@ def render(rows: list[dict], commit: str, summary: str) -> str:
     ]
     for r in sorted(rows, key=lambda r: r["case"]):
         seen = cell(r["seen"]) if r["seen"].startswith("(") else f"`{cell(r['seen'])}`"
-        cells = (cell(r["case"]), cell(r["input"]), seen, str(r["exit"]), cell(r["left"]))
+        code = "(a call)" if r["exit"] is None else str(r["exit"])  # the function's line, no process
+        cells = (cell(r["case"]), cell(r["input"]), seen, code, cell(r["left"]))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join([*lines, END])
 

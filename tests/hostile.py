@@ -28,7 +28,7 @@ CHECKOUT = str(Path(__file__).resolve().parents[1])
 
 @dataclass(frozen=True)
 class Entry:
-    kind: str  # "file", "dir" or "link"
+    kind: str  # "file", "dir", "link" or "special"
     size: int
     digest: str  # a file's content sha256, a link's target
 
@@ -38,6 +38,8 @@ def _entry(path: Path) -> Entry:
         return Entry("link", 0, os.readlink(path))
     if path.is_dir():
         return Entry("dir", 0, "")
+    if not path.is_file():  # a pipe or a device: reading it would block, or never end
+        return Entry("special", 0, "")
     return Entry("file", path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
 
 
@@ -75,12 +77,17 @@ def one_error_line(stderr: str) -> str:
     assert "Traceback" not in stderr, stderr[-3000:]
     lines = [line for line in stderr.splitlines() if ERROR_LINE.match(line)]
     assert len(lines) == 1, stderr[-3000:]
+    # nothing after it but Make's own word on the failed recipe: a message of two lines would show
+    after = stderr.split(lines[0], 1)[1].splitlines()
+    assert all(line.startswith("make: *** ") for line in after if line.strip()), stderr[-3000:]
     return lines[0]
 
 
-def record(case: str, given: str, seen: str, code: int, left: str) -> None:
+def record(case: str, given: str, seen: str, code: int | None, left: str) -> None:
     """One row of docs/SECURITY.md's table: the case, the input, what the user saw, the exit code
-    and what is left on disk. Written only when the suite is run for the table."""
+    and what is left on disk. Written only when the suite is run for the table. `code` is None
+    where the case calls the function that refuses (its PetalsError's line) rather than a stage:
+    no exit code was seen, so the table claims none."""
     folder = os.environ.get(ROWS_VARIABLE)
     if not folder:
         return

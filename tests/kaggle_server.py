@@ -42,6 +42,10 @@ class Behaviour:
     # to play a hostile server (the download URL quotes the name, so it reaches the server whole).
     kernel_files: dict[str, bytes] = field(default_factory=dict)
     kernel_log: str = "kernel log"  # what ListKernelSessionOutput answers as the log
+    # The listing's entries as answered ({"fileName": ..., "url": ...}), instead of one per
+    # `kernel_files` name: a test may give a `file://` URL, no URL, or the same name twice.
+    kernel_listing: list[dict] | None = None
+    kernel_page_token: str = ""  # the listing's nextPageToken, answered on every page: endless if set
     # Where DownloadDataFiles redirects to, `{slug}` filled in: the client names the archive from it.
     download_location: str = "/files/{slug}.zip"
     pushed: list[dict] = field(default_factory=list)  # SaveKernel requests
@@ -155,7 +159,10 @@ class _Handler(BaseHTTPRequestHandler):
                 {"fileName": name, "url": f"http://localhost:{PORT}/kernel-files/{quote(name, safe='')}"}
                 for name in self.behaviour.kernel_files
             ]
-            return self._json({"files": files, "log": self.behaviour.kernel_log})
+            if self.behaviour.kernel_listing is not None:
+                files = self.behaviour.kernel_listing
+            answer = {"files": files, "log": self.behaviour.kernel_log}
+            return self._json({**answer, "nextPageToken": self.behaviour.kernel_page_token})
         return self._reply(404, b"{}", {"Content-Type": "application/json"})
 
     def _json(self, payload: dict) -> None:

@@ -136,7 +136,7 @@ def test_an_image_put_in_the_data_dir_after_fetch_is_named_before_it_is_decoded(
         "image: 30000 px added after fetch",
         "a JPEG claiming 30000 x 20000 in tf.data",
         line,
-        2,
+        None,
         "nothing written",
     )
 
@@ -171,7 +171,7 @@ def test_a_record_claiming_30000_px_a_side_is_refused_before_it_is_decoded(tmp_p
         "record: 30000 px a side, not first",
         "a TFRecord whose 2nd JPEG claims 30000 x 30000",
         line,
-        2,
+        None,
         "nothing written",
     )
 
@@ -188,7 +188,7 @@ def test_a_first_record_claiming_30000_px_a_side_is_one_line_at_fetch(tmp_path):
         "record: 30000 px a side, first",
         "a TFRecord whose 1st JPEG claims 30000 x 30000",
         str(refused.value),
-        2,
+        None,
         "nothing written",
     )
 
@@ -331,7 +331,11 @@ def test_a_pth_declaring_more_than_its_bytes_is_one_line(
         torch_file.read_state_dict(path)
     assert tree.changes() == []
     record(
-        f"weights .pth: {case}", f"`model.weights=<file>`: {given}", str(refused.value), 2, "nothing written"
+        f"weights .pth: {case}",
+        f"`model.weights=<file>`: {given}",
+        str(refused.value),
+        None,
+        "nothing written",
     )
 
 
@@ -373,7 +377,7 @@ def test_a_pth_pickle_claiming_memory_is_refused_before_the_unpickler_allocates_
         f"weights .pth: {case}",
         f"`model.weights=<file>`: a pickle with {case}",
         str(refused.value),
-        2,
+        None,
         "nothing written",
     )
 
@@ -435,6 +439,6 @@ def test_a_pth_whose_pickle_asks_to_run_code_runs_none(tmp_path, index):
         f"weights .pth: {case}",
         f"`model.weights=<file>`: a pickle with {case}",
         str(refused.value),
-        2,
+        None,
         "nothing written, nothing run",
     )

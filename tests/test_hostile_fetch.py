@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import stat
 import struct
 import zipfile
@@ -184,9 +185,12 @@ def test_unpacking_in_place_prunes_only_a_folder_petals_made(tmp_path):
     tree = Tree(tmp_path)
     with pytest.raises(PetalsError) as refused:
         competition_files.unpack_into(mine, mine, load_spec("dogs-vs-cats"))
-    line = f"petals fetch: error: {refused.value}"
-    _assert_refused(2, line, f"{mine}: not a folder petals made; it will not unpack into it in place", tree)
-    record("fetch: unpack in place, your folder", "`unpack_into(D, D)`, D yours", line, 2, "folder untouched")
+    line = str(refused.value)
+    assert line == f"{mine}: not a folder petals made; it will not unpack into it in place"
+    assert tree.changes() == []
+    record(
+        "fetch: unpack in place, your folder", "`unpack_into(D, D)`, D yours", line, None, "folder untouched"
+    )
 
 
 def test_a_from_path_with_spaces_and_quotes_is_a_plain_value(tmp_path, capsys, caplog):
@@ -359,3 +363,16 @@ def test_a_link_out_of_your_folder_is_not_followed(tmp_path, capsys, what, shows
     code, line = _fetch_here(capsys, *CATS, "--from", str(mine), "--data-dir", str(tmp_path / "data"))
     _assert_refused(code, line, f"{mine}: file '{shows}' leaves {mine} (a link out of it)", tree)
     record(f"fetch: link out ({what})", f"`{shows}` links outside --from", line, 2, "nothing written")
+
+
+@pytest.mark.parametrize("where", ["sample_submission.csv", "train/cat.0.jpg"])
+def test_a_pipe_in_your_folder_is_one_line_not_a_blocked_copy(tmp_path, capsys, where):
+    """A FIFO would block the copy until someone writes to it (shutil raised SpecialFileError, a
+    traceback); a device would never end."""
+    mine = _cats_folder(tmp_path / "mine")
+    (mine / where).unlink()
+    os.mkfifo(mine / where)
+    tree = Tree(tmp_path)
+    code, line = _fetch_here(capsys, *CATS, "--from", str(mine), "--data-dir", str(tmp_path / "data"))
+    _assert_refused(code, line, f"{mine}: file '{where}' is not a plain file or folder", tree)
+    record(f"fetch: a pipe in --from ({where})", f"`{where}` is a FIFO", line, 2, "nothing written")

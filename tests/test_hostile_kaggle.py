@@ -176,7 +176,7 @@ def test_a_competition_slug_that_is_not_a_name_is_refused_before_the_download(tm
         "kaggle download: slug `../../x`",
         "competition slug `../../x`",
         line,
-        2,
+        None,
         "nothing written, no request",
     )
 
@@ -244,3 +244,151 @@ def test_a_gcs_listing_leaving_its_folder_is_refused_before_copying(
     assert code == 2 and f"listing of {remote}: object name {name!r} leaves its folder" in line
     assert tree.changes() == [] and not Path("/tmp/evil.tfrec").exists()
     record(f"gs:// listing `{name}`", f"object `{name}` in the listing", line, 2, "nothing written")
+
+
+def _refused_output(args: list[str], capsys, behaviour: Behaviour) -> tuple[int, str]:
+    """`kernel output` in this process against a server playing `behaviour`: the exit code and the
+    one error line."""
+    with KaggleTestServer(behaviour):
+        code = cli.main(args)
+    return code, one_error_line(capsys.readouterr().err)
+
+
+def _listing(*entries: tuple[str, str]) -> list[dict]:
+    return [{"fileName": name, "url": url} for name, url in entries]
+
+
+GOOD_URL = f"http://localhost:7777/kernel-files/{SUMMARY}"
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("file:///etc/passwd", "has download URL 'file:///etc/passwd', not an http(s) URL with a host"),
+        ("", "has download URL '', not an http(s) URL with a host"),
+        ("http:///passwd", "has download URL 'http:///passwd', not an http(s) URL with a host"),
+    ],
+)
+def test_an_output_url_that_is_not_http_is_refused_before_any_download(
+    tmp_path, in_kaggle_env, capsys, url, expected
+):
+    args = _kernel_folder(tmp_path)
+    tree = Tree(tmp_path, (tmp_path / "home",))
+    listing = _listing((SUMMARY, GOOD_URL), ("passwd", url))
+    behaviour = Behaviour(kernel_files={SUMMARY: _summary()}, kernel_listing=listing)
+    code, line = _refused_output(args, capsys, behaviour)
+    assert code == 2 and f"kernel {KERNEL}: output file 'passwd' {expected}" in line, line
+    assert tree.changes() == [] and not (tmp_path / "kernels" / "petals-tiny" / "output").exists()
+    assert not [r for r in behaviour.requests if r["path"].startswith("/kernel-files/")]
+    record(
+        f"kernel output: URL {url!r}", f"output `passwd` at `{url}`", line, 2, "nothing written, no download"
+    )
+
+
+def test_a_download_url_requests_cannot_use_is_one_line(tmp_path, in_kaggle_env, capsys):
+    """An http URL with a host that requests still refuses (a port past 65535): its InvalidURL is
+    an OSError without errno, which would otherwise reach the user as a traceback."""
+    args = _kernel_folder(tmp_path)
+    tree = Tree(tmp_path, (tmp_path / "home",))
+    listing = _listing((SUMMARY, GOOD_URL), ("x.bin", "http://localhost:99999/x.bin"))
+    code, line = _refused_output(
+        args, capsys, Behaviour(kernel_files={SUMMARY: _summary()}, kernel_listing=listing)
+    )
+    assert code == 2
+    assert f"kernel {KERNEL}: downloading output 'x.bin' from 'http://localhost:99999/x.bin' failed" in line
+    assert "(InvalidURL)" in line and "nothing downloaded" in line
+    assert tree.changes() == [] and not (tmp_path / "kernels" / "petals-tiny" / "output").exists()
+    record(
+        "kernel output: URL requests refuses", "`http://localhost:99999/x.bin`", line, 2, "nothing written"
+    )
+
+
+def test_an_endless_output_listing_is_refused(tmp_path, in_kaggle_env, capsys, monkeypatch):
+    from pipeline.core import kaggle_outputs
+
+    monkeypatch.setattr(kaggle_outputs, "MAX_LISTING_PAGES", 3)  # 1000 in use; 3 keeps the case quick
+    args = _kernel_folder(tmp_path)
+    tree = Tree(tmp_path, (tmp_path / "home",))
+    behaviour = Behaviour(kernel_files={SUMMARY: _summary()}, kernel_page_token="again")
+    code, line = _refused_output(args, capsys, behaviour)
+    assert code == 2
+    assert f"kernel {KERNEL}: Kaggle's listing of its outputs goes on past 3 pages of 100 files" in line
+    pages = [r for r in behaviour.requests if r["path"].endswith("/ListKernelSessionOutput")]
+    assert len(pages) == 3 and not [r for r in behaviour.requests if r["path"].startswith("/kernel-files/")]
+    assert tree.changes() == [] and not (tmp_path / "kernels" / "petals-tiny" / "output").exists()
+    record("kernel output: endless listing", "nextPageToken on every page", line, 2, "nothing written")
+
+
+@pytest.mark.parametrize(
+    ("case", "listing", "files", "expected"),
+    [
+        (
+            "`a` and `a/b`",
+            None,
+            {"a": b"file", "a/b": b"inside it"},
+            "output file 'a/b' lies inside output file 'a', which cannot be a file and a folder",
+        ),
+        (
+            "a name twice",
+            _listing(
+                ("a", "http://localhost:7777/kernel-files/a"), ("./a", "http://localhost:7777/kernel-files/a")
+            ),
+            {"a": b"file"},
+            "output files 'a' and './a' are the same file",
+        ),
+    ],
+)
+def test_outputs_that_collide_are_refused_before_anything_is_written(
+    tmp_path, in_kaggle_env, capsys, case, listing, files, expected
+):
+    args = _kernel_folder(tmp_path)
+    tree = Tree(tmp_path, (tmp_path / "home",))
+    behaviour = Behaviour(kernel_files={SUMMARY: _summary(), **files}, kernel_listing=listing)
+    code, line = _refused_output(args, capsys, behaviour)
+    assert code == 2 and f"kernel {KERNEL}: {expected}; nothing downloaded" in line, line
+    assert tree.changes() == [] and not (tmp_path / "kernels" / "petals-tiny" / "output").exists()
+    assert not [r for r in behaviour.requests if r["path"].startswith("/kernel-files/")]
+    names = [entry["fileName"] for entry in listing] if listing else list(files)
+    given = f"outputs {' and '.join(names)}"
+    record(f"kernel output: {case}", given, line, 2, "nothing written, no download")
+
+
+def test_outputs_adding_up_past_the_cap_are_refused_and_none_is_left(
+    tmp_path, in_kaggle_env, capsys, monkeypatch
+):
+    """Kaggle keeps 20 GB of a kernel's outputs in all: two files that each fit the budget but not
+    together are refused, and the one that arrived first is not left behind either."""
+    from pipeline.core import kaggle_outputs
+
+    summary = _summary()
+    budget = len(summary) + 10
+    monkeypatch.setattr(kaggle_outputs, "MAX_OUTPUT_BYTES", budget)
+    output = tmp_path / "kernels" / "petals-tiny" / "output"
+    args = _kernel_folder(tmp_path)
+    tree = Tree(tmp_path, (tmp_path / "home",))
+    behaviour = Behaviour(kernel_files={SUMMARY: summary, "big.bin": b"x" * len(summary)})
+    code, line = _refused_output(args, capsys, behaviour)
+    assert code == 2
+    assert f"kernel {KERNEL}: outputs up to 'big.bin' add up to more than {budget} bytes" in line
+    assert "nothing downloaded" in line
+    downloads = [r["path"] for r in behaviour.requests if r["path"].startswith("/kernel-files/")]
+    assert downloads == [f"/kernel-files/{SUMMARY}", "/kernel-files/big.bin"]  # each fits alone
+    assert tree.changes() == [] and not output.exists()
+    record(
+        "kernel output: past the total cap",
+        "two outputs, each under the cap, over it together",
+        line,
+        2,
+        "nothing written (the first, downloaded, removed)",
+    )
+
+
+def test_outputs_within_the_cap_are_moved_into_place_together(tmp_path, in_kaggle_env, capsys):
+    """The staging folder is gone once the outputs are in place, nested names included."""
+    output = tmp_path / "kernels" / "petals-tiny" / "output"
+    args = _kernel_folder(tmp_path)
+    files = {SUMMARY: _summary(), "runs/a/model.keras": b"weights"}
+    with KaggleTestServer(Behaviour(kernel_files=files)):
+        assert cli.main(args) == 0
+    assert (output / "runs" / "a" / "model.keras").read_bytes() == b"weights"
+    assert {p.name for p in output.iterdir()} == {"petals-tiny.log", "runs", SUMMARY}

@@ -22,6 +22,7 @@ import pytest
 
 from pipeline import cli
 from pipeline.core.errors import PetalsError
+from pipeline.kernels import bundle
 from pipeline.stages import kernel
 from tests.conftest import REPO
 from tests.hostile import Tree, one_error_line, record
@@ -54,7 +55,7 @@ def clone(tmp_path_factory) -> Path:
     modified tracked files and new modules (untracked .py) copied in, and nothing else untracked."""
     root = tmp_path_factory.mktemp("clone") / "repo"
     subprocess.run(["git", "clone", "--quiet", "--shared", str(REPO), str(root)], check=True)
-    folders = list(kernel.BUNDLED)
+    folders = list(bundle.BUNDLED)
     modified = _git(REPO, "ls-files", "-z", "--modified", "--", *folders).split("\0")
     new = _git(REPO, "ls-files", "-z", "--others", "--exclude-standard", "--", *folders).split("\0")
     for name in [*filter(None, modified), *(n for n in new if n.endswith(".py"))]:
@@ -112,7 +113,7 @@ def test_an_untracked_file_with_a_key_is_left_out_and_the_kernel_still_runs(clon
     (info,) = [line for line in done.stderr.splitlines() if "left out of the bundle" in line]
     assert info.startswith("kernel: 1 untracked file(s)") and info.endswith(NOTES)
     members = _members(clone / "kernels" / NAME)
-    tracked = [n for n in _git(clone, "ls-files", "--", *kernel.BUNDLED).split() if kernel._carried(n)]
+    tracked = [n for n in _git(clone, "ls-files", "--", *bundle.BUNDLED).split() if bundle._carried(n)]
     assert sorted(members) == tracked and NOTES not in members  # what git tracks, nothing more
     assert not any(b"0123456789abcdef0123456789abcdef" in data for data in members.values())
     # generation ran the tracked-only bundle's --help in a clean process: it imports
@@ -181,7 +182,7 @@ def test_a_refused_kernel_leaves_no_kernels_folder_behind(tmp_path, monkeypatch)
         "kernel: your own key in a bundled file",
         "KAGGLE_KEY's value inside a bundled classes.txt, no kernels/ yet",
         line,
-        2,
+        None,
         "nothing written (no kernels/ folder)",
     )
 
@@ -240,10 +241,10 @@ def test_every_source_and_action_checks_its_names_first(tmp_path, capsys, args, 
 def test_without_git_the_explicit_list_bundles_what_git_tracks(clone, monkeypatch):
     """An unpacked sdist has no git: its rule (modules, competition files, recipes) picks the same
     files as the tracked ones, and never a stray notes.txt."""
-    with_git = kernel.bundle_members(clone)
+    with_git = bundle.bundle_members(clone)
     (clone / NOTES).write_text(KEY_LINE)  # untracked, as the generated fixture leaves it
-    monkeypatch.setattr(kernel, "listed_files", lambda *args, **kwargs: None)
-    without_git = kernel.bundle_members(clone)
+    monkeypatch.setattr(bundle, "listed_files", lambda *args, **kwargs: None)
+    without_git = bundle.bundle_members(clone)
     assert without_git == with_git and NOTES not in without_git
     assert "competition/flowers/recipes/cpu.toml" in without_git
 
@@ -259,3 +260,139 @@ def test_submit_checks_the_kernel_it_is_given_first(tmp_path, capsys):
     assert code == 2 and "--kernel '../../etc' is not a plain name" in line
     assert tree.changes() == []
     record("submit: KERNEL=../../etc", "make submit KERNEL=../../etc", line, code, "nothing written or sent")
+
+
+def _refused_untracked(clone: Path, made: list[Path], *args: str) -> tuple[str, int, list[str]]:
+    """`make kernel` from the clone with the untracked files `made` (written by the caller): the
+    error line, the exit code and what changed outside .git; `made` removed after, whatever happens."""
+    try:
+        tree = Tree(clone, allowed=(clone / ".git",))
+        done = _petals(clone, "generate", "--owner", "petals-user", "--name", NAME + "-untracked", *args)
+        return one_error_line(done.stderr), done.returncode, tree.changes()
+    finally:
+        for path in made:
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+
+
+def test_an_untracked_recipe_override_is_refused_not_swapped_for_the_tasks(clone):
+    """cassava has no recipes/ of its own: an untracked recipes/tpu.toml trains here, and the kernel,
+    which carries only tracked files, would quietly train the task's tpu.toml instead."""
+    override = clone / "competition/cassava/recipes/tpu.toml"
+    override.parent.mkdir()
+    override.write_text("[train]\nepochs = 2\n")
+    line, code, changes = _refused_untracked(
+        clone, [override.parent], "--set", "competition=cassava", "--recipe", "tpu"
+    )
+    assert code == 2
+    assert "competition/cassava/recipes/tpu.toml is not in the kernel's bundle (the kernel would run " in line
+    assert "pipeline/tasks/recipes/image_classification/tpu.toml instead)" in line
+    assert line.endswith("git add competition/cassava/recipes/tpu.toml and regenerate")
+    assert changes == [] and not (clone / "kernels" / (NAME + "-untracked")).exists()
+    record(
+        "kernel: untracked recipe override",
+        "make kernel COMPETITION=cassava RECIPE=tpu, competition/cassava/recipes/tpu.toml not git-added",
+        line,
+        code,
+        "nothing written",
+    )
+
+
+def test_an_untracked_competition_folder_is_refused_naming_its_file(clone):
+    folder = clone / "competition/hostile-new"
+    folder.mkdir()
+    flowers = (clone / "competition/flowers/competition.toml").read_text()
+    (folder / "competition.toml").write_text(flowers.replace('name = "flowers"', 'name = "hostile-new"'))
+    shutil.copy(clone / "competition/flowers/classes.txt", folder / "classes.txt")
+    line, code, changes = _refused_untracked(
+        clone, [folder], "--set", "competition=hostile-new", "--recipe", "default"
+    )
+    assert code == 2
+    assert line.endswith(
+        "competition/hostile-new/competition.toml is not in the kernel's bundle: it carries only the files "
+        "git tracks under pipeline/, competition/; git add competition/hostile-new/competition.toml and "
+        "regenerate"
+    )
+    assert changes == [] and not (clone / "kernels" / (NAME + "-untracked")).exists()
+    record(
+        "kernel: untracked competition folder",
+        "make kernel COMPETITION=<new>, competition/<new>/ not git-added",
+        line,
+        code,
+        "nothing written",
+    )
+
+
+def test_a_competition_given_as_a_path_or_a_recipe_outside_the_bundle_is_one_line(tmp_path, capsys):
+    """The kernel gets `--set competition=...` and the recipe's name as they are, and looks both up
+    among the files it carries: a path on this machine would fail on Kaggle, after the queue."""
+    recipe = tmp_path / "mine.toml"
+    recipe.write_text("[train]\nepochs = 2\n")
+    spec = str(REPO / "competition/flowers/competition.toml")
+    cases = (
+        ("COMPETITION=<a competition.toml's path>", ["--set", f"competition={spec}"],
+         "a kernel finds its competition by name among the competition/<name>/ folders it carries"),
+        ("RECIPE=/tmp/mine.toml", ["--recipe", str(recipe)],
+         "the kernel finds its recipe by name among the files it carries and would run none for 'mine'"),
+    )  # fmt: skip
+    for given, extra, message in cases:
+        tree = Tree(tmp_path)
+        code = cli.main(
+            ["kernel", "generate", "--kernels-dir", str(tmp_path / "kernels"), "--owner", "me", *extra]
+        )
+        line = one_error_line(capsys.readouterr().err)
+        assert code == 2 and message in line
+        assert tree.changes() == [] and not (tmp_path / "kernels").exists()
+        record(f"kernel: {given.split('=')[0]} a path", f"make kernel {given}", line, code, "nothing written")
+
+
+def test_without_git_each_competitions_own_classes_file_is_bundled(clone, monkeypatch):
+    """`classes_file = "labels.txt"`: bundled where there is no git as git would (a stray classes.txt
+    beside it is not); a competition file that does not parse is skipped here (load_spec refuses it)."""
+    folder, broken = clone / "competition/labelled", clone / "competition/broken"
+    flowers = (clone / "competition/flowers/competition.toml").read_text()
+    try:
+        folder.mkdir()
+        broken.mkdir()
+        (folder / "competition.toml").write_text(f'classes_file = "labels.txt"\n{flowers}')
+        (folder / "labels.txt").write_text("a\nb\n")
+        (folder / "classes.txt").write_text("stray\n")
+        (broken / "competition.toml").write_text("not = [toml\n")
+        (broken / "classes.txt").write_text("stray\n")
+        tree = Tree(clone)
+        monkeypatch.setattr(bundle, "listed_files", lambda *args, **kwargs: None)
+        members = bundle.bundle_members(clone)
+        assert tree.changes() == []
+    finally:
+        shutil.rmtree(folder)
+        shutil.rmtree(broken)
+    assert "competition/labelled/labels.txt" in members
+    assert (
+        "competition/labelled/classes.txt" not in members and "competition/broken/classes.txt" not in members
+    )
+    assert "competition/flowers/classes.txt" in members
+    record(
+        "kernel: no git, classes_file = labels.txt",
+        "a competition naming its own class list, a stray classes.txt beside it, no git",
+        "(no error: labels.txt bundled, the stray classes.txt not)",
+        0,
+        "nothing written",
+    )
+
+
+def test_a_kernel_script_that_never_answers_help_is_one_line(tmp_path, monkeypatch):
+    from pipeline.kernels import check
+
+    monkeypatch.setattr(check, "HELP_TIMEOUT", 0.5)
+    tree = Tree(tmp_path)
+    with pytest.raises(PetalsError) as refused:
+        check._answers_help("import time\ntime.sleep(30)\n", tmp_path / "kernels" / NAME)
+    line = f"petals kernel: error: {refused.value}"
+    assert f"kernels/{NAME}/{kernel.SCRIPT}: the kernel script did not answer --help within 0.5 s" in line
+    assert tree.changes() == []
+    record(
+        "kernel: script hangs on --help",
+        "a kernel script whose import never returns (HELP_TIMEOUT cut to 0.5 s)",
+        line,
+        None,
+        "nothing written; the script's process killed",
+    )

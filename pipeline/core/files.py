@@ -96,8 +96,13 @@ def unsafe_member(archive: zipfile.ZipFile) -> str | None:
     )
 
 
+UNIX_ZIP = 3  # ZipInfo.create_system of a zip made on Unix: only there do the high bits hold a mode
+
+
 def _member_type(member: zipfile.ZipInfo) -> int:
-    return stat.S_IFMT(member.external_attr >> 16)
+    """The Unix file type a member declares (a link, a pipe); 0 for a zip made elsewhere, whose
+    external attributes mean something else (a Windows zip's would look like anything)."""
+    return stat.S_IFMT(member.external_attr >> 16) if member.create_system == UNIX_ZIP else 0
 
 
 @dataclass

@@ -80,12 +80,15 @@ def _copy_inside(source: Path, name: str, dest: Path) -> None:
     """`source / name` copied to `dest / name`, refused in one line if it, or any link in it, leads
     out of `source` (a `sample_submission.csv` linking to /etc/passwd, a split folder elsewhere)."""
     path = inside(source, name, "file", source)
-    if path.is_dir():
-        for link in (p for p in path.rglob("*") if p.is_symlink()):
-            relative = link.relative_to(source).as_posix()
+    for entry in [path, *(path.rglob("*") if path.is_dir() else ())]:
+        relative = entry.relative_to(source).as_posix()
+        if entry.is_symlink():
             inside(source, relative, "file", source)
-            if link.is_dir():  # a folder linked into the tree would be copied twice, or forever
+            if entry.is_dir():  # a folder linked into the tree would be copied twice, or forever
                 raise PetalsError(f"{source}: file {shown(relative)} is a link to a folder (copy it in)")
+        if not (entry.is_file() or entry.is_dir()):  # a pipe would block the copy, a device never end
+            raise PetalsError(f"{source}: file {shown(relative)} is not a plain file or folder")
+    if path.is_dir():
         shutil.copytree(path, dest / name)
     else:
         shutil.copy2(path, dest / name)

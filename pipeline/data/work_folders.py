@@ -84,7 +84,8 @@ def check_replaceable(data_dir: Path, source: str, cache_dir: Path, slug: str) -
         if not is_own(folder, slug):
             raise PetalsError(
                 f"{_named(folder)} is in fetch's way and is not a folder petals made "
-                f"(no {WORK_MARKER}): move it away or choose another --data-dir"
+                f"(no {WORK_MARKER}): move it away or choose another --data-dir (a fetch of a petals "
+                "before 2026-11-26 killed mid-way leaves one unmarked: remove it yourself)"
             )
 
 

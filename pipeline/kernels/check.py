@@ -116,7 +116,7 @@ def check(folder: Path, shown_as: Path | None = None) -> None:
                     f"{where}: {name} contains what looks like a Kaggle key ({pattern.pattern}); "
                     f"{_remedy(name)}"
                 )
-    _answers_help(code, where)
+    _answers_help(code, where, meta["code_file"])
 
 
 def _remedy(name: str) -> str:
@@ -137,9 +137,13 @@ def _bundled_texts(code: str) -> dict[str, str]:
 # Scripts (by sha256) this process saw answer --help: the same bytes need not start again (a rerun
 # of `submit` in one process, as the tests do; each `make` call is a process of its own).
 _ANSWERED: set[str] = set()
+# The longest --help may take: it unpacks the bundle and imports every stage (TensorFlow, Keras, JAX),
+# 5 to 10 s on a quiet machine and a minute on a loaded one; far past that it hangs (an import that
+# waits on a lock or the network), and generation or push should say so rather than wait forever.
+HELP_TIMEOUT = 300
 
 
-def _answers_help(code: str, folder: Path) -> None:
+def _answers_help(code: str, folder: Path, code_file: str = SCRIPT) -> None:
     """The kernel imports its bundle and answers --help in a clean process, outside this repo."""
     import hashlib
 
@@ -150,14 +154,21 @@ def _answers_help(code: str, folder: Path) -> None:
         script = Path(tmp) / SCRIPT
         script.write_text(code.replace(*reversed(notebook_entry())))
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        done = subprocess.run(
-            [sys.executable, str(script), "--help"],
-            cwd=tmp,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        try:
+            done = subprocess.run(
+                [sys.executable, str(script), "--help"],
+                cwd=tmp,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=HELP_TIMEOUT,
+            )
+        except subprocess.TimeoutExpired:  # run() has killed it
+            raise PetalsError(
+                f"{folder / code_file}: the kernel script did not answer --help within {HELP_TIMEOUT} s "
+                "(an import hangs?); run it with --help to see where it waits"
+            ) from None
     if done.returncode != 0 or "usage:" not in done.stdout:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise PetalsError(f"{folder}: the kernel script does not answer --help ({last})")

@@ -6,7 +6,8 @@
 (`pipeline/kernels/metadata.py`), checked in a staging folder before they replace an earlier
 generation. What the kernel could not do there is refused here, in one line
 (`pipeline/kernels/recipe_check.py`): a retired accelerator, a backbone Kaggle's TPU image cannot
-build (it trains on JAX), weights or packages a kernel without internet cannot reach. A code
+build (it trains on JAX), weights or packages a kernel without internet cannot reach, a competition
+or recipe file git does not track (`check_carried`: the kernel would fail, or run another). A code
 competition's kernel has the internet off and writes the competition's submission file, which
 `make submit` sends. `push` checks the folder first (`pipeline/kernels/check.py`) and uploads it;
 `status` reports the run; `output` downloads its outputs and records the run on the offline
@@ -17,21 +18,19 @@ from __future__ import annotations
 
 import argparse
 import base64
-import io
 import logging
 import os
 import pprint
 import shutil
 import tempfile
-import zipfile
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from pipeline.core import arguments
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
-from pipeline.core.git import listed_files
-from pipeline.core.paths import check_name, inside, shown
+from pipeline.core.paths import check_name, shown
+from pipeline.kernels.bundle import REPO, bundle, bundle_members, check_carried
 from pipeline.kernels.metadata import (
     ACCELERATORS,
     CODE_COMPETITION_ACCELERATOR,
@@ -59,22 +58,6 @@ from pipeline.kernels.metadata import (
 from pipeline.kernels.recipe_check import check_recipe, kernel_internet, weights_file
 
 log = logging.getLogger(__name__)
-
-REPO = Path(__file__).resolve().parents[2]
-BUNDLED = ("pipeline", "competition")  # the packages the kernel carries
-BUNDLED_SUFFIXES = (".py", ".toml", ".txt")
-# What the kernel needs where git cannot say what belongs to the packages (an unpacked sdist, a
-# kernel's own bundle): their modules, the task recipes, and each competition's file, classes and
-# recipes. A stray notes.txt beside competition.toml matches none of these.
-WITHOUT_GIT = (
-    "pipeline/**/*.py",
-    "pipeline/tasks/recipes/*/*.toml",
-    "competition/*.py",
-    "competition/*/competition.toml",
-    "competition/*/classes.txt",
-    "competition/*/recipes/*.toml",
-)
-SHOWN_LEFT_OUT = 3  # untracked files the INFO line names
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -199,45 +182,6 @@ def kernel_recipe(args: argparse.Namespace) -> str:
 # ----------------------------------------------------------------------------- generate
 
 
-def _carried(name: str) -> bool:
-    path = PurePosixPath(name)
-    return path.suffix in BUNDLED_SUFFIXES and "__pycache__" not in path.parts
-
-
-def bundle_members(root: Path = REPO) -> list[str]:
-    """The files the kernel carries, relative to `root`: what git tracks under the bundled packages,
-    so a stray untracked file (a key in competition/<name>/notes.txt) never goes in, and one INFO line
-    says how many were left out; without git, the explicit list WITHOUT_GIT."""
-    tracked = listed_files(root, BUNDLED)
-    if tracked is None:
-        names = {path.relative_to(root).as_posix() for pattern in WITHOUT_GIT for path in root.glob(pattern)}
-    else:
-        names = set(tracked)
-        left_out = [name for name in listed_files(root, BUNDLED, tracked=False) or [] if _carried(name)]
-        if left_out:
-            named = ", ".join(left_out[:SHOWN_LEFT_OUT]) + (", ..." if len(left_out) > SHOWN_LEFT_OUT else "")
-            log.info(
-                "kernel: %d untracked file(s) under %s left out of the bundle (only what git tracks goes "
-                "in; git add one the kernel needs): %s",
-                len(left_out),
-                ", ".join(f"{p}/" for p in BUNDLED),
-                named,
-            )
-    # A tracked link pointing out of the checkout (at ~/.kaggle, say) is refused, not followed.
-    return [name for name in sorted(names) if _carried(name) and inside(root, name, "bundled file").is_file()]
-
-
-def bundle(root: Path = REPO) -> bytes:
-    """The bundled packages as a zip with fixed timestamps: the same sources give the same bytes."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name in bundle_members(root):
-            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, (root / name).read_bytes())
-    return buffer.getvalue()
-
-
 def kernel_settings(args: argparse.Namespace, config, spec, kernel_id: str) -> dict[str, Any]:
     from pipeline.core.git import git_commit
     from pipeline.modeling import networks
@@ -282,6 +226,8 @@ def generate(args: argparse.Namespace) -> Path:
     session = check_accelerator(args.accelerator)
     config = config_module.config_from_args(args, session.upper())  # auto: the accelerator's recipe
     spec = load_competition(config.competition)
+    members = bundle_members()
+    check_carried(members, config.competition, kernel_recipe(args))  # before Kaggle's queue, not after
     args.internet = kernel_internet(spec, args.internet)  # off for a code competition
     slug = args.slug or spec.default_slug
     if slug not in spec.slugs:
@@ -299,7 +245,7 @@ def generate(args: argparse.Namespace) -> Path:
     name = args.name or default_name(config.recipe, spec.name)
     meta = metadata(args, find_owner(args.owner), name, slug)
     settings = kernel_settings(args, config, spec, meta["id"])
-    text = script_text(settings, bundle(), notebook=args.kernel_type == "notebook")
+    text = script_text(settings, bundle(REPO, members), notebook=args.kernel_type == "notebook")
     return place_checked(args.kernels_dir / name, text, meta)
 
 
