@@ -52,11 +52,11 @@ def _git(root: Path, *args: str) -> str:
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory) -> Path:
     """A clone of this checkout whose bundled packages are the checkout's as they are now, committed:
-    modified tracked files and new modules (untracked .py) copied in, and nothing else untracked."""
+    changed files (staged or not) and new modules (untracked .py) copied in, nothing else untracked."""
     root = tmp_path_factory.mktemp("clone") / "repo"
     subprocess.run(["git", "clone", "--quiet", "--shared", str(REPO), str(root)], check=True)
     folders = list(bundle.BUNDLED)
-    modified = _git(REPO, "ls-files", "-z", "--modified", "--", *folders).split("\0")
+    modified = _git(REPO, "diff", "-z", "--name-only", "HEAD", "--", *folders).split("\0")  # staged too
     new = _git(REPO, "ls-files", "-z", "--others", "--exclude-standard", "--", *folders).split("\0")
     for name in [*filter(None, modified), *(n for n in new if n.endswith(".py"))]:
         if (REPO / name).is_file():
