@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROWS_VARIABLE = "PETALS_SECURITY_ROWS"
 ERROR_LINE = re.compile(r"^petals [a-z-]+: error: ")
+MAKE_FAILED = re.compile(r"^make(\[\d+\])?: \*\*\* ")  # Make's own word on a failed recipe (a sub-make's too)
 # pytest's temporary folders and the checkout, as the table shows them
 TMP_PATH = re.compile(r"/tmp/pytest-of-[^/]+/pytest-[^/]+/[^/\s'\"]+")
 CHECKOUT = str(Path(__file__).resolve().parents[1])
@@ -79,7 +80,7 @@ def one_error_line(stderr: str) -> str:
     assert len(lines) == 1, stderr[-3000:]
     # nothing after it but Make's own word on the failed recipe: a message of two lines would show
     after = stderr.split(lines[0], 1)[1].splitlines()
-    assert all(line.startswith("make: *** ") for line in after if line.strip()), stderr[-3000:]
+    assert all(MAKE_FAILED.match(line) for line in after if line.strip()), stderr[-3000:]
     return lines[0]
 
 

@@ -323,14 +323,15 @@ def test_an_untracked_competition_folder_is_refused_naming_its_file(clone):
 
 
 def test_a_competition_given_as_a_path_or_a_recipe_outside_the_bundle_is_one_line(tmp_path, capsys):
-    """The kernel gets `--set competition=...` and the recipe's name as they are, and looks both up
-    among the files it carries: a path on this machine would fail on Kaggle, after the queue."""
+    """The kernel looks its competition and recipe up by name among the files it carries: a
+    competition given as a path is carried under its name, unless the bundle has that name already
+    (the kernel would load the other one); a recipe file elsewhere would fail on Kaggle, after the queue."""
     recipe = tmp_path / "mine.toml"
     recipe.write_text("[train]\nepochs = 2\n")
     spec = str(REPO / "competition/flowers/competition.toml")
     cases = (
         ("COMPETITION=<a competition.toml's path>", ["--set", f"competition={spec}"],
-         "a kernel finds its competition by name among the competition/<name>/ folders it carries"),
+         "the kernel already carries a competition named 'flowers' (competition/flowers/)"),
         ("RECIPE=/tmp/mine.toml", ["--recipe", str(recipe)],
          "the kernel finds its recipe by name among the files it carries and would run none for 'mine'"),
     )  # fmt: skip
@@ -343,6 +344,28 @@ def test_a_competition_given_as_a_path_or_a_recipe_outside_the_bundle_is_one_lin
         assert code == 2 and message in line
         assert tree.changes() == [] and not (tmp_path / "kernels").exists()
         record(f"kernel: {given.split('=')[0]} a path", f"make kernel {given}", line, code, "nothing written")
+
+
+def test_a_competition_given_as_a_path_is_carried_under_its_name(tmp_path):
+    """`--set competition=/x/elsewhere/competition.toml`: the kernel loads `elsewhere` by name, so its
+    file, class list and recipes go into the bundle as competition/elsewhere/."""
+    folder = tmp_path / "mine" / "elsewhere"
+    (folder / "recipes").mkdir(parents=True)
+    flowers = (REPO / "competition/flowers/competition.toml").read_text()
+    (folder / "competition.toml").write_text(flowers.replace('name = "flowers"', 'name = "elsewhere"'))
+    shutil.copy(REPO / "competition/flowers/classes.txt", folder / "classes.txt")
+    (folder / "recipes" / "mine.toml").write_text("[train]\nepochs = 2\n")
+    (folder / "notes.txt").write_text(KEY_LINE)  # beside it, not named by the file: never carried
+    spec = str(folder / "competition.toml")
+    code = cli.main(["kernel", "generate", "--kernels-dir", str(tmp_path / "kernels"), "--owner", "me",
+                     "--set", f"competition={spec}", "--recipe", "mine", "--name", "elsewhere"])  # fmt: skip
+    assert code == 0
+    members = _members(tmp_path / "kernels" / "elsewhere")
+    carried = sorted(name for name in members if name.startswith("competition/elsewhere/"))
+    assert carried == [
+        f"competition/elsewhere/{n}" for n in ("classes.txt", "competition.toml", "recipes/mine.toml")
+    ]
+    assert members["competition/elsewhere/competition.toml"] == (folder / "competition.toml").read_bytes()
 
 
 def test_without_git_each_competitions_own_classes_file_is_bundled(clone, monkeypatch):

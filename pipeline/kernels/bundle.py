@@ -105,55 +105,85 @@ def _untracked(name: str, why: str = "") -> PetalsError:
     )
 
 
-def check_carried(members: list[str], competition: str, recipe: str, root: Path = REPO) -> None:
+def outside_competition(spec_path: str, name: str, members: list[str]) -> dict[str, Path]:
+    """A competition given as a path (`--set competition=/x/leaves/competition.toml`): its file,
+    class list and recipes, {name in the bundle: file}, carried as `competition/<name>/...`, where
+    the kernel looks its competition up by name. One line if the bundle has that name already."""
+    from competition.spec import CLASSES_FILE, SPEC_FILE, read_small_text
+
+    folder, carried_as = Path(spec_path).parent, f"competition/{name}"
+    if any(member.startswith(carried_as + "/") for member in members):
+        raise PetalsError(
+            f"--set competition={shown(spec_path)}: the kernel already carries a competition named "
+            f"{name!r} ({carried_as}/); name yours otherwise, or use --set competition={name}"
+        )
+    raw = tomllib.loads(read_small_text(Path(spec_path), "competition file", Path(spec_path).name))
+    own = {
+        SPEC_FILE: Path(spec_path),
+        **{f"recipes/{p.name}": p for p in (folder / "recipes").glob("*.toml")},
+    }
+    classes = raw.get("classes_file", CLASSES_FILE)
+    own[classes] = inside(folder, classes, "classes_file", spec_path)
+    return {f"{carried_as}/{relative}": path for relative, path in sorted(own.items())}
+
+
+def check_carried(members: list[str], competition: str, recipe: str, root: Path = REPO) -> dict[str, Path]:
     """The files this generation read that the kernel reads again on Kaggle are among `members`
     (relative to `root`, the checkout holding competition/): the competition's file and class list,
     and the recipe's file, which the kernel finds by name (its competition's recipes/ first, then its
     task's). Else the kernel would fail after Kaggle's queue, or run another file of the same name
-    (an untracked competition/<name>/recipes/tpu.toml: the task's tpu.toml). One line if not."""
-    from competition.spec import competition_file
+    (an untracked competition/<name>/recipes/tpu.toml: the task's tpu.toml). One line if not.
+    A competition given as a path is carried under its name: those files are returned, to bundle."""
+    from competition.spec import competition_file, load_spec
     from pipeline.core.config import DEFAULT_RECIPE, recipe_dirs, recipe_path
 
-    if competition.endswith(".toml"):  # the kernel gets the override as it is: a path on this machine
-        raise PetalsError(
-            f"--set competition={shown(competition)}: a kernel finds its competition by name among the "
-            "competition/<name>/ folders it carries, not by a path; put the file in "
-            "competition/<name>/competition.toml, git add that folder and use --set competition=<name>"
-        )
     spec_file = competition_file(competition)
-    for name in (spec_file.relative_to(root).as_posix(), classes_file(spec_file, root)):
-        if name and name not in members:
-            raise _untracked(name)
+    extra: dict[str, Path] = {}
+    if competition.endswith(".toml"):
+        extra = outside_competition(competition, load_spec(competition).name, members)
+    else:
+        for name in (spec_file.relative_to(root).as_posix(), classes_file(spec_file, root)):
+            if name and name not in members:
+                raise _untracked(name)
     if recipe == DEFAULT_RECIPE:
-        return
+        return extra
+    carried_extra = {path.resolve(): name for name, path in extra.items()}
 
     def carried(path: Path) -> str | None:  # its name in the bundle, if the kernel could carry it
         path = path.resolve()
+        if path in carried_extra:
+            return carried_extra[path]
         inner = path.is_relative_to(root.resolve()) and path.relative_to(root.resolve()).as_posix()
         return inner if inner and inner.split("/", 1)[0] in BUNDLED else None
 
+    bundled = set(members) | set(extra)
     used = recipe_path(recipe, competition)
     by_name = [carried(folder / f"{used.stem}.toml") for folder in recipe_dirs(competition)]
-    found = next((name for name in by_name if name in members), None)  # what the kernel will run
+    found = next((name for name in by_name if name in bundled), None)  # what the kernel will run
     name = carried(used)
-    if name and name not in members:
+    if name and name not in bundled:
         would = f"the kernel would run {found} instead" if found else f"no {used.stem!r} recipe in the kernel"
         raise _untracked(name, f" ({would})")
     if name is None or name != found:  # a file outside the bundle, or another one than by name
+        where = spec_file.parent.relative_to(root) if spec_file.is_relative_to(root) else spec_file.parent
         raise PetalsError(
             f"--recipe {shown(recipe)}: the kernel finds its recipe by name among the files it carries "
             f"and would run {found or 'none'} for {used.stem!r}, not this file; put it in "
-            f"{spec_file.parent.relative_to(root)}/recipes/ under a name of its own, git add it and "
-            "regenerate with that --recipe"
+            f"{where}/recipes/ under a name of its own, git add it and regenerate with that --recipe"
         )
+    return extra
 
 
-def bundle(root: Path = REPO, members: list[str] | None = None) -> bytes:
-    """The bundled packages as a zip with fixed timestamps: the same sources give the same bytes."""
+def bundle(
+    root: Path = REPO, members: list[str] | None = None, extra: dict[str, Path] | None = None
+) -> bytes:
+    """The bundled packages as a zip with fixed timestamps: the same sources give the same bytes.
+    `extra`: files from elsewhere, by their name in the bundle (a competition given as a path)."""
+    files = {name: root / name for name in (bundle_members(root) if members is None else members)}
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name in bundle_members(root) if members is None else members:
+        for name, path in sorted({**files, **(extra or {})}.items()):
             info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, (root / name).read_bytes())
+            archive.writestr(info, path.read_bytes())
     return buffer.getvalue()

@@ -227,7 +227,7 @@ def generate(args: argparse.Namespace) -> Path:
     config = config_module.config_from_args(args, session.upper())  # auto: the accelerator's recipe
     spec = load_competition(config.competition)
     members = bundle_members()
-    check_carried(members, config.competition, kernel_recipe(args))  # before Kaggle's queue, not after
+    extra = check_carried(members, config.competition, kernel_recipe(args))  # before Kaggle's queue
     args.internet = kernel_internet(spec, args.internet)  # off for a code competition
     slug = args.slug or spec.default_slug
     if slug not in spec.slugs:
@@ -245,7 +245,7 @@ def generate(args: argparse.Namespace) -> Path:
     name = args.name or default_name(config.recipe, spec.name)
     meta = metadata(args, find_owner(args.owner), name, slug)
     settings = kernel_settings(args, config, spec, meta["id"])
-    text = script_text(settings, bundle(REPO, members), notebook=args.kernel_type == "notebook")
+    text = script_text(settings, bundle(REPO, members, extra), notebook=args.kernel_type == "notebook")
     return place_checked(args.kernels_dir / name, text, meta)
 
 
