@@ -23,7 +23,7 @@ ROWS_VARIABLE = "PETALS_SECURITY_ROWS"
 ERROR_LINE = re.compile(r"^petals [a-z-]+: error: ")
 MAKE_FAILED = re.compile(r"^make(\[\d+\])?: \*\*\* ")  # Make's own word on a failed recipe (a sub-make's too)
 # pytest's temporary folders and the checkout, as the table shows them
-TMP_PATH = re.compile(r"/tmp/pytest-of-[^/]+/pytest-[^/]+/[^/\s'\"]+")
+TMP_PATH = re.compile(r"/tmp/pytest-of-[^/]+/pytest-[^/]+/(popen-gw\d+/)?[^/\s'\"]+")  # a test's own folder
 CHECKOUT = str(Path(__file__).resolve().parents[1])
 
 
