@@ -27,6 +27,10 @@ from pipeline.stages import kernel
 from tests.conftest import REPO
 from tests.hostile import Tree, one_error_line, record
 
+# Each generation runs the kernel script's --help in a new process (and the clone is a git clone):
+# part of `make test`, not of the inner loop `make test-fast`.
+pytestmark = pytest.mark.slow
+
 KEY_LINE = "KAGGLE_KEY=0123456789abcdef0123456789abcdef\n"  # a .env line, as a careless hand pastes it
 NOTES = "competition/flowers/notes.txt"
 NAME = "petals-hostile"
