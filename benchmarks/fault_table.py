@@ -33,6 +33,23 @@ def cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def suite_rows(
+    tests: list[str], rows_variable: str, workers: str, name: str, env: dict[str, str] | None = None
+) -> tuple[list[dict], str] | None:
+    """Run `tests` with `rows_variable` naming a fresh folder, where each passing case writes its
+    row as JSON: (the rows, pytest's summary line); None, said in one line, if any case failed."""
+    with tempfile.TemporaryDirectory(prefix="petals-rows-") as folder:
+        full_env = {**os.environ, **(env or {}), rows_variable: folder}
+        command = [sys.executable, "-m", "pytest", *tests, "-n", workers, "-q", "-p", "no:cacheprovider"]
+        done = subprocess.run(command, cwd=REPO, env=full_env, capture_output=True, text=True)
+        summary = (done.stdout.strip().splitlines() or ["?"])[-1].strip("= ")
+        print(done.stdout[-3000:])
+        if done.returncode:
+            print(f"{name}: the suite failed ({summary}); docs unchanged", file=sys.stderr)
+            return None
+        return [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))], summary
+
+
 def render(rows: list[dict], seeds: int, commit: str, summary: str) -> str:
     rows = sorted(rows, key=lambda r: (STAGES.index(r["stage"]) if r["stage"] in STAGES else 9, r["fault"]))
     lines = [
@@ -64,17 +81,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "FAULTS.md")
     parser.add_argument("--workers", default="2", help="pytest-xdist workers")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="petals-faults-") as folder:
-        env = {**os.environ, "PETALS_FAULT_TABLE": folder, "PETALS_FAULT_SEEDS": str(args.seeds)}
-        command = [sys.executable, "-m", "pytest", "tests/test_faults.py", "-n", args.workers, "-q", "-p",
-                   "no:cacheprovider"]  # fmt: skip
-        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
-        summary = (done.stdout.strip().splitlines() or ["?"])[-1].strip("= ")
-        print(done.stdout[-3000:])
-        if done.returncode:
-            print(f"fault-table: the fault suite failed ({summary}); docs unchanged", file=sys.stderr)
-            return 1
-        rows = [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))]
+    seeds = {"PETALS_FAULT_SEEDS": str(args.seeds)}
+    found = suite_rows(["tests/test_faults.py"], "PETALS_FAULT_TABLE", args.workers, "fault-table", seeds)
+    if found is None:
+        return 1
+    rows, summary = found
     tmp = args.out.with_name(args.out.name + ".partial")
     tmp.write_text(render(rows, args.seeds, git_commit(), summary))
     tmp.replace(args.out)

@@ -11,17 +11,13 @@ the command and leaves the docs as they were.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
-from fault_table import cell, git_commit  # noqa: E402
+from fault_table import cell, git_commit, suite_rows  # noqa: E402
 
 BEGIN, END = "<!-- security-table: begin -->", "<!-- security-table: end -->"
 
@@ -58,16 +54,10 @@ def main() -> int:
     parser.add_argument("--workers", default="2", help="pytest-xdist workers")
     args = parser.parse_args()
     tests = sorted(str(p.relative_to(REPO)) for p in (REPO / "tests").glob("test_hostile*.py"))
-    with tempfile.TemporaryDirectory(prefix="petals-security-") as folder:
-        env = {**os.environ, "PETALS_SECURITY_ROWS": folder}
-        command = [sys.executable, "-m", "pytest", *tests, "-n", args.workers, "-q", "-p", "no:cacheprovider"]
-        done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
-        summary = (done.stdout.strip().splitlines() or ["?"])[-1].strip("= ")
-        print(done.stdout[-3000:])
-        if done.returncode:
-            print(f"security-table: the hostile suite failed ({summary}); docs unchanged", file=sys.stderr)
-            return 1
-        rows = [json.loads(p.read_text()) for p in sorted(Path(folder).glob("*.json"))]
+    found = suite_rows(tests, "PETALS_SECURITY_ROWS", args.workers, "security-table")
+    if found is None:
+        return 1
+    rows, summary = found
     document = args.out.read_text() if args.out.is_file() else ""
     tmp = args.out.with_name(args.out.name + ".partial")
     tmp.write_text(splice(document, render(rows, git_commit(), summary)))
