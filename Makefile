@@ -28,6 +28,9 @@ HOSTS       ?= 1#                train, evaluate, predict: N local processes as 
 device_ARGS = --backend $(call q,BACKEND) --strategy $(call q,STRATEGY) --cpu-replicas $(call q,CPU_REPLICAS)
 RETRAIN     ?=#                  RETRAIN=1 trains again over a finished run
 TTA         ?= 1#                test-time augmentation passes for evaluate, predict and ensemble
+FOLDS       ?=#                  train, evaluate, predict: K-fold cross-validation over every labelled example (a CV group; ensemble: RUNS are CV groups)
+FOLD        ?=#                  FOLDS=K: train only these folds, e.g. FOLD=0,1 (a kernel's or a second machine's share)
+REFIT       ?=#                  FOLDS=K: REFIT=1 predicts with one model trained on all the labelled data to CV's epoch, not the fold mean
 RUNS        ?=#                  make ensemble: the run ids to blend, RUNS="a b"
 WEIGHTS     ?=#                  make ensemble: one weight per run (default equal)
 SEARCH      ?=#                  make ensemble: SEARCH=1 picks the weights on val macro-F1
@@ -54,8 +57,8 @@ ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 # What the user typed is taken as written ($(value)): Make would otherwise run a `$(shell ...)`
 # in it, and turn `$5` in a message into nothing.
 KNOBS := DATA SOURCE DATA_FROM COMPETITION GCS_PATH SIZE SEED SCALE FORCE RECIPE SET INSPECT_DIR \
-	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TTA RUNS WEIGHTS SEARCH \
-	SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
+	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TTA FOLDS FOLD REFIT RUNS WEIGHTS \
+	SEARCH SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
 	TIMEOUT RESUME_FROM PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS VERBOSE
 $(foreach k,$(KNOBS),$(if $(filter command environment,$(firstword $(origin $(k)))),\
 	$(eval override $(k) := $$(value $(k)))))
@@ -183,8 +186,13 @@ inspect: $(INSPECT_DIR)/batch.png ## PNG grid of one augmented training batch + 
 hosts_PY = $(if $(filter slice,$(HOSTS)),PETALS_HOSTS=slice $(PY) -m pipeline.launch --hosts 1 --,$(if $(filter-out 1,$(HOSTS)),$(PY) -m pipeline.launch --hosts $(call q,HOSTS) $(if $(filter tensorflow,$(BACKEND)),--backend tensorflow) --,$(PY) -m pipeline))
 
 # The stage finds its run by the config's hash: a finished run is a no-op, an interrupted one resumes.
-train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an interrupted run; RETRAIN=1 redoes it)
-	$(hosts_PY) train $(train_ARGS)
+# FOLDS=K: the CV stage, the same knobs; each fold is a run of its own (RUN and CHECKPOINT_DIR name one run).
+cv_ARGS = --folds $(call q,FOLDS) $(call opt,--fold,FOLD) $(if $(REFIT),--refit) --data-dir $(call q,DATA) \
+	--runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) $(if $(RETRAIN),--force) \
+	--submissions-dir $(call q,SUBMISSIONS) --tta $(call q,TTA)
+
+train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an interrupted run; RETRAIN=1 redoes it); FOLDS=5: its 5 folds and their CV group
+	$(if $(FOLDS),$(hosts_PY) cv train $(cv_ARGS),$(hosts_PY) train $(train_ARGS))
 
 config: | $(STAMP) ## print the config `make train` resolves (RECIPE, SET, the device), each value with its source
 	@$(PY) -m pipeline --quiet train $(train_ARGS) --print-config
@@ -195,11 +203,11 @@ CHAIN := $(filter train,$(MAKECMDGOALS))
 run_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) --submissions-dir $(call q,SUBMISSIONS)
 
-evaluate: $(DATA)/manifest.json $(CHAIN) ## score RUN (default: RECIPE's run) on val: macro-F1, per class, confusions (TTA=)
-	$(hosts_PY) evaluate $(run_ARGS) --tta $(call q,TTA)
+evaluate: $(DATA)/manifest.json $(CHAIN) ## score RUN (default: RECIPE's run) on val: macro-F1, per class, confusions (TTA=); FOLDS=5: the CV group's out-of-fold score
+	$(if $(FOLDS),$(hosts_PY) cv evaluate $(cv_ARGS),$(hosts_PY) evaluate $(run_ARGS) --tta $(call q,TTA))
 
-predict: $(DATA)/manifest.json $(if $(CHAIN),evaluate) ## test predictions of RUN (TTA=) -> SUBMISSIONS/<run-id>.csv
-	$(hosts_PY) predict $(run_ARGS) --tta $(call q,TTA)
+predict: $(DATA)/manifest.json $(if $(CHAIN),evaluate) ## test predictions of RUN (TTA=) -> SUBMISSIONS/<run-id>.csv; FOLDS=5: the folds' mean (REFIT=1: a refit on all data)
+	$(if $(FOLDS),$(hosts_PY) cv predict $(cv_ARGS),$(hosts_PY) predict $(run_ARGS) --tta $(call q,TTA))
 
 ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1): val macro-F1 and a submission
 	$(PY) -m pipeline ensemble --runs $(call qs,RUNS) $(if $(WEIGHTS),--weights $(call qs,WEIGHTS)) $(if $(SEARCH),--search) \

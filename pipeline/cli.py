@@ -56,6 +56,7 @@ STAGES = {
     "evaluate": "pipeline.stages.evaluate",
     "predict": "pipeline.stages.predict",
     "ensemble": "pipeline.stages.ensemble",
+    "cv": "pipeline.stages.cv",
     "submit": "pipeline.stages.submit",
     "leaderboard": "pipeline.stages.leaderboard",
     "kernel": "pipeline.stages.kernel",

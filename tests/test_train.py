@@ -14,7 +14,6 @@ from pipeline import cli
 from pipeline.core.config import TrainConfig, load_config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
-from pipeline.data import datasets
 from pipeline.modeling import networks
 from pipeline.modeling.classifier import set_backbone_trainable
 from pipeline.modeling.inference import load_inference_model, predict_split
@@ -258,14 +257,6 @@ def test_fine_tuning_unfreezes_the_backbone_but_keeps_batchnorm_frozen():
     assert norms and all(not layer.trainable for layer in norms)
     convs = [layer for layer in backbone.layers if "conv" in layer.name]
     assert convs and all(layer.trainable for layer in convs)
-
-
-def test_folds_hold_out_every_kth_shard_and_cover_everything():
-    files = [f"shard-{i:02d}" for i in range(32)]
-    folds = [datasets.held_out(files, 5, fold)[1] for fold in range(5)]
-    assert sorted(f for held in folds for f in held) == files
-    kept, held = datasets.held_out(files, 5, 2)
-    assert not set(kept) & set(held) and len(kept) + len(held) == 32
 
 
 @pytest.mark.slow

@@ -143,8 +143,13 @@ class TrainConfig:
     feature_cache: bool = False
     feature_views: int = 2
     merge_val: bool = False  # final run: train on train + val (no validation score)
-    folds: int = 0  # k-fold over train + val when > 1
-    fold: int = 0  # which fold this run holds out
+    # K-fold cross-validation (pipeline/data/folds.py): the fold table deals every labelled
+    # example (train + a labelled val) into `folds` stratified folds from `fold_seed`; this run
+    # trains on the others and is scored on fold `fold`. 0: the competition's val split as it is.
+    folds: int = 0
+    fold: int = 0
+    fold_seed: int = 0
+    folds_keep_val: bool = False  # deal train only: a competition's val split stays out of training
     precision: str = "auto"  # auto | float32 | mixed_float16 | mixed_bfloat16
     jit_compile: str = "auto"  # auto | on | off
     steps_per_execution: int = 0  # 0: auto (1 on CPU, more on accelerators)

@@ -55,10 +55,17 @@ def validate(config: Config) -> None:
         raise PetalsError(f"train.logit_adjustment={train.logit_adjustment}: must be >= 0 (0 turns it off)")
     if not 0 <= train.ema < 1:
         raise PetalsError(f"train.ema={train.ema}: a momentum, must be in [0, 1) (0 turns it off)")
-    if train.folds == 1 or train.folds < 0 or (train.folds and not 0 <= train.fold < train.folds):
+    if train.folds == 1 or train.folds < 0:
         raise PetalsError(
-            f"train.folds={train.folds}, train.fold={train.fold}: need folds >= 2 and 0 <= fold < folds"
+            f"train.folds={train.folds} (FOLDS={train.folds}): cross-validation needs at least 2 folds "
+            "(0: the competition's val split)"
         )
+    if train.folds and not 0 <= train.fold < train.folds:
+        raise PetalsError(
+            f"train.fold={train.fold}: folds are 0..{train.folds - 1} with train.folds={train.folds}"
+        )
+    if train.fold_seed < 0:
+        raise PetalsError(f"train.fold_seed={train.fold_seed}: must be >= 0")
     if train.folds and train.merge_val:
         raise PetalsError("train.folds and train.merge_val exclude each other: folds already use train + val")
     if train.unfrozen_layers < 0:

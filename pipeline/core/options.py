@@ -83,6 +83,18 @@ class ScoreOptions(ConfigOptions, DeviceOptions):
 
 
 @dataclass(frozen=True)
+class CVOptions(TrainOptions):
+    """K-fold cross-validation of one recipe (`pipeline.cv.experiment`): the folds to train, and
+    how the test set is predicted."""
+
+    folds: int = 5
+    fold_list: tuple[int, ...] = ()  # the folds this process trains; (): all of them
+    refit: bool = False  # predict with one model refit on all the labelled data, not the fold mean
+    tta: int = 1
+    submissions_dir: Path = Path("submissions")
+
+
+@dataclass(frozen=True)
 class SubmitOptions:
     competition: str = DEFAULT_COMPETITION
     file: Path | None = None  # None: the newest of the competition's CSVs in submissions_dir

@@ -36,9 +36,11 @@ class RunDir:
     VOCABULARY = "vocabulary.txt"  # a word-level text run's words, one a line: token id = line number + 2
     TOKENIZER = "tokenizer"  # a BERT run's tokenizer, a keras-hub preset folder
     BACKBONE = "backbone.json"  # a BERT run's backbone architecture (keras-hub's config)
+    GROUP = "group.json"  # a CV group's folds, fold table and recipe (pipeline/cv/group.py)
+    REFIT = "refit.json"  # a refit run's CV group: the evidence for its epochs
     # The small files worth keeping beside a submission (a kernel copies these to its output).
     SMALL_FILES = (CONFIG, DATA_MANIFEST, RUN_INFO, METRICS, HISTORY, CURVES, PER_CLASS, CONFUSIONS,
-                   CONFUSION_PLOT, VOCABULARY, BACKBONE)  # fmt: skip
+                   CONFUSION_PLOT, VOCABULARY, BACKBONE, GROUP, REFIT)  # fmt: skip
 
     def __init__(self, path: Path | str):
         self.path = Path(path)

@@ -76,9 +76,10 @@ def read_examples(
     ordered: bool,
     skip_bad: bool = False,
     with_ids: bool = False,
+    only: np.ndarray | None = None,
 ) -> tf.data.Dataset:
     """Examples `(uint8 image [size, size, 3], label int32 | id string)` from shards
-    (`(image, label, id)` for labeled records `with_ids`).
+    (`(image, label, id)` for labeled records `with_ids`); `only`: the ids to keep (a fold's part).
 
     Reads up to 16 shards at once; `ordered=False` lets tf.data hand out whichever record is
     ready first (training), `ordered=True` fixes the order run to run (validation, test).
@@ -90,6 +91,8 @@ def read_examples(
         num_parallel_calls=AUTOTUNE,
         deterministic=ordered,
     )
+    if only is not None:
+        dataset = records.selected(dataset, spec.records.schema, only)
     parse = partial(
         records.read_record, schema=spec.records.schema, size=size, labeled=labeled, with_id=with_ids
     )
@@ -147,12 +150,6 @@ def shift_scale(config: Config) -> float:
 # ----------------------------------------------------------------------------- datasets
 
 
-def held_out(files: list[str], folds: int, fold: int) -> tuple[list[str], list[str]]:
-    """Shard-level k-fold: fold `fold` holds out every `folds`-th shard; (kept, held out)."""
-    held = [f for i, f in enumerate(files) if i % folds == fold]
-    return [f for f in files if f not in held], held
-
-
 def files_for_pipeline(files: Sequence[str], context: tf.distribute.InputContext) -> list[str]:
     """This input pipeline's share of the shards (every n-th), so pipelines never read the same record."""
     share = list(files)[context.input_pipeline_id :: context.num_input_pipelines]
@@ -167,6 +164,7 @@ def train_dataset(
     config: Config,
     batch_size: int,
     input_context: tf.distribute.InputContext | None = None,
+    only: np.ndarray | None = None,
 ) -> tf.data.Dataset:
     """Endless shuffled training batches of exactly `batch_size` (static shapes for TPUs).
 
@@ -182,7 +180,7 @@ def train_dataset(
     if input_context is not None:
         files = files_for_pipeline(files, input_context)
     dataset = read_examples(
-        files, spec, data.image_size, labeled=True, ordered=False, skip_bad=data.skip_bad_records
+        files, spec, data.image_size, labeled=True, ordered=False, skip_bad=data.skip_bad_records, only=only
     )
     if data.cache:
         dataset = dataset.cache()
@@ -227,6 +225,7 @@ def eval_dataset(
     labeled: bool,
     pad_to_batch: bool = False,
     with_ids: bool = False,
+    only: np.ndarray | None = None,
 ) -> tf.data.Dataset:
     """Validation (`labeled`: image, label) or test (image, id) batches in a fixed order, unaugmented;
     `with_ids` gives labeled batches as (image, label, id).
@@ -243,6 +242,7 @@ def eval_dataset(
         ordered=True,
         skip_bad=data.skip_bad_records,
         with_ids=with_ids and labeled,
+        only=only,
     )
     if data.cache:
         dataset = dataset.cache()

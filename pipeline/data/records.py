@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 from competition import CompetitionSpec, RecordSchema
@@ -106,3 +107,35 @@ def write_shard(path: str, records: Sequence[bytes]) -> None:
         for record in records:
             writer.write(record)
     tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def selected(serialized: tf.data.Dataset, schema: RecordSchema, ids: np.ndarray) -> tf.data.Dataset:
+    """Only the serialized records whose id is one of `ids` (a fold's part of pooled shards),
+    chosen from the id alone, before any image is decoded."""
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(tf.constant(ids.astype(str)), tf.ones(len(ids), tf.int32)),
+        default_value=0,
+    )
+    feature = {schema.id: tf.io.FixedLenFeature([], tf.string)}
+
+    def wanted(record: tf.Tensor) -> tf.Tensor:
+        return table.lookup(tf.io.parse_single_example(record, feature)[schema.id]) > 0
+
+    return serialized.filter(wanted)
+
+
+def ids_and_labels(files: Sequence[str], schema: RecordSchema) -> tuple[np.ndarray, np.ndarray]:
+    """Every labelled record's id and label, in shard order, read without decoding an image."""
+    feature = {
+        schema.id: tf.io.FixedLenFeature([], tf.string),
+        schema.label: tf.io.FixedLenFeature([], tf.int64),
+    }
+    ids, labels = [], []
+    for path in files:
+        for batch in tf.data.TFRecordDataset(path).batch(4096):
+            parsed = tf.io.parse_example(batch, feature)
+            ids.append(parsed[schema.id].numpy().astype(str))
+            labels.append(parsed[schema.label].numpy())
+    if not ids:
+        return np.zeros(0, str), np.zeros(0, np.int64)
+    return np.concatenate(ids), np.concatenate(labels).astype(np.int64)

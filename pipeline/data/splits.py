@@ -5,14 +5,15 @@ of an image folder or a table (`FileSplit`). Both make datasets of the same stru
 (inputs, labels) to train and (inputs, label[, id]) or (inputs, id) to predict, count their
 examples and classes, and turn an unreadable file into one line that names it. Kaggle gives the
 file competitions no val split: val is one of `VAL_FOLDS` stratified folds of train, the same on
-every machine, or fold `train.fold` of `train.folds`.
+every machine. With `train.folds`, train and val are the two parts of one fold of the data's
+fold table (pipeline/data/folds.py): every labelled example pooled, dealt by id.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
@@ -22,7 +23,8 @@ import tensorflow as tf
 from competition import CompetitionSpec
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
-from pipeline.data import datasets, file_examples, records
+from pipeline.data import datasets, file_examples, folds, records
+from pipeline.data.folds import FoldTable
 
 VAL_FOLDS = 10  # a file competition's val split: a tenth of train
 
@@ -34,13 +36,16 @@ class RecordSplit:
     files: list[str]
     spec: CompetitionSpec
     image_size: int
+    # A fold's part of pooled shards: the ids it reads (the rest are skipped) and their labels.
+    only: np.ndarray | None = field(default=None, compare=False)
+    only_labels: np.ndarray | None = field(default=None, compare=False)
 
     @cached_property
     def count(self) -> int:
-        return records.count_images(self.files)
+        return records.count_images(self.files) if self.only is None else len(self.only)
 
     def train_dataset(self, config: Config, batch_size: int, input_context=None) -> tf.data.Dataset:
-        return datasets.train_dataset(self.files, self.spec, config, batch_size, input_context)
+        return datasets.train_dataset(self.files, self.spec, config, batch_size, input_context, self.only)
 
     def eval_dataset(
         self,
@@ -51,10 +56,12 @@ class RecordSplit:
         with_ids: bool = False,
     ) -> tf.data.Dataset:
         return datasets.eval_dataset(
-            self.files, self.spec, config, batch_size, labeled, pad_to_batch, with_ids
+            self.files, self.spec, config, batch_size, labeled, pad_to_batch, with_ids, self.only
         )
 
     def class_counts(self, config: Config) -> np.ndarray:
+        if self.only_labels is not None:
+            return np.bincount(self.only_labels, minlength=self.spec.num_classes)
         return datasets.class_counts(self.files, self.spec, self.image_size, config.data.skip_bad_records)
 
     def naming_bad(self, labeled: bool):
@@ -150,34 +157,66 @@ class FileSplit:
 Split = RecordSplit | FileSplit
 
 
-def _held_out(train: file_examples.Examples, config: Config) -> tuple:
-    folds = config.train.folds or VAL_FOLDS
-    return file_examples.fold_split(train, folds, config.train.fold if config.train.folds else 0)
+def fold_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> FoldTable | None:
+    """The data's fold table when the config trains a fold (`train.folds`), else None."""
+    return folds.fold_table(data_dir, spec, config) if config.train.folds else None
 
 
-def train_and_val(root: str, spec: CompetitionSpec, config: Config) -> tuple[Split, Split | None]:
-    """The training split and the val split scored after epochs (None with `train.merge_val`)."""
+def _fold_parts(root: str, spec: CompetitionSpec, config: Config, table: FoldTable) -> tuple[Split, Split]:
+    """(trained on, held out) for fold `train.fold` of the table: every labelled example is in
+    exactly one of them, each part in id order."""
+    kept, held = table.kept(config.train.fold), table.held_out(config.train.fold)
+    names = folds.pooled_splits(spec, config)
+    if spec.format.sharded:
+        size = config.data.image_size
+        files = [f for name in names for f in datasets.shard_files(root, spec, size, name)]
+        return tuple(
+            RecordSplit(files, spec, size, only=table.ids[rows], only_labels=table.labels[rows])
+            for rows in (kept, held)
+        )
+    found = [file_examples.examples(Path(root), spec, name) for name in names]
+    pooled = file_examples.Examples(
+        ids=np.concatenate([e.ids.astype(str) for e in found]),
+        inputs=tuple(np.concatenate(column) for column in zip(*(e.inputs for e in found), strict=True)),
+        labels=np.concatenate([e.labels for e in found]),
+    )
+    position = {key: i for i, key in enumerate(pooled.ids)}
+    return tuple(
+        FileSplit(pooled.take(np.array([position[key] for key in table.ids[rows]], np.int64)), spec)
+        for rows in (kept, held)
+    )
+
+
+def train_and_val(
+    root: str, spec: CompetitionSpec, config: Config, table: FoldTable | None = None
+) -> tuple[Split, Split | None]:
+    """The training split and the val split scored after epochs (None with `train.merge_val`);
+    with `train.folds`, fold `train.fold` of `table` (`fold_table`)."""
     train = config.train
+    if train.folds:
+        if table is None or table.k != train.folds:
+            raise ValueError("train.folds needs the data's fold table of as many folds")  # a caller's bug
+        return _fold_parts(root, spec, config, table)
     if not spec.format.sharded:
         examples = file_examples.examples(Path(root), spec, "train")
         if train.merge_val:
             return FileSplit(examples, spec), None
-        kept, held = _held_out(examples, config)
+        kept, held = file_examples.fold_split(examples, VAL_FOLDS, 0)
         return FileSplit(kept, spec), FileSplit(held, spec)
     size = config.data.image_size
     train_files = datasets.shard_files(root, spec, size, "train")
     val_files = datasets.shard_files(root, spec, size, "val")
     if train.merge_val:
         return RecordSplit(train_files + val_files, spec, size), None
-    if train.folds:
-        train_files, val_files = datasets.held_out(train_files + val_files, train.folds, train.fold)
     return RecordSplit(train_files, spec, size), RecordSplit(val_files, spec, size)
 
 
-def split_for(root: str, spec: CompetitionSpec, config: Config, split: str) -> Split:
+def split_for(
+    root: str, spec: CompetitionSpec, config: Config, split: str, table: FoldTable | None = None
+) -> Split:
     """The split a trained run predicts: `val` as it was held out in training, or `test`."""
     if split == "val":
-        val = train_and_val(root, spec, config)[1]
+        val = train_and_val(root, spec, config, table)[1]
         if val is None:
             raise PetalsError("train.merge_val=true: the run trained on its val split, none is held out")
         return val

@@ -218,7 +218,8 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
         if saved.source == source:
             log.info("%s: %s predictions are up to date", run.name, split)
             return saved
-    examples = splits.split_for(locate_data(data_dir), spec, config, split)
+    table = splits.fold_table(data_dir, spec, config) if split == "val" else None
+    examples = splits.split_for(locate_data(data_dir), spec, config, split, table)
     if spec.modality == "text":
         examples = examples.with_encoder(networks.text_inputs(config, run.path).encode)
     labeled = spec.is_labeled(split) or split == "val"

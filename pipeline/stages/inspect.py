@@ -57,7 +57,7 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
 
     spec = load_competition(config.competition)
     root = locate_data(data_dir)
-    train, val = splits.train_and_val(root, spec, config)
+    train, val = splits.train_and_val(root, spec, config, splits.fold_table(data_dir, spec, config))
     labeled = {"train": train, **({"val": val} if val is not None else {})}
     tf.random.set_seed(config.seed)
     out.mkdir(parents=True, exist_ok=True)

@@ -170,7 +170,7 @@ def prepare(
         )
     root = locate_data(data_dir)
     manifest = read_manifest(data_dir)
-    train, val = splits.train_and_val(root, spec, config)
+    train, val = splits.train_and_val(root, spec, config, splits.fold_table(data_dir, spec, config))
     augment.placement(config.augment.where, platform.backend, platform.device)
     global_batch = datasets.global_batch_size(config.data.batch_size, platform.replicas)
     if global_batch > train.count:

@@ -1,0 +1,180 @@
+"""The fold table: which of K stratified folds holds out each labelled example.
+
+Kaggle is won by K-fold cross-validation: every labelled example is scored once by a model
+that never saw it (out of fold), choices are made on those scores, and a final model trains on
+everything. The table pools every labelled example (train, and a labelled val split unless
+`train.folds_keep_val`), sorts it by id and deals it into K folds stratified by class from
+`train.fold_seed`. It is stored beside the data (`<data dir>/folds/k5-seed0.csv`: id, label,
+fold), so every recipe's folds line up and their out-of-fold predictions can be blended, and a
+later scikit-learn that deals differently cannot move an example between folds. A stored table
+whose ids or labels are not the data's is refused, never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from competition import CompetitionSpec
+from pipeline.core.config import Config
+from pipeline.core.errors import PetalsError
+from pipeline.core.files import write_atomically
+
+FOLDER = "folds"  # inside the data dir
+MAX_TABLE_BYTES = 256 * 2**20  # a fold table is ids and two small numbers a row
+
+
+@dataclass(frozen=True)
+class FoldTable:
+    """Every labelled example's id, label and fold, sorted by id."""
+
+    ids: np.ndarray  # str
+    labels: np.ndarray  # int64
+    folds: np.ndarray  # int64, 0..k-1
+    k: int
+    seed: int
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def held_out(self, fold: int) -> np.ndarray:
+        """The row numbers fold `fold` holds out (its validation part), in id order."""
+        return np.flatnonzero(self.folds == fold)
+
+    def kept(self, fold: int) -> np.ndarray:
+        """The row numbers fold `fold` trains on: every other fold's."""
+        return np.flatnonzero(self.folds != fold)
+
+    @property
+    def digest(self) -> str:
+        """What the table says, as a short hash: runs of one CV group must share it."""
+        rows = zip(self.ids, self.labels, self.folds, strict=True)
+        text = "\n".join(f"{i},{label},{fold}" for i, label, fold in rows)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def check_folds(k: int, labels: np.ndarray, classes: tuple[str, ...]) -> None:
+    """One line when K folds cannot be stratified over these labels."""
+    if k < 2:
+        raise PetalsError(f"train.folds={k} (FOLDS={k}): cross-validation needs at least 2 folds")
+    counts = np.bincount(labels, minlength=len(classes))
+    present = np.flatnonzero(counts)
+    smallest = present[np.argmin(counts[present])]
+    if counts[smallest] < k:
+        raise PetalsError(
+            f"train.folds={k} (FOLDS={k}): class {classes[smallest]!r} has {counts[smallest]} labelled "
+            f"examples, fewer than the folds: at most FOLDS={counts[smallest]}"
+        )
+
+
+def deal(ids: np.ndarray, labels: np.ndarray, k: int, seed: int) -> FoldTable:
+    """K stratified folds of the examples, sorted by id first so the deal depends on the data
+    only, never on the order files were listed in."""
+    from sklearn.model_selection import StratifiedKFold
+
+    order = np.argsort(ids, kind="stable")
+    ids, labels = ids[order], labels[order]
+    folds = np.zeros(len(ids), np.int64)
+    dealer = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+    for fold, (_, held) in enumerate(dealer.split(np.zeros(len(ids)), labels)):
+        folds[held] = fold
+    return FoldTable(ids, labels, folds, k, seed)
+
+
+def pooled_splits(spec: CompetitionSpec, config: Config) -> list[str]:
+    """The labelled splits the folds deal: train, and a labelled val unless `train.folds_keep_val`."""
+    keep = config.train.folds_keep_val or "val" not in spec.labeled_splits
+    return ["train"] if keep else ["train", "val"]
+
+
+def labelled(root: str, spec: CompetitionSpec, config: Config) -> tuple[np.ndarray, np.ndarray]:
+    """The ids and labels the folds deal: train, and a labelled val split unless
+    `train.folds_keep_val`; an id twice is refused (its out-of-fold row would be ambiguous)."""
+    from pipeline.data import datasets, file_examples, records
+
+    splits = pooled_splits(spec, config)
+    if spec.format.sharded:
+        size = config.data.image_size
+        files = [f for split in splits for f in datasets.shard_files(root, spec, size, split)]
+        ids, labels = records.ids_and_labels(files, spec.records.schema)
+    else:
+        found = [file_examples.examples(Path(root), spec, split) for split in splits]
+        ids = np.concatenate([e.ids.astype(str) for e in found])
+        labels = np.concatenate([e.labels for e in found]).astype(np.int64)
+    unique_ids(ids, splits, root)
+    return ids, labels
+
+
+def unique_ids(ids: np.ndarray, splits: list[str], root: str) -> None:
+    """One line when an id labels two examples: its out-of-fold row would be ambiguous."""
+    unique, counts = np.unique(ids, return_counts=True)
+    if len(unique) < len(ids):
+        raise PetalsError(
+            f"{root}: id {unique[counts > 1][0]!r} labels {counts.max()} examples of {' + '.join(splits)}; "
+            "cross-validation needs one id per example"
+        )
+
+
+def table_path(data_dir: Path, config: Config) -> Path:
+    keep = "-trainonly" if config.train.folds_keep_val else ""
+    return data_dir / FOLDER / f"k{config.train.folds}-seed{config.train.fold_seed}{keep}.csv"
+
+
+def fold_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> FoldTable:
+    """The data's fold table for `train.folds` and `train.fold_seed`: the stored one, after
+    checking it deals exactly the data's labelled examples, else dealt now and stored."""
+    from pipeline.data.manifest import locate_data
+
+    ids, labels = labelled(locate_data(data_dir), spec, config)
+    k = config.train.folds
+    check_folds(k, labels, spec.classes)
+    path = table_path(data_dir, config)
+    if path.is_file():
+        return _checked(_read(path, k), ids, labels, path)
+    table = deal(ids, labels, k, config.train.fold_seed)
+    _write(path, table)
+    return table
+
+
+def _read(path: Path, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    import pandas as pd
+
+    if path.stat().st_size > MAX_TABLE_BYTES:
+        raise PetalsError(f"{path}: {path.stat().st_size} bytes, more than a fold table's {MAX_TABLE_BYTES}")
+    try:
+        frame = pd.read_csv(path, dtype={"id": str, "label": np.int64, "fold": np.int64})
+        ids, labels, folds = (frame[c].to_numpy() for c in ("id", "label", "fold"))
+    except (ValueError, KeyError, pd.errors.ParserError) as err:
+        raise PetalsError(f"{path}: not a fold table (id,label,fold): {str(err).splitlines()[0]}") from None
+    if len(folds) and (folds.min() < 0 or folds.max() >= k or len(np.unique(folds)) < k):
+        raise PetalsError(f"{path}: its folds are not 0..{k - 1}, each holding examples; delete it")
+    return ids.astype(str), labels, folds
+
+
+def _checked(stored, ids: np.ndarray, labels: np.ndarray, path: Path) -> FoldTable:
+    """The stored table, if it deals exactly these examples with these labels."""
+    stored_ids, stored_labels, folds = stored
+    order = np.argsort(ids, kind="stable")
+    if not (np.array_equal(stored_ids, ids[order]) and np.array_equal(stored_labels, labels[order])):
+        raise PetalsError(
+            f"{path}: a fold table of other data ({len(stored_ids)} examples; the data has {len(ids)}, "
+            "other ids or labels): delete it to deal the folds again"
+        )
+    k, seed = _k_and_seed(path)
+    return FoldTable(stored_ids, stored_labels, folds, k, seed)
+
+
+def _k_and_seed(path: Path) -> tuple[int, int]:
+    k, seed = path.stem.split("-")[:2]
+    return int(k[1:]), int(seed[4:])
+
+
+def _write(path: Path, table: FoldTable) -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame({"id": table.ids, "label": table.labels, "fold": table.folds})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, lambda tmp: frame.to_csv(tmp, index=False))

@@ -1,0 +1,79 @@
+"""CV stage: K-fold cross-validation of a recipe (`make train FOLDS=5`, `pipeline/cv/`).
+
+`train` trains the folds (all, or `--fold 0,1`: a kernel's share), each a resumable run, and once
+all are finished writes the CV group: out-of-fold predictions of every labelled example, each
+fold's score, the CV score and the spread, and a leaderboard row ranked by CV. `evaluate`
+assembles the group again from whatever folds are finished (folds trained elsewhere included).
+`predict` writes the submission of the fold average, or with `--refit` of one model trained on
+every labelled example to the epoch CV chose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from pipeline.core import arguments, options
+from pipeline.core import config as config_module
+from pipeline.core.errors import PetalsError
+from pipeline.core.options import CVOptions
+
+STEPS = ("train", "evaluate", "predict")
+
+
+def fold_list(text: str) -> tuple[int, ...]:
+    """`0,1` -> (0, 1): the folds this process trains."""
+    try:
+        folds = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: fold numbers separated by commas, e.g. 0,1") from None
+    if len(set(folds)) != len(folds):
+        raise argparse.ArgumentTypeError(f"{text!r}: a fold is listed twice")
+    return folds
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from pipeline.core import device
+
+    parser.add_argument(
+        "step", choices=STEPS, help="train the folds, assemble the group, or predict the test set"
+    )
+    parser.add_argument("--folds", type=int, required=True, help="K: the folds of the data's fold table")
+    parser.add_argument(
+        "--fold", dest="fold_list", type=fold_list, default=(), help="train only these folds, e.g. 0,1"
+    )
+    parser.add_argument(
+        "--refit", action="store_true", help="predict: one model refit on all the labelled data to CV's epoch"
+    )
+    arguments.add_data_dir(parser)
+    arguments.add_runs_dir(parser)
+    arguments.add_tta(parser)
+    arguments.add_submissions_dir(parser)
+    device.add_arguments(parser)
+    parser.add_argument("--force", action="store_true", help="train the folds again over finished ones")
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        default=None,
+        help="seconds per fold: stop with a checkpoint; the rerun resumes",
+    )
+    parser.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept per fold")
+    config_module.add_config_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> None:
+    from pipeline.cv import experiment
+
+    if args.folds < 2:
+        raise PetalsError(f"FOLDS={args.folds}: cross-validation needs at least 2 folds")
+    opts = options.from_args(CVOptions, args, progress_bar=not args.quiet and sys.stdout.isatty())
+    if args.step == "train":
+        experiment.train_folds(opts)
+    elif args.step == "evaluate":
+        found = experiment.setup(opts)
+        metrics = experiment.assemble(found, opts)
+        if metrics is None:
+            raise PetalsError(f"{found.group.name}: not every fold is finished; see the line above")
+        print(experiment.summary_line(found.group.name, found.spec, metrics))
+    else:
+        experiment.predict_group(opts)
