@@ -18,14 +18,12 @@ import logging
 
 import numpy as np
 
-from competition.metric import METRICS, Metric
 from pipeline.core import arguments
 from pipeline.core.errors import PetalsError
 from pipeline.core.rundir import RunDir
+from pipeline.cv.blend import blend, search_weights
 
 log = logging.getLogger(__name__)
-
-GRID = np.round(np.arange(0.0, 1.0001, 0.05), 2)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -147,50 +145,6 @@ def aligned(predictions: list, run_dirs: list[RunDir], split: str) -> list:
                 "(another fold or data split): blend runs scored on the same split"
             )
     return [first, *(p.by_ids(first.ids) for p in predictions[1:])]
-
-
-def blend(probabilities: list[np.ndarray], weights: np.ndarray) -> np.ndarray:
-    """The weighted mean of the members' probabilities (weights normalised to sum to 1)."""
-    weights = np.asarray(weights, dtype=np.float64) / np.sum(weights)
-    return np.tensordot(weights, np.stack(probabilities).astype(np.float64), axes=1).astype(np.float32)
-
-
-def search_weights(
-    probabilities: list[np.ndarray],
-    labels: np.ndarray,
-    start: np.ndarray,
-    metric: Metric = METRICS["macro_f1"],
-    rounds: int = 3,
-) -> np.ndarray:
-    """Coordinate ascent on the val metric: each weight in turn tried over GRID, the others fixed.
-
-    It starts from the best of `start` and each member alone: from one member's corner a single
-    coordinate cannot reach another's, so starting anywhere else could end below the best member.
-    """
-
-    def score(weights: np.ndarray) -> float:  # greater is better
-        value = metric.score(labels, blend(probabilities, weights))
-        return value if metric.greater_is_better else -value
-
-    candidates = [np.asarray(start, dtype=np.float64) / np.sum(start), *np.eye(len(probabilities))]
-    scores = [score(c) for c in candidates]
-    best = max(scores)
-    weights = candidates[scores.index(best)]
-    for _ in range(rounds):
-        improved = False
-        for i in range(len(weights)):
-            for value in GRID:
-                trial = weights.copy()
-                trial[i] = value
-                if trial.sum() <= 0:
-                    continue
-                trial /= trial.sum()
-                trial_score = score(trial)
-                if trial_score > best + 1e-9:
-                    best, weights, improved = trial_score, trial, True
-        if not improved:
-            break
-    return weights
 
 
 def ensemble_id(names: list[str], weights: np.ndarray) -> str:
