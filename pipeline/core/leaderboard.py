@@ -7,7 +7,10 @@ backbone, size, epochs, git commit), how it scored (the competition's metric on 
 Kaggle has scored it, the public score. Every write is a read-modify-replace under an exclusive
 lock, so two stages finishing at the same moment both land. `sync` pulls the public scores of
 your Kaggle submissions and matches them to rows; `plot` draws the metric and public score over
-time. The stages record rows here; `python -m pipeline leaderboard` prints a board.
+time, and the offline score against the public one. A CV group's row carries its CV score (the
+metric on out-of-fold predictions of every labelled example) and the folds' spread; `ranked` ranks
+every row by one score, CV where there is one, and says how each was judged. The stages record rows
+here; `python -m pipeline leaderboard` prints a board.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import math
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -38,7 +42,7 @@ PLOT = BOARD.replace(".csv", ".png")  # drawn beside its board
 # (`val_macro_f1`, say), so `update` also takes any `val_` column.
 COLUMNS = [
     "entry",
-    "kind",  # run | ensemble | kaggle
+    "kind",  # run | ensemble | kaggle | cv (a CV group) | refit (a model on all data, its epochs by CV)
     "time",
     "git_commit",
     "competition",
@@ -53,7 +57,10 @@ COLUMNS = [
     "val_accuracy",
     "tta",
     "train_seconds",
-    "members",  # an ensemble's runs and weights
+    "cv_score",  # a CV group's metric on its out-of-fold predictions (a refit's: its group's)
+    "cv_spread",  # the standard deviation of the folds' scores
+    "folds",
+    "members",  # an ensemble's runs and weights, a CV group's fold runs
     "submission",
     "submitted_at",
     "submission_ref",
@@ -166,46 +173,158 @@ def run_fields(run: RunDir) -> dict[str, Any]:
     }
 
 
+# How a row was judged: a CV score on every labelled example out of fold, or one val split. Both are
+# the competition's metric, so one ranking holds them, but they are not equally trustworthy.
+SINGLE_SPLIT = "single split"
+FOOTER = (
+    "{metric}: CV rows are scored on out-of-fold predictions of every labelled example (± the folds' "
+    "standard deviation); single-split scores come from one val split and flatter the recipes tuned on it."
+)
+
+
+def _numbers(table: pd.DataFrame, column: str) -> pd.Series:
+    """A column as floats; absent (an older board) or empty cells are NaN."""
+    if column not in table.columns:
+        return pd.Series(float("nan"), index=table.index)
+    return pd.to_numeric(table[column], errors="coerce")
+
+
+def _texts(table: pd.DataFrame, column: str) -> pd.Series:
+    """A column as strings; absent or empty cells are ""."""
+    if column not in table.columns:
+        return pd.Series("", index=table.index, dtype=object)
+    return table[column].astype(object).fillna("").astype(str)
+
+
+def board_score(table: pd.DataFrame, column: str) -> pd.Series:
+    """What a row is ranked by: its CV score where it has one (a CV group, its refit, a blend judged
+    out of fold), else its score on the val split (`column`)."""
+    return _numbers(table, "cv_score").fillna(_numbers(table, column))
+
+
+def judged(table: pd.DataFrame, column: str) -> pd.Series:
+    """How each row's score was judged: "5-fold CV", "refit (CV of <group>)", "single split", or ""
+    for a row not scored yet."""
+    folds, cv, val = _numbers(table, "folds"), _numbers(table, "cv_score"), _numbers(table, column)
+    kinds, members = _texts(table, "kind"), _texts(table, "members")
+
+    def one(i) -> str:
+        if pd.notna(cv[i]):
+            group = re.match(r"refit of (\S+)", members[i])  # a refit's members: "refit of <group> to ..."
+            if kinds[i] == "refit" or group:
+                return f"refit (CV of {group.group(1) if group else 'its group'})"
+            return f"{int(folds[i])}-fold CV" if pd.notna(folds[i]) else "CV"
+        return SINGLE_SPLIT if pd.notna(val[i]) else ""
+
+    return pd.Series([one(i) for i in table.index], index=table.index, dtype=object)
+
+
+def _shown_score(score: float, spread: float) -> str:
+    if pd.isna(score):
+        return ""
+    return f"{score:.4f}" + ("" if pd.isna(spread) else f" ± {spread:.4f}")
+
+
 def ranked(table: pd.DataFrame, competition: str = DEFAULT_COMPETITION) -> pd.DataFrame:
-    """The table as printed: the best val score first, the columns that tell runs apart."""
+    """The table as printed: one ranking by the competition's metric (CV score where there is one,
+    else val), best first, the metric's column showing the folds' spread beside a CV score, and
+    `judged` saying which of the two each row's score is."""
     column, metric = score_column(competition)
-    table = table.reindex(columns=list(dict.fromkeys([*table.columns, column])))
-    table = table.assign(**{column: pd.to_numeric(table[column], errors="coerce")})
-    shown = table.sort_values(column, ascending=not metric.greater_is_better, na_position="last")
-    shown = shown.reset_index(drop=True)
+    table = table.reset_index(drop=True)
+    score, spread = board_score(table, column), _numbers(table, "cv_spread")
+    order = score.sort_values(ascending=not metric.greater_is_better, na_position="last", kind="stable")
+    shown = table.reindex(columns=list(dict.fromkeys([*COLUMNS, *table.columns]))).loc[order.index]
+    shown = shown.assign(
+        judged=judged(table, column)[order.index],
+        **{metric.name: [_shown_score(score[i], spread[i]) for i in order.index]},
+    ).reset_index(drop=True)
     shown.insert(0, "rank", range(1, len(shown) + 1))
-    columns = list(
-        dict.fromkeys(["rank", "entry", "kind", "backbone", "image_size", "epochs", column, "val_accuracy"])
-    )
-    columns += ["public_score", "data_source", "time"]
-    for column in ("image_size", "epochs"):
-        shown[column] = pd.to_numeric(shown[column], errors="coerce").astype("Int64")
+    for number in ("image_size", "epochs"):
+        shown[number] = pd.to_numeric(shown[number], errors="coerce").astype("Int64")
+    columns = ["rank", "entry", "kind", "judged", "backbone", "image_size", "epochs", metric.name]
+    columns += [
+        *(["val_accuracy"] if column != "val_accuracy" else []),
+        "public_score",
+        "data_source",
+        "time",
+    ]
     return shown[columns].astype(object).fillna("")
 
 
+def board_text(table: pd.DataFrame, competition: str = DEFAULT_COMPETITION, top: int = 20) -> str:
+    """The printed board: its best `top` rows, and a footer when single-split rows are among them
+    (their scores look as good as CV's and are not as trustworthy)."""
+    shown = ranked(table, competition).head(top)
+    text = shown.to_string(index=False)
+    if (shown["judged"] == SINGLE_SPLIT).any():
+        text += "\n" + FOOTER.format(metric=score_column(competition)[1].title)
+    return text
+
+
+# Markers: by kind over time; by how the score was judged against the public score.
+KIND_MARKERS = {"run": "o", "ensemble": "s", "kaggle": "^", "cv": "D", "refit": "P"}
+JUDGED_MARKERS = {SINGLE_SPLIT: "o", "CV": "D", "refit": "P"}
+
+
 def plot(table: pd.DataFrame, path: Path, competition: str = DEFAULT_COMPETITION) -> None:
+    """One figure: the board's scores (CV where there is one) and public scores over time; beside it,
+    once Kaggle has scored some rows, the offline score against the public one, the picture that
+    says whether the CV can be trusted."""
     plt = pyplot()
 
     column, metric = score_column(competition)
-    table = table.reindex(columns=list(dict.fromkeys([*table.columns, column])))
-    table = table[pd.to_datetime(table["time"], utc=True, errors="coerce").notna()]
-    times = pd.to_datetime(table["time"], utc=True)
-    fig, axis = plt.subplots(figsize=(8, 4))
-    for kind, marker in (("run", "o"), ("ensemble", "s"), ("kaggle", "^")):
-        rows = table["kind"] == kind
-        if rows.any():
-            axis.scatter(
-                times[rows], table.loc[rows, column], marker=marker, label=f"{kind}: val {metric.title}"
-            )
-    public = pd.to_numeric(table["public_score"], errors="coerce")
-    if public.notna().any():
-        axis.scatter(times[public.notna()], public[public.notna()], marker="*", s=90, label="public score")
-    axis.set_ylabel(metric.title)
-    axis.set_ylim(bottom=0)
-    axis.legend(loc="lower right", fontsize=8)
-    fig.autofmt_xdate()
+    table = table.reindex(columns=list(dict.fromkeys([*COLUMNS, *table.columns]))).reset_index(drop=True)
+    public = _numbers(table, "public_score")
+    panels = 2 if public.notna().any() else 1
+    fig, axes = plt.subplots(1, panels, figsize=(8 * panels, 4), squeeze=False)
+    _plot_over_time(axes[0][0], table, column, metric)
+    if panels == 2:
+        _plot_against_public(axes[0][1], table, column, metric)
     fig.tight_layout()
     save_figure(fig, path, dpi=90)
+
+
+def _plot_over_time(axis, table: pd.DataFrame, column: str, metric) -> None:
+    times = pd.to_datetime(table["time"], utc=True, errors="coerce")
+    score, public = board_score(table, column), _numbers(table, "public_score")
+    dated = times.notna()
+    for kind, marker in KIND_MARKERS.items():
+        rows = dated & (table["kind"] == kind) & score.notna()
+        if rows.any():
+            axis.scatter(times[rows], score[rows], marker=marker, label=kind)
+    if (dated & public.notna()).any():
+        rows = dated & public.notna()
+        axis.scatter(times[rows], public[rows], marker="*", s=90, label="public score")
+    axis.set_ylabel(f"{metric.title} (CV, else val)")
+    axis.set_ylim(bottom=0)
+    axis.legend(loc="lower right", fontsize=8)
+    for label in axis.get_xticklabels():  # dates: slanted, as autofmt_xdate does for one panel
+        label.set_rotation(30)
+        label.set_horizontalalignment("right")
+
+
+def _plot_against_public(axis, table: pd.DataFrame, column: str, metric) -> None:
+    score, public = board_score(table, column), _numbers(table, "public_score")
+    how = judged(table, column).map(_family)
+    for name, marker in JUDGED_MARKERS.items():
+        rows = (how == name) & score.notna() & public.notna()
+        if rows.any():
+            axis.scatter(score[rows], public[rows], marker=marker, s=40, label=name)
+    paired = score.notna() & public.notna()
+    if not paired.any():  # public scores only on rows with no offline score: nothing to compare
+        return
+    both = pd.concat([score[paired], public[paired]])
+    low, high = both.min(), both.max()
+    pad = max((high - low) * 0.1, 0.01)
+    axis.plot([low - pad, high + pad], [low - pad, high + pad], "k--", linewidth=0.8, label="y = x")
+    axis.set_xlabel(f"offline {metric.title} (CV, else val)")
+    axis.set_ylabel(f"public {metric.title}")
+    axis.legend(loc="upper left", fontsize=8)  # points gather on y = x; public far above CV is rare
+
+
+def _family(how: str) -> str:
+    """A `judged` value's marker family: "5-fold CV" is CV, "refit (CV of g)" is refit."""
+    return "refit" if how.startswith("refit") else "CV" if how.endswith("CV") else how
 
 
 # ----------------------------------------------------------------------------- Kaggle scores

@@ -42,14 +42,21 @@ def closing_summary(
             size, epochs = (_whole(row[c]) for c in ("image_size", "epochs"))
             at = "" if size == "?" else f" at {size} px"  # texts have no size
             what = f"recipe {row['recipe']}: {row['backbone']}{at}, {epochs} epochs on {row['backend']}"
+        elif row["kind"] == "cv":  # members: "5 folds: <fold runs>"
+            what = f"CV group of {row['members']}"
+        elif row["kind"] == "refit":  # members: "refit of <group> to epoch N"
+            what = str(row["members"])
         else:
             what = f"ensemble of {row['members']}"
         lines.append(f"  ran      {what}")
-        score = pd.to_numeric(row[column], errors="coerce")
-        shown = "not scored" if pd.isna(score) else f"{score:.4f}"
-        lines.append(
-            f"  scored   val {metric.title} {shown}, rank {rank} of {len(table)} on the offline leaderboard"
-        )
+        judged = table.loc[table["entry"] == entry, "judged"].iloc[0]
+        if judged and judged != leaderboard.SINGLE_SPLIT:  # its CV score (± the folds' spread), not val
+            shown = table.loc[table["entry"] == entry, metric.name].iloc[0]
+            scored = f"{metric.title} {shown} by {judged}"
+        else:
+            score = pd.to_numeric(row[column], errors="coerce")
+            scored = f"val {metric.title} {'not scored' if pd.isna(score) else f'{score:.4f}'}"
+        lines.append(f"  scored   {scored}, rank {rank} of {len(table)} on the offline leaderboard")
     lines.append(f"  run      {provenance.get('run_dir', entry)}")
     sent, unsent = ("submitted", "NOT SUBMITTED") if code else ("uploaded", "NOT UPLOADED")
     status = f"{sent} to {uploaded}" if uploaded else f"{unsent} (dry run)"

@@ -1,6 +1,6 @@
-"""Leaderboard stage: print a competition's offline leaderboard ranked by its metric, after
-pulling the public scores of your Kaggle submissions (`--sync`), and plot it beside the board.
-The board itself is pipeline/core/leaderboard.py's."""
+"""Leaderboard stage: print a competition's offline leaderboard ranked by its metric (the CV score
+where there is one, else val), after pulling the public scores of your Kaggle submissions
+(`--sync`), and plot it beside the board. The board itself is pipeline/core/leaderboard.py's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import logging
 
 from pipeline.core import arguments
 from pipeline.core.errors import PetalsError
-from pipeline.core.leaderboard import board_file, plot, ranked, read, sync
+from pipeline.core.leaderboard import board_file, board_text, plot, read, sync
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,6 @@ def run(args: argparse.Namespace) -> None:
     table = read(board)
     if table.empty:
         raise PetalsError(f"{board}: no entries yet; `make evaluate` records a run")
-    print(ranked(table, spec.name).head(args.top).to_string(index=False))
+    print(board_text(table, spec.name, args.top))
     plot(table, board.with_suffix(".png"), spec.name)
     log.info("leaderboard: %d entries; plot in %s", len(table), board.with_suffix(".png"))
