@@ -9,7 +9,7 @@ import pytest
 
 from pipeline.core.config import load_config
 from pipeline.core.errors import PetalsError
-from pipeline.modeling import efficientnet_lite, features, registry
+from pipeline.modeling import efficientnet_lite, feature_cache, features, registry
 from pipeline.modeling.epoch_lines import epoch_header, epoch_line
 from pipeline.modeling.inference import predict_split
 from pipeline.stages import train
@@ -171,12 +171,16 @@ def test_cached_rows_are_reused_only_for_what_they_were_computed_from(tmp_path):
 
     cut_, split = SimpleNamespace(at="block15", layers=11), SimpleNamespace(count=5)
     config = load_config(overrides=TRANSFER)
-    signature = features._signature(cut_, config, split, "sha256:data")
+
+    def signature(config, source="sha256:data", pooled=""):
+        return feature_cache.signature(cut_, config, split, source, pooled)
+
     path = tmp_path / "train.npz"
-    rows, labels = np.ones((2, 5, 3), np.float16), np.arange(5)
-    features._save(path, rows, labels, signature)
-    saved = features._cached(path, signature)
-    assert saved is not None and np.array_equal(saved[0], rows) and np.array_equal(saved[1], labels)
+    rows = feature_cache.Rows(np.ones((2, 5, 3), np.float16), np.arange(5), np.array(list("abcde")))
+    feature_cache.save(path, rows, signature(config))
+    saved = feature_cache.cached(path, signature(config))
+    assert saved is not None and np.array_equal(saved.features, rows.features)
+    assert np.array_equal(saved.labels, rows.labels) and saved.ids.tolist() == list("abcde")
     for other in (
         ["data.image_size=64"],
         ["augment.zoom=0.3"],
@@ -184,11 +188,15 @@ def test_cached_rows_are_reused_only_for_what_they_were_computed_from(tmp_path):
         ["seed=1"],
     ):
         changed = load_config(overrides=[*TRANSFER, *other])
-        assert features._cached(path, features._signature(cut_, changed, split, "sha256:data")) is None, other
-    assert features._cached(path, features._signature(cut_, config, split, "sha256:other")) is None
+        assert feature_cache.cached(path, signature(changed)) is None, other
+    assert feature_cache.cached(path, signature(config, "sha256:other")) is None
     # what a finished run would not have trained on: the epochs, the learning rate
     same = load_config(overrides=[*TRANSFER, "train.epochs=5", "train.lr_max=0.01"])
-    assert features._cached(path, features._signature(cut_, same, split, "sha256:data")) is not None
+    assert feature_cache.cached(path, signature(same)) is not None
+    # A group's pooled cache holds every fold: the same rows whichever fold asks, not other examples'.
+    folds = [load_config(overrides=[*TRANSFER, "train.folds=5", f"train.fold={k}"]) for k in (0, 3)]
+    assert signature(folds[0], pooled="d1") == signature(folds[1], pooled="d1") != signature(folds[1])
+    assert signature(folds[0], pooled="d1") != signature(folds[0], pooled="d2")
 
 
 @pytest.mark.parametrize(

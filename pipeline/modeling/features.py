@@ -9,6 +9,8 @@ per training example and view (the example, its mirror, then random views under 
 augmentation) and once per val example, keeps the outputs in the run dir (float16), and gives
 splits of them that the trainer reads like any other: each epoch shows every example through
 one of its views, drawn at random. Evaluate and predict run the whole classifier on images.
+The pass is saved in pieces a preempted run keeps; a cross-validation group's folds share one
+pooled cache beside their runs, each fold taking its rows by id (pipeline/modeling/feature_cache.py).
 
 On two CPU cores this is the difference between an epoch of EfficientNet-Lite0 on 9,600 photos
 at 192 px in minutes and in seconds (`make bench-transfer`, docs/BENCHMARKS.md).
@@ -17,14 +19,12 @@ at 192 px in minutes and in seconds (`make bench-transfer`, docs/BENCHMARKS.md).
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import itertools
-import json
 import logging
 import shutil
-import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import keras
 import numpy as np
@@ -32,12 +32,14 @@ import tensorflow as tf
 
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import write_atomically
+from pipeline.modeling import feature_cache
+
+if TYPE_CHECKING:
+    from pipeline.data.splits import Split
 
 log = logging.getLogger(__name__)
 
 FOLDER = "features"  # inside the run dir: removed once the run is finished
-EXTRACT_BATCH = 128  # examples per predict call while caching
 
 
 # ----------------------------------------------------------------------------- splitting the network
@@ -114,6 +116,7 @@ class FeatureSplit:
     labels: np.ndarray
     num_classes: int
     seed: int = 0
+    ids: np.ndarray | None = field(default=None, compare=False, repr=False)  # str, the rows' examples
     # Each new iterator (fit's second phase, a resumed run) draws its own orders and views: from
     # `seed` alone every phase would replay the first epoch's.
     draws: itertools.count = field(default_factory=itertools.count, compare=False, repr=False)
@@ -208,120 +211,136 @@ def _views(config: Config, num_classes: int) -> list:
     return views[: config.train.feature_views]
 
 
-def _extract(bottom: keras.Model, batches: tf.data.Dataset, platform) -> tuple[np.ndarray, np.ndarray]:
-    """`bottom`'s outputs (float16) and the labels of every example of `batches`, in order."""
-    from pipeline.modeling.inference import predict_batches
-
-    outputs, labels = [], []
-    for images, tags in batches.as_numpy_iterator():
-        one = tf.data.Dataset.from_tensors(images)
-        outputs.append(predict_batches(bottom, one, platform).astype(np.float16))
-        labels.append(tags)
-    return np.concatenate(outputs), np.concatenate(labels)
+def _part_ids(split) -> np.ndarray:
+    """The ids of a fold's part: a RecordSplit's `only`, pseudo records' `ids`, a FileSplit's examples'."""
+    only = getattr(split, "only", getattr(split, "ids", None))
+    return np.asarray(only if only is not None else split.examples.ids).astype(str)
 
 
-def _signature(cut_: Cut, config: Config, split, source: str) -> dict:
-    """What a split's cached activations depend on: the network below the cut and what it reads
-    (data, augmentation and model settings, the seed of the random views), which examples the split
-    holds (the fold, val merged or not) and the data itself (its fingerprint). A run dir reused with
-    any of them changed (`--run NAME`) computes its cache again instead of training on stale rows."""
-    reads = {
-        **{key: value for key, value in config.to_dict().items() if key != "train"},
-        "split": [config.train.merge_val, config.train.folds, config.train.fold],
-        "source": source,
-    }
-    return {
-        "cut": cut_.at,
-        "layers": cut_.layers,
-        "views": config.train.feature_views,
-        "examples": split.count,
-        "reads": hashlib.sha256(json.dumps(reads, sort_keys=True).encode()).hexdigest(),
-    }
+def _part_labels(split) -> np.ndarray:
+    only = getattr(split, "only_labels", getattr(split, "labels", None))
+    return np.asarray(only if only is not None else split.examples.labels)
 
 
-def _cached(path: Path, signature: dict) -> tuple[np.ndarray, np.ndarray] | None:
-    """The features and labels saved at `path` if their signature is `signature`."""
-    if not path.is_file():
-        return None
-    with np.load(path) as saved:
-        if "signature" not in saved.files or json.loads(str(saved["signature"])) != signature:
-            return None
-        return saved["features"], saved["labels"]
+def pooled(train: Split, val: Split) -> Split:
+    """A fold's two parts as one split of every labelled example of the fold table, in id order:
+    the same split whichever fold asks, so its random views are too."""
+    from pipeline.data.formats.base import Examples
+
+    ids = np.concatenate([_part_ids(train), _part_ids(val)])
+    labels = np.concatenate([_part_labels(train), _part_labels(val)])
+    order = np.argsort(ids, kind="stable")
+    if getattr(train, "only", None) is not None:  # shards of every pooled split, read by id
+        return replace(train, only=ids[order], only_labels=labels[order], pseudo=None)
+    both = (train.examples, val.examples)
+    inputs = tuple(np.concatenate(column) for column in zip(*(e.inputs for e in both), strict=True))
+    return replace(train, examples=Examples(ids, inputs, labels).take(order), pseudo=None)
 
 
-def _save(path: Path, features: np.ndarray, labels: np.ndarray, signature: dict) -> None:
-    """One file holds the rows and what they were computed from, renamed into place whole."""
-
-    def write(tmp: Path) -> None:
-        with tmp.open("wb") as out:
-            np.savez(out, features=features, labels=labels, signature=np.asarray(json.dumps(signature)))
-
-    write_atomically(path, write)
-
-
-def _every_process_has(platform, here: bool) -> bool:
-    """Whether every process found its cache (each one asks, always: a process that computes
-    waits in the shared predicting for the others; the scratch run dir of a process other than 0
-    holds none)."""
-    from pipeline.modeling.host_predict import allgather
-
-    return bool(np.min(allgather(platform, np.asarray([int(here)]))))
+def _fold_part(pool: feature_cache.Rows, part, views: int | None, skip_bad: bool) -> feature_cache.Rows:
+    """The pooled rows of a fold's part, by id (the pool is in id order)."""
+    ids = _part_ids(part)
+    at = np.clip(np.searchsorted(pool.ids, ids), 0, len(pool.ids) - 1)
+    present = pool.ids[at] == ids
+    if not present.all():
+        if not skip_bad:  # the pool read every example of the table: a caller's bug
+            raise RuntimeError(f"the pooled feature cache lacks id {ids[~present][0]!r}")
+        log.info("train: %d examples of the fold skipped (unreadable)", int((~present).sum()))
+    return pool.take(at[present], views)
 
 
-def _cache_split(
-    name: str, split, views: list, cut_: Cut, config: Config, folder: Path, platform, source: str
-) -> FeatureSplit:
-    """The cached views of one split, computed and saved unless the folder already holds them."""
-    from pipeline.data import datasets
+def _split_of(rows: feature_cache.Rows, num_classes: int, seed: int) -> FeatureSplit:
+    return FeatureSplit(rows.features, rows.labels.astype(np.int64), num_classes, seed, rows.ids)
 
-    path = folder / f"{name}.npz"
-    signature = _signature(cut_, config, split, source)
-    saved = _cached(path, signature)
-    if platform.hosts.several and not _every_process_has(platform, saved is not None):
-        saved = None  # the processes predict the pass together: all of them, or none, compute it
-    if saved is not None:
-        features, labels = saved
-        log.info("train: %s features cached already (%s)", name, path)
-    else:
-        started = time.perf_counter()
-        per_view, labels = [], None
-        for k, view in enumerate(views):
-            tf.random.set_seed(config.seed * 1000 + k)  # each random view the same on a rerun
-            batches = split.eval_dataset(config, EXTRACT_BATCH, labeled=True)
-            batches = batches.map(lambda images, tags, view=view: (view(images), tags))
-            with split.naming_bad(labeled=True):
-                output, view_labels = _extract(cut_.bottom, batches.prefetch(datasets.AUTOTUNE), platform)
-            if labels is not None and not np.array_equal(labels, view_labels):
-                raise RuntimeError(f"{name}: views came in different orders")  # a reader's bug
-            per_view.append(output)
-            labels = view_labels
-        features = np.stack(per_view)
-        folder.mkdir(parents=True, exist_ok=True)
-        _save(path, features, labels, signature)
-        seconds = time.perf_counter() - started
-        examples = features.shape[0] * features.shape[1]
-        log.info(
-            "train: cached %s features: %d views x %d examples -> %s, %.0f s (%.0f examples/s)",
-            name,
-            len(per_view),
-            features.shape[1],
-            "x".join(map(str, features.shape[2:])),
-            seconds,
-            examples / seconds,
+
+def _fold_splits(cut_: Cut, train, val, views: list, config: Config, run_dir: Path, platform, source: str,
+                 stop) -> tuple[FeatureSplit, FeatureSplit]:  # fmt: skip
+    """A fold's (train, val) from its group's pooled cache beside the runs (computed once, by the
+    first fold to need it): train is the rows of the folds kept in every view, val the held-out
+    fold's in the first; no id is in both."""
+    pool_split = pooled(train, val)
+    digest = feature_cache.examples_digest(_part_ids(pool_split), _part_labels(pool_split))
+    signature = feature_cache.signature(cut_, config, pool_split, source, pooled=digest)
+    folder = feature_cache.shared_folder(run_dir.parent, digest, signature)
+    with feature_cache.computing(folder, stop):
+        pool = feature_cache.rows_of(
+            "pooled", pool_split, views, cut_.bottom, config, folder, platform, signature, stop, by_id=True
         )
-    return FeatureSplit(features, labels.astype(np.int64), split.spec.num_classes, config.seed)
+    skip_bad = config.data.skip_bad_records
+    kept, held = _fold_part(pool, train, None, skip_bad), _fold_part(pool, val, 1, skip_bad)
+    if np.intersect1d(kept.ids, held.ids).size:
+        raise RuntimeError("a fold's held-out examples are among its training rows")  # never train on val
+    log.info("train: fold %d: %d training and %d val examples of %s", config.train.fold, len(kept.ids),
+             len(held.ids), folder)  # fmt: skip
+    classes, seed = train.spec.num_classes, config.seed
+    return _split_of(kept, classes, seed), _split_of(held, classes, seed)
 
 
-def cache_splits(cut_: Cut, train, val, config: Config, run_dir: Path, platform, source: str = ""):
-    """(train, val) as cached features in `run_dir`: train in `train.feature_views` views, val in one.
-    `source` is the data's fingerprint (the manifest's)."""
-    folder = run_dir / FOLDER
+@contextlib.contextmanager
+def _between_pieces(stop):
+    """A signal during the pass is noted, not raised at once: the pass stops after its piece."""
+    if stop is None:
+        yield
+        return
+    before, stop.deferring = stop.deferring, True
+    try:
+        yield
+    finally:
+        stop.deferring = before
+
+
+def cache_splits(cut_: Cut, train, val, config: Config, run_dir: Path, platform, source: str = "", stop=None):
+    """(train, val) as cached features: train in `train.feature_views` views, val in one. A fold
+    (`train.folds`) reads its group's pooled cache beside the runs, any other run its own in
+    `run_dir`. `source` is the data's fingerprint (the manifest's); `stop` (preemption.StopRequest)
+    is asked between the pass's pieces."""
     views = _views(config, train.spec.num_classes)
-    cached_train = _cache_split("train", train, views, cut_, config, folder, platform, source)
-    cached_val = (
-        None if val is None else _cache_split("val", val, views[:1], cut_, config, folder, platform, source)
+    with _between_pieces(stop):
+        if config.train.folds and val is not None:
+            kept, held = _fold_splits(cut_, train, val, views, config, run_dir, platform, source, stop)
+            cached = _with_pseudo(
+                kept, held, cut_, train, views, config, run_dir / FOLDER, platform, source, stop
+            )
+        else:
+            cached = _own_splits(cut_, train, val, views, config, run_dir / FOLDER, platform, source, stop)
+        feature_cache.stop_if_asked(stop, "after the feature cache's pass (saved)")
+    return cached
+
+
+def _with_pseudo(kept: FeatureSplit, held: FeatureSplit, cut_: Cut, train, views: list, config: Config,
+                 folder: Path, platform, source: str, stop) -> tuple[FeatureSplit, FeatureSplit]:  # fmt: skip
+    """(train, val) with the fold's pseudo-labelled test examples (pipeline/cv/pseudo.py) appended
+    to train in every view, cached in the run's own folder: the pooled cache is labelled rows only."""
+    part = train.pseudo_part() if hasattr(train, "pseudo_part") else None
+    if part is None:
+        return kept, held
+    ids, labels = _part_ids(part), _part_labels(part)
+    pooled_ = feature_cache.examples_digest(ids, labels)  # which examples, with which labels
+    signature = feature_cache.signature(cut_, config, part, source, pooled=pooled_)
+    rows = feature_cache.rows_of(
+        "pseudo", part, views, cut_.bottom, config, folder, platform, signature, stop
     )
-    return cached_train, cached_val
+    if np.intersect1d(rows.ids, held.ids).size:
+        raise RuntimeError("a pseudo-labelled example is a val example of the fold")  # never train on val
+    both = np.concatenate([kept.features, rows.features], axis=1)
+    labels = np.concatenate([kept.labels, rows.labels.astype(np.int64)])
+    ids = np.concatenate([kept.ids, rows.ids])
+    return replace(kept, features=both, labels=labels, ids=ids), held
+
+
+def _own_splits(cut_: Cut, train, val, views: list, config: Config, folder: Path, platform, source: str,
+                stop) -> tuple[FeatureSplit, FeatureSplit | None]:  # fmt: skip
+    """A run's (train, val) cached in its own run dir: train in every view, val in the first."""
+    num_classes, seed = train.spec.num_classes, config.seed
+
+    def one(name: str, split, its_views: list) -> FeatureSplit:
+        signature = feature_cache.signature(cut_, config, split, source)
+        rows = feature_cache.rows_of(
+            name, split, its_views, cut_.bottom, config, folder, platform, signature, stop
+        )
+        return _split_of(rows, num_classes, seed)
+
+    return one("train", train, views), None if val is None else one("val", val, views[:1])
 
 
 def remove_cache(run_dir: Path) -> None:
@@ -329,3 +348,9 @@ def remove_cache(run_dir: Path) -> None:
     folder = run_dir / FOLDER
     if folder.is_dir():
         shutil.rmtree(folder)
+
+
+def remove_shared(runs_dir: Path, table) -> list[Path]:
+    """Remove a fold group's pooled caches under `runs_dir` once all its folds are finished
+    (`table`: its FoldTable); one a live process is still computing stays. The folders removed."""
+    return feature_cache.remove_shared(runs_dir, table.ids, table.labels)

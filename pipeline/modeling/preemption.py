@@ -5,9 +5,9 @@ notebook at its time limit; a person presses Ctrl-C. While the training loops ru
 only noted: both loops (Keras `fit` and the custom loop, on either backend) look at it between
 steps, save a checkpoint at the step they reached, and the run ends with `Preempted`, which the
 CLI turns into one line and exit code 75. The rerun resumes from that step, so what is lost is
-at most the step in flight. Outside the loops (building, the feature cache's pass, the outputs
-after the last epoch) a signal stops the stage at once: nothing there is lost that the rerun
-does not redo.
+at most the step in flight. The feature cache's pass looks at it between the pieces it saves,
+so the rerun computes only the pieces not yet saved. Elsewhere (building, the outputs after the
+last epoch) a signal stops the stage at once: nothing there is lost that the rerun does not redo.
 
 If saving takes longer than `grace` seconds after the signal (a stalled disk), the process exits
 anyway with the same code: the previous checkpoint is still whole, since checkpoints are

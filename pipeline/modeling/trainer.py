@@ -279,6 +279,7 @@ class Trainer:
             self.run.path,
             job.platform,
             job.manifest.get("fingerprint", ""),
+            stop=self.stop,  # a signal during the pass stops it after the piece in hand
         )
 
     def _phases(self, start: int) -> list[tuple[int, int]]:

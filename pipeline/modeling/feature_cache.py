@@ -1,0 +1,307 @@
+"""Where the feature cache's rows live and how its pass computes them: in pieces, once per fold group.
+
+The pass (`rows_of`) runs the network below the cut over a split once per view and saves its
+outputs every `PIECE_BATCHES` batches as a piece (`<name>-<view>-<index>.npz`, with the signature
+of what it was computed from). A stop request (SIGTERM, the time limit) is looked at between
+pieces, so a preempted pass keeps what it did; the rerun reuses every piece whose signature
+matches and computes only the rest. The whole split is saved as one file when every piece is
+there, and the pieces go.
+
+Cross-validation: the activations do not depend on the fold, so a group's folds share one pooled
+cache of every labelled example in id order (`shared_folder`), computed by whichever fold gets
+there first under a lock (the other waits, then reads it); each fold takes its rows by id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import json
+import logging
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tensorflow as tf
+
+from pipeline.core import lock as _lock
+from pipeline.core.config import Config
+from pipeline.core.errors import PetalsError, Preempted
+from pipeline.core.files import write_atomically
+
+log = logging.getLogger(__name__)
+
+EXTRACT_BATCH = 128  # examples per predict call while caching
+PIECE_BATCHES = 8  # batches per saved piece: what a preemption during the pass can lose
+SHARED_PREFIX = "features-"  # <runs dir>/features-<examples digest>-<signature digest>/: a fold group's
+LOCK_NAME = "computing.lock"
+LOCK_POLL_SECONDS = 2.0  # how often a fold waiting for another's pass looks again
+LOCK_WAIT_SECONDS = 6 * 3600.0  # then the lock's own one-line refusal
+
+
+@dataclass(frozen=True)
+class Rows:
+    """A split's cached activations [views, examples, ...] (float16), labels and ids, in one order."""
+
+    features: np.ndarray
+    labels: np.ndarray
+    ids: np.ndarray  # str
+
+    def take(self, rows: np.ndarray, views: int | None = None) -> Rows:
+        return Rows(self.features[:views, rows], self.labels[rows], self.ids[rows])
+
+
+# ----------------------------------------------------------------------------- what rows depend on
+
+
+def signature(cut_, config: Config, split, source: str, pooled: str = "") -> dict:
+    """What a split's cached activations depend on: the network below the cut and what it reads
+    (data, augmentation and model settings, the seed of the random views), which examples the split
+    holds and the data itself (its fingerprint). A fold's own cache names its fold; a group's pooled
+    cache (`pooled`: the digest of its examples) holds every fold's, so it names none."""
+    split_keys = [config.train.merge_val, config.train.folds] + ([] if pooled else [config.train.fold])
+    reads = {
+        **{key: value for key, value in config.to_dict().items() if key != "train"},
+        "split": split_keys,
+        "source": source,
+        **({"pooled": pooled} if pooled else {}),
+    }
+    return {
+        "cut": re.sub(r"_\d+$", "", cut_.at),  # Keras numbers a layer's name in each new model of a process
+        "layers": cut_.layers,
+        "views": config.train.feature_views,
+        "examples": split.count,
+        "reads": hashlib.sha256(json.dumps(reads, sort_keys=True).encode()).hexdigest(),
+    }
+
+
+def examples_digest(ids: np.ndarray, labels: np.ndarray) -> str:
+    """The labelled examples a pooled cache holds (ids and labels, in id order), as a short hash:
+    the same for a fold's two parts together as for the fold table itself."""
+    ids = np.asarray(ids).astype(str)
+    order = np.argsort(ids, kind="stable")
+    text = "\n".join(f"{i},{label}" for i, label in zip(ids[order], np.asarray(labels)[order], strict=True))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def shared_folder(runs_dir: Path, digest: str, signature_: dict) -> Path:
+    """The folder a fold group's pooled cache lives in, beside its fold runs."""
+    named = hashlib.sha256(json.dumps(signature_, sort_keys=True).encode()).hexdigest()[:12]
+    return Path(runs_dir) / f"{SHARED_PREFIX}{digest}-{named}"
+
+
+def remove_shared(runs_dir: Path, ids: np.ndarray, labels: np.ndarray) -> list[Path]:
+    """Remove the pooled caches of these examples under `runs_dir` (once a group's folds are all
+    finished); one a live process is computing is kept. The folders removed."""
+    removed = []
+    for folder in sorted(Path(runs_dir).glob(f"{SHARED_PREFIX}{examples_digest(ids, labels)}-*")):
+        try:
+            with _lock.holding(folder / LOCK_NAME, "remove the feature cache"):
+                shutil.rmtree(folder)
+        except PetalsError as err:
+            log.info("cv: %s kept: %s", folder, err)
+            continue
+        removed.append(folder)
+    return removed
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def cached(path: Path, signature_: dict) -> Rows | None:
+    """The rows saved at `path` if their signature is `signature_`."""
+    if not path.is_file():
+        return None
+    with np.load(path) as saved:
+        if "signature" not in saved.files or json.loads(str(saved["signature"])) != signature_:
+            return None
+        if "ids" not in saved.files:
+            return None  # saved before rows carried their ids
+        return Rows(saved["features"], saved["labels"], saved["ids"].astype(str))
+
+
+def save(path: Path, rows: Rows, signature_: dict) -> None:
+    """One file holds the rows and what they were computed from, renamed into place whole."""
+
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as out:
+            np.savez(
+                out,
+                features=rows.features,
+                labels=rows.labels,
+                ids=rows.ids.astype(str),
+                signature=np.asarray(json.dumps(signature_)),
+            )
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, write)
+
+
+def _piece_path(folder: Path, name: str, view: int, index: int) -> Path:
+    return folder / f"{name}-{view}-{index}.npz"
+
+
+def _piece_signature(signature_: dict, view: int, index: int, final: bool) -> dict:
+    where = {"view": view, "piece": index, "final": final, "batch": EXTRACT_BATCH, "of": PIECE_BATCHES}
+    return {**signature_, "piece": where}
+
+
+def _pieces_found(folder: Path, name: str, view: int, signature_: dict) -> tuple[list[Rows], bool]:
+    """The view's saved pieces from the first on, up to the first missing or stale one, and whether
+    the last of them ends the view."""
+    found = []
+    for index in itertools.count():
+        path = _piece_path(folder, name, view, index)
+        for final in (False, True):
+            piece = cached(path, _piece_signature(signature_, view, index, final))
+            if piece is not None:
+                found.append(piece)
+                break
+        else:
+            return found, False
+        if final:
+            return found, True
+
+
+# ----------------------------------------------------------------------------- the pass
+
+
+def _extract(bottom, batches: list, platform) -> Rows:
+    """`bottom`'s outputs (float16), labels and ids of a few (pixels, labels, ids) batches, in order."""
+    from pipeline.modeling.inference import predict_batches
+
+    outputs = [
+        predict_batches(bottom, tf.data.Dataset.from_tensors(images), platform).astype(np.float16)
+        for images, _, _ in batches
+    ]
+    ids = np.concatenate([b[2] for b in batches])
+    ids = np.asarray([i.decode() if isinstance(i, bytes) else str(i) for i in ids])
+    return Rows(np.concatenate(outputs)[None], np.concatenate([b[1] for b in batches]), ids)
+
+
+def _agreed(platform, value: int) -> int:
+    """The smallest of every process's `value` (each one asks, always: the processes predict the
+    pass together, so they start it at the same piece)."""
+    if not platform.hosts.several:
+        return value
+    from pipeline.modeling.host_predict import allgather
+
+    return int(np.min(allgather(platform, np.asarray([value]))))
+
+
+def stop_if_asked(stop, where: str) -> None:
+    """End the stage between pieces when asked (a signal noted, the time limit): nothing is lost."""
+    if stop is not None and stop():
+        raise Preempted(f"stopped by {stop.reason} {where}; rerun the same command to go on from there")
+
+
+def _view_rows(name, split, view_index, view, bottom, config, folder, platform, signature_, stop) -> Rows:
+    """One view of a split: its saved pieces, then the rest computed piece by piece."""
+    from pipeline.data import datasets
+
+    found, done = _pieces_found(folder, name, view_index, signature_)
+    never = 2**31  # a finished view's count, above any start
+    start = _agreed(platform, never if done else len(found))
+    if start < never:
+        found = found[:start]
+        tf.random.set_seed(config.seed * 1000 + view_index)  # each random view the same on a rerun
+        batches = split.eval_dataset(config, EXTRACT_BATCH, labeled=True, with_ids=True)
+        # The view's random draws run for the skipped batches too (only the network is skipped):
+        # the pieces computed now are those an uninterrupted pass computes.
+        batches = batches.map(lambda images, tags, ids: (view(images), tags, ids))
+        batches = batches.skip(start * PIECE_BATCHES).prefetch(datasets.AUTOTUNE)
+        with split.naming_bad(labeled=True):
+            iterator = batches.as_numpy_iterator()
+            ahead = next(iterator, None)
+            if ahead is None:
+                raise PetalsError(f"{name}: no examples to cache features of")
+            for index in itertools.count(start):
+                chunk = [ahead, *itertools.islice(iterator, PIECE_BATCHES - 1)]
+                ahead = next(iterator, None)
+                piece = _extract(bottom, chunk, platform)
+                final = ahead is None
+                stamp = _piece_signature(signature_, view_index, index, final)
+                save(_piece_path(folder, name, view_index, index), piece, stamp)
+                found.append(piece)
+                if final:
+                    break
+                stop_if_asked(
+                    stop,
+                    f"in the feature cache's pass ({name}, view {view_index + 1}: {len(found)} pieces kept)",
+                )
+    return Rows(
+        np.concatenate([p.features[0] for p in found]),
+        np.concatenate([p.labels for p in found]),
+        np.concatenate([p.ids for p in found]),
+    )
+
+
+def rows_of(name: str, split, views: list, bottom, config: Config, folder: Path, platform, signature_: dict,
+            stop=None, by_id: bool = False) -> Rows:  # fmt: skip
+    """The cached views of one split (`folder/<name>.npz`), computed (in pieces) unless saved
+    already; sorted by id with `by_id`."""
+    path = folder / f"{name}.npz"
+    saved = cached(path, signature_)
+    if _agreed(platform, int(saved is not None)) == 0:
+        saved = None  # the processes predict the pass together: all of them, or none, compute it
+    if saved is not None:
+        log.info("train: %s features cached already (%s)", name, path)
+        return saved
+    started = time.perf_counter()
+    per_view = [
+        _view_rows(name, split, k, view, bottom, config, folder, platform, signature_, stop)
+        for k, view in enumerate(views)
+    ]
+    first = per_view[0]
+    if any(not np.array_equal(first.ids, v.ids) for v in per_view):
+        raise RuntimeError(f"{name}: views came in different orders")  # a reader's bug
+    rows = Rows(np.stack([v.features for v in per_view]), first.labels, first.ids)
+    if by_id:
+        rows = rows.take(np.argsort(rows.ids, kind="stable"))
+    save(path, rows, signature_)
+    for piece in folder.glob(f"{name}-*-*.npz"):
+        piece.unlink(missing_ok=True)
+    _log_pass(name, rows, time.perf_counter() - started)
+    return rows
+
+
+def _log_pass(name: str, rows: Rows, seconds: float) -> None:
+    views, examples = rows.features.shape[:2]
+    log.info(
+        "train: cached %s features: %d views x %d examples -> %s, %.0f s (%.0f examples/s)",
+        name,
+        views,
+        examples,
+        "x".join(map(str, rows.features.shape[2:])),
+        seconds,
+        views * examples / max(seconds, 1e-9),
+    )
+
+
+# ----------------------------------------------------------------------------- one pass per group
+
+
+@contextlib.contextmanager
+def computing(folder: Path, stop=None) -> Iterator[None]:
+    """Hold the shared folder's lock while the block runs; while another live process holds it
+    (another fold computing the same rows), wait for it, so this one then reads what it saved."""
+    with contextlib.ExitStack() as held:
+        deadline, told = time.monotonic() + LOCK_WAIT_SECONDS, False
+        while True:
+            try:
+                held.enter_context(_lock.holding(folder / LOCK_NAME, "train (feature cache)"))
+                break
+            except PetalsError:
+                if time.monotonic() > deadline:
+                    raise
+                if not told:
+                    log.info("train: %s: another process computes these features; waiting for it", folder)
+                    told = True
+                stop_if_asked(stop, f"waiting for {folder}")
+                time.sleep(LOCK_POLL_SECONDS)
+        yield

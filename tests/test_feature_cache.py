@@ -1,0 +1,243 @@
+"""The feature cache of a cross-validation group: one pooled pass shared by every fold, each fold's
+rows taken by id and never its val ones; a pass stopped between pieces keeps them, and the rerun
+computes only the rest, to the same rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.core.config import load_config
+from pipeline.core.errors import Preempted
+from pipeline.data import splits
+from pipeline.data.manifest import locate_data
+from pipeline.modeling import feature_cache, features, preemption, registry
+from tests.conftest import TINY, TINY_SIZE
+
+# The small cnn cut below its last layers; three views: the images, their mirror, a random one.
+CACHED = [*TINY, "train.feature_cache=true", "train.unfrozen_layers=4", "train.feature_views=3"]
+
+
+def fold_config(fold: int, folds: int = 2):  # the tiny data has two examples of some classes
+    return load_config(overrides=[*CACHED, f"train.folds={folds}", f"train.fold={fold}"])
+
+
+@pytest.fixture(scope="module")
+def cut(spec):
+    net = registry.build_classifier("cnn", TINY_SIZE, spec.num_classes)
+    return features.cut(net, 4, True)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tiny_data_dir, tmp_path_factory):
+    """The tiny fetched data, copied: the fold tables are written beside it."""
+    return Path(shutil.copytree(tiny_data_dir, tmp_path_factory.mktemp("cached") / "data"))
+
+
+@pytest.fixture
+def extractions(monkeypatch) -> list[int]:
+    """How many examples went through the network below the cut, piece by piece."""
+    calls, real = [], feature_cache._extract
+
+    def counted(bottom, batches, platform):
+        rows = real(bottom, batches, platform)
+        calls.append(len(rows.ids))
+        return rows
+
+    monkeypatch.setattr(feature_cache, "_extract", counted)
+    return calls
+
+
+def fold_splits(cut, config, spec, data_dir, runs_dir, cpu, stop=None):
+    table = splits.fold_table(data_dir, spec, config)
+    train, val = splits.train_and_val(locate_data(data_dir), spec, config, table)
+    cached = features.cache_splits(
+        cut, train, val, config, runs_dir / f"fold{config.train.fold}", cpu, "d", stop
+    )
+    return table, cached
+
+
+def test_the_folds_of_a_group_compute_one_pooled_pass(
+    cut, spec, data_dir, tmp_path, cpu, extractions, caplog
+):
+    caplog.set_level("INFO")
+    table, _ = fold_splits(cut, fold_config(0), spec, data_dir, tmp_path, cpu)
+    assert sum(extractions) == 3 * len(table)  # every labelled example, in each view, once
+    fold_splits(cut, fold_config(1), spec, data_dir, tmp_path, cpu)
+    assert sum(extractions) == 3 * len(table)  # the second fold computed nothing
+    assert "pooled features cached already" in caplog.text
+    shared = sorted(tmp_path.glob("features-*"))
+    assert len(shared) == 1 and [p.name for p in shared[0].iterdir()] == ["pooled.npz"]  # pieces gone
+    assert not any((tmp_path / f"fold{k}").exists() for k in (0, 1))  # nothing in the fold runs
+    # Once the group is finished its cache goes; another group's (other examples) stays.
+    other = tmp_path / "features-0123456789abcdef-000000000000"
+    other.mkdir()
+    assert features.remove_shared(tmp_path, table) == shared and sorted(tmp_path.iterdir()) == [other]
+
+
+def test_a_fold_trains_on_its_table_rows_and_scores_on_its_held_out_fold(cut, spec, data_dir, tmp_path, cpu):
+    config = fold_config(1)
+    table, (train, val) = fold_splits(cut, config, spec, data_dir, tmp_path, cpu)
+    kept, held = table.kept(1), table.held_out(1)
+    assert not set(train.ids) & set(val.ids)
+    assert set(train.ids) | set(val.ids) == set(table.ids)
+    assert train.ids.tolist() == table.ids[kept].tolist() and val.ids.tolist() == table.ids[held].tolist()
+    assert np.array_equal(train.labels, table.labels[kept]) and np.array_equal(val.labels, table.labels[held])
+    assert train.features.shape[:2] == (3, len(kept)) and val.features.shape[:2] == (1, len(held))
+    # Each id's row is that example's: the held-out part passed on its own (in the shards' order)
+    # gives the same activations, row for row by id.
+    part = splits.train_and_val(locate_data(data_dir), spec, config, table)[1]
+    views = features._views(config, spec.num_classes)[:1]
+    signature = feature_cache.signature(cut, config, part, "d")
+    own = feature_cache.rows_of("own", part, views, cut.bottom, config, tmp_path / "own", cpu, signature)
+    assert sorted(own.ids.tolist()) != own.ids.tolist()  # a real reordering to undo
+    order = np.argsort(own.ids)
+    assert own.ids[order].tolist() == val.ids.tolist()
+    np.testing.assert_array_equal(own.features[0, order], val.features[0])
+
+
+class StopAtLook(preemption.StopRequest):
+    """A stop request (as SIGTERM makes one) that fires at its n-th look."""
+
+    def __init__(self, look: int):
+        super().__init__()
+        self.look, self.seen = look, 0
+
+    def __call__(self):
+        self.seen += 1
+        if self.seen >= self.look:
+            self.reason = self.reason or "a test stop"
+        return self.reason
+
+
+def test_a_pass_stopped_between_pieces_resumes_them_to_the_same_rows(
+    cut, spec, data_dir, tmp_path, cpu, extractions, monkeypatch
+):
+    monkeypatch.setattr(feature_cache, "EXTRACT_BATCH", 16)
+    monkeypatch.setattr(feature_cache, "PIECE_BATCHES", 2)  # pieces of 32 examples
+    config = fold_config(0)
+    examples = len(splits.fold_table(data_dir, spec, config))
+    looks = -(-examples // 32) - 1  # a look between each two pieces of a view
+    runs = tmp_path / "stopped"
+    with pytest.raises(Preempted, match=r"a test stop.*view 3: 3 pieces kept"):  # in the random view
+        fold_splits(cut, config, spec, data_dir, runs, cpu, StopAtLook(2 * looks + 3))
+    assert sum(extractions) == 2 * examples + 3 * 32
+    (folder,) = runs.glob("features-*")
+    assert {p.name for p in folder.glob("pooled-2-*.npz")} == {f"pooled-2-{i}.npz" for i in range(3)}
+    assert not (folder / "pooled.npz").exists()
+    extractions.clear()
+    _, (train, val) = fold_splits(cut, config, spec, data_dir, runs, cpu)
+    assert sum(extractions) == examples - 3 * 32  # only the rest
+    _, (whole_train, whole_val) = fold_splits(cut, config, spec, data_dir, tmp_path / "whole", cpu)
+    np.testing.assert_array_equal(train.features, whole_train.features)  # the random view included
+    np.testing.assert_array_equal(val.features, whole_val.features)
+    assert sorted(p.name for p in folder.iterdir()) == ["pooled.npz"]
+
+
+def test_a_fold_waits_while_another_computes_the_pooled_pass(tmp_path, monkeypatch, caplog):
+    """Two folds started at once: the second waits for the first's lock, then goes on."""
+    from pipeline.core import lock
+
+    caplog.set_level("INFO")
+    monkeypatch.setattr(feature_cache, "LOCK_POLL_SECONDS", 0.05)
+    folder = tmp_path / "features-x"
+    folder.mkdir()
+    other = subprocess.Popen(["sleep", "1"])  # a live process holding the lock
+    threading.Thread(target=other.wait, daemon=True).start()  # reaped when it ends: a zombie lives
+    holder = {"pid": other.pid, "host": socket.gethostname(), "time": time.time(), "what": "train",
+              "process_start": lock._process_start(other.pid)}  # fmt: skip
+    (folder / feature_cache.LOCK_NAME).write_text(json.dumps(holder))
+    started = time.monotonic()
+    with feature_cache.computing(folder):
+        waited = time.monotonic() - started
+        assert json.loads((folder / feature_cache.LOCK_NAME).read_text())["pid"] == os.getpid()
+    assert waited >= 0.5 and "another process computes these features; waiting" in caplog.text
+    assert not (folder / feature_cache.LOCK_NAME).exists()
+
+
+@pytest.mark.slow
+def test_two_fold_runs_train_on_one_pooled_cache_that_outlives_them(cpu, data_dir, tmp_path, caplog):
+    from pipeline.stages import train
+
+    caplog.set_level("INFO")
+    for fold in (0, 1):
+        job = train.prepare(fold_config(fold), cpu, data_dir, tmp_path, None, None)
+        metrics = train.fit(job, verbose=0)
+        assert metrics["epochs"] == 2 and not (job.run_dir / features.FOLDER).exists()
+    assert caplog.text.count("cached pooled features: 3 views x") == 1
+    assert "pooled features cached already" in caplog.text
+    assert len(list(tmp_path.glob("features-*/pooled.npz"))) == 1  # for the group to remove
+
+
+def test_a_cut_of_another_model_built_in_the_same_process_reads_the_same_rows(spec):
+    """The folds of a group train one after another in one process, where Keras numbers the layer
+    names of each new model (`global_max_pooling2d_1`): the pooled cache must not see it."""
+    config, split = fold_config(0), splits.RecordSplit([], spec, TINY_SIZE, only=np.array(["a"]))
+    cuts = [
+        features.cut(registry.build_classifier("cnn", TINY_SIZE, spec.num_classes), 4, True) for _ in range(2)
+    ]
+    assert cuts[0].at != cuts[1].at
+    signatures = [feature_cache.signature(c, config, split, "d", pooled="x") for c in cuts]
+    assert signatures[0] == signatures[1]
+
+
+@pytest.mark.slow
+def test_a_sigterm_during_the_pass_keeps_its_pieces_for_the_rerun(cpu, spec, data_dir, tmp_path, monkeypatch):
+    """The signal is noted, the piece in hand is saved, the stage ends as preempted (not killed
+    outside the training steps), and the rerun computes only the pieces not yet saved."""
+    import signal
+
+    from pipeline.stages import train
+
+    monkeypatch.setattr(feature_cache, "EXTRACT_BATCH", 16)
+    monkeypatch.setattr(feature_cache, "PIECE_BATCHES", 2)
+    calls, real = [], feature_cache._extract
+
+    def signalled_once(bottom, batches, platform):
+        calls.append(len(batches))
+        if len(calls) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # arrives while the first piece is computed
+        return real(bottom, batches, platform)
+
+    monkeypatch.setattr(feature_cache, "_extract", signalled_once)
+    config = fold_config(0)
+    stopped = r"SIGTERM in the feature cache's pass \(pooled, view 1: 1 pieces kept\)"
+    with preemption.watching(preemption.StopRequest()) as stop, pytest.raises(Preempted, match=stopped):
+        train.fit(train.prepare(config, cpu, data_dir, tmp_path, None, None), 0, stop=stop)
+    assert len(calls) == 1 and len(list(tmp_path.glob("features-*/pooled-0-0.npz"))) == 1
+    metrics = train.fit(train.prepare(config, cpu, data_dir, tmp_path, None, None), verbose=0)
+    pieces = -(-len(splits.fold_table(data_dir, spec, config)) // 32)
+    assert metrics["epochs"] == 2 and len(calls) == 3 * pieces  # the first piece was not computed again
+
+
+@pytest.mark.slow
+def test_a_file_competitions_fold_takes_its_rows_of_the_pooled_examples_by_id(tmp_path, cpu):
+    """Image folders (FileSplit) pool their examples too: the same guard as the shards'."""
+    from competition import load_spec
+    from pipeline.core.options import FetchOptions
+    from pipeline.stages.fetch import fetch
+
+    spec = load_spec("dogs-vs-cats")
+    data_dir = tmp_path / "data"
+    fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=0.2, progress=False), spec)
+    config = load_config(overrides=[*CACHED, "competition=dogs-vs-cats", "train.folds=2", "train.fold=1"])
+    cut = features.cut(registry.build_classifier("cnn", TINY_SIZE, spec.num_classes), 4, True)
+    table, (train, val) = fold_splits(cut, config, spec, data_dir, tmp_path / "runs", cpu)
+    assert train.ids.tolist() == table.ids[table.kept(1)].tolist()
+    assert val.ids.tolist() == table.ids[table.held_out(1)].tolist()
+    assert np.array_equal(train.labels, table.labels[table.kept(1)])
+    part = splits.train_and_val(locate_data(data_dir), spec, config, table)[1]
+    signature = feature_cache.signature(cut, config, part, "d")
+    views = features._views(config, spec.num_classes)[:1]
+    own = feature_cache.rows_of("own", part, views, cut.bottom, config, tmp_path / "own", cpu, signature)
+    assert own.ids.tolist() == val.ids.tolist()
+    np.testing.assert_array_equal(own.features[0], val.features[0])
