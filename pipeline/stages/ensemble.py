@@ -1,12 +1,21 @@
-"""Ensemble stage: blend runs' saved class probabilities, score the blend on val, write its submission.
+"""Ensemble stage: blend runs' or CV groups' saved class probabilities, score the blend, write its submission.
 
-`--runs a b --weights 0.6 0.4` averages the members' val and test probabilities with those
-weights (equal when none are given; they need not sum to 1). `--search` picks the weights
-that do best on the competition's val metric by coordinate ascent on a 0.05 grid, starting from equal weights;
-a score chosen on val flatters the blend, so the report marks it as searched. Members must
-have been trained on the same data and scored on the same val images; their predictions are
-made (or reused) as `evaluate` and `predict` would. The blend lives in
-`runs/ensemble-<hash>/` like a run, with its own leaderboard row and `submissions/` CSV.
+Single runs: `--runs a b --weights 0.6 0.4` averages the members' val and test probabilities with
+those weights (equal when none are given; they need not sum to 1). `--search` picks the weights
+that do best on the competition's val metric by coordinate ascent on a 0.05 grid, starting from
+equal weights; a score chosen on val flatters the blend, so the report and the leaderboard row say
+the weights were searched on the rows they are scored on. Members must have been trained on the
+same data and scored on the same val images; their predictions are made (or reused) as
+`evaluate` and `predict` would.
+
+CV groups (`runs/cv5-...`, `pipeline.cv`): every member a group dealt the same fold table, the
+blend is judged out of fold (`pipeline.cv.blend`): `--method equal|search|stack` (`--search` is
+`--method search`), each fold's rows blended by a choice made on the other folds. The reported
+score is the chosen method's OOF score; every method's is recorded beside it. The test set gets
+the choice refit on every row, applied to the groups' fold-averaged test predictions.
+
+The blend lives in `runs/ensemble-<hash>/` like a run, with its own leaderboard row and
+`submissions/` CSV.
 """
 
 from __future__ import annotations
@@ -15,23 +24,38 @@ import argparse
 import hashlib
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 
 from pipeline.core import arguments
 from pipeline.core.errors import PetalsError
 from pipeline.core.rundir import RunDir
-from pipeline.cv.blend import blend, search_weights
+from pipeline.cv.blend import BlendResult, blend, search_weights
+from pipeline.cv.members import Group, check_groups, group_dir, load_group, shared_folds
+from pipeline.modeling.inference import Predictions
 
 log = logging.getLogger(__name__)
+
+METHODS = ("equal", "search", "stack")
+SEARCHED = " searched on val, the very rows it is scored on: an optimistic score"
+CAVEAT = "picking the best of these is itself a choice on those rows"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from pipeline.core import device
 
-    parser.add_argument("--runs", nargs="+", required=True, help="run ids or run dirs to blend")
+    parser.add_argument(
+        "--runs", nargs="+", required=True, help="run ids, CV group ids or their dirs to blend"
+    )
     parser.add_argument("--weights", nargs="+", type=float, default=None, help="one weight per run")
-    parser.add_argument("--search", action="store_true", help="search the weights on the val metric")
+    parser.add_argument("--search", action="store_true", help="search the weights (same as --method search)")
+    parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default=None,
+        help="equal weights (default), searched weights, or stacking (CV groups only): judged out of fold",
+    )
     parser.add_argument(
         "--name", default=None, help="ensemble id (default: ensemble-<hash of runs and weights>)"
     )
@@ -43,12 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from competition import load_spec
-    from pipeline.core import device, leaderboard
-    from pipeline.core.rundir import finished_run
-    from pipeline.core.submission_files import write_submission
-    from pipeline.modeling.inference import Predictions, check_same_data, predict_split
-
+    method = chosen_method(args)
     if len(args.runs) < 2:
         raise PetalsError(f"--runs {' '.join(args.runs)}: an ensemble blends at least two runs")
     if len(set(args.runs)) != len(args.runs):
@@ -57,6 +76,42 @@ def run(args: argparse.Namespace) -> None:
         raise PetalsError(f"--weights: {len(args.weights)} weight(s) for {len(args.runs)} run(s)")
     if args.weights is not None and (min(args.weights) < 0 or sum(args.weights) <= 0):
         raise PetalsError(f"--weights {args.weights}: need weights >= 0 with a positive sum")
+    groups = [group_dir(args.runs_dir, name) for name in args.runs]
+    if all(groups):
+        blend_groups(args, groups, method)
+        return
+    if any(groups):
+        group = next(g for g in groups if g).name
+        single = next(n for n, g in zip(args.runs, groups, strict=True) if not g)
+        raise PetalsError(
+            f"--runs: {group} is a CV group and {single} a single run: "
+            "blend groups with groups, runs with runs"
+        )
+    if method == "stack":
+        raise PetalsError(
+            "--method stack: a stack is judged out of fold, so it blends CV groups (FOLDS=K), not single runs"
+        )
+    blend_runs(args, method == "search")
+
+
+def chosen_method(args: argparse.Namespace) -> str:
+    """`--method`, or search for `--search`; refused when they disagree or weights are given to a search."""
+    if args.search and args.method not in (None, "search"):
+        raise PetalsError(f"--search and --method {args.method}: pick one method")
+    method = "search" if args.search else args.method or "equal"
+    if method == "stack" and args.weights is not None:
+        raise PetalsError("--weights with --method stack: a stack fits its own meta-model, not weights")
+    return method
+
+
+def blend_runs(args: argparse.Namespace, search: bool) -> None:
+    """Blend single runs on their val split (the weights searched there when `search`)."""
+    from competition import load_spec
+    from pipeline.core import device, leaderboard
+    from pipeline.core.rundir import finished_run
+    from pipeline.core.submission_files import write_submission
+    from pipeline.modeling.inference import check_same_data, predict_split
+
     platform = device.pick_from_args(args)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
     run_dirs = [finished_run(args.runs_dir, name) for name in args.runs]
@@ -77,7 +132,7 @@ def run(args: argparse.Namespace) -> None:
     weights = np.ones(len(run_dirs)) if args.weights is None else np.asarray(args.weights, float)
     weights = weights / weights.sum()
     metric, key = spec.metric, spec.score_key
-    if args.search:  # the very weights whose blend it scored, so the reported score is that one
+    if search:  # the very weights whose blend it scored, so the reported score is that one
         weights = search_weights([v.probabilities for v in val], val[0].labels, weights, metric)
     members = {d.name: metric.score(v.labels, v.probabilities) for d, v in zip(run_dirs, val, strict=True)}
     val_blend = Predictions(val[0].ids, blend([v.probabilities for v in val], weights), val[0].labels)
@@ -98,7 +153,8 @@ def run(args: argparse.Namespace) -> None:
             "members": {d.name: float(w) for d, w in zip(run_dirs, weights, strict=True)},
             "metric": metric.name,
             f"member_{key}": members,
-            "weights_searched_on_val": args.search,
+            "weights_searched_on_val": search,
+            "judged": "on val, the rows the weights were searched on" if search else "on val",
             key: score,
             "val_accuracy": accuracy,
             "images": len(val_blend.ids),
@@ -123,15 +179,154 @@ def run(args: argparse.Namespace) -> None:
         competition=spec.name,
         data_source=manifest.get("source"),
         data_fingerprint=manifest.get("fingerprint"),
-        members=described + (" (searched on val)" if args.search else ""),
+        members=described + (" (searched on val: scored on the same rows)" if search else ""),
         **{"val_accuracy": round(accuracy, 5), key: round(score, 5)},  # one column for accuracy
         submission=str(path),
     )
     best_member = (max if metric.greater_is_better else min)(members.values())
     print(
         f"{name}: val {metric.title} {score:.4f} (best member {best_member:.4f}), accuracy {accuracy:.4f}; "
-        f"weights {described}{' searched on val' if args.search else ''} -> {path}"
+        f"weights {described}{SEARCHED if search else ''} -> {path}"
     )
+
+
+# ----------------------------------------------------------------------------- CV groups
+
+
+def fixed_weights(members, labels, folds, metric, tests, weights) -> BlendResult:
+    """The given weights: nothing is fitted, so their OOF score is honest as it is."""
+    from pipeline.cv.blend import fold_scores
+
+    weights = np.asarray(weights, float) / np.sum(weights)
+    oof = blend(members, weights)
+    return BlendResult(
+        kind="weights",
+        oof=oof,
+        score=float(metric.score(labels, oof)),
+        fold_scores=fold_scores(oof, labels, folds, metric),
+        test=blend(tests, weights),
+        weights=weights,
+    )
+
+
+def blend_groups(args: argparse.Namespace, dirs: list[RunDir], method: str) -> None:
+    """Blend CV groups out of fold by `method` (or the given weights) and write the ensemble."""
+    from competition import load_spec
+    from pipeline.cv.blend import compare
+    from pipeline.data.manifest import read_manifest
+
+    if args.weights is not None and method != "equal":
+        raise PetalsError(f"--weights with --method {method}: the {method} fits its own blend out of fold")
+    groups = [load_group(d) for d in dirs]
+    manifest = read_manifest(args.data_dir)
+    check_groups(groups, manifest, args.data_dir)
+    spec = load_spec(groups[0].info["competition"])
+    folds = shared_folds(groups, args.data_dir, spec)
+    labels = groups[0].oof.labels
+    tests = aligned([g.test for g in groups], [g.run for g in groups], "test")
+    members, test_members = [g.oof.probabilities for g in groups], [t.probabilities for t in tests]
+    results = compare(members, labels, folds, spec.metric, test_members)
+    chosen = results[method]
+    if args.weights is not None:
+        chosen = fixed_weights(members, labels, folds, spec.metric, test_members, args.weights)
+    write_group_ensemble(args, spec, manifest, groups, tests[0].ids, results, chosen)
+
+
+def group_metrics(spec, groups: list[Group], results: dict[str, BlendResult], chosen: BlendResult) -> dict:
+    """The ensemble's metrics.json: the chosen blend's OOF score, every method's, what was fitted."""
+    metric, key = spec.metric, spec.score_key
+    labels = groups[0].oof.labels
+    fold_weights = chosen.fold_weights or []
+    return {
+        "kind": "ensemble",
+        "judged": "out of fold",
+        "method": chosen.kind,
+        "members": {
+            g.run.name: None if chosen.weights is None else float(w) for g, w in _weighted(groups, chosen)
+        },
+        "metric": metric.name,
+        f"member_{key}": {g.run.name: float(metric.score(labels, g.oof.probabilities)) for g in groups},
+        "methods": {kind: result.score for kind, result in results.items()},  # each out of fold
+        key: chosen.score,  # the board's score column: the OOF score, as a CV group's
+        "cv_score": chosen.score,
+        "fold_scores": chosen.fold_scores,
+        "fold_std": _spread(chosen),
+        "fold_weights": [[float(w) for w in weights] for weights in fold_weights] or None,
+        "stack_c": chosen.c,
+        "fold_c": chosen.fold_c,
+        "val_accuracy": float((chosen.oof.argmax(axis=1) == labels).mean()),
+        "examples": len(labels),
+        "folds": len(chosen.fold_scores),
+        "fold_table": groups[0].info.get("fold_table"),
+    }
+
+
+def write_group_ensemble(args, spec, manifest: dict, groups, test_ids, results, chosen: BlendResult) -> None:
+    """`runs/ensemble-<hash>/` (metrics, OOF and test predictions), the submission and the board's row."""
+    from pipeline.core import leaderboard
+    from pipeline.core.submission_files import write_submission
+
+    names = [g.run.name for g in groups]
+    weights = np.asarray([] if chosen.weights is None else chosen.weights)
+    name = args.name or ensemble_id(names, weights, chosen.kind)
+    out = RunDir(args.runs_dir / name)
+    out.path.mkdir(parents=True, exist_ok=True)
+    oof = Predictions(
+        groups[0].oof.ids, chosen.oof, groups[0].oof.labels, source=f"{chosen.kind} out of fold"
+    )
+    oof.save(out.predictions("oof"))
+    Predictions(test_ids, chosen.test, source=chosen.kind).save(out.predictions("test"))
+    metrics = group_metrics(spec, groups, results, chosen)
+    out.write_json(RunDir.METRICS, metrics)
+    values = spec.task.submission_values(chosen.test, spec)
+    path = write_submission(
+        args.submissions_dir, name, test_ids, values, spec, args.data_dir, manifest, chosen.score, out.path
+    )
+    if chosen.weights is None:
+        described = " + ".join(names) + f" stacked (C={chosen.c:g})"
+    else:
+        described = " ".join(f"{g.run.name}:{w:.3f}" for g, w in _weighted(groups, chosen))
+    leaderboard.update(
+        leaderboard.board_file(args.submissions_dir, spec.name),
+        name,
+        kind="ensemble",
+        time=leaderboard.now(),
+        competition=spec.name,
+        data_source=manifest.get("source"),
+        data_fingerprint=manifest.get("fingerprint"),
+        members=f"{described} ({chosen.kind}, judged out of fold)",
+        **{"val_accuracy": round(metrics["val_accuracy"], 5), spec.score_key: round(chosen.score, 5)},
+        cv_score=round(chosen.score, 5),
+        cv_spread=round(metrics["fold_std"], 5),
+        folds=metrics["folds"],
+        submission=str(path),
+    )
+    print(group_summary(name, spec, metrics, described, path))
+
+
+def group_summary(name: str, spec, metrics: dict, described: str, path: Path) -> str:
+    """One line: the chosen blend's OOF score and spread, every method's beside it, the caveat."""
+    title = spec.metric.title
+    methods = ", ".join(f"{kind} {score:.4f}" for kind, score in metrics["methods"].items())
+    best = (max if spec.metric.greater_is_better else min)(metrics[f"member_{spec.score_key}"].values())
+    return (
+        f"{name}: OOF {title} {metrics['cv_score']:.4f} +- {metrics['fold_std']:.4f} by {metrics['method']} "
+        f"over {metrics['examples']} examples in {metrics['folds']} folds (best member {best:.4f}); "
+        f"every method out of fold: {methods} ({CAVEAT}); {described} -> {path}"
+    )
+
+
+def _weighted(groups: list[Group], chosen: BlendResult) -> list:
+    weights = [None] * len(groups) if chosen.weights is None else chosen.weights
+    return list(zip(groups, weights, strict=True))
+
+
+def _spread(chosen: BlendResult) -> float:
+    """The folds' standard deviation, as a CV group's `fold_std`."""
+    return float(np.std(chosen.fold_scores, ddof=1)) if len(chosen.fold_scores) > 1 else 0.0
+
+
+# ----------------------------------------------------------------------------- shared
 
 
 def aligned(predictions: list, run_dirs: list[RunDir], split: str) -> list:
@@ -147,6 +342,7 @@ def aligned(predictions: list, run_dirs: list[RunDir], split: str) -> list:
     return [first, *(p.by_ids(first.ids) for p in predictions[1:])]
 
 
-def ensemble_id(names: list[str], weights: np.ndarray) -> str:
-    key = json.dumps([names, [round(float(w), 4) for w in weights]])
-    return "ensemble-" + hashlib.sha256(key.encode()).hexdigest()[:8]
+def ensemble_id(names: list[str], weights: np.ndarray, method: str | None = None) -> str:
+    """Same members and weights (and method, for CV groups) -> the same ensemble id."""
+    key = [names, [round(float(w), 4) for w in weights]] + ([method] if method else [])
+    return "ensemble-" + hashlib.sha256(json.dumps(key).encode()).hexdigest()[:8]

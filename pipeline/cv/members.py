@@ -1,0 +1,124 @@
+"""CV groups as the members of a blend: found by name, loaded, and checked to share one fold table.
+
+A CV group (`pipeline.cv.group`) holds its out-of-fold predictions in the fold table's id order and
+its fold-averaged test predictions. Blending groups out of fold (`pipeline.cv.blend`) needs each
+row's fold, so the members must have been dealt one table from one data dir, and the table found
+beside the data must be that one (its digest) and list exactly their OOF rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.core.errors import PetalsError
+from pipeline.core.rundir import RunDir
+from pipeline.modeling.inference import Predictions
+
+
+@dataclass(frozen=True)
+class Group:
+    """One CV group as a blend member: what it is and its out-of-fold and test predictions."""
+
+    run: RunDir
+    info: dict  # group.json
+    oof: Predictions  # every labelled example once, in the fold table's id order
+    test: Predictions  # the fold runs' test predictions averaged
+
+
+def group_dir(runs_dir: Path, name: str) -> RunDir | None:
+    """The CV group named by id (under `runs_dir`) or by path; None when `name` is no group."""
+    for candidate in (RunDir(name), RunDir(Path(runs_dir) / name)):
+        if candidate.file(RunDir.GROUP).is_file():
+            return candidate
+    return None
+
+
+def load_group(run: RunDir) -> Group:
+    """A finished group's files, or one line saying which command makes the missing one."""
+    info = run.read_json(RunDir.GROUP)
+    k = info.get("folds")
+    metrics = run.read_json(RunDir.METRICS, default={})
+    oof_path, test_path = run.predictions("oof"), run.predictions("test")
+    if metrics.get("kind") != "cv" or not oof_path.is_file():
+        raise PetalsError(
+            f"{run.name}: the CV group is not complete; train its folds first (make train FOLDS={k})"
+        )
+    if not test_path.is_file():
+        raise PetalsError(
+            f"{run.name}: no test predictions yet; "
+            f"run `make predict FOLDS={k} RECIPE={info.get('recipe')}` first"
+        )
+    return Group(run, info, Predictions.load(oof_path), Predictions.load(test_path))
+
+
+def check_groups(groups: list[Group], manifest: dict | None, data_dir: Path) -> None:
+    """One line unless every group was dealt the same fold table from the data in `data_dir`."""
+    from pipeline.core.rundir import data_identity
+
+    first = groups[0]
+    for other in groups[1:]:
+        names = f"{first.run.name} and {other.run.name}"
+        if other.info.get("competition") != first.info.get("competition"):
+            raise PetalsError(f"{names} belong to different competitions: blend groups of one competition")
+        if other.info.get("fold_table") != first.info.get("fold_table"):
+            raise PetalsError(
+                f"{names} were dealt different fold tables ({first.info.get('fold_table')} vs "
+                f"{other.info.get('fold_table')}): blend groups of one FOLDS and fold seed"
+            )
+        if other.info.get("data") != first.info.get("data"):
+            raise PetalsError(f"{names} were trained on different data: blend groups of one data dir")
+    if manifest is None:
+        raise PetalsError(f"{data_dir}: no manifest.json; run `make fetch` (or pass the fetched --data-dir)")
+    if data_identity(manifest) != first.info.get("data"):
+        raise PetalsError(
+            f"{first.run.name} was trained on other data than {data_dir} holds: pass its --data-dir"
+        )
+
+
+def group_config(group: Group):
+    """The group's resolved config (group.json), every key checked again."""
+    from pipeline.core.config import CHOICES, Config, apply_updates, validate
+
+    config = apply_updates(Config(), group.info.get("config", {}), f"{group.run.file(RunDir.GROUP)}", CHOICES)
+    validate(config)
+    return config
+
+
+def shared_folds(groups: list[Group], data_dir: Path, spec) -> np.ndarray:
+    """Each OOF row's fold: the data's fold table, checked to be the one the groups were dealt
+    and to list exactly their OOF rows, in order, with their labels."""
+    from pipeline.data import folds
+
+    config = group_config(groups[0])
+    path = folds.table_path(data_dir, config)
+    table = stored_table(path, config) if path.is_file() else folds.fold_table(data_dir, spec, config)
+    if table.digest != groups[0].info.get("fold_table"):
+        raise PetalsError(
+            f"{path}: fold table {table.digest}, not the {groups[0].info.get('fold_table')} "
+            f"{groups[0].run.name} was dealt: the data or its folds changed since"
+        )
+    for group in groups:
+        same_ids = np.array_equal(group.oof.ids.astype(str), table.ids)
+        if not same_ids or not np.array_equal(group.oof.labels, table.labels):
+            raise PetalsError(
+                f"{group.run.name}: its OOF rows are not its fold table's examples in id order: "
+                "assemble it again"
+            )
+    return table.folds
+
+
+def stored_table(path: Path, config):
+    """The fold table stored beside the data (id, label, fold)."""
+    import pandas as pd
+
+    from pipeline.data.folds import FoldTable
+
+    try:
+        frame = pd.read_csv(path, dtype={"id": str, "label": np.int64, "fold": np.int64})
+        ids, labels, fold = (frame[c].to_numpy() for c in ("id", "label", "fold"))
+    except (ValueError, KeyError, pd.errors.ParserError) as err:
+        raise PetalsError(f"{path}: not a fold table (id,label,fold): {str(err).splitlines()[0]}") from None
+    return FoldTable(ids.astype(str), labels, fold, config.train.folds, config.train.fold_seed)
