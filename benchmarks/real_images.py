@@ -162,10 +162,11 @@ def write_competition(data: RealImages, root: Path, size: int = 192) -> tuple[Pa
 title = "{data.name}: real images as a user brings them"
 slugs = ["{data.name}-real"]
 classes_file = "{data.name}-classes.txt"
+task = "image_classification"
 metric = "macro_f1"
 
 [data]
-kind = "records"
+format = "records"
 splits = ["train", "val", "test"]
 labeled_splits = ["train", "val"]
 sample_submission = "sample_submission.csv"
