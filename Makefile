@@ -31,9 +31,10 @@ TTA         ?= 1#                test-time augmentation passes for evaluate, pre
 FOLDS       ?=#                  train, evaluate, predict: K-fold cross-validation over every labelled example (a CV group; ensemble: RUNS are CV groups)
 FOLD        ?=#                  FOLDS=K: train only these folds, e.g. FOLD=0,1 (a kernel's or a second machine's share)
 REFIT       ?=#                  FOLDS=K: REFIT=1 predicts with one model trained on all the labelled data to CV's epoch, not the fold mean
-RUNS        ?=#                  make ensemble: the run ids to blend, RUNS="a b"
+RUNS        ?=#                  make ensemble: the run ids to blend, RUNS="a b" (or CV group ids: blended out of fold)
 WEIGHTS     ?=#                  make ensemble: one weight per run (default equal)
-SEARCH      ?=#                  make ensemble: SEARCH=1 picks the weights on val macro-F1
+SEARCH      ?=#                  make ensemble: SEARCH=1 picks the weights on val macro-F1 (CV groups: out of fold)
+STACK       ?=#                  make ensemble: STACK=1 stacks CV groups (a logistic regression judged out of fold)
 SUBMISSIONS ?= submissions#      submission CSVs and the offline leaderboard
 FILE        ?=#                  make submit: the CSV (default: the newest in SUBMISSIONS)
 MESSAGE     ?=#                  make submit: the submission description
@@ -209,8 +210,9 @@ evaluate: $(DATA)/manifest.json $(CHAIN) ## score RUN (default: RECIPE's run) on
 predict: $(DATA)/manifest.json $(if $(CHAIN),evaluate) ## test predictions of RUN (TTA=) -> SUBMISSIONS/<run-id>.csv; FOLDS=5: the folds' mean (REFIT=1: a refit on all data)
 	$(if $(FOLDS),$(hosts_PY) cv predict $(cv_ARGS),$(hosts_PY) predict $(run_ARGS) --tta $(call q,TTA))
 
-ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1): val macro-F1 and a submission
+ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1, CV groups: STACK=1): a score and a submission
 	$(PY) -m pipeline ensemble --runs $(call qs,RUNS) $(if $(WEIGHTS),--weights $(call qs,WEIGHTS)) $(if $(SEARCH),--search) \
+		$(if $(STACK),--method stack) \
 		--tta $(call q,TTA) --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) --submissions-dir $(call q,SUBMISSIONS) \
 		$(device_ARGS)
 
@@ -231,9 +233,10 @@ kernel_ARGS := $(config_ARGS) $(call opt,--name,KERNEL) $(call opt,--owner,OWNER
 	$(call opt,--accelerator,ACCELERATOR) --kernel-type $(call q,KERNEL_TYPE) $(call opt,--internet,INTERNET) \
 	$(foreach d,$(DATASETS),--dataset $(call q,d)) $(foreach m,$(MODELS),--model $(call q,m)) \
 	$(foreach k,$(RESUME_FROM),--resume-from $(call q,k)) --tta $(call q,TTA) $(call opt,--slug,SLUG) \
-	--submissions-dir $(call q,SUBMISSIONS) $(call opt,--timeout,TIMEOUT)
+	--submissions-dir $(call q,SUBMISSIONS) $(call opt,--timeout,TIMEOUT) $(call opt,--folds,FOLDS) \
+	$(call opt,--fold,FOLD) --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR)
 
-kernel: | $(STAMP) ## generate kernels/<name>/ for RECIPE (auto: the ACCELERATOR's): bundled script + kernel-metadata.json, checked
+kernel: | $(STAMP) ## generate kernels/<name>/ for RECIPE (auto: the ACCELERATOR's): bundled script + kernel-metadata.json, checked; FOLDS=5 FOLD=0,1: it trains those folds
 	$(PY) -m pipeline kernel generate $(kernel_ARGS)
 
 kernel-push: kernel ## regenerate, check and push the kernel with the official client (ACCELERATOR=, TIMEOUT=)
@@ -242,7 +245,7 @@ kernel-push: kernel ## regenerate, check and push the kernel with the official c
 kernel-status: | $(STAMP) ## the pushed kernel's status (queued, running, complete, error)
 	$(PY) -m pipeline kernel status $(kernel_ARGS)
 
-kernel-output: | $(STAMP) ## download the kernel's outputs and record its run on the leaderboard as a Kaggle run
+kernel-output: | $(STAMP) ## download the kernel's outputs and record its run on the leaderboard as a Kaggle run; FOLDS=: merge its folds into RUNS_DIR and their CV group
 	$(PY) -m pipeline kernel output $(kernel_ARGS)
 
 # Kaggle's TPU image as a second virtualenv (kernels/tpu-image.txt: TensorFlow CPU 2.20, Keras 3, JAX,

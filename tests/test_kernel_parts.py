@@ -17,6 +17,7 @@ from pipeline.stages import kernel_template as template
 
 def _args(accelerator: str, **extra) -> argparse.Namespace:
     base = {"kernel_type": "script", "internet": "on", "dataset": [], "model": [], "resume_from": []}
+    base |= {"folds": None, "fold_list": ()}  # the parser's defaults: one run, not folds
     return argparse.Namespace(accelerator=accelerator, **{**base, **extra})
 
 

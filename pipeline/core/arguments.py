@@ -30,6 +30,17 @@ def add_competition(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def fold_list(text: str) -> tuple[int, ...]:
+    """`0,1` -> (0, 1): the folds a process (or a kernel) trains."""
+    try:
+        folds = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: fold numbers separated by commas, e.g. 0,1") from None
+    if len(set(folds)) != len(folds):
+        raise argparse.ArgumentTypeError(f"{text!r}: a fold is listed twice")
+    return folds
+
+
 def add_tta(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--tta", type=int, default=1, help="test-time augmentation passes (1: the image as it is)"

@@ -100,7 +100,7 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
 
     from pipeline.core import leaderboard
     from pipeline.cv.group import KIND, cv_epoch, out_of_fold, scores
-    from pipeline.modeling.inference import predict_split
+    from pipeline.cv.held import held_predictions  # saved ones for a fold whose weights stayed away
 
     runs = {fold: found.fold_run(fold) for fold in range(opts.folds)}
     finished = {fold: run for fold, run in runs.items() if run.finished}
@@ -118,7 +118,8 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
         )
         return None
     held = {
-        fold: predict_split(run, opts.data_dir, "val", opts.tta, found.platform) for fold, run in runs.items()
+        fold: held_predictions(run, opts.data_dir, "val", opts.tta, found.platform)
+        for fold, run in runs.items()
     }
     oof = out_of_fold(found.table, held)
     spec, key = found.spec, found.spec.score_key
@@ -148,6 +149,10 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
         return metrics
     oof.save(found.group.predictions("oof"))
     found.group.write_json(RunDir.METRICS, metrics)
+    if found.config.train.feature_cache:  # every fold is trained: the pooled activations are done with
+        from pipeline.modeling import features
+
+        features.remove_shared(opts.runs_dir, found.table)
     first = runs[0]
     leaderboard.update(
         leaderboard.board_file(opts.submissions_dir, spec.name),
@@ -216,7 +221,8 @@ def predict_group(opts: CVOptions) -> Path:
     `opts.refit` of one model refit on all the labelled data to CV's epoch."""
     from pipeline.core.submission_files import write_submission
     from pipeline.cv.group import averaged
-    from pipeline.modeling.inference import check_same_data, predict_split
+    from pipeline.cv.held import held_predictions
+    from pipeline.modeling.inference import check_same_data
 
     found = setup(opts)
     metrics = finished_group(found)
@@ -224,7 +230,7 @@ def predict_group(opts: CVOptions) -> Path:
         return refit(opts, found, metrics)
     runs = [found.fold_run(fold) for fold in range(opts.folds)]
     manifest = check_same_data(runs[0], opts.data_dir)
-    test = averaged([predict_split(run, opts.data_dir, "test", opts.tta, found.platform) for run in runs])
+    test = averaged([held_predictions(run, opts.data_dir, "test", opts.tta, found.platform) for run in runs])
     if not found.platform.hosts.writer:
         return opts.submissions_dir / f"{found.group.name}.csv"
     test.save(found.group.predictions("test"))

@@ -158,6 +158,30 @@ def read_summary(path: Path, kernel: str) -> dict[str, Any]:
     return summary
 
 
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A downloaded JSON file that must hold an object; else the one line."""
+    return _json_object(path)
+
+
+def read_folds_summary(path: Path, kernel: str) -> dict[str, Any]:
+    """A FOLDS kernel's petals_summary.json, checked: K and the TTA whole numbers, and each fold
+    run it names (with when it finished) a plain name, as Kaggle could have answered anything."""
+    summary = _json_object(path)
+    source = f"{path} (kernel {kernel})"
+    for field in ("folds", "tta"):
+        value = summary.setdefault(field, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise PetalsError(f"{source}: {field} {shown(value)} is not a whole number of at least 1")
+    runs = summary.setdefault("fold_runs", {})
+    if not isinstance(runs, dict):
+        raise PetalsError(f"{source}: fold_runs is not a JSON object")
+    for name, finished in runs.items():
+        check_name(name, "fold_runs", source)
+        if not isinstance(finished, str) or len(finished) > 40:
+            raise PetalsError(f"{source}: fold_runs.{name} {shown(finished)} is not a time")
+    return summary
+
+
 def resume_sources(given: list[str], kernel_id: str) -> list[str]:
     sources = [kernel_id if s == "self" else s for s in given]
     for source in sources:

@@ -13,7 +13,13 @@ from typing import Any
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import inside
-from pipeline.kernels.metadata import SUMMARY, read_metadata, read_summary
+from pipeline.kernels.metadata import (
+    SUMMARY,
+    read_folds_summary,
+    read_json_object,
+    read_metadata,
+    read_summary,
+)
 
 
 def push(folder: Path, timeout: int | None = None) -> int:
@@ -42,9 +48,12 @@ def status(folder: Path) -> str:
     return f"kernel {kernel}: {kernel_state(answer).lower()}{failure}"
 
 
-def output(folder: Path, submissions_dir: Path) -> None:
-    """Download the kernel's outputs into `<folder>/output/` and record its run on the leaderboard.
-    Every name Kaggle answers with (the files, the summary's fields) is checked before it is used."""
+def output(
+    folder: Path, submissions_dir: Path, data_dir: Path = Path("data"), runs_dir: Path = Path("runs")
+) -> None:
+    """Download the kernel's outputs into `<folder>/output/` and record its run on the leaderboard;
+    a FOLDS kernel's fold runs are merged into `runs_dir` instead (`merge_folds`). Every name Kaggle
+    answers with (the files, the summary's fields) is checked before it is used."""
     from pipeline.core import kaggle_outputs, leaderboard
 
     kernel = read_metadata(folder)["id"]
@@ -56,6 +65,10 @@ def output(folder: Path, submissions_dir: Path) -> None:
             f"kernel {kernel} left no {SUMMARY} ({len(files)} file(s) downloaded to {target}); "
             "`make kernel-status` says whether it finished or failed"
         )
+    if read_json_object(summary_path).get("folds"):
+        merge_folds(kernel, target, data_dir, runs_dir, submissions_dir)
+        print(f"kernel {kernel}: {len(files)} file(s) in {target}")
+        return
     summary = read_summary(summary_path, kernel)  # Kaggle's file: its names and scores checked
     metrics = summary["metrics"]
     evaluation = metrics["evaluation"]
@@ -85,6 +98,25 @@ def output(folder: Path, submissions_dir: Path) -> None:
         submission=str(submission) if submission.is_file() else None,
     )
     print(f"kernel {kernel}: {len(files)} file(s) in {target}; recorded as {entry} on the leaderboard")
+
+
+def merge_folds(kernel: str, target: Path, data_dir: Path, runs_dir: Path, submissions_dir: Path) -> None:
+    """A FOLDS kernel's output: its finished fold runs placed in `runs_dir` and their CV group
+    assembled once every fold is there, one line per fold (`pipeline.cv.merge`)."""
+    from pipeline.core import device
+    from pipeline.cv import merge
+
+    summary = read_folds_summary(target / SUMMARY, kernel)
+    merge.merge_output(
+        target,
+        f"kernel {kernel}",
+        data_dir,
+        runs_dir,
+        submissions_dir,
+        trained=summary["fold_runs"],
+        tta=summary["tta"],
+        platform=device.pick,  # only when a group assembles: a fold whose weights came may predict
+    )
 
 
 class KernelFailed(PetalsError):

@@ -21,17 +21,6 @@ from pipeline.core.options import CVOptions
 STEPS = ("train", "evaluate", "predict")
 
 
-def fold_list(text: str) -> tuple[int, ...]:
-    """`0,1` -> (0, 1): the folds this process trains."""
-    try:
-        folds = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: fold numbers separated by commas, e.g. 0,1") from None
-    if len(set(folds)) != len(folds):
-        raise argparse.ArgumentTypeError(f"{text!r}: a fold is listed twice")
-    return folds
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from pipeline.core import device
 
@@ -40,7 +29,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--folds", type=int, required=True, help="K: the folds of the data's fold table")
     parser.add_argument(
-        "--fold", dest="fold_list", type=fold_list, default=(), help="train only these folds, e.g. 0,1"
+        "--fold",
+        dest="fold_list",
+        type=arguments.fold_list,
+        default=(),
+        help="train only these folds, e.g. 0,1",
     )
     parser.add_argument(
         "--refit", action="store_true", help="predict: one model refit on all the labelled data to CV's epoch"

@@ -11,7 +11,9 @@ or recipe file git does not track (`check_carried`: the kernel would fail, or ru
 competition's kernel has the internet off and writes the competition's submission file, which
 `make submit` sends. `push` checks the folder first (`pipeline/kernels/check.py`) and uploads it;
 `status` reports the run; `output` downloads its outputs and records the run on the offline
-leaderboard as a Kaggle run (`pipeline/kernels/remote.py`).
+leaderboard as a Kaggle run (`pipeline/kernels/remote.py`). With `--folds K --fold 0,1` the kernel
+trains those folds of the recipe's CV group instead, and `output` merges its fold runs into
+--runs-dir, assembling the group once every fold is there (`pipeline/cv/merge.py`).
 """
 
 from __future__ import annotations
@@ -106,6 +108,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--slug", default=None, help="competition slug (default: the spec's first)")
     parser.add_argument("--tta", type=int, default=1, help="TTA passes for the kernel's predictions")
     parser.add_argument(
+        "--folds",
+        type=int,
+        default=None,
+        help="K: the kernel trains folds of the recipe's K-fold CV group, not one run (default: one run)",
+    )
+    parser.add_argument(
+        "--fold",
+        dest="fold_list",
+        type=arguments.fold_list,
+        default=(),
+        help="with --folds: only these, e.g. 0,1",
+    )
+    arguments.add_data_dir(parser, help="output: the data dir whose CV group the kernel's folds join")
+    arguments.add_runs_dir(parser)
+    parser.add_argument(
         "--timeout",
         type=int,
         default=None,
@@ -155,7 +172,7 @@ def run(args: argparse.Namespace) -> None:
     elif args.action == "status":
         print(remote.status(folder))
     else:
-        remote.output(folder, args.submissions_dir)
+        remote.output(folder, args.submissions_dir, args.data_dir, args.runs_dir)
 
 
 def kernel_spec(args: argparse.Namespace):
@@ -205,6 +222,8 @@ def kernel_settings(args: argparse.Namespace, config, spec, kernel_id: str) -> d
         "resume_from": resume_sources(args.resume_from, kernel_id),
         "datasets": list(args.dataset),  # one may hold trained runs (petals_runs/) to predict with
         "time_limit": args.timeout or SESSION_LIMIT[session],
+        "folds": args.folds,  # None: one run; K: the folds in fold_list (all when empty) of its CV group
+        "fold_list": list(args.fold_list),
     }
 
 
@@ -242,11 +261,36 @@ def generate(args: argparse.Namespace) -> Path:
     from pipeline.modeling.inference import check_tta
 
     check_tta(spec, args.tta)  # the kernel would train first and only then stop at evaluate
+    check_folds(args, spec, config)
     name = args.name or default_name(config.recipe, spec.name)
     meta = metadata(args, find_owner(args.owner), name, slug)
     settings = kernel_settings(args, config, spec, meta["id"])
     text = script_text(settings, bundle(REPO, members, extra), notebook=args.kernel_type == "notebook")
     return place_checked(args.kernels_dir / name, text, meta)
+
+
+def check_folds(args: argparse.Namespace, spec, config) -> None:
+    """--folds and --fold as the CV stage takes them, refused here in one line rather than on Kaggle:
+    K of at least 2, folds 0..K-1, a config that holds a fold out, a competition scored on a file
+    the kernel writes (a code competition's kernel must submit; a fold kernel does not)."""
+    if args.folds is None:
+        if args.fold_list:
+            raise PetalsError(
+                f"--fold {','.join(map(str, args.fold_list))} needs --folds K (FOLDS=5 FOLD=0,1)"
+            )
+        return
+    if args.folds < 2:
+        raise PetalsError(f"FOLDS={args.folds}: cross-validation needs at least 2 folds")
+    bad = [f for f in args.fold_list if not 0 <= f < args.folds]
+    if bad:
+        raise PetalsError(f"FOLD={','.join(map(str, args.fold_list))}: folds are 0..{args.folds - 1}")
+    if config.train.merge_val:
+        raise PetalsError("train.merge_val=true trains on every example: no fold is held out")
+    if spec.code_competition:
+        raise PetalsError(
+            f"competition {spec.name} is a code competition: its kernel must write the submission, and "
+            "a FOLDS kernel writes fold runs; train the folds elsewhere (make train FOLDS=...)"
+        )
 
 
 def place_checked(folder: Path, text: str, meta: dict[str, Any]) -> Path:

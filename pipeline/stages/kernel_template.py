@@ -12,7 +12,9 @@ process, so the accelerator is set up once. In order:
    (its petals_runs/) copied in, so training resumes where that version was stopped, or a finished
    run is only scored and predicted;
 4. fetch (the attached competition, wherever Kaggle mounted it), train, evaluate, predict: the
-   functions of `pipeline.api`, the ones the command line and the Make targets run.
+   functions of `pipeline.api`, the ones the command line and the Make targets run; or, made with
+   FOLDS=K (FOLD=0,1), those folds of the recipe's CV group (`pipeline.cv.experiment`), each fold's
+   val and test predictions written into its run: no submission, `make kernel-output` merges them.
 Everything is written under --working (/kaggle/working on Kaggle) as it is made: petals_runs/
 (checkpoints, history, metrics), petals_submissions/, then the competition's submission file
 (submission.csv), checked against the sample, and petals_summary.json (config, metrics, timings).
@@ -199,17 +201,51 @@ def time_limit(started: float) -> float | None:
     return float(round(max(left, 60.0)))
 
 
-def write_stopped(working: Path, timings: dict, started: float) -> None:
+def write_stopped(working: Path, timings: dict, started: float, fold_runs: dict | None = None) -> None:
     from pipeline.core.files import write_json
 
     timings["total"] = round(time.perf_counter() - started, 1)
     summary = {**SETTINGS, "stopped": "training reached the session's time limit", "timings_seconds": timings}
+    if fold_runs is not None:  # the folds finished before the limit: `make kernel-output` merges them
+        summary["fold_runs"] = fold_runs
     write_json(working / "petals_summary.json", summary)
     print(
         f"petals kernel: training stopped before the session's time limit; its run is in {working / RUNS}: "
         "push a new version with RESUME_FROM=self to finish it",
         flush=True,
     )
+
+
+def now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def train_folds(where: dict, config: dict, stage, started: float, platform, done: dict) -> None:
+    """FOLDS=K: train this kernel's folds one after another (each with the session's time left), and
+    write each one's val and test predictions into its run as it finishes: `make kernel-output`
+    assembles the CV group from them without the weights. `done` gets each fold run's id and time."""
+    from pipeline.core.options import CVOptions
+    from pipeline.cv import experiment
+    from pipeline.modeling.inference import predict_split
+
+    folds, tta = SETTINGS["folds"], SETTINGS["tta"]
+    board = where["runs_dir"].parent / SUBMISSIONS  # the group's row, once this kernel has every fold
+    for fold in SETTINGS.get("fold_list") or range(folds):
+        limit = time_limit(started)
+        opts = CVOptions(
+            **where,
+            **config,
+            folds=folds,
+            fold_list=(fold,),
+            tta=tta,
+            time_limit=limit,
+            submissions_dir=board,
+        )
+        stage(f"fold {fold}", experiment.train_folds, opts)
+        run = experiment.setup(opts).fold_run(fold)
+        for split in ("val", "test"):
+            stage(f"fold {fold} {split}", predict_split, run, where["data_dir"], split, tta, platform)
+        done[run.name] = now()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,13 +314,17 @@ def run(args: argparse.Namespace, root: Path) -> int:
         stage("fetch", api.fetch, SETTINGS["competition"], fetching)
     where = {"data_dir": data_dir, "runs_dir": runs, "strategy": args.strategy}
     config = {"recipe": SETTINGS["recipe"], "overrides": overrides}
+    fold_runs: dict | None = {} if SETTINGS.get("folds") else None
     try:
+        if fold_runs is not None:
+            train_folds(where, config, stage, started, platform, fold_runs)
+            return write_folds(args, root, data_dir, timings, started, fold_runs)
         stage("train", api.train, api.TrainOptions(**where, **config, time_limit=time_limit(started)))
     except SystemExit as err:
         if err.code != cli.EXIT_PREEMPTED:
             raise
         # Stopped with a checkpoint before the session's end: the run waits in petals_runs/.
-        write_stopped(args.working, timings, started)
+        write_stopped(args.working, timings, started, fold_runs)
         return 0
     from pipeline.core.config import load_config
     from pipeline.core.files import write_json
@@ -313,10 +353,33 @@ def run(args: argparse.Namespace, root: Path) -> int:
         "timings_seconds": {**timings, "total": round(time.perf_counter() - started, 1)},
         "data_source": manifest.get("source"),
         "data_fingerprint": manifest.get("fingerprint"),
-        "finished": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "finished": now(),
     }
     write_json(args.working / "petals_summary.json", summary)
     print(f"petals kernel: {run.name} done in {summary['timings_seconds']['total']} s -> {args.working}")
+    return 0
+
+
+def write_folds(args: argparse.Namespace, root: Path, data_dir: Path, timings: dict, started: float,
+                fold_runs: dict) -> int:  # fmt: skip
+    """The summary of a FOLDS kernel: its fold runs (in petals_runs/, predictions included) and when
+    each finished; no submission: the group's is the folds' mean, made where every fold is."""
+    from pipeline.core.files import write_json
+    from pipeline.data.manifest import read_manifest
+
+    manifest = read_manifest(data_dir) or {}
+    summary = {
+        **SETTINGS,
+        "extra_overrides": args.extra,
+        "code_root": str(root),
+        "fold_runs": fold_runs,
+        "timings_seconds": {**timings, "total": round(time.perf_counter() - started, 1)},
+        "data_source": manifest.get("source"),
+        "data_fingerprint": manifest.get("fingerprint"),
+        "finished": now(),
+    }
+    write_json(args.working / "petals_summary.json", summary)
+    print(f"petals kernel: fold runs {' '.join(fold_runs)} done -> {args.working / RUNS}")
     return 0
 
 

@@ -1,0 +1,214 @@
+"""Fold runs trained elsewhere (a Kaggle kernel's outputs, another session) merged into the local
+runs dir, and their CV group assembled here from the predictions they saved.
+
+A kernel trains some folds of a group (`make kernel FOLDS=5 FOLD=0,1`) and writes each fold run's
+val and test predictions beside its files; `make kernel-output` downloads them and `merge_output`
+places every finished fold run under its run id, then assembles the group once all K are here.
+A fold run without its weights here is judged by its saved predictions (`pipeline.cv.held`), after
+checking it was trained on this data dir's labelled data (its id then names the same fold table
+the local config deals) and that its val ids are exactly that table's held-out ids
+(`pipeline.cv.group.out_of_fold`). A fold trained on other data is refused, never merged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from pipeline.core import rundir
+from pipeline.core.errors import PetalsError
+from pipeline.core.paths import check_name
+from pipeline.core.rundir import RunDir
+
+RUNS = "petals_runs"  # where a kernel writes its runs (kernel_template.RUNS)
+PREDICTED = ("val", "test")  # the splits a kernel predicts for each fold it trains
+
+
+# ----------------------------------------------------------------------------- placing fold runs
+
+
+def fold_runs_in(output: Path) -> list[RunDir]:
+    """The fold runs a kernel's downloaded outputs hold (runs with train.folds set), by name."""
+    runs = output / RUNS
+    if not runs.is_dir():
+        return []
+    found = []
+    for path in sorted(runs.iterdir()):
+        run = RunDir(path)
+        if path.is_dir() and not path.is_symlink() and run.config_file.is_file():
+            check_name(path.name, "run id", output)
+            if run.read_config().train.folds:
+                found.append(run)
+    return found
+
+
+def foreign_data(run: RunDir, identity: str) -> str | None:
+    """Why `run` cannot be a fold of this data's group (trained on other data, or an id its config
+    and data do not give); None when it can."""
+    trained_on = run.trained_on()
+    theirs = rundir.data_identity(trained_on)
+    config = run.read_config()
+    fold = config.train.fold
+    if theirs != identity:
+        origin = trained_on.get("origin") or trained_on.get("source") or "?"
+        where = f"{origin} ({theirs[:15] or '?'}…)"
+        return f"fold {fold} ({run.name}): trained on {where}, not this data dir's: not merged"
+    expected = rundir.run_id(config, identity)
+    if expected != run.name:
+        return (
+            f"fold {fold} ({run.name}): this checkout gives its config the id {expected} (another petals "
+            "version's run? regenerate the kernel with `make kernel` and train the fold again): not merged"
+        )
+    return None
+
+
+def _same(ours: RunDir, theirs: RunDir) -> bool:
+    """The same finished run: the same config and the same metrics, byte for byte."""
+    return all(
+        ours.file(name).is_file() and ours.file(name).read_bytes() == theirs.file(name).read_bytes()
+        for name in (RunDir.CONFIG, RunDir.METRICS)
+    )
+
+
+def _carried(run: RunDir) -> list[Path]:
+    """What a placed fold run keeps: its small files, its saved predictions, its best weights (and
+    a text run's tokenizer); never checkpoints or the last weights, which only a resume needs."""
+    names = [*RunDir.SMALL_FILES, RunDir.BEST, RunDir.TOKENIZER]
+    paths = [run.file(name) for name in names] + sorted(run.path.glob("*_predictions*.npz"))
+    return [p for p in paths if p.exists() and not p.is_symlink()]
+
+
+def place(run: RunDir, runs_dir: Path) -> str:
+    """Copy a finished fold run into `runs_dir` under its id (whole, or not at all): `placed`; `here`
+    when that run is already there; `kept` when a different run of that id is there (never
+    overwritten); `busy` when an unfinished local run of that id is there."""
+    local = RunDir(runs_dir / run.name)
+    if local.finished:
+        return "here" if _same(local, run) else "kept"
+    if local.path.exists():
+        return "busy"
+    partial = runs_dir / f".{run.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        for path in _carried(run):
+            copy = shutil.copytree if path.is_dir() else shutil.copy2
+            copy(path, partial / path.name)
+        partial.rename(local.path)  # whole, in one step: a copy cut short leaves no finished run
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return "placed"
+
+
+# ----------------------------------------------------------------------------- merging a kernel's output
+
+
+def merge_output(
+    output: Path,
+    source: str,
+    data_dir: Path,
+    runs_dir: Path,
+    submissions_dir: Path,
+    trained: dict[str, str],
+    tta: int = 1,
+    platform: Callable[[], object] | None = None,
+    report: Callable[[str], None] = print,
+) -> list[dict | None]:
+    """Place the finished fold runs `output` holds into `runs_dir` and assemble each group that is
+    then complete; one line per fold of each group. `trained` maps run ids to when they finished
+    (from the kernel's summary); `platform` makes the device platform, only if a group assembles.
+    The metrics of each group (None for one still missing folds)."""
+    from pipeline.data.manifest import read_manifest
+
+    manifest = read_manifest(data_dir)
+    if manifest is None:
+        raise PetalsError(f"{data_dir}: no manifest.json; run `make fetch` (or pass the fetched --data-dir)")
+    identity = rundir.data_identity(manifest)
+    arrived, configs = {}, {}
+    for run in fold_runs_in(output):
+        config = run.read_config()
+        configs.setdefault(_group_name(config, identity), config)
+        refused = foreign_data(run, identity)
+        if refused:
+            report(refused)
+        elif not run.finished:
+            arrived[run.name] = "unfinished"
+        else:
+            arrived[run.name] = place(run, runs_dir)
+    results = []
+    for config in configs.values():
+        found = _setup(config, manifest, data_dir, runs_dir, platform)
+        complete = _report_folds(found, arrived, source, trained, runs_dir, report)
+        results.append(
+            _assemble(found, data_dir, runs_dir, submissions_dir, tta, report) if complete else None
+        )
+    return results
+
+
+def _group_name(config, identity: str) -> str:
+    from pipeline.cv.group import group_id
+
+    return group_id(config, identity)
+
+
+def _setup(config, manifest: dict, data_dir: Path, runs_dir: Path, platform):
+    """The group of the fold runs' config on this data dir, as `experiment.setup` makes it."""
+    from pipeline.core.competitions import load_competition
+    from pipeline.cv.experiment import Setup
+    from pipeline.data import folds
+
+    config = dataclasses.replace(config, train=dataclasses.replace(config.train, fold=0))
+    spec = load_competition(config.competition)
+    table = folds.fold_table(data_dir, spec, config)
+    group = RunDir(runs_dir / _group_name(config, rundir.data_identity(manifest)))
+    return Setup(config, spec, manifest, table, group, platform)
+
+
+def _report_folds(found, arrived: dict, source: str, trained: dict, runs_dir: Path, report) -> bool:
+    """One line per fold of the group; whether every fold is finished here."""
+    k = found.config.train.folds
+    complete = True
+    for fold in range(k):
+        run = found.fold_run(fold)
+        state = arrived.get(run.name)
+        if state == "placed":
+            report(f"fold {fold}: from {source} (trained {trained.get(run.name) or 'time unknown'})")
+        elif state == "kept":
+            report(
+                f"fold {fold} ({run.name}): {runs_dir} holds a different finished run of this id; kept "
+                f"it, {source}'s not merged (delete {run.path} to take {source}'s)"
+            )
+        elif state == "busy":
+            report(f"fold {fold} ({run.name}): an unfinished run of this id is in {runs_dir}; not merged "
+                   f"(finish or delete {run.path})")  # fmt: skip
+        elif run.finished:
+            report(f"fold {fold}: already in {runs_dir} ({run.name})")
+        elif state == "unfinished":
+            report(f"fold {fold}: unfinished in {source} (stopped at its time limit): push it again "
+                   f"with RESUME_FROM=self (FOLDS={k} FOLD={fold})")  # fmt: skip
+        else:
+            report(f"fold {fold}: missing: train it (FOLDS={k} FOLD={fold})")
+        complete = complete and run.finished
+    return complete
+
+
+def _assemble(found, data_dir: Path, runs_dir: Path, submissions_dir: Path, tta: int, report):
+    """The complete group's OOF, scores and leaderboard row (`experiment.assemble`)."""
+    from pipeline.core.options import CVOptions
+    from pipeline.cv import experiment
+
+    if callable(found.platform):
+        found.platform = found.platform()
+    opts = CVOptions(
+        recipe=found.config.recipe,
+        folds=found.config.train.folds,
+        data_dir=data_dir,
+        runs_dir=runs_dir,
+        submissions_dir=submissions_dir,
+        tta=tta,
+    )
+    metrics = experiment.assemble(found, opts)
+    report(experiment.summary_line(found.group.name, found.spec, metrics))
+    return metrics

@@ -1,0 +1,147 @@
+"""A CV group end to end on the tiny data: folds trained in different processes assemble into one
+group, its out-of-fold rows are every labelled example once in id order (each predicted by the
+fold that held it out), an interrupted fold resumes, and the refit and fold mean submit."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.core import rundir
+from pipeline.core.config import load_config
+from pipeline.core.errors import PetalsError
+from pipeline.core.options import CVOptions
+from pipeline.core.rundir import RunDir
+from pipeline.cv import experiment
+from pipeline.cv.group import fold_config, group_id
+from pipeline.data import folds
+from pipeline.data.manifest import read_manifest
+from pipeline.modeling.inference import Predictions
+from tests.conftest import REPO, TINY, kill_at_first_checkpoint, run_cli
+
+OVERRIDES = (*TINY, "augment.where=host")
+SETS = [arg for value in OVERRIDES for arg in ("--set", value)]
+
+
+def cv_args(step: str, data_dir, tmp_path, *more: str) -> list[str]:
+    return [
+        "cv", step, "--folds", "2", "--data-dir", str(data_dir), "--runs-dir", str(tmp_path / "runs"),
+        "--submissions-dir", str(tmp_path / "subs"), "--recipe", "default", "--backend", "tensorflow",
+        *SETS, *more,
+    ]  # fmt: skip
+
+
+@pytest.fixture
+def data_dir(tiny_data_dir, tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(tiny_data_dir, copy)
+    return copy
+
+
+def names(data_dir, tmp_path) -> tuple[RunDir, list[RunDir]]:
+    """The group's run dir and its two folds' run dirs, named as the CV stage names them."""
+    config = load_config(overrides=[*TINY, "augment.where=host", "train.folds=2"])
+    identity = rundir.data_identity(read_manifest(data_dir))
+    runs = tmp_path / "runs"
+    fold_runs = [RunDir(runs / rundir.run_id(fold_config(config, k), identity)) for k in range(2)]
+    return RunDir(runs / group_id(config, identity)), fold_runs
+
+
+@pytest.mark.slow
+def test_folds_trained_in_two_processes_make_one_group_of_every_labelled_example_once(
+    data_dir, tmp_path, spec
+):
+    first = run_cli(*cv_args("train", data_dir, tmp_path, "--fold", "0"))
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "missing 1 (train them: FOLDS=2 FOLD=1)" in first.stderr
+    group, fold_runs = names(data_dir, tmp_path)
+    assert fold_runs[0].finished and not fold_runs[1].exists and not group.finished
+    second = run_cli(*cv_args("train", data_dir, tmp_path, "--fold", "1"))
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert group.finished and "CV macro-F1" in second.stderr
+
+    table = folds.FoldTable(*_stored(data_dir), k=2, seed=0)
+    oof = Predictions.load(group.predictions("oof"))
+    assert oof.ids.tolist() == table.ids.tolist() == sorted(oof.ids.tolist())  # id order, each once
+    assert np.array_equal(oof.labels, table.labels)
+    for k, run in enumerate(fold_runs):  # each row from the fold that never trained on it
+        held = Predictions.load(run.predictions("val"))
+        assert sorted(held.ids.tolist()) == sorted(table.ids[table.held_out(k)].tolist())
+        rows = table.held_out(k)
+        assert np.array_equal(oof.probabilities[rows], held.by_ids(table.ids[rows]).probabilities)
+    metrics = group.metrics()
+    assert metrics["examples"] == 232 and len(metrics["fold_scores"]) == 2
+    assert metrics["cv_score"] == pytest.approx(spec.metric.score(table.labels, oof.probabilities))
+
+    experiment.train_folds(options(data_dir, tmp_path))  # all folds in this process: nothing to train
+    assert np.array_equal(Predictions.load(group.predictions("oof")).probabilities, oof.probabilities)
+    assert group.metrics()["cv_score"] == metrics["cv_score"]
+
+    board = pd.read_csv(tmp_path / "subs" / "leaderboard-flowers.csv")
+    row = board[board["entry"] == group.name].iloc[0]
+    assert (
+        row["kind"] == "cv"
+        and row["folds"] == 2
+        and row["cv_score"] == pytest.approx(metrics["cv_score"], abs=1e-5)
+    )
+
+    experiment.predict_group(options(data_dir, tmp_path))
+    submission = pd.read_csv(tmp_path / "subs" / f"{group.name}.csv")
+    assert len(submission) == 104
+    experiment.predict_group(options(data_dir, tmp_path, refit=True))
+    refits = [RunDir(p.parent) for p in (tmp_path / "runs").glob("*/refit.json")]
+    assert len(refits) == 1 and refits[0].read_json(RunDir.REFIT)["cv_group"] == group.name
+    refit_config = refits[0].read_config()
+    assert refit_config.train.merge_val and refit_config.train.folds == 0  # every labelled example
+    assert refit_config.train.epochs == metrics["cv_epoch"]
+    assert refits[0].read_json(RunDir.RUN_INFO)["train_images"] == 232
+
+
+def _stored(data_dir):
+    frame = pd.read_csv(data_dir / "folds" / "k2-seed0.csv", dtype={"id": str})
+    return frame["id"].to_numpy(), frame["label"].to_numpy(), frame["fold"].to_numpy()
+
+
+@pytest.mark.slow
+def test_an_interrupted_fold_resumes_where_it_stopped(data_dir, tmp_path):
+    command = [sys.executable, "-m", "pipeline", *cv_args("train", data_dir, tmp_path, "--fold", "0")]
+    command[command.index("train.epochs=2")] = "train.epochs=3"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    config = load_config(overrides=[*TINY, "augment.where=host", "train.folds=2", "train.epochs=3"])
+    identity = rundir.data_identity(read_manifest(data_dir))
+    run = RunDir(tmp_path / "runs" / rundir.run_id(fold_config(config, 0), identity))
+    kill_at_first_checkpoint(command, env, run.path)
+    second = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "resuming" in second.stderr
+    assert pd.read_csv(run.history_file)["epoch"].tolist() == [1, 2, 3]  # no epoch twice
+
+
+def test_impossible_cv_settings_are_refused_in_one_line(data_dir, tmp_path):
+    with pytest.raises(
+        PetalsError, match=r"class '.*' has 2 labelled examples, fewer than the folds: at most FOLDS=2"
+    ):
+        experiment.setup(options(data_dir, tmp_path, folds=3))
+    with pytest.raises(PetalsError, match=r"FOLD=5: folds are 0\.\.1"):
+        experiment.setup(options(data_dir, tmp_path, fold_list=(5,)))
+    with pytest.raises(PetalsError, match=r"train\.folds and train\.merge_val exclude each other"):
+        experiment.setup(options(data_dir, tmp_path, overrides=(*OVERRIDES, "train.merge_val=true")))
+    assert not (tmp_path / "runs").exists() and not (data_dir / "folds").exists()  # nothing written
+
+
+def options(data_dir, tmp_path, **given) -> CVOptions:
+    return CVOptions(
+        **{
+            "folds": 2, "data_dir": data_dir, "runs_dir": tmp_path / "runs",
+            "submissions_dir": tmp_path / "subs", "recipe": "default", "overrides": OVERRIDES,
+            "backend": "tensorflow", "strategy": "cpu", **given,
+        }
+    )  # fmt: skip

@@ -1,0 +1,220 @@
+"""Folds across sessions: a kernel's fold runs (their small files and saved predictions, no
+weights) merge into the local runs dir and their CV group, which is the group the same fold runs
+make when placed here by hand; a fold of other data is refused in one line, a missing one named."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import cli
+from pipeline.core import rundir
+from pipeline.core.config import load_config
+from pipeline.core.files import write_json
+from pipeline.core.rundir import RunDir
+from pipeline.core.submission_files import sample_ids
+from pipeline.cv import held, merge
+from pipeline.cv.group import fold_config, group_id
+from pipeline.data import folds
+from pipeline.data.manifest import read_manifest
+from pipeline.kernels import check
+from pipeline.modeling.inference import Predictions
+from tests.conftest import TINY
+from tests.kaggle_server import Behaviour, KaggleTestServer
+
+K = 2
+OVERRIDES = [*TINY, "augment.where=host", f"train.folds={K}"]
+SETS = [arg for value in OVERRIDES[:-1] for arg in ("--set", value)]
+
+
+@pytest.fixture
+def data_dir(tiny_data_dir, tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(tiny_data_dir, copy)
+    return copy
+
+
+@pytest.fixture
+def table(data_dir, spec):
+    return folds.fold_table(data_dir, spec, load_config(overrides=OVERRIDES))
+
+
+def kernel_output(folder, data_dir, spec, table, folds_trained, manifest=None):
+    """A FOLDS kernel's downloaded outputs, written directly: each fold run's files and its val and
+    test predictions (random, seeded by the fold), no weights; and the summary."""
+    manifest = manifest or read_manifest(data_dir)
+    test_ids = np.array(sample_ids(data_dir, spec))
+    trained = {}
+    for fold in folds_trained:
+        config = fold_config(load_config(overrides=OVERRIDES), fold)
+        run = RunDir(folder / merge.RUNS / rundir.run_id(config, rundir.data_identity(manifest)))
+        run.path.mkdir(parents=True)
+        run.write_json(RunDir.CONFIG, config.to_dict())
+        run.write_json(RunDir.DATA_MANIFEST, manifest)
+        run.write_json(RunDir.RUN_INFO, {"git_commit": "abc123", "backend": "jax"})
+        key = spec.score_key
+        pd.DataFrame({"epoch": [1, 2], key: [0.2, 0.3 + fold / 10], "val_loss": [3.0, 2.5]}).to_csv(
+            run.history_file, index=False
+        )
+        run.write_json(RunDir.METRICS, {"metric": spec.metric.name, key: 0.3, "best_epoch": 2,
+                                        "epochs": 2, "train_seconds": 10.0 + fold})  # fmt: skip
+        rng = np.random.default_rng(fold)
+        rows = table.held_out(fold)
+        source = json.dumps(
+            {"weights": "0" * 16, "data": manifest.get("fingerprint"), "tta": 1}, sort_keys=True
+        )
+        for split, ids, labels in (("val", table.ids[rows], table.labels[rows]), ("test", test_ids, None)):
+            order = rng.permutation(len(ids))  # saved in the kernel's order, not the table's
+            probabilities = rng.dirichlet(np.ones(spec.num_classes), len(ids)).astype(np.float32)
+            chosen = labels[order] if labels is not None else None
+            Predictions(ids[order], probabilities, chosen, source=source).save(run.predictions(split))
+        trained[run.name] = f"2026-11-2{fold}T10:00:00Z"
+    summary = {"folds": K, "fold_list": list(folds_trained), "tta": 1, "fold_runs": trained}
+    write_json(folder / "petals_summary.json", summary)
+    return folder
+
+
+def merged(output, data_dir, tmp_path, cpu, source="kernel petals-user/folds"):
+    lines = []
+    results = merge.merge_output(
+        output, source, data_dir, tmp_path / "runs", tmp_path / "subs", trained=_trained(output),
+        platform=cpu, report=lines.append,
+    )  # fmt: skip
+    return lines, results
+
+
+def _trained(output):
+    return json.loads((output / "petals_summary.json").read_text())["fold_runs"]
+
+
+def test_folds_from_two_sessions_make_the_group_the_same_fold_runs_make_placed_here(
+    data_dir, table, spec, tmp_path, cpu
+):
+    first = kernel_output(tmp_path / "session-1", data_dir, spec, table, [0])
+    second = kernel_output(tmp_path / "session-2", data_dir, spec, table, [1])
+    lines, results = merged(first, data_dir, tmp_path, cpu)
+    assert lines == [
+        "fold 0: from kernel petals-user/folds (trained 2026-11-20T10:00:00Z)",
+        f"fold 1: missing: train it (FOLDS={K} FOLD=1)",
+    ]
+    assert results == [None]
+    lines, (metrics,) = merged(second, data_dir, tmp_path, cpu)
+    assert lines[:2] == [
+        f"fold 0: already in {tmp_path / 'runs'} ({_names(first)[0]})",
+        "fold 1: from kernel petals-user/folds (trained 2026-11-21T10:00:00Z)",
+    ]
+    assert "CV macro-F1" in lines[2]
+    # Placed whole, with no weights, checkpoints or partial folders.
+    placed = sorted(p.name for p in (tmp_path / "runs").iterdir())
+    identity = rundir.data_identity(read_manifest(data_dir))
+    group = group_id(load_config(overrides=OVERRIDES), identity)
+    assert placed == sorted([*_names(first), *_names(second), group])
+    assert not list((tmp_path / "runs").glob("*/*.weights.h5"))
+
+    # The same fold runs placed here by hand, assembled by the CV stage: the same group.
+    by_hand = tmp_path / "by-hand"
+    for output in (first, second):
+        shutil.copytree(output / merge.RUNS, by_hand, dirs_exist_ok=True)
+    code = cli.main(["cv", "evaluate", "--folds", str(K), "--data-dir", str(data_dir), "--runs-dir",
+                     str(by_hand), "--submissions-dir", str(tmp_path / "subs2"), "--recipe", "default",
+                     "--backend", "tensorflow", "--strategy", "cpu", *SETS])  # fmt: skip
+    assert code == 0
+    ours = Predictions.load(tmp_path / "runs" / group / "oof_predictions.npz")
+    theirs = Predictions.load(by_hand / group / "oof_predictions.npz")
+    assert ours.ids.tolist() == theirs.ids.tolist() == table.ids.tolist()  # every example once, id order
+    assert np.array_equal(ours.probabilities, theirs.probabilities)
+    assert metrics["cv_score"] == RunDir(by_hand / group).metrics()["cv_score"]
+    for fold in range(K):  # each row from the fold run that held it out
+        output = (first, second)[fold]
+        held = Predictions.load(RunDir(output / merge.RUNS / _names(output)[0]).predictions("val"))
+        rows = table.held_out(fold)
+        assert np.array_equal(ours.probabilities[rows], held.by_ids(table.ids[rows]).probabilities)
+
+
+def _names(output) -> list[str]:
+    return sorted(p.name for p in (output / merge.RUNS).iterdir())
+
+
+def test_a_fold_trained_on_other_data_is_refused_in_one_line_and_not_merged(
+    data_dir, table, spec, tmp_path, cpu
+):
+    other = {**read_manifest(data_dir), "origin": "other-data", "labelled_fingerprint": "sha256:0ther"}
+    output = kernel_output(tmp_path / "session", data_dir, spec, table, [1], manifest=other)
+    lines, results = merged(output, data_dir, tmp_path, cpu)
+    (name,) = _names(output)
+    assert lines == [
+        f"fold 1 ({name}): trained on other-data (sha256:0ther…), not this data dir's: not merged",
+        f"fold 0: missing: train it (FOLDS={K} FOLD=0)",
+        f"fold 1: missing: train it (FOLDS={K} FOLD=1)",
+    ]
+    assert results == [None] and not (tmp_path / "runs" / name).exists()
+
+
+def test_a_different_local_run_of_the_same_id_is_kept_and_said_so(data_dir, table, spec, tmp_path, cpu):
+    output = kernel_output(tmp_path / "session", data_dir, spec, table, [0])
+    (name,) = _names(output)
+    local = RunDir(tmp_path / "runs" / name)
+    shutil.copytree(output / merge.RUNS / name, local.path)
+    local.write_json(RunDir.METRICS, {**local.metrics(), "train_seconds": 99.0})
+    lines, _ = merged(output, data_dir, tmp_path, cpu)
+    assert lines[0].startswith(f"fold 0 ({name}): {tmp_path / 'runs'} holds a different finished run")
+    assert local.metrics()["train_seconds"] == 99.0
+
+
+def test_saved_test_predictions_of_another_test_set_are_refused(data_dir, table, spec, tmp_path):
+    output = kernel_output(tmp_path / "session", data_dir, spec, table, [0])
+    run = RunDir(output / merge.RUNS / _names(output)[0])
+    assert held.saved_predictions(run, data_dir, "val", 1).tta == 1
+    saved = Predictions.load(run.predictions("test"))
+    saved.source = json.dumps({"weights": "0" * 16, "data": "sha256:hidden", "tta": 1})
+    saved.save(run.predictions("test"))
+    with pytest.raises(Exception, match="test predictions of other data"):
+        held.saved_predictions(run, data_dir, "test", 1)
+    with pytest.raises(Exception, match="no weights here and no saved val predictions at TTA 4"):
+        held.saved_predictions(run, data_dir, "val", 4)
+
+
+def test_kernel_output_downloads_a_folds_kernel_and_merges_its_folds(
+    data_dir, table, spec, tmp_path, in_kaggle_env, capsys
+):
+    output = kernel_output(tmp_path / "made", data_dir, spec, table, [0])
+    files = {p.relative_to(output).as_posix(): p.read_bytes() for p in output.rglob("*") if p.is_file()}
+    folder = tmp_path / "kernels" / "petals-folds"
+    folder.mkdir(parents=True)
+    write_json(folder / "kernel-metadata.json", {"id": "petals-user/petals-folds"})
+    args = ["kernel", "output", "--kernels-dir", str(tmp_path / "kernels"), "--name", "petals-folds",
+            "--data-dir", str(data_dir), "--runs-dir", str(tmp_path / "runs"),
+            "--submissions-dir", str(tmp_path / "subs")]  # fmt: skip
+    with KaggleTestServer(Behaviour(kernel_files=files)):
+        assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "fold 0: from kernel petals-user/petals-folds (trained 2026-11-20T10:00:00Z)" in out
+    assert f"fold 1: missing: train it (FOLDS={K} FOLD=1)" in out
+    assert RunDir(tmp_path / "runs" / _names(output)[0]).finished
+
+
+def test_a_folds_kernel_is_generated_with_its_folds_and_bad_folds_are_refused(tmp_path, capsys, monkeypatch):
+    recipe = [arg for o in TINY if not o.startswith("data.image_size") for arg in ("--set", o)]
+    base = ["kernel", "generate", "--kernels-dir", str(tmp_path), "--recipe", "default", "--owner", "me",
+            "--name", "folds", *recipe]  # fmt: skip
+    for extra, message in (
+        (["--folds", "1"], "FOLDS=1: cross-validation needs at least 2 folds"),
+        (["--folds", "3", "--fold", "0,3"], "FOLD=0,3: folds are 0..2"),
+        (["--fold", "1"], "--fold 1 needs --folds K"),
+    ):
+        assert cli.main([*base, *extra]) == 2
+        assert message in capsys.readouterr().err
+        assert not (tmp_path / "folds").exists()
+    # The real check runs the script's --help (about 20 s: test_kernel.py does); the settings are
+    # what this test is about.
+    monkeypatch.setattr(check, "_answers_help", lambda *args, **kwargs: None)
+    assert cli.main([*base, "--folds", "3", "--fold", "0,2"]) == 0
+    text = (tmp_path / "folds" / "petals_kernel.py").read_text()
+    settings = ast.literal_eval(re.search(r"^SETTINGS = (.*?)\nBUNDLE = ", text, re.S | re.M).group(1))
+    assert settings["folds"] == 3 and settings["fold_list"] == [0, 2]
