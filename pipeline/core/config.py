@@ -150,6 +150,12 @@ class TrainConfig:
     fold: int = 0
     fold_seed: int = 0
     folds_keep_val: bool = False  # deal train only: a competition's val split stays out of training
+    # Pseudo-labels (pipeline/cv/pseudo.py): a CV group's id under the runs dir ("" off); fold f
+    # also trains on the test examples its fold-f run predicts with a top probability of at least
+    # `pseudo_threshold`, at most `pseudo_max_share` of them per labelled training example.
+    pseudo_labels: str = ""
+    pseudo_threshold: float = 0.9
+    pseudo_max_share: float = 1.0
     precision: str = "auto"  # auto | float32 | mixed_float16 | mixed_bfloat16
     jit_compile: str = "auto"  # auto | on | off
     steps_per_execution: int = 0  # 0: auto (1 on CPU, more on accelerators)

@@ -68,6 +68,16 @@ def validate(config: Config) -> None:
         raise PetalsError(f"train.fold_seed={train.fold_seed}: must be >= 0")
     if train.folds and train.merge_val:
         raise PetalsError("train.folds and train.merge_val exclude each other: folds already use train + val")
+    if train.pseudo_labels and not train.folds:
+        raise PetalsError(
+            f"train.pseudo_labels={train.pseudo_labels}: needs train.folds (FOLDS=K): fold f takes the "
+            "labels of the teacher group's fold f, the one run that never trained on its val part"
+        )
+    if not 0 < train.pseudo_threshold <= 1 or train.pseudo_max_share <= 0:
+        raise PetalsError(
+            f"train.pseudo_threshold={train.pseudo_threshold}, train.pseudo_max_share="
+            f"{train.pseudo_max_share}: need a probability in (0, 1] and a share > 0"
+        )
     if train.unfrozen_layers < 0:
         raise PetalsError(
             f"train.unfrozen_layers={train.unfrozen_layers}: must be >= 0 (0: all of the backbone)"

@@ -260,10 +260,17 @@ def _record_submission(opts: CVOptions, spec, entry: str, path: Path, **fields) 
 
 
 def refit_overrides(opts: CVOptions, found: Setup, metrics: dict) -> tuple[str, ...]:
-    """The group's config on every labelled example it dealt, trained to the epoch CV chose."""
+    """The group's config on every labelled example it dealt, trained to the epoch CV chose.
+    Pseudo-labels stay off: fold k's come from the teacher's fold k, and a refit has no fold."""
     epochs = metrics.get("cv_epoch") or found.config.train.epochs
     merge = "false" if found.config.train.folds_keep_val else "true"
-    return (*opts.overrides, "train.folds=0", f"train.merge_val={merge}", f"train.epochs={epochs}")
+    return (
+        *opts.overrides,
+        "train.folds=0",
+        f"train.merge_val={merge}",
+        f"train.epochs={epochs}",
+        "train.pseudo_labels=",
+    )
 
 
 def refit(opts: CVOptions, found: Setup, metrics: dict) -> Path:

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 import tensorflow as tf
@@ -25,6 +26,9 @@ from competition import CompetitionSpec
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.data import augment, records
+
+if TYPE_CHECKING:
+    from pipeline.data.pseudo_records import PseudoRecords
 
 log = logging.getLogger(__name__)
 
@@ -165,8 +169,10 @@ def train_dataset(
     batch_size: int,
     input_context: tf.distribute.InputContext | None = None,
     only: np.ndarray | None = None,
+    pseudo: PseudoRecords | None = None,
 ) -> tf.data.Dataset:
-    """Endless shuffled training batches of exactly `batch_size` (static shapes for TPUs).
+    """Endless shuffled training batches of exactly `batch_size` (static shapes for TPUs);
+    `pseudo`: pseudo-labelled test records mixed in by their share (pipeline/data/pseudo_records.py).
 
     `batch_size` is the global batch, or this input pipeline's when an `input_context` shards the
     files between pipelines: a replica's (`distribute_datasets_from_function`) or a host's
@@ -184,7 +190,10 @@ def train_dataset(
     )
     if data.cache:
         dataset = dataset.cache()
-    dataset = dataset.repeat().shuffle(data.shuffle_buffer)
+    dataset = dataset.repeat()
+    if pseudo is not None:  # only a fold's part has them: `only` counts its labelled records
+        dataset = pseudo.mixed_into(dataset, config, len(only), input_context)
+    dataset = dataset.shuffle(data.shuffle_buffer)
     dataset = dataset.batch(batch_size, drop_remainder=True, num_parallel_calls=AUTOTUNE, deterministic=False)
     return augmented(dataset, spec, config)
 

@@ -6,7 +6,9 @@ of an image folder or a table (`FileSplit`). Both make datasets of the same stru
 examples and classes, and turn an unreadable file into one line that names it. Kaggle gives the
 file competitions no val split: val is one of `VAL_FOLDS` stratified folds of train, the same on
 every machine. With `train.folds`, train and val are the two parts of one fold of the data's
-fold table (pipeline/data/folds.py): every labelled example pooled, dealt by id.
+fold table (pipeline/data/folds.py): every labelled example pooled, dealt by id. A fold's
+training part may also hold pseudo-labelled test examples (`pseudo`, pipeline/cv/pseudo.py): they
+are trained on, counted and cached, never part of a val split.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.data import datasets, file_examples, folds, records
 from pipeline.data.folds import FoldTable
+from pipeline.data.pseudo_records import PseudoRecords
 
 VAL_FOLDS = 10  # a file competition's val split: a tenth of train
 
@@ -39,13 +42,20 @@ class RecordSplit:
     # A fold's part of pooled shards: the ids it reads (the rest are skipped) and their labels.
     only: np.ndarray | None = field(default=None, compare=False)
     only_labels: np.ndarray | None = field(default=None, compare=False)
+    pseudo: PseudoRecords | None = field(default=None, compare=False)  # test records trained on too
 
     @cached_property
     def count(self) -> int:
-        return records.count_images(self.files) if self.only is None else len(self.only)
+        labelled = records.count_images(self.files) if self.only is None else len(self.only)
+        return labelled + (self.pseudo.count if self.pseudo is not None else 0)
+
+    def pseudo_part(self) -> PseudoRecords | None:
+        return self.pseudo
 
     def train_dataset(self, config: Config, batch_size: int, input_context=None) -> tf.data.Dataset:
-        return datasets.train_dataset(self.files, self.spec, config, batch_size, input_context, self.only)
+        return datasets.train_dataset(
+            self.files, self.spec, config, batch_size, input_context, self.only, self.pseudo
+        )
 
     def eval_dataset(
         self,
@@ -60,9 +70,11 @@ class RecordSplit:
         )
 
     def class_counts(self, config: Config) -> np.ndarray:
+        extra = self.pseudo.class_counts(config) if self.pseudo is not None else 0
         if self.only_labels is not None:
-            return np.bincount(self.only_labels, minlength=self.spec.num_classes)
-        return datasets.class_counts(self.files, self.spec, self.image_size, config.data.skip_bad_records)
+            return np.bincount(self.only_labels, minlength=self.spec.num_classes) + extra
+        size, skip_bad = self.image_size, config.data.skip_bad_records
+        return datasets.class_counts(self.files, self.spec, size, skip_bad) + extra
 
     def naming_bad(self, labeled: bool):
         return datasets.naming_bad_records(self.files, self.spec, self.image_size, labeled)
@@ -75,10 +87,18 @@ class FileSplit:
     examples: file_examples.Examples
     spec: CompetitionSpec
     encode: Callable[[tf.Tensor], tf.Tensor] | None = None
+    pseudo: file_examples.Examples | None = None  # test examples with pseudo labels, trained on too
 
     @property
     def count(self) -> int:
-        return len(self.examples)
+        return len(self.training_examples)
+
+    @property
+    def training_examples(self) -> file_examples.Examples:
+        return self.examples if self.pseudo is None else joined(self.examples, self.pseudo)
+
+    def pseudo_part(self) -> FileSplit | None:
+        return None if self.pseudo is None else replace(self, examples=self.pseudo, pseudo=None)
 
     def with_encoder(self, encode: Callable[[tf.Tensor], tf.Tensor]) -> FileSplit:
         return replace(self, encode=encode)
@@ -88,7 +108,7 @@ class FileSplit:
 
     def train_dataset(self, config: Config, batch_size: int, input_context=None) -> tf.data.Dataset:
         """Endless shuffled batches of exactly `batch_size`, augmented as the records' are."""
-        examples = self.examples
+        examples = self.training_examples
         if input_context is not None:  # this input pipeline's share: every n-th example
             rows = np.arange(
                 input_context.input_pipeline_id, len(examples), input_context.num_input_pipelines
@@ -132,7 +152,7 @@ class FileSplit:
         return datasets.resized(batches, config) if self.spec.modality == "image" else batches
 
     def class_counts(self, config: Config) -> np.ndarray:
-        return np.bincount(self.examples.labels, minlength=self.spec.num_classes)
+        return np.bincount(self.training_examples.labels, minlength=self.spec.num_classes)
 
     @contextmanager
     def naming_bad(self, labeled: bool) -> Iterator[None]:
@@ -143,18 +163,27 @@ class FileSplit:
             yield
         except (tf.errors.NotFoundError, FileNotFoundError) as err:
             if images:
-                datasets.raise_if_vanished(list(self.examples.inputs[0]), err)
+                datasets.raise_if_vanished(list(self.training_examples.inputs[0]), err)
             raise
         except tf.errors.InvalidArgumentError as err:
             if not images:
                 raise
-            found = file_examples.first_unreadable_image(self.examples.inputs[0])
+            found = file_examples.first_unreadable_image(self.training_examples.inputs[0])
             if found is None:
                 raise  # not a bad photo: a real bug, keep its traceback
             raise PetalsError(f"{found[0]}: does not decode ({found[1]}); {datasets.SKIP_HINT}") from err
 
 
 Split = RecordSplit | FileSplit
+
+
+def joined(*parts: file_examples.Examples) -> file_examples.Examples:
+    """Examples of several splits as one, in the order given (labelled parts only)."""
+    return file_examples.Examples(
+        ids=np.concatenate([e.ids.astype(str) for e in parts]),
+        inputs=tuple(np.concatenate(column) for column in zip(*(e.inputs for e in parts), strict=True)),
+        labels=np.concatenate([e.labels for e in parts]),
+    )
 
 
 def fold_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> FoldTable | None:
@@ -174,12 +203,7 @@ def _fold_parts(root: str, spec: CompetitionSpec, config: Config, table: FoldTab
             RecordSplit(files, spec, size, only=table.ids[rows], only_labels=table.labels[rows])
             for rows in (kept, held)
         )
-    found = [file_examples.examples(Path(root), spec, name) for name in names]
-    pooled = file_examples.Examples(
-        ids=np.concatenate([e.ids.astype(str) for e in found]),
-        inputs=tuple(np.concatenate(column) for column in zip(*(e.inputs for e in found), strict=True)),
-        labels=np.concatenate([e.labels for e in found]),
-    )
+    pooled = joined(*(file_examples.examples(Path(root), spec, name) for name in names))
     position = {key: i for i, key in enumerate(pooled.ids)}
     return tuple(
         FileSplit(pooled.take(np.array([position[key] for key in table.ids[rows]], np.int64)), spec)

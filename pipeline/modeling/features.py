@@ -318,7 +318,7 @@ def _with_pseudo(kept: FeatureSplit, held: FeatureSplit, cut_: Cut, train, views
     pooled_ = feature_cache.examples_digest(ids, labels)  # which examples, with which labels
     signature = feature_cache.signature(cut_, config, part, source, pooled=pooled_)
     rows = feature_cache.rows_of(
-        "pseudo", part, views, cut_.bottom, config, folder, platform, signature, stop
+        "pseudo", part, views, cut_.bottom, config, folder, platform, signature, stop, by_id=True
     )
     if np.intersect1d(rows.ids, held.ids).size:
         raise RuntimeError("a pseudo-labelled example is a val example of the fold")  # never train on val

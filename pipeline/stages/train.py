@@ -136,6 +136,7 @@ class Job:
     run: RunDir
     checkpoint_dir: str
     finished: dict | None  # a finished run's metrics
+    pseudo: Any = None  # cv.pseudo.PseudoLabels the training part holds besides its fold, if any
 
     @property
     def run_dir(self) -> Path:
@@ -170,7 +171,14 @@ def prepare(
         )
     root = locate_data(data_dir)
     manifest = read_manifest(data_dir)
-    train, val = splits.train_and_val(root, spec, config, splits.fold_table(data_dir, spec, config))
+    table = splits.fold_table(data_dir, spec, config)
+    train, val = splits.train_and_val(root, spec, config, table)
+    pseudo = None
+    if config.train.pseudo_labels:  # the teacher's same fold: training part only, never val
+        from pipeline.cv import pseudo as pseudo_labels
+
+        pseudo = pseudo_labels.for_fold(runs_dir, config, table, manifest or {}, train.count)
+        train = pseudo_labels.attached(train, pseudo, root, spec, config)
     augment.placement(config.augment.where, platform.backend, platform.device)
     global_batch = datasets.global_batch_size(config.data.batch_size, platform.replicas)
     if global_batch > train.count:
@@ -197,6 +205,7 @@ def prepare(
         run=run,
         checkpoint_dir=checkpoint_dir or shared.checkpoints,
         finished=shared.metrics() if shared.finished else None,
+        pseudo=pseudo,
     )
 
 
@@ -297,6 +306,10 @@ def _fit(job: Job, verbose: int, restart: bool, stop, keep_checkpoints: int) -> 
     trainer.build()  # weights downloaded or loaded: a failure here leaves no run behind
     run.write_json(RunDir.CONFIG, config.to_dict())
     run.write_json(RunDir.DATA_MANIFEST, job.manifest)
+    if job.pseudo is not None:
+        from pipeline.cv.pseudo import write_csv
+
+        write_csv(run.file(RunDir.PSEUDO_LABELS), job.pseudo)
     run.write_json(
         RunDir.RUN_INFO,
         {
