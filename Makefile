@@ -122,7 +122,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR)
 
-.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-lite-parity bench-hosts fault-table security-table clean clean-data always
+.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-cv bench-lite-parity bench-hosts fault-table security-table clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -311,6 +311,9 @@ bench-text-real: | $(STAMP) ## imdb's CPU recipe on real movie reviews (VADER's 
 
 bench-images-real: | $(STAMP) ## the CPU recipes on real images (sklearn's digits, Fashion-MNIST, LFW faces) as a user's own competition vs an SVC: test macro-F1, seconds
 	$(PY) benchmarks/bench_images_real.py
+
+bench-cv: | $(STAMP) ## 5-fold CV on real images (digits, Tux Paint stamps, Fashion-MNIST, 30 a class): CV vs val against held-out test, fold mean vs refit, blends, pseudo-labels, the linear probe
+	$(PY) benchmarks/bench_cv.py
 
 bench-transfer: $(DATA)/manifest.json ## the pretrained CPU recipe vs the cnn, the feature cache's speed-up, Lite0's img/s on both backends
 	$(PY) benchmarks/bench_transfer.py --data-dir $(call q,DATA)

@@ -1,0 +1,224 @@
+"""Cross-validation on real images no one here drew, the test parts untouched until the end.
+
+Each set of `cv_data` (digit scans, Fashion-MNIST, Tux Paint's photo stamps, subsampled to 30
+images a class and whole) is written as a user's own image-CSV competition; its test labels stay
+outside it. Each recipe then runs the real chain in fresh processes, as a user's `make` would:
+a single split (`train`, `predict`: petals holds a tenth of train out as val), and 5-fold CV
+(`cv train`, `cv predict` for the fold mean, `cv predict --refit`). The CV groups of the recipes
+are blended three ways (`ensemble --method equal|search|stack`), a student group trains on the
+best group's pseudo-labels, and a linear probe (frozen EfficientNet-Lite0 + logistic
+regression, C by CV on the train part) is the baseline. Only then are the submissions scored
+against the held-back labels. It reports:
+  (a) how well CV and single-split val predict the test score (mean absolute error),
+  (b) the fold mean and the refit against one model,
+  (c) stacking against weight search against equal weights (each judged out of fold),
+  (d) pseudo-labels on and off,
+  (e) the recipes against the linear probe, and which recipe CV picks against val's pick.
+
+Usage: python benchmarks/bench_cv.py [--sets digits-small stamps fashion-small] [--folds 5]
+Writes benchmarks/cv.json (every figure) and merges a summary into benchmarks/latest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks import cv_data  # noqa: E402
+from benchmarks.bench_fetch import machine, record  # noqa: E402
+
+# The recipes compared: the CPU recipe (the last block and a head fine-tuned on cached
+# activations) and the same with every epoch frozen (a head on pooled features: petals' own
+# linear-probe-like recipe, far fewer weights to fit on a few hundred images).
+RECIPES = {
+    "cpu": [],
+    "head": ["train.frozen_epochs=6"],
+}
+
+
+def stage(*args: str) -> float:
+    """`python -m pipeline <args>` in a fresh process; its wall seconds (exits on failure)."""
+    command = [sys.executable, "-m", "pipeline", "--quiet", *args]
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    if done.returncode:
+        sys.exit(f"bench_cv: {' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - started
+
+
+def newest_csv(folder: Path) -> Path:
+    return max(folder.glob("*.csv"), key=lambda p: p.stat().st_mtime_ns)
+
+
+def test_score(submission: Path, truth: dict) -> float:
+    """Macro-F1 of a submission against the held-back labels (scikit-learn's)."""
+    import pandas as pd
+    from sklearn.metrics import f1_score
+
+    frame = pd.read_csv(submission).set_index("image_id")
+    ids = sorted(truth)
+    return float(f1_score([truth[i] for i in ids], frame.loc[ids, "label"].to_numpy(), average="macro"))
+
+
+def one_json(folder: Path, pattern: str) -> dict:
+    (path,) = folder.glob(pattern)
+    return json.loads(path.read_text())
+
+
+class Chain:
+    """One set's competition, fetched, and the commands every recipe shares."""
+
+    def __init__(self, spec: Path, download: Path, work: Path, truth: dict, folds: int):
+        self.spec, self.work, self.truth, self.folds = spec, work, truth, folds
+        self.data = work / "data"
+        stage("fetch", "--source", "dir", "--from", str(download), "--data-dir", str(self.data),
+              "--competition", str(spec))  # fmt: skip
+
+    def common(self, recipe: str, runs: Path, subs: Path, extra: list[str] = ()) -> list[str]:
+        args = ["--data-dir", str(self.data), "--runs-dir", str(runs), "--submissions-dir", str(subs)]
+        args += ["--recipe", "cpu", "--set", f"competition={self.spec}", "--backend", "tensorflow"]
+        for override in [*RECIPES[recipe], *extra]:
+            args += ["--set", override]
+        return args
+
+    def single(self, recipe: str) -> dict:
+        runs, subs = self.work / f"single-{recipe}", self.work / f"single-{recipe}-subs"
+        args = self.common(recipe, runs, subs)
+        seconds = stage("train", *args[:4], *args[6:], "--run", "one")
+        seconds += stage("predict", *args, "--run", "one")
+        metrics = json.loads((runs / "one" / "metrics.json").read_text())
+        return {
+            "val": metrics["val_macro_f1"],
+            "test": test_score(newest_csv(subs), self.truth),
+            "seconds": seconds,
+        }
+
+    def cv(self, recipe: str, extra: list[str] = (), name: str | None = None, refit: bool = True) -> dict:
+        name = name or recipe
+        runs, subs = self.work / f"cv-{name}", self.work / f"cv-{name}-subs"
+        args = ["--folds", str(self.folds), *self.common(recipe, runs, subs, list(extra))]
+        seconds = stage("cv", "train", *args)
+        seconds += stage("cv", "predict", *args)
+        group = max(runs.glob("cv*/metrics.json"), key=lambda p: p.stat().st_mtime_ns).parent  # this one's
+        metrics = json.loads((group / "metrics.json").read_text())
+        mean = test_score(subs / f"{group.name}.csv", self.truth)
+        found = {
+            "group": str(group),
+            "cv": metrics["cv_score"],
+            "fold_std": metrics["fold_std"],
+            "cv_epoch": metrics["cv_epoch"],
+            "test_fold_mean": mean,
+            "seconds": seconds,
+        }
+        if refit:
+            found["refit_seconds"] = stage("cv", "predict", "--refit", *args)
+            found["test_refit"] = test_score(newest_csv(subs), self.truth)
+        return found
+
+    def blends(self, groups: list[str]) -> dict:
+        """The recipes' CV groups blended each way: the blend's OOF score and its test score."""
+        found = {}
+        for method in ("equal", "search", "stack"):
+            runs, subs = self.work / f"blend-{method}", self.work / f"blend-{method}-subs"
+            stage("ensemble", "--runs", *groups, "--method", method, "--data-dir", str(self.data),
+                  "--runs-dir", str(runs), "--submissions-dir", str(subs))  # fmt: skip
+            metrics = one_json(runs, "ensemble-*/metrics.json")
+            found[method] = {"oof": metrics["cv_score"], "test": test_score(newest_csv(subs), self.truth)}
+        return found
+
+
+def probe(data: cv_data.LabelledSet) -> float:
+    from sklearn.metrics import f1_score
+
+    probabilities = cv_data.linear_probe(data.dev[0], data.dev[1], data.test[0])
+    return float(f1_score(data.test[1], probabilities.argmax(axis=1), average="macro"))
+
+
+def run_set(name: str, folds: int, pseudo: bool) -> dict:
+    data = cv_data.load(name)
+    result: dict = {"classes": len(data.classes), "dev": len(data.dev[1]), "test": len(data.test[1])}
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, download, truth = cv_data.write_competition(data, Path(tmp) / "set")
+        chain = Chain(spec, download, Path(tmp) / "work", truth, folds)
+        for recipe in RECIPES:
+            result[f"single-{recipe}"] = chain.single(recipe)
+            result[f"cv-{recipe}"] = chain.cv(recipe)
+            print(
+                f"  {name} {recipe}: {json.dumps(result[f'cv-{recipe}'] | result[f'single-{recipe}'])}",
+                flush=True,
+            )
+        groups = [result[f"cv-{recipe}"]["group"] for recipe in RECIPES]
+        result["blends"] = chain.blends(groups)
+        if pseudo:
+            best = max(RECIPES, key=lambda r: result[f"cv-{r}"]["cv"])
+            teacher = Path(result[f"cv-{best}"]["group"]).name
+            student = chain.cv(
+                best, [f"train.pseudo_labels={teacher}"], best, refit=False
+            )  # the teacher's runs dir
+            result["pseudo"] = {"teacher": best, **student}
+    result["probe_test"] = probe(data)
+    return result
+
+
+def summary(results: dict) -> dict:
+    """The five comparisons over every set."""
+    val_errors, cv_errors = [], []
+    for found in results.values():
+        for recipe in RECIPES:
+            single, cv = found[f"single-{recipe}"], found[f"cv-{recipe}"]
+            val_errors.append(abs(single["val"] - single["test"]))
+            cv_errors.append(abs(cv["cv"] - cv["test_fold_mean"]))
+    picks = {}
+    for name, found in results.items():
+        by_cv = max(RECIPES, key=lambda r: found[f"cv-{r}"]["cv"])
+        by_val = max(RECIPES, key=lambda r: found[f"single-{r}"]["val"])
+        picks[name] = {"cv_picks": by_cv, "val_picks": by_val,
+                       "test_of_cv_pick": found[f"cv-{by_cv}"]["test_fold_mean"],
+                       "test_of_val_pick": found[f"single-{by_val}"]["test"]}  # fmt: skip
+    return {
+        "mae_val_vs_test": float(np.mean(val_errors)),
+        "mae_cv_vs_test": float(np.mean(cv_errors)),
+        "pairs": len(val_errors),
+        "picks": picks,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--sets", nargs="+", default=["digits-small", "stamps", "fashion-small"], choices=cv_data.SETS
+    )
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--no-pseudo", action="store_true")
+    args = parser.parse_args()
+    results = {}
+    for name in args.sets:
+        started = time.perf_counter()
+        results[name] = run_set(name, args.folds, not args.no_pseudo)
+        results[name]["seconds"] = round(time.perf_counter() - started, 1)
+        print(f"{name}: {json.dumps(results[name])}", flush=True)
+        (REPO / "benchmarks" / "cv.json").write_text(
+            json.dumps({"machine": machine(), "sets": results}, indent=1)
+        )
+    figures = summary(results)
+    print(json.dumps(figures, indent=1))
+    (REPO / "benchmarks" / "cv.json").write_text(
+        json.dumps({"machine": machine(), "sets": results, "summary": figures}, indent=1)
+    )
+    record([{"name": "cv", **figures}])
+
+
+if __name__ == "__main__":
+    main()
