@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import cv_data  # noqa: E402
 from benchmarks.bench_fetch import machine, record  # noqa: E402
+from benchmarks.bench_images_real import stage  # noqa: E402  (a stage in a fresh process, exits on failure)
 
 # The recipes compared: the CPU recipe (the last block and a head fine-tuned on cached
 # activations) and the same with every epoch frozen (a head on pooled features: petals' own
@@ -46,18 +46,9 @@ RECIPES = {
 }
 
 
-def stage(*args: str) -> float:
-    """`python -m pipeline <args>` in a fresh process; its wall seconds (exits on failure)."""
-    command = [sys.executable, "-m", "pipeline", "--quiet", *args]
-    started = time.perf_counter()
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
-    if done.returncode:
-        sys.exit(f"bench_cv: {' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    return time.perf_counter() - started
-
-
 def newest_csv(folder: Path) -> Path:
-    return max(folder.glob("*.csv"), key=lambda p: p.stat().st_mtime_ns)
+    made = [p for p in folder.glob("*.csv") if not p.name.startswith("leaderboard")]  # submissions only
+    return max(made, key=lambda p: p.stat().st_mtime_ns)
 
 
 def test_score(submission: Path, truth: dict) -> float:
@@ -65,9 +56,10 @@ def test_score(submission: Path, truth: dict) -> float:
     import pandas as pd
     from sklearn.metrics import f1_score
 
-    frame = pd.read_csv(submission).set_index("image_id")
+    frame = pd.read_csv(submission, dtype=str)
+    predicted = dict(zip(frame.iloc[:, 0], frame.iloc[:, 1].astype(int), strict=True))  # id, label
     ids = sorted(truth)
-    return float(f1_score([truth[i] for i in ids], frame.loc[ids, "label"].to_numpy(), average="macro"))
+    return float(f1_score([truth[i] for i in ids], [predicted[i] for i in ids], average="macro"))
 
 
 def one_json(folder: Path, pattern: str) -> dict:
