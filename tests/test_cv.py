@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from competition import load_spec
 from pipeline.core import rundir
 from pipeline.core.config import load_config
 from pipeline.core.errors import PetalsError
@@ -20,7 +21,7 @@ from pipeline.core.options import CVOptions
 from pipeline.core.rundir import RunDir
 from pipeline.cv import experiment
 from pipeline.cv.group import fold_config, group_id
-from pipeline.data import folds
+from pipeline.data import folds, splits
 from pipeline.data.manifest import read_manifest
 from pipeline.modeling.inference import Predictions
 from tests.conftest import REPO, TINY, kill_at_first_checkpoint, run_cli
@@ -145,3 +146,32 @@ def options(data_dir, tmp_path, **given) -> CVOptions:
             "backend": "tensorflow", "strategy": "cpu", **given,
         }
     )  # fmt: skip
+
+
+def test_a_fold_run_of_another_fold_table_is_refused_before_its_rows_are_used(data_dir, tmp_path, spec):
+    from pipeline.cv.group import check_dealt
+
+    table = splits.fold_table(data_dir, spec, load_config(overrides=[*OVERRIDES, "train.folds=2"]))
+    run = RunDir(tmp_path / "fold0")
+    run.path.mkdir()
+    run.write_json(RunDir.RUN_INFO, {"fold_table": table.digest})
+    check_dealt(run, 0, table)  # the table it trained on: used
+    run.write_json(RunDir.RUN_INFO, {"fold_table": "0123456789abcdef"})  # dealt elsewhere, or dealt again
+    with pytest.raises(PetalsError, match=r"fold 0 \(fold0\): trained on fold table 0123456789abcdef, not"):
+        check_dealt(run, 0, table)
+    run.write_json(RunDir.RUN_INFO, {})  # a run that never recorded one
+    with pytest.raises(PetalsError, match="trained on fold table unrecorded"):
+        check_dealt(run, 0, table)
+
+
+def test_a_refit_trains_on_every_example_the_folds_dealt(data_dir, tmp_path, spec):
+    from types import SimpleNamespace
+
+    cats = load_spec("dogs-vs-cats")
+    for competition, keep_val, merged in ((spec, False, "true"), (spec, True, "false"), (cats, True, "true")):
+        config = load_config(
+            overrides=[*OVERRIDES, "train.folds=2", f"train.folds_keep_val={str(keep_val).lower()}"]
+        )
+        found = SimpleNamespace(config=config, spec=competition)
+        refit = experiment.refit_overrides(options(data_dir, tmp_path), found, {"cv_epoch": 1})
+        assert f"train.merge_val={merged}" in refit and "train.folds=0" in refit and "train.epochs=1" in refit

@@ -76,12 +76,21 @@ def test_the_folds_of_a_group_compute_one_pooled_pass(
     assert sum(extractions) == 3 * len(table)  # the second fold computed nothing
     assert "pooled features cached already" in caplog.text
     shared = sorted(tmp_path.glob("features-*"))
-    assert len(shared) == 1 and [p.name for p in shared[0].iterdir()] == ["pooled.npz"]  # pieces gone
+    assert len(shared) == 1 and sorted(p.name for p in shared[0].iterdir()) == [
+        "pooled.npz",
+        "users",
+    ]  # pieces gone
     assert not any((tmp_path / f"fold{k}").exists() for k in (0, 1))  # nothing in the fold runs
     # Once the group is finished its cache goes; another group's (other examples) stays.
     other = tmp_path / "features-0123456789abcdef-000000000000"
     other.mkdir()
-    assert features.remove_shared(tmp_path, table) == shared and sorted(tmp_path.iterdir()) == [other]
+    # Another group (another recipe) on the same examples keeps it until it is finished too.
+    other_group = load_config(overrides=[*CACHED, "train.folds=2", "train.fold=0", "train.epochs=5"])
+    features.feature_cache.add_user(shared[0], features.group_key(other_group))
+    assert features.remove_shared(tmp_path, table, fold_config(0)) == [] and shared[0].is_dir()
+    assert features.remove_shared(tmp_path, table, other_group) == shared and sorted(tmp_path.iterdir()) == [
+        other
+    ]
 
 
 def test_a_fold_trains_on_its_table_rows_and_scores_on_its_held_out_fold(cut, spec, data_dir, tmp_path, cpu):
@@ -140,7 +149,7 @@ def test_a_pass_stopped_between_pieces_resumes_them_to_the_same_rows(
     _, (whole_train, whole_val) = fold_splits(cut, config, spec, data_dir, tmp_path / "whole", cpu)
     np.testing.assert_array_equal(train.features, whole_train.features)  # the random view included
     np.testing.assert_array_equal(val.features, whole_val.features)
-    assert sorted(p.name for p in folder.iterdir()) == ["pooled.npz"]
+    assert sorted(p.name for p in folder.iterdir()) == ["pooled.npz", "users"]  # the pieces are gone
 
 
 def test_a_fold_waits_while_another_computes_the_pooled_pass(tmp_path, monkeypatch, caplog):

@@ -164,3 +164,11 @@ def test_an_id_given_twice_is_refused(tmp_path):
     ids = np.array(["a", "b", "a"])
     with pytest.raises(PetalsError, match="cross-validation needs one id per example"):
         folds.unique_ids(ids, ["train"], str(tmp_path))
+
+
+def test_ids_pandas_would_read_as_missing_survive_the_stored_table(tmp_path):
+    table = folds.deal(np.array(["NA", "null", "nan", "a", "b", "c"]), np.array([0, 0, 0, 1, 1, 1]), 3, 0)
+    path = tmp_path / "folds" / "k3-seed0.csv"
+    folds._write(path, table)
+    ids, _, dealt = folds.read_table(path, 3)
+    assert ids.tolist() == table.ids.tolist() and dealt.tolist() == table.folds.tolist()

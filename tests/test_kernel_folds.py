@@ -57,7 +57,9 @@ def kernel_output(folder, data_dir, spec, table, folds_trained, manifest=None):
         run.path.mkdir(parents=True)
         run.write_json(RunDir.CONFIG, config.to_dict())
         run.write_json(RunDir.DATA_MANIFEST, manifest)
-        run.write_json(RunDir.RUN_INFO, {"git_commit": "abc123", "backend": "jax"})
+        run.write_json(
+            RunDir.RUN_INFO, {"git_commit": "abc123", "backend": "jax", "fold_table": table.digest}
+        )
         key = spec.score_key
         pd.DataFrame({"epoch": [1, 2], key: [0.2, 0.3 + fold / 10], "val_loss": [3.0, 2.5]}).to_csv(
             run.history_file, index=False

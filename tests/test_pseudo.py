@@ -61,10 +61,13 @@ def fake_teacher(runs_dir, table, data_dir, test_ids, classes: int, predicted=(0
     group.write_json(RunDir.GROUP, {**described, "fold_runs": runs})
     group.write_json(RunDir.METRICS, {"kind": "cv", "cv_score": 0.5})
     source = json.dumps({"weights": "0" * 16, "data": read_manifest(data_dir)["fingerprint"], "tta": 1})
+    for fold in range(table.k):
+        run = RunDir(runs_dir / runs[str(fold)])
+        run.path.mkdir(parents=True)
+        run.write_json(RunDir.RUN_INFO, {"fold_table": table.digest})  # what train records of a fold
     for fold in predicted:
         probabilities = teacher_probabilities(fold, len(test_ids), classes)
         run = RunDir(runs_dir / runs[str(fold)])
-        run.path.mkdir(parents=True)
         Predictions(np.asarray(test_ids), probabilities, source=source).save(run.predictions("test"))
     return runs
 
@@ -269,4 +272,6 @@ def test_a_cached_fold_appends_its_pseudo_rows_from_its_own_folder_and_keeps_the
     assert rows.features.shape[:2] == (2, len(kept) + len(chosen)) and rows.count == train.count
     assert held.ids.tolist() == table.ids[table.held_out(1)].tolist()  # val: the held-out fold alone
     assert (run_dir / features.FOLDER / "pseudo.npz").is_file()
-    assert len(features.remove_shared(runs_dir, table)) == 1  # the pooled cache is the table's, unchanged
+    assert (
+        len(features.remove_shared(runs_dir, table, config)) == 1
+    )  # the pooled cache is the table's, unchanged

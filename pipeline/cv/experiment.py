@@ -99,7 +99,7 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
     import pandas as pd
 
     from pipeline.core import leaderboard
-    from pipeline.cv.group import KIND, cv_epoch, out_of_fold, scores
+    from pipeline.cv.group import KIND, check_dealt, cv_epoch, out_of_fold, scores
     from pipeline.cv.held import held_predictions  # saved ones for a fold whose weights stayed away
 
     runs = {fold: found.fold_run(fold) for fold in range(opts.folds)}
@@ -117,6 +117,8 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
             ",".join(map(str, absent)),
         )
         return None
+    for fold, run in runs.items():
+        check_dealt(run, fold, found.table)
     held = {
         fold: held_predictions(run, opts.data_dir, "val", opts.tta, found.platform)
         for fold, run in runs.items()
@@ -152,7 +154,7 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
     if found.config.train.feature_cache:  # every fold is trained: the pooled activations are done with
         from pipeline.modeling import features
 
-        features.remove_shared(opts.runs_dir, found.table)
+        features.remove_shared(opts.runs_dir, found.table, found.config)
     first = runs[0]
     leaderboard.update(
         leaderboard.board_file(opts.submissions_dir, spec.name),
@@ -263,7 +265,9 @@ def refit_overrides(opts: CVOptions, found: Setup, metrics: dict) -> tuple[str, 
     """The group's config on every labelled example it dealt, trained to the epoch CV chose.
     Pseudo-labels stay off: fold k's come from the teacher's fold k, and a refit has no fold."""
     epochs = metrics.get("cv_epoch") or found.config.train.epochs
-    merge = "false" if found.config.train.folds_keep_val else "true"
+    # What the folds dealt: a competition's labelled val stays out only if they left it out.
+    kept_out = found.config.train.folds_keep_val and "val" in found.spec.labeled_splits
+    merge = "false" if kept_out else "true"
     return (
         *opts.overrides,
         "train.folds=0",

@@ -43,6 +43,19 @@ def missing(table: FoldTable, held: dict[int, Predictions]) -> list[int]:
     return [fold for fold in range(table.k) if fold not in held]
 
 
+def check_dealt(run, fold: int, table: FoldTable) -> None:
+    """One line unless fold run `run` was trained on this fold table: with another (another
+    scikit-learn's deal, a table dealt again), its training part may hold this table's val rows."""
+    from pipeline.core.rundir import RunDir
+
+    recorded = run.read_json(RunDir.RUN_INFO, default={}).get("fold_table")
+    if recorded != table.digest:
+        raise PetalsError(
+            f"fold {fold} ({run.name}): trained on fold table {recorded or 'unrecorded'}, not this data's "
+            f"{table.digest}: its training part may hold this table's val rows; train it again (RETRAIN=1)"
+        )
+
+
 def out_of_fold(table: FoldTable, held: dict[int, Predictions]) -> Predictions:
     """Every labelled example once, in the table's id order, with the probabilities of the fold
     run that held it out. A fold whose predictions are not exactly its held-out examples, with

@@ -111,14 +111,8 @@ def shared_folds(groups: list[Group], data_dir: Path, spec) -> np.ndarray:
 
 
 def stored_table(path: Path, config):
-    """The fold table stored beside the data (id, label, fold)."""
-    import pandas as pd
+    """The fold table stored beside the data (id, label, fold), read as folds reads it."""
+    from pipeline.data.folds import FoldTable, read_table
 
-    from pipeline.data.folds import FoldTable
-
-    try:
-        frame = pd.read_csv(path, dtype={"id": str, "label": np.int64, "fold": np.int64})
-        ids, labels, fold = (frame[c].to_numpy() for c in ("id", "label", "fold"))
-    except (ValueError, KeyError, pd.errors.ParserError) as err:
-        raise PetalsError(f"{path}: not a fold table (id,label,fold): {str(err).splitlines()[0]}") from None
-    return FoldTable(ids.astype(str), labels, fold, config.train.folds, config.train.fold_seed)
+    ids, labels, fold = read_table(path, config.train.folds)
+    return FoldTable(ids, labels, fold, config.train.folds, config.train.fold_seed)

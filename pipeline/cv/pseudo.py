@@ -65,7 +65,11 @@ def teacher_run(runs_dir: Path, config: Config, table: FoldTable) -> RunDir:
     fold_run = described.get("fold_runs", {}).get(str(train.fold))
     if not fold_run:
         raise PetalsError(f"train.pseudo_labels={name}: {RunDir.GROUP} names no run for fold {train.fold}")
-    return RunDir(Path(runs_dir) / check_name(fold_run, f"fold {train.fold}'s run", group.file(RunDir.GROUP)))
+    run = RunDir(Path(runs_dir) / check_name(fold_run, f"fold {train.fold}'s run", group.file(RunDir.GROUP)))
+    from pipeline.cv.group import check_dealt
+
+    check_dealt(run, train.fold, table)  # the fold run itself, not only the group's record of it
+    return run
 
 
 def teacher_predictions(run: RunDir, group: str, folds: int, manifest: dict) -> Predictions:

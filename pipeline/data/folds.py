@@ -133,19 +133,26 @@ def fold_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> FoldTab
     check_folds(k, labels, spec.classes)
     path = table_path(data_dir, config)
     if path.is_file():
-        return _checked(_read(path, k), ids, labels, path)
+        return _checked(read_table(path, k), ids, labels, path)
     table = deal(ids, labels, k, config.train.fold_seed)
     _write(path, table)
     return table
 
 
-def _read(path: Path, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def read_table(path: Path, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A stored table's ids, labels and folds (size bounded first, folds in 0..k-1)."""
     import pandas as pd
 
     if path.stat().st_size > MAX_TABLE_BYTES:
         raise PetalsError(f"{path}: {path.stat().st_size} bytes, more than a fold table's {MAX_TABLE_BYTES}")
     try:
-        frame = pd.read_csv(path, dtype={"id": str, "label": np.int64, "fold": np.int64})
+        # Every id as written: pandas would read an id "NA", "null" or "nan" as a missing value.
+        frame = pd.read_csv(
+            path,
+            dtype={"id": str, "label": np.int64, "fold": np.int64},
+            keep_default_na=False,
+            na_filter=False,
+        )
         ids, labels, folds = (frame[c].to_numpy() for c in ("id", "label", "fold"))
     except (ValueError, KeyError, pd.errors.ParserError) as err:
         raise PetalsError(f"{path}: not a fold table (id,label,fold): {str(err).splitlines()[0]}") from None

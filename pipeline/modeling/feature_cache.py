@@ -95,11 +95,26 @@ def shared_folder(runs_dir: Path, digest: str, signature_: dict) -> Path:
     return Path(runs_dir) / f"{SHARED_PREFIX}{digest}-{named}"
 
 
-def remove_shared(runs_dir: Path, ids: np.ndarray, labels: np.ndarray) -> list[Path]:
-    """Remove the pooled caches of these examples under `runs_dir` (once a group's folds are all
-    finished); one a live process is computing is kept. The folders removed."""
+USERS = "users"  # in a shared folder: one empty file per CV group that trains on it
+
+
+def add_user(folder: Path, group: str) -> None:
+    """Mark `folder` as used by `group` (a key of its config less the fold): it stays while any
+    group that marked it has not finished."""
+    (folder / USERS).mkdir(parents=True, exist_ok=True)
+    (folder / USERS / group).touch()
+
+
+def remove_shared(runs_dir: Path, ids: np.ndarray, labels: np.ndarray, group: str) -> list[Path]:
+    """`group` is done with the pooled caches of these examples under `runs_dir`: its mark goes, and
+    a folder no other group marked goes with it (one a live process is computing stays). Another
+    recipe, K or seed on the same examples keeps the folder it still trains on. The folders removed."""
     removed = []
     for folder in sorted(Path(runs_dir).glob(f"{SHARED_PREFIX}{examples_digest(ids, labels)}-*")):
+        (folder / USERS / group).unlink(missing_ok=True)
+        users = folder / USERS
+        if users.is_dir() and any(users.iterdir()):
+            continue
         try:
             with _lock.holding(folder / LOCK_NAME, "remove the feature cache"):
                 shutil.rmtree(folder)

@@ -19,7 +19,9 @@ at 192 px in minutes and in seconds (`make bench-transfer`, docs/BENCHMARKS.md).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import itertools
+import json
 import logging
 import shutil
 from dataclasses import dataclass, field, replace
@@ -266,6 +268,7 @@ def _fold_splits(cut_: Cut, train, val, views: list, config: Config, run_dir: Pa
         pool = feature_cache.rows_of(
             "pooled", pool_split, views, cut_.bottom, config, folder, platform, signature, stop, by_id=True
         )
+        feature_cache.add_user(folder, group_key(config))
     skip_bad = config.data.skip_bad_records
     kept, held = _fold_part(pool, train, None, skip_bad), _fold_part(pool, val, 1, skip_bad)
     if np.intersect1d(kept.ids, held.ids).size:
@@ -350,7 +353,13 @@ def remove_cache(run_dir: Path) -> None:
         shutil.rmtree(folder)
 
 
-def remove_shared(runs_dir: Path, table) -> list[Path]:
-    """Remove a fold group's pooled caches under `runs_dir` once all its folds are finished
-    (`table`: its FoldTable); one a live process is still computing stays. The folders removed."""
-    return feature_cache.remove_shared(runs_dir, table.ids, table.labels)
+def group_key(config: Config) -> str:
+    """The CV group a fold's config belongs to: its config with the fold left out."""
+    described = replace(config, train=replace(config.train, fold=0)).to_dict()
+    return hashlib.sha256(json.dumps(described, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def remove_shared(runs_dir: Path, table, config: Config) -> list[Path]:
+    """The group of `config` has finished every fold (`table`: its FoldTable): its pooled caches
+    under `runs_dir` go unless another group still marks them. The folders removed."""
+    return feature_cache.remove_shared(runs_dir, table.ids, table.labels, group_key(config))

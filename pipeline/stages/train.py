@@ -137,6 +137,7 @@ class Job:
     checkpoint_dir: str
     finished: dict | None  # a finished run's metrics
     pseudo: Any = None  # cv.pseudo.PseudoLabels the training part holds besides its fold, if any
+    fold_table: str | None = None  # a fold run's table (its digest): which examples its val part held
 
     @property
     def run_dir(self) -> Path:
@@ -206,6 +207,7 @@ def prepare(
         checkpoint_dir=checkpoint_dir or shared.checkpoints,
         finished=shared.metrics() if shared.finished else None,
         pseudo=pseudo,
+        fold_table=table.digest if table is not None else None,
     )
 
 
@@ -327,6 +329,7 @@ def _fit(job: Job, verbose: int, restart: bool, stop, keep_checkpoints: int) -> 
             "jit_compile": trainer.jit_compile,
             "steps_per_execution": trainer.steps_per_execution,
             "augment_where": trainer.data_config.augment.where,
+            "fold_table": job.fold_table,
         },
     )
     if trainer.text_inputs is not None:
