@@ -196,6 +196,7 @@ def _write_group(found: Setup, runs: dict[int, RunDir]) -> None:
         {
             "kind": "cv",
             "competition": found.spec.name,
+            "competition_given": found.config.competition,  # the name, or a competition file's path
             "recipe": found.config.recipe,
             "folds": found.config.train.folds,
             "fold_seed": found.config.train.fold_seed,

@@ -32,7 +32,7 @@ from pipeline.core import arguments
 from pipeline.core.errors import PetalsError
 from pipeline.core.rundir import RunDir
 from pipeline.cv.blend import BlendResult, blend, search_weights
-from pipeline.cv.members import Group, check_groups, group_dir, load_group, shared_folds
+from pipeline.cv.members import Group, check_groups, group_config, group_dir, load_group, shared_folds
 from pipeline.modeling.inference import Predictions
 
 log = logging.getLogger(__name__)
@@ -220,7 +220,7 @@ def blend_groups(args: argparse.Namespace, dirs: list[RunDir], method: str) -> N
     groups = [load_group(d) for d in dirs]
     manifest = read_manifest(args.data_dir)
     check_groups(groups, manifest, args.data_dir)
-    spec = load_spec(groups[0].info["competition"])
+    spec = load_spec(group_config(groups[0]).competition)  # a name, or a competition file's path
     folds = shared_folds(groups, args.data_dir, spec)
     labels = groups[0].oof.labels
     tests = aligned([g.test for g in groups], [g.run for g in groups], "test")
