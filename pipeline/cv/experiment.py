@@ -99,7 +99,7 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
     import pandas as pd
 
     from pipeline.core import leaderboard
-    from pipeline.cv.group import KIND, check_dealt, cv_epoch, out_of_fold, scores
+    from pipeline.cv.group import KIND, check_dealt, cv_epoch, out_of_fold, score_at_epoch, scores
     from pipeline.cv.held import held_predictions  # saved ones for a fold whose weights stayed away
 
     runs = {fold: found.fold_run(fold) for fold in range(opts.folds)}
@@ -140,6 +140,9 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
         "examples": len(found.table),
         "tta": opts.tta,
         "cv_epoch": cv_epoch(histories, key, spec.metric.greater_is_better),
+        "fold_mean_at_cv_epoch": score_at_epoch(
+            histories, key, cv_epoch(histories, key, spec.metric.greater_is_better)
+        ),
         "best_epochs": [m.get("best_epoch") for m in fold_metrics],
         "fold_runs": {str(fold): run.name for fold, run in runs.items()},
         "recipe": found.config.recipe,
@@ -179,10 +182,12 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
 def summary_line(name: str, spec, metrics: dict) -> str:
     """One line: the CV score, each fold's, their spread, and the epoch CV chose."""
     folds = " ".join(f"{s:.4f}" for s in metrics["fold_scores"])
+    at = metrics.get("fold_mean_at_cv_epoch")
+    at = "not scored" if at is None else f"{at:.4f}"
     return (
         f"{name}: CV {spec.metric.title} {metrics['cv_score']:.4f} on {metrics['examples']} out-of-fold "
         f"examples; folds {folds} (mean {metrics['fold_mean']:.4f} +- {metrics['fold_std']:.4f}); "
-        f"CV's epoch {metrics['cv_epoch']}"
+        f"CV's epoch {metrics['cv_epoch']} (the folds' mean there {at})"
     )
 
 

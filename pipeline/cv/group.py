@@ -98,18 +98,32 @@ def scores(metric: Metric, table: FoldTable, oof: Predictions) -> dict:
     }
 
 
-def cv_epoch(histories: list, column: str, greater_is_better: bool) -> int | None:
-    """The epoch whose val score, averaged over the folds, is best: what a refit on all the data
-    trains to. Only epochs every fold scored count; None when none did (no val curves)."""
+def mean_curve(histories: list, column: str):
+    """The folds' val scores averaged per epoch, over the epochs every fold scored (None if none)."""
     import pandas as pd
 
     curves = [h.dropna(subset=[column]).set_index("epoch")[column] for h in histories if column in h]
     if len(curves) != len(histories) or not curves:
         return None
     mean = pd.concat(curves, axis=1, join="inner").mean(axis=1)
-    if mean.empty:
+    return None if mean.empty else mean
+
+
+def cv_epoch(histories: list, column: str, greater_is_better: bool) -> int | None:
+    """The epoch whose val score, averaged over the folds, is best: what a refit on all the data
+    trains to. Only epochs every fold scored count; None when none did (no val curves)."""
+    mean = mean_curve(histories, column)
+    if mean is None:
         return None
     return int(mean.idxmax() if greater_is_better else mean.idxmin())
+
+
+def score_at_epoch(histories: list, column: str, epoch: int | None) -> float | None:
+    """The folds' mean val score at one epoch for all. Each fold's OOF rows come from its own best
+    epoch, chosen on those rows: the CV score leans optimistic by that choice; this one leans less
+    (one epoch chosen for all, on the mean)."""
+    mean = mean_curve(histories, column)
+    return None if mean is None or epoch is None else float(mean.loc[epoch])
 
 
 def averaged(tests: list[Predictions]) -> Predictions:
