@@ -175,3 +175,10 @@ def test_a_refit_trains_on_every_example_the_folds_dealt(data_dir, tmp_path, spe
         found = SimpleNamespace(config=config, spec=competition)
         refit = experiment.refit_overrides(options(data_dir, tmp_path), found, {"cv_epoch": 1})
         assert f"train.merge_val={merged}" in refit and "train.folds=0" in refit and "train.epochs=1" in refit
+    # A recipe frozen for every epoch (a head on features) refits frozen for as many as it trains.
+    frozen = load_config(overrides=[*OVERRIDES, "train.folds=2", "train.epochs=6", "train.frozen_epochs=6"])
+    refit = experiment.refit_overrides(
+        options(data_dir, tmp_path), SimpleNamespace(config=frozen, spec=spec), {"cv_epoch": 3}
+    )
+    assert "train.epochs=3" in refit and "train.frozen_epochs=3" in refit
+    load_config(overrides=[override for override in refit if override != "train.pseudo_labels="])  # valid

@@ -279,6 +279,8 @@ def refit_overrides(opts: CVOptions, found: Setup, metrics: dict) -> tuple[str, 
         "train.folds=0",
         f"train.merge_val={merge}",
         f"train.epochs={epochs}",
+        # The first epochs of the same schedule: as many of them frozen as were, up to the last.
+        f"train.frozen_epochs={min(found.config.train.frozen_epochs, epochs)}",
         "train.pseudo_labels=",
     )
 
