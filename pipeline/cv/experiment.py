@@ -128,6 +128,7 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
     judged = scores(spec.metric, found.table, oof)
     histories = [pd.read_csv(run.history_file) for run in runs.values()]
     fold_metrics = [run.metrics() for run in runs.values()]
+    chosen = cv_epoch(histories, key, spec.metric.greater_is_better)
     metrics = {
         "kind": KIND,
         "metric": spec.metric.name,
@@ -139,10 +140,8 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
         "fold_table": found.table.digest,
         "examples": len(found.table),
         "tta": opts.tta,
-        "cv_epoch": cv_epoch(histories, key, spec.metric.greater_is_better),
-        "fold_mean_at_cv_epoch": score_at_epoch(
-            histories, key, cv_epoch(histories, key, spec.metric.greater_is_better)
-        ),
+        "cv_epoch": chosen,
+        "fold_mean_at_cv_epoch": score_at_epoch(histories, key, chosen),
         "best_epochs": [m.get("best_epoch") for m in fold_metrics],
         "fold_runs": {str(fold): run.name for fold, run in runs.items()},
         "recipe": found.config.recipe,
