@@ -229,6 +229,7 @@ def predict_group(opts: CVOptions) -> Path:
     from pipeline.core.submission_files import write_submission
     from pipeline.cv.group import averaged
     from pipeline.cv.held import held_predictions
+    from pipeline.modeling import cut_predict
     from pipeline.modeling.inference import check_same_data
 
     found = setup(opts)
@@ -237,7 +238,15 @@ def predict_group(opts: CVOptions) -> Path:
         return refit(opts, found, metrics)
     runs = [found.fold_run(fold) for fold in range(opts.folds)]
     manifest = check_same_data(runs[0], opts.data_dir)
-    test = averaged([held_predictions(run, opts.data_dir, "test", opts.tta, found.platform) for run in runs])
+    # The frozen network below the cut runs over the test set once for every fold, not K times.
+    through = {}
+    if opts.tta == 1:
+        through = cut_predict.test_through_cut(runs, opts.data_dir, found.group.path / cut_predict.FOLDER,
+                                               found.platform)  # fmt: skip
+    test = averaged([
+        through[k] if k in through else held_predictions(run, opts.data_dir, "test", opts.tta, found.platform)
+        for k, run in enumerate(runs)
+    ])  # fmt: skip
     if not found.platform.hosts.writer:
         return opts.submissions_dir / f"{found.group.name}.csv"
     test.save(found.group.predictions("test"))

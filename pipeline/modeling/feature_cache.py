@@ -187,16 +187,18 @@ def _pieces_found(folder: Path, name: str, view: int, signature_: dict) -> tuple
 
 
 def _extract(bottom, batches: list, platform) -> Rows:
-    """`bottom`'s outputs (float16), labels and ids of a few (pixels, labels, ids) batches, in order."""
+    """`bottom`'s outputs (float16), labels and ids of a few (pixels, [labels,] ids) batches, in
+    order; an unlabelled split's labels are -1."""
     from pipeline.modeling.inference import predict_batches
 
     outputs = [
         predict_batches(bottom, tf.data.Dataset.from_tensors(images), platform).astype(np.float16)
-        for images, _, _ in batches
+        for images, *_ in batches
     ]
-    ids = np.concatenate([b[2] for b in batches])
+    ids = np.concatenate([b[-1] for b in batches])
     ids = np.asarray([i.decode() if isinstance(i, bytes) else str(i) for i in ids])
-    return Rows(np.concatenate(outputs)[None], np.concatenate([b[1] for b in batches]), ids)
+    labels = np.concatenate([b[1] for b in batches]) if len(batches[0]) == 3 else np.full(len(ids), -1)
+    return Rows(np.concatenate(outputs)[None], labels, ids)
 
 
 def _agreed(platform, value: int) -> int:
@@ -215,7 +217,8 @@ def stop_if_asked(stop, where: str) -> None:
         raise Preempted(f"stopped by {stop.reason} {where}; rerun the same command to go on from there")
 
 
-def _view_rows(name, split, view_index, view, bottom, config, folder, platform, signature_, stop) -> Rows:
+def _view_rows(name, split, view_index, view, bottom, config, folder, platform, signature_, stop,
+               labeled) -> Rows:  # fmt: skip
     """One view of a split: its saved pieces, then the rest computed piece by piece."""
     from pipeline.data import datasets
 
@@ -225,12 +228,12 @@ def _view_rows(name, split, view_index, view, bottom, config, folder, platform, 
     if start < never:
         found = found[:start]
         tf.random.set_seed(config.seed * 1000 + view_index)  # each random view the same on a rerun
-        batches = split.eval_dataset(config, EXTRACT_BATCH, labeled=True, with_ids=True)
+        batches = split.eval_dataset(config, EXTRACT_BATCH, labeled=labeled, with_ids=True)
         # The view's random draws run for the skipped batches too (only the network is skipped):
         # the pieces computed now are those an uninterrupted pass computes.
-        batches = batches.map(lambda images, tags, ids: (view(images), tags, ids))
+        batches = batches.map(lambda images, *tags: (view(images), *tags))
         batches = batches.skip(start * PIECE_BATCHES).prefetch(datasets.AUTOTUNE)
-        with split.naming_bad(labeled=True):
+        with split.naming_bad(labeled=labeled):
             iterator = batches.as_numpy_iterator()
             ahead = next(iterator, None)
             if ahead is None:
@@ -257,9 +260,9 @@ def _view_rows(name, split, view_index, view, bottom, config, folder, platform, 
 
 
 def rows_of(name: str, split, views: list, bottom, config: Config, folder: Path, platform, signature_: dict,
-            stop=None, by_id: bool = False) -> Rows:  # fmt: skip
+            stop=None, by_id: bool = False, labeled: bool = True) -> Rows:  # fmt: skip
     """The cached views of one split (`folder/<name>.npz`), computed (in pieces) unless saved
-    already; sorted by id with `by_id`."""
+    already; sorted by id with `by_id`; an unlabelled split's (`labeled=False`) labels are -1."""
     path = folder / f"{name}.npz"
     saved = cached(path, signature_)
     if _agreed(platform, int(saved is not None)) == 0:
@@ -269,7 +272,7 @@ def rows_of(name: str, split, views: list, bottom, config: Config, folder: Path,
         return saved
     started = time.perf_counter()
     per_view = [
-        _view_rows(name, split, k, view, bottom, config, folder, platform, signature_, stop)
+        _view_rows(name, split, k, view, bottom, config, folder, platform, signature_, stop, labeled)
         for k, view in enumerate(views)
     ]
     first = per_view[0]

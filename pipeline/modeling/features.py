@@ -107,6 +107,13 @@ def cut(net: keras.Model, unfrozen_layers: int, train_backbone: bool) -> Cut:
     return Cut(bottom=bottom, top=keras.Model(activations, x, name="top"), layers=count, at=at)
 
 
+def cut_for(net: keras.Model, config: Config) -> Cut:
+    """Where a run's config cuts its classifier: the trainer's cut, and its predictions' through it."""
+    wanted = config.train.unfrozen_layers
+    unfrozen = crossing_layers(net.get_layer("backbone"), wanted) if wanted else 0
+    return cut(net, unfrozen, config.train.epochs > config.train.frozen_epochs)
+
+
 # ----------------------------------------------------------------------------- the cached splits
 
 

@@ -194,6 +194,13 @@ def predict_batches(model, batches, platform) -> np.ndarray:
     return np.concatenate(outputs)
 
 
+def made_from(run: RunDir, manifest: dict, tta: int, through: str = "") -> str:
+    """What a run's saved predictions were made from: its best weights, the data and the TTA, and
+    `through` the feature cache's cut when not by the whole network from pixels."""
+    made = {"weights": sha256(run.best_weights)[:16], "data": manifest.get("fingerprint"), "tta": tta}
+    return json.dumps({**made, **({"through": through} if through else {})}, sort_keys=True)
+
+
 def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -> Predictions:
     """Class probabilities of `split` (val or test) for the run's best weights, TTA passes averaged."""
     import tensorflow as tf
@@ -208,10 +215,7 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
     config = run.read_config()
     spec = load_spec(config.competition)
     check_tta(spec, tta)
-    source = json.dumps(
-        {"weights": sha256(run.best_weights)[:16], "data": manifest.get("fingerprint"), "tta": tta},
-        sort_keys=True,
-    )
+    source = made_from(run, manifest, tta)
     path = run.predictions(split, tta)
     if path.is_file():
         saved = Predictions.load(path)

@@ -21,7 +21,7 @@ import pandas as pd
 from pipeline.core import device, hosts
 from pipeline.core.files import write_atomically
 from pipeline.data import augment, datasets
-from pipeline.modeling import custom_loop, features, host_predict, networks, policy, preemption
+from pipeline.modeling import custom_loop, cut_predict, features, host_predict, networks, policy, preemption
 from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
 from pipeline.modeling.epoch_lines import epoch_header, epoch_line
@@ -130,8 +130,7 @@ class Trainer:
         hosts.agree(job.platform.hosts, "the epoch to resume from", self.start, CHECKPOINTS_HINT, gather)
 
     def _cut(self) -> features.Cut:
-        train = self.config.train
-        cut = features.cut(self.net, self.unfrozen_layers, train.epochs > train.frozen_epochs)
+        cut = features.cut_for(self.net, self.config)
         log.info(
             "train: feature cache: the network below %s runs once per example and view, %s on its outputs",
             cut.at,
@@ -199,6 +198,7 @@ class Trainer:
         model = self.classifier.net if platform.hosts.several else self.classifier
         probabilities = predict_batches(model, inputs, platform)
         real = self._val_labels != datasets.PAD_LABEL
+        self._scored_probabilities = probabilities[real]  # kept by a fold with its best weights
         return val_scores(spec, probabilities[real], self._val_labels[real])
 
     # ------------------------------------------------------------------ the loop
@@ -337,6 +337,10 @@ class Trainer:
         if score is not None and score > self.best_score:  # None: an epoch val was not scored after
             self.best_score = score
             save_weights(self.net, self.run.best_weights)
+            if self.cut is not None and self.config.train.folds and self._val is not None:
+                # A fold's out-of-fold predictions, as scored now: no second pass over its images.
+                cut_predict.save_scored(self.run, self.job.val, self._scored_probabilities,
+                                        self.job.manifest, self.job.platform.hosts.writer)  # fmt: skip
 
     def _end_epoch(self, epoch: int, row: dict, history: pd.DataFrame) -> None:
         write_atomically(self.run.history_file, lambda tmp: history.to_csv(tmp, index=False))

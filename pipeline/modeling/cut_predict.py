@@ -1,0 +1,130 @@
+"""Predictions of feature-cache runs through their cut: the frozen network below it runs once.
+
+A run trained on cached activations (`pipeline.modeling.features`) is `top(bottom(pixels))`, and
+`bottom` never trained: every fold of a CV group has the same one. On a CPU most of a prediction
+is `bottom` (EfficientNet-Lite0 at 192 px: all but the last block), so a group's K folds
+predicting the test set each from pixels do the same work K times. Here `bottom` runs over the
+test set once (saved in pieces, as the training cache is) and each fold's `top` reads its outputs;
+a fold whose `bottom` differs (its weights' digest) is left to the whole network.
+
+A fold's out-of-fold predictions cost nothing: training scored its held-out part through the cut
+at every epoch, and `save_scored` keeps the probabilities of the epoch whose weights it saved as
+best. Both kinds are the same arithmetic as training's val scores (float16 activations, then the
+top in float32), so a group's CV score and its test predictions are made alike; they differ from
+the whole network's by that rounding (`tests/test_cut_predict.py` bounds it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.core.rundir import RunDir
+from pipeline.modeling import feature_cache, features
+from pipeline.modeling.inference import Predictions, made_from
+
+log = logging.getLogger(__name__)
+
+THROUGH = "feature cache: float16 activations below the cut"  # the `through` of such predictions
+FOLDER = "features"  # inside a CV group's dir while its folds predict the test set
+
+
+def weights_digest(model) -> str:
+    """The values of every weight of `model`, as a short hash: two bottoms that compute the same."""
+    digest = hashlib.sha256()
+    for value in model.get_weights():
+        digest.update(np.ascontiguousarray(value).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def save_scored(run: RunDir, val, probabilities: np.ndarray, manifest: dict, writer: bool) -> None:
+    """A fold's held-out probabilities as training scored them with the weights just saved as best
+    (`val`: its FeatureSplit, in the same order), kept as its val predictions at TTA 1."""
+    if not writer:
+        return
+    Predictions(
+        ids=np.asarray(val.ids).astype(str),
+        probabilities=np.asarray(probabilities, np.float32),
+        labels=np.asarray(val.labels),
+        tta=1,
+        source=made_from(run, manifest, 1, THROUGH),
+    ).save(run.predictions("val", 1))
+
+
+def scored(run: RunDir, manifest: dict) -> Predictions | None:
+    """The val predictions `save_scored` kept, if they are of the run's best weights and this data."""
+    path = run.predictions("val", 1)
+    if not path.is_file() or not run.best_weights.is_file():
+        return None
+    saved = Predictions.load(path)
+    return saved if saved.source == made_from(run, manifest, 1, THROUGH) else None
+
+
+def test_through_cut(runs: list[RunDir], data_dir: Path, folder: Path, platform) -> dict[int, Predictions]:
+    """Test predictions (TTA 1) of the runs that can be predicted through their shared cut, by
+    their index in `runs`: each run's saved ones when up to date, else its `top` over `bottom`'s
+    outputs, computed once in `folder` (removed after). Runs without weights, or whose `bottom`
+    is not the first's, are left out for the caller to predict otherwise."""
+    from competition import load_spec
+    from pipeline.modeling.inference import check_same_data, load_inference_model, predict_batches
+
+    config = runs[0].read_config()
+    spec = load_spec(config.competition)
+    if not config.train.feature_cache or spec.modality != "image":
+        return {}
+    manifest = check_same_data(runs[0], data_dir)
+    done: dict[int, Predictions] = {}
+    rows, bottom = None, None
+    for index, run in enumerate(runs):
+        if not run.best_weights.is_file():
+            continue
+        source = made_from(run, manifest, 1, THROUGH)
+        path = run.predictions("test", 1)
+        if path.is_file() and (saved := Predictions.load(path)).source == source:
+            done[index] = saved
+            continue
+        with platform.scope():
+            cut_ = features.cut_for(load_inference_model(run), config)
+        digest = weights_digest(cut_.bottom)
+        if rows is None:
+            bottom = digest
+            rows = _test_rows(cut_, digest, config, spec, data_dir, manifest, folder, platform)
+        if digest != bottom:
+            log.info("%s: its network below the cut is not the first fold's: predicted whole", run.name)
+            continue
+        batches = _batches(rows.features[0])
+        probabilities = predict_batches(cut_.top, batches, platform).astype(np.float32)
+        done[index] = Predictions(rows.ids, probabilities, tta=1, source=source)
+        if platform.hosts.writer:
+            done[index].save(path)
+        log.info("%s: test predicted through the cut (%d examples)", run.name, len(rows.ids))
+    if platform.hosts.writer and folder.is_dir():
+        shutil.rmtree(folder)
+    return done
+
+
+def _batches(activations: np.ndarray):
+    import tensorflow as tf
+
+    return tf.data.Dataset.from_tensor_slices(activations).batch(feature_cache.EXTRACT_BATCH)
+
+
+def _test_rows(cut_, digest: str, config, spec, data_dir: Path, manifest: dict, folder: Path, platform):
+    """`bottom`'s outputs over the test set (float16, one view: the images), computed in pieces."""
+    from pipeline.data import splits
+    from pipeline.data.manifest import locate_data
+    from pipeline.modeling.inference import view
+
+    split = splits.split_for(locate_data(data_dir), spec, config, "test", None)
+    signature = {
+        **feature_cache.signature(cut_, config, split, manifest.get("fingerprint", "")),
+        "bottom": digest,
+    }
+    plain = [lambda images: view(images, 0, None, spec.num_classes, 1.0)]
+    return feature_cache.rows_of(
+        "test", split, plain, cut_.bottom, config, folder, platform, signature, labeled=False
+    )
