@@ -15,14 +15,18 @@ against the held-back labels. It reports:
   (d) pseudo-labels on and off,
   (e) the recipes against the linear probe, and which recipe CV picks against val's pick.
 
-Usage: python benchmarks/bench_cv.py [--sets digits-small stamps fashion-small] [--folds 5]
-Writes benchmarks/cv.json (every figure) and merges a summary into benchmarks/latest.json.
+Usage: python benchmarks/bench_cv.py [--sets digits-small stamps fashion-small] [--folds 5] [--seed 1]
+`--seed S` trains every run from seed S and deals the folds from it (`seed=S train.fold_seed=S`):
+the same set and recipe drawn again. Each set and seed is one entry of benchmarks/cv.json (`stamps`,
+`stamps@seed1`), with the commit it was measured at; a run replaces its own entries and keeps the
+others, and the summary in cv.json and benchmarks/latest.json is over every entry there.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -70,8 +74,9 @@ def one_json(folder: Path, pattern: str) -> dict:
 class Chain:
     """One set's competition, fetched, and the commands every recipe shares."""
 
-    def __init__(self, spec: Path, download: Path, work: Path, truth: dict, folds: int):
+    def __init__(self, spec: Path, download: Path, work: Path, truth: dict, folds: int, seed: int):
         self.spec, self.work, self.truth, self.folds = spec, work, truth, folds
+        self.seeded = [f"seed={seed}", f"train.fold_seed={seed}"] if seed else []
         self.data = work / "data"
         stage("fetch", "--source", "dir", "--from", str(download), "--data-dir", str(self.data),
               "--competition", str(spec))  # fmt: skip
@@ -79,7 +84,7 @@ class Chain:
     def common(self, recipe: str, runs: Path, subs: Path, extra: list[str] = ()) -> list[str]:
         args = ["--data-dir", str(self.data), "--runs-dir", str(runs), "--submissions-dir", str(subs)]
         args += ["--recipe", "cpu", "--set", f"competition={self.spec}", "--backend", "tensorflow"]
-        for override in [*RECIPES[recipe], *extra]:
+        for override in [*RECIPES[recipe], *self.seeded, *extra]:
             args += ["--set", override]
         return args
 
@@ -136,12 +141,24 @@ def probe(data: cv_data.LabelledSet) -> float:
     return float(f1_score(data.test[1], probabilities.argmax(axis=1), average="macro"))
 
 
-def run_set(name: str, folds: int, pseudo: bool) -> dict:
+def entry(name: str, seed: int) -> str:
+    return name if seed == 0 else f"{name}@seed{seed}"
+
+
+def commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                           capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return done.stdout.strip() + ("+changes" if dirty else "")
+
+
+def run_set(name: str, folds: int, pseudo: bool, seed: int = 0) -> dict:
     data = cv_data.load(name)
-    result: dict = {"classes": len(data.classes), "dev": len(data.dev[1]), "test": len(data.test[1])}
+    result: dict = {"classes": len(data.classes), "dev": len(data.dev[1]), "test": len(data.test[1]),
+                    "seed": seed, "commit": commit()}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         spec, download, truth = cv_data.write_competition(data, Path(tmp) / "set")
-        chain = Chain(spec, download, Path(tmp) / "work", truth, folds)
+        chain = Chain(spec, download, Path(tmp) / "work", truth, folds, seed)
         for recipe in RECIPES:
             result[f"single-{recipe}"] = chain.single(recipe)
             result[f"cv-{recipe}"] = chain.cv(recipe)
@@ -194,21 +211,20 @@ def main() -> None:
     )
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--no-pseudo", action="store_true")
+    parser.add_argument("--seed", type=int, default=0, help="the runs' seed and the folds' (default 0)")
     args = parser.parse_args()
-    results = {}
+    path = REPO / "benchmarks" / "cv.json"
+    results = json.loads(path.read_text())["sets"] if path.is_file() else {}
     for name in args.sets:
         started = time.perf_counter()
-        results[name] = run_set(name, args.folds, not args.no_pseudo)
-        results[name]["seconds"] = round(time.perf_counter() - started, 1)
-        print(f"{name}: {json.dumps(results[name])}", flush=True)
-        (REPO / "benchmarks" / "cv.json").write_text(
-            json.dumps({"machine": machine(), "sets": results}, indent=1)
-        )
+        key = entry(name, args.seed)
+        results[key] = run_set(name, args.folds, not args.no_pseudo, args.seed)
+        results[key]["seconds"] = round(time.perf_counter() - started, 1)
+        print(f"{key}: {json.dumps(results[key])}", flush=True)
+        path.write_text(json.dumps({"machine": machine(), "sets": results}, indent=1))
     figures = summary(results)
     print(json.dumps(figures, indent=1))
-    (REPO / "benchmarks" / "cv.json").write_text(
-        json.dumps({"machine": machine(), "sets": results, "summary": figures}, indent=1)
-    )
+    path.write_text(json.dumps({"machine": machine(), "sets": results, "summary": figures}, indent=1))
     record([{"name": "cv", **figures}])
 
 
