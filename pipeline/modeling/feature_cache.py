@@ -201,7 +201,7 @@ def _extract(bottom, batches: list, platform) -> Rows:
     return Rows(np.concatenate(outputs)[None], labels, ids)
 
 
-def _agreed(platform, value: int) -> int:
+def agreed(platform, value: int) -> int:
     """The smallest of every process's `value` (each one asks, always: the processes predict the
     pass together, so they start it at the same piece)."""
     if not platform.hosts.several:
@@ -224,7 +224,7 @@ def _view_rows(name, split, view_index, view, bottom, config, folder, platform, 
 
     found, done = _pieces_found(folder, name, view_index, signature_)
     never = 2**31  # a finished view's count, above any start
-    start = _agreed(platform, never if done else len(found))
+    start = agreed(platform, never if done else len(found))
     if start < never:
         found = found[:start]
         tf.random.set_seed(config.seed * 1000 + view_index)  # each random view the same on a rerun
@@ -265,7 +265,7 @@ def rows_of(name: str, split, views: list, bottom, config: Config, folder: Path,
     already; sorted by id with `by_id`; an unlabelled split's (`labeled=False`) labels are -1."""
     path = folder / f"{name}.npz"
     saved = cached(path, signature_)
-    if _agreed(platform, int(saved is not None)) == 0:
+    if agreed(platform, int(saved is not None)) == 0:
         saved = None  # the processes predict the pass together: all of them, or none, compute it
     if saved is not None:
         log.info("train: %s features cached already (%s)", name, path)
