@@ -147,9 +147,10 @@ def entry(name: str, seed: int) -> str:
 
 def commit() -> str:
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                           capture_output=True, text=True).stdout.strip()  # fmt: skip
-    return done.stdout.strip() + ("+changes" if dirty else "")
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                             capture_output=True, text=True).stdout.splitlines()  # fmt: skip
+    code = [line for line in changed if not line[3:].startswith("benchmarks/") or not line.endswith(".json")]
+    return done.stdout.strip() + ("+changes" if code else "")  # its own results files are not code
 
 
 def run_set(name: str, folds: int, pseudo: bool, seed: int = 0) -> dict:
