@@ -23,7 +23,7 @@ from pipeline.data.manifest import read_manifest
 from pipeline.modeling import feature_cache
 from pipeline.modeling.inference import Predictions, load_inference_model, predict_split
 from pipeline.modeling.trainer import save_weights
-from tests.conftest import TINY
+from tests.conftest import TINY, run_cli
 
 OVERRIDES = (*TINY, "augment.where=host", "train.feature_cache=true", "train.unfrozen_layers=4",
              "train.feature_views=2")  # fmt: skip
@@ -107,3 +107,15 @@ def test_folds_predict_out_of_fold_as_scored_and_the_test_set_through_one_bottom
     experiment.predict_group(options(data_dir, tmp_path))
     assert through(Predictions.load(runs[0].predictions("test")))
     assert not through(Predictions.load(runs[1].predictions("test")))
+
+
+def test_cv_predict_picks_its_backend_before_anything_imports_keras(data_dir, tmp_path):
+    """`cv predict --backend jax` in a fresh process: Keras must not be imported (by the cut's
+    module) before the stage picks the backend; here it gets as far as the group's absence."""
+    sets = [arg for value in OVERRIDES for arg in ("--set", value)]
+    done = run_cli(
+        "cv", "predict", "--folds", "2", "--data-dir", str(data_dir), "--runs-dir", str(tmp_path / "runs"),
+        "--submissions-dir", str(tmp_path / "subs"), "--recipe", "default", "--backend", "jax", *sets,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "the CV group is not complete" in done.stderr and "backend cannot change" not in done.stderr

@@ -229,10 +229,11 @@ def predict_group(opts: CVOptions) -> Path:
     from pipeline.core.submission_files import write_submission
     from pipeline.cv.group import averaged
     from pipeline.cv.held import held_predictions
-    from pipeline.modeling import cut_predict
     from pipeline.modeling.inference import check_same_data
 
-    found = setup(opts)
+    found = setup(opts)  # the backend, before anything imports Keras
+    from pipeline.modeling import cut_predict
+
     metrics = finished_group(found)
     if opts.refit:
         return refit(opts, found, metrics)
