@@ -31,6 +31,7 @@ TTA         ?= 1#                test-time augmentation passes for evaluate, pre
 FOLDS       ?=#                  train, evaluate, predict: K-fold cross-validation over every labelled example (a CV group; ensemble: RUNS are CV groups)
 FOLD        ?=#                  FOLDS=K: train only these folds, e.g. FOLD=0,1 (a kernel's or a second machine's share)
 REFIT       ?=#                  FOLDS=K: REFIT=1 predicts with one model trained on all the labelled data to CV's epoch, not the fold mean
+CHOOSE      ?=#                  FOLDS=K: CHOOSE=1 trains the recipe's candidates (recipes/candidates/<recipe>.toml; or CHOOSE=file.toml) and CV picks one; evaluate and predict use it
 RUNS        ?=#                  make ensemble: the run ids to blend, RUNS="a b" (or CV group ids: blended out of fold)
 WEIGHTS     ?=#                  make ensemble: one weight per run (default equal)
 SEARCH      ?=#                  make ensemble: SEARCH=1 picks the weights on val macro-F1 (CV groups: out of fold)
@@ -58,8 +59,8 @@ ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 # What the user typed is taken as written ($(value)): Make would otherwise run a `$(shell ...)`
 # in it, and turn `$5` in a message into nothing.
 KNOBS := DATA SOURCE DATA_FROM COMPETITION GCS_PATH SIZE SEED SCALE FORCE RECIPE SET INSPECT_DIR \
-	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TTA FOLDS FOLD REFIT RUNS WEIGHTS \
-	SEARCH SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
+	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TTA FOLDS FOLD REFIT CHOOSE RUNS WEIGHTS \
+	SEARCH STACK SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
 	TIMEOUT RESUME_FROM PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS VERBOSE
 $(foreach k,$(KNOBS),$(if $(filter command environment,$(firstword $(origin $(k)))),\
 	$(eval override $(k) := $$(value $(k)))))
@@ -122,7 +123,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR)
 
-.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-cv bench-lite-parity bench-hosts fault-table security-table clean clean-data always
+.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-cv bench-choose bench-lite-parity bench-hosts fault-table security-table clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -188,12 +189,15 @@ hosts_PY = $(if $(filter slice,$(HOSTS)),PETALS_HOSTS=slice $(PY) -m pipeline.la
 
 # The stage finds its run by the config's hash: a finished run is a no-op, an interrupted one resumes.
 # FOLDS=K: the CV stage, the same knobs; each fold is a run of its own (RUN and CHECKPOINT_DIR name one run).
-cv_ARGS = --folds $(call q,FOLDS) $(call opt,--fold,FOLD) $(if $(REFIT),--refit) --data-dir $(call q,DATA) \
+cv_ARGS = --folds $(call q,FOLDS) $(call opt,--fold,FOLD) $(if $(REFIT),--refit) $(call opt,--choose,CHOOSE) --data-dir $(call q,DATA) \
 	--runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) $(if $(RETRAIN),--force) \
 	--submissions-dir $(call q,SUBMISSIONS) --tta $(call q,TTA)
 
+# CHOOSE, REFIT and FOLD are about CV groups: without FOLDS they would be dropped without a word.
+cv_only = $(if $(FOLDS),,$(foreach k,CHOOSE REFIT FOLD,$(if $($(k)),$(error $(k)=$($(k)) needs FOLDS=K (cross-validation), e.g. FOLDS=5 $(k)=$($(k))))))
+
 train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an interrupted run; RETRAIN=1 redoes it); FOLDS=5: its 5 folds and their CV group
-	$(if $(FOLDS),$(hosts_PY) cv train $(cv_ARGS),$(hosts_PY) train $(train_ARGS))
+	$(cv_only)$(if $(FOLDS),$(hosts_PY) cv train $(cv_ARGS),$(hosts_PY) train $(train_ARGS))
 
 config: | $(STAMP) ## print the config `make train` resolves (RECIPE, SET, the device), each value with its source
 	@$(PY) -m pipeline --quiet train $(train_ARGS) --print-config
@@ -205,10 +209,10 @@ run_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARG
 	$(call opt,--run,RUN) --submissions-dir $(call q,SUBMISSIONS)
 
 evaluate: $(DATA)/manifest.json $(CHAIN) ## score RUN (default: RECIPE's run) on val: macro-F1, per class, confusions (TTA=); FOLDS=5: the CV group's out-of-fold score
-	$(if $(FOLDS),$(hosts_PY) cv evaluate $(cv_ARGS),$(hosts_PY) evaluate $(run_ARGS) --tta $(call q,TTA))
+	$(cv_only)$(if $(FOLDS),$(hosts_PY) cv evaluate $(cv_ARGS),$(hosts_PY) evaluate $(run_ARGS) --tta $(call q,TTA))
 
 predict: $(DATA)/manifest.json $(if $(CHAIN),evaluate) ## test predictions of RUN (TTA=) -> SUBMISSIONS/<run-id>.csv; FOLDS=5: the folds' mean (REFIT=1: a refit on all data)
-	$(if $(FOLDS),$(hosts_PY) cv predict $(cv_ARGS),$(hosts_PY) predict $(run_ARGS) --tta $(call q,TTA))
+	$(cv_only)$(if $(FOLDS),$(hosts_PY) cv predict $(cv_ARGS),$(hosts_PY) predict $(run_ARGS) --tta $(call q,TTA))
 
 ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1, CV groups: STACK=1): a score and a submission
 	$(PY) -m pipeline ensemble --runs $(call qs,RUNS) $(if $(WEIGHTS),--weights $(call qs,WEIGHTS)) $(if $(SEARCH),--search) \
@@ -311,6 +315,9 @@ bench-text-real: | $(STAMP) ## imdb's CPU recipe on real movie reviews (VADER's 
 
 bench-images-real: | $(STAMP) ## the CPU recipes on real images (sklearn's digits, Fashion-MNIST, LFW faces) as a user's own competition vs an SVC: test macro-F1, seconds
 	$(PY) benchmarks/bench_images_real.py
+
+bench-choose: | $(STAMP) ## CHOOSE=1 on real images (Tux Paint stamps, digits and Fashion-MNIST at 30 a class): what CV chooses, its test score against the linear probe and the recipe as written
+	$(PY) benchmarks/bench_choose.py
 
 bench-cv: | $(STAMP) ## 5-fold CV on real images (digits, Tux Paint stamps, Fashion-MNIST, 30 a class): CV vs val against held-out test, fold mean vs refit, blends, pseudo-labels, the linear probe
 	$(PY) benchmarks/bench_cv.py

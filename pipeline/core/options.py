@@ -90,6 +90,7 @@ class CVOptions(TrainOptions):
     folds: int = 5
     fold_list: tuple[int, ...] = ()  # the folds this process trains; (): all of them
     refit: bool = False  # predict with one model refit on all the labelled data, not the fold mean
+    choose: str | None = None  # "1": the recipe's candidates (pipeline.cv.choose), else a file's path
     tta: int = 1
     submissions_dir: Path = Path("submissions")
 

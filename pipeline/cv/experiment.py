@@ -99,7 +99,15 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
     import pandas as pd
 
     from pipeline.core import leaderboard
-    from pipeline.cv.group import KIND, check_dealt, cv_epoch, out_of_fold, score_at_epoch, scores
+    from pipeline.cv.group import (
+        KIND,
+        check_dealt,
+        cv_epoch,
+        last_scores,
+        out_of_fold,
+        score_at_epoch,
+        scores,
+    )
     from pipeline.cv.held import held_predictions  # saved ones for a fold whose weights stayed away
 
     runs = {fold: found.fold_run(fold) for fold in range(opts.folds)}
@@ -129,6 +137,7 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
     histories = [pd.read_csv(run.history_file) for run in runs.values()]
     fold_metrics = [run.metrics() for run in runs.values()]
     chosen = cv_epoch(histories, key, spec.metric.greater_is_better)
+    last = last_scores(histories, key)
     metrics = {
         "kind": KIND,
         "metric": spec.metric.name,
@@ -143,6 +152,7 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
         "cv_epoch": chosen,
         "fold_mean_at_cv_epoch": score_at_epoch(histories, key, chosen),
         "best_epochs": [m.get("best_epoch") for m in fold_metrics],
+        "fold_scores_last": last,  # each fold at its schedule's end: nothing chosen on its val rows
         "fold_runs": {str(fold): run.name for fold, run in runs.items()},
         "recipe": found.config.recipe,
         "backbone": found.config.model.backbone,

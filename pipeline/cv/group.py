@@ -126,6 +126,16 @@ def score_at_epoch(histories: list, column: str, epoch: int | None) -> float | N
     return None if mean is None or epoch is None else float(mean.loc[epoch])
 
 
+def last_scores(histories: list, column: str) -> list[float] | None:
+    """Each fold's val score at its last scored epoch: the schedule as written, with no epoch chosen
+    on the rows that score it (None without val curves). On folds of a few dozen rows the best of
+    six epochs is the luckiest of six draws; the last is one draw."""
+    curves = [h.dropna(subset=[column])[column] for h in histories if column in h]
+    if len(curves) != len(histories) or any(c.empty for c in curves):
+        return None
+    return [float(c.iloc[-1]) for c in curves]
+
+
 def averaged(tests: list[Predictions]) -> Predictions:
     """The fold runs' test probabilities averaged, in the first run's id order."""
     first = tests[0]

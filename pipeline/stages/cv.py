@@ -5,7 +5,9 @@ all are finished writes the CV group: out-of-fold predictions of every labelled 
 fold's score, the CV score and the spread, and a leaderboard row ranked by CV. `evaluate`
 assembles the group again from whatever folds are finished (folds trained elsewhere included).
 `predict` writes the submission of the fold average, or with `--refit` of one model trained on
-every labelled example to the epoch CV chose.
+every labelled example to the epoch CV chose. With `--choose` each step is over a recipe's
+candidates (`pipeline.cv.choose`): train trains every candidate's group and chooses one by CV;
+evaluate and predict take the chosen one's group.
 """
 
 from __future__ import annotations
@@ -38,6 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--refit", action="store_true", help="predict: one model refit on all the labelled data to CV's epoch"
     )
+    parser.add_argument(
+        "--choose",
+        default=None,
+        metavar="1|FILE",
+        help="CV chooses between the recipe's candidates (1: recipes/candidates/<recipe>.toml) or a file's",
+    )
     arguments.add_data_dir(parser)
     arguments.add_runs_dir(parser)
     arguments.add_tta(parser)
@@ -55,14 +63,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from pipeline.cv import experiment
+    from pipeline.cv import choose, experiment
 
     if args.folds < 2:
         raise PetalsError(f"FOLDS={args.folds}: cross-validation needs at least 2 folds")
     opts = options.from_args(CVOptions, args, progress_bar=not args.quiet and sys.stdout.isatty())
     if args.step == "train":
-        experiment.train_folds(opts)
-    elif args.step == "evaluate":
+        choose.train(opts) if opts.choose else experiment.train_folds(opts)
+        return
+    if opts.choose:  # evaluate and predict: the chosen candidate's group
+        opts = choose.chosen(opts)
+    if args.step == "evaluate":
         found = experiment.setup(opts)
         metrics = experiment.assemble(found, opts)
         if metrics is None:

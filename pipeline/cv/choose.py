@@ -1,0 +1,226 @@
+"""What adapts to the data, chosen by cross-validation: a recipe's candidates, each a CV group on
+the same fold table, and the one CV prefers (`make train FOLDS=5 CHOOSE=1`).
+
+A recipe tuned on thousands of images memorises a few hundred; a head on frozen features (the
+linear probe's capacity) cannot. Which one a dataset wants is a question for its own folds, not
+for a rule of thumb on its size. The candidates live in a file beside the recipes
+(`recipes/candidates/<recipe>.toml`, the competition's first, then its task's; or any file:
+`CHOOSE=path.toml`): each table is a candidate, its sub-tables the config sections it changes over
+the recipe and the command line's `--set`s (an empty table: the recipe as written).
+
+Each candidate is judged by its folds' val scores at the end of its schedule, not by the CV score
+of its out-of-fold rows: those come from each fold's best epoch, chosen on the very rows that
+score it, and on folds of a few dozen examples the best of six noisy epochs flatters a candidate
+whose curve is noisy (the one that memorises). Listed simplest first: the winner is the first
+candidate within one standard error of the best (the folds' spread over sqrt(K): the
+one-standard-error rule of Breiman et al. 1984; Hastie et al., The Elements of Statistical
+Learning, 7.10): two scores a fold's noise apart do not say the bigger model is better.
+
+The choice (every candidate's group, CV score, spread and epoch, and the winner) is written to
+`runs/choose-<recipe>-<hash>/choice.json`; `make predict FOLDS=5 CHOOSE=1` predicts with the
+winner's group (its fold mean, or `REFIT=1`: a refit to the epoch its CV chose).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import tomllib
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.core.errors import PetalsError
+from pipeline.core.options import CVOptions
+from pipeline.core.rundir import RunDir
+
+log = logging.getLogger(__name__)
+
+FOLDER = "candidates"  # beside a recipe: recipes/candidates/<recipe>.toml
+MAX_BYTES = 1 << 20  # a candidates file is a few lines; one from a shared folder is bounded first
+RULE = (
+    "the folds' mean at the schedule's end; the first within one standard error (std / sqrt(K)) of the best"
+)
+FILE = "choice.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    name: str
+    overrides: tuple[str, ...]  # `--set` strings over the recipe and the command line's
+
+
+def _flatten(table: dict, where: str, prefix: str = "") -> list[str]:
+    """`{"train": {"frozen_epochs": 6}}` -> `["train.frozen_epochs=6"]` (scalars only)."""
+    found = []
+    for key, value in table.items():
+        if isinstance(value, dict):
+            found += _flatten(value, where, f"{prefix}{key}.")
+        elif isinstance(value, bool):
+            found.append(f"{prefix}{key}={'true' if value else 'false'}")
+        elif isinstance(value, int | float | str):
+            found.append(f"{prefix}{key}={value}")
+        else:
+            raise PetalsError(f"{where}: {prefix}{key} = {value!r}: a candidate sets plain values only")
+    return found
+
+
+def candidates_file(choose: str, competition: str, recipe: str) -> Path:
+    """`CHOOSE=1` (or `recipe`): the recipe's own candidates; anything else: a file's path."""
+    from pipeline.core import config as config_module
+
+    if choose not in ("1", "recipe"):
+        return Path(choose)
+    places = [folder / FOLDER / f"{recipe}.toml" for folder in config_module.recipe_dirs(competition)]
+    found = next((p for p in places if p.is_file()), None)
+    if found is None:
+        raise PetalsError(
+            f"CHOOSE=1: recipe {recipe!r} has no candidates ({' or '.join(map(str, places))}); "
+            "name a file of your own: CHOOSE=path.toml"
+        )
+    return found
+
+
+def read_candidates(path: Path) -> list[Candidate]:
+    """The candidates a file lists, in its order; one line for a file that cannot be one."""
+    if not path.is_file():
+        raise PetalsError(f"CHOOSE={path}: no such file")
+    if path.stat().st_size > MAX_BYTES:
+        raise PetalsError(
+            f"{path}: {path.stat().st_size} bytes, over the {MAX_BYTES} a candidates file may hold"
+        )
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise PetalsError(f"{path}: not valid TOML ({err})") from None
+    found = []
+    for name, table in raw.items():
+        if not isinstance(table, dict):
+            raise PetalsError(f"{path}: {name} = {table!r}: each candidate is a table ([{name}] ...)")
+        found.append(Candidate(name, tuple(_flatten(table, f"{path} [{name}]"))))
+    if len(found) < 2:
+        raise PetalsError(f"{path}: {len(found)} candidate(s); CV chooses between two or more")
+    return found
+
+
+def _options(opts: CVOptions, candidate: Candidate) -> CVOptions:
+    # The candidate's values come last: what it changes is what tells it from the others.
+    return dataclasses.replace(opts, overrides=(*opts.overrides, *candidate.overrides))
+
+
+def _checked(opts: CVOptions, path: Path, found: list[Candidate], device: str) -> None:
+    """Every candidate's config is built before any trains: a bad key is one line naming the file."""
+    from pipeline.core import config as config_module
+
+    for candidate in found:
+        try:
+            checked = _options(opts, candidate)
+            folds = dataclasses.replace(checked, overrides=(*checked.overrides, f"train.folds={opts.folds}"))
+            config_module.config_from_args(folds, device)
+        except PetalsError as err:
+            raise PetalsError(f"{path} [{candidate.name}]: {err}") from None
+
+
+def _candidates(opts: CVOptions, found) -> tuple[Path, list[Candidate]]:
+    path = candidates_file(opts.choose, found.config.competition, found.config.recipe)
+    listed = read_candidates(path)
+    _checked(opts, path, listed, found.platform.device)
+    return path, listed
+
+
+def choice_dir(opts: CVOptions, found, listed: list[Candidate]) -> RunDir:
+    """Where the choice over these candidates (on this recipe, data and fold table) is written."""
+    from pipeline.cv.experiment import setup
+
+    groups = [setup(_options(opts, c)).group.name for c in listed]
+    described = [[c.name, list(c.overrides), g] for c, g in zip(listed, groups, strict=True)]
+    digest = hashlib.sha256(json.dumps(described).encode()).hexdigest()[:8]
+    return RunDir(opts.runs_dir / f"choose-{found.config.recipe}-{digest}")
+
+
+def judged(metrics: dict) -> tuple[float, float]:
+    """A group's score for the choice and its spread: the folds at their schedule's end."""
+    last = metrics.get("fold_scores_last")
+    if not last:
+        raise PetalsError(
+            f"{metrics.get('fold_runs', {}).get('0', 'a CV group')}: its folds scored no epoch on val "
+            "(train.val_every): CV has nothing to choose by"
+        )
+    return float(np.mean(last)), float(np.std(last, ddof=1)) if len(last) > 1 else 0.0
+
+
+def pick(rows: list[dict], folds: int, greater_is_better: bool) -> int:
+    """The index of the first row within one standard error of the best score."""
+    sign = 1.0 if greater_is_better else -1.0
+    best = max(range(len(rows)), key=lambda i: sign * rows[i]["score"])
+    margin = rows[best]["spread"] / math.sqrt(folds)
+    return next(i for i, row in enumerate(rows) if sign * (rows[best]["score"] - row["score"]) <= margin)
+
+
+def train(opts: CVOptions) -> dict | None:
+    """Train every candidate's folds (each resumes), then choose; None while folds are missing."""
+    from pipeline.cv import experiment
+
+    found = experiment.setup(opts)
+    path, listed = _candidates(opts, found)
+    rows = []
+    for candidate in listed:
+        log.info("choose: %s (%s)", candidate.name, " ".join(candidate.overrides) or "the recipe as written")
+        metrics = experiment.train_folds(_options(opts, candidate))
+        if metrics is None:
+            return None
+        score, spread = judged(metrics)
+        rows.append({
+            "candidate": candidate.name,
+            "overrides": list(candidate.overrides),
+            "group": experiment.setup(_options(opts, candidate)).group.name,
+            "score": score,
+            "spread": spread,
+            **{k: metrics[k] for k in ("cv_score", "fold_std", "cv_epoch", "fold_mean_at_cv_epoch")},
+        })  # fmt: skip
+    winner = pick(rows, opts.folds, found.spec.metric.greater_is_better)
+    choice = {"candidates_file": str(path), "rule": RULE, "folds": opts.folds, "rows": rows,
+              "winner": rows[winner]["candidate"], "group": rows[winner]["group"]}  # fmt: skip
+    if found.platform.hosts.writer:
+        place = choice_dir(opts, found, listed)
+        place.path.mkdir(parents=True, exist_ok=True)
+        place.write_json(FILE, choice)
+    for line in report(choice, found.spec):
+        log.info("%s", line)
+    return choice
+
+
+def report(choice: dict, spec) -> list[str]:
+    lines = [
+        f"choose: {spec.metric.title} of each candidate, {choice['folds']} folds ({choice['rule']}); "
+        "beside it the CV score of its best epochs:"
+    ]
+    for row in choice["rows"]:
+        mark = "  <- chosen" if row["candidate"] == choice["winner"] else ""
+        lines.append(
+            f"choose:   {row['candidate']:<12} {row['score']:.4f} +- {row['spread']:.4f}  "
+            f"(CV {row['cv_score']:.4f}, epoch {row['cv_epoch']})  {row['group']}{mark}"
+        )
+    return lines
+
+
+def chosen(opts: CVOptions) -> CVOptions:
+    """The options of the chosen candidate's group, or one line if the choice was not made yet."""
+    from pipeline.cv import experiment
+
+    found = experiment.setup(opts)
+    _, listed = _candidates(opts, found)
+    place = choice_dir(opts, found, listed)
+    choice = place.read_json(FILE, default={})
+    if not choice:
+        raise PetalsError(
+            f"{place.path}: no choice yet; train the candidates first "
+            f"(make train FOLDS={opts.folds} CHOOSE=...)"
+        )
+    winner = next(c for c in listed if c.name == choice["winner"])
+    for line in report(choice, found.spec):
+        log.info("%s", line)
+    return _options(dataclasses.replace(opts, choose=None), winner)

@@ -1,0 +1,142 @@
+"""CV chooses between a recipe's candidates: every candidate a CV group on the same fold table, the
+winner by the one-standard-error rule, and evaluate and predict take the winner's group."""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+import pytest
+
+from pipeline.core.errors import PetalsError
+from pipeline.core.rundir import RunDir
+from pipeline.cv import choose
+from tests.conftest import REPO, run_cli
+from tests.test_cv import cv_args, options
+
+
+@pytest.fixture
+def data_dir(tiny_data_dir, tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(tiny_data_dir, copy)
+    return copy
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "candidates.toml"
+    path.write_text(text)
+    return path
+
+
+def test_the_first_candidate_within_one_standard_error_of_the_best_wins():
+    # Five folds with a spread of 0.05: one standard error is 0.05 / sqrt(5) = 0.0224.
+    rows = [{"score": 0.90, "spread": 0.05}, {"score": 0.94, "spread": 0.05}]
+    assert choose.pick(rows, 5, greater_is_better=True) == 1  # 0.04 better: more than one error
+    rows[1]["score"] = 0.92
+    assert choose.pick(rows, 5, greater_is_better=True) == 0  # 0.02 better: within it, the simpler
+    rows = [{"score": 0.30, "spread": 0.01}, {"score": 0.20, "spread": 0.01}, {"score": 0.25, "spread": 0.0}]
+    assert choose.pick(rows, 4, greater_is_better=False) == 1  # a loss: lower is better
+
+
+def test_a_candidate_is_judged_at_its_schedules_end_not_at_its_luckiest_epoch():
+    import pandas as pd
+
+    from pipeline.cv.group import last_scores
+
+    # Two folds whose best epochs (0.9, 0.8) are not their last (0.6, 0.7): the choice sees the last.
+    histories = [
+        pd.DataFrame({"epoch": [1, 2, 3], "val_macro_f1": [0.9, 0.5, 0.6]}),
+        pd.DataFrame({"epoch": [1, 2, 3], "val_macro_f1": [0.4, 0.8, 0.7]}),
+    ]
+    assert last_scores(histories, "val_macro_f1") == [0.6, 0.7]
+    score, spread = choose.judged({"fold_scores_last": [0.6, 0.7], "cv_score": 0.85})
+    assert score == pytest.approx(0.65) and spread == pytest.approx(0.0707, abs=1e-4)
+    unscored = [pd.DataFrame({"epoch": [1], "val_macro_f1": [float("nan")]})]
+    assert last_scores(unscored, "val_macro_f1") is None
+    with pytest.raises(PetalsError, match=r"scored no epoch on val \(train\.val_every\)"):
+        choose.judged({"fold_scores_last": None})
+
+
+def test_the_shipped_candidates_are_valid_configs_of_their_recipe(data_dir, tmp_path):
+    from pipeline.core import config as config_module
+
+    path = REPO / "pipeline/tasks/recipes/image_classification/candidates/cpu.toml"
+    listed = choose.read_candidates(path)
+    assert [c.name for c in listed] == ["head", "recipe"]  # the simplest first
+    for candidate in listed:
+        config = config_module.load_config("cpu", [*candidate.overrides, "train.folds=5"], device="cpu")
+        assert config.train.feature_cache
+    head = config_module.load_config("cpu", listed[0].overrides, device="cpu")
+    assert head.train.frozen_epochs == head.train.epochs  # a head on frozen features, every epoch
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("[a.train]\nepochs = 1\n", r"1 candidate\(s\); CV chooses between two or more"),
+        ("[a.train]\nepochs = 1\n[b.train]\nepoch = 2\n", r"candidates\.toml \[b\]: .*train\.epoch"),
+        (
+            "[a.train]\nepochs = 1\n[b.train]\nepochs = [1, 2]\n",
+            r"\[b\]: train\.epochs = \[1, 2\]: a candidate",
+        ),
+        ("a = 1\n[b]\n", r"a = 1: each candidate is a table"),
+        ("[a\n", r"candidates\.toml: not valid TOML"),
+    ],
+)
+def test_a_candidates_file_that_cannot_be_one_is_refused_in_one_line(data_dir, tmp_path, text, message):
+    opts = options(data_dir, tmp_path, choose=str(write(tmp_path, text)))
+    with pytest.raises(PetalsError, match=message):
+        choose.train(opts)
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("*/metrics.json"))
+
+
+def test_choose_needs_a_file_or_a_recipe_that_has_one(data_dir, tmp_path):
+    with pytest.raises(
+        PetalsError, match=r"CHOOSE=1: recipe 'default' has no candidates .*CHOOSE=path\.toml"
+    ):
+        choose.train(options(data_dir, tmp_path, choose="1"))
+    with pytest.raises(PetalsError, match=r"CHOOSE=.*nothere\.toml: no such file"):
+        choose.train(options(data_dir, tmp_path, choose=str(tmp_path / "nothere.toml")))
+    big = tmp_path / "big.toml"  # a shared competition folder's file: its size is read before it is
+    big.write_bytes(b"#" * (choose.MAX_BYTES + 1))
+    with pytest.raises(PetalsError, match=r"big\.toml: 1048577 bytes, over the 1048576"):
+        choose.read_candidates(big)
+
+
+@pytest.mark.slow
+def test_cv_chooses_a_candidate_and_predict_submits_its_group(data_dir, tmp_path):
+    candidates = write(tmp_path, "[short.train]\nepochs = 1\n\n[recipe]\n")
+    before = run_cli(*cv_args("predict", data_dir, tmp_path, "--choose", str(candidates)))
+    assert before.returncode == 2 and "no choice yet; train the candidates first" in before.stderr
+
+    trained = run_cli(*cv_args("train", data_dir, tmp_path, "--choose", str(candidates)))
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    (place,) = (tmp_path / "runs").glob("choose-default-*")
+    choice = RunDir(place).read_json(choose.FILE)
+    rows = {row["candidate"]: row for row in choice["rows"]}
+    assert list(rows) == ["short", "recipe"]
+    runs = tmp_path / "runs"
+    groups = {name: RunDir(runs / row["group"]) for name, row in rows.items()}
+    assert groups["short"].name != groups["recipe"].name
+    for name, group in groups.items():  # each a CV group of its own, on the one fold table
+        metrics = group.metrics()
+        assert metrics["cv_score"] == rows[name]["cv_score"] and metrics["folds"] == 2
+        ends = [
+            pd.read_csv(RunDir(runs / run).history_file).iloc[-1] for run in metrics["fold_runs"].values()
+        ]
+        assert rows[name]["score"] == pytest.approx(sum(end["val_macro_f1"] for end in ends) / 2)
+    assert len({g.metrics()["fold_table"] for g in groups.values()}) == 1
+    assert groups["short"].metrics()["epochs"] == 1 and groups["recipe"].metrics()["epochs"] == 2
+    expected = ["short", "recipe"][choose.pick(choice["rows"], 2, greater_is_better=True)]
+    assert choice["winner"] == expected and choice["group"] == rows[expected]["group"]
+    assert f"{expected:<12}" in trained.stderr and "<- chosen" in trained.stderr
+
+    again = run_cli(*cv_args("train", data_dir, tmp_path, "--choose", str(candidates)))  # all finished
+    assert again.returncode == 0 and RunDir(place).read_json(choose.FILE) == choice
+
+    predicted = run_cli(*cv_args("predict", data_dir, tmp_path, "--choose", str(candidates)))
+    assert predicted.returncode == 0, predicted.stderr[-2000:]
+    submission = tmp_path / "subs" / f"{choice['group']}.csv"
+    assert submission.is_file() and len(pd.read_csv(submission)) > 0
+    evaluated = run_cli(*cv_args("evaluate", data_dir, tmp_path, "--choose", str(candidates)))
+    assert evaluated.returncode == 0 and f"{choice['group']}: CV macro-F1" in evaluated.stdout
