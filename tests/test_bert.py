@@ -84,6 +84,30 @@ def test_pairs_become_cls_premise_sep_hypothesis_sep_with_segment_ids():
     assert encoded["padding_mask"][0].tolist() == [1] * 10 + [0, 0]
 
 
+def test_each_text_is_tokenized_once_per_tokenizer_and_the_folds_share_it():
+    config = load_config("cpu", ["competition=watson", "data.vocabulary_size=50"])
+    premises = np.array([f"the cat sat {i}" for i in range(12)])
+    hypotheses = np.array([f"a dog ran {i % 3}" for i in range(12)])
+    tokenizer = bert.new_tokenizer(config, (premises, hypotheses))
+    bert._ENCODED.clear()
+    everything = bert.Encoder(tokenizer, 12)((premises, hypotheses))
+    fold = bert.Encoder(tokenizer, 12)  # another fold's encoder, of the same tokenizer
+    rows = np.array([7, 2, 2, 11])
+    share = fold((premises[rows], hypotheses[rows]))
+    assert fold.tokenized == 0  # every text came from memory
+    for name in bert.INPUTS:
+        assert np.array_equal(share[name], everything[name][rows])
+    bert._ENCODED.clear()
+    fresh = bert.Encoder(tokenizer, 12)((premises[rows], hypotheses[rows]))
+    for name in bert.INPUTS:  # what memory gave is what the tokenizer gives
+        assert np.array_equal(share[name], fresh[name])
+    # A fold's own vocabulary (fitted on its training texts) is another tokenizer: tokenized again.
+    other = bert.new_tokenizer(config, (premises[:6], hypotheses[:6]))
+    again = bert.Encoder(other, 12)
+    again((premises[rows], hypotheses[rows]))
+    assert again.tokenized == 3 and bert.Encoder(tokenizer, 16).key != bert.Encoder(tokenizer, 12).key
+
+
 @pytest.mark.slow
 def test_a_bert_run_checkpoints_to_a_tf_gfile_path_and_resumes_from_it(pairs, cpu, tmp_path, caplog):
     """Checkpoints on a `tf.io.gfile` filesystem (TensorFlow's in-memory `ram://`, standing in for

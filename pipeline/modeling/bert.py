@@ -106,6 +106,22 @@ def load_tokenizer(folder: Path):
     return tokenizer
 
 
+# Texts already tokenized in this process, per tokenizer: the K folds of a CV group (one process
+# trains them all) and their evaluate and predict passes tokenize each text once, not K times.
+# The key is everything the ids depend on (the tokenizer's config and vocabulary, the length), so
+# a fold whose vocabulary was fitted on its own training texts never meets another fold's ids.
+_ENCODED: dict[str, dict[tuple[str, ...], tuple[np.ndarray, ...]]] = {}
+MEMO_BYTES = 2 << 30  # what remembered ids may hold (6 KB a text at 512 tokens); past it, forget
+
+
+def _tokenizer_key(tokenizer, sequence_length: int) -> str:
+    import hashlib
+    import json
+
+    described = json.dumps([tokenizer.get_config(), tokenizer.get_vocabulary(), sequence_length], default=str)
+    return f"{hashlib.sha256(described.encode()).hexdigest()}:{sequence_length}"
+
+
 class Encoder:
     """Texts or pairs -> BERT's inputs (int32 [n, sequence_length] each), eagerly, in numpy."""
 
@@ -113,15 +129,27 @@ class Encoder:
         keras_hub = _keras_hub()
         self.tokenizer = tokenizer
         self.preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length)
+        self.key = _tokenizer_key(tokenizer, sequence_length)
+        self.sequence_length = sequence_length
+        self.tokenized = 0  # texts this encoder sent through the tokenizer (the rest came from memory)
 
     def __call__(self, columns: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
-        parts: dict[str, list[np.ndarray]] = {name: [] for name in INPUTS}
-        for start in range(0, len(columns[0]), ENCODE_BATCH):
-            batch = tuple(np.asarray(c[start : start + ENCODE_BATCH]) for c in columns)
+        rows = [tuple(str(c[i]) for c in columns) for i in range(len(columns[0]))]
+        held = sum(len(memo) * len(INPUTS) * 4 * int(key.split(":")[1]) for key, memo in _ENCODED.items())
+        if held + len(rows) * len(INPUTS) * 4 * self.sequence_length > MEMO_BYTES:
+            _ENCODED.clear()
+        memo = _ENCODED.setdefault(self.key, {})
+        todo = list(dict.fromkeys(row for row in rows if row not in memo))
+        for start in range(0, len(todo), ENCODE_BATCH):
+            chunk = todo[start : start + ENCODE_BATCH]
+            batch = tuple(np.asarray([row[k] for row in chunk]) for k in range(len(columns)))
             encoded = self.preprocessor(x=batch if len(batch) > 1 else batch[0])
-            for name in INPUTS:
-                parts[name].append(keras.ops.convert_to_numpy(encoded[name]).astype(np.int32))
-        return {name: np.concatenate(chunks) for name, chunks in parts.items()}
+            arrays = [keras.ops.convert_to_numpy(encoded[name]).astype(np.int32) for name in INPUTS]
+            memo.update((row, tuple(a[i] for a in arrays)) for i, row in enumerate(chunk))
+        self.tokenized += len(todo)
+        if not rows:
+            return {name: np.zeros((0, self.sequence_length), np.int32) for name in INPUTS}
+        return {name: np.stack([memo[row][k] for row in rows]) for k, name in enumerate(INPUTS)}
 
 
 # ----------------------------------------------------------------------------- the network
