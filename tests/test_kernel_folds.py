@@ -16,6 +16,7 @@ import pytest
 from pipeline import cli
 from pipeline.core import rundir
 from pipeline.core.config import load_config
+from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
 from pipeline.core.rundir import RunDir
 from pipeline.core.submission_files import sample_ids
@@ -220,3 +221,55 @@ def test_a_folds_kernel_is_generated_with_its_folds_and_bad_folds_are_refused(tm
     text = (tmp_path / "folds" / "petals_kernel.py").read_text()
     settings = ast.literal_eval(re.search(r"^SETTINGS = (.*?)\nBUNDLE = ", text, re.S | re.M).group(1))
     assert settings["folds"] == 3 and settings["fold_list"] == [0, 2]
+
+
+def test_a_folds_kernel_carries_the_fold_table_dealt_here(tmp_path, data_dir, table, spec, monkeypatch):
+    # 192 px records on Kaggle; the tiny data here is 32 px: the table, of ids, is the same.
+    recipe = [arg for o in TINY if not o.startswith("data.image_size") for arg in ("--set", o)]
+    monkeypatch.setattr(check, "_answers_help", lambda *args, **kwargs: None)
+    base = ["kernel", "generate", "--kernels-dir", str(tmp_path / "k"), "--recipe", "default",
+            "--owner", "me",
+            "--name", "folds", *recipe, "--folds", str(K), "--data-dir", str(data_dir)]  # fmt: skip
+    assert cli.main(base) == 0
+    text = (tmp_path / "k" / "folds" / "petals_kernel.py").read_text()
+    settings = ast.literal_eval(re.search(r"^SETTINGS = (.*?)\nBUNDLE = ", text, re.S | re.M).group(1))
+    carried = settings["fold_table"]
+    assert carried["name"] == "k2-seed0.csv" and carried["digest"] == table.digest
+
+    # On Kaggle: a fresh copy of the same data, whose scikit-learn would deal otherwise (here: the
+    # deal of another seed under this name); the carried table is what the folds use.
+    kaggle = tmp_path / "kaggle-data"
+    shutil.copytree(data_dir, kaggle, ignore=shutil.ignore_patterns(folds.FOLDER))
+    other = folds.deal(table.ids, table.labels, K, seed=7)
+    assert other.digest != table.digest
+    folds._write(kaggle / folds.FOLDER / "k2-seed0.csv", other)
+    carried_other = folds.carried_table(kaggle, spec, load_config(overrides=OVERRIDES))
+    (kaggle / folds.FOLDER / "k2-seed0.csv").unlink()
+    folds.receive_table(kaggle, carried_other)
+    used = folds.fold_table(kaggle, spec, load_config(overrides=OVERRIDES))
+    assert used.digest == other.digest  # the carried deal, stored as this data's table
+    assert (kaggle / folds.FOLDER / "k2-seed0.csv").is_file()
+
+
+def test_a_carried_fold_table_of_other_data_is_not_used_and_a_bad_name_is_refused(
+    tmp_path, data_dir, table, spec, caplog
+):
+    kaggle = tmp_path / "kaggle-data"
+    shutil.copytree(data_dir, kaggle, ignore=shutil.ignore_patterns(folds.FOLDER))
+    carried = folds.carried_table(data_dir, spec, load_config(overrides=OVERRIDES))
+    fewer = folds.FoldTable(table.ids[1:], table.labels[1:], table.folds[1:], K, 0)  # another copy's
+    folds._write(tmp_path / "fewer.csv", fewer)
+    import base64
+    import gzip
+
+    carried["gzip_base64"] = base64.b64encode(gzip.compress((tmp_path / "fewer.csv").read_bytes())).decode()
+    folds.receive_table(kaggle, carried)
+    with caplog.at_level("WARNING"):
+        dealt = folds.fold_table(kaggle, spec, load_config(overrides=OVERRIDES))
+    assert dealt.digest == table.digest  # dealt here, as before
+    assert "a fold table of other data" in caplog.text and "dealing the folds here instead" in caplog.text
+    for name in ("../k2-seed0.csv", "k2-seed0.csv/x", "evil.sh"):
+        with pytest.raises(PetalsError, match="not a fold table's name"):
+            folds.receive_table(kaggle, {**carried, "name": name})
+    with pytest.raises(PetalsError, match="not gzip and base64"):
+        folds.receive_table(kaggle, {**carried, "gzip_base64": "bm90IGd6aXA="})

@@ -193,10 +193,12 @@ def summary_line(name: str, spec, metrics: dict) -> str:
     folds = " ".join(f"{s:.4f}" for s in metrics["fold_scores"])
     at = metrics.get("fold_mean_at_cv_epoch")
     at = "not scored" if at is None else f"{at:.4f}"
+    last = metrics.get("fold_scores_last")  # each fold's best epoch was chosen on its own rows
+    end = f"; at the schedule's end {sum(last) / len(last):.4f}" if last else ""
     return (
         f"{name}: CV {spec.metric.title} {metrics['cv_score']:.4f} on {metrics['examples']} out-of-fold "
         f"examples; folds {folds} (mean {metrics['fold_mean']:.4f} +- {metrics['fold_std']:.4f}); "
-        f"CV's epoch {metrics['cv_epoch']} (the folds' mean there {at})"
+        f"CV's epoch {metrics['cv_epoch']} (the folds' mean there {at}{end})"
     )
 
 

@@ -13,6 +13,7 @@ whose ids or labels are not the data's is refused, never used.
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from competition import CompetitionSpec
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
+
+log = logging.getLogger(__name__)
 
 FOLDER = "folds"  # inside the data dir
 MAX_TABLE_BYTES = 256 * 2**20  # a fold table is ids and two small numbers a row
@@ -125,7 +128,8 @@ def table_path(data_dir: Path, config: Config) -> Path:
 
 def fold_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> FoldTable:
     """The data's fold table for `train.folds` and `train.fold_seed`: the stored one, after
-    checking it deals exactly the data's labelled examples, else dealt now and stored."""
+    checking it deals exactly the data's labelled examples; else one another machine dealt for the
+    same data (a kernel's, carried in its script); else dealt now. Stored either way."""
     from pipeline.data.manifest import locate_data
 
     ids, labels = labelled(locate_data(data_dir), spec, config)
@@ -134,8 +138,83 @@ def fold_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> FoldTab
     path = table_path(data_dir, config)
     if path.is_file():
         return _checked(read_table(path, k), ids, labels, path)
-    table = deal(ids, labels, k, config.train.fold_seed)
+    table = _carried(path, ids, labels, k) or deal(ids, labels, k, config.train.fold_seed)
     _write(path, table)
+    return table
+
+
+# ----------------------------------------------------------------------------- carried to a kernel
+# A kernel deals its folds from Kaggle's copy of the data, with Kaggle's scikit-learn: a version
+# that deals differently would train folds the local group refuses to merge. So a FOLDS kernel
+# carries the table dealt here, and uses it if it deals exactly the kernel's data.
+
+CARRIED = ".carried"  # beside where the table goes: `k5-seed0.csv.carried`
+MAX_CARRIED_BYTES = 4 * 2**20  # compressed; a kernel script carries it inline
+
+
+def carried_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> dict | None:
+    """This data's fold table to carry in a kernel's settings: the stored one, else dealt now; None
+    without fetched data here. The table holds ids, not pixels: a kernel reading other resolutions
+    of the same records deals the same examples, and checks the table against them before use."""
+    import base64
+    import gzip
+
+    from pipeline.data.manifest import read_manifest
+
+    path = table_path(data_dir, config)
+    if read_manifest(data_dir) is None:
+        return None
+    if not path.is_file():
+        try:
+            fold_table(data_dir, spec, config)
+        except PetalsError as err:  # e.g. the kernel's resolution is not fetched here
+            log.info("folds: no fold table dealt here (%s)", err)
+            return None
+    stored = read_table(path, config.train.folds)
+    table = FoldTable(*stored, config.train.folds, config.train.fold_seed)
+    packed = base64.b64encode(gzip.compress(path.read_bytes(), mtime=0)).decode()
+    if len(packed) > MAX_CARRIED_BYTES:
+        return None
+    return {"name": path.name, "digest": table.digest, "examples": len(table), "gzip_base64": packed}
+
+
+def receive_table(data_dir: Path, carried: dict) -> Path:
+    """Write a carried table beside where this data's table goes; `fold_table` uses it if it fits."""
+    import base64
+    import gzip
+    import io
+    import re
+
+    name = str(carried.get("name", ""))
+    if not re.fullmatch(r"k\d{1,3}-seed\d{1,10}(-trainonly)?\.csv", name):  # a plain file name, no path
+        raise PetalsError(f"a carried fold table named {name!r}: not a fold table's name")
+    packed = str(carried.get("gzip_base64", ""))
+    if len(packed) > MAX_CARRIED_BYTES:
+        raise PetalsError(f"a carried fold table of {len(packed)} bytes, over {MAX_CARRIED_BYTES}")
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(base64.b64decode(packed))) as stream:
+            text = stream.read(MAX_TABLE_BYTES + 1)  # bounded before memory is
+    except (ValueError, OSError, EOFError) as err:
+        raise PetalsError(f"a carried fold table {name}: not gzip and base64 ({err})") from None
+    if len(text) > MAX_TABLE_BYTES:
+        raise PetalsError(f"a carried fold table {name}: over {MAX_TABLE_BYTES} bytes unpacked")
+    path = data_dir / FOLDER / (name + CARRIED)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, lambda tmp: tmp.write_bytes(text))
+    return path
+
+
+def _carried(path: Path, ids: np.ndarray, labels: np.ndarray, k: int) -> FoldTable | None:
+    """The carried table for `path`, if one is here and deals exactly this data; else None, said."""
+    carried = path.with_name(path.name + CARRIED)
+    if not carried.is_file():
+        return None
+    try:
+        table = _checked(read_table(carried, k), ids, labels, carried)
+    except PetalsError as err:
+        log.warning("folds: %s; dealing the folds here instead", err)
+        return None
+    log.info("folds: the table carried from where the kernel was made (%s)", table.digest)
     return table
 
 
@@ -175,7 +254,7 @@ def _checked(stored, ids: np.ndarray, labels: np.ndarray, path: Path) -> FoldTab
 
 
 def _k_and_seed(path: Path) -> tuple[int, int]:
-    k, seed = path.stem.split("-")[:2]
+    k, seed = path.name.split(".")[0].split("-")[:2]  # k5-seed0.csv, k5-seed0.csv.carried
     return int(k[1:]), int(seed[4:])
 
 

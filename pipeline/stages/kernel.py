@@ -224,7 +224,28 @@ def kernel_settings(args: argparse.Namespace, config, spec, kernel_id: str) -> d
         "time_limit": args.timeout or SESSION_LIMIT[session],
         "folds": args.folds,  # None: one run; K: the folds in fold_list (all when empty) of its CV group
         "fold_list": list(args.fold_list),
+        "fold_table": carried_fold_table(args, config, spec),
     }
+
+
+def carried_fold_table(args: argparse.Namespace, config, spec) -> dict | None:
+    """A FOLDS kernel carries the fold table of the data fetched here (dealt now if need be), so
+    Kaggle's scikit-learn cannot deal its folds differently from the group they join."""
+    import dataclasses
+
+    from pipeline.data import folds
+
+    if args.folds is None:
+        return None
+    with_folds = dataclasses.replace(config, train=dataclasses.replace(config.train, folds=args.folds))
+    carried = folds.carried_table(args.data_dir, spec, with_folds)
+    if carried is None:
+        print(f"kernel: no fold table of {args.data_dir} to carry (no data fetched there, or not of these "
+              "folds' resolution): the kernel deals its folds from Kaggle's copy")  # fmt: skip
+    else:
+        print(f"kernel: carries {args.data_dir}'s fold table ({carried['name']}, {carried['examples']} "
+              f"examples, {carried['digest']}): used there if it deals Kaggle's copy exactly")  # fmt: skip
+    return carried
 
 
 def script_text(settings: dict[str, Any], payload: bytes, notebook: bool) -> str:

@@ -230,6 +230,10 @@ def train_folds(where: dict, config: dict, stage, started: float, platform, done
 
     folds, tta = SETTINGS["folds"], SETTINGS["tta"]
     board = where["runs_dir"].parent / SUBMISSIONS  # the group's row, once this kernel has every fold
+    if SETTINGS.get("fold_table"):  # dealt where the kernel was made: used if it deals this data
+        from pipeline.data.folds import receive_table
+
+        receive_table(where["data_dir"], SETTINGS["fold_table"])
     for fold in SETTINGS.get("fold_list") or range(folds):
         limit = time_limit(started)
         opts = CVOptions(
