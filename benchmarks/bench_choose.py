@@ -33,6 +33,7 @@ from benchmarks import cv_data  # noqa: E402
 from benchmarks.bench_cv import Chain, commit, entry, probe, test_score  # noqa: E402
 from benchmarks.bench_fetch import machine, record  # noqa: E402
 from benchmarks.bench_images_real import stage  # noqa: E402
+from pipeline.core.files import write_json  # noqa: E402  (atomic)
 from pipeline.cv import choose  # noqa: E402
 
 CANDIDATES = REPO / "pipeline/tasks/recipes/image_classification/candidates/cpu.toml"
@@ -105,10 +106,10 @@ def main() -> None:
         results[key] = run_set(name, args.folds, args.seed)
         results[key]["seconds"] = round(time.perf_counter() - started, 1)
         print(f"{key}: {json.dumps(results[key])}", flush=True)
-        path.write_text(json.dumps({"machine": machine(), "sets": results}, indent=1))
+        write_json(path, {"machine": machine(), "sets": results})
     figures = summary(results)
     print(json.dumps(figures, indent=1))
-    path.write_text(json.dumps({"machine": machine(), "sets": results, "summary": figures}, indent=1))
+    write_json(path, {"machine": machine(), "sets": results, "summary": figures})
     record([{"name": "choose", **figures}])
 
 

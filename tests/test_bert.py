@@ -91,7 +91,8 @@ def test_each_text_is_tokenized_once_per_tokenizer_and_the_folds_share_it():
     tokenizer = bert.new_tokenizer(config, (premises, hypotheses))
     bert._ENCODED.clear()
     everything = bert.Encoder(tokenizer, 12)((premises, hypotheses))
-    fold = bert.Encoder(tokenizer, 12)  # another fold's encoder, of the same tokenizer
+    # Another fold's encoder, of a tokenizer built again from the same vocabulary (a preset's).
+    fold = bert.Encoder(bert.new_tokenizer(config, (premises, hypotheses)), 12)
     rows = np.array([7, 2, 2, 11])
     share = fold((premises[rows], hypotheses[rows]))
     assert fold.tokenized == 0  # every text came from memory

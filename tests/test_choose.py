@@ -81,6 +81,14 @@ def test_the_shipped_candidates_are_valid_configs_of_their_recipe(data_dir, tmp_
         ),
         ("a = 1\n[b]\n", r"a = 1: each candidate is a table"),
         ("[a\n", r"candidates\.toml: not valid TOML"),
+        (
+            "[a.train]\nepochs = 1\n[b.train]\nfold_seed = 3\n",
+            r"\[b\]: sets train\.fold_seed: every candidate",
+        ),
+        (
+            "[a]\ncompetition = 'imdb'\n[b]\n",
+            r"\[a\]: sets competition: every candidate is judged on the same",
+        ),
     ],
 )
 def test_a_candidates_file_that_cannot_be_one_is_refused_in_one_line(data_dir, tmp_path, text, message):
@@ -109,6 +117,10 @@ def test_cv_chooses_a_candidate_and_predict_submits_its_group(data_dir, tmp_path
     before = run_cli(*cv_args("predict", data_dir, tmp_path, "--choose", str(candidates)))
     assert before.returncode == 2 and "no choice yet; train the candidates first" in before.stderr
 
+    share = run_cli(*cv_args("train", data_dir, tmp_path, "--choose", str(candidates), "--fold", "0"))
+    assert share.returncode == 0 and "no choice made" in share.stderr, share.stderr[-2000:]
+    assert len(list((tmp_path / "runs").glob("*/metrics.json"))) == 2  # fold 0 of each candidate
+    assert not list((tmp_path / "runs").glob("choose-*/choice.json"))
     trained = run_cli(*cv_args("train", data_dir, tmp_path, "--choose", str(candidates)))
     assert trained.returncode == 0, trained.stderr[-2000:]
     (place,) = (tmp_path / "runs").glob("choose-default-*")
@@ -129,6 +141,11 @@ def test_cv_chooses_a_candidate_and_predict_submits_its_group(data_dir, tmp_path
     assert groups["short"].metrics()["epochs"] == 1 and groups["recipe"].metrics()["epochs"] == 2
     expected = ["short", "recipe"][choose.pick(choice["rows"], 2, greater_is_better=True)]
     assert choice["winner"] == expected and choice["group"] == rows[expected]["group"]
+    best = max(row["score"] for row in rows.values())  # the rule, as arithmetic: within one error
+    assert (
+        best - rows[expected]["score"] <= rows[max(rows, key=lambda n: rows[n]["score"])]["spread"] / 2**0.5
+    )
+    assert expected == "short" or best - rows["short"]["score"] > rows["recipe"]["spread"] / 2**0.5
     assert f"{expected:<12}" in trained.stderr and "<- chosen" in trained.stderr
 
     again = run_cli(*cv_args("train", data_dir, tmp_path, "--choose", str(candidates)))  # all finished

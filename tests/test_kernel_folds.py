@@ -243,7 +243,7 @@ def test_a_folds_kernel_carries_the_fold_table_dealt_here(tmp_path, data_dir, ta
     other = folds.deal(table.ids, table.labels, K, seed=7)
     assert other.digest != table.digest
     folds._write(kaggle / folds.FOLDER / "k2-seed0.csv", other)
-    carried_other = folds.carried_table(kaggle, spec, load_config(overrides=OVERRIDES))
+    carried_other, _ = folds.carried_table(kaggle, spec, load_config(overrides=OVERRIDES))
     (kaggle / folds.FOLDER / "k2-seed0.csv").unlink()
     folds.receive_table(kaggle, carried_other)
     used = folds.fold_table(kaggle, spec, load_config(overrides=OVERRIDES))
@@ -256,7 +256,7 @@ def test_a_carried_fold_table_of_other_data_is_not_used_and_a_bad_name_is_refuse
 ):
     kaggle = tmp_path / "kaggle-data"
     shutil.copytree(data_dir, kaggle, ignore=shutil.ignore_patterns(folds.FOLDER))
-    carried = folds.carried_table(data_dir, spec, load_config(overrides=OVERRIDES))
+    carried, _ = folds.carried_table(data_dir, spec, load_config(overrides=OVERRIDES))
     fewer = folds.FoldTable(table.ids[1:], table.labels[1:], table.folds[1:], K, 0)  # another copy's
     folds._write(tmp_path / "fewer.csv", fewer)
     import base64
@@ -267,7 +267,14 @@ def test_a_carried_fold_table_of_other_data_is_not_used_and_a_bad_name_is_refuse
     with caplog.at_level("WARNING"):
         dealt = folds.fold_table(kaggle, spec, load_config(overrides=OVERRIDES))
     assert dealt.digest == table.digest  # dealt here, as before
-    assert "a fold table of other data" in caplog.text and "dealing the folds here instead" in caplog.text
+    assert "carried from where the kernel was made is of other data" in caplog.text
+    assert not list((kaggle / folds.FOLDER).glob("*" + folds.CARRIED))  # considered once, then gone
+    # A stale table here (of other data) is not carried: the reason is said instead.
+    stale = tmp_path / "stale"
+    shutil.copytree(data_dir, stale, ignore=shutil.ignore_patterns(folds.FOLDER))
+    folds._write(stale / folds.FOLDER / "k2-seed0.csv", fewer)
+    none, why = folds.carried_table(stale, spec, load_config(overrides=OVERRIDES))
+    assert none is None and "a fold table of other data" in why
     for name in ("../k2-seed0.csv", "k2-seed0.csv/x", "evil.sh"):
         with pytest.raises(PetalsError, match="not a fold table's name"):
             folds.receive_table(kaggle, {**carried, "name": name})

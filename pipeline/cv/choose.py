@@ -16,9 +16,12 @@ candidate within one standard error of the best (the folds' spread over sqrt(K):
 one-standard-error rule of Breiman et al. 1984; Hastie et al., The Elements of Statistical
 Learning, 7.10): two scores a fold's noise apart do not say the bigger model is better.
 
-The choice (every candidate's group, CV score, spread and epoch, and the winner) is written to
+Candidates differ in what trains, never in the data or its folds (`SHARED` keys are refused).
+The choice (every candidate's group, scores, spread and epoch, and the winner) is written to
 `runs/choose-<recipe>-<hash>/choice.json`; `make predict FOLDS=5 CHOOSE=1` predicts with the
-winner's group (its fold mean, or `REFIT=1`: a refit to the epoch its CV chose).
+winner's group: its fold mean (each fold's best-epoch weights, as every CV group's), or `REFIT=1`,
+a refit to the epoch its CV chose. The winner's CV figures are the ones it won on, so they lean
+high; a held-out test part (`make bench-choose`) or Kaggle's score is the fair figure.
 """
 
 from __future__ import annotations
@@ -45,6 +48,9 @@ RULE = (
     "the folds' mean at the schedule's end; the first within one standard error (std / sqrt(K)) of the best"
 )
 FILE = "choice.json"
+# What every candidate shares, or their scores would not compare: the data, its folds, what trains.
+SHARED = ("competition", "train.folds", "train.fold", "train.fold_seed", "train.folds_keep_val",
+          "train.merge_val", "train.pseudo_labels")  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,13 +74,15 @@ def _flatten(table: dict, where: str, prefix: str = "") -> list[str]:
     return found
 
 
-def candidates_file(choose: str, competition: str, recipe: str) -> Path:
-    """`CHOOSE=1` (or `recipe`): the recipe's own candidates; anything else: a file's path."""
+def candidates_file(choose: str, competition: str, recipe: str, given: str) -> Path:
+    """`CHOOSE=1` (or `recipe`): the recipe's own candidates, beside it (`given`: the recipe as the
+    command line named it, maybe a file's path); anything else: a file's path."""
     from pipeline.core import config as config_module
 
     if choose not in ("1", "recipe"):
         return Path(choose)
-    places = [folder / FOLDER / f"{recipe}.toml" for folder in config_module.recipe_dirs(competition)]
+    folders = [Path(given).parent] if given.endswith(".toml") else config_module.recipe_dirs(competition)
+    places = [folder / FOLDER / f"{recipe}.toml" for folder in folders]
     found = next((p for p in places if p.is_file()), None)
     if found is None:
         raise PetalsError(
@@ -100,7 +108,14 @@ def read_candidates(path: Path) -> list[Candidate]:
     for name, table in raw.items():
         if not isinstance(table, dict):
             raise PetalsError(f"{path}: {name} = {table!r}: each candidate is a table ([{name}] ...)")
-        found.append(Candidate(name, tuple(_flatten(table, f"{path} [{name}]"))))
+        overrides = tuple(_flatten(table, f"{path} [{name}]"))
+        fixed = [o.partition("=")[0] for o in overrides if o.partition("=")[0] in SHARED]
+        if fixed:
+            raise PetalsError(
+                f"{path} [{name}]: sets {', '.join(fixed)}: every candidate is judged on the same data and "
+                "fold table (set them on the command line, for all)"
+            )
+        found.append(Candidate(name, overrides))
     if len(found) < 2:
         raise PetalsError(f"{path}: {len(found)} candidate(s); CV chooses between two or more")
     return found
@@ -125,17 +140,20 @@ def _checked(opts: CVOptions, path: Path, found: list[Candidate], device: str) -
 
 
 def _candidates(opts: CVOptions, found) -> tuple[Path, list[Candidate]]:
-    path = candidates_file(opts.choose, found.config.competition, found.config.recipe)
+    path = candidates_file(opts.choose, found.config.competition, found.config.recipe, opts.recipe)
     listed = read_candidates(path)
     _checked(opts, path, listed, found.platform.device)
     return path, listed
 
 
-def choice_dir(opts: CVOptions, found, listed: list[Candidate]) -> RunDir:
-    """Where the choice over these candidates (on this recipe, data and fold table) is written."""
+def group_names(opts: CVOptions, listed: list[Candidate]) -> list[str]:
     from pipeline.cv.experiment import setup
 
-    groups = [setup(_options(opts, c)).group.name for c in listed]
+    return [setup(_options(opts, c)).group.name for c in listed]
+
+
+def choice_dir(opts: CVOptions, found, listed: list[Candidate], groups: list[str]) -> RunDir:
+    """Where the choice over these candidates (on this recipe, data and fold table) is written."""
     described = [[c.name, list(c.overrides), g] for c, g in zip(listed, groups, strict=True)]
     digest = hashlib.sha256(json.dumps(described).encode()).hexdigest()[:8]
     return RunDir(opts.runs_dir / f"choose-{found.config.recipe}-{digest}")
@@ -161,22 +179,27 @@ def pick(rows: list[dict], folds: int, greater_is_better: bool) -> int:
 
 
 def train(opts: CVOptions) -> dict | None:
-    """Train every candidate's folds (each resumes), then choose; None while folds are missing."""
+    """Train every candidate's folds (each resumes; with FOLD= this process's share of each), then
+    choose once every group is complete; None while folds are missing."""
     from pipeline.cv import experiment
 
     found = experiment.setup(opts)
     path, listed = _candidates(opts, found)
-    rows = []
+    groups = group_names(opts, listed)
+    trained = []
     for candidate in listed:
         log.info("choose: %s (%s)", candidate.name, " ".join(candidate.overrides) or "the recipe as written")
-        metrics = experiment.train_folds(_options(opts, candidate))
-        if metrics is None:
-            return None
+        trained.append(experiment.train_folds(_options(opts, candidate)))
+    if any(metrics is None for metrics in trained):
+        log.info("choose: not every candidate's folds are trained yet; no choice made")
+        return None
+    rows = []
+    for candidate, group, metrics in zip(listed, groups, trained, strict=True):
         score, spread = judged(metrics)
         rows.append({
             "candidate": candidate.name,
             "overrides": list(candidate.overrides),
-            "group": experiment.setup(_options(opts, candidate)).group.name,
+            "group": group,
             "score": score,
             "spread": spread,
             **{k: metrics[k] for k in ("cv_score", "fold_std", "cv_epoch", "fold_mean_at_cv_epoch")},
@@ -185,7 +208,7 @@ def train(opts: CVOptions) -> dict | None:
     choice = {"candidates_file": str(path), "rule": RULE, "folds": opts.folds, "rows": rows,
               "winner": rows[winner]["candidate"], "group": rows[winner]["group"]}  # fmt: skip
     if found.platform.hosts.writer:
-        place = choice_dir(opts, found, listed)
+        place = choice_dir(opts, found, listed, groups)
         place.path.mkdir(parents=True, exist_ok=True)
         place.write_json(FILE, choice)
     for line in report(choice, found.spec):
@@ -204,6 +227,8 @@ def report(choice: dict, spec) -> list[str]:
             f"choose:   {row['candidate']:<12} {row['score']:.4f} +- {row['spread']:.4f}  "
             f"(CV {row['cv_score']:.4f}, epoch {row['cv_epoch']})  {row['group']}{mark}"
         )
+    # The winner's scores are the very ones it won on: a choice among several leans high.
+    lines.append("choose: the chosen group's scores chose it; a held-out test (or Kaggle's) is the fair one")
     return lines
 
 
@@ -213,7 +238,7 @@ def chosen(opts: CVOptions) -> CVOptions:
 
     found = experiment.setup(opts)
     _, listed = _candidates(opts, found)
-    place = choice_dir(opts, found, listed)
+    place = choice_dir(opts, found, listed, group_names(opts, listed))
     choice = place.read_json(FILE, default={})
     if not choice:
         raise PetalsError(

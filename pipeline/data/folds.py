@@ -152,30 +152,30 @@ CARRIED = ".carried"  # beside where the table goes: `k5-seed0.csv.carried`
 MAX_CARRIED_BYTES = 4 * 2**20  # compressed; a kernel script carries it inline
 
 
-def carried_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> dict | None:
-    """This data's fold table to carry in a kernel's settings: the stored one, else dealt now; None
-    without fetched data here. The table holds ids, not pixels: a kernel reading other resolutions
-    of the same records deals the same examples, and checks the table against them before use."""
+def carried_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> tuple[dict | None, str]:
+    """This data's fold table to carry in a kernel's settings (the stored one, checked against the
+    data, else dealt now), or None and why not. The table holds ids, not pixels: a kernel reading
+    another resolution of the same records deals the same examples, and checks it before use."""
     import base64
     import gzip
 
     from pipeline.data.manifest import read_manifest
 
-    path = table_path(data_dir, config)
     if read_manifest(data_dir) is None:
-        return None
-    if not path.is_file():
-        try:
-            fold_table(data_dir, spec, config)
-        except PetalsError as err:  # e.g. the kernel's resolution is not fetched here
-            log.info("folds: no fold table dealt here (%s)", err)
-            return None
-    stored = read_table(path, config.train.folds)
-    table = FoldTable(*stored, config.train.folds, config.train.fold_seed)
+        return None, f"no data fetched in {data_dir}"
+    path = table_path(data_dir, config)
+    try:
+        fold_table(data_dir, spec, config)  # a stored table is checked against the data here
+    except PetalsError as err:
+        if not path.is_file() or "of other data" in str(err):
+            return None, str(err)
+        # Only the kernel's resolution is missing here: the stored table's ids are the same.
+    table = FoldTable(*read_table(path, config.train.folds), config.train.folds, config.train.fold_seed)
     packed = base64.b64encode(gzip.compress(path.read_bytes(), mtime=0)).decode()
     if len(packed) > MAX_CARRIED_BYTES:
-        return None
-    return {"name": path.name, "digest": table.digest, "examples": len(table), "gzip_base64": packed}
+        return None, f"{path} is {len(packed)} bytes packed, over the {MAX_CARRIED_BYTES} a kernel carries"
+    carried = {"name": path.name, "digest": table.digest, "examples": len(table), "gzip_base64": packed}
+    return carried, ""
 
 
 def receive_table(data_dir: Path, carried: dict) -> Path:
@@ -211,10 +211,16 @@ def _carried(path: Path, ids: np.ndarray, labels: np.ndarray, k: int) -> FoldTab
         return None
     try:
         table = _checked(read_table(carried, k), ids, labels, carried)
-    except PetalsError as err:
-        log.warning("folds: %s; dealing the folds here instead", err)
-        return None
-    log.info("folds: the table carried from where the kernel was made (%s)", table.digest)
+    except PetalsError:
+        log.warning(
+            "folds: the fold table carried from where the kernel was made is of other data "
+            "(%s examples here); the folds are dealt here instead",
+            len(ids),
+        )
+        table = None
+    else:
+        log.info("folds: the table carried from where the kernel was made (%s)", table.digest)
+    carried.unlink()  # considered once: stored as this data's table, or not used
     return table
 
 

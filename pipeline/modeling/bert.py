@@ -106,10 +106,11 @@ def load_tokenizer(folder: Path):
     return tokenizer
 
 
-# Texts already tokenized in this process, per tokenizer: the K folds of a CV group (one process
-# trains them all) and their evaluate and predict passes tokenize each text once, not K times.
-# The key is everything the ids depend on (the tokenizer's config and vocabulary, the length), so
-# a fold whose vocabulary was fitted on its own training texts never meets another fold's ids.
+# Texts already tokenized in this process, per tokenizer: with a preset's tokenizer (its fixed
+# vocabulary), the K folds of a CV group (one process trains them all) tokenize each text once,
+# not K times. The key is everything the ids depend on (the tokenizer's config and vocabulary, the
+# length), so a fold whose vocabulary was fitted on its own training texts (`bert-tiny`,
+# `bert-small`) never meets another fold's ids: such folds share nothing, by design.
 _ENCODED: dict[str, dict[tuple[str, ...], tuple[np.ndarray, ...]]] = {}
 MEMO_BYTES = 2 << 30  # what remembered ids may hold (6 KB a text at 512 tokens); past it, forget
 
@@ -118,8 +119,21 @@ def _tokenizer_key(tokenizer, sequence_length: int) -> str:
     import hashlib
     import json
 
-    described = json.dumps([tokenizer.get_config(), tokenizer.get_vocabulary(), sequence_length], default=str)
+    # Not its layer name: Keras numbers each new instance (bert_tokenizer_1), and each fold builds one.
+    config = {k: v for k, v in tokenizer.get_config().items() if k != "name"}
+    described = json.dumps([config, tokenizer.get_vocabulary(), sequence_length], default=str)
     return f"{hashlib.sha256(described.encode()).hexdigest()}:{sequence_length}"
+
+
+def _row_bytes(row: tuple[str, ...], sequence_length: int) -> int:
+    """What one remembered text costs: its ids and the text kept as the key (and Python's overheads)."""
+    return len(INPUTS) * (4 * sequence_length + 112) + sum(len(text) + 50 for text in row)
+
+
+def _held_bytes() -> int:
+    return sum(
+        _row_bytes(row, int(key.rsplit(":", 1)[1])) for key, memo in _ENCODED.items() for row in memo
+    )
 
 
 class Encoder:
@@ -135,8 +149,7 @@ class Encoder:
 
     def __call__(self, columns: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         rows = [tuple(str(c[i]) for c in columns) for i in range(len(columns[0]))]
-        held = sum(len(memo) * len(INPUTS) * 4 * int(key.split(":")[1]) for key, memo in _ENCODED.items())
-        if held + len(rows) * len(INPUTS) * 4 * self.sequence_length > MEMO_BYTES:
+        if _held_bytes() + sum(_row_bytes(row, self.sequence_length) for row in rows) > MEMO_BYTES:
             _ENCODED.clear()
         memo = _ENCODED.setdefault(self.key, {})
         todo = list(dict.fromkeys(row for row in rows if row not in memo))

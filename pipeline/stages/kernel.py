@@ -238,10 +238,9 @@ def carried_fold_table(args: argparse.Namespace, config, spec) -> dict | None:
     if args.folds is None:
         return None
     with_folds = dataclasses.replace(config, train=dataclasses.replace(config.train, folds=args.folds))
-    carried = folds.carried_table(args.data_dir, spec, with_folds)
+    carried, why_not = folds.carried_table(args.data_dir, spec, with_folds)
     if carried is None:
-        print(f"kernel: no fold table of {args.data_dir} to carry (no data fetched there, or not of these "
-              "folds' resolution): the kernel deals its folds from Kaggle's copy")  # fmt: skip
+        print(f"kernel: carries no fold table ({why_not}): the kernel deals its folds from Kaggle's copy")
     else:
         print(f"kernel: carries {args.data_dir}'s fold table ({carried['name']}, {carried['examples']} "
               f"examples, {carried['digest']}): used there if it deals Kaggle's copy exactly")  # fmt: skip
