@@ -111,18 +111,26 @@ def test_choose_needs_a_file_or_a_recipe_that_has_one(data_dir, tmp_path):
         choose.read_candidates(big)
 
 
+# On the feature cache, cut where both candidates cut: the frozen bottom runs once for the two.
+CACHED = ("train.feature_cache=true", "train.unfrozen_layers=4", "train.feature_views=2")
+
+
 @pytest.mark.slow
 def test_cv_chooses_a_candidate_and_predict_submits_its_group(data_dir, tmp_path):
     candidates = write(tmp_path, "[short.train]\nepochs = 1\n\n[recipe]\n")
-    before = run_cli(*cv_args("predict", data_dir, tmp_path, "--choose", str(candidates)))
+    chosen = ("--choose", str(candidates), *[a for o in CACHED for a in ("--set", o)])
+    before = run_cli(*cv_args("predict", data_dir, tmp_path, *chosen))
     assert before.returncode == 2 and "no choice yet; train the candidates first" in before.stderr
 
-    share = run_cli(*cv_args("train", data_dir, tmp_path, "--choose", str(candidates), "--fold", "0"))
+    share = run_cli(*cv_args("train", data_dir, tmp_path, *chosen, "--fold", "0"))
     assert share.returncode == 0 and "no choice made" in share.stderr, share.stderr[-2000:]
     assert len(list((tmp_path / "runs").glob("*/metrics.json"))) == 2  # fold 0 of each candidate
     assert not list((tmp_path / "runs").glob("choose-*/choice.json"))
-    trained = run_cli(*cv_args("train", data_dir, tmp_path, "--choose", str(candidates)))
+    trained = run_cli(*cv_args("train", data_dir, tmp_path, *chosen))
     assert trained.returncode == 0, trained.stderr[-2000:]
+    passes = (share.stderr + trained.stderr).count("train: cached pooled features:")
+    assert passes == 1  # one pass below the cut for both candidates' four folds
+    assert not list((tmp_path / "runs").glob("features-*"))  # and gone once the choice is made
     (place,) = (tmp_path / "runs").glob("choose-default-*")
     choice = RunDir(place).read_json(choose.FILE)
     rows = {row["candidate"]: row for row in choice["rows"]}
@@ -148,12 +156,12 @@ def test_cv_chooses_a_candidate_and_predict_submits_its_group(data_dir, tmp_path
     assert expected == "short" or best - rows["short"]["score"] > rows["recipe"]["spread"] / 2**0.5
     assert f"{expected:<12}" in trained.stderr and "<- chosen" in trained.stderr
 
-    again = run_cli(*cv_args("train", data_dir, tmp_path, "--choose", str(candidates)))  # all finished
+    again = run_cli(*cv_args("train", data_dir, tmp_path, *chosen))  # all finished: nothing trains
     assert again.returncode == 0 and RunDir(place).read_json(choose.FILE) == choice
 
-    predicted = run_cli(*cv_args("predict", data_dir, tmp_path, "--choose", str(candidates)))
+    predicted = run_cli(*cv_args("predict", data_dir, tmp_path, *chosen))
     assert predicted.returncode == 0, predicted.stderr[-2000:]
     submission = tmp_path / "subs" / f"{choice['group']}.csv"
     assert submission.is_file() and len(pd.read_csv(submission)) > 0
-    evaluated = run_cli(*cv_args("evaluate", data_dir, tmp_path, "--choose", str(candidates)))
+    evaluated = run_cli(*cv_args("evaluate", data_dir, tmp_path, *chosen))
     assert evaluated.returncode == 0 and f"{choice['group']}: CV macro-F1" in evaluated.stdout

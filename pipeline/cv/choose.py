@@ -185,7 +185,8 @@ def train(opts: CVOptions) -> dict | None:
 
     found = experiment.setup(opts)
     path, listed = _candidates(opts, found)
-    groups = group_names(opts, listed)
+    setups = [experiment.setup(_options(opts, c)) for c in listed]
+    groups = [one.group.name for one in setups]
     trained = []
     for candidate in listed:
         log.info("choose: %s (%s)", candidate.name, " ".join(candidate.overrides) or "the recipe as written")
@@ -193,6 +194,7 @@ def train(opts: CVOptions) -> dict | None:
     if any(metrics is None for metrics in trained):
         log.info("choose: not every candidate's folds are trained yet; no choice made")
         return None
+    _done_with_features(opts, setups)
     rows = []
     for candidate, group, metrics in zip(listed, groups, trained, strict=True):
         score, spread = judged(metrics)
@@ -214,6 +216,16 @@ def train(opts: CVOptions) -> dict | None:
     for line in report(choice, found.spec):
         log.info("%s", line)
     return choice
+
+
+def _done_with_features(opts: CVOptions, setups: list) -> None:
+    """Every candidate is trained: their shared feature caches go (kept until now, as candidates
+    that cut the network at one place share one)."""
+    from pipeline.modeling import features
+
+    for one in setups:
+        if one.config.train.feature_cache and one.platform.hosts.writer:
+            features.remove_shared(opts.runs_dir, one.table, one.config)
 
 
 def report(choice: dict, spec) -> list[str]:

@@ -163,7 +163,9 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
         return metrics
     oof.save(found.group.predictions("oof"))
     found.group.write_json(RunDir.METRICS, metrics)
-    if found.config.train.feature_cache:  # every fold is trained: the pooled activations are done with
+    # Every fold is trained: the pooled activations are done with (CHOOSE: once every candidate is,
+    # since the next candidate may cut the network where this one did).
+    if found.config.train.feature_cache and not opts.choose:
         from pipeline.modeling import features
 
         features.remove_shared(opts.runs_dir, found.table, found.config)
