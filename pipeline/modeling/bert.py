@@ -131,9 +131,7 @@ def _row_bytes(row: tuple[str, ...], sequence_length: int) -> int:
 
 
 def _held_bytes() -> int:
-    return sum(
-        _row_bytes(row, int(key.rsplit(":", 1)[1])) for key, memo in _ENCODED.items() for row in memo
-    )
+    return sum(_row_bytes(row, int(key.rsplit(":", 1)[1])) for key, memo in _ENCODED.items() for row in memo)
 
 
 class Encoder:
