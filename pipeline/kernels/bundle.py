@@ -24,15 +24,17 @@ REPO = Path(__file__).resolve().parents[2]
 BUNDLED = ("pipeline", "competition")  # the packages the kernel carries
 BUNDLED_SUFFIXES = (".py", ".toml", ".txt")
 # What the kernel needs where git cannot say what belongs to the packages (an unpacked sdist, a
-# kernel's own bundle): their modules, the task recipes, and each competition's file and recipes;
-# with each competition's class list as its file names it (`classes_files`). A stray notes.txt
-# beside competition.toml matches none of these.
+# kernel's own bundle): their modules, the task recipes and their candidates (`CHOOSE=1`), and each
+# competition's file, recipes and candidates; with each competition's class list as its file
+# names it (`classes_files`). A stray notes.txt beside competition.toml matches none of these.
 WITHOUT_GIT = (
     "pipeline/**/*.py",
     "pipeline/tasks/recipes/*/*.toml",
+    "pipeline/tasks/recipes/*/candidates/*.toml",
     "competition/*.py",
     "competition/*/competition.toml",
     "competition/*/recipes/*.toml",
+    "competition/*/recipes/candidates/*.toml",
 )
 SHOWN_LEFT_OUT = 3  # untracked files the INFO line names
 
