@@ -21,7 +21,6 @@ import argparse
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,10 +29,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks import cv_data  # noqa: E402
-from benchmarks.bench_cv import Chain, commit, entry, probe, test_score  # noqa: E402
-from benchmarks.bench_fetch import machine, record  # noqa: E402
+from benchmarks.bench_cv import Chain, commit, probe, run_entries, test_score  # noqa: E402
 from benchmarks.bench_images_real import stage  # noqa: E402
-from pipeline.core.files import write_json  # noqa: E402  (atomic)
 from pipeline.cv import choose  # noqa: E402
 
 CANDIDATES = REPO / "pipeline/tasks/recipes/image_classification/candidates/cpu.toml"
@@ -98,19 +95,10 @@ def main() -> None:
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0, help="the runs' seed and the folds' (default 0)")
     args = parser.parse_args()
-    path = REPO / "benchmarks" / "choose.json"
-    results = json.loads(path.read_text())["sets"] if path.is_file() else {}
-    for name in args.sets:
-        started = time.perf_counter()
-        key = entry(name, args.seed)
-        results[key] = run_set(name, args.folds, args.seed)
-        results[key]["seconds"] = round(time.perf_counter() - started, 1)
-        print(f"{key}: {json.dumps(results[key])}", flush=True)
-        write_json(path, {"machine": machine(), "sets": results})
-    figures = summary(results)
-    print(json.dumps(figures, indent=1))
-    write_json(path, {"machine": machine(), "sets": results, "summary": figures})
-    record([{"name": "choose", **figures}])
+    run_entries(
+        REPO / "benchmarks" / "choose.json", "choose", args.sets, args.seed,
+        lambda name: run_set(name, args.folds, args.seed), summary,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

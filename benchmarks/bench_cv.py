@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks import cv_data  # noqa: E402
 from benchmarks.bench_fetch import machine, record  # noqa: E402
 from benchmarks.bench_images_real import stage  # noqa: E402  (a stage in a fresh process, exits on failure)
+from pipeline.core.files import write_json  # noqa: E402  (atomic)
 
 # The recipes compared: the CPU recipe (the last block and a head fine-tuned on cached
 # activations) and the same with every epoch frozen (a head on pooled features: petals' own
@@ -203,6 +204,23 @@ def summary(results: dict) -> dict:
     }
 
 
+def run_entries(path: Path, name: str, sets: list[str], seed: int, run_one, summarise) -> None:
+    """Each set's entry (`set`, `set@seedN`) measured by `run_one` and written to `path` as it
+    finishes (other entries kept), then `summarise` over every entry there, also in latest.json."""
+    results = json.loads(path.read_text())["sets"] if path.is_file() else {}
+    for one in sets:
+        started = time.perf_counter()
+        key = entry(one, seed)
+        results[key] = run_one(one)
+        results[key]["seconds"] = round(time.perf_counter() - started, 1)
+        print(f"{key}: {json.dumps(results[key])}", flush=True)
+        write_json(path, {"machine": machine(), "sets": results})
+    figures = summarise(results)
+    print(json.dumps(figures, indent=1))
+    write_json(path, {"machine": machine(), "sets": results, "summary": figures})
+    record([{"name": name, **figures}])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -214,19 +232,10 @@ def main() -> None:
     parser.add_argument("--no-pseudo", action="store_true")
     parser.add_argument("--seed", type=int, default=0, help="the runs' seed and the folds' (default 0)")
     args = parser.parse_args()
-    path = REPO / "benchmarks" / "cv.json"
-    results = json.loads(path.read_text())["sets"] if path.is_file() else {}
-    for name in args.sets:
-        started = time.perf_counter()
-        key = entry(name, args.seed)
-        results[key] = run_set(name, args.folds, not args.no_pseudo, args.seed)
-        results[key]["seconds"] = round(time.perf_counter() - started, 1)
-        print(f"{key}: {json.dumps(results[key])}", flush=True)
-        path.write_text(json.dumps({"machine": machine(), "sets": results}, indent=1))
-    figures = summary(results)
-    print(json.dumps(figures, indent=1))
-    path.write_text(json.dumps({"machine": machine(), "sets": results, "summary": figures}, indent=1))
-    record([{"name": "cv", **figures}])
+    run_entries(
+        REPO / "benchmarks" / "cv.json", "cv", args.sets, args.seed,
+        lambda name: run_set(name, args.folds, not args.no_pseudo, args.seed), summary,
+    )  # fmt: skip
 
 
 if __name__ == "__main__":
