@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -29,20 +28,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks import cv_data  # noqa: E402
-from benchmarks.bench_cv import Chain, commit, probe, run_entries, test_score  # noqa: E402
+from benchmarks.bench_cv import opened_set, probe, run_entries, test_score  # noqa: E402
 from benchmarks.bench_images_real import stage  # noqa: E402
 from pipeline.cv import choose  # noqa: E402
 
-CANDIDATES = REPO / "pipeline/tasks/recipes/image_classification/candidates/cpu.toml"
-
 
 def run_set(name: str, folds: int, seed: int) -> dict:
-    data = cv_data.load(name)
-    result: dict = {"classes": len(data.classes), "dev": len(data.dev[1]), "test": len(data.test[1]),
-                    "seed": seed, "commit": commit()}  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp:
-        spec, download, truth = cv_data.write_competition(data, Path(tmp) / "set")
-        chain = Chain(spec, download, Path(tmp) / "work", truth, folds, seed)
+    with opened_set(name, folds, seed) as (data, chain, result):
         runs, subs = chain.work / "runs", chain.work / "subs"
         args = ["--folds", str(folds), *chain.common("cpu", runs, subs)]
         result["train_seconds"] = stage("cv", "train", "--choose", "1", *args)

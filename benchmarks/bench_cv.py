@@ -25,6 +25,7 @@ others, and the summary in cv.json and benchmarks/latest.json is over every entr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -154,13 +155,20 @@ def commit() -> str:
     return done.stdout.strip() + ("+changes" if code else "")  # its own results files are not code
 
 
-def run_set(name: str, folds: int, pseudo: bool, seed: int = 0) -> dict:
+@contextlib.contextmanager
+def opened_set(name: str, folds: int, seed: int):
+    """Set `name` as a user's competition in a temporary folder, fetched: (its data, its Chain, the
+    entry's result so far: sizes, seed and commit). The folder goes when the block ends."""
     data = cv_data.load(name)
     result: dict = {"classes": len(data.classes), "dev": len(data.dev[1]), "test": len(data.test[1]),
                     "seed": seed, "commit": commit()}  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         spec, download, truth = cv_data.write_competition(data, Path(tmp) / "set")
-        chain = Chain(spec, download, Path(tmp) / "work", truth, folds, seed)
+        yield data, Chain(spec, download, Path(tmp) / "work", truth, folds, seed), result
+
+
+def run_set(name: str, folds: int, pseudo: bool, seed: int = 0) -> dict:
+    with opened_set(name, folds, seed) as (data, chain, result):
         for recipe in RECIPES:
             result[f"single-{recipe}"] = chain.single(recipe)
             result[f"cv-{recipe}"] = chain.cv(recipe)
