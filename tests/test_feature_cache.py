@@ -4,6 +4,7 @@ computes only the rest, to the same rows."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -91,6 +92,30 @@ def test_the_folds_of_a_group_compute_one_pooled_pass(
     assert features.remove_shared(tmp_path, table, other_group) == shared and sorted(tmp_path.iterdir()) == [
         other
     ]
+
+
+def test_folds_in_one_process_read_the_pooled_file_once_and_a_rewritten_one_again(
+    cut, spec, data_dir, tmp_path, cpu, monkeypatch
+):
+    reads, real = [], np.load
+
+    def counted(path, *args, **kwargs):
+        reads.append(Path(path).name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(np, "load", counted)
+    _, (first, _) = fold_splits(cut, fold_config(0), spec, data_dir, tmp_path, cpu)
+    _, (second, _) = fold_splits(cut, fold_config(1), spec, data_dir, tmp_path, cpu)
+    assert "pooled.npz" not in reads  # computed here, then held: no fold read it back
+    pooled = next(tmp_path.glob("features-*/pooled.npz"))
+    with real(pooled) as file:
+        signature = json.loads(str(file["signature"]))
+    reads.clear()
+    saved = feature_cache.cached(pooled, signature)
+    assert saved is not None and set(first.ids) | set(second.ids) == set(saved.ids) and reads == []
+    # Another process replaced the file (same signature, same size): its rows, not the held ones.
+    feature_cache.save(pooled, dataclasses.replace(saved, features=np.ones_like(saved.features)), signature)
+    assert feature_cache.cached(pooled, signature).features.min() == 1.0 and reads == ["pooled.npz"]
 
 
 def test_a_fold_trains_on_its_table_rows_and_scores_on_its_held_out_fold(cut, spec, data_dir, tmp_path, cpu):

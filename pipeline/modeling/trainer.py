@@ -1,8 +1,8 @@
 """One run's training, epoch by epoch, with Keras `fit` or a custom loop, on either backend.
 
 After each epoch, both loops: score val with the competition's metric (scikit-learn), append a row to
-`history.csv`, save the last (and, if better, the best) weights, then a checkpoint of weights +
-optimizer + epoch. A rerun restores that checkpoint and goes on from the next epoch. With
+`history.csv`, save the best weights when better (the last ones after the final epoch), then a
+checkpoint of weights + optimizer + epoch. A rerun restores it and goes on from the next epoch. With
 `train.ema`, the optimizer also keeps a moving average of the weights; that average is what is
 scored and saved as best and last weights, while training goes on from the trained weights.
 """
@@ -328,12 +328,11 @@ class Trainer:
         return pd.DataFrame()
 
     def _save_weights(self, row: dict) -> None:
-        save_weights(self.net, self.run.last_weights)
+        if row["epoch"] == self.config.train.epochs:  # a resume reads the checkpoint, not these
+            save_weights(self.net, self.run.last_weights)
         metric, key = self.job.spec.metric, self.job.spec.score_key
-        if self._val is None:
-            score = -row["loss"]
-        else:
-            score = None if key not in row else row[key] if metric.greater_is_better else -row[key]
+        sign = 1 if metric.greater_is_better else -1
+        score = -row["loss"] if self._val is None else sign * row[key] if key in row else None
         if score is not None and score > self.best_score:  # None: an epoch val was not scored after
             self.best_score = score
             save_weights(self.net, self.run.best_weights)
