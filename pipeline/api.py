@@ -13,6 +13,9 @@ run the chain without a shell:
     api.predict(api.ScoreOptions(data_dir=run.data_dir, overrides=run.overrides))
     api.submit(api.SubmitOptions(competition="flowers", data_dir=run.data_dir))
 
+Cross-validation is the same chain over a CV group (`api.cv_train`, `api.cv_evaluate`,
+`api.cv_predict` with `api.CVOptions(folds=5, ...)`), and `api.ensemble` blends runs or groups.
+
 A run is found the way `train` names it (recipe, overrides, data), so the scoring steps take the
 training's recipe and overrides, or its `run_id`. Errors a user can fix raise
 `pipeline.core.errors.PetalsError` with one line; a run stopped on a signal or its time limit
@@ -31,7 +34,9 @@ from typing import Any
 from competition.spec import DEFAULT_COMPETITION
 from pipeline.core.options import (
     ConfigOptions,
+    CVOptions,
     DeviceOptions,
+    EnsembleOptions,
     FetchOptions,
     ScoreOptions,
     SubmitOptions,
@@ -39,12 +44,18 @@ from pipeline.core.options import (
 )
 
 __all__ = [
+    "CVOptions",
     "ConfigOptions",
     "DeviceOptions",
+    "EnsembleOptions",
     "FetchOptions",
     "ScoreOptions",
     "SubmitOptions",
     "TrainOptions",
+    "cv_evaluate",
+    "cv_predict",
+    "cv_train",
+    "ensemble",
     "evaluate",
     "fetch",
     "predict",
@@ -80,6 +91,37 @@ def predict(options: ScoreOptions) -> Path:
     from pipeline.stages import predict as stage
 
     return stage.predict(options)
+
+
+def cv_train(options: CVOptions) -> dict | None:
+    """Train a recipe's K folds (`options.fold_list`: a share of them), each a resumable run; the CV
+    group's metrics once every fold is finished, else None. `options.choose`: the recipe's
+    candidates, one chosen by CV."""
+    from pipeline.stages import cv as stage
+
+    return stage.train(options)
+
+
+def cv_evaluate(options: CVOptions) -> dict:
+    """The CV group assembled from its finished folds: out-of-fold scores, a leaderboard row."""
+    from pipeline.stages import cv as stage
+
+    return stage.evaluate(options)
+
+
+def cv_predict(options: CVOptions) -> Path:
+    """The CV group's submission: the folds' mean, or with `options.refit` one model on all the
+    labelled data trained to CV's epoch; its path."""
+    from pipeline.stages import cv as stage
+
+    return stage.predict(options)
+
+
+def ensemble(options: EnsembleOptions) -> Path:
+    """Blend runs (on val) or CV groups (judged out of fold) into one submission; its path."""
+    from pipeline.stages import ensemble as stage
+
+    return stage.ensemble(options)
 
 
 def submit(options: SubmitOptions) -> None:

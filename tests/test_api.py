@@ -72,6 +72,30 @@ def test_an_api_error_is_one_line_the_command_line_prints(tmp_path):
             (api.ScoreOptions(recipe="cpu", submissions_dir=Path("s")),),
         ),
         (
+            ["cv", "train", "--folds", "5", "--fold", "0,2", "--choose", "1"],
+            "cv",
+            "train",
+            (api.CVOptions(folds=5, fold_list=(0, 2), choose="1"),),
+        ),
+        (
+            ["cv", "evaluate", "--folds", "3", "--set", "seed=1"],
+            "cv",
+            "evaluate",
+            (api.CVOptions(folds=3, overrides=("seed=1",)),),
+        ),
+        (
+            ["cv", "predict", "--folds", "5", "--refit", "--tta", "2"],
+            "cv",
+            "predict",
+            (api.CVOptions(folds=5, refit=True, tta=2),),
+        ),
+        (
+            ["ensemble", "--runs", "a", "b", "--weights", "0.6", "0.4", "--name", "e"],
+            "ensemble",
+            "ensemble",
+            (api.EnsembleOptions(runs=("a", "b"), weights=(0.6, 0.4), name="e"),),
+        ),
+        (
             ["submit", "--competition", "cassava", "--force", "--poll-seconds", "5"],
             "submit",
             "submit",
@@ -90,6 +114,16 @@ def test_each_stage_command_line_calls_the_api_function_with_typed_options(
     monkeypatch.setattr(stage, function, lambda *arguments: calls.append(arguments))
     assert cli.main(["--quiet", *argv]) == 0
     assert calls == [expected]
+
+
+def test_cv_and_ensemble_refuse_bad_options_given_in_python_in_one_line(tmp_path):
+    """What argparse checked on the command line, the functions check for a Python caller."""
+    with pytest.raises(PetalsError, match="FOLDS=1: cross-validation needs at least 2 folds"):
+        api.cv_train(api.CVOptions(folds=1, data_dir=tmp_path))
+    with pytest.raises(PetalsError, match="--method median: one of equal, search, stack"):
+        api.ensemble(api.EnsembleOptions(runs=("a", "b"), method="median"))
+    with pytest.raises(PetalsError, match="--weights 1 -1: need weights >= 0"):
+        api.ensemble(api.EnsembleOptions(runs=("a", "b"), weights=(1.0, -1.0)))
 
 
 def test_the_kernel_runs_the_chain_through_the_api_not_argv_lists():

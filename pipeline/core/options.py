@@ -96,6 +96,21 @@ class CVOptions(TrainOptions):
 
 
 @dataclass(frozen=True)
+class EnsembleOptions(DeviceOptions):
+    """Runs, or CV groups, blended into one submission (`pipeline.stages.ensemble`)."""
+
+    runs: tuple[str, ...] = ()  # run ids, CV group ids or their dirs: at least two
+    weights: tuple[float, ...] | None = None  # one per run; None: equal, or what the method fits
+    method: str | None = None  # equal | search | stack (CV groups); None: equal
+    search: bool = False  # method "search"
+    name: str | None = None  # None: ensemble-<hash of runs and weights>
+    tta: int = 1
+    data_dir: Path = Path("data")
+    runs_dir: Path = Path("runs")
+    submissions_dir: Path = Path("submissions")
+
+
+@dataclass(frozen=True)
 class SubmitOptions:
     competition: str = DEFAULT_COMPETITION
     file: Path | None = None  # None: the newest of the competition's CSVs in submissions_dir

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from pipeline.core import arguments, options
 from pipeline.core import config as config_module
@@ -63,21 +64,48 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    opts = options.from_args(CVOptions, args, progress_bar=not args.quiet and sys.stdout.isatty())
+    {"train": train, "evaluate": evaluate, "predict": predict}[args.step](opts)
+
+
+def _checked(opts: CVOptions) -> CVOptions:
+    if opts.folds < 2:
+        raise PetalsError(f"FOLDS={opts.folds}: cross-validation needs at least 2 folds")
+    return opts
+
+
+def train(opts: CVOptions) -> dict | None:
+    """Train the folds asked for (each resumes), or every candidate's with `choose`; the group's
+    metrics once every fold is finished, else None."""
     from pipeline.cv import choose, experiment
 
-    if args.folds < 2:
-        raise PetalsError(f"FOLDS={args.folds}: cross-validation needs at least 2 folds")
-    opts = options.from_args(CVOptions, args, progress_bar=not args.quiet and sys.stdout.isatty())
-    if args.step == "train":
-        choose.train(opts) if opts.choose else experiment.train_folds(opts)
-        return
-    if opts.choose:  # evaluate and predict: the chosen candidate's group
-        opts = choose.chosen(opts)
-    if args.step == "evaluate":
-        found = experiment.setup(opts)
-        metrics = experiment.assemble(found, opts)
-        if metrics is None:
-            raise PetalsError(f"{found.group.name}: not every fold is finished; see the line above")
-        print(experiment.summary_line(found.group.name, found.spec, metrics))
-    else:
-        experiment.predict_group(opts)
+    opts = _checked(opts)
+    return choose.train(opts) if opts.choose else experiment.train_folds(opts)
+
+
+def _group_of(opts: CVOptions) -> CVOptions:
+    """The options of the group evaluate and predict work on: with `choose`, the chosen candidate's."""
+    from pipeline.cv import choose
+
+    opts = _checked(opts)
+    return choose.chosen(opts) if opts.choose else opts
+
+
+def evaluate(opts: CVOptions) -> dict:
+    """Assemble the group from its finished folds (trained anywhere): its out-of-fold scores."""
+    from pipeline.cv import experiment
+
+    opts = _group_of(opts)
+    found = experiment.setup(opts)
+    metrics = experiment.assemble(found, opts)
+    if metrics is None:
+        raise PetalsError(f"{found.group.name}: not every fold is finished; see the line above")
+    print(experiment.summary_line(found.group.name, found.spec, metrics))
+    return metrics
+
+
+def predict(opts: CVOptions) -> Path:
+    """The submission of the folds' mean, or with `refit` of one model on every labelled example."""
+    from pipeline.cv import experiment
+
+    return experiment.predict_group(_group_of(opts))

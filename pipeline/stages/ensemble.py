@@ -28,8 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core import arguments
+from pipeline.core import arguments, options
 from pipeline.core.errors import PetalsError
+from pipeline.core.options import EnsembleOptions
 from pipeline.core.rundir import RunDir
 from pipeline.cv.blend import BlendResult, blend, search_weights
 from pipeline.cv.members import Group, check_groups, group_config, group_dir, load_group, shared_folds
@@ -67,22 +68,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    method = chosen_method(args)
-    if len(args.runs) < 2:
-        raise PetalsError(f"--runs {' '.join(args.runs)}: an ensemble blends at least two runs")
-    if len(set(args.runs)) != len(args.runs):
-        raise PetalsError(f"--runs {' '.join(args.runs)}: a run is listed twice")
-    if args.weights is not None and len(args.weights) != len(args.runs):
-        raise PetalsError(f"--weights: {len(args.weights)} weight(s) for {len(args.runs)} run(s)")
-    if args.weights is not None and (min(args.weights) < 0 or sum(args.weights) <= 0):
-        raise PetalsError(f"--weights {args.weights}: need weights >= 0 with a positive sum")
-    groups = [group_dir(args.runs_dir, name) for name in args.runs]
+    ensemble(options.from_args(EnsembleOptions, args))
+
+
+def ensemble(opts: EnsembleOptions) -> Path:
+    """Blend the runs or CV groups `opts.runs` name; the blend's submission CSV."""
+    method = chosen_method(opts)
+    if len(opts.runs) < 2:
+        raise PetalsError(f"--runs {' '.join(opts.runs)}: an ensemble blends at least two runs")
+    if len(set(opts.runs)) != len(opts.runs):
+        raise PetalsError(f"--runs {' '.join(opts.runs)}: a run is listed twice")
+    if opts.weights is not None and len(opts.weights) != len(opts.runs):
+        raise PetalsError(f"--weights: {len(opts.weights)} weight(s) for {len(opts.runs)} run(s)")
+    if opts.weights is not None and (min(opts.weights) < 0 or sum(opts.weights) <= 0):
+        given = " ".join(f"{w:g}" for w in opts.weights)
+        raise PetalsError(f"--weights {given}: need weights >= 0 with a positive sum")
+    groups = [group_dir(opts.runs_dir, name) for name in opts.runs]
     if all(groups):
-        blend_groups(args, groups, method)
-        return
+        return blend_groups(opts, groups, method)
     if any(groups):
         group = next(g for g in groups if g).name
-        single = next(n for n, g in zip(args.runs, groups, strict=True) if not g)
+        single = next(n for n, g in zip(opts.runs, groups, strict=True) if not g)
         raise PetalsError(
             f"--runs: {group} is a CV group and {single} a single run: "
             "blend groups with groups, runs with runs"
@@ -91,20 +97,22 @@ def run(args: argparse.Namespace) -> None:
         raise PetalsError(
             "--method stack: a stack is judged out of fold, so it blends CV groups (FOLDS=K), not single runs"
         )
-    blend_runs(args, method == "search")
+    return blend_runs(opts, method == "search")
 
 
-def chosen_method(args: argparse.Namespace) -> str:
+def chosen_method(opts: EnsembleOptions) -> str:
     """`--method`, or search for `--search`; refused when they disagree or weights are given to a search."""
-    if args.search and args.method not in (None, "search"):
-        raise PetalsError(f"--search and --method {args.method}: pick one method")
-    method = "search" if args.search else args.method or "equal"
-    if method == "stack" and args.weights is not None:
+    if opts.method not in (None, *METHODS):
+        raise PetalsError(f"--method {opts.method}: one of {', '.join(METHODS)}")
+    if opts.search and opts.method not in (None, "search"):
+        raise PetalsError(f"--search and --method {opts.method}: pick one method")
+    method = "search" if opts.search else opts.method or "equal"
+    if method == "stack" and opts.weights is not None:
         raise PetalsError("--weights with --method stack: a stack fits its own meta-model, not weights")
     return method
 
 
-def blend_runs(args: argparse.Namespace, search: bool) -> None:
+def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
     """Blend single runs on their val split (the weights searched there when `search`)."""
     from competition import load_spec
     from pipeline.core import device, leaderboard
@@ -112,24 +120,24 @@ def blend_runs(args: argparse.Namespace, search: bool) -> None:
     from pipeline.core.submission_files import write_submission
     from pipeline.modeling.inference import check_same_data, predict_split
 
-    platform = device.pick_from_args(args)  # before Keras is imported: it fixes the backend
+    platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
-    run_dirs = [finished_run(args.runs_dir, name) for name in args.runs]
+    run_dirs = [finished_run(opts.runs_dir, name) for name in opts.runs]
     competitions = {run.competition() for run in run_dirs}
     if len(competitions) > 1:
         raise PetalsError(
             f"--runs: the runs belong to different competitions ({', '.join(sorted(competitions))})"
         )
     spec = load_spec(competitions.pop())
-    manifest = check_same_data(run_dirs[0], args.data_dir)
+    manifest = check_same_data(run_dirs[0], opts.data_dir)
     for run_dir in run_dirs[1:]:
-        check_same_data(run_dir, args.data_dir)
-    val = [predict_split(d, args.data_dir, "val", args.tta, platform) for d in run_dirs]
-    test = [predict_split(d, args.data_dir, "test", args.tta, platform) for d in run_dirs]
+        check_same_data(run_dir, opts.data_dir)
+    val = [predict_split(d, opts.data_dir, "val", opts.tta, platform) for d in run_dirs]
+    test = [predict_split(d, opts.data_dir, "test", opts.tta, platform) for d in run_dirs]
     val = aligned(val, run_dirs, "val")
     test = aligned(test, run_dirs, "test")
 
-    weights = np.ones(len(run_dirs)) if args.weights is None else np.asarray(args.weights, float)
+    weights = np.ones(len(run_dirs)) if opts.weights is None else np.asarray(opts.weights, float)
     weights = weights / weights.sum()
     metric, key = spec.metric, spec.score_key
     if search:  # the very weights whose blend it scored, so the reported score is that one
@@ -140,8 +148,8 @@ def blend_runs(args: argparse.Namespace, search: bool) -> None:
     score = metric.score(val_blend.labels, val_blend.probabilities)
     accuracy = float((val_blend.predicted == val_blend.labels).mean())
 
-    name = args.name or ensemble_id([d.name for d in run_dirs], weights)
-    out = RunDir(args.runs_dir / name)
+    name = opts.name or ensemble_id([d.name for d in run_dirs], weights)
+    out = RunDir(opts.runs_dir / name)
     out.path.mkdir(parents=True, exist_ok=True)
     val_blend.save(out.predictions("val"))
     test_blend.save(out.predictions("test"))
@@ -161,18 +169,18 @@ def blend_runs(args: argparse.Namespace, search: bool) -> None:
         },
     )
     path = write_submission(
-        args.submissions_dir,
+        opts.submissions_dir,
         name,
         test_blend.ids,
         spec.task.submission_values(test_blend.probabilities, spec),
         spec,
-        args.data_dir,
+        opts.data_dir,
         manifest,
         score,
         out.path,
     )
     leaderboard.update(
-        leaderboard.board_file(args.submissions_dir, spec.name),
+        leaderboard.board_file(opts.submissions_dir, spec.name),
         name,
         kind="ensemble",
         time=leaderboard.now(),
@@ -188,6 +196,7 @@ def blend_runs(args: argparse.Namespace, search: bool) -> None:
         f"{name}: val {metric.title} {score:.4f} (best member {best_member:.4f}), accuracy {accuracy:.4f}; "
         f"weights {described}{SEARCHED if search else ''} -> {path}"
     )
+    return path
 
 
 # ----------------------------------------------------------------------------- CV groups
@@ -209,27 +218,27 @@ def fixed_weights(members, labels, folds, metric, tests, weights) -> BlendResult
     )
 
 
-def blend_groups(args: argparse.Namespace, dirs: list[RunDir], method: str) -> None:
+def blend_groups(opts: EnsembleOptions, dirs: list[RunDir], method: str) -> Path:
     """Blend CV groups out of fold by `method` (or the given weights) and write the ensemble."""
     from competition import load_spec
     from pipeline.cv.blend import compare
     from pipeline.data.manifest import read_manifest
 
-    if args.weights is not None and method != "equal":
+    if opts.weights is not None and method != "equal":
         raise PetalsError(f"--weights with --method {method}: the {method} fits its own blend out of fold")
     groups = [load_group(d) for d in dirs]
-    manifest = read_manifest(args.data_dir)
-    check_groups(groups, manifest, args.data_dir)
+    manifest = read_manifest(opts.data_dir)
+    check_groups(groups, manifest, opts.data_dir)
     spec = load_spec(group_config(groups[0]).competition)  # a name, or a competition file's path
-    folds = shared_folds(groups, args.data_dir, spec)
+    folds = shared_folds(groups, opts.data_dir, spec)
     labels = groups[0].oof.labels
     tests = aligned([g.test for g in groups], [g.run for g in groups], "test")
     members, test_members = [g.oof.probabilities for g in groups], [t.probabilities for t in tests]
     results = compare(members, labels, folds, spec.metric, test_members)
     chosen = results[method]
-    if args.weights is not None:
-        chosen = fixed_weights(members, labels, folds, spec.metric, test_members, args.weights)
-    write_group_ensemble(args, spec, manifest, groups, tests[0].ids, results, chosen)
+    if opts.weights is not None:
+        chosen = fixed_weights(members, labels, folds, spec.metric, test_members, opts.weights)
+    return write_group_ensemble(opts, spec, manifest, groups, tests[0].ids, results, chosen)
 
 
 def group_metrics(spec, groups: list[Group], results: dict[str, BlendResult], chosen: BlendResult) -> dict:
@@ -261,15 +270,15 @@ def group_metrics(spec, groups: list[Group], results: dict[str, BlendResult], ch
     }
 
 
-def write_group_ensemble(args, spec, manifest: dict, groups, test_ids, results, chosen: BlendResult) -> None:
+def write_group_ensemble(opts, spec, manifest: dict, groups, test_ids, results, chosen: BlendResult) -> Path:
     """`runs/ensemble-<hash>/` (metrics, OOF and test predictions), the submission and the board's row."""
     from pipeline.core import leaderboard
     from pipeline.core.submission_files import write_submission
 
     names = [g.run.name for g in groups]
     weights = np.asarray([] if chosen.weights is None else chosen.weights)
-    name = args.name or ensemble_id(names, weights, chosen.kind)
-    out = RunDir(args.runs_dir / name)
+    name = opts.name or ensemble_id(names, weights, chosen.kind)
+    out = RunDir(opts.runs_dir / name)
     out.path.mkdir(parents=True, exist_ok=True)
     oof = Predictions(
         groups[0].oof.ids, chosen.oof, groups[0].oof.labels, source=f"{chosen.kind} out of fold"
@@ -280,14 +289,14 @@ def write_group_ensemble(args, spec, manifest: dict, groups, test_ids, results, 
     out.write_json(RunDir.METRICS, metrics)
     values = spec.task.submission_values(chosen.test, spec)
     path = write_submission(
-        args.submissions_dir, name, test_ids, values, spec, args.data_dir, manifest, chosen.score, out.path
+        opts.submissions_dir, name, test_ids, values, spec, opts.data_dir, manifest, chosen.score, out.path
     )
     if chosen.weights is None:
         described = " + ".join(names) + f" stacked (C={chosen.c:g})"
     else:
         described = " ".join(f"{g.run.name}:{w:.3f}" for g, w in _weighted(groups, chosen))
     leaderboard.update(
-        leaderboard.board_file(args.submissions_dir, spec.name),
+        leaderboard.board_file(opts.submissions_dir, spec.name),
         name,
         kind="ensemble",
         time=leaderboard.now(),
@@ -302,6 +311,7 @@ def write_group_ensemble(args, spec, manifest: dict, groups, test_ids, results, 
         submission=str(path),
     )
     print(group_summary(name, spec, metrics, described, path))
+    return path
 
 
 def group_summary(name: str, spec, metrics: dict, described: str, path: Path) -> str:
