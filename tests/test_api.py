@@ -116,6 +116,26 @@ def test_each_stage_command_line_calls_the_api_function_with_typed_options(
     assert calls == [expected]
 
 
+@pytest.mark.parametrize(
+    ("argv", "cls", "given"),
+    [
+        (["fetch"], api.FetchOptions, {}),
+        (["train"], api.TrainOptions, {}),
+        (["evaluate"], api.ScoreOptions, {}),
+        (["predict"], api.ScoreOptions, {}),
+        (["cv", "train", "--folds", "5"], api.CVOptions, {"folds": 5}),
+        (["ensemble", "--runs", "a", "b"], api.EnsembleOptions, {"runs": ("a", "b")}),
+        (["submit"], api.SubmitOptions, {}),
+    ],
+)
+def test_a_command_line_that_says_nothing_gives_the_options_defaults(argv, cls, given):
+    """Each default has one home, the options class: the command line's agree with it."""
+    from pipeline.core import options
+
+    args = cli.build_parser(only=argv[0]).parse_args(argv)
+    assert options.from_args(cls, args) == cls(**given)
+
+
 def test_cv_and_ensemble_refuse_bad_options_given_in_python_in_one_line(tmp_path):
     """What argparse checked on the command line, the functions check for a Python caller."""
     with pytest.raises(PetalsError, match="FOLDS=1: cross-validation needs at least 2 folds"):

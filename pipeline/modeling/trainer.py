@@ -20,6 +20,7 @@ import pandas as pd
 
 from pipeline.core import device, hosts
 from pipeline.core.files import write_atomically
+from pipeline.core.options import TrainOptions
 from pipeline.data import augment, datasets
 from pipeline.modeling import custom_loop, cut_predict, features, host_predict, networks, policy, preemption
 from pipeline.modeling.checkpoint import Checkpoint
@@ -31,6 +32,7 @@ from pipeline.modeling.losses import loss_function
 from pipeline.modeling.optimizer import averaged_weights, make_optimizer
 
 log = logging.getLogger(__name__)
+KEPT = TrainOptions.keep_checkpoints
 CHECKPOINTS_HINT = "every host must read the same checkpoints: --checkpoint-dir gs://bucket/folder"
 
 
@@ -42,7 +44,7 @@ def save_weights(net: keras.Model, path) -> None:
 class Trainer:
     """One run: builds everything on the platform, restores, trains the remaining epochs."""
 
-    def __init__(self, job, verbose: int = 1, restart: bool = False, stop=None, keep_checkpoints: int = 2):
+    def __init__(self, job, verbose: int = 1, restart: bool = False, stop=None, keep_checkpoints: int = KEPT):
         self.job = job
         self.stop = stop or preemption.StopRequest()  # asked between steps: SIGTERM, the time limit
         self.keep_checkpoints = keep_checkpoints
@@ -67,9 +69,7 @@ class Trainer:
 
     def build(self) -> None:
         """Build the model (pretrained or local weights loaded), optimizer and checkpoint; writes nothing.
-
-        An interrupted run's last checkpoint is restored here, so one that does not fit fails early.
-        """
+        An interrupted run's last checkpoint is restored here, so one that does not fit fails early."""
         config, job = self.config, self.job
         keras.mixed_precision.set_global_policy(self.precision)
         keras.utils.set_random_seed(config.seed)

@@ -59,7 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="seconds per fold: stop with a checkpoint; the rerun resumes",
     )
-    parser.add_argument("--keep-checkpoints", type=int, default=2, help="checkpoints kept per fold")
+    parser.add_argument(
+        "--keep-checkpoints", type=int, default=CVOptions.keep_checkpoints, help="checkpoints kept per fold"
+    )
     config_module.add_config_arguments(parser)
 
 

@@ -59,7 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(a kernel's session limit, less what must follow training); the rerun resumes",
     )
     parser.add_argument(
-        "--keep-checkpoints", type=int, default=2, help="checkpoints kept; resume falls back to an older one"
+        "--keep-checkpoints",
+        type=int,
+        default=TrainOptions.keep_checkpoints,
+        help="checkpoints kept; resume falls back to an older one",
     )
     parser.add_argument(
         "--list-backbones", action="store_true", help="list the network registry (images, texts) and exit"
@@ -259,7 +262,13 @@ def plot_curves(history, path: Path, score_key: str = "val_macro_f1") -> None:
 # ----------------------------------------------------------------------------- training
 
 
-def fit(job: Job, verbose: int = 1, restart: bool = False, stop=None, keep_checkpoints: int = 2) -> dict:
+def fit(
+    job: Job,
+    verbose: int = 1,
+    restart: bool = False,
+    stop=None,
+    keep_checkpoints: int = TrainOptions.keep_checkpoints,
+) -> dict:
     """Train the job's recipe to its last epoch, resuming from the last checkpoint; return its metrics.
     `stop` (a preemption.StopRequest) ends it early, with a checkpoint at the step reached."""
     try:
