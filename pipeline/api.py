@@ -95,8 +95,8 @@ def predict(options: ScoreOptions) -> Path:
 
 def cv_train(options: CVOptions) -> dict | None:
     """Train a recipe's K folds (`options.fold_list`: a share of them), each a resumable run; the CV
-    group's metrics once every fold is finished, else None. `options.choose`: the recipe's
-    candidates, one chosen by CV."""
+    group's metrics once every fold is finished, else None. `options.choose`: every candidate's
+    folds, then CV's choice (the record `choice.json` holds)."""
     from pipeline.stages import cv as stage
 
     return stage.train(options)

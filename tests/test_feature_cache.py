@@ -113,9 +113,16 @@ def test_folds_in_one_process_read_the_pooled_file_once_and_a_rewritten_one_agai
     reads.clear()
     saved = feature_cache.cached(pooled, signature)
     assert saved is not None and set(first.ids) | set(second.ids) == set(saved.ids) and reads == []
+    with pytest.raises(ValueError, match="read-only"):  # a fold writing into them would change the next
+        saved.features[0, 0] = 0
     # Another process replaced the file (same signature, same size): its rows, not the held ones.
     feature_cache.save(pooled, dataclasses.replace(saved, features=np.ones_like(saved.features)), signature)
     assert feature_cache.cached(pooled, signature).features.min() == 1.0 and reads == ["pooled.npz"]
+    # The group done with them (its cache removed), the process lets go of the rows it held.
+    feature_cache.rows_of("pooled", None, [], None, None, pooled.parent, cpu, signature, hold=True)
+    assert feature_cache._HELD
+    features.remove_shared(tmp_path, splits.fold_table(data_dir, spec, fold_config(0)), fold_config(0))
+    assert not feature_cache._HELD
 
 
 def test_a_fold_trains_on_its_table_rows_and_scores_on_its_held_out_fold(cut, spec, data_dir, tmp_path, cpu):

@@ -116,7 +116,7 @@ def _remove(path: str) -> None:
 class Checkpoint:
     """The last `keep` checkpoints of a run's variables, in `directory`, each with its sha256."""
 
-    def __init__(self, directory: str, groups: dict[str, Sequence], keep: int = 2, writes: bool = True):
+    def __init__(self, directory: str, groups: dict[str, Sequence], keep: int, writes: bool = True):
         """`groups`: named lists of Keras variables, e.g. {"net": net.weights, "optimizer": opt.variables}.
         `writes=False` (every process of a multi-host run but the first) restores, never saves."""
         if keep < 1:

@@ -110,6 +110,7 @@ def remove_shared(runs_dir: Path, ids: np.ndarray, labels: np.ndarray, group: st
     a folder no other group marked goes with it (one a live process is computing stays). Another
     recipe, K or seed on the same examples keeps the folder it still trains on. The folders removed."""
     removed = []
+    release()
     for folder in sorted(Path(runs_dir).glob(f"{SHARED_PREFIX}{examples_digest(ids, labels)}-*")):
         (folder / USERS / group).unlink(missing_ok=True)
         users = folder / USERS
@@ -128,8 +129,8 @@ def remove_shared(runs_dir: Path, ids: np.ndarray, labels: np.ndarray, group: st
 # ----------------------------------------------------------------------------- files
 
 
-# The last whole split read or written in this process: a CV group's folds train one after another
-# on the same pooled rows, read once (1-2 s a fold on the embedded flowers' 330 MB).
+# A CV group's pooled rows, once read or written in this process: its folds train one after another
+# on them, read once (1-2 s a fold on the embedded flowers' 330 MB). Read-only: a fold takes copies.
 _HELD: dict = {}
 
 
@@ -140,8 +141,15 @@ def _held_key(path: Path, signature_: dict) -> tuple:
 
 
 def _hold(path: Path, signature_: dict, rows: Rows) -> None:
+    for array in (rows.features, rows.labels, rows.ids):
+        array.setflags(write=False)  # a fold that wrote into them would change the next fold's rows
     _HELD.clear()
     _HELD[_held_key(path, signature_)] = rows
+
+
+def release() -> None:
+    """Let go of the held pooled rows (the group is done with them)."""
+    _HELD.clear()
 
 
 def cached(path: Path, signature_: dict) -> Rows | None:
@@ -279,16 +287,18 @@ def _view_rows(name, split, view_index, view, bottom, config, folder, platform, 
 
 
 def rows_of(name: str, split, views: list, bottom, config: Config, folder: Path, platform, signature_: dict,
-            stop=None, by_id: bool = False, labeled: bool = True) -> Rows:  # fmt: skip
+            stop=None, by_id: bool = False, labeled: bool = True, hold: bool = False) -> Rows:  # fmt: skip
     """The cached views of one split (`folder/<name>.npz`), computed (in pieces) unless saved
-    already; sorted by id with `by_id`; an unlabelled split's (`labeled=False`) labels are -1."""
+    already; sorted by id with `by_id`; an unlabelled split's (`labeled=False`) labels are -1;
+    kept in this process for the next caller with `hold` (a group's pooled rows)."""
     path = folder / f"{name}.npz"
     saved = cached(path, signature_)
     if agreed(platform, int(saved is not None)) == 0:
         saved = None  # the processes predict the pass together: all of them, or none, compute it
     if saved is not None:
         log.info("train: %s features cached already (%s)", name, path)
-        _hold(path, signature_, saved)
+        if hold:
+            _hold(path, signature_, saved)
         return saved
     started = time.perf_counter()
     per_view = [
@@ -302,7 +312,8 @@ def rows_of(name: str, split, views: list, bottom, config: Config, folder: Path,
     if by_id:
         rows = rows.take(np.argsort(rows.ids, kind="stable"))
     save(path, rows, signature_)
-    _hold(path, signature_, rows)
+    if hold:
+        _hold(path, signature_, rows)
     for piece in folder.glob(f"{name}-*-*.npz"):
         piece.unlink(missing_ok=True)
     _log_pass(name, rows, time.perf_counter() - started)

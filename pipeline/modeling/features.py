@@ -278,7 +278,17 @@ def _fold_splits(cut_: Cut, train, val, views: list, config: Config, run_dir: Pa
     folder = feature_cache.shared_folder(run_dir.parent, digest, signature)
     with feature_cache.computing(folder, stop):
         pool = feature_cache.rows_of(
-            "pooled", pool_split, views, cut_.bottom, config, folder, platform, signature, stop, by_id=True
+            "pooled",
+            pool_split,
+            views,
+            cut_.bottom,
+            config,
+            folder,
+            platform,
+            signature,
+            stop,
+            by_id=True,
+            hold=True,
         )
         feature_cache.add_user(folder, group_key(config))
     skip_bad = config.data.skip_bad_records
