@@ -60,3 +60,27 @@ def test_a_stage_process_imports_tensorflow_without_its_start_up_lines():
     )
     assert done.returncode == 0, done.stderr
     assert done.stderr == "imported\n"
+
+
+@pytest.mark.slow
+def test_a_run_on_cached_float16_features_writes_no_engine_line(tiny_data_dir, tmp_path):
+    """The feature cache keeps float16 rows; cast inside TensorFlow, they made oneDNN log
+    "E0000 ... supports DT_HALF only on platforms with AVX-512" in every cached run on this CPU."""
+    from tests.conftest import TINY
+
+    cached = [*TINY, "train.epochs=1", "train.feature_cache=true", "train.unfrozen_layers=4"]
+    sets = " ".join(f"--set {override}" for override in cached)
+    argv = f"--quiet train --recipe default --data-dir {tiny_data_dir} --runs-dir {tmp_path} {sets}"
+    done = run_python(
+        f"""
+        import sys
+        from pipeline import cli
+        sys.exit(cli.main({argv!r}.split()))
+        """,
+        env={"TF_CPP_MIN_LOG_LEVEL": "0"},
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    engine = [
+        line for line in (done.stdout + done.stderr).splitlines() if line[:1] in "IWEF" and "0000 " in line
+    ]
+    assert engine == [], engine

@@ -112,9 +112,7 @@ def test_through_cut(runs: list[RunDir], data_dir: Path, folder: Path, platform)
 
 
 def _batches(activations: np.ndarray):
-    import tensorflow as tf
-
-    return tf.data.Dataset.from_tensor_slices(activations).batch(feature_cache.EXTRACT_BATCH)
+    return feature_cache.float32_batches(activations, feature_cache.EXTRACT_BATCH)
 
 
 def _test_rows(cut_, digest: str, config, spec, data_dir: Path, manifest: dict, folder: Path, platform):

@@ -5,7 +5,7 @@ outputs every `PIECE_BATCHES` batches as a piece (`<name>-<view>-<index>.npz`, w
 of what it was computed from). A stop request (SIGTERM, the time limit) is looked at between
 pieces, so a preempted pass keeps what it did; the rerun reuses every piece whose signature
 matches and computes only the rest. The whole split is saved as one file when every piece is
-there, and the pieces go.
+there, and the pieces go. Rows go to the network as float32 batches, converted in numpy.
 
 Cross-validation: the activations do not depend on the fold, so a group's folds share one pooled
 cache of every labelled example in id order (`shared_folder`), computed by whichever fold gets
@@ -124,6 +124,42 @@ def remove_shared(runs_dir: Path, ids: np.ndarray, labels: np.ndarray, group: st
             continue
         removed.append(folder)
     return removed
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def as_float32(rows: np.ndarray) -> np.ndarray:
+    """Cached rows as the network's float32, converted here: a float16 cast inside TensorFlow logs
+    oneDNN's "supports DT_HALF only on platforms with AVX-512" error line on this CPU (the values are
+    the same either way: float16 -> float32 is exact)."""
+    return rows.astype(np.float32)
+
+
+def untuned(dataset: tf.data.Dataset) -> tf.data.Dataset:
+    """`dataset` without tf.data autotune."""
+    options = tf.data.Options()
+    # Nothing here is tuned (a fixed prefetch), and autotune's model thread, asleep for up to a
+    # minute late in a long run, kept `fit` from returning until it woke: 35-39 s a fold.
+    options.autotune.enabled = False
+    return dataset.with_options(options)
+
+
+def float32_batches(
+    features: np.ndarray, batch_size: int, labels: np.ndarray | None = None
+) -> tf.data.Dataset:
+    """Cached rows in order, `batch_size` at a time (the last may be short), as float32, with their
+    labels when given."""
+    shape = features.shape[1:]
+    spec = tf.TensorSpec((None, *shape), tf.float32)
+
+    def batches():
+        for start in range(0, len(features), batch_size):
+            rows = as_float32(features[start : start + batch_size])
+            yield rows if labels is None else (rows, labels[start : start + batch_size])
+
+    signature = spec if labels is None else (spec, tf.TensorSpec((None,), tf.int32))
+    return untuned(tf.data.Dataset.from_generator(batches, output_signature=signature))
 
 
 # ----------------------------------------------------------------------------- files

@@ -161,18 +161,15 @@ class FeatureSplit:
                 drawn = rng.integers(views, size=len(order))
                 for start in range(0, len(order) - batch_size + 1, batch_size):
                     pick = slice(start, start + batch_size)
-                    yield features[drawn[pick], order[pick]], labels[order[pick]]
+                    yield feature_cache.as_float32(features[drawn[pick], order[pick]]), labels[order[pick]]
 
         signature = (
-            tf.TensorSpec((batch_size, *shape), tf.float16),
+            tf.TensorSpec((batch_size, *shape), tf.float32),
             tf.TensorSpec((batch_size,), tf.int32),
         )
-        options = tf.data.Options()
-        # Nothing here is tuned (a fixed prefetch), and autotune's model thread, asleep for up to a
-        # minute late in a long run, kept `fit` from returning until it woke: 35-39 s a fold.
-        options.autotune.enabled = False
-        dataset = tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2)
-        return dataset.with_options(options)
+        return feature_cache.untuned(
+            tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2)
+        )
 
     def eval_dataset(
         self,
@@ -193,7 +190,7 @@ class FeatureSplit:
             extra = batch_size - len(labels) % batch_size
             features = np.concatenate([features, np.zeros((extra, *features.shape[1:]), features.dtype)])
             labels = np.concatenate([labels, np.full(extra, PAD_LABEL, np.int32)])
-        return tf.data.Dataset.from_tensor_slices((features, labels)).batch(batch_size)
+        return feature_cache.float32_batches(features, batch_size, labels)
 
 
 def _views(config: Config, num_classes: int) -> list:
