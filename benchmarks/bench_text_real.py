@@ -109,7 +109,7 @@ def write_competition(folder: Path, ids, texts, labels, train: np.ndarray, score
 
     from pipeline.core.files import write_zip
     from pipeline.data.synthetic_reviews import SPEC
-    from pipeline.data.tables import table_text
+    from pipeline.formats.tables import table_text
 
     folder.mkdir(parents=True)
     for split_name, rows in (("train", train), ("test", scored)):

@@ -251,7 +251,7 @@ def _pooled_lite0(size: int):
     backbone), its preprocessing, and the 1280-channel head average-pooled; built once."""
     import keras
 
-    from pipeline.modeling import registry
+    from pipeline.networks import registry
 
     backbone = registry.get_backbone("efficientnet-lite0")
     inputs = keras.Input((size, size, 3))

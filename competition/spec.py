@@ -1,7 +1,7 @@
 """The competition spec: one frozen dataclass loaded from `competition/<name>/competition.toml`.
 
 A competition is its folder: `competition.toml` names its task (pipeline/tasks/) and its data
-format (pipeline/data/formats/), `classes.txt` lists its classes in id order, and `recipes/`
+format (pipeline/formats/), `classes.txt` lists its classes in id order, and `recipes/`
 holds the recipes it overrides (the task's cpu, gpu and tpu recipes serve otherwise). Pipeline
 code reads everything competition-specific from here, so a competition of a known task and
 format needs only its file and class list.
@@ -18,16 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from competition.metric import Metric, get_metric
+from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import check_name, check_relative, inside, shown
-from pipeline.data.formats import Format, get_format
-from pipeline.data.formats.image_folder import ImageFolderLayout
-from pipeline.data.formats.records import RecordLayout
-from pipeline.data.formats.table import TableFilesLayout
-from pipeline.tasks import Task, get_task
+from pipeline.formats import Format, get_format
+from pipeline.formats.image_folder import ImageFolderLayout
+from pipeline.formats.records import RecordLayout
+from pipeline.formats.table import TableFilesLayout
 
 SPEC_DIR = Path(__file__).resolve().parent
-DEFAULT_COMPETITION = "flowers"
 SPEC_FILE = "competition.toml"
 CLASSES_FILE = "classes.txt"
 SUBMISSION_VALUES = ("class", "probability")  # a class id per row, or the probability of class 1
@@ -48,8 +47,8 @@ class CompetitionSpec:
     slugs: tuple[str, ...]
     classes: tuple[str, ...]
     metric: Metric
-    task: Task  # the kind of problem (pipeline/tasks/)
-    format: Format  # how its files are laid out (pipeline/data/formats/)
+    task: str  # the kind of problem: a name in pipeline/tasks/'s registry
+    format: Format  # how its files are laid out (pipeline/formats/)
     layout: Any = field(hash=False)  # the format's layout of `[data.<format>]`
     splits: tuple[str, ...]
     labeled_splits: tuple[str, ...]
@@ -79,11 +78,6 @@ class CompetitionSpec:
 
     def is_labeled(self, split: str) -> bool:
         return split in self.labeled_splits
-
-    @property
-    def modality(self) -> str:
-        """What a model reads: "image" or "text" (its task's)."""
-        return self.task.modality
 
     @property
     def score_key(self) -> str:
@@ -212,10 +206,6 @@ def _load(name: str) -> CompetitionSpec:
     unknown = set(spec.labeled_splits) - set(spec.splits)
     if unknown:
         raise ValueError(f"{path}: labeled_splits {sorted(unknown)} are not among splits")
-    try:
-        spec.task.check_spec(spec)
-    except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
     return spec
 
 
@@ -234,7 +224,7 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
     splits = _splits(data["splits"], "[data] splits")
     labeled = _splits(data["labeled_splits"], "[data] labeled_splits")
     try:
-        task, form = get_task(raw["task"]), get_format(data["format"])
+        form = get_format(data["format"])
         layout = form.layout(data[form.name], splits, labeled)
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
@@ -244,7 +234,7 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         slugs=_slugs(raw["slugs"]),
         classes=_read_classes(path.parent, raw.get("classes_file", CLASSES_FILE)),
         metric=metric,
-        task=task,
+        task=check_name(raw["task"], "task"),
         format=form,
         layout=layout,
         splits=splits,

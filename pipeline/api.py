@@ -31,7 +31,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from competition.spec import DEFAULT_COMPETITION
+from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.core.options import (
     ConfigOptions,
     CVOptions,

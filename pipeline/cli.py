@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.children import die_with_launcher
-from pipeline.core.errors import PetalsError, Preempted, describe_os_error
+from pipeline.core.errors import EXIT_ERROR, EXIT_PREEMPTED, PetalsError, Preempted, describe_os_error
 from pipeline.core.native_log import filter_tensorflow_start_up
 
 # Other libraries' start-up lines (TensorFlow's C++ log, absl, JAX looking for a TPU, matplotlib
@@ -61,9 +61,7 @@ STAGES = {
     "leaderboard": "pipeline.stages.leaderboard",
     "kernel": "pipeline.stages.kernel",
 }
-EXIT_ERROR = 2
 FILE_SYSTEM_ERRORS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT)
-EXIT_PREEMPTED = 75  # EX_TEMPFAIL: training stopped on a signal or its time limit; the rerun resumes
 
 
 class _Parser(argparse.ArgumentParser):

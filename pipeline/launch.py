@@ -33,9 +33,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from pipeline.cli import EXIT_PREEMPTED
 from pipeline.core import hosts
 from pipeline.core.children import PARENT_VARIABLE
+from pipeline.core.errors import EXIT_PREEMPTED
 from pipeline.modeling import preemption
 
 POLL_SECONDS = 0.2

@@ -21,12 +21,12 @@ def train_and_inspect(args: dict) -> dict:
     platform = device.pick("jax", "auto", cpu_replicas=8)
     import numpy as np
 
-    from pipeline.core.config import load_config
     from pipeline.modeling.custom_loop import JaxLoop
     from pipeline.modeling.inference import load_inference_model
     from pipeline.modeling.optimizer import averaging
     from pipeline.modeling.trainer import Trainer
     from pipeline.stages import train
+    from pipeline.tasks.recipe_config import load_config
 
     out = Path(args["out"])
     config = load_config("default", args["overrides"], device=platform.device)
@@ -71,12 +71,12 @@ def same_computation(args: dict) -> dict:
     import keras
     import numpy as np
 
-    from pipeline.core.config import load_config
     from pipeline.core.rundir import RunDir
     from pipeline.data import datasets
     from pipeline.modeling.optimizer import averaging
     from pipeline.modeling.trainer import Trainer
     from pipeline.stages import train
+    from pipeline.tasks.recipe_config import load_config
 
     read_examples = datasets.read_examples
     datasets.read_examples = lambda *a, **k: read_examples(*a, **{**k, "ordered": True})

@@ -108,8 +108,8 @@ def cpu():
 @pytest.fixture(scope="session")
 def tiny_runs(tmp_path_factory, tiny_data_dir, cpu) -> list[Path]:
     """Two finished tiny runs (seeds 0 and 1) on the tiny data, trained once per session."""
-    from pipeline.core.config import load_config
     from pipeline.stages import train
+    from pipeline.tasks.recipe_config import load_config
 
     runs_dir = tmp_path_factory.mktemp("runs")
     run_dirs = []

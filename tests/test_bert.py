@@ -9,11 +9,12 @@ import pandas as pd
 import pytest
 
 from competition import load_spec
-from pipeline.core.config import load_config
 from pipeline.core.errors import PetalsError
-from pipeline.modeling import bert
+from pipeline.networks import bert
 from pipeline.stages import train
 from pipeline.stages.fetch import FetchOptions, fetch
+from pipeline.tasks.competitions import check_network
+from pipeline.tasks.recipe_config import load_config
 
 TINY = [  # BERT-Tiny's shape on 32-token pairs, a few steps
     "competition=watson",
@@ -58,16 +59,15 @@ def test_fit_and_the_custom_loop_follow_the_same_loss_trend(pairs, cpu, tmp_path
 
 
 def test_bert_without_a_preset_directory_is_refused_in_one_line(tmp_path):
-    from pipeline.modeling import networks
 
     config = load_config("cpu", ["competition=watson", "model.backbone=bert", f"model.weights={tmp_path}"])
     with pytest.raises(
         PetalsError, match=r"^model.weights='.*': model.backbone=bert loads a keras-hub preset"
     ):
-        networks.check(config, load_spec("watson"), "jax")
+        check_network(config, load_spec("watson"), "jax")
     config = load_config("cpu", ["competition=watson", "model.weights=imagenet"])
     with pytest.raises(PetalsError, match=r"^model.weights='imagenet': bert-tiny starts from random weights"):
-        networks.check(config, load_spec("watson"), "tensorflow")
+        check_network(config, load_spec("watson"), "tensorflow")
 
 
 def test_pairs_become_cls_premise_sep_hypothesis_sep_with_segment_ids():

@@ -9,11 +9,12 @@ import pandas as pd
 import pytest
 
 from competition import load_spec
-from pipeline.core.config import load_config, recipe_path
 from pipeline.core.errors import PetalsError
 from pipeline.data import file_examples
 from pipeline.stages import train
 from pipeline.stages.fetch import FetchOptions, fetch
+from pipeline.tasks import get_task
+from pipeline.tasks.recipe_config import load_config, recipe_path
 
 SPEC = load_spec("cassava")
 
@@ -39,14 +40,16 @@ def _refetch(folder, tmp_path):
 
 
 def test_the_competition_is_a_code_competition_scored_by_accuracy_with_the_task_recipes():
-    assert (SPEC.task.name, SPEC.format.name, SPEC.metric.name) == (
+    assert (SPEC.task, SPEC.format.name, SPEC.metric.name) == (
         "image_classification",
         "image_csv",
         "accuracy",
     )
     assert SPEC.code_competition and SPEC.submission_file == "submission.csv"
     assert SPEC.classes[3] == "Cassava Mosaic Disease (CMD)" and SPEC.num_classes == 5
-    assert recipe_path("cpu", "cassava") == SPEC.task.recipes_dir / "cpu.toml"  # no recipes of its own
+    assert (
+        recipe_path("cpu", "cassava") == get_task(SPEC.task).recipes_dir / "cpu.toml"
+    )  # no recipes of its own
 
 
 def test_the_label_csv_gives_each_photo_its_class_and_the_test_names_are_the_ids(leaves):

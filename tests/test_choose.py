@@ -12,6 +12,7 @@ from pipeline import api
 from pipeline.core.errors import PetalsError
 from pipeline.core.rundir import RunDir
 from pipeline.cv import choose
+from pipeline.stages import cv as cv_stage
 from tests.conftest import REPO, run_cli
 from tests.test_cv import OVERRIDES, cv_args, options
 
@@ -59,15 +60,15 @@ def test_a_candidate_is_judged_at_its_schedules_end_not_at_its_luckiest_epoch():
 
 
 def test_the_shipped_candidates_are_valid_configs_of_their_recipe(data_dir, tmp_path):
-    from pipeline.core import config as config_module
+    from pipeline.tasks import recipe_config
 
     path = REPO / "pipeline/tasks/recipes/image_classification/candidates/cpu.toml"
     listed = choose.read_candidates(path)
     assert [c.name for c in listed] == ["head", "recipe"]  # the simplest first
     for candidate in listed:
-        config = config_module.load_config("cpu", [*candidate.overrides, "train.folds=5"], device="cpu")
+        config = recipe_config.load_config("cpu", [*candidate.overrides, "train.folds=5"], device="cpu")
         assert config.train.feature_cache
-    head = config_module.load_config("cpu", listed[0].overrides, device="cpu")
+    head = recipe_config.load_config("cpu", listed[0].overrides, device="cpu")
     assert head.train.frozen_epochs == head.train.epochs  # a head on frozen features, every epoch
 
 
@@ -95,7 +96,7 @@ def test_the_shipped_candidates_are_valid_configs_of_their_recipe(data_dir, tmp_
 def test_a_candidates_file_that_cannot_be_one_is_refused_in_one_line(data_dir, tmp_path, text, message):
     opts = options(data_dir, tmp_path, choose=str(write(tmp_path, text)))
     with pytest.raises(PetalsError, match=message):
-        choose.train(opts)
+        choose.train(opts, cv_stage.train_folds)
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("*/metrics.json"))
 
 
@@ -103,9 +104,9 @@ def test_choose_needs_a_file_or_a_recipe_that_has_one(data_dir, tmp_path):
     with pytest.raises(
         PetalsError, match=r"CHOOSE=1: recipe 'default' has no candidates .*CHOOSE=path\.toml"
     ):
-        choose.train(options(data_dir, tmp_path, choose="1"))
+        choose.train(options(data_dir, tmp_path, choose="1"), cv_stage.train_folds)
     with pytest.raises(PetalsError, match=r"CHOOSE=.*nothere\.toml: no such file"):
-        choose.train(options(data_dir, tmp_path, choose=str(tmp_path / "nothere.toml")))
+        choose.train(options(data_dir, tmp_path, choose=str(tmp_path / "nothere.toml")), cv_stage.train_folds)
     big = tmp_path / "big.toml"  # a shared competition folder's file: its size is read before it is
     big.write_bytes(b"#" * (choose.MAX_BYTES + 1))
     with pytest.raises(PetalsError, match=r"big\.toml: 1048577 bytes, over the 1048576"):

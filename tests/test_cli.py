@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from competition.spec import DEFAULT_COMPETITION
 from pipeline import cli
-from pipeline.core import config
+from pipeline.core.config import DEFAULT_COMPETITION
+from pipeline.tasks import recipe_config
 from tests.conftest import REPO, foreign_lines
 
 
@@ -146,7 +146,7 @@ def test_make_and_the_cli_resolve_the_same_recipe_here(cpu):
     parser = cli.build_parser(only="train")
     # the CLI's defaults, nothing else (Make names the competition, the default one here)
     args = parser.parse_args(["train", "--set", f"competition={DEFAULT_COMPETITION}", "--set", "seed=3"])
-    assert make.stdout == config.describe(args.recipe, args.overrides, cpu.device) + "\n"
+    assert make.stdout == recipe_config.describe(args.recipe, args.overrides, cpu.device) + "\n"
     assert make.stdout.startswith(
         "# recipe auto -> cpu (the CPU recipe): competition/flowers/recipes/cpu.toml\n"
     )
@@ -154,16 +154,18 @@ def test_make_and_the_cli_resolve_the_same_recipe_here(cpu):
 
 
 def test_print_config_names_each_values_source_and_reads_back_as_a_recipe(tmp_path):
-    text = config.describe("auto", ["train.epochs=3"], device="CPU")
+    text = recipe_config.describe("auto", ["train.epochs=3"], device="CPU")
     lines = {line.split("=")[0].strip(): line for line in text.splitlines() if "=" in line}
     assert lines["epochs"].endswith("# --set")
     assert lines["feature_cache"].endswith("# recipe cpu")  # set by competition/flowers/recipes/cpu.toml
     assert lines["hue"].endswith("# default")
     saved = tmp_path / "mine.toml"
     saved.write_text(text)
-    again = config.load_config(str(saved))
-    assert config.describe(str(saved)).startswith(f"# recipe mine: {saved}\n")
-    assert dataclasses.replace(again, recipe="cpu") == config.load_config("auto", ["train.epochs=3"], "CPU")
+    again = recipe_config.load_config(str(saved))
+    assert recipe_config.describe(str(saved)).startswith(f"# recipe mine: {saved}\n")
+    assert dataclasses.replace(again, recipe="cpu") == recipe_config.load_config(
+        "auto", ["train.epochs=3"], "CPU"
+    )
 
 
 def test_a_kernel_resolves_auto_for_its_accelerator():

@@ -10,13 +10,14 @@ from sklearn import metrics as sk
 
 from competition import load_spec
 from competition.submission import check_submission
-from pipeline.core.config import load_config
 from pipeline.core.errors import PetalsError
-from pipeline.core.submission_files import sample_ids, write_submission
-from pipeline.modeling import bert
 from pipeline.modeling.inference import Predictions, predict_split
+from pipeline.networks import bert
+from pipeline.runs.submission_files import sample_ids, write_submission
 from pipeline.stages import evaluate, leaderboard, train
 from pipeline.stages.fetch import FetchOptions, fetch
+from pipeline.tasks.competitions import check_network, task_of
+from pipeline.tasks.recipe_config import load_config
 from tests.conftest import run_cli
 
 # Recipes that train in seconds; the rest is each competition's own cpu recipe.
@@ -109,7 +110,7 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
         subs,
         job.run.name,
         test.ids,
-        spec.task.submission_values(test.probabilities, spec),
+        task_of(spec).submission_values(test.probabilities, spec),
         spec,
         data_dir,
         {},
@@ -195,22 +196,21 @@ def test_text_tta_is_refused_in_one_line(capsys, tmp_path):
 
 
 def test_a_network_for_the_wrong_inputs_is_refused_in_one_line():
-    from pipeline.modeling import networks
 
     with pytest.raises(PetalsError, match=r"^model.backbone=cnn: competition imdb has texts; its networks"):
-        networks.check(
+        check_network(
             load_config("cpu", ["competition=imdb", "model.backbone=cnn"]), load_spec("imdb"), "jax"
         )
     with pytest.raises(PetalsError, match=r"^model.backbone=bilstm reads texts; competition dogs-vs-cats"):
         config = load_config("cpu", ["competition=dogs-vs-cats", "model.backbone=bilstm"])
-        networks.check(config, load_spec("dogs-vs-cats"), "tensorflow")
+        check_network(config, load_spec("dogs-vs-cats"), "tensorflow")
 
 
 def test_each_competition_has_its_own_cpu_and_tpu_recipes():
-    from pipeline.core import config as config_module
+    from pipeline.tasks import recipe_config
 
     for name in BACKBONES:
-        assert {"cpu", "tpu"} <= set(config_module.recipe_names(name))
+        assert {"cpu", "tpu"} <= set(recipe_config.recipe_names(name))
         for recipe in ("cpu", "tpu"):
             loaded = load_config(recipe, [f"competition={name}"])
             assert loaded.competition == name and loaded.recipe == recipe

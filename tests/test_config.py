@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.core.config import AugmentConfig, Config, load_config, parse_overrides
+from pipeline.core.config import AugmentConfig, Config
 from pipeline.core.errors import PetalsError
+from pipeline.core.overrides import parse_overrides
+from pipeline.tasks.recipe_config import load_config
 
 
 def test_defaults_are_the_dataclass_defaults():
@@ -116,7 +118,7 @@ def test_a_transform_that_changes_the_label_is_off_by_default_and_refused_when_a
         PetalsError, match=r"augment.rotation=10.0: competition digits .*keeps_label: brightness"
     ):
         load_config(str(recipe), [f"competition={digits}"])
-    from pipeline.core.config import describe
+    from pipeline.tasks.recipe_config import describe
 
     shown = describe("default", [f"competition={digits}"])
     assert "off: competition" in next(line for line in shown.splitlines() if line.startswith("flip ="))

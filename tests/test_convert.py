@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from pipeline.core.errors import PetalsError
-from pipeline.modeling import convert, registry
+from pipeline.networks import convert, registry
 from tests.conftest import run_python
 
 SIZE = 32
@@ -81,7 +81,7 @@ def test_the_converted_weights_load_on_jax_and_give_the_same_outputs(tmp_path):
         import numpy as np
         from pipeline.core import device
         device.pick("jax", "cpu")
-        from pipeline.modeling import registry
+        from pipeline.networks import registry
         net = registry.build_classifier("keras-efficientnet-b0", {SIZE}, 5, weights={str(path)!r})
         backbone = net.get_layer("backbone")
         pixels = np.load({str(tmp_path / "pixels.npy")!r})

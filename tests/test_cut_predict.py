@@ -13,16 +13,17 @@ import pandas as pd
 import pytest
 
 from pipeline.core import rundir
-from pipeline.core.config import load_config
 from pipeline.core.options import CVOptions
 from pipeline.core.rundir import RunDir
-from pipeline.cv import experiment
 from pipeline.cv.group import fold_config
 from pipeline.data import splits
 from pipeline.data.manifest import read_manifest
 from pipeline.modeling import feature_cache
 from pipeline.modeling.inference import Predictions, load_inference_model, predict_split
 from pipeline.modeling.trainer import save_weights
+from pipeline.stages import cv as cv_stage
+from pipeline.tasks.competitions import size_of
+from pipeline.tasks.recipe_config import load_config
 from tests.conftest import TINY, run_cli
 
 OVERRIDES = (*TINY, "augment.where=host", "train.feature_cache=true", "train.unfrozen_layers=4",
@@ -45,7 +46,10 @@ def options(data_dir, tmp_path) -> CVOptions:
 def fold_runs(data_dir, tmp_path) -> list[RunDir]:
     config = load_config(overrides=[*OVERRIDES, "train.folds=2"])
     identity = rundir.data_identity(read_manifest(data_dir))
-    return [RunDir(tmp_path / "runs" / rundir.run_id(fold_config(config, k), identity)) for k in range(2)]
+    return [
+        RunDir(tmp_path / "runs" / rundir.run_id(fold_config(config, k), identity, size_of(config)))
+        for k in range(2)
+    ]
 
 
 def through(predictions: Predictions) -> bool:
@@ -67,7 +71,7 @@ def test_folds_predict_out_of_fold_as_scored_and_the_test_set_through_one_bottom
     monkeypatch.setattr(
         feature_cache, "_extract", lambda *a: extracted.append(len((rows := real(*a)).ids)) or rows
     )
-    metrics = experiment.train_folds(options(data_dir, tmp_path))
+    metrics = cv_stage.train_folds(options(data_dir, tmp_path))
     runs = fold_runs(data_dir, tmp_path)
     table = splits.fold_table(data_dir, spec, load_config(overrides=[*OVERRIDES, "train.folds=2"]))
     for k, run in enumerate(runs):  # out of fold: what training scored with the weights it kept
@@ -80,14 +84,14 @@ def test_folds_predict_out_of_fold_as_scored_and_the_test_set_through_one_bottom
         kept.save(run.predictions("val"))  # predict_split replaced it with the whole network's
 
     extracted.clear()
-    experiment.predict_group(options(data_dir, tmp_path))
+    cv_stage.predict(options(data_dir, tmp_path))
     assert sum(extracted) == 104  # the test set below the cut once, for both folds
     group = RunDir(tmp_path / "runs" / metrics["fold_runs"]["0"]).path.parent
     assert not list(group.glob("cv2-*/features"))  # the test activations go once used
     cut_made = [Predictions.load(run.predictions("test")) for run in runs]
     assert all(through(p) for p in cut_made)
     extracted.clear()
-    experiment.predict_group(options(data_dir, tmp_path))  # a rerun reuses what it saved
+    cv_stage.predict(options(data_dir, tmp_path))  # a rerun reuses what it saved
     assert extracted == []
     for run, made in zip(runs, cut_made, strict=True):
         close_to_whole(made, predict_split(run, data_dir, "test", 1, cpu))
@@ -104,7 +108,7 @@ def test_folds_predict_out_of_fold_as_scored_and_the_test_set_through_one_bottom
 
     assert not through(held_predictions(runs[1], data_dir, "val", 1, cpu))
     assert through(held_predictions(runs[0], data_dir, "val", 1, cpu))
-    experiment.predict_group(options(data_dir, tmp_path))
+    cv_stage.predict(options(data_dir, tmp_path))
     assert through(Predictions.load(runs[0].predictions("test")))
     assert not through(Predictions.load(runs[1].predictions("test")))
 

@@ -15,7 +15,6 @@ import pytest
 
 from competition import load_spec
 from pipeline.core import rundir
-from pipeline.core.config import load_config
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import CVOptions
 from pipeline.core.rundir import RunDir
@@ -24,6 +23,9 @@ from pipeline.cv.group import fold_config, group_id
 from pipeline.data import folds, splits
 from pipeline.data.manifest import read_manifest
 from pipeline.modeling.inference import Predictions
+from pipeline.stages import cv as cv_stage
+from pipeline.tasks.competitions import size_of
+from pipeline.tasks.recipe_config import load_config
 from tests.conftest import REPO, TINY, kill_at_first_checkpoint, run_cli
 
 OVERRIDES = (*TINY, "augment.where=host")
@@ -50,7 +52,9 @@ def names(data_dir, tmp_path) -> tuple[RunDir, list[RunDir]]:
     config = load_config(overrides=[*TINY, "augment.where=host", "train.folds=2"])
     identity = rundir.data_identity(read_manifest(data_dir))
     runs = tmp_path / "runs"
-    fold_runs = [RunDir(runs / rundir.run_id(fold_config(config, k), identity)) for k in range(2)]
+    fold_runs = [
+        RunDir(runs / rundir.run_id(fold_config(config, k), identity, size_of(config))) for k in range(2)
+    ]
     return RunDir(runs / group_id(config, identity)), fold_runs
 
 
@@ -80,7 +84,7 @@ def test_folds_trained_in_two_processes_make_one_group_of_every_labelled_example
     assert metrics["examples"] == 232 and len(metrics["fold_scores"]) == 2
     assert metrics["cv_score"] == pytest.approx(spec.metric.score(table.labels, oof.probabilities))
 
-    experiment.train_folds(options(data_dir, tmp_path))  # all folds in this process: nothing to train
+    cv_stage.train_folds(options(data_dir, tmp_path))  # all folds in this process: nothing to train
     assert np.array_equal(Predictions.load(group.predictions("oof")).probabilities, oof.probabilities)
     assert group.metrics()["cv_score"] == metrics["cv_score"]
 
@@ -92,10 +96,10 @@ def test_folds_trained_in_two_processes_make_one_group_of_every_labelled_example
         and row["cv_score"] == pytest.approx(metrics["cv_score"], abs=1e-5)
     )
 
-    experiment.predict_group(options(data_dir, tmp_path))
+    cv_stage.predict(options(data_dir, tmp_path))
     submission = pd.read_csv(tmp_path / "subs" / f"{group.name}.csv")
     assert len(submission) == 104
-    experiment.predict_group(options(data_dir, tmp_path, refit=True))
+    cv_stage.predict(options(data_dir, tmp_path, refit=True))
     refits = [RunDir(p.parent) for p in (tmp_path / "runs").glob("*/refit.json")]
     assert len(refits) == 1 and refits[0].read_json(RunDir.REFIT)["cv_group"] == group.name
     refit_config = refits[0].read_config()
@@ -116,7 +120,7 @@ def test_an_interrupted_fold_resumes_where_it_stopped(data_dir, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     config = load_config(overrides=[*TINY, "augment.where=host", "train.folds=2", "train.epochs=3"])
     identity = rundir.data_identity(read_manifest(data_dir))
-    run = RunDir(tmp_path / "runs" / rundir.run_id(fold_config(config, 0), identity))
+    run = RunDir(tmp_path / "runs" / rundir.run_id(fold_config(config, 0), identity, size_of(config)))
     kill_at_first_checkpoint(command, env, run.path)
     second = subprocess.run(
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False

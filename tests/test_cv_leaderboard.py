@@ -9,7 +9,7 @@ import struct
 import pandas as pd
 import pytest
 
-from pipeline.core import leaderboard
+from pipeline.runs import leaderboard
 from tests.conftest import run_cli
 
 GROUP = "cv5-cpu-cnn-0123abcd"
@@ -160,7 +160,7 @@ def test_the_cli_prints_the_cv_board_and_its_footer(tmp_path):
 
 
 def test_the_closing_summary_reports_a_cv_groups_and_a_refits_cv_not_a_val_score(tmp_path):
-    from pipeline.core.report import closing_summary
+    from pipeline.runs.report import closing_summary
 
     _board(tmp_path / leaderboard.BOARD)
 

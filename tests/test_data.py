@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline.core.config import load_config
 from pipeline.core.errors import PetalsError
 from pipeline.data import datasets, records
+from pipeline.tasks.recipe_config import load_config
 from tests.conftest import TINY_SIZE
 
 

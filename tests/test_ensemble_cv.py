@@ -18,13 +18,13 @@ import pytest
 from competition import load_spec
 from competition.submission import check_submission
 from pipeline import cli
-from pipeline.core import leaderboard
 from pipeline.core.config import Config
 from pipeline.core.rundir import RunDir
-from pipeline.core.submission_files import sample_ids
 from pipeline.cv import blend as cv_blend
 from pipeline.data import folds
 from pipeline.modeling.inference import Predictions
+from pipeline.runs import leaderboard
+from pipeline.runs.submission_files import sample_ids
 from tests.conftest import run_cli
 
 K, ROWS, TESTS, USED_CLASSES = 3, 120, 20, 4

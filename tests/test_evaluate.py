@@ -12,10 +12,10 @@ from sklearn.metrics import f1_score
 
 from competition.submission import check_submission
 from pipeline import cli
-from pipeline.core import leaderboard
 from pipeline.core.rundir import RunDir
-from pipeline.core.submission_files import sample_ids
 from pipeline.modeling.inference import Predictions
+from pipeline.runs import leaderboard
+from pipeline.runs.submission_files import sample_ids
 from pipeline.stages import ensemble
 
 pytestmark = pytest.mark.slow

@@ -28,10 +28,10 @@ import pytest
 
 from pipeline import cli
 from pipeline.core import lock
-from pipeline.core.config import load_config
 from pipeline.core.errors import Preempted
 from pipeline.modeling import policy, preemption
 from pipeline.stages import train
+from pipeline.tasks.recipe_config import load_config
 from tests.conftest import REPO, TINY, error_lines, foreign_lines, run_python
 from tests.faults import (
     in_private_mount,
@@ -359,7 +359,7 @@ def test_both_loops_stop_and_resume_mid_epoch_on_jax(tiny_data_dir, tmp_path):
         import json
         from pathlib import Path
         from pipeline.core import device
-        from pipeline.core.config import load_config
+        from pipeline.tasks.recipe_config import load_config
         from pipeline.core.errors import Preempted
         from pipeline.stages import train
         from tests.test_faults import StopAfter
@@ -830,8 +830,8 @@ def test_a_submit_killed_at_a_random_moment_reruns_to_one_recorded_upload(
     tiny_data_dir, spec, tmp_path, kaggle_env, seed
 ):
     from competition.submission import submission_frame
-    from pipeline.core import leaderboard
-    from pipeline.core.submission_files import sample_ids
+    from pipeline.runs import leaderboard
+    from pipeline.runs.submission_files import sample_ids
     from tests.kaggle_server import Behaviour, KaggleTestServer
 
     subs = tmp_path / "submissions"

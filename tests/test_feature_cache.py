@@ -17,11 +17,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.core.config import load_config
 from pipeline.core.errors import Preempted
 from pipeline.data import splits
 from pipeline.data.manifest import locate_data
-from pipeline.modeling import feature_cache, features, preemption, registry
+from pipeline.modeling import feature_cache, features, preemption
+from pipeline.networks import registry
+from pipeline.tasks.recipe_config import load_config
 from tests.conftest import TINY, TINY_SIZE
 
 # The small cnn cut below its last layers; three views: the images, their mirror, a random one.

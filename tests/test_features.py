@@ -7,12 +7,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipeline.core.config import load_config
 from pipeline.core.errors import PetalsError
-from pipeline.modeling import efficientnet_lite, feature_cache, features, registry
+from pipeline.modeling import feature_cache, features
 from pipeline.modeling.epoch_lines import epoch_header, epoch_line
 from pipeline.modeling.inference import predict_split
+from pipeline.networks import efficientnet_lite, registry
 from pipeline.stages import train
+from pipeline.tasks.competitions import check_network
+from pipeline.tasks.recipe_config import load_config
 from tests.conftest import TINY, TINY_SIZE, run_python
 
 # Lite0 with its ImageNet weights at the tiny size, the head and two blocks trained on cached views.
@@ -129,7 +131,7 @@ def test_the_feature_cache_trains_under_jax(tiny_data_dir, tmp_path):
         f"""
         from pathlib import Path
         from pipeline.core import device
-        from pipeline.core.config import load_config
+        from pipeline.tasks.recipe_config import load_config
         from pipeline.stages import train
         platform = device.pick("jax", "cpu")
         config = load_config(overrides={TRANSFER!r})
@@ -210,11 +212,10 @@ def test_cached_rows_are_reused_only_for_what_they_were_computed_from(tmp_path):
 )
 def test_what_a_text_network_cannot_do_is_one_line(competition, overrides, message):
     from competition import load_spec
-    from pipeline.modeling import networks
 
     config = load_config("cpu", [f"competition={competition}", *overrides])
     with pytest.raises(PetalsError, match=message):
-        networks.check(config, load_spec(competition), "tensorflow")
+        check_network(config, load_spec(competition), "tensorflow")
 
 
 def test_an_epoch_is_a_line_of_fixed_columns_with_dashes_where_val_was_not_scored():

@@ -95,14 +95,14 @@ def test_text_batches_carry_strings_and_pairs(fetched):
 def test_a_photo_with_a_good_header_and_a_broken_body_is_named_in_one_line(fetched, tmp_path):
     import shutil
 
-    from pipeline.core import config as config_module
     from pipeline.core.errors import PetalsError
     from pipeline.data import splits
+    from pipeline.tasks import recipe_config
 
     spec = load_spec("dogs-vs-cats")
     root = tmp_path / "data"
     shutil.copytree(fetched["dogs-vs-cats"], root)
-    config = config_module.load_config("cpu", ["competition=dogs-vs-cats", "data.image_size=32"])
+    config = recipe_config.load_config("cpu", ["competition=dogs-vs-cats", "data.image_size=32"])
     _, val = splits.train_and_val(str(root), spec, config)
     broken = Path(val.examples.inputs[0][3])
     body = broken.read_bytes()

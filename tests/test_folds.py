@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 
 from competition import load_spec
-from pipeline.core.config import load_config
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import FetchOptions
 from pipeline.data import datasets, file_examples, folds, splits
 from pipeline.data.manifest import locate_data
 from pipeline.stages.fetch import fetch
+from pipeline.tasks.recipe_config import load_config
 from tests.conftest import TINY
 
 

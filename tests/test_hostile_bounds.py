@@ -28,8 +28,8 @@ from PIL import Image
 from competition import load_spec
 from pipeline import cli
 from pipeline.core.errors import PetalsError
-from pipeline.data.formats.base import MAX_IMAGE_SIDE
-from pipeline.modeling import torch_file
+from pipeline.formats.base import MAX_IMAGE_SIDE
+from pipeline.networks import torch_file
 from tests.hostile import Tree, one_error_line, record
 
 # ----------------------------------------------------------------------------- images
@@ -116,8 +116,8 @@ def test_an_image_put_in_the_data_dir_after_fetch_is_named_before_it_is_decoded(
     """tf.data reads each header before decoding: a file added since fetch verified the data dir
     stops the stage in one line (or is skipped with data.skip_bad_records)."""
     from pipeline.data import file_examples
-    from pipeline.data.formats.base import Examples
     from pipeline.data.splits import FileSplit
+    from pipeline.formats.base import Examples
 
     (tmp_path / "ok.jpg").write_bytes(_jpeg())
     (tmp_path / "bomb.jpg").write_bytes(_claiming(30000, 20000))

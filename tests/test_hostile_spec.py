@@ -293,7 +293,7 @@ def test_a_long_label_is_cut_short_in_the_line(world, capsys):
 
 @pytest.mark.parametrize("name", ["x/../../outside/pwn", "/tmp/pwn", "..", ""])
 def test_the_board_path_is_refused_for_a_name_that_is_not_plain(tmp_path, name):
-    from pipeline.core import leaderboard
+    from pipeline.runs import leaderboard
 
     submissions = tmp_path / "submissions"
     tree = Tree(tmp_path)
@@ -305,7 +305,7 @@ def test_the_board_path_is_refused_for_a_name_that_is_not_plain(tmp_path, name):
 
 
 def test_a_plain_name_still_gets_its_board(tmp_path):
-    from pipeline.core import leaderboard
+    from pipeline.runs import leaderboard
 
     board = leaderboard.board_file(tmp_path, "cassava")
     leaderboard.update(board, "run-1", kind="run")

@@ -143,7 +143,7 @@ def test_a_killed_jax_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
     history = pd.read_csv(tmp_path / "killed" / "history.csv")
     assert history["epoch"].tolist() == [1, 2, 3, 4]  # every epoch once, none redone twice
     assert history["val_macro_f1"].notna().tolist() == [True, False, True, True]  # 1st, every 3rd, last
-    from pipeline.core.config import load_config
+    from pipeline.tasks.recipe_config import load_config
 
     config = load_config(overrides=[*TINY, "train.epochs=4", "train.lr_ramp_epochs=2"])
     expected = [policy.learning_rate(e, config.train, 8) for e in range(4)]  # the peak x 8 replicas

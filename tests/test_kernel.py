@@ -16,8 +16,8 @@ import pytest
 
 from competition.submission import check_submission
 from pipeline import cli
-from pipeline.core import leaderboard
-from pipeline.core.submission_files import sample_ids
+from pipeline.runs import leaderboard
+from pipeline.runs.submission_files import sample_ids
 from pipeline.stages import kernel
 from tests.conftest import REPO, TINY, error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer

@@ -15,17 +15,18 @@ import pytest
 
 from pipeline import cli
 from pipeline.core import rundir
-from pipeline.core.config import load_config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
 from pipeline.core.rundir import RunDir
-from pipeline.core.submission_files import sample_ids
 from pipeline.cv import held, merge
 from pipeline.cv.group import fold_config, group_id
 from pipeline.data import folds
 from pipeline.data.manifest import read_manifest
 from pipeline.kernels import check
 from pipeline.modeling.inference import Predictions
+from pipeline.runs.submission_files import sample_ids
+from pipeline.tasks.competitions import size_of
+from pipeline.tasks.recipe_config import load_config
 from tests.conftest import TINY
 from tests.kaggle_server import Behaviour, KaggleTestServer
 
@@ -54,7 +55,9 @@ def kernel_output(folder, data_dir, spec, table, folds_trained, manifest=None):
     trained = {}
     for fold in folds_trained:
         config = fold_config(load_config(overrides=OVERRIDES), fold)
-        run = RunDir(folder / merge.RUNS / rundir.run_id(config, rundir.data_identity(manifest)))
+        run = RunDir(
+            folder / merge.RUNS / rundir.run_id(config, rundir.data_identity(manifest), size_of(config))
+        )
         run.path.mkdir(parents=True)
         run.write_json(RunDir.CONFIG, config.to_dict())
         run.write_json(RunDir.DATA_MANIFEST, manifest)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import kernel_main as template
 from pipeline.core import kaggle_input
 from pipeline.core.errors import PetalsError
 from pipeline.kernels import metadata as kernel
-from pipeline.stages import kernel_template as template
 
 
 def _args(accelerator: str, **extra) -> argparse.Namespace:
@@ -192,8 +192,8 @@ def test_train_gets_the_sessions_limit_less_what_has_passed_and_a_reserve(monkey
 
 def test_a_kernels_settings_carry_its_session_limit():
     from competition import load_spec
-    from pipeline.core.config import load_config
     from pipeline.stages import kernel
+    from pipeline.tasks.recipe_config import load_config
 
     config, spec = load_config("cpu"), load_spec("flowers")
     for accelerator, timeout, expected in (

@@ -12,8 +12,8 @@ import pytest
 import tensorflow as tf
 
 from competition import load_spec
-from pipeline.core.config import load_config
 from pipeline.data import datasets, file_examples, records, splits, synthetic
+from pipeline.tasks.recipe_config import load_config
 
 EXAMPLES = 40
 STEP = 6  # grey level per index: 0, 6, ..., 234; JPEG keeps a flat grey within 1-2 levels

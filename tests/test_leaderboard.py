@@ -6,7 +6,7 @@ import multiprocessing
 
 import pytest
 
-from pipeline.core import leaderboard
+from pipeline.runs import leaderboard
 from tests.conftest import run_cli
 from tests.kaggle_server import Behaviour, KaggleTestServer
 

@@ -15,9 +15,9 @@ from dataclasses import replace
 import pytest
 
 from competition import load_spec
-from pipeline.core.config import load_config
 from pipeline.stages import train
 from pipeline.stages.fetch import FetchOptions, fetch
+from pipeline.tasks.recipe_config import load_config
 
 # competition: (embedded data scale, overrides of its cpu recipe, the val score it must pass,
 # chance). Scores are the competition's metric: macro-F1, log loss (lower is better), ROC AUC,

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pipeline.core.errors import PetalsError
-from pipeline.modeling import efficientnet_lite, registry, torch_file
+from pipeline.networks import efficientnet_lite, registry, torch_file
 from tests.conftest import run_python
 
 # scikit-image's photos and the ImageNet-1k classes that are right for them (top-1 must be one).
@@ -74,7 +74,7 @@ def test_the_weights_give_the_same_logits_on_jax_as_on_tensorflow(lite0_imagenet
     done = run_python(
         f"""
         import numpy as np
-        from pipeline.modeling import efficientnet_lite
+        from pipeline.networks import efficientnet_lite
         model = efficientnet_lite.pretrained("lite0", (224, 224, 3), include_top=True)
         cat = np.load("{tmp_path / "cat.npy"}")
         np.save("{tmp_path / "jax.npy"}", np.asarray(model.predict((cat[None] - 127) / 128, verbose=0)))

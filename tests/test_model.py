@@ -12,7 +12,9 @@ import pytest
 
 from pipeline.core import config
 from pipeline.core.errors import PetalsError
-from pipeline.modeling import registry
+from pipeline.networks import registry
+from pipeline.tasks import recipe_config
+from pipeline.tasks.competitions import check_network, task_of
 
 
 def test_the_registry_lists_what_the_recipes_need():
@@ -127,7 +129,7 @@ def test_the_cnn_finds_a_flower_wherever_it_is():
 SHIPPED = [
     (competition, recipe)
     for competition in ("flowers", "dogs-vs-cats", "imdb", "watson")
-    for recipe in config.recipe_names(competition)
+    for recipe in recipe_config.recipe_names(competition)
     if recipe != config.DEFAULT_RECIPE
 ]
 
@@ -139,20 +141,21 @@ def test_every_shipped_recipe_loads_and_builds_its_model(competition, recipe, tm
     backends they will meet, and build it (tiny input, random weights; a recipe that loads a
     BERT preset gets a tiny one)."""
     from competition import load_spec
-    from pipeline.modeling import bert, networks
+    from pipeline import networks
+    from pipeline.networks import bert
 
-    loaded = config.load_config(recipe, [f"competition={competition}"])
+    loaded = recipe_config.load_config(recipe, [f"competition={competition}"])
     spec = load_spec(competition)
     assert loaded.recipe == recipe and loaded.competition == competition
     if loaded.model.backbone == bert.PRESET:
         with pytest.raises(PetalsError, match=r"loads a keras-hub preset directory"):
-            networks.check(loaded, spec, "jax")  # no such folder here: one line, the way out
+            check_network(loaded, spec, "jax")  # no such folder here: one line, the way out
         preset = bert.write_tiny_preset(tmp_path / "preset", [*bert.SPECIAL_TOKENS, "a", "b"], 16)
         weights = dataclasses.replace(loaded.model, weights=str(preset))
         loaded = dataclasses.replace(loaded, model=weights)
     for backend in ("tensorflow", "jax") if recipe == "tpu" else ("tensorflow",):
-        networks.check(loaded, spec, backend)  # today's TPUs run JAX: the TPU recipes must build there
-    if spec.modality == "text":
+        check_network(loaded, spec, backend)  # today's TPUs run JAX: the TPU recipes must build there
+    if task_of(spec).modality == "text":
         small = dataclasses.replace(loaded, data=dataclasses.replace(loaded.data, sequence_length=16))
         net = networks.build(small, spec, vocabulary_size=7)
         inputs = np.random.default_rng(0).integers(0, 7, (2, 16), dtype=np.int32)

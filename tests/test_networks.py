@@ -7,9 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from pipeline.core.config import load_config
+from pipeline import networks
 from pipeline.core.errors import PetalsError
-from pipeline.modeling import bert, networks, registry, text_networks
+from pipeline.networks import bert, registry, text_networks
+from pipeline.tasks.competitions import check_network
+from pipeline.tasks.recipe_config import load_config
 
 
 def test_the_lookup_holds_every_image_backbone_and_text_network_once():
@@ -96,8 +98,8 @@ def test_a_text_task_checks_the_network_through_its_entry():
 
     pairs = load_config("cpu", ["competition=watson", "model.backbone=bilstm"])
     with pytest.raises(PetalsError, match=r"reads pairs: bert, bert-tiny, bert-small\)$"):
-        networks.check(pairs, load_spec("watson"), "tensorflow")
+        check_network(pairs, load_spec("watson"), "tensorflow")
     warm_up = load_config("cpu", ["competition=watson", "model.backbone=bert-tiny", "train.frozen_epochs=1"])
-    networks.check(warm_up, load_spec("watson"), "jax")  # BERT reads pairs and has a part to freeze
+    check_network(warm_up, load_spec("watson"), "jax")  # BERT reads pairs and has a part to freeze
     with pytest.raises(PetalsError, match=r"^model.backbone=bert-tiny builds on tensorflow, jax only"):
-        networks.check(warm_up, load_spec("watson"), "torch")
+        check_network(warm_up, load_spec("watson"), "torch")

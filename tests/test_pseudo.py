@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 
 from competition import load_spec
-from pipeline.core.config import load_config
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import FetchOptions
 from pipeline.core.rundir import RunDir
@@ -23,6 +22,7 @@ from pipeline.data import datasets, file_examples, splits
 from pipeline.data.manifest import locate_data, read_manifest
 from pipeline.modeling.inference import Predictions
 from pipeline.stages.fetch import fetch
+from pipeline.tasks.recipe_config import load_config
 from tests.conftest import TINY
 
 TEACHER = "cv2-teacher"
@@ -253,7 +253,8 @@ def test_a_file_competitions_fold_trains_on_its_pseudo_examples_and_keeps_its_va
 def test_a_cached_fold_appends_its_pseudo_rows_from_its_own_folder_and_keeps_the_pooled_cache(
     data_dir, spec, teacher, cpu
 ):
-    from pipeline.modeling import features, registry
+    from pipeline.modeling import features
+    from pipeline.networks import registry
     from tests.conftest import TINY_SIZE
 
     runs_dir, _, table, _ = teacher

@@ -108,10 +108,6 @@ def test_a_metric_given_the_wrong_shape_says_so(scored):
             "data format 'folder' is not one of image_csv, image_folder, records, table",
         ),
         (('format = "records"', 'format = "table"'), "not a competition file .key 'table'"),
-        (
-            ('task = "image_classification"', 'task = "segmentation"'),
-            "task 'segmentation' is not one of image_classification, text_classification, text_pair",
-        ),
         (('task = "image_classification"', 'task = "image_classification"\nclasses_file = "x.txt"'), "not a"),
     ],
 )
@@ -143,13 +139,16 @@ COMPETITIONS = sorted(
 def test_every_competition_file_loads_and_agrees_with_itself(name):
     """Like a model registry that tests every entry: each file loads, its metric reads what its
     submission holds, every split has its layout, and its transforms are recipe keys."""
-    from pipeline.core.config import TRANSFORMS, recipe_path
-    from pipeline.data.formats import FORMATS
+    from pipeline.core.config import TRANSFORMS
+    from pipeline.formats import FORMATS
     from pipeline.tasks import TASKS
+    from pipeline.tasks.competitions import load_competition
+    from pipeline.tasks.recipe_config import recipe_path
 
     spec = load_spec(name)
     assert spec.name == name and spec.num_classes >= 2
-    assert FORMATS[spec.format.name] is spec.format and TASKS[spec.task.name] is spec.task
+    assert FORMATS[spec.format.name] is spec.format and spec.task in TASKS
+    assert load_competition(name) is spec  # its task takes it: the file as every stage loads it
     for device_recipe in ("cpu", "gpu", "tpu"):  # its own, or its task's
         assert recipe_path(device_recipe, name).is_file()
     assert spec.metric.reads == spec.submission_value, "a class metric needs class ids, and so on"
@@ -177,9 +176,38 @@ def test_an_image_folder_member_name_gives_its_label_or_id():
     assert folders["test"].archive == "test.zip"
 
 
-def test_an_unknown_competition_is_refused_in_one_line():
-    from pipeline.core.competitions import load_competition
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            ('task = "image_classification"', 'task = "segmentation"'),
+            "task 'segmentation' is not one of image_classification, text_classification, "
+            "text_pair_classification",
+        ),
+        (
+            ('task = "image_classification"', 'task = "text_classification"'),
+            "task text_classification reads texts; data format records holds images",
+        ),
+    ],
+)
+def test_a_file_its_task_cannot_take_is_named_where_it_meets_the_tasks(tmp_path, edit, message):
+    """The spec is data: the task's name is checked where a stage loads the competition."""
+    from competition.spec import SPEC_DIR
     from pipeline.core.errors import PetalsError
+    from pipeline.tasks.competitions import load_competition
+
+    text = (SPEC_DIR / "flowers" / "competition.toml").read_text()
+    path = tmp_path / "odd.toml"
+    path.write_text(text.replace(*edit, 1))
+    (tmp_path / "classes.txt").write_text((SPEC_DIR / "flowers" / "classes.txt").read_text())
+    assert load_spec(str(path)).task == edit[1].split('"')[1]  # the plain file loads
+    with pytest.raises(PetalsError, match=f"^competition={path}: {path}: {message}$"):
+        load_competition(str(path))
+
+
+def test_an_unknown_competition_is_refused_in_one_line():
+    from pipeline.core.errors import PetalsError
+    from pipeline.tasks.competitions import load_competition
 
     assert load_competition("imdb").format.name == "table"
     with pytest.raises(PetalsError, match=r"^competition=roses: unknown competition 'roses'"):

@@ -10,8 +10,8 @@ import pytest
 
 from competition.submission import submission_frame
 from pipeline import cli
-from pipeline.core import leaderboard
-from pipeline.core.submission_files import sample_ids
+from pipeline.runs import leaderboard
+from pipeline.runs.submission_files import sample_ids
 from tests.conftest import error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer
 

@@ -11,8 +11,8 @@ import pytest
 from competition import load_spec
 from competition.submission import submission_frame
 from pipeline import cli
-from pipeline.core import leaderboard
 from pipeline.kernels.metadata import METADATA, SCRIPT, content_digest
+from pipeline.runs import leaderboard
 from tests.conftest import error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer
 

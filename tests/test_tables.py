@@ -10,8 +10,7 @@ import pytest
 
 from pipeline.core.errors import PetalsError
 from pipeline.data import synthetic_reviews
-from pipeline.data.formats.table import TableLayout
-from pipeline.data.tables import read_table, write_table
+from pipeline.formats.tables import TableLayout, read_table, write_table
 
 REVIEWS = synthetic_reviews.LAYOUT
 TRICKY = [  # what real reviews hold: escaped quotes, a backslash, tags, a tab, a review reading NA

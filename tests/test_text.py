@@ -18,7 +18,7 @@ LENGTH = 40
 def test_words_of_every_script_survive_standardizing():
     import tensorflow as tf
 
-    from pipeline.modeling.text import standardize
+    from pipeline.networks.text import standardize
 
     texts = ["Café naïve!", "Привет, мир", "你好 world", "It's <br />GREAT"]
     cleaned = [t.decode() for t in standardize(tf.constant(texts)).numpy()]
@@ -32,7 +32,7 @@ def test_words_of_every_script_survive_standardizing():
 
 def test_texts_become_fixed_length_ids_that_open_with_the_start_id():
 
-    from pipeline.modeling.text import START, Vectorizer
+    from pipeline.networks.text import START, Vectorizer
 
     texts = ["A great film.<br /><br />Great acting!", "an awful film", "??? !!!"]
     vectorizer = Vectorizer.adapt(texts, vocabulary_size=20, sequence_length=8)
@@ -48,7 +48,7 @@ def test_texts_become_fixed_length_ids_that_open_with_the_start_id():
 def test_a_words_character_ngrams_are_hashed_alike_everywhere_and_reach_unknown_words():
     import zlib
 
-    from pipeline.modeling.text import START, SUBWORD_BUCKETS, SubwordVectorizer, Vectorizer, subword_buckets
+    from pipeline.networks.text import START, SUBWORD_BUCKETS, SubwordVectorizer, Vectorizer, subword_buckets
 
     grams = ["<fi", "fil", "ilm", "lm>", "<fil", "film", "ilm>", "<film", "film>"]  # 3- to 5-grams of <film>
     assert subword_buckets("film") == [zlib.crc32(g.encode()) % SUBWORD_BUCKETS for g in grams]
@@ -74,7 +74,7 @@ HAND_MADE = [[1, 5, 7, WORDS + 3, WORDS + 9, 0], [1, 1, 2, 0, 0, 0]]
 
 def _bigram(a: int, b: int) -> int:
     """The documented hash of two consecutive word ids, offset past the words and subwords."""
-    from pipeline.modeling.text import HASH_MULTIPLIER
+    from pipeline.networks.text import HASH_MULTIPLIER
 
     return WORDS + SUBWORDS + (a * HASH_MULTIPLIER + b) % BUCKETS
 
@@ -82,7 +82,7 @@ def _bigram(a: int, b: int) -> int:
 def _ngram_ids() -> list:
     import keras
 
-    from pipeline.modeling.text import NgramIds
+    from pipeline.networks.text import NgramIds
 
     ids = NgramIds(WORDS, SUBWORDS, BUCKETS, order=2)(np.array(HAND_MADE, np.int32))
     return keras.ops.convert_to_numpy(ids).tolist()
@@ -107,8 +107,8 @@ def _static_then_variable(network: str = "bilstm") -> dict:
     import tensorflow as tf
 
     from pipeline.data import synthetic_reviews
-    from pipeline.modeling.text import Vectorizer, predict_padded, serving_copy
-    from pipeline.modeling.text_networks import NETWORKS
+    from pipeline.networks.text import Vectorizer, predict_padded, serving_copy
+    from pipeline.networks.text_networks import NETWORKS
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
@@ -177,7 +177,7 @@ def test_the_bag_of_ngrams_learns_what_only_word_order_tells():
     import keras
     from sklearn.metrics import roc_auc_score
 
-    from pipeline.modeling.text import SubwordVectorizer, Vectorizer, ngram_classifier
+    from pipeline.networks.text import SubwordVectorizer, Vectorizer, ngram_classifier
 
     rng = np.random.default_rng(0)
     fillers = ["red", "green", "blue", "cold", "warm", "slow", "fast", "tall", "short", "round"]

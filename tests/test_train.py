@@ -10,17 +10,17 @@ import pandas as pd
 import pytest
 
 from competition.metric import macro_f1
-from pipeline import cli
-from pipeline.core.config import TrainConfig, load_config
+from pipeline import cli, networks
+from pipeline.core.config import TrainConfig
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
-from pipeline.modeling import networks
 from pipeline.modeling.classifier import set_backbone_trainable
 from pipeline.modeling.inference import load_inference_model, predict_split
 from pipeline.modeling.losses import loss_function
 from pipeline.modeling.optimizer import averaging
 from pipeline.modeling.trainer import Trainer
 from pipeline.stages import train
+from pipeline.tasks.recipe_config import load_config
 from tests.conftest import (
     TINY,
     TINY_SIZE,
@@ -165,7 +165,7 @@ def test_bad_input_is_one_line_and_writes_no_run(tiny_data_dir, tmp_path, capsys
 
 
 def test_a_weights_file_that_does_not_fit_is_named_and_writes_no_run(tiny_data_dir, tmp_path, capsys):
-    from pipeline.modeling import registry
+    from pipeline.networks import registry
 
     misfit = tmp_path / "other.weights.h5"
     registry.build_classifier("efficientnet-b0", 32, 5).get_layer("backbone").save_weights(misfit)
@@ -194,7 +194,7 @@ def test_a_checkpoint_another_model_saved_is_named_and_kept(tiny_data_dir, tmp_p
 
 @pytest.mark.slow
 def test_weights_that_do_not_fit_the_run_are_named(tiny_runs, tmp_path):
-    from pipeline.modeling import registry
+    from pipeline.networks import registry
 
     run_dir = tmp_path / "run"
     shutil.copytree(tiny_runs[0], run_dir)
@@ -242,7 +242,7 @@ def test_list_backbones(capsys):
 
 
 def test_fine_tuning_unfreezes_the_backbone_but_keeps_batchnorm_frozen():
-    from pipeline.modeling import registry
+    from pipeline.networks import registry
 
     net = registry.build_classifier("cnn", 32, 5)
     backbone = net.get_layer("backbone")

@@ -1,28 +1,24 @@
-"""One typed configuration: frozen dataclasses, recipe files that override only what differs,
-and `--set section.key=value` overrides that reject unknown keys and wrong types.
+"""One typed configuration: frozen dataclasses, each default written once, checked on every
+update (`--set section.key=value` overrides reject unknown keys and wrong types).
 
-Precedence: the defaults below < the recipe (`competition/<name>/recipes/<recipe>.toml`, else its
-task's `pipeline/tasks/recipes/<task>/<recipe>.toml`) < `--set` overrides.
-The resolved config is written beside every run's outputs (`Config.to_dict`).
+Precedence: the defaults below < the recipe < `--set` overrides; a recipe is found and applied by
+pipeline/tasks/recipe_config.py (it needs the competition's folder and its task's recipes). The
+resolved config is written beside every run's outputs (`Config.to_dict`) and read back here.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import tomllib
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from competition.spec import DEFAULT_COMPETITION, SPEC_DIR, competition_folder, load_spec
-from pipeline.core.config_checks import validate
 from pipeline.core.errors import PetalsError
-from pipeline.core.overrides import apply_updates, leaves, parse_overrides, toml_value
+from pipeline.core.overrides import apply_updates
 
-RECIPES = "recipes"  # a competition's own recipes: competition/<name>/recipes/
+# The competition a command works on when none is named: the one place its name is written.
+DEFAULT_COMPETITION = "flowers"
 DEFAULT_RECIPE = "default"  # the plain defaults below, no recipe file
 AUTO_RECIPE = "auto"  # the recipe for what the replicas run on (Platform.device):
 AUTO_RECIPES = {"TPU": "tpu", "GPU": "gpu", "CPU": "cpu"}
@@ -94,7 +90,7 @@ TRANSFORMS = (
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The network, by its entry's name in `pipeline.modeling.networks.NETWORKS`: an image backbone
+    """The network, by its entry's name in `pipeline.networks.NETWORKS`: an image backbone
     (`registry.BACKBONES`) and its head, or a text network (`text_networks.NETWORKS`)."""
 
     backbone: str = "cnn"
@@ -185,34 +181,6 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
-def recipe_dirs(competition: str = DEFAULT_COMPETITION) -> list[Path]:
-    """Where a competition's recipes are, first found first: its folder's `recipes/`, then its
-    task's (pipeline/tasks/recipes/<task>/: cpu, gpu and tpu), so a competition file alone trains."""
-    try:
-        spec = load_spec(competition)
-    except ValueError as err:
-        raise PetalsError(str(err)) from None
-    return [competition_folder(competition) / RECIPES, spec.task.recipes_dir]
-
-
-def recipe_names(competition: str = DEFAULT_COMPETITION) -> list[str]:
-    """A competition's recipes (its own and its task's), plus `default` (no file: the defaults)."""
-    found = {p.stem for folder in recipe_dirs(competition) for p in folder.glob("*.toml")}
-    return sorted([DEFAULT_RECIPE, *found])
-
-
-def recipe_path(name: str, competition: str = DEFAULT_COMPETITION) -> Path:
-    if name.endswith(".toml"):
-        path = Path(name)
-    else:
-        candidates = [folder / f"{name}.toml" for folder in recipe_dirs(competition)]
-        path = next((p for p in candidates if p.is_file()), candidates[0])
-    if not path.is_file():
-        known = ", ".join(recipe_names(competition))
-        raise PetalsError(f"unknown recipe {name!r} for {competition}: no {path} (recipes: {known})")
-    return path
-
-
 def resolve_recipe(recipe: str, device: str | None) -> str:
     """`auto` -> the recipe for the device the replicas run on (TPU, GPU or CPU); others as given."""
     if recipe != AUTO_RECIPE:
@@ -220,113 +188,6 @@ def resolve_recipe(recipe: str, device: str | None) -> str:
     if device not in AUTO_RECIPES:
         raise ValueError(f"recipe auto needs the device (one of {', '.join(AUTO_RECIPES)}), got {device!r}")
     return AUTO_RECIPES[device]
-
-
-def _competition(overrides: Iterable[str]) -> str:
-    """The competition `--set competition=...` names (the recipe is looked up in its folder)."""
-    value = parse_overrides(overrides).get("competition", DEFAULT_COMPETITION)
-    if not isinstance(value, str):
-        raise PetalsError("--set competition: a competition's name, e.g. --set competition=imdb")
-    return value
-
-
-def _recipe_values(recipe: str, competition: str) -> tuple[Path | None, dict[str, Any]]:
-    """A resolved recipe's file and the values it sets (none for `default`)."""
-    if recipe == DEFAULT_RECIPE:
-        return None, {}
-    path = recipe_path(recipe, competition)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise PetalsError(f"{path}: not valid TOML ({err})") from None
-    raw.pop("recipe", None)
-    return path, raw
-
-
-def load_config(
-    recipe: str = DEFAULT_RECIPE, overrides: Iterable[str] = (), device: str | None = None
-) -> Config:
-    """Defaults, then the recipe file, then `--set` overrides; all keys and types checked.
-
-    `recipe="auto"` takes the recipe for `device` (TPU, GPU or CPU: `Platform.device`).
-    """
-    overrides = list(overrides)
-    path, raw = _recipe_values(resolve_recipe(recipe, device), _competition(overrides))
-    config = Config()
-    if path is not None:
-        config = dataclasses.replace(apply_updates(config, raw, str(path), CHOICES), recipe=path.stem)
-    config = apply_updates(config, parse_overrides(overrides), "--set", CHOICES)
-    config = _keep_labels(config, explicit=leaves(raw) | leaves(parse_overrides(overrides)))
-    validate(config)
-    return config
-
-
-def _keep_labels(config: Config, explicit: set[str]) -> Config:
-    """Only the transforms the competition says keep the label: a default one that does not is
-    turned off, one a recipe or `--set` turns on is refused."""
-    from pipeline.core.competitions import load_competition
-
-    spec = load_competition(config.competition)
-    unknown = sorted(spec.keeps_label - set(TRANSFORMS))
-    if unknown:
-        raise PetalsError(
-            f"competition {spec.name}: keeps_label names {unknown}, which are not transforms "
-            f"(known: {', '.join(TRANSFORMS)})"
-        )
-    off: dict[str, Any] = {}
-    for name in TRANSFORMS:
-        value = getattr(config.augment, name)
-        if name in spec.keeps_label or not value:
-            continue
-        if f"augment.{name}" in explicit:
-            raise PetalsError(
-                f"augment.{name}={toml_value(value)}: competition {spec.name} does not keep the label "
-                f"under {name} (its keeps_label: {', '.join(sorted(spec.keeps_label)) or 'none'})"
-            )
-        off[name] = type(value)(0)
-    return dataclasses.replace(config, augment=dataclasses.replace(config.augment, **off)) if off else config
-
-
-def describe(recipe: str, overrides: Iterable[str] = (), device: str | None = None) -> str:
-    """The resolved config as TOML (a file `--recipe` reads back), each value with where it came
-    from: the defaults, the recipe file, or `--set`."""
-    overrides = list(overrides)
-    config = load_config(recipe, overrides, device)
-    path, raw = _recipe_values(resolve_recipe(recipe, device), config.competition)
-    from_recipe, from_set = leaves(raw), leaves(parse_overrides(overrides))
-    chosen = f"{recipe} -> {config.recipe} (the {device} recipe)" if recipe == AUTO_RECIPE else config.recipe
-    shown = (
-        path.resolve().relative_to(SPEC_DIR.parent)
-        if path and path.resolve().is_relative_to(SPEC_DIR.parent)
-        else path
-    )
-    lines = [f"# recipe {chosen}: {shown or 'no file, the defaults'}"]
-    top, sections = [], []
-    for item in dataclasses.fields(config):
-        value = getattr(config, item.name)
-        if dataclasses.is_dataclass(value):
-            sections.append(
-                (item.name, [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)])
-            )
-        elif item.name != "recipe":  # the recipe is the header's
-            top.append((item.name, value))
-    sections.insert(0, ("", top))  # top-level keys come before any [section] in TOML
-    for section, items in sections:
-        if section:
-            lines.append(f"\n[{section}]")
-        for key, value in items:
-            full = f"{section}.{key}" if section else key
-            source = (
-                "--set"
-                if full in from_set
-                else f"recipe {config.recipe}"
-                if full in from_recipe
-                else f"off: competition {config.competition} does not keep the label"
-                if section == "augment" and key in TRANSFORMS and value != getattr(AugmentConfig(), key)
-                else "default"
-            )
-            lines.append(f"{f'{key} = {toml_value(value)}':<34} # {source}")
-    return "\n".join(lines)
 
 
 def read_config(path: Path) -> Config:
@@ -340,35 +201,98 @@ def read_config(path: Path) -> Config:
     return config
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--recipe`, `--set` and `--print-config`, for every stage that reads the config."""
-    parser.add_argument(
-        "--recipe",
-        default=AUTO_RECIPE,
-        help="recipe under competition/<name>/recipes/ (else its task's), a .toml path, or auto: tpu, "
-        "gpu or cpu by the device the stage runs on; `default` is the bare defaults "
-        f"(known: {', '.join(recipe_names())}) "
-        f"(default: {AUTO_RECIPE})",
-    )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override one config value, e.g. --set augment.cutmix=0.5 (repeatable)",
-    )
-    parser.add_argument(
-        "--print-config",
-        action="store_true",
-        help="print the resolved config as TOML, each value with its source (default, recipe, --set); exit",
-    )
-
-
-def config_from_args(args, device: str | None = None) -> Config:
-    """The config of a stage's command line or options (`recipe`, `overrides`), resolved once for
-    `device`; with `--print-config`, printed, and the process exits 0 (like `--help`)."""
-    if getattr(args, "print_config", False):
-        print(describe(args.recipe, args.overrides, device))
-        raise SystemExit(0)
-    return load_config(args.recipe, args.overrides, device)
+def validate(config: Config) -> None:
+    """Value checks that a type alone cannot express."""
+    data, aug = config.data, config.augment
+    if data.image_size <= 0 or data.input_size < 0:
+        raise PetalsError(
+            f"data.image_size={data.image_size}, data.input_size={data.input_size}: must be > 0"
+        )
+    if data.sequence_length < 2 or data.vocabulary_size < 3:
+        raise PetalsError(
+            f"data.sequence_length={data.sequence_length}, data.vocabulary_size={data.vocabulary_size}: "
+            "need a start id and a word (>= 2), and padding, unknown and one word (>= 3)"
+        )
+    if data.batch_size <= 0:
+        raise PetalsError(
+            f"data.batch_size={data.batch_size}: must be a positive number of images per replica"
+        )
+    for name in ("erasing", "gridmask", "cutmix", "mixup"):
+        if not 0.0 <= getattr(aug, name) <= 1.0:
+            raise PetalsError(f"augment.{name}={getattr(aug, name)}: a probability, must be in [0, 1]")
+    if not 0.0 < aug.erasing_area <= 1.0 or not 0.0 < aug.gridmask_ratio < 1.0:
+        raise PetalsError("augment.erasing_area must be in (0, 1] and augment.gridmask_ratio in (0, 1)")
+    if aug.cutmix + aug.mixup > 1.0:
+        raise PetalsError(
+            f"augment.cutmix={aug.cutmix} + augment.mixup={aug.mixup}: each image gets at most one, "
+            "so their sum must be <= 1"
+        )
+    if aug.mix_alpha <= 0:
+        raise PetalsError(f"augment.mix_alpha={aug.mix_alpha}: must be > 0")
+    train = config.train
+    if train.epochs <= 0 or train.frozen_epochs < 0 or train.frozen_epochs > train.epochs:
+        raise PetalsError(
+            f"train.epochs={train.epochs}, train.frozen_epochs={train.frozen_epochs}: "
+            "need epochs > 0 and 0 <= frozen_epochs <= epochs"
+        )
+    if train.val_every < 1:
+        raise PetalsError(f"train.val_every={train.val_every}: must be >= 1 (1 scores every epoch)")
+    if min(train.lr_start, train.lr_max, train.lr_min) <= 0 or not 0 < train.lr_decay <= 1:
+        raise PetalsError("train.lr_start, lr_max and lr_min must be > 0 and train.lr_decay in (0, 1]")
+    if not 0 <= train.label_smoothing < 1:
+        raise PetalsError(f"train.label_smoothing={train.label_smoothing}: must be in [0, 1)")
+    if train.logit_adjustment < 0:
+        raise PetalsError(f"train.logit_adjustment={train.logit_adjustment}: must be >= 0 (0 turns it off)")
+    if not 0 <= train.ema < 1:
+        raise PetalsError(f"train.ema={train.ema}: a momentum, must be in [0, 1) (0 turns it off)")
+    if train.folds == 1 or train.folds < 0:
+        raise PetalsError(
+            f"train.folds={train.folds} (FOLDS={train.folds}): cross-validation needs at least 2 folds "
+            "(0: the competition's val split)"
+        )
+    if train.folds and not 0 <= train.fold < train.folds:
+        raise PetalsError(
+            f"train.fold={train.fold}: folds are 0..{train.folds - 1} with train.folds={train.folds}"
+        )
+    if train.fold_seed < 0:
+        raise PetalsError(f"train.fold_seed={train.fold_seed}: must be >= 0")
+    if train.folds and train.merge_val:
+        raise PetalsError("train.folds and train.merge_val exclude each other: folds already use train + val")
+    if train.pseudo_labels and not train.folds:
+        raise PetalsError(
+            f"train.pseudo_labels={train.pseudo_labels}: needs train.folds (FOLDS=K): fold f takes the "
+            "labels of the teacher group's fold f, the one run that never trained on its val part"
+        )
+    if not 0 < train.pseudo_threshold <= 1 or train.pseudo_max_share <= 0:
+        raise PetalsError(
+            f"train.pseudo_threshold={train.pseudo_threshold}, train.pseudo_max_share="
+            f"{train.pseudo_max_share}: need a probability in (0, 1] and a share > 0"
+        )
+    if train.unfrozen_layers < 0:
+        raise PetalsError(
+            f"train.unfrozen_layers={train.unfrozen_layers}: must be >= 0 (0: all of the backbone)"
+        )
+    if train.feature_cache:
+        if train.epochs > train.frozen_epochs and not train.unfrozen_layers:
+            raise PetalsError(
+                "train.feature_cache=true caches the layers that never train, but with "
+                "train.unfrozen_layers=0 the whole backbone fine-tunes after the frozen epochs: set "
+                "train.unfrozen_layers (the backbone's last N layers fine-tune) or "
+                "train.frozen_epochs=train.epochs (the head alone)"
+            )
+        if aug.cutmix or aug.mixup:
+            raise PetalsError(
+                "train.feature_cache=true caches views of single examples, and CutMix and MixUp mix two: "
+                "set augment.cutmix=0 and augment.mixup=0"
+            )
+        if train.feature_views < 1:
+            raise PetalsError(
+                f"train.feature_views={train.feature_views}: at least 1 (the examples themselves)"
+            )
+    if not 0 <= config.model.dropout < 1:
+        raise PetalsError(f"model.dropout={config.model.dropout}: must be in [0, 1)")
+    for name in ("brightness", "contrast", "saturation", "hue", "rotation", "shear", "zoom", "shift"):
+        if getattr(aug, name) < 0:
+            raise PetalsError(
+                f"augment.{name}={getattr(aug, name)}: a magnitude, must be >= 0 (0 turns it off)"
+            )

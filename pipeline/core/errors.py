@@ -1,4 +1,8 @@
-"""The one exception type the CLI turns into a single actionable line."""
+"""The one exception type the CLI turns into a single actionable line, and the exit codes every
+process agrees on (the CLI, the multi-process launcher, a preempted trainer)."""
+
+EXIT_ERROR = 2  # a PetalsError: one line, nothing to resume
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: training stopped on a signal or its time limit; the rerun resumes
 
 
 class PetalsError(Exception):

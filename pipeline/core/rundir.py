@@ -171,12 +171,10 @@ def data_identity(manifest: dict[str, Any]) -> str:
     return manifest.get("labelled_fingerprint") or manifest.get("fingerprint", "")
 
 
-def run_id(config, fingerprint: str) -> str:
+def run_id(config, fingerprint: str, size: int) -> str:
     """Same config and data -> same id, so rerunning a command finds (and resumes) its run.
-    The size in it is the image's side, or a text's tokens."""
-    from competition import load_spec
-
-    size = load_spec(config.competition).task.size(config)
+    `size` is the one the competition's task reads: the image's side, or a text's tokens
+    (`pipeline.tasks.competitions.size_of`)."""
     digest = hashlib.sha256(json.dumps([config.to_dict(), fingerprint], sort_keys=True).encode()).hexdigest()
     return f"{config.recipe}-{config.model.backbone}-{size}-{digest[:8]}"
 

@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -77,11 +78,11 @@ def _flatten(table: dict, where: str, prefix: str = "") -> list[str]:
 def candidates_file(choose: str, competition: str, recipe: str, given: str) -> Path:
     """`CHOOSE=1` (or `recipe`): the recipe's own candidates, beside it (`given`: the recipe as the
     command line named it, maybe a file's path); anything else: a file's path."""
-    from pipeline.core import config as config_module
+    from pipeline.tasks import recipe_config
 
     if choose not in ("1", "recipe"):
         return Path(choose)
-    folders = [Path(given).parent] if given.endswith(".toml") else config_module.recipe_dirs(competition)
+    folders = [Path(given).parent] if given.endswith(".toml") else recipe_config.recipe_dirs(competition)
     places = [folder / FOLDER / f"{recipe}.toml" for folder in folders]
     found = next((p for p in places if p.is_file()), None)
     if found is None:
@@ -128,13 +129,13 @@ def _options(opts: CVOptions, candidate: Candidate) -> CVOptions:
 
 def _checked(opts: CVOptions, path: Path, found: list[Candidate], device: str) -> None:
     """Every candidate's config is built before any trains: a bad key is one line naming the file."""
-    from pipeline.core import config as config_module
+    from pipeline.tasks import recipe_config
 
     for candidate in found:
         try:
             checked = _options(opts, candidate)
             folds = dataclasses.replace(checked, overrides=(*checked.overrides, f"train.folds={opts.folds}"))
-            config_module.config_from_args(folds, device)
+            recipe_config.config_from_args(folds, device)
         except PetalsError as err:
             raise PetalsError(f"{path} [{candidate.name}]: {err}") from None
 
@@ -178,9 +179,9 @@ def pick(rows: list[dict], folds: int, greater_is_better: bool) -> int:
     return next(i for i, row in enumerate(rows) if sign * (rows[best]["score"] - row["score"]) <= margin)
 
 
-def train(opts: CVOptions) -> dict | None:
-    """Train every candidate's folds (each resumes; with FOLD= this process's share of each), then
-    choose once every group is complete; None while folds are missing."""
+def train(opts: CVOptions, train_folds: Callable[[CVOptions], dict | None]) -> dict | None:
+    """Train every candidate's folds with `train_folds` (the CV stage's: each resumes; with FOLD= this
+    process's share of each), then choose once every group is complete; None while folds are missing."""
     from pipeline.cv import experiment
 
     found = experiment.setup(opts)
@@ -190,7 +191,7 @@ def train(opts: CVOptions) -> dict | None:
     trained = []
     for candidate in listed:
         log.info("choose: %s (%s)", candidate.name, " ".join(candidate.overrides) or "the recipe as written")
-        trained.append(experiment.train_folds(_options(opts, candidate)))
+        trained.append(train_folds(_options(opts, candidate)))
     if any(metrics is None for metrics in trained):
         log.info("choose: not every candidate's folds are trained yet; no choice made")
         return None

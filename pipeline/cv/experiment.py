@@ -1,13 +1,13 @@
-"""Cross-validated experiments: train K fold runs, assemble their CV group, predict the test set
-by the fold average or by a refit on all the data.
+"""Cross-validated experiments: a CV group's setup, its assembly from finished folds, and the
+submission of the fold average.
 
 Each fold is a run as any other (`pipeline.stages.train`: resumable, checkpointed, locked), its
 config the group's with `train.fold` set, so folds trained in other processes, sessions or Kaggle
-kernels are found by their run ids and assemble into the same group. `train` trains the folds
-asked for (all by default) and, once every fold is finished, writes the group's out-of-fold
-predictions and scores (`pipeline.cv.group`) and its leaderboard row; `predict` writes the
-submission of the fold average, or with `refit` trains one model on every labelled example to
-the epoch CV chose and submits its predictions.
+kernels are found by their run ids and assemble into the same group. Once every fold is finished,
+`assemble` writes the group's out-of-fold predictions and scores (`pipeline.cv.group`) and its
+leaderboard row; `predict_mean` writes the submission of the fold average. Training the folds and
+the refit on all the data run the train and predict stages: the CV stage does that
+(pipeline/stages/cv.py), above them.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from pathlib import Path
 
 from pipeline.core import rundir
 from pipeline.core.errors import PetalsError
-from pipeline.core.options import CVOptions, TrainOptions
+from pipeline.core.options import CVOptions
 from pipeline.core.rundir import RunDir
+from pipeline.tasks.competitions import size_of, task_of
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,9 @@ class Setup:
     def fold_run(self, fold: int) -> RunDir:
         from pipeline.cv.group import fold_config
 
-        name = rundir.run_id(fold_config(self.config, fold), rundir.data_identity(self.manifest))
+        name = rundir.run_id(
+            fold_config(self.config, fold), rundir.data_identity(self.manifest), size_of(self.config)
+        )
         return RunDir(self.group.path.parent / name)
 
 
@@ -48,15 +51,15 @@ def _overrides(opts: CVOptions) -> tuple[str, ...]:
 
 def setup(opts: CVOptions) -> Setup:
     """Everything checked before a fold trains: the config, the data and its fold table."""
-    from pipeline.core import config as config_module
     from pipeline.core import device
-    from pipeline.core.competitions import load_competition
     from pipeline.cv.group import group_id
     from pipeline.data import folds
     from pipeline.data.manifest import read_manifest
+    from pipeline.tasks import recipe_config
+    from pipeline.tasks.competitions import load_competition
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
-    config = config_module.config_from_args(
+    config = recipe_config.config_from_args(
         dataclasses.replace(opts, overrides=_overrides(opts)), platform.device
     )
     if config.train.merge_val:
@@ -77,28 +80,10 @@ def setup(opts: CVOptions) -> Setup:
     return Setup(config, spec, manifest, table, group, platform)
 
 
-def train_folds(opts: CVOptions) -> dict | None:
-    """Train the folds asked for (each resumes where it stopped), then the group's scores once every
-    fold is finished; the group's metrics, or None while folds are missing."""
-    from pipeline.stages import train as train_stage
-
-    found = setup(opts)
-    for fold in opts.fold_list or range(opts.folds):
-        log.info("cv: fold %d of %d (%s)", fold, opts.folds, found.fold_run(fold).name)
-        fold_opts = TrainOptions(
-            **{f.name: getattr(opts, f.name) for f in dataclasses.fields(TrainOptions)},
-        )
-        train_stage.train(
-            dataclasses.replace(fold_opts, overrides=(*_overrides(opts), f"train.fold={fold}"), run_id=None)
-        )
-    return assemble(found, opts)
-
-
 def assemble(found: Setup, opts: CVOptions) -> dict | None:
     """The group's out-of-fold predictions, scores and leaderboard row from its finished folds."""
     import pandas as pd
 
-    from pipeline.core import leaderboard
     from pipeline.cv.group import (
         KIND,
         check_dealt,
@@ -109,6 +94,7 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
         scores,
     )
     from pipeline.cv.held import held_predictions  # saved ones for a fold whose weights stayed away
+    from pipeline.runs import leaderboard
 
     runs = {fold: found.fold_run(fold) for fold in range(opts.folds)}
     finished = {fold: run for fold, run in runs.items() if run.finished}
@@ -237,20 +223,15 @@ def finished_group(found: Setup) -> dict:
     return found.group.metrics()
 
 
-def predict_group(opts: CVOptions) -> Path:
-    """The submission of the fold average (each fold run predicts the test set), or with
-    `opts.refit` of one model refit on all the labelled data to CV's epoch."""
-    from pipeline.core.submission_files import write_submission
+def predict_mean(opts: CVOptions, found: Setup, metrics: dict) -> Path:
+    """The submission of the fold average: each fold run predicts the test set, the mean is written
+    and recorded (the refit, which trains, is the CV stage's: pipeline/stages/cv.py)."""
     from pipeline.cv.group import averaged
     from pipeline.cv.held import held_predictions
-    from pipeline.modeling.inference import check_same_data
-
-    found = setup(opts)  # the backend, before anything imports Keras
     from pipeline.modeling import cut_predict
+    from pipeline.modeling.inference import check_same_data
+    from pipeline.runs.submission_files import write_submission
 
-    metrics = finished_group(found)
-    if opts.refit:
-        return refit(opts, found, metrics)
     runs = [found.fold_run(fold) for fold in range(opts.folds)]
     manifest = check_same_data(runs[0], opts.data_dir)
     # The frozen network below the cut runs over the test set once for every fold, not K times.
@@ -270,20 +251,20 @@ def predict_group(opts: CVOptions) -> Path:
         opts.submissions_dir,
         found.group.name,
         test.ids,
-        spec.task.submission_values(test.probabilities, spec),
+        task_of(spec).submission_values(test.probabilities, spec),
         spec,
         opts.data_dir,
         manifest,
         metrics["cv_score"],
         found.group.path,
     )
-    _record_submission(opts, found.spec, found.group.name, path)
+    record_submission(opts, found.spec, found.group.name, path)
     print(f"{found.group.name}: the mean of {opts.folds} folds' test predictions (TTA {opts.tta}) -> {path}")
     return path
 
 
-def _record_submission(opts: CVOptions, spec, entry: str, path: Path, **fields) -> None:
-    from pipeline.core import leaderboard
+def record_submission(opts: CVOptions, spec, entry: str, path: Path, **fields) -> None:
+    from pipeline.runs import leaderboard
 
     leaderboard.update(
         leaderboard.board_file(opts.submissions_dir, spec.name), entry, submission=str(path), **fields
@@ -306,44 +287,3 @@ def refit_overrides(opts: CVOptions, found: Setup, metrics: dict) -> tuple[str, 
         f"train.frozen_epochs={min(found.config.train.frozen_epochs, epochs)}",
         "train.pseudo_labels=",
     )
-
-
-def refit(opts: CVOptions, found: Setup, metrics: dict) -> Path:
-    """Train (or resume) the refit run, record which group justifies it, and submit its predictions."""
-    from pipeline.core.options import ScoreOptions
-    from pipeline.stages import predict as predict_stage
-    from pipeline.stages import train as train_stage
-
-    overrides = refit_overrides(opts, found, metrics)
-    fields = {f.name: getattr(opts, f.name) for f in dataclasses.fields(TrainOptions)}
-    train_stage.train(dataclasses.replace(TrainOptions(**fields), overrides=overrides, run_id=None))
-    scoring = {f.name: getattr(opts, f.name) for f in dataclasses.fields(ScoreOptions)}
-    score_opts = dataclasses.replace(ScoreOptions(**scoring), overrides=overrides, run_id=None)
-    from pipeline.modeling.inference import find_run
-
-    run = find_run(score_opts, found.platform)
-    if found.platform.hosts.writer:
-        run.write_json(
-            RunDir.REFIT,
-            {
-                "cv_group": found.group.name,
-                "cv_score": metrics["cv_score"],
-                "cv_spread": metrics["fold_std"],
-                "epochs": metrics.get("cv_epoch"),
-                "fold_table": found.table.digest,
-            },
-        )
-    path = predict_stage.predict(score_opts)
-    if found.platform.hosts.writer:  # the refit has no val: its row carries the CV that chose it
-        _record_submission(
-            opts,
-            found.spec,
-            run.name,
-            path,
-            kind="refit",
-            cv_score=round(metrics["cv_score"], 5),
-            cv_spread=round(metrics["fold_std"], 5),
-            folds=opts.folds,
-            members=f"refit of {found.group.name} to epoch {metrics.get('cv_epoch')}",
-        )
-    return path

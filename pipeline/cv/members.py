@@ -80,7 +80,8 @@ def check_groups(groups: list[Group], manifest: dict | None, data_dir: Path) -> 
 
 def group_config(group: Group):
     """The group's resolved config (group.json), every key checked again."""
-    from pipeline.core.config import CHOICES, Config, apply_updates, validate
+    from pipeline.core.config import CHOICES, Config, validate
+    from pipeline.core.overrides import apply_updates
 
     config = apply_updates(Config(), group.info.get("config", {}), f"{group.run.file(RunDir.GROUP)}", CHOICES)
     validate(config)

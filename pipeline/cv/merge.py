@@ -21,8 +21,9 @@ from pipeline.core import rundir
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import check_name
 from pipeline.core.rundir import RunDir
+from pipeline.tasks.competitions import size_of
 
-RUNS = "petals_runs"  # where a kernel writes its runs (kernel_template.RUNS)
+RUNS = "petals_runs"  # where a kernel writes its runs (kernel_main.RUNS)
 PREDICTED = ("val", "test")  # the splits a kernel predicts for each fold it trains
 
 
@@ -55,7 +56,7 @@ def foreign_data(run: RunDir, identity: str) -> str | None:
         origin = trained_on.get("origin") or trained_on.get("source") or "?"
         where = f"{origin} ({theirs[:15] or '?'}…)"
         return f"fold {fold} ({run.name}): trained on {where}, not this data dir's: not merged"
-    expected = rundir.run_id(config, identity)
+    expected = rundir.run_id(config, identity, size_of(config))
     if expected != run.name:
         return (
             f"fold {fold} ({run.name}): this checkout gives its config the id {expected} (another petals "
@@ -155,9 +156,9 @@ def _group_name(config, identity: str) -> str:
 
 def _setup(config, manifest: dict, data_dir: Path, runs_dir: Path, platform):
     """The group of the fold runs' config on this data dir, as `experiment.setup` makes it."""
-    from pipeline.core.competitions import load_competition
     from pipeline.cv.experiment import Setup
     from pipeline.data import folds
+    from pipeline.tasks.competitions import load_competition
 
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, fold=0))
     spec = load_competition(config.competition)

@@ -1,6 +1,6 @@
 """Competitions whose data is plain files, as Kaggle serves them: found, unpacked and verified.
 
-What each split is made of is its format's (pipeline/data/formats/). An image-folder
+What each split is made of is its format's (pipeline/formats/). An image-folder
 competition ships a zip per split (`train.zip` holding `train/cat.0.jpg`...), a
 table competition a CSV or TSV per split, sometimes zipped again inside the download
 (`labeledTrainData.tsv.zip`). Wherever the files come from (the Kaggle API's zip, your copy,

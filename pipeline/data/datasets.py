@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import tensorflow as tf
@@ -27,10 +27,12 @@ from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.data import augment, records
 
-if TYPE_CHECKING:
-    from pipeline.data.pseudo_records import PseudoRecords
-
 log = logging.getLogger(__name__)
+
+
+class MixedIn(Protocol):  # pseudo-labelled test records (pseudo_records.py), trained on beside these
+    def mixed_into(self, labelled: tf.data.Dataset, config: Config, labelled_count: int, input_context): ...
+
 
 AUTOTUNE = tf.data.AUTOTUNE
 CYCLE_LENGTH = 16  # shards read at once; Kaggle ships 16 per split
@@ -169,7 +171,7 @@ def train_dataset(
     batch_size: int,
     input_context: tf.distribute.InputContext | None = None,
     only: np.ndarray | None = None,
-    pseudo: PseudoRecords | None = None,
+    pseudo: MixedIn | None = None,
 ) -> tf.data.Dataset:
     """Endless shuffled training batches of exactly `batch_size` (static shapes for TPUs);
     `pseudo`: pseudo-labelled test records mixed in by their share (pipeline/data/pseudo_records.py).

@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from competition import CompetitionSpec
 from pipeline.data.datasets import PAD_ID, PAD_LABEL
-from pipeline.data.formats.base import MAX_IMAGE_SIDE, Examples
+from pipeline.formats.base import MAX_IMAGE_SIDE, Examples
 
 AUTOTUNE = tf.data.AUTOTUNE
 

@@ -103,8 +103,13 @@ class FileSplit:
     def with_encoder(self, encode: Callable[[tf.Tensor], tf.Tensor]) -> FileSplit:
         return replace(self, encode=encode)
 
+    @property
+    def images(self) -> bool:
+        """Whether the examples are image files (decoded, resized, augmented) or a table's texts."""
+        return self.spec.format.holds == "image"
+
     def _image_size(self, config: Config) -> int | None:
-        return config.data.image_size if self.spec.modality == "image" else None
+        return config.data.image_size if self.images else None
 
     def train_dataset(self, config: Config, batch_size: int, input_context=None) -> tf.data.Dataset:
         """Endless shuffled batches of exactly `batch_size`, augmented as the records' are."""
@@ -125,7 +130,7 @@ class FileSplit:
             shuffle_buffer=config.data.shuffle_buffer,
             seed=config.seed,
         )
-        if self.spec.modality != "image":
+        if not self.images:
             return batches
         return datasets.augmented(batches, self.spec, config)
 
@@ -149,7 +154,7 @@ class FileSplit:
             skip_bad=config.data.skip_bad_records,
             cache=config.data.cache,
         )
-        return datasets.resized(batches, config) if self.spec.modality == "image" else batches
+        return datasets.resized(batches, config) if self.images else batches
 
     def class_counts(self, config: Config) -> np.ndarray:
         return np.bincount(self.training_examples.labels, minlength=self.spec.num_classes)
@@ -158,7 +163,7 @@ class FileSplit:
     def naming_bad(self, labeled: bool) -> Iterator[None]:
         """tf.data's anonymous decode error as one line naming the photo (tables were read whole
         and checked at fetch)."""
-        images = self.spec.modality == "image"
+        images = self.images
         try:
             yield
         except (tf.errors.NotFoundError, FileNotFoundError) as err:

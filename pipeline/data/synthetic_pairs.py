@@ -20,7 +20,7 @@ import pandas as pd
 
 from competition import load_spec
 from pipeline.core.files import write_atomically
-from pipeline.data.tables import write_table
+from pipeline.formats.tables import write_table
 
 SPEC = load_spec("watson")  # file names, columns, classes
 LAYOUT = SPEC.tables.splits["train"].layout

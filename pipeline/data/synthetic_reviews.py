@@ -20,8 +20,8 @@ import pandas as pd
 
 from competition import load_spec
 from pipeline.core.files import write_atomically, write_zip
-from pipeline.data.formats.table import TableFile
-from pipeline.data.tables import table_text
+from pipeline.formats.table import TableFile
+from pipeline.formats.tables import table_text
 
 SPEC = load_spec("imdb")  # file names, quoting, columns
 LAYOUT = SPEC.tables.splits["train"].layout

@@ -137,7 +137,8 @@ def check_carried(members: list[str], competition: str, recipe: str, root: Path 
     (an untracked competition/<name>/recipes/tpu.toml: the task's tpu.toml). One line if not.
     A competition given as a path is carried under its name: those files are returned, to bundle."""
     from competition.spec import competition_file, load_spec
-    from pipeline.core.config import DEFAULT_RECIPE, recipe_dirs, recipe_path
+    from pipeline.core.config import DEFAULT_RECIPE
+    from pipeline.tasks.recipe_config import recipe_dirs, recipe_path
 
     spec_file = competition_file(competition)
     extra: dict[str, Path] = {}

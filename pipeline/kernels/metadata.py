@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from competition.spec import DEFAULT_COMPETITION
+from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import check_name, check_relative, shown
 
@@ -22,7 +22,7 @@ METADATA = "kernel-metadata.json"
 SCRIPT = "petals_kernel.py"
 NOTEBOOK = "petals_kernel.ipynb"
 SUMMARY = "petals_summary.json"
-TEMPLATE = Path(__file__).resolve().parents[1] / "stages" / "kernel_template.py"
+TEMPLATE = Path(__file__).resolve().parents[1] / "kernel_main.py"
 
 # Accelerator ids the official client documents in 2026 (../shared/facts/tpus-in-2026.md) -> what the
 # session has. "None" is a CPU session: no machine_shape and no --accelerator at all.

@@ -29,7 +29,7 @@ def weights_file(backbone: str, weights: str) -> str | None:
     its registry entry's to say."""
     if weights != "noisy-student":  # the others are Keras' own downloads, or a text network's preset
         return None
-    from pipeline.modeling import registry
+    from pipeline.networks import registry
 
     return registry.get_backbone(backbone).weights_file(weights)
 
@@ -48,7 +48,9 @@ def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]
     """What a kernel cannot run: a resolution Kaggle does not ship, a backbone its image cannot build,
     weights or packages it cannot reach (`datasets`: the attached datasets and models). One line,
     with the way out."""
-    from pipeline.modeling import networks, registry, text_networks
+    from pipeline import networks
+    from pipeline.networks import registry, text_networks
+    from pipeline.tasks.competitions import check_network
 
     size = config.data.image_size
     if spec.format.sharded and size not in spec.records.resolutions:
@@ -75,11 +77,11 @@ def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]
         return
     if session == "tpu":  # Kaggle's TPU image has a CPU-only TensorFlow: Keras trains on JAX there
         try:
-            networks.check(config, spec, "jax")
+            check_network(config, spec, "jax")
         except PetalsError as err:
             raise PetalsError(f"{err}; Kaggle's TPU image trains on JAX") from None
     else:
-        networks.check(config, spec, "tensorflow")
+        check_network(config, spec, "tensorflow")
     weights = config.model.weights
     if weights not in registry.WEIGHT_CHOICES and not weights.startswith("/kaggle/input/"):
         raise PetalsError(

@@ -54,7 +54,8 @@ def output(
     """Download the kernel's outputs into `<folder>/output/` and record its run on the leaderboard;
     a FOLDS kernel's fold runs are merged into `runs_dir` instead (`merge_folds`). Every name Kaggle
     answers with (the files, the summary's fields) is checked before it is used."""
-    from pipeline.core import kaggle_outputs, leaderboard
+    from pipeline.core import kaggle_outputs
+    from pipeline.runs import leaderboard
 
     kernel = read_metadata(folder)["id"]
     target = folder / "output"

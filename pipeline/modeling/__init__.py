@@ -1,5 +1,5 @@
-"""Modeling: the backbone registry, the text networks (LSTM, bag of n-grams, BERT) and the network
-a config names, losses, the classifier, the training loops per backend, checkpoints and inference."""
+"""Training: losses, the classifier, the training loops per backend, checkpoints, the feature cache
+and inference, over the networks of pipeline/networks/ and generic over the competition's task."""
 
 import warnings
 

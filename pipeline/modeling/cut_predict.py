@@ -29,6 +29,7 @@ import numpy as np
 from pipeline.core.rundir import RunDir
 from pipeline.modeling import feature_cache, features
 from pipeline.modeling.inference import Predictions, made_from
+from pipeline.tasks.competitions import task_of
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ def test_through_cut(runs: list[RunDir], data_dir: Path, folder: Path, platform)
 
     config = runs[0].read_config()
     spec = load_spec(config.competition)
-    if not config.train.feature_cache or spec.modality != "image":
+    if not config.train.feature_cache or task_of(spec).modality != "image":
         return {}
     done: dict[int, Predictions] = {}
     rows, bottom = None, None

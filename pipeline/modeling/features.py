@@ -236,7 +236,7 @@ def _part_labels(split) -> np.ndarray:
 def pooled(train: Split, val: Split) -> Split:
     """A fold's two parts as one split of every labelled example of the fold table, in id order:
     the same split whichever fold asks, so its random views are too."""
-    from pipeline.data.formats.base import Examples
+    from pipeline.formats.base import Examples
 
     ids = np.concatenate([_part_ids(train), _part_ids(val)])
     labels = np.concatenate([_part_labels(train), _part_labels(val)])

@@ -22,6 +22,7 @@ from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import sha256, write_atomically
 from pipeline.core.rundir import RunDir
 from pipeline.modeling import host_predict
+from pipeline.tasks.competitions import size_of, task_of
 
 if TYPE_CHECKING:
     import keras
@@ -86,14 +87,16 @@ class Predictions:
 def find_run(opts: ScoreOptions, platform) -> RunDir:
     """The finished run `opts.run_id` names, or the one `train` makes of the same recipe, overrides
     and data."""
-    from pipeline.core import config as config_module
     from pipeline.data.manifest import read_manifest
+    from pipeline.tasks import recipe_config
 
     if opts.run_id:
         return rundir.finished_run(opts.runs_dir, opts.run_id)
-    config = config_module.config_from_args(opts, platform.device)
+    config = recipe_config.config_from_args(opts, platform.device)
     manifest = read_manifest(opts.data_dir) or {}
-    return rundir.finished_run(opts.runs_dir, rundir.run_id(config, rundir.data_identity(manifest)))
+    return rundir.finished_run(
+        opts.runs_dir, rundir.run_id(config, rundir.data_identity(manifest), size_of(config))
+    )
 
 
 def check_same_data(run: RunDir, data_dir: Path) -> dict:
@@ -115,7 +118,8 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
     import keras
 
     from competition import load_spec
-    from pipeline.modeling import networks, registry
+    from pipeline import networks
+    from pipeline.networks import registry
 
     run = run if isinstance(run, RunDir) else RunDir(run)
     config = run.read_config()
@@ -125,7 +129,7 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
     # the same values from every process.
     keras.utils.set_random_seed(config.seed)
     vocabulary_size = None
-    if spec.modality == "text":
+    if task_of(spec).modality == "text":
         vocabulary_size = networks.text_inputs(config, run.path).vocabulary_size
     net = networks.build(config, spec, vocabulary_size=vocabulary_size, run_dir=run.path)
     path = run.weights(weights)
@@ -144,7 +148,7 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
 
 def check_tta(spec, tta: int) -> None:
     """The views `tta` passes take exist for the competition's task; else one line."""
-    spec.task.check_views(spec, tta)
+    task_of(spec).check_views(spec, tta)
 
 
 def tta_augment(config):
@@ -206,9 +210,9 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
     import tensorflow as tf
 
     from competition import load_spec
+    from pipeline import networks
     from pipeline.data import datasets, splits
     from pipeline.data.manifest import locate_data
-    from pipeline.modeling import networks
 
     run = run if isinstance(run, RunDir) else RunDir(run)
     manifest = check_same_data(run, data_dir)
@@ -224,7 +228,7 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
             return saved
     table = splits.fold_table(data_dir, spec, config) if split == "val" else None
     examples = splits.split_for(locate_data(data_dir), spec, config, split, table)
-    if spec.modality == "text":
+    if task_of(spec).modality == "text":
         examples = examples.with_encoder(networks.text_inputs(config, run.path).encode)
     labeled = spec.is_labeled(split) or split == "val"
     batch = datasets.global_batch_size(config.data.batch_size, platform.replicas)
@@ -239,7 +243,7 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
         aug, scale = tta_augment(config), datasets.shift_scale(config)
         for index in range(tta):
             tf.random.set_seed(config.seed + index)  # the same random views on every rerun
-            if spec.modality == "image":
+            if task_of(spec).modality == "image":
                 views = dataset.map(lambda images, *_, i=index: view(images, i, aug, spec.num_classes, scale))
             else:
                 views = dataset.map(lambda tokens, *_: tokens)

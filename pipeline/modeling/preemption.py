@@ -25,8 +25,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from pipeline.cli import EXIT_PREEMPTED
-from pipeline.core.errors import Preempted
+from pipeline.core.errors import EXIT_PREEMPTED, Preempted
 
 log = logging.getLogger(__name__)
 

@@ -18,11 +18,12 @@ import keras
 import numpy as np
 import pandas as pd
 
+from pipeline import networks
 from pipeline.core import device, hosts
 from pipeline.core.files import write_atomically
 from pipeline.core.options import TrainOptions
 from pipeline.data import augment, datasets
-from pipeline.modeling import custom_loop, cut_predict, features, host_predict, networks, policy, preemption
+from pipeline.modeling import custom_loop, cut_predict, features, host_predict, policy, preemption
 from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
 from pipeline.modeling.epoch_lines import epoch_header, epoch_line
@@ -73,7 +74,7 @@ class Trainer:
         config, job = self.config, self.job
         keras.mixed_precision.set_global_policy(self.precision)
         keras.utils.set_random_seed(config.seed)
-        images = job.spec.modality == "image"
+        images = job.task.modality == "image"
         self.text_inputs = None if images else self._text_inputs()
         with job.platform.scope():
             self.net = networks.build(
@@ -345,7 +346,7 @@ class Trainer:
         write_atomically(self.run.history_file, lambda tmp: history.to_csv(tmp, index=False))
         self.checkpoint.save(epoch + 1, self.best_score)  # last, so a checkpoint implies its outputs
         if self._header_due:
-            log.info("train: %s", epoch_header(self.job.spec.metric.title, self.job.spec.task.unit))
+            log.info("train: %s", epoch_header(self.job.spec.metric.title, self.job.task.unit))
             self._header_due = False
         log.info("train: %s", epoch_line(row, self.config.train.epochs, self.job.spec.score_key))
 

@@ -8,20 +8,28 @@ assembles the group again from whatever folds are finished (folds trained elsewh
 every labelled example to the epoch CV chose. With `--choose` each step is over a recipe's
 candidates (`pipeline.cv.choose`): train trains every candidate's group and chooses one by CV;
 evaluate and predict take the chosen one's group.
+
+The CV stage is the one stage above others: a fold is a train-stage run, a refit a train-stage run
+and a predict-stage submission (the contracts in .importlinter say so; no other stage imports one).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import logging
 import sys
 from pathlib import Path
 
-from pipeline.core import arguments, options
-from pipeline.core import config as config_module
+from pipeline.core import options
 from pipeline.core.errors import PetalsError
-from pipeline.core.options import CVOptions
+from pipeline.core.options import CVOptions, ScoreOptions, TrainOptions
+from pipeline.core.rundir import RunDir
+from pipeline.stages import arguments
+from pipeline.tasks import recipe_config
 
 STEPS = ("train", "evaluate", "predict")
+log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-checkpoints", type=int, default=CVOptions.keep_checkpoints, help="checkpoints kept per fold"
     )
-    config_module.add_config_arguments(parser)
+    recipe_config.add_config_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -79,10 +87,29 @@ def _checked(opts: CVOptions) -> CVOptions:
 def train(opts: CVOptions) -> dict | None:
     """Train the folds asked for (each resumes), or every candidate's with `choose`; the group's
     metrics once every fold is finished, else None."""
-    from pipeline.cv import choose, experiment
+    from pipeline.cv import choose
 
     opts = _checked(opts)
-    return choose.train(opts) if opts.choose else experiment.train_folds(opts)
+    return choose.train(opts, train_folds) if opts.choose else train_folds(opts)
+
+
+def train_folds(opts: CVOptions) -> dict | None:
+    """Train the folds asked for (each resumes where it stopped), then the group's scores once every
+    fold is finished; the group's metrics, or None while folds are missing."""
+    from pipeline.cv import experiment
+    from pipeline.stages import train as train_stage
+
+    found = experiment.setup(opts)
+    for fold in opts.fold_list or range(opts.folds):
+        log.info("cv: fold %d of %d (%s)", fold, opts.folds, found.fold_run(fold).name)
+        overrides = (*opts.overrides, f"train.folds={opts.folds}", f"train.fold={fold}")
+        train_stage.train(dataclasses.replace(_as(TrainOptions, opts), overrides=overrides, run_id=None))
+    return experiment.assemble(found, opts)
+
+
+def _as(kind: type, opts: CVOptions):
+    """The options of another stage, each field taken from the CV stage's."""
+    return kind(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(kind)})
 
 
 def _group_of(opts: CVOptions) -> CVOptions:
@@ -110,4 +137,45 @@ def predict(opts: CVOptions) -> Path:
     """The submission of the folds' mean, or with `refit` of one model on every labelled example."""
     from pipeline.cv import experiment
 
-    return experiment.predict_group(_group_of(opts))
+    opts = _group_of(opts)
+    found = experiment.setup(opts)  # the backend, before anything imports Keras
+    metrics = experiment.finished_group(found)
+    return refit(opts, found, metrics) if opts.refit else experiment.predict_mean(opts, found, metrics)
+
+
+def refit(opts: CVOptions, found, metrics: dict) -> Path:
+    """Train (or resume) the refit run, record which group justifies it, and submit its predictions."""
+    from pipeline.cv import experiment
+    from pipeline.modeling.inference import find_run
+    from pipeline.stages import predict as predict_stage
+    from pipeline.stages import train as train_stage
+
+    overrides = experiment.refit_overrides(opts, found, metrics)
+    train_stage.train(dataclasses.replace(_as(TrainOptions, opts), overrides=overrides, run_id=None))
+    score_opts = dataclasses.replace(_as(ScoreOptions, opts), overrides=overrides, run_id=None)
+    run = find_run(score_opts, found.platform)
+    if found.platform.hosts.writer:
+        run.write_json(
+            RunDir.REFIT,
+            {
+                "cv_group": found.group.name,
+                "cv_score": metrics["cv_score"],
+                "cv_spread": metrics["fold_std"],
+                "epochs": metrics.get("cv_epoch"),
+                "fold_table": found.table.digest,
+            },
+        )
+    path = predict_stage.predict(score_opts)
+    if found.platform.hosts.writer:  # the refit has no val: its row carries the CV that chose it
+        experiment.record_submission(
+            opts,
+            found.spec,
+            run.name,
+            path,
+            kind="refit",
+            cv_score=round(metrics["cv_score"], 5),
+            cv_spread=round(metrics["fold_std"], 5),
+            folds=opts.folds,
+            members=f"refit of {found.group.name} to epoch {metrics.get('cv_epoch')}",
+        )
+    return path

@@ -28,13 +28,15 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.core import arguments, options
+from pipeline.core import options
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import EnsembleOptions
 from pipeline.core.rundir import RunDir
 from pipeline.cv.blend import BlendResult, blend, search_weights
 from pipeline.cv.members import Group, check_groups, group_config, group_dir, load_group, shared_folds
 from pipeline.modeling.inference import Predictions
+from pipeline.stages import arguments
+from pipeline.tasks.competitions import task_of
 
 log = logging.getLogger(__name__)
 
@@ -115,10 +117,11 @@ def chosen_method(opts: EnsembleOptions) -> str:
 def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
     """Blend single runs on their val split (the weights searched there when `search`)."""
     from competition import load_spec
-    from pipeline.core import device, leaderboard
+    from pipeline.core import device
     from pipeline.core.rundir import finished_run
-    from pipeline.core.submission_files import write_submission
     from pipeline.modeling.inference import check_same_data, predict_split
+    from pipeline.runs import leaderboard
+    from pipeline.runs.submission_files import write_submission
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
@@ -172,7 +175,7 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
         opts.submissions_dir,
         name,
         test_blend.ids,
-        spec.task.submission_values(test_blend.probabilities, spec),
+        task_of(spec).submission_values(test_blend.probabilities, spec),
         spec,
         opts.data_dir,
         manifest,
@@ -272,8 +275,8 @@ def group_metrics(spec, groups: list[Group], results: dict[str, BlendResult], ch
 
 def write_group_ensemble(opts, spec, manifest: dict, groups, test_ids, results, chosen: BlendResult) -> Path:
     """`runs/ensemble-<hash>/` (metrics, OOF and test predictions), the submission and the board's row."""
-    from pipeline.core import leaderboard
-    from pipeline.core.submission_files import write_submission
+    from pipeline.runs import leaderboard
+    from pipeline.runs.submission_files import write_submission
 
     names = [g.run.name for g in groups]
     weights = np.asarray([] if chosen.weights is None else chosen.weights)
@@ -287,7 +290,7 @@ def write_group_ensemble(opts, spec, manifest: dict, groups, test_ids, results, 
     Predictions(test_ids, chosen.test, source=chosen.kind).save(out.predictions("test"))
     metrics = group_metrics(spec, groups, results, chosen)
     out.write_json(RunDir.METRICS, metrics)
-    values = spec.task.submission_values(chosen.test, spec)
+    values = task_of(spec).submission_values(chosen.test, spec)
     path = write_submission(
         opts.submissions_dir, name, test_ids, values, spec, opts.data_dir, manifest, chosen.score, out.path
     )

@@ -18,11 +18,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.core import arguments, options
+from pipeline.core import options
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure, write_atomically
 from pipeline.core.options import ScoreOptions
 from pipeline.core.rundir import RunDir
+from pipeline.stages import arguments
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,8 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
     from sklearn.metrics import confusion_matrix
 
     from competition import load_spec
-    from pipeline.core import leaderboard
     from pipeline.modeling.inference import predict_split
+    from pipeline.runs import leaderboard
 
     config = run.read_config()
     if config.train.merge_val:

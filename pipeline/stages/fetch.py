@@ -28,8 +28,7 @@ from typing import Any
 
 from competition import CompetitionSpec
 from pipeline import __version__
-from pipeline.core import arguments, lock
-from pipeline.core.competitions import load_competition
+from pipeline.core import lock
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import make_work_folder, remove_work_folder, write_json
 from pipeline.data import competition_files, work_folders
@@ -40,6 +39,8 @@ from pipeline.data.sources import Context, FetchOptions, by_priority
 from pipeline.data.sources.attached import find_attached
 from pipeline.data.sources.gcs import GCS_PATH_VARIABLE
 from pipeline.data.sources.synthetic import request as synthetic_request
+from pipeline.stages import arguments
+from pipeline.tasks.competitions import load_competition
 
 log = logging.getLogger(__name__)
 

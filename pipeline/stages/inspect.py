@@ -15,11 +15,13 @@ from pathlib import Path
 import pandas as pd
 
 from competition import CompetitionSpec
-from pipeline.core import arguments, device
-from pipeline.core import config as config_module
+from pipeline.core import device
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
+from pipeline.stages import arguments
+from pipeline.tasks import recipe_config
+from pipeline.tasks.competitions import task_of
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("runs/inspect"), help="folder for the PNG and CSV")
     parser.add_argument("--images", type=int, default=20, help="images in the grid (one batch)")
     device.add_arguments(parser, tpu=False)
-    config_module.add_config_arguments(parser)
+    recipe_config.add_config_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> None:
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> None:
     if args.images <= 0:
         raise PetalsError(f"--images {args.images}: must be positive")
     platform = device.pick_from_args(args)  # the recipe and where augmentation runs follow the device
-    config = config_module.config_from_args(args, platform.device)
+    config = recipe_config.config_from_args(args, platform.device)
     where = augment.placement(config.augment.where, platform.backend, platform.device)
     inspect(config, args.data_dir, args.out, args.images, where)
 
@@ -51,9 +53,9 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
     """
     import tensorflow as tf
 
-    from pipeline.core.competitions import load_competition
     from pipeline.data import datasets, splits
     from pipeline.data.manifest import locate_data
+    from pipeline.tasks.competitions import load_competition
 
     spec = load_competition(config.competition)
     root = locate_data(data_dir)
@@ -67,7 +69,7 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
     write_atomically(counts_path, lambda tmp: counts.to_csv(tmp, index_label="class"))
     _print_counts(counts, spec)
 
-    batch_path = spec.task.show_batch(train, spec, config, out, images, where)
+    batch_path = task_of(spec).show_batch(train, spec, config, out, images, where)
     log.info("inspect: wrote %s and %s", batch_path, counts_path)
 
     if config.data.skip_bad_records and spec.format.sharded:

@@ -2,7 +2,7 @@
 
 `generate` writes `kernels/<name>/`: the kernel script (the files git tracks in this repo's
 `pipeline/` and `competition/` bundled into it, byte for byte, never edited by hand;
-`kernel_template.py` says what it does on Kaggle) and `kernel-metadata.json`
+`pipeline/kernel_main.py` says what it does on Kaggle) and `kernel-metadata.json`
 (`pipeline/kernels/metadata.py`), checked in a staging folder before they replace an earlier
 generation. What the kernel could not do there is refused here, in one line
 (`pipeline/kernels/recipe_check.py`): a retired accelerator, a backbone Kaggle's TPU image cannot
@@ -28,7 +28,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.core import arguments
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
 from pipeline.core.paths import check_name, shown
@@ -58,12 +57,13 @@ from pipeline.kernels.metadata import (
     resume_sources,
 )
 from pipeline.kernels.recipe_check import check_recipe, kernel_internet, weights_file
+from pipeline.stages import arguments
 
 log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from pipeline.core import config as config_module
+    from pipeline.tasks import recipe_config
 
     parser.add_argument(
         "action", choices=("generate", "check", "push", "status", "output"), help="what to do"
@@ -129,7 +129,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the kernel's longest run, seconds (default: Kaggle's session limit); training stops before it",
     )
     arguments.add_submissions_dir(parser, help="output: the leaderboard")
-    config_module.add_config_arguments(parser)
+    recipe_config.add_config_arguments(parser)
 
 
 def check_names(args: argparse.Namespace) -> None:
@@ -177,9 +177,9 @@ def run(args: argparse.Namespace) -> None:
 
 def kernel_spec(args: argparse.Namespace):
     """The competition the kernel's overrides pick (the default one without)."""
-    from competition.spec import DEFAULT_COMPETITION
-    from pipeline.core.competitions import load_competition
-    from pipeline.core.config import parse_overrides
+    from pipeline.core.config import DEFAULT_COMPETITION
+    from pipeline.core.overrides import parse_overrides
+    from pipeline.tasks.competitions import load_competition
 
     return load_competition(parse_overrides(args.overrides).get("competition", DEFAULT_COMPETITION))
 
@@ -200,8 +200,8 @@ def kernel_recipe(args: argparse.Namespace) -> str:
 
 
 def kernel_settings(args: argparse.Namespace, config, spec, kernel_id: str) -> dict[str, Any]:
+    from pipeline import networks
     from pipeline.core.git import git_commit
-    from pipeline.modeling import networks
 
     session = ACCELERATORS[args.accelerator]
     return {
@@ -259,11 +259,11 @@ def script_text(settings: dict[str, Any], payload: bytes, notebook: bool) -> str
 
 
 def generate(args: argparse.Namespace) -> Path:
-    from pipeline.core import config as config_module
-    from pipeline.core.competitions import load_competition
+    from pipeline.tasks import recipe_config
+    from pipeline.tasks.competitions import load_competition
 
     session = check_accelerator(args.accelerator)
-    config = config_module.config_from_args(args, session.upper())  # auto: the accelerator's recipe
+    config = recipe_config.config_from_args(args, session.upper())  # auto: the accelerator's recipe
     spec = load_competition(config.competition)
     members = bundle_members()
     extra = check_carried(members, config.competition, kernel_recipe(args))  # before Kaggle's queue

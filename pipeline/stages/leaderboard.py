@@ -1,15 +1,15 @@
 """Leaderboard stage: print a competition's offline leaderboard ranked by its metric (the CV score
 where there is one, else val), after pulling the public scores of your Kaggle submissions
-(`--sync`), and plot it beside the board. The board itself is pipeline/core/leaderboard.py's."""
+(`--sync`), and plot it beside the board. The board itself is pipeline/runs/leaderboard.py's."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 
-from pipeline.core import arguments
 from pipeline.core.errors import PetalsError
-from pipeline.core.leaderboard import board_file, board_text, plot, read, sync
+from pipeline.runs.leaderboard import board_file, board_text, plot, read, sync
+from pipeline.stages import arguments
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from pipeline.core.competitions import load_competition
+    from pipeline.tasks.competitions import load_competition
 
     spec = load_competition(args.competition)
     board = board_file(args.submissions_dir, spec.name)

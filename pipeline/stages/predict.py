@@ -14,9 +14,11 @@ import argparse
 import logging
 from pathlib import Path
 
-from pipeline.core import arguments, options
+from pipeline.core import options
 from pipeline.core.options import ScoreOptions
-from pipeline.core.submission_files import write_submission
+from pipeline.runs.submission_files import write_submission
+from pipeline.stages import arguments
+from pipeline.tasks.competitions import task_of
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +36,9 @@ def run(args: argparse.Namespace) -> None:
 def predict(opts: ScoreOptions) -> Path:
     """The test predictions of the finished run `opts` names, and its submission CSV (returned)."""
     from competition import load_spec
-    from pipeline.core import device, leaderboard
+    from pipeline.core import device
     from pipeline.modeling.inference import check_same_data, find_run, predict_split
+    from pipeline.runs import leaderboard
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
@@ -51,7 +54,7 @@ def predict(opts: ScoreOptions) -> Path:
         opts.submissions_dir,
         run.name,
         test.ids,
-        spec.task.submission_values(test.probabilities, spec),
+        task_of(spec).submission_values(test.probabilities, spec),
         spec,
         opts.data_dir,
         manifest,

@@ -23,11 +23,13 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.core import arguments, options, submission_files
+from pipeline.core import options
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import SubmitOptions
-from pipeline.core.report import closing_summary, predicted
 from pipeline.kernels.metadata import CODE_COMPETITION_ACCELERATOR, DEFAULT_ACCELERATOR
+from pipeline.runs import submission_files
+from pipeline.runs.report import closing_summary, predicted
+from pipeline.stages import arguments
 
 log = logging.getLogger(__name__)
 
@@ -118,8 +120,8 @@ def check_local(opts: SubmitOptions, spec) -> Checked:
     """The CSV (given, else the newest for the competition) checked against the data's sample."""
     from competition.submission import SubmissionError, check_submission
     from pipeline.core.files import sha256
-    from pipeline.core.submission_files import sample_ids
     from pipeline.data.manifest import read_manifest
+    from pipeline.runs.submission_files import sample_ids
 
     path = opts.file or submission_files.newest_submission(opts.submissions_dir, spec.name)
     manifest = read_manifest(opts.data_dir)
@@ -162,8 +164,9 @@ def check_local(opts: SubmitOptions, spec) -> Checked:
 
 def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
     """Upload the checked CSV (a file competition); a dry run without credentials."""
-    from pipeline.core import kaggle_client, leaderboard
+    from pipeline.core import kaggle_client
     from pipeline.core.files import write_json
+    from pipeline.runs import leaderboard
 
     path, summary, digest, slug, message = (
         checked.path, checked.summary, checked.digest, checked.slug, checked.message,
@@ -222,7 +225,7 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
 def submit_kernel(opts: SubmitOptions, spec, checked: Checked) -> None:
     """A code competition: push the kernel as a new version, wait until it completes, then submit the
     file it wrote; a dry run without credentials."""
-    from pipeline.core import kaggle_client, leaderboard
+    from pipeline.core import kaggle_client
     from pipeline.core.files import write_json
     from pipeline.kernels import remote
     from pipeline.kernels.check import check
@@ -233,6 +236,7 @@ def submit_kernel(opts: SubmitOptions, spec, checked: Checked) -> None:
         kernel_folder,
         resolve_accelerator,
     )
+    from pipeline.runs import leaderboard
 
     slug, message, entry = checked.slug, checked.message, checked.entry
     accelerator = resolve_accelerator(opts.accelerator, spec)
@@ -320,7 +324,7 @@ def submit_kernel(opts: SubmitOptions, spec, checked: Checked) -> None:
 def _recorded(board: Path, entry: str, submission: str, ref, digest: str, intent: Path) -> None:
     """The accepted submission on the leaderboard (what was sent, its ref and sha256); then the
     intent file goes: a rerun finds it there and sends nothing."""
-    from pipeline.core import leaderboard
+    from pipeline.runs import leaderboard
 
     leaderboard.update(
         board,
@@ -344,7 +348,7 @@ def _read_intent(intent: Path, record: dict) -> dict:
 
 def _uploaded_before(board: Path, entry: str, digest: str) -> str | None:
     """The ref under which these very bytes were uploaded for `entry`, or None."""
-    from pipeline.core import leaderboard
+    from pipeline.runs import leaderboard
 
     table = leaderboard.read(board)
     rows = table[(table["entry"] == entry) & (table["submission_sha256"].astype(str) == digest)]

@@ -20,8 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.core import arguments, options, rundir
-from pipeline.core import config as config_module
+from pipeline.core import options, rundir
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure
@@ -30,6 +29,9 @@ from pipeline.core.hosts import preemption_sync_jax
 from pipeline.core.options import TrainOptions
 from pipeline.core.paths import check_name
 from pipeline.core.rundir import RunDir
+from pipeline.stages import arguments
+from pipeline.tasks import recipe_config
+from pipeline.tasks.competitions import size_of, task_of
 
 log = logging.getLogger(__name__)
 SCRATCH = "petals-process-"  # a scratch run dir's folder, in /tmp: a process other than 0 writes there
@@ -67,12 +69,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--list-backbones", action="store_true", help="list the network registry (images, texts) and exit"
     )
-    config_module.add_config_arguments(parser)
+    recipe_config.add_config_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> None:
     if args.list_backbones:
-        from pipeline.modeling import networks
+        from pipeline import networks
 
         print("\n".join(networks.describe_all()))
         return
@@ -86,7 +88,7 @@ def train(opts: TrainOptions) -> dict | None:
     from pipeline.core import device
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
-    config = config_module.config_from_args(opts, platform.device)
+    config = recipe_config.config_from_args(opts, platform.device)
     log.info("device: %s", platform.describe(device.pick_precision(platform, config.train.precision)))
     job = prepare(config, platform, opts.data_dir, opts.runs_dir, opts.run_id, opts.checkpoint_dir)
     if job.finished and not opts.force:
@@ -132,6 +134,7 @@ class Job:
     config: Config
     platform: Any  # device.Platform
     spec: Any  # CompetitionSpec
+    task: Any  # its task (pipeline/tasks/): what the trainer asks about the data, by the spec's name
     manifest: dict
     train: Any  # splits.Split
     val: Any  # splits.Split, or None with train.merge_val
@@ -159,13 +162,12 @@ def prepare(
     config: Config, platform, data_dir: Path, runs_dir: Path, name: str | None, checkpoint_dir: str | None
 ) -> Job:
     """Check the config against the data, the replicas and the backend; nothing is written here."""
-    from pipeline.core.competitions import load_competition
     from pipeline.data import augment, datasets, splits
     from pipeline.data.manifest import locate_data, read_manifest
-    from pipeline.modeling import networks
+    from pipeline.tasks.competitions import check_network, load_competition
 
     spec = load_competition(config.competition)
-    networks.check(config, spec, platform.backend)  # before any work
+    check_network(config, spec, platform.backend)  # before any work
     if platform.kind == "multi-worker" and config.train.loop == "fit":
         # Keras 3's fit hands the strategy's per-replica batches to ops that want one tensor
         # ("Attempt to convert a value (PerReplica...)"); the custom loop runs them itself.
@@ -194,7 +196,7 @@ def prepare(
     name = (
         check_name(name, "run id", "--run (RUN=)")
         if name
-        else rundir.run_id(config, rundir.data_identity(manifest))
+        else rundir.run_id(config, rundir.data_identity(manifest), size_of(config))
     )
     run = RunDir(runs_dir / name)
     shared, run = run, _own_run_dir(run, platform.hosts)
@@ -202,6 +204,7 @@ def prepare(
         config=config,
         platform=platform,
         spec=spec,
+        task=task_of(spec),
         manifest=manifest,
         train=train,
         val=val,
@@ -309,7 +312,7 @@ def _only_writer(run: RunDir):
 
 
 def _fit(job: Job, verbose: int, restart: bool, stop, keep_checkpoints: int) -> dict:
-    from pipeline.modeling import networks
+    from pipeline import networks
     from pipeline.modeling.trainer import Trainer
 
     config, run, platform = job.config, job.run, job.platform
@@ -370,7 +373,7 @@ def _fit(job: Job, verbose: int, restart: bool, stop, keep_checkpoints: int) -> 
         "epoch_seconds": [round(float(s), 2) for s in history["seconds"]],
         "recipe": config.recipe,
         "backbone": config.model.backbone,
-        **job.spec.task.summary_sizes(config, trainer.size),
+        **task_of(job.spec).summary_sizes(config, trainer.size),
         "backend": platform.backend,
         "strategy": platform.kind,
         "replicas": platform.replicas,

@@ -22,7 +22,7 @@ class Task(ABC):
     """A kind of problem. Subclasses set the class attributes and override what differs."""
 
     name: ClassVar[str]
-    modality: ClassVar[str]  # what a model reads: "image" or "text" (pipeline/modeling/networks.py)
+    modality: ClassVar[str]  # what a model reads: "image" or "text" (pipeline/networks/__init__.py)
     unit: ClassVar[str]  # an example in the training log: "img" or "ex"
 
     @property

@@ -20,9 +20,9 @@ class ImageClassification(Task):
         return config.data.input_size or config.data.image_size
 
     def check_network(self, config, spec, backend: str) -> None:
-        from pipeline.modeling import registry, text_networks
+        from pipeline.networks import registry, text_networks
 
-        # A text network's entry (pipeline/modeling/text_networks.py) reads another modality.
+        # A text network's entry (pipeline/networks/text_networks.py) reads another modality.
         entry = text_networks.NETWORKS.get(config.model.backbone)
         if entry is not None and entry.modality != self.modality:
             raise PetalsError(

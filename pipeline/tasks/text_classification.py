@@ -28,9 +28,9 @@ class TextClassification(Task):
         return config.data.sequence_length
 
     def check_network(self, config, spec, backend: str) -> None:
-        """Through the network's entry (pipeline/modeling/text_networks.py): it reads texts, as many
+        """Through the network's entry (pipeline/networks/text_networks.py): it reads texts, as many
         an example as this task has, and has a pretrained part where a warm-up freezes one."""
-        from pipeline.modeling import text_networks
+        from pipeline.networks import text_networks
 
         name, entries = config.model.backbone, text_networks.NETWORKS
         entry = entries.get(name)

@@ -8,18 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.paths import check_relative, inside
-from pipeline.data.formats.base import Examples, FileFormat, register
-
-
-@dataclass(frozen=True)
-class TableLayout:
-    """How one table is written: separator, quoting, and which columns hold what."""
-
-    separator: str
-    id_column: str
-    text_columns: tuple[str, ...]  # one text, or a pair (premise, hypothesis)
-    label_column: str | None  # None for a split without labels
-    escapechar: str | None = None  # "\\" where inner quotes are written \"
+from pipeline.formats.base import Examples, FileFormat, register
+from pipeline.formats.tables import TableLayout
 
 
 @dataclass(frozen=True)
@@ -64,6 +54,7 @@ def _table(raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...
 class Table(FileFormat):
     name = "table"
     unit = "rows"
+    holds = "text"
 
     def layout(
         self, raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]
@@ -74,7 +65,7 @@ class Table(FileFormat):
         return {split: (table.file, table.archive) for split, table in spec.layout.splits.items()}
 
     def _rows(self, root: Path, spec, split: str):
-        from pipeline.data.tables import read_table
+        from pipeline.formats.tables import read_table
 
         table = spec.layout.splits[split]
         return table.layout, read_table(

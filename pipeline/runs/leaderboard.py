@@ -27,7 +27,7 @@ from typing import Any
 
 import pandas as pd
 
-from competition.spec import DEFAULT_COMPETITION
+from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure, write_atomically
 from pipeline.core.paths import check_name

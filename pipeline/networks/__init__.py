@@ -10,8 +10,8 @@ keeps its tokenization in its run dir (`text_inputs`), so it predicts with the i
 the names of its files are `RunDir`'s, handed to the text entries from here. Training and
 inference build through here; a new network is a new entry in its kind's module.
 
-The tasks check a config's network against their inputs through `registry` and `text_networks`,
-not through this module: it imports the run dir's, which reaches the tasks.
+Whether a config's network fits a competition is its task's to say
+(`pipeline.tasks.competitions.check_network`): the tasks sit above the networks.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import keras
 
-from pipeline.modeling import registry, text_networks
-from pipeline.modeling.text_networks import TextInputs
+from pipeline.networks import registry, text_networks
+from pipeline.networks.text_networks import TextInputs
 
 Network = registry.Backbone | text_networks.TextNetwork
 
@@ -39,12 +39,6 @@ def get(name: str) -> Network:
 def describe_all() -> list[str]:
     """One line an entry, the image backbones first: what `train --list-backbones` prints."""
     return [entry.describe() for entry in NETWORKS.values()]
-
-
-def check(config, spec, backend: str) -> None:
-    """The config's network reads the competition's inputs and builds on `backend`; else one line.
-    What fits is the competition's task's to say."""
-    spec.task.check_network(config, spec, backend)
 
 
 def packages(config) -> dict[str, list[str]]:

@@ -24,7 +24,7 @@ from typing import ClassVar
 import keras
 
 from pipeline.core.errors import PetalsError
-from pipeline.modeling import bert, text
+from pipeline.networks import bert, text
 
 PRESET_WEIGHTS = "keras-hub preset"  # `bert` loads a preset folder, its path in model.weights
 

@@ -216,7 +216,7 @@ def _keras_arrays(layer: keras.layers.Layer, state: dict[str, np.ndarray], prefi
 def load_weights(model: keras.Model, variant: str, path: str | Path) -> None:
     """Carry a PyTorch state dict of `variant` into `model` (with or without its top), every
     tensor checked for its shape and used exactly once; else one line naming the file."""
-    from pipeline.modeling.torch_file import read_state_dict
+    from pipeline.networks.torch_file import read_state_dict
 
     state = {k: v for k, v in read_state_dict(path).items() if not k.endswith("num_batches_tracked")}
     used = set()

@@ -30,9 +30,9 @@ import keras
 from keras import layers
 
 from pipeline.core.errors import PetalsError, first_line
-from pipeline.modeling import efficientnet_lite
-from pipeline.modeling.convert import TORCH_MEAN, TORCH_STD  # "torch" preprocessing's ImageNet stats
-from pipeline.modeling.efficientnet_lite import WeightsPackage
+from pipeline.networks import efficientnet_lite
+from pipeline.networks.convert import TORCH_MEAN, TORCH_STD  # "torch" preprocessing's ImageNet stats
+from pipeline.networks.efficientnet_lite import WeightsPackage
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class Backbone:
         kernel without internet finds it in an attached dataset by this name."""
         if weights != "noisy-student" or self.noisy_student is None:
             return None
-        from pipeline.modeling import convert
+        from pipeline.networks import convert
 
         return convert.noisy_student_file(self.noisy_student)
 
@@ -91,11 +91,11 @@ def _keras_app(constructor: str) -> Callable[..., keras.Model]:
 
 def _keras_efficientnet(variant: str) -> Callable[..., keras.Model]:
     """keras.applications' EfficientNet; noisy-student weights (or a file in the `efficientnet`
-    package's format) are carried over by `pipeline.modeling.convert`."""
+    package's format) are carried over by `pipeline.networks.convert`."""
     constructor = f"EfficientNet{variant.upper()}"
 
     def build(input_shape, weights):
-        from pipeline.modeling import convert
+        from pipeline.networks import convert
 
         app = getattr(keras.applications, constructor)
         if weights == "noisy-student" or (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from competition.spec import DEFAULT_COMPETITION
+from pipeline.core.config import DEFAULT_COMPETITION
 
 
 def add_data_dir(
@@ -49,8 +49,8 @@ def add_tta(parser: argparse.ArgumentParser) -> None:
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """How the stages that work on a finished run find it: by id or path, or the way `train` names it."""
-    from pipeline.core import config as config_module
     from pipeline.core import device
+    from pipeline.tasks import recipe_config
 
     add_data_dir(parser)
     add_runs_dir(parser)
@@ -61,4 +61,4 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="run id or run dir (default: the run `train` makes of the same --recipe and --set)",
     )
     device.add_arguments(parser, tpu=False)
-    config_module.add_config_arguments(parser)
+    recipe_config.add_config_arguments(parser)

@@ -13,7 +13,7 @@ process, so the accelerator is set up once. In order:
    run is only scored and predicted;
 4. fetch (the attached competition, wherever Kaggle mounted it), train, evaluate, predict: the
    functions of `pipeline.api`, the ones the command line and the Make targets run; or, made with
-   FOLDS=K (FOLD=0,1), those folds of the recipe's CV group (`pipeline.cv.experiment`), each fold's
+   FOLDS=K (FOLD=0,1), those folds of the recipe's CV group (`pipeline.stages.cv`), each fold's
    val and test predictions written into its run: no submission, `make kernel-output` merges them.
 Everything is written under --working (/kaggle/working on Kaggle) as it is made: petals_runs/
 (checkpoints, history, metrics), petals_submissions/, then the competition's submission file
@@ -180,7 +180,7 @@ def copy_submission(submissions: Path, run_name: str, working: Path, data_dir: P
     from competition import load_spec
     from competition.submission import check_submission
     from pipeline.core.files import write_atomically
-    from pipeline.core.submission_files import sample_ids
+    from pipeline.runs.submission_files import sample_ids
 
     spec = load_spec(SETTINGS["competition"])
     source = submissions / f"{run_name}.csv"
@@ -227,6 +227,7 @@ def train_folds(where: dict, config: dict, stage, started: float, platform, done
     from pipeline.core.options import CVOptions
     from pipeline.cv import experiment
     from pipeline.modeling.inference import predict_split
+    from pipeline.stages import cv as cv_stage
 
     folds, tta = SETTINGS["folds"], SETTINGS["tta"]
     board = where["runs_dir"].parent / SUBMISSIONS  # the group's row, once this kernel has every fold
@@ -245,7 +246,7 @@ def train_folds(where: dict, config: dict, stage, started: float, platform, done
             time_limit=limit,
             submissions_dir=board,
         )
-        stage(f"fold {fold}", experiment.train_folds, opts)
+        stage(f"fold {fold}", cv_stage.train_folds, opts)
         run = experiment.setup(opts).fold_run(fold)
         for split in ("val", "test"):
             stage(f"fold {fold} {split}", predict_split, run, where["data_dir"], split, tta, platform)
@@ -330,9 +331,9 @@ def run(args: argparse.Namespace, root: Path) -> int:
         # Stopped with a checkpoint before the session's end: the run waits in petals_runs/.
         write_stopped(args.working, timings, started, fold_runs)
         return 0
-    from pipeline.core.config import load_config
     from pipeline.core.files import write_json
     from pipeline.core.rundir import RunDir
+    from pipeline.tasks.recipe_config import load_config
 
     scoring = api.ScoreOptions(**where, **config, submissions_dir=submissions, tta=SETTINGS["tta"])
     if not load_config(SETTINGS["recipe"], overrides).train.merge_val:  # else nothing is held out

@@ -1,9 +1,9 @@
 """Data formats, registered by name: how a competition's files are laid out (base.py says how a
 format is written). Importing this package registers the shipped ones."""
 
-from pipeline.data.formats.base import FORMATS, FileFormat, Format, ImageFiles, get_format, register
+from pipeline.formats.base import FORMATS, FileFormat, Format, ImageFiles, get_format, register
 
 # Each module registers its format on import.
-from pipeline.data.formats import image_csv, image_folder, records, table  # noqa: F401  isort: skip
+from pipeline.formats import image_csv, image_folder, records, table  # noqa: F401  isort: skip
 
 __all__ = ["FORMATS", "FileFormat", "Format", "ImageFiles", "get_format", "register"]

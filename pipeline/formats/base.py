@@ -81,6 +81,9 @@ class Format(ABC):
     name: ClassVar[str]
     sharded: ClassVar[bool] = False  # TFRecord shards at several resolutions, read where they are
     unit: ClassVar[str] = "images"  # what a split's count counts: "images" or "rows"
+    # What an example's input is: "image" (a file decoded into pixels) or "text" (a table's cells).
+    # A competition's task must read it (pipeline/tasks/competitions.py checks the two agree).
+    holds: ClassVar[str] = "image"
 
     @abstractmethod
     def layout(self, raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]) -> Any:

@@ -27,7 +27,7 @@ def closing_summary(
     `competition`: its name or the path to its file; `code`: a code competition, where the kernel's
     own output is what was (or would be) submitted."""
     from competition import load_spec
-    from pipeline.core import leaderboard
+    from pipeline.runs import leaderboard
 
     name = load_spec(competition).name
     board = leaderboard.read(leaderboard.board_file(submissions_dir, name))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.paths import NAME, shown
-from pipeline.data.formats.base import Format, register
+from pipeline.formats.base import Format, register
 
 # What a folder or shard name pattern may hold, and a format spec as `{index:02d}` writes it
 # (a wider one would be a way to make petals build names of any length).

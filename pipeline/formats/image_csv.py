@@ -13,7 +13,7 @@ from typing import Any
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import check_relative, inside, shown
-from pipeline.data.formats.base import ImageFiles, register
+from pipeline.formats.base import ImageFiles, register
 
 LABELS = ("ids", "names")
 

@@ -72,7 +72,7 @@ def new_tokenizer(config, columns):
     keras_hub = _keras_hub()
     if config.model.backbone == PRESET:
         return keras_hub.models.BertTokenizer.from_preset(config.model.weights)
-    from pipeline.modeling import text
+    from pipeline.networks import text
 
     words = text.Vectorizer.adapt(
         np.concatenate(columns), config.data.vocabulary_size, config.data.sequence_length

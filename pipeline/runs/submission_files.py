@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from competition import CompetitionSpec
-from competition.spec import DEFAULT_COMPETITION
+from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import sha256, write_atomically, write_json
 
@@ -57,7 +57,7 @@ def write_submission(
     """`<entry>.csv` in the sample submission's id order, checked, then its provenance `<entry>.json`
     (`made_in`: the run or ensemble directory it came from)."""
     from competition.submission import SubmissionError, check_submission, submission_frame
-    from pipeline.core import leaderboard
+    from pipeline.runs import leaderboard
 
     expected = sample_ids(data_dir, spec)
     by_id = dict(zip(ids.tolist(), values.tolist(), strict=True))
@@ -102,7 +102,7 @@ def write_submission(
 
 def newest_submission(submissions_dir: Path, competition: str = DEFAULT_COMPETITION) -> Path:
     """The newest CSV predict or ensemble wrote for `competition` (one without a record: any)."""
-    from pipeline.core import leaderboard
+    from pipeline.runs import leaderboard
 
     def made_for(path: Path) -> str:
         try:

@@ -11,7 +11,7 @@ from typing import Any
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import check_relative, inside, shown
-from pipeline.data.formats.base import ImageFiles, register
+from pipeline.formats.base import ImageFiles, register
 
 # The fields a member name pattern may hold: {label} (a class name) and {number} in labelled
 # splits, {id} in the others.

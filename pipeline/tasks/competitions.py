@@ -1,0 +1,54 @@
+"""The competition a stage works on: its file loaded and checked against its task, or refused in
+one line.
+
+The spec (competition/spec.py) is data and names its task; this is the floor where the name meets
+the task's registry. Every stage loads its competition here, so a file naming no known task, or
+one its task cannot serve, stops before anything runs.
+"""
+
+from __future__ import annotations
+
+from competition.spec import CompetitionSpec, competition_file, load_spec
+from pipeline.core.errors import PetalsError
+from pipeline.tasks.base import Task, get_task
+
+
+def task_of(spec: CompetitionSpec) -> Task:
+    """The task the competition file names; ValueError naming the file for one no task is called."""
+    try:
+        return get_task(spec.task)
+    except ValueError as err:
+        raise ValueError(f"{competition_file(spec.name)}: {err}") from None
+
+
+def size_of(config) -> int:
+    """The size a run's id carries (`rundir.run_id`): what the competition's task reads, an image's
+    side or a text's tokens."""
+    return task_of(load_spec(config.competition)).size(config)
+
+
+def check_network(config, spec: CompetitionSpec, backend: str) -> None:
+    """The config's network reads the competition's inputs and builds on `backend`; else one line.
+    What fits is the competition's task's to say."""
+    task_of(spec).check_network(config, spec, backend)
+
+
+def load_competition(name: str) -> CompetitionSpec:
+    """The competition `name` (or a path to its .toml), checked against its task; PetalsError in one
+    line for a file that does not load or that its task refuses."""
+    try:
+        spec = load_spec(name)
+        where = competition_file(name)
+        try:
+            task = get_task(spec.task)
+            if task.modality != spec.format.holds:
+                raise ValueError(
+                    f"task {task.name} reads {task.modality}s; data format {spec.format.name} holds "
+                    f"{spec.format.holds}s"
+                )
+            task.check_spec(spec)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+    except ValueError as err:
+        raise PetalsError(f"competition={name}: {err}") from None
+    return spec

@@ -1,0 +1,202 @@
+"""A run's config from its recipe: the recipe found for the competition, then `--set` overrides.
+
+Precedence: the defaults (pipeline/core/config.py) < the recipe (`competition/<name>/recipes/
+<recipe>.toml`, else its task's `pipeline/tasks/recipes/<task>/<recipe>.toml`) < `--set`
+overrides. Only the transforms the competition says keep the label stay on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tomllib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from competition.spec import SPEC_DIR, competition_folder, load_spec
+from pipeline.core.config import (
+    AUTO_RECIPE,
+    CHOICES,
+    DEFAULT_COMPETITION,
+    DEFAULT_RECIPE,
+    TRANSFORMS,
+    AugmentConfig,
+    Config,
+    resolve_recipe,
+    validate,
+)
+from pipeline.core.errors import PetalsError
+from pipeline.core.overrides import apply_updates, leaves, parse_overrides, toml_value
+from pipeline.tasks.base import get_task
+
+RECIPES = "recipes"  # a competition's own recipes: competition/<name>/recipes/
+
+
+def recipe_dirs(competition: str = DEFAULT_COMPETITION) -> list[Path]:
+    """Where a competition's recipes are, first found first: its folder's `recipes/`, then its
+    task's (pipeline/tasks/recipes/<task>/: cpu, gpu and tpu), so a competition file alone trains."""
+    try:
+        spec = load_spec(competition)
+    except ValueError as err:
+        raise PetalsError(str(err)) from None
+    return [competition_folder(competition) / RECIPES, get_task(spec.task).recipes_dir]
+
+
+def recipe_names(competition: str = DEFAULT_COMPETITION) -> list[str]:
+    """A competition's recipes (its own and its task's), plus `default` (no file: the defaults)."""
+    found = {p.stem for folder in recipe_dirs(competition) for p in folder.glob("*.toml")}
+    return sorted([DEFAULT_RECIPE, *found])
+
+
+def recipe_path(name: str, competition: str = DEFAULT_COMPETITION) -> Path:
+    if name.endswith(".toml"):
+        path = Path(name)
+    else:
+        candidates = [folder / f"{name}.toml" for folder in recipe_dirs(competition)]
+        path = next((p for p in candidates if p.is_file()), candidates[0])
+    if not path.is_file():
+        known = ", ".join(recipe_names(competition))
+        raise PetalsError(f"unknown recipe {name!r} for {competition}: no {path} (recipes: {known})")
+    return path
+
+
+def _competition(overrides: Iterable[str]) -> str:
+    """The competition `--set competition=...` names (the recipe is looked up in its folder)."""
+    value = parse_overrides(overrides).get("competition", DEFAULT_COMPETITION)
+    if not isinstance(value, str):
+        raise PetalsError("--set competition: a competition's name, e.g. --set competition=imdb")
+    return value
+
+
+def _recipe_values(recipe: str, competition: str) -> tuple[Path | None, dict[str, Any]]:
+    """A resolved recipe's file and the values it sets (none for `default`)."""
+    if recipe == DEFAULT_RECIPE:
+        return None, {}
+    path = recipe_path(recipe, competition)
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise PetalsError(f"{path}: not valid TOML ({err})") from None
+    raw.pop("recipe", None)
+    return path, raw
+
+
+def load_config(
+    recipe: str = DEFAULT_RECIPE, overrides: Iterable[str] = (), device: str | None = None
+) -> Config:
+    """Defaults, then the recipe file, then `--set` overrides; all keys and types checked.
+
+    `recipe="auto"` takes the recipe for `device` (TPU, GPU or CPU: `Platform.device`).
+    """
+    overrides = list(overrides)
+    path, raw = _recipe_values(resolve_recipe(recipe, device), _competition(overrides))
+    config = Config()
+    if path is not None:
+        config = dataclasses.replace(apply_updates(config, raw, str(path), CHOICES), recipe=path.stem)
+    config = apply_updates(config, parse_overrides(overrides), "--set", CHOICES)
+    config = _keep_labels(config, explicit=leaves(raw) | leaves(parse_overrides(overrides)))
+    validate(config)
+    return config
+
+
+def _keep_labels(config: Config, explicit: set[str]) -> Config:
+    """Only the transforms the competition says keep the label: a default one that does not is
+    turned off, one a recipe or `--set` turns on is refused."""
+    from pipeline.tasks.competitions import load_competition
+
+    spec = load_competition(config.competition)
+    unknown = sorted(spec.keeps_label - set(TRANSFORMS))
+    if unknown:
+        raise PetalsError(
+            f"competition {spec.name}: keeps_label names {unknown}, which are not transforms "
+            f"(known: {', '.join(TRANSFORMS)})"
+        )
+    off: dict[str, Any] = {}
+    for name in TRANSFORMS:
+        value = getattr(config.augment, name)
+        if name in spec.keeps_label or not value:
+            continue
+        if f"augment.{name}" in explicit:
+            raise PetalsError(
+                f"augment.{name}={toml_value(value)}: competition {spec.name} does not keep the label "
+                f"under {name} (its keeps_label: {', '.join(sorted(spec.keeps_label)) or 'none'})"
+            )
+        off[name] = type(value)(0)
+    return dataclasses.replace(config, augment=dataclasses.replace(config.augment, **off)) if off else config
+
+
+def describe(recipe: str, overrides: Iterable[str] = (), device: str | None = None) -> str:
+    """The resolved config as TOML (a file `--recipe` reads back), each value with where it came
+    from: the defaults, the recipe file, or `--set`."""
+    overrides = list(overrides)
+    config = load_config(recipe, overrides, device)
+    path, raw = _recipe_values(resolve_recipe(recipe, device), config.competition)
+    from_recipe, from_set = leaves(raw), leaves(parse_overrides(overrides))
+    chosen = f"{recipe} -> {config.recipe} (the {device} recipe)" if recipe == AUTO_RECIPE else config.recipe
+    shown = (
+        path.resolve().relative_to(SPEC_DIR.parent)
+        if path and path.resolve().is_relative_to(SPEC_DIR.parent)
+        else path
+    )
+    lines = [f"# recipe {chosen}: {shown or 'no file, the defaults'}"]
+    top, sections = [], []
+    for item in dataclasses.fields(config):
+        value = getattr(config, item.name)
+        if dataclasses.is_dataclass(value):
+            sections.append(
+                (item.name, [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)])
+            )
+        elif item.name != "recipe":  # the recipe is the header's
+            top.append((item.name, value))
+    sections.insert(0, ("", top))  # top-level keys come before any [section] in TOML
+    for section, items in sections:
+        if section:
+            lines.append(f"\n[{section}]")
+        for key, value in items:
+            full = f"{section}.{key}" if section else key
+            source = (
+                "--set"
+                if full in from_set
+                else f"recipe {config.recipe}"
+                if full in from_recipe
+                else f"off: competition {config.competition} does not keep the label"
+                if section == "augment" and key in TRANSFORMS and value != getattr(AugmentConfig(), key)
+                else "default"
+            )
+            lines.append(f"{f'{key} = {toml_value(value)}':<34} # {source}")
+    return "\n".join(lines)
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--recipe`, `--set` and `--print-config`, for every stage that reads the config."""
+    parser.add_argument(
+        "--recipe",
+        default=AUTO_RECIPE,
+        help="recipe under competition/<name>/recipes/ (else its task's), a .toml path, or auto: tpu, "
+        "gpu or cpu by the device the stage runs on; `default` is the bare defaults "
+        f"(known: {', '.join(recipe_names())}) "
+        f"(default: {AUTO_RECIPE})",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config value, e.g. --set augment.cutmix=0.5 (repeatable)",
+    )
+    parser.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config as TOML, each value with its source (default, recipe, --set); exit",
+    )
+
+
+def config_from_args(args, device: str | None = None) -> Config:
+    """The config of a stage's command line or options (`recipe`, `overrides`), resolved once for
+    `device`; with `--print-config`, printed, and the process exits 0 (like `--help`)."""
+    if getattr(args, "print_config", False):
+        print(describe(args.recipe, args.overrides, device))
+        raise SystemExit(0)
+    return load_config(args.recipe, args.overrides, device)
