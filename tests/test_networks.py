@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from pipeline import networks
 from pipeline.core.errors import PetalsError
 from pipeline.networks import bert, registry, text_networks
+from pipeline.networks.base import Network
 from pipeline.tasks.competitions import check_network
 from pipeline.tasks.recipe_config import load_config
 
@@ -34,6 +36,16 @@ def test_every_entry_says_what_it_is(name):
         assert all(isinstance(pip, list) and pip for pip in needed.values())
     line = entry.describe()
     assert line.startswith(f"{name} ") and "\n" not in line
+    # One shape: every entry is a Network, and the lookup asks it, never which kind it is.
+    assert isinstance(entry, Network)
+    config = load_config(overrides=["data.image_size=64", "data.sequence_length=12"])
+    shape = entry.input_shape(config, 3)
+    shapes = shape.values() if isinstance(shape, dict) else [shape]
+    assert all(one[0] == 3 for one in shapes)
+    assert all(one[1] == (64 if entry.modality == "image" else 12) for one in shapes)
+    if entry.modality == "image":
+        with pytest.raises(ValueError, match=f"{name} reads images, not texts"):
+            entry.text_inputs(config, Path("nowhere"), None)
 
 
 def test_describe_all_gives_one_line_an_entry():
@@ -86,7 +98,7 @@ def test_a_word_model_keeps_its_vocabulary_and_builds_from_its_size(name, tmp_pa
     assert kept.vocabulary_size == inputs.vocabulary_size
     np.testing.assert_array_equal(kept.encode(texts), inputs.encode(texts))
     spec = load_spec("imdb")
-    assert networks.input_shape(config, spec, 2) == (2, 16)
+    assert networks.input_shape(config, 2) == (2, 16)
     net = networks.build(config, spec, vocabulary_size=inputs.vocabulary_size)
     assert net.output.shape[-1] == spec.num_classes
     networks.keep_architecture(config, net, tmp_path)  # nothing for a word model

@@ -97,7 +97,7 @@ class Trainer:
                 images=images,
             )
             self.classifier.build(  # stateless calls need it built
-                networks.input_shape(config, job.spec)
+                networks.input_shape(config)
                 if self.cut is None
                 else (None, *self.cut.bottom.output.shape[1:])
             )

@@ -5,7 +5,8 @@ An entry is an image backbone (`registry.BACKBONES`, built into a classifier by
 n-grams of `text`, which read token ids of a vocabulary adapted on the training texts, and BERT,
 which reads its tokenizer's ids). Each answers the same questions: its modality, the backends it
 builds on, the packages it needs, its pretrained weights, its preprocessing, a line for
-`train --list-backbones` (`describe_all`). The functions here dispatch on the entry. A text run
+`train --list-backbones` (`describe_all`): one shape, `base.Network`, so the functions here ask
+the entry and never which kind it is. A text run
 keeps its tokenization in its run dir (`text_inputs`), so it predicts with the ids it trained on;
 the names of its files are `RunDir`'s, handed to the text entries from here. Training and
 inference build through here; a new network is a new entry in its kind's module.
@@ -21,9 +22,7 @@ from pathlib import Path
 import keras
 
 from pipeline.networks import registry, text_networks
-from pipeline.networks.text_networks import TextInputs
-
-Network = registry.Backbone | text_networks.TextNetwork
+from pipeline.networks.base import Network, RunFiles, TextInputs
 
 NETWORKS: dict[str, Network] = {**registry.BACKBONES, **text_networks.NETWORKS}
 TEXT_NETWORKS = tuple(name for name, entry in NETWORKS.items() if entry.modality == "text")
@@ -47,27 +46,16 @@ def packages(config) -> dict[str, list[str]]:
     return get(config.model.backbone).packages(config.model.weights)
 
 
-def _text(config) -> text_networks.TextNetwork:
-    entry = get(config.model.backbone)
-    if not isinstance(entry, text_networks.TextNetwork):
-        raise ValueError(f"{entry.name} reads images, not texts")  # a caller's bug: `check` refuses it
-    return entry
-
-
-def _files() -> text_networks.RunFiles:
+def _files() -> RunFiles:
     from pipeline.core.rundir import RunDir
 
-    return text_networks.RunFiles(RunDir.VOCABULARY, RunDir.TOKENIZER, RunDir.BACKBONE)
+    return RunFiles(RunDir.VOCABULARY, RunDir.TOKENIZER, RunDir.BACKBONE)
 
 
-def input_shape(config, spec, batch_size: int | None = None):
+def input_shape(config, batch_size: int | None = None):
     """One batch of model inputs: pixels [batch, size, size, 3], token ids [batch, length], or
     BERT's three [batch, length] inputs by name."""
-    entry = get(config.model.backbone)
-    if isinstance(entry, text_networks.TextNetwork):
-        return entry.input_shape(config.data.sequence_length, batch_size)
-    size = config.data.input_size or config.data.image_size
-    return (batch_size, size, size, 3)
+    return get(config.model.backbone).input_shape(config, batch_size)
 
 
 def build(
@@ -84,29 +72,21 @@ def build(
     static shapes); None leaves it free, as inference anywhere needs. A text network needs its
     tokenization's vocabulary size (`TextInputs.vocabulary_size`); given a trained run's dir,
     BERT takes its architecture from there (`keep_architecture`), not from the preset."""
-    entry = get(config.model.backbone)
-    if not isinstance(entry, text_networks.TextNetwork):
-        return registry.build_classifier(
-            config.model.backbone,
-            input_shape(config, spec)[1],
-            spec.num_classes,
-            weights=weights,
-            dropout=config.model.dropout,
-            input_dtype=input_dtype,
-            batch_size=batch_size,
-        )
-    if vocabulary_size is None:
-        raise ValueError("a text network needs the vocabulary's size")  # a caller's bug
-    return entry.build(
-        config, spec.num_classes, vocabulary_size, batch_size=batch_size, run_dir=run_dir, files=_files()
+    return get(config.model.backbone).build_classifier(
+        config,
+        spec.num_classes,
+        weights=weights,
+        input_dtype=input_dtype,
+        batch_size=batch_size,
+        vocabulary_size=vocabulary_size,
+        run_dir=run_dir,
+        files=_files(),
     )
 
 
 def keep_architecture(config, net: keras.Model, run_dir: Path) -> None:
     """What a run dir needs to rebuild its network besides the config: BERT's backbone architecture."""
-    entry = get(config.model.backbone)
-    if isinstance(entry, text_networks.TextNetwork):  # an image backbone's is the config's
-        entry.keep_architecture(net, run_dir, _files())
+    get(config.model.backbone).keep_architecture(net, run_dir, _files())
 
 
 def has_backbone(net: keras.Model) -> bool:
@@ -117,4 +97,4 @@ def has_backbone(net: keras.Model) -> bool:
 def text_inputs(config, run_dir: Path, train_columns=None, fresh: bool = False) -> TextInputs:
     """The tokenization a run keeps in `run_dir`; with `train_columns` (the training texts), a new
     one made from them when nothing is kept yet or `fresh` (a run trained again)."""
-    return _text(config).text_inputs(config, run_dir, _files(), train_columns, fresh)
+    return get(config.model.backbone).text_inputs(config, run_dir, _files(), train_columns, fresh)

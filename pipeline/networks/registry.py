@@ -11,8 +11,8 @@ the same shape: uint8 or float pixels in [0, 255] -> the backbone's own preproce
 backbone -> global average pooling (`cnn` pools itself, max and average) -> dropout -> dense
 softmax over the classes (float32 even under mixed precision).
 
-These are the image entries of the one lookup by name, `networks.NETWORKS`; the text networks'
-entries are in `text_networks`.
+These are the image entries of the one lookup by name, `networks.NETWORKS`, each a `Network`
+(base.py) as the text networks' entries in `text_networks` are.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from keras import layers
 
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.networks import efficientnet_lite
+from pipeline.networks.base import Network, RunFiles
 from pipeline.networks.convert import TORCH_MEAN, TORCH_STD  # "torch" preprocessing's ImageNet stats
 from pipeline.networks.efficientnet_lite import WeightsPackage
 
@@ -41,10 +42,10 @@ CNN_WORKING_SIZE = 64  # the resolution `cnn`'s blocks work at, whatever its inp
 
 
 @dataclass(frozen=True)
-class Backbone:
+class Backbone(Network):
     """How to build one backbone without its top, and how it wants its pixels."""
 
-    modality: ClassVar[str] = "image"  # what it reads, as a text network's entry says "text"
+    modality: ClassVar[str] = "image"
     name: str
     build: Callable[..., keras.Model]  # (input_shape, weights) -> model without the top
     preprocess: str  # raw (takes 0..255 itself) | unit (0..1) | torch | tf (-1..1) | caffe | lite
@@ -73,6 +74,33 @@ class Backbone:
         if self.package is not None and weights == "imagenet":
             needed[self.package.module] = [f"{self.package.package}=={self.package.version}"]
         return needed
+
+    def input_shape(self, config, batch_size: int | None = None):
+        """One batch of pixels [batch, size, size, 3] at the size the config feeds it."""
+        size = config.data.input_size or config.data.image_size
+        return (batch_size, size, size, 3)
+
+    def build_classifier(
+        self,
+        config,
+        num_classes: int,
+        *,
+        weights: str = "none",
+        input_dtype: str = "float32",
+        batch_size: int | None = None,
+        vocabulary_size: int | None = None,
+        run_dir: Path | None = None,
+        files: RunFiles | None = None,
+    ) -> keras.Model:
+        return build_classifier(
+            self.name,
+            self.input_shape(config)[1],
+            num_classes,
+            weights=weights,
+            dropout=config.model.dropout,
+            input_dtype=input_dtype,
+            batch_size=batch_size,
+        )
 
     def describe(self) -> str:
         backends = "" if len(self.backends) > 1 else f"  ({self.backends[0]} only)"

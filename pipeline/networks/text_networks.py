@@ -1,21 +1,17 @@
 """The text networks by name (`model.backbone` for a table competition): one entry each.
 
-An entry says what `registry.Backbone` says of an image backbone: its modality, the Keras backends
-it builds on, the packages it needs beyond Keras, the pretrained weights it loads and how its texts
-become ids (`preprocess`). It also says whether it reads text pairs and whether it has a pretrained
-part a frozen warm-up freezes, checks a config's weights, and does what differs between networks:
-its inputs' shape, building the classifier, the run's tokenization (`TextInputs`) and what the run
-dir keeps of its architecture. Two kinds: the word models (`text`: ids of a vocabulary adapted on
-the training texts) and BERT (`bert`: its tokenizer's ids). `networks` looks these entries and
-the image backbones up by one name.
-
-The tasks check a config's network through these entries, and the run dir's module reaches the
-tasks, so this module cannot import it: `networks` hands in its file names (`RunFiles`).
+Each entry is a `Network` (base.py), the shape of every entry: how its texts become ids
+(`preprocess`), its inputs' shape, the classifier built on it, the run's tokenization
+(`TextInputs`) and what the run dir keeps of its architecture. A text entry also says whether it
+reads text pairs and whether it has a pretrained part a frozen warm-up freezes, and checks a
+config's weights. Two kinds: the word models (`text`: ids of a vocabulary adapted on the training
+texts) and BERT (`bert`: its tokenizer's ids). `pipeline.networks` looks these entries and the
+image backbones up by one name; it hands in the run dir's file names (`RunFiles`).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,77 +21,52 @@ import keras
 
 from pipeline.core.errors import PetalsError
 from pipeline.networks import bert, text
+from pipeline.networks.base import Network, RunFiles, TextInputs
 
 PRESET_WEIGHTS = "keras-hub preset"  # `bert` loads a preset folder, its path in model.weights
 
 
-@dataclass(frozen=True)
-class RunFiles:
-    """The names a text run keeps its tokenization and architecture under in its run dir (`RunDir`'s)."""
-
-    vocabulary: str  # a word model's words
-    tokenizer: str  # BERT's tokenizer, a keras-hub preset folder
-    backbone: str  # BERT's backbone architecture
-
-
-@dataclass
-class TextInputs:
-    """A text run's tokenization: the encoder its splits use, the vocabulary size its network
-    embeds, and how it is kept in the run dir (the words of the LSTM and the bag of n-grams, BERT's
-    tokenizer)."""
-
-    encode: Callable
-    vocabulary_size: int
-    save: Callable[[Path], None]  # into the run dir
-
-
-class TextNetwork(ABC):
-    """One text network: what it is, and how it is built, fed and kept."""
+class TextNetwork(Network):
+    """One text network: it reads token ids, as many texts an example as it says."""
 
     modality: ClassVar[str] = "text"
-    backends: ClassVar[tuple[str, ...]] = ("tensorflow", "jax")  # Keras backends it builds on
+    backends: ClassVar[tuple[str, ...]] = ("tensorflow", "jax")
     reads_pairs: ClassVar[bool] = False  # two texts an example (premise, hypothesis)
     has_backbone: ClassVar[bool] = False  # a pretrained part, one layer a frozen warm-up freezes
-    name: str
     preprocess: str  # how texts become ids: words | subwords (words and their n-grams) | wordpiece
-    weights: tuple[str, ...]  # pretrained weights it can load
-
-    def packages(self, weights: str) -> dict[str, list[str]]:
-        """{import name: pip install arguments} of what building it needs beyond Keras."""
-        return {}
 
     def check(self, config) -> None:
         """The config's weights fit this network; else one line. A word model takes any: it loads none."""
         return None
 
-    def input_shape(self, sequence_length: int, batch_size: int | None = None):
+    def input_shape(self, config, batch_size: int | None = None):
         """One batch of its inputs: token ids [batch, length]."""
-        return (batch_size, sequence_length)
+        return (batch_size, config.data.sequence_length)
 
-    @abstractmethod
-    def build(
+    def build_classifier(
         self,
         config,
         num_classes: int,
-        vocabulary_size: int,
         *,
-        batch_size: int | None,
-        run_dir: Path | None,
-        files: RunFiles,
+        weights: str = "none",
+        input_dtype: str = "float32",
+        batch_size: int | None = None,
+        vocabulary_size: int | None = None,
+        run_dir: Path | None = None,
+        files: RunFiles | None = None,
     ) -> keras.Model:
-        """Its inputs -> class probabilities (float32); a trained run's dir, if given, may say its
-        architecture (`keep_architecture`)."""
+        if vocabulary_size is None or files is None:
+            raise ValueError("a text network needs the vocabulary's size and the run's file names")  # a bug
+        return self._classifier(config, num_classes, vocabulary_size, batch_size, run_dir, files)
+
+    @abstractmethod
+    def _classifier(self, config, num_classes, vocabulary_size, batch_size, run_dir, files) -> keras.Model:
+        """Token ids -> class probabilities (float32)."""
 
     @abstractmethod
     def text_inputs(
         self, config, run_dir: Path, files: RunFiles, train_columns=None, fresh: bool = False
-    ) -> TextInputs:
-        """The tokenization a run keeps in `run_dir`; with `train_columns` (the training texts), a new
-        one made from them when nothing is kept yet or `fresh` (a run trained again)."""
-
-    def keep_architecture(self, net: keras.Model, run_dir: Path, files: RunFiles) -> None:
-        """What the run dir needs besides the config to rebuild it: nothing, for a word model."""
-        return None
+    ) -> TextInputs: ...
 
     def describe(self) -> str:
         pairs = ", reads pairs" if self.reads_pairs else ""
@@ -118,7 +89,7 @@ class WordNetwork(TextNetwork):
     vectorizer: Callable[..., Callable]
     weights: tuple[str, ...] = ()
 
-    def build(self, config, num_classes, vocabulary_size, *, batch_size, run_dir, files) -> keras.Model:
+    def _classifier(self, config, num_classes, vocabulary_size, batch_size, run_dir, files) -> keras.Model:
         return self.classifier(
             vocabulary_size,
             config.data.sequence_length,
@@ -160,11 +131,11 @@ class BertNetwork(TextNetwork):
     def check(self, config) -> None:
         bert.check(config)
 
-    def input_shape(self, sequence_length: int, batch_size: int | None = None):
+    def input_shape(self, config, batch_size: int | None = None):
         """Its three inputs by name (token ids, segment ids, padding mask), each [batch, length]."""
-        return {name: (batch_size, sequence_length) for name in bert.INPUTS}
+        return {name: (batch_size, config.data.sequence_length) for name in bert.INPUTS}
 
-    def build(self, config, num_classes, vocabulary_size, *, batch_size, run_dir, files) -> keras.Model:
+    def _classifier(self, config, num_classes, vocabulary_size, batch_size, run_dir, files) -> keras.Model:
         """Given a trained run's dir, the architecture it kept, not the preset's."""
         backbone = (
             bert.backbone_from_config(run_dir / files.backbone)

@@ -1,0 +1,91 @@
+"""The one shape of a network's entry in the registry, an image backbone or a text network.
+
+Like timm's and keras-hub's registries, every entry answers the same questions by name: what it
+reads (`modality`), the Keras backends it builds on, the packages and pretrained weights it needs,
+its inputs' shape, the classifier built on it, the tokenization a text run keeps, and what a run
+dir keeps of its architecture. The lookup (`pipeline.networks`) asks; it never asks which kind an
+entry is. Image backbones are `registry.Backbone`, text networks `text_networks.TextNetwork`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import keras
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """The names a run keeps its tokenization and architecture under in its run dir (`RunDir`'s,
+    handed in from above: the networks' floor does not import the run dir's)."""
+
+    vocabulary: str  # a word model's words
+    tokenizer: str  # BERT's tokenizer, a keras-hub preset folder
+    backbone: str  # BERT's backbone architecture
+
+
+@dataclass
+class TextInputs:
+    """A text run's tokenization: the encoder its splits use, the vocabulary size its network
+    embeds, and how it is kept in the run dir (the words of the LSTM and the bag of n-grams, BERT's
+    tokenizer)."""
+
+    encode: Callable
+    vocabulary_size: int
+    save: Callable[[Path], None]  # into the run dir
+
+
+class Network(ABC):
+    """One network of the registry: what it is, and how it is built, fed and kept."""
+
+    modality: ClassVar[str]  # what it reads: "image" or "text"
+    name: str
+    preprocess: str  # how its inputs are prepared: a pixel scaling, or how texts become ids
+    weights: tuple[str, ...]  # pretrained weights it can load
+    backends: tuple[str, ...]  # Keras backends it builds on
+
+    def packages(self, weights: str) -> dict[str, list[str]]:
+        """{import name: pip install arguments} of what building it with `weights` needs beyond Keras
+        (Kaggle's images may lack them: a kernel installs them, or stops in one line)."""
+        return {}
+
+    @abstractmethod
+    def describe(self) -> str:
+        """One line for `train --list-backbones`."""
+
+    @abstractmethod
+    def input_shape(self, config, batch_size: int | None = None):
+        """One batch of its inputs: pixels [batch, size, size, 3], token ids [batch, length], or
+        several inputs by name."""
+
+    @abstractmethod
+    def build_classifier(
+        self,
+        config,
+        num_classes: int,
+        *,
+        weights: str = "none",
+        input_dtype: str = "float32",
+        batch_size: int | None = None,
+        vocabulary_size: int | None = None,
+        run_dir: Path | None = None,
+        files: RunFiles | None = None,
+    ) -> keras.Model:
+        """Its inputs -> class probabilities (float32). `batch_size` fixes the batch dimension (a
+        TPU's static shapes); a text network embeds `vocabulary_size` ids, and given a trained run's
+        dir takes its architecture from there (`keep_architecture`)."""
+
+    def text_inputs(
+        self, config, run_dir: Path, files: RunFiles, train_columns=None, fresh: bool = False
+    ) -> TextInputs:
+        """The tokenization a run keeps in `run_dir`; with `train_columns` (the training texts), a new
+        one made from them when nothing is kept yet or `fresh` (a run trained again)."""
+        raise ValueError(f"{self.name} reads {self.modality}s, not texts")  # a caller's bug: the task checks
+
+    def keep_architecture(self, net: keras.Model, run_dir: Path, files: RunFiles) -> None:
+        """What a run dir needs to rebuild it besides the config: nothing, unless the network says."""
+        return None
