@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 
+from pipeline import networks
 from pipeline.core import config
 from pipeline.core.errors import PetalsError
 from pipeline.networks import registry
@@ -39,12 +40,15 @@ def _larger_sibling(name: str) -> bool:
         for n in registry.list_backbones()
     ],
 )
-def test_every_backbone_builds_and_gives_finite_probabilities(name):
+def test_every_backbone_builds_headless_and_gives_finite_probabilities_under_the_task(name):
     backbone = registry.get_backbone(name)
     size = max(32, backbone.min_size)
     net = registry.build_classifier(name, size, num_classes=7, weights="none", dropout=0.1)
+    assert net.layers[-1].name == "logits"  # headless: the task puts its activation on
     pixels = np.random.default_rng(0).integers(0, 256, (2, size, size, 3), dtype=np.uint8)
-    probabilities = np.asarray(net(pixels, training=False))
+    logits = np.asarray(net(pixels, training=False))
+    probabilities = np.asarray(networks.with_output(net, "softmax")(pixels, training=False))
+    np.testing.assert_allclose(probabilities, np.asarray(keras.ops.softmax(logits)), rtol=1e-5, atol=1e-6)
     assert probabilities.shape == (2, 7) and probabilities.dtype == np.float32
     assert np.isfinite(probabilities).all()
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
@@ -141,7 +145,6 @@ def test_every_shipped_recipe_loads_and_builds_its_model(competition, recipe, tm
     backends they will meet, and build it (tiny input, random weights; a recipe that loads a
     BERT preset gets a tiny one)."""
     from competition import load_spec
-    from pipeline import networks
     from pipeline.networks import bert
 
     loaded = recipe_config.load_config(recipe, [f"competition={competition}"])
@@ -157,7 +160,7 @@ def test_every_shipped_recipe_loads_and_builds_its_model(competition, recipe, tm
         check_network(loaded, spec, backend)  # today's TPUs run JAX: the TPU recipes must build there
     if task_of(spec).modality == "text":
         small = dataclasses.replace(loaded, data=dataclasses.replace(loaded.data, sequence_length=16))
-        net = networks.build(small, spec, vocabulary_size=7)
+        net = networks.build(small, spec, activation=task_of(spec).activation, vocabulary_size=7)
         inputs = np.random.default_rng(0).integers(0, 7, (2, 16), dtype=np.int32)
         if loaded.model.backbone in bert.NAMES:  # token ids, segment ids, padding mask
             inputs = {"token_ids": inputs, "segment_ids": 0 * inputs, "padding_mask": 1 + 0 * inputs}
@@ -168,6 +171,7 @@ def test_every_shipped_recipe_loads_and_builds_its_model(competition, recipe, tm
         net = registry.build_classifier(
             loaded.model.backbone, size, spec.num_classes, weights="none", dropout=loaded.model.dropout
         )
+        net = networks.with_output(net, task_of(spec).activation)
         inputs = np.random.default_rng(0).integers(0, 256, (2, size, size, 3), dtype=np.uint8)
     probabilities = np.asarray(net(inputs, training=False))
     assert probabilities.shape == (2, spec.num_classes) and np.isfinite(probabilities).all()

@@ -99,7 +99,7 @@ def test_a_word_model_keeps_its_vocabulary_and_builds_from_its_size(name, tmp_pa
     np.testing.assert_array_equal(kept.encode(texts), inputs.encode(texts))
     spec = load_spec("imdb")
     assert networks.input_shape(config, 2) == (2, 16)
-    net = networks.build(config, spec, vocabulary_size=inputs.vocabulary_size)
+    net = networks.build(config, spec, activation="softmax", vocabulary_size=inputs.vocabulary_size)
     assert net.output.shape[-1] == spec.num_classes
     networks.keep_architecture(config, net, tmp_path)  # nothing for a word model
     assert sorted(p.name for p in tmp_path.iterdir()) == ["vocabulary.txt"]

@@ -16,10 +16,10 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
 from pipeline.modeling.classifier import set_backbone_trainable
 from pipeline.modeling.inference import load_inference_model, predict_split
-from pipeline.modeling.losses import loss_function
 from pipeline.modeling.optimizer import averaging
 from pipeline.modeling.trainer import Trainer
 from pipeline.stages import train
+from pipeline.tasks.losses import loss_function
 from pipeline.tasks.recipe_config import load_config
 from tests.conftest import (
     TINY,

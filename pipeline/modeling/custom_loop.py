@@ -10,7 +10,7 @@
   saving and checkpointing read it.
 
 Both take their batches from the same tf.data pipeline and report the epoch's mean loss and
-accuracy.
+accuracy; the loss and what a right answer is are the competition's task's.
 """
 
 from __future__ import annotations
@@ -77,6 +77,7 @@ class TensorFlowLoop:
         trainer = self.trainer
         strategy, global_batch = trainer.job.platform.strategy, trainer.job.global_batch
         classifier, optimizer, loss_fn = trainer.classifier, trainer.optimizer, self.loss_fn
+        task = trainer.job.task  # what a right answer is: the task's
         trainable = classifier.trainable_variables
 
         def replica_step(images, labels):
@@ -90,10 +91,7 @@ class TensorFlowLoop:
                     loss += tf.nn.scale_regularization_loss(tf.add_n(classifier.losses))
                 scaled = optimizer.scale_loss(loss)  # a no-op unless a LossScaleOptimizer (float16)
             optimizer.apply(tape.gradient(scaled, trainable), trainable)
-            right = tf.reduce_sum(
-                tf.cast(tf.equal(tf.argmax(probabilities, 1), tf.argmax(labels, 1)), tf.float32)
-            )
-            return loss, right
+            return loss, task.right_answers(probabilities, labels)
 
         compiled_step = tf.function(replica_step, jit_compile=trainer.jit_compile)
 
@@ -171,6 +169,7 @@ class JaxLoop:
 
         trainer = self.trainer
         classifier, optimizer, loss_fn = trainer.classifier, trainer.optimizer, self.loss_fn
+        task = trainer.job.task  # what a right answer is: the task's
         global_batch = trainer.job.global_batch
         optimizer_variables = optimizer.variables
 
@@ -196,7 +195,7 @@ class JaxLoop:
                 trainable, non_trainable, optimizer_values, images, labels
             )
             trainable, optimizer_values = optimizer.stateless_apply(optimizer_values, grads, trainable)
-            right = ops.sum(ops.cast(ops.argmax(probabilities, 1) == ops.argmax(labels, 1), "float32"))
+            right = task.right_answers(probabilities, labels)
             return (trainable, non_trainable, optimizer_values), loss, right
 
         out_shardings = None

@@ -131,7 +131,9 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
     vocabulary_size = None
     if task_of(spec).modality == "text":
         vocabulary_size = networks.text_inputs(config, run.path).vocabulary_size
-    net = networks.build(config, spec, vocabulary_size=vocabulary_size, run_dir=run.path)
+    net = networks.build(
+        config, spec, activation=task_of(spec).activation, vocabulary_size=vocabulary_size, run_dir=run.path
+    )
     path = run.weights(weights)
     if not path.is_file():
         raise PetalsError(f"{path}: missing; train the run first")
@@ -172,11 +174,11 @@ def view(images, index: int, aug, num_classes: int, shift_scale: float):
 
 
 def val_scores(spec, probabilities: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """Loss, accuracy and the competition's metric of val predictions (padding already dropped)."""
-    losses = -np.log(np.clip(probabilities[np.arange(len(labels)), labels], 1e-7, 1.0))
+    """Loss and accuracy (the competition's task's) and the competition's metric of val predictions
+    (padding already dropped)."""
+    scores = task_of(spec).scores(probabilities, labels)
     return {
-        "val_loss": float(losses.mean()),
-        "val_accuracy": float((probabilities.argmax(axis=1) == labels).mean()),
+        **{f"val_{name}": value for name, value in scores.items()},
         spec.score_key: spec.metric.score(labels, probabilities),
     }
 

@@ -29,7 +29,6 @@ from pipeline.modeling.classifier import Classifier, set_backbone_trainable
 from pipeline.modeling.epoch_lines import epoch_header, epoch_line
 from pipeline.modeling.fit_hooks import EpochHooks
 from pipeline.modeling.inference import predict_batches, val_scores
-from pipeline.modeling.losses import loss_function
 from pipeline.modeling.optimizer import averaged_weights, make_optimizer
 
 log = logging.getLogger(__name__)
@@ -80,6 +79,7 @@ class Trainer:
             self.net = networks.build(
                 config,
                 job.spec,
+                activation=job.task.activation,
                 weights=config.model.weights,
                 # Texts train at one static batch (a TPU's shapes): the replica's under TensorFlow's
                 # strategies, the whole batch under JAX, whose jitted step sees the global array.
@@ -365,8 +365,8 @@ class Trainer:
             self._set_trainable(policy.backbone_trainable(first, self.config.train))
             self.classifier.compile(  # a trainability change needs a fresh compile; the optimizer is kept
                 optimizer=self.optimizer,
-                loss=loss_function(self.config.train, self.class_counts),
-                metrics=[keras.metrics.CategoricalAccuracy(name="accuracy")],
+                loss=self.job.task.loss(self.config.train, self.class_counts),
+                metrics=[self.job.task.train_metric()],
                 jit_compile=self.jit_compile,
                 steps_per_execution=self.steps_per_execution,
             )
@@ -395,6 +395,6 @@ class Trainer:
 
     def _custom_epoch(self, first_step: int) -> dict[str, float]:
         if self._custom is None:
-            loss = loss_function(self.config.train, self.class_counts, reduction="none")
+            loss = self.job.task.loss(self.config.train, self.class_counts, reduction="none")
             self._custom = custom_loop.for_backend(self, loss)
         return self._custom.epoch(self.steps - first_step)

@@ -58,21 +58,31 @@ def input_shape(config, batch_size: int | None = None):
     return get(config.model.backbone).input_shape(config, batch_size)
 
 
+def with_output(net: keras.Model, activation: str) -> keras.Model:
+    """A headless network with the task's output on top: `activation` over its logits ("softmax":
+    one class an example; "sigmoid": each label on its own), in float32 whatever the policy. The
+    same layers: weights saved from either load into the other."""
+    outputs = keras.layers.Activation(activation, dtype="float32", name="probabilities")(net.output)
+    return keras.Model(net.input, outputs, name=net.name)  # its inputs as it takes them: BERT's by name
+
+
 def build(
     config,
     spec,
     *,
+    activation: str,
     weights: str = "none",
     input_dtype: str = "float32",
     batch_size: int | None = None,
     vocabulary_size: int | None = None,
     run_dir: Path | None = None,
 ) -> keras.Model:
-    """Inputs -> class probabilities (float32). `batch_size` fixes the batch dimension (a TPU's
-    static shapes); None leaves it free, as inference anywhere needs. A text network needs its
-    tokenization's vocabulary size (`TextInputs.vocabulary_size`); given a trained run's dir,
+    """Inputs -> the task's outputs (float32): the named network, headless, with `activation` (the
+    competition's task's: `Task.activation`) over its logits. `batch_size` fixes the batch dimension
+    (a TPU's static shapes); None leaves it free, as inference anywhere needs. A text network needs
+    its tokenization's vocabulary size (`TextInputs.vocabulary_size`); given a trained run's dir,
     BERT takes its architecture from there (`keep_architecture`), not from the preset."""
-    return get(config.model.backbone).build_classifier(
+    net = get(config.model.backbone).build_classifier(
         config,
         spec.num_classes,
         weights=weights,
@@ -82,6 +92,7 @@ def build(
         run_dir=run_dir,
         files=_files(),
     )
+    return with_output(net, activation)
 
 
 def keep_architecture(config, net: keras.Model, run_dir: Path) -> None:

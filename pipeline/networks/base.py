@@ -75,9 +75,10 @@ class Network(ABC):
         run_dir: Path | None = None,
         files: RunFiles | None = None,
     ) -> keras.Model:
-        """Its inputs -> class probabilities (float32). `batch_size` fixes the batch dimension (a
-        TPU's static shapes); a text network embeds `vocabulary_size` ids, and given a trained run's
-        dir takes its architecture from there (`keep_architecture`)."""
+        """Its inputs -> logits over the classes (headless: the task's activation goes on top, in
+        `pipeline.networks.build`). `batch_size` fixes the batch dimension (a TPU's static shapes);
+        a text network embeds `vocabulary_size` ids, and given a trained run's dir takes its
+        architecture from there (`keep_architecture`)."""
 
     def text_inputs(
         self, config, run_dir: Path, files: RunFiles, train_columns=None, fresh: bool = False

@@ -4,8 +4,8 @@ Two ways in: `bert` loads a keras-hub preset directory named by `model.weights` 
 attached model such as BERT multilingual; in the tests, a tiny random one they write), its
 tokenizer included; `bert-tiny` and `bert-small` start from random weights with a vocabulary of
 the training texts' words. Either way the classifier is the backbone's pooled [CLS] output,
-dropout and a softmax over the classes, the backbone one layer named `backbone` (a frozen warm-up
-freezes it, as for images).
+dropout and a dense layer's logits over the classes, the backbone one layer named `backbone` (a
+frozen warm-up freezes it, as for images).
 
 Texts are tokenized here, up front and eagerly, by keras-hub's own BERT preprocessor (the
 tokenizer the preset was trained with, [CLS] a [SEP] b [SEP], segment ids, padding): keras-hub
@@ -203,7 +203,7 @@ def backbone_from_config(path: Path):
 
 
 def classifier(backbone, num_classes: int, sequence_length: int, dropout: float, batch_size=None):
-    """BERT's inputs -> class probabilities (float32): pooled [CLS] output, dropout, softmax."""
+    """BERT's inputs -> logits over the classes: pooled [CLS] output, dropout, a dense layer."""
     inputs = {
         name: keras.Input(shape=(sequence_length,), batch_size=batch_size, dtype="int32", name=name)
         for name in INPUTS
@@ -212,8 +212,7 @@ def classifier(backbone, num_classes: int, sequence_length: int, dropout: float,
     pooled = backbone(inputs)["pooled_output"]
     features = layers.Dropout(dropout, name="head_dropout")(pooled)
     logits = layers.Dense(num_classes, name="logits")(features)
-    probabilities = layers.Activation("softmax", dtype="float32", name="probabilities")(logits)
-    return keras.Model(inputs, probabilities, name="bert-classifier")
+    return keras.Model(inputs, logits, name="bert-classifier")
 
 
 def write_tiny_preset(folder: Path, vocabulary: list[str], sequence_length: int = 64, seed: int = 0) -> Path:

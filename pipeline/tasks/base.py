@@ -24,6 +24,9 @@ class Task(ABC):
     name: ClassVar[str]
     modality: ClassVar[str]  # what a model reads: "image" or "text" (pipeline/networks/__init__.py)
     unit: ClassVar[str]  # an example in the training log: "img" or "ex"
+    # What turns a headless network's logits into the task's outputs (pipeline/networks/): a
+    # softmax over the classes for one class an example, a sigmoid per label for several.
+    activation: ClassVar[str]
 
     @property
     def recipes_dir(self) -> Path:
@@ -58,11 +61,39 @@ class Task(ABC):
         training split, pipeline/data/splits.py), written into `out`; its path. `where` (host or
         device) says where the recipe augments."""
 
+    # ------------------------------------------------ what the label shapes (single_label.py)
+
+    @abstractmethod
+    def loss(self, train, class_counts=None, reduction: str = "sum_over_batch_size"):
+        """The training loss over the task's outputs and targets (a keras Loss), as `train`
+        (TrainConfig) says; `class_counts` for a loss that weighs the classes."""
+
+    @abstractmethod
+    def train_metric(self):
+        """The keras metric `fit` reports beside the loss, named "accuracy"."""
+
+    @abstractmethod
+    def right_answers(self, outputs, targets):
+        """How many of a batch's outputs are right (keras ops: the same on TensorFlow and JAX): what
+        the custom loops count for the accuracy they report."""
+
+    @abstractmethod
+    def scores(self, outputs, labels) -> dict[str, float]:
+        """The loss and accuracy of a labelled split's outputs (numpy, padding dropped), by name:
+        what a run's history and metrics carry beside the competition's metric."""
+
+    @abstractmethod
+    def evaluate(self, labels, probabilities, spec: CompetitionSpec):
+        """What evaluate reports beside the metric: an `Evaluation` (fields recorded in the run's
+        metrics, with `val_accuracy` among them, and the files it writes into the run dir)."""
+
+    @abstractmethod
+    def summary_lines(self, evaluation: dict) -> list[str]:
+        """What the terminal shows of an evaluation after its scores."""
+
+    @abstractmethod
     def submission_values(self, probabilities, spec: CompetitionSpec):
-        """What a submission row holds: the class id, or P(class 1) for a probability submission."""
-        if spec.submission_value == "probability":
-            return probabilities[:, 1]
-        return probabilities.argmax(axis=1)
+        """What a submission row holds, from the task's outputs [n, classes]."""
 
     def summary_sizes(self, config, image_size: int | None) -> dict[str, int | None]:
         """The sizes a run's summary records."""

@@ -7,11 +7,12 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.errors import PetalsError
-from pipeline.tasks.base import Task, register
+from pipeline.tasks.base import register
+from pipeline.tasks.single_label import SingleLabel
 
 
 @register
-class ImageClassification(Task):
+class ImageClassification(SingleLabel):
     name = "image_classification"
     modality = "image"
     unit = "img"

@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
-from pipeline.tasks.base import Task, register
+from pipeline.tasks.base import register
+from pipeline.tasks.single_label import SingleLabel
 
 
 @register
-class TextClassification(Task):
+class TextClassification(SingleLabel):
     name = "text_classification"
     modality = "text"
     unit = "ex"

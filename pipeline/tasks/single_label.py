@@ -1,0 +1,58 @@
+"""One class an example: what every such task's label shapes, whatever it reads.
+
+The targets are one-hot rows (soft rows under CutMix and MixUp), the network's logits go through a
+softmax, the loss is cross-entropy (label-smoothed, logit-adjusted for long tails: losses.py), a
+right answer is the largest output on the target's class, and a submission row holds the class id
+or, for a probability submission, P(class 1). Image and text classification are such tasks.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pipeline.tasks.base import Task
+
+
+class SingleLabel(Task):
+    """A task whose examples each have one class of the competition's."""
+
+    activation: ClassVar[str] = "softmax"
+
+    def loss(self, train, class_counts=None, reduction: str = "sum_over_batch_size"):
+        from pipeline.tasks.losses import loss_function
+
+        return loss_function(train, class_counts, reduction=reduction)
+
+    def train_metric(self):
+        import keras
+
+        return keras.metrics.CategoricalAccuracy(name="accuracy")
+
+    def right_answers(self, outputs, targets):
+        from keras import ops
+
+        return ops.sum(ops.cast(ops.argmax(outputs, 1) == ops.argmax(targets, 1), "float32"))
+
+    def scores(self, outputs, labels) -> dict[str, float]:
+        """Cross-entropy (outputs clipped at 1e-7, as Keras clips) and accuracy of class ids `labels`."""
+        import numpy as np
+
+        losses = -np.log(np.clip(outputs[np.arange(len(labels)), labels], 1e-7, 1.0))
+        return {"loss": float(losses.mean()), "accuracy": float((outputs.argmax(axis=1) == labels).mean())}
+
+    def evaluate(self, labels, probabilities, spec):
+        """Per-class scores, the confusion matrix and the top confusions (single_label_report.py)."""
+        from pipeline.tasks import single_label_report
+
+        return single_label_report.evaluation(labels, probabilities, spec.classes)
+
+    def summary_lines(self, evaluation: dict) -> list[str]:
+        from pipeline.tasks import single_label_report
+
+        return single_label_report.summary_lines(evaluation)
+
+    def submission_values(self, probabilities, spec):
+        """The class id, or P(class 1) for a probability submission."""
+        if spec.submission_value == "probability":
+            return probabilities[:, 1]
+        return probabilities.argmax(axis=1)
