@@ -11,7 +11,7 @@ SOURCE      ?= auto#             auto | kaggle | dir | gcs | kaggle-input | synt
 DATA_FROM   ?=#                  SOURCE=dir: your copy of the competition (its zip as Kaggle serves it, or a folder)
 COMPETITION ?= flowers#          competition/<COMPETITION>/: its file, classes and recipes
 GCS_PATH    ?=#                  gs:// folder of the competition's files, for SOURCE=gcs
-SIZE        ?= 192#              synthetic image size (pixels)
+SIZE        ?=#                 synthetic image size in pixels (empty: the recipes' image size, 192)
 SEED        ?= 0#                synthetic dataset seed
 SCALE       ?=#                  synthetic dataset size multiplier (default: each dataset's own)
 FORCE       ?=#                  FORCE=1 fetches again over a complete data dir; make submit: uploads a file already uploaded
@@ -115,7 +115,7 @@ else
 endif
 
 fetch_ARGS := --source $(call q,SOURCE) --data-dir $(call q,DATA) --competition $(call q,COMPETITION) \
-	--size $(call q,SIZE) --seed $(call q,SEED) $(call opt,--scale,SCALE) $(call opt,--from,DATA_FROM) \
+	$(call opt,--size,SIZE) --seed $(call q,SEED) $(call opt,--scale,SCALE) $(call opt,--from,DATA_FROM) \
 	$(call opt,--gcs-path,GCS_PATH) $(if $(FORCE),--force)
 
 config_ARGS := --recipe $(call q,RECIPE) --set competition=$(call q,COMPETITION) $(foreach s,$(SET),--set $(call q,s))
@@ -292,10 +292,10 @@ format: $(STAMP) ## reformat the code with ruff
 bench: bench-fetch bench-input bench-train bench-submit bench-kernel ## run every benchmark; figures go to benchmarks/latest.json
 
 bench-fetch: $(STAMP) ## fetch stage: synthetic generation time, verification, size, counts
-	$(PY) benchmarks/bench_fetch.py --size $(call q,SIZE) --seed $(call q,SEED) $(call opt,--scale,SCALE)
+	$(PY) benchmarks/bench_fetch.py $(call opt,--size,SIZE) --seed $(call q,SEED) $(call opt,--scale,SCALE)
 
 bench-input: $(DATA)/manifest.json ## input pipeline: images/s and peak memory, petals vs decode-only vs starter kernel
-	$(PY) benchmarks/bench_input.py --data-dir $(call q,DATA) --size $(call q,SIZE)
+	$(PY) benchmarks/bench_input.py --data-dir $(call q,DATA) $(call opt,--size,SIZE)
 
 bench-train: $(DATA)/manifest.json ## train stage: the CPU recipe (time, img/s, val macro-F1), EfficientNetB0 speed
 	$(PY) benchmarks/bench_train.py --data-dir $(call q,DATA)

@@ -36,6 +36,7 @@ from pipeline.core.machine import (
     tensorflow_sees_tpus,
     tpu_signs,
 )
+from pipeline.core.options import DeviceOptions
 
 log = logging.getLogger(__name__)
 
@@ -114,11 +115,16 @@ def pick_from_args(args) -> Platform:
 def add_arguments(parser, tpu: bool = True) -> None:
     """--backend, --strategy (and --tpu, --cpu-replicas) for the stages that run a model."""
     parser.add_argument(
-        "--backend", default="auto", choices=BACKENDS, help="Keras backend (auto: by machine)"
+        "--backend", default=DeviceOptions.backend, choices=BACKENDS, help="Keras backend (auto: by machine)"
     )
-    parser.add_argument("--strategy", default="auto", choices=STRATEGIES, help="what the replicas run on")
     parser.add_argument(
-        "--cpu-replicas", type=int, default=0, help="split the CPU into N replicas (tests multi-replica code)"
+        "--strategy", default=DeviceOptions.strategy, choices=STRATEGIES, help="what the replicas run on"
+    )
+    parser.add_argument(
+        "--cpu-replicas",
+        type=int,
+        default=DeviceOptions.cpu_replicas,
+        help="split the CPU into N replicas (tests multi-replica code)",
     )
     if tpu:
         parser.add_argument(

@@ -1,9 +1,11 @@
 """What each step of the chain takes, typed: the options of `pipeline.api`'s functions.
 
-The command line's arguments carry the same names (`from_args` turns a parsed command line into
-options), so `python -m pipeline train ...`, `make train` and a Kaggle kernel's
-`api.train(TrainOptions(...))` run the same function with the same values. Importing this module
-imports no TensorFlow: a caller sets the backend up first.
+The command line's arguments carry the same names and take their defaults from here
+(pipeline/stages/arguments.py and each stage's `add_arguments`: every default is written once,
+below or in the config), and `from_args` turns a parsed command line into options, so
+`python -m pipeline train ...`, `make train` and a Kaggle kernel's `api.train(TrainOptions(...))`
+run the same function with the same values. Importing this module imports no TensorFlow: a
+caller sets the backend up first.
 """
 
 from __future__ import annotations
@@ -14,9 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from pipeline.core.config import DEFAULT_COMPETITION
+from pipeline.core.config import AUTO_RECIPE, DEFAULT_COMPETITION, DataConfig
 
 T = TypeVar("T")
+
+# Defaults several options share, each written once.
+DATA_DIR = Path("data")  # the fetched data
+RUNS_DIR = Path("runs")  # run dirs and CV groups
+SUBMISSIONS_DIR = Path("submissions")  # submission CSVs and the offline leaderboard
+KERNELS_DIR = Path("kernels")  # generated Kaggle kernels
+TTA = 1  # test-time augmentation passes (1: the input as it is)
+RETRIES = 3  # attempts on Kaggle's server errors and timeouts
 
 
 @dataclass(frozen=True)
@@ -24,18 +34,18 @@ class FetchOptions:
     """Where a competition's data comes from and where it goes (`pipeline.data.sources`)."""
 
     source: str = "auto"
-    data_dir: Path = Path("data")
+    data_dir: Path = DATA_DIR
     slug: str | None = None  # None: the spec's default slug
     data_from: Path | None = None  # source dir: the competition's zip or an unpacked folder
     gcs_path: str | None = None
     gcs_in_place: bool = False
     kaggle_input: Path = Path("/kaggle/input")
     sizes: tuple[int, ...] | None = None  # resolutions to keep and verify; None: all present
-    synthetic_size: int = 192
+    synthetic_size: int = DataConfig.image_size  # the embedded data, drawn at the recipes' size
     seed: int = 0
     scale: float | None = None  # None: the embedded dataset's default
     workers: int | None = None
-    retries: int = 3
+    retries: int = RETRIES
     force: bool = False
     progress: bool = True
 
@@ -54,15 +64,15 @@ class DeviceOptions:
 class ConfigOptions:
     """Which config: a recipe and `--set KEY=VALUE` overrides (`competition=<name>` among them)."""
 
-    recipe: str = "auto"  # auto: tpu, gpu or cpu by the device
+    recipe: str = AUTO_RECIPE  # auto: tpu, gpu or cpu by the device
     overrides: tuple[str, ...] = ()
     print_config: bool = False  # print the resolved config and exit (the command line's)
 
 
 @dataclass(frozen=True)
 class TrainOptions(ConfigOptions, DeviceOptions):
-    data_dir: Path = Path("data")
-    runs_dir: Path = Path("runs")
+    data_dir: Path = DATA_DIR
+    runs_dir: Path = RUNS_DIR
     run_id: str | None = None  # None: recipe, backbone, size and a hash of the config and data
     checkpoint_dir: str | None = None  # None: the run dir; or gs://bucket/folder
     force: bool = False  # train again over a finished run
@@ -75,11 +85,11 @@ class TrainOptions(ConfigOptions, DeviceOptions):
 class ScoreOptions(ConfigOptions, DeviceOptions):
     """A finished run, named by id or found the way `train` names it, scored or predicted."""
 
-    data_dir: Path = Path("data")
-    runs_dir: Path = Path("runs")
+    data_dir: Path = DATA_DIR
+    runs_dir: Path = RUNS_DIR
     run_id: str | None = None  # an id or a run dir; None: the run `train` makes of the same config
-    tta: int = 1  # test-time augmentation passes (1: the input as it is)
-    submissions_dir: Path = Path("submissions")
+    tta: int = TTA
+    submissions_dir: Path = SUBMISSIONS_DIR
 
 
 @dataclass(frozen=True)
@@ -91,8 +101,8 @@ class CVOptions(TrainOptions):
     fold_list: tuple[int, ...] = ()  # the folds this process trains; (): all of them
     refit: bool = False  # predict with one model refit on all the labelled data, not the fold mean
     choose: str | None = None  # "1": the recipe's candidates (pipeline.cv.choose), else a file's path
-    tta: int = 1
-    submissions_dir: Path = Path("submissions")
+    tta: int = TTA
+    submissions_dir: Path = SUBMISSIONS_DIR
 
 
 @dataclass(frozen=True)
@@ -104,10 +114,10 @@ class EnsembleOptions(DeviceOptions):
     method: str | None = None  # equal | search | stack (CV groups); None: equal
     search: bool = False  # method "search"
     name: str | None = None  # None: ensemble-<hash of runs and weights>
-    tta: int = 1
-    data_dir: Path = Path("data")
-    runs_dir: Path = Path("runs")
-    submissions_dir: Path = Path("submissions")
+    tta: int = TTA
+    data_dir: Path = DATA_DIR
+    runs_dir: Path = RUNS_DIR
+    submissions_dir: Path = SUBMISSIONS_DIR
 
 
 @dataclass(frozen=True)
@@ -115,15 +125,15 @@ class SubmitOptions:
     competition: str = DEFAULT_COMPETITION
     file: Path | None = None  # None: the newest of the competition's CSVs in submissions_dir
     message: str | None = None  # None: the entry and its val score
-    data_dir: Path = Path("data")  # the fetched data (its sample submission)
-    submissions_dir: Path = Path("submissions")
+    data_dir: Path = DATA_DIR  # the fetched data (its sample submission)
+    submissions_dir: Path = SUBMISSIONS_DIR
     slug: str | None = None  # None: the data's, else the competition's first
-    retries: int = 3
+    retries: int = RETRIES
     force: bool = False  # send again what was already sent
     # A code competition: the kernel `make kernel` generated is pushed, run and submitted.
-    kernels_dir: Path = Path("kernels")
+    kernels_dir: Path = KERNELS_DIR
     kernel: str | None = None  # None: petals-<competition>-<recipe>
-    recipe: str = "auto"  # the kernel's recipe, for its default name
+    recipe: str = AUTO_RECIPE  # the kernel's recipe, for its default name
     accelerator: str | None = None  # resolves recipe auto; None: the competition's default
     poll_seconds: float = 60.0
     wait_seconds: float = 13 * 3600.0

@@ -5,23 +5,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from pipeline.core import options
 from pipeline.core.config import DEFAULT_COMPETITION
 
 
 def add_data_dir(
-    parser: argparse.ArgumentParser, help: str = "fetched data dir", default=Path("data")
+    parser: argparse.ArgumentParser, help: str = "fetched data dir", default=options.DATA_DIR
 ) -> None:
     parser.add_argument("--data-dir", type=Path, default=default, help=help)
 
 
 def add_runs_dir(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--runs-dir", type=Path, default=Path("runs"), help="where run directories are")
+    parser.add_argument("--runs-dir", type=Path, default=options.RUNS_DIR, help="where run directories are")
 
 
 def add_submissions_dir(
     parser: argparse.ArgumentParser, help: str = "submission CSVs and the leaderboard"
 ) -> None:
-    parser.add_argument("--submissions-dir", type=Path, default=Path("submissions"), help=help)
+    parser.add_argument("--submissions-dir", type=Path, default=options.SUBMISSIONS_DIR, help=help)
 
 
 def add_competition(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +44,7 @@ def fold_list(text: str) -> tuple[int, ...]:
 
 def add_tta(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--tta", type=int, default=1, help="test-time augmentation passes (1: the image as it is)"
+        "--tta", type=int, default=options.TTA, help="test-time augmentation passes (1: the image as it is)"
     )
 
 

@@ -221,7 +221,9 @@ def _build(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--source", default="auto", choices=SOURCES, help="where the data comes from")
+    parser.add_argument(
+        "--source", default=FetchOptions.source, choices=SOURCES, help="where the data comes from"
+    )
     arguments.add_data_dir(parser, help="where the data (or its manifest) goes")
     arguments.add_competition(parser)
     parser.add_argument(
@@ -243,7 +245,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--gcs-in-place", action="store_true", help="read the gs:// data in place, do not copy it"
     )
     parser.add_argument(
-        "--kaggle-input", type=Path, default=Path("/kaggle/input"), help="Kaggle's input folder"
+        "--kaggle-input", type=Path, default=FetchOptions.kaggle_input, help="Kaggle's input folder"
     )
     parser.add_argument(
         "--sizes",
@@ -252,8 +254,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="resolutions to keep and verify (default: all present)",
     )
-    parser.add_argument("--size", type=int, default=192, help="synthetic image size in pixels")
-    parser.add_argument("--seed", type=int, default=0, help="synthetic dataset seed")
+    parser.add_argument(
+        "--size", type=int, default=FetchOptions.synthetic_size, help="synthetic image size in pixels"
+    )
+    parser.add_argument("--seed", type=int, default=FetchOptions.seed, help="synthetic dataset seed")
     parser.add_argument(
         "--scale",
         type=float,
@@ -263,7 +267,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workers", type=int, default=None, help="synthetic drawing processes (default: CPUs)"
     )
-    parser.add_argument("--retries", type=int, default=3, help="attempts for Kaggle server errors")
+    parser.add_argument(
+        "--retries", type=int, default=FetchOptions.retries, help="attempts for Kaggle server errors"
+    )
     parser.add_argument("--force", action="store_true", help="fetch again even if the data dir is complete")
     parser.add_argument(
         "--no-progress",

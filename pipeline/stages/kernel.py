@@ -28,6 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pipeline.core import options
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
 from pipeline.core.paths import check_name, shown
@@ -71,7 +72,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--name", default=None, help="kernel folder and slug (default: petals-<competition>-<recipe>)"
     )
-    parser.add_argument("--kernels-dir", type=Path, default=Path("kernels"), help="where kernel folders go")
+    parser.add_argument(
+        "--kernels-dir", type=Path, default=options.KERNELS_DIR, help="where kernel folders go"
+    )
     parser.add_argument(
         "--owner", default=None, help="Kaggle user that owns the kernel (default: the credentials')"
     )
@@ -106,7 +109,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="attach a Kaggle model (owner/model/framework/variation/version), repeatable",
     )
     parser.add_argument("--slug", default=None, help="competition slug (default: the spec's first)")
-    parser.add_argument("--tta", type=int, default=1, help="TTA passes for the kernel's predictions")
+    parser.add_argument(
+        "--tta", type=int, default=options.TTA, help="TTA passes for the kernel's predictions"
+    )
     parser.add_argument(
         "--folds",
         type=int,

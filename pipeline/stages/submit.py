@@ -47,18 +47,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--slug", default=None, help="Kaggle competition slug (default: the data's, else the spec's first)"
     )
-    parser.add_argument("--retries", type=int, default=3, help="attempts on server errors and timeouts")
+    parser.add_argument(
+        "--retries", type=int, default=SubmitOptions.retries, help="attempts on server errors and timeouts"
+    )
     parser.add_argument(
         "--force",
         action="store_true",
         help="upload a file again that was already uploaded (a code competition: push, submit) (FORCE=1)",
     )
     code = parser.add_argument_group("code competitions: the kernel `make kernel` generated is pushed")
-    code.add_argument("--kernels-dir", type=Path, default=Path("kernels"), help="where kernel folders are")
+    code.add_argument(
+        "--kernels-dir", type=Path, default=SubmitOptions.kernels_dir, help="where kernel folders are"
+    )
     code.add_argument(
         "--kernel", default=None, help="kernel folder name (default: petals-<competition>-<recipe>)"
     )
-    code.add_argument("--recipe", default="auto", help="the kernel's recipe, for its default name")
+    code.add_argument(
+        "--recipe", default=SubmitOptions.recipe, help="the kernel's recipe, for its default name"
+    )
     code.add_argument(
         "--accelerator",
         default=None,
@@ -66,12 +72,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"a code competition: {CODE_COMPETITION_ACCELERATOR})",
     )
     code.add_argument(
-        "--poll-seconds", type=float, default=60.0, help="seconds between status checks of the version"
+        "--poll-seconds",
+        type=float,
+        default=SubmitOptions.poll_seconds,
+        help="seconds between status checks of the version",
     )
     code.add_argument(
         "--wait-seconds",
         type=float,
-        default=13 * 3600.0,
+        default=SubmitOptions.wait_seconds,
         help="longest wait for the version to complete (default 13 h: a session's limit and a queue)",
     )
 

@@ -27,6 +27,7 @@ from pipeline.core.config import (
     validate,
 )
 from pipeline.core.errors import PetalsError
+from pipeline.core.options import ConfigOptions
 from pipeline.core.overrides import apply_updates, leaves, parse_overrides, toml_value
 from pipeline.tasks.base import get_task
 
@@ -172,7 +173,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     """`--recipe`, `--set` and `--print-config`, for every stage that reads the config."""
     parser.add_argument(
         "--recipe",
-        default=AUTO_RECIPE,
+        default=ConfigOptions.recipe,
         help="recipe under competition/<name>/recipes/ (else its task's), a .toml path, or auto: tpu, "
         "gpu or cpu by the device the stage runs on; `default` is the bare defaults "
         f"(known: {', '.join(recipe_names())}) "
