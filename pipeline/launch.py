@@ -11,7 +11,9 @@ workers on 127.0.0.1. Process 0's output is this terminal's; each other's goes t
 
 The first process to fail ends the launch: the others are killed (their whole process groups, at
 once: a process waiting in a collective would only notice after the coordination service's
-heartbeat) and one line names the process, its exit and its log; the exit code is its own.
+heartbeat) and one line names the process, its exit and its log, and repeats its one-line error
+(`petals <stage>: error: ...`) where it printed one; the exit code is its own. Of processes that
+fail together, the one that said why is named before one the runtime killed on its account.
 Ctrl-C stops every process the same way. A SIGTERM to the launcher (a preemption notice) goes to
 every process, which save and exit 75 (EXIT_PREEMPTED): under JAX at a step they agree on (JAX's
 preemption sync point), under TensorFlow each at its own. The launcher, as when one process stops
@@ -25,17 +27,19 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from pipeline.core import hosts
 from pipeline.core.children import PARENT_VARIABLE
-from pipeline.core.errors import EXIT_PREEMPTED
+from pipeline.core.errors import EXIT_PREEMPTED, PEER_GONE
 from pipeline.modeling import preemption
 
 POLL_SECONDS = 0.2
@@ -43,6 +47,8 @@ POLL_SECONDS = 0.2
 # own watchdog gives up after `preemption.GRACE_SECONDS`; then a margin.
 GRACE_SECONDS = preemption.GRACE_SECONDS + 5
 BACKENDS = ("jax", "tensorflow")
+ERROR_LINE = re.compile(r"^petals [\w-]+: error: .*$", re.MULTILINE)  # a stage's one-line error (cli.py)
+TAIL_BYTES = 65536  # of a process's output, where its last error line is looked for
 
 
 def free_ports(count: int) -> list[int]:
@@ -89,96 +95,173 @@ def _exit_words(code: int) -> str:
     return f"exited with {code}"
 
 
-def launch(count: int, backend: str, command: list[str], log_dir: Path) -> int:
-    """Run `command` (a stage and its arguments) as `count` processes; the first failure's exit code."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    children: list[subprocess.Popen] = []
-    logs = [log_dir / f"host-{i}.log" for i in range(count)]
-    for i, extra in enumerate(environments(count, backend)):
-        out = None if i == 0 else logs[i].open("wb")
-        children.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "pipeline", *command],
-                # each dies with this launcher, even one killed with -9 (pipeline/core/children.py)
-                env={**os.environ, **extra, "PYTHONUNBUFFERED": "1", PARENT_VARIABLE: str(os.getpid())},
-                stdout=out,
-                stderr=None if i == 0 else subprocess.STDOUT,
-                start_new_session=True,  # its own process group: killed with everything it started
-            )
-        )
-        if out is not None:
-            out.close()
-        (log_dir / f"host-{i}.pid").write_text(f"{children[-1].pid}\n")  # to stop one by hand
+def last_error(output: bytes) -> str | None:
+    """The last one-line error a stage printed (`petals <stage>: error: ...`), if its output has one."""
+    found = ERROR_LINE.findall(output.decode("utf-8", "replace"))
+    return found[-1].strip() if found else None
 
-    def stop_all() -> None:
-        for child in children:
+
+def first_failure(codes: list[int | None], errors: list[str | None]) -> int | None:
+    """Which failed process a launch names, of those failed by this poll (a TF_CONFIG worker fails
+    within 0.1 s of losing its peer, JAX aborts the others as fast): the cause before its
+    consequences. First one killed from outside (any signal but SIGABRT), then one that said why
+    (a stage's one-line error, other than that a peer went away), then one JAX aborted (SIGABRT),
+    then the rest; the lowest index among equals."""
+
+    def rank(i: int) -> int:
+        code, error = codes[i], errors[i]
+        if code < 0 and code != -signal.SIGABRT:
+            return 0
+        if error is not None and PEER_GONE not in error:
+            return 1
+        return 2 if code == -signal.SIGABRT else 3
+
+    failed = [i for i, code in enumerate(codes) if code not in (None, 0)]
+    return min(failed, key=lambda i: (rank(i), i)) if failed else None
+
+
+class _Echo(threading.Thread):
+    """Process 0's error output, passed on to this terminal as it comes and its tail kept: the
+    launch's last line repeats the process's one-line error."""
+
+    def __init__(self, stream) -> None:
+        super().__init__(daemon=True)
+        self.stream, self.tail = stream, b""
+
+    def run(self) -> None:
+        while chunk := os.read(self.stream.fileno(), 65536):
+            sys.stderr.buffer.write(chunk)
+            sys.stderr.buffer.flush()
+            self.tail = (self.tail + chunk)[-TAIL_BYTES:]
+
+
+class _Processes:
+    """The processes of one launch: started, watched, and stopped together."""
+
+    def __init__(self, count: int, backend: str, command: list[str], log_dir: Path) -> None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.count, self.children = count, []
+        self.logs = [log_dir / f"host-{i}.log" for i in range(count)]
+        for i, extra in enumerate(environments(count, backend)):
+            out = None if i == 0 else self.logs[i].open("wb")
+            self.children.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "pipeline", *command],
+                    # each dies with this launcher, even one killed with -9 (pipeline/core/children.py)
+                    env={**os.environ, **extra, "PYTHONUNBUFFERED": "1", PARENT_VARIABLE: str(os.getpid())},
+                    stdout=None if i == 0 else out,  # process 0's is the terminal's
+                    stderr=subprocess.PIPE if i == 0 else subprocess.STDOUT,
+                    start_new_session=True,  # its own process group: killed with everything it started
+                )
+            )
+            if out is not None:
+                out.close()
+            (log_dir / f"host-{i}.pid").write_text(f"{self.children[-1].pid}\n")  # to stop one by hand
+        self.echo = _Echo(self.children[0].stderr)
+        self.echo.start()
+
+    def codes(self) -> list[int | None]:
+        return [child.poll() for child in self.children]
+
+    def stop_all(self) -> None:
+        for child in self.children:
             if child.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(child.pid, signal.SIGKILL)
-        for child in children:
+        for child in self.children:
             child.wait()
+        self.echo.join(timeout=5)  # its output is all on the terminal before the launch's last line
 
+    def error_of(self, i: int) -> str | None:
+        if i == 0:
+            return last_error(self.echo.tail)
+        with contextlib.suppress(OSError), self.logs[i].open("rb") as log:
+            log.seek(max(0, self.logs[i].stat().st_size - TAIL_BYTES))
+            return last_error(log.read())
+        return None
+
+    def signal_all(self, number: int) -> None:
+        for child in self.children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, number)
+
+    def preempted(self) -> int:
+        """A preemption (SIGTERM to the launcher, or one process stopped at the step they agreed on):
+        the processes save and exit on their own, within the grace; those still running then are
+        killed. 75 when every process saved, like one process's preemption."""
+        deadline = time.monotonic() + GRACE_SECONDS
+        while any(code is None for code in self.codes()) and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS)
+        codes = self.codes()
+        self.stop_all()
+        if all(code == EXIT_PREEMPTED for code in codes):
+            who = "this host's process" if self.count == 1 else f"all {self.count} processes"
+            say(f"{who} stopped at the step they agreed on and saved it; rerun the same command to resume")
+            return EXIT_PREEMPTED
+        late = [i for i, code in enumerate(codes) if code != EXIT_PREEMPTED]
+        say(
+            f"preempted; process(es) {', '.join(map(str, late))} of {self.count} did not save within "
+            f"{GRACE_SECONDS:.0f} s and were stopped; the rerun resumes from the last checkpoint"
+        )
+        return EXIT_PREEMPTED
+
+    def failed(self, codes: list[int | None]) -> int | None:
+        """The launch's exit code once a process has failed (the others stopped, one line said
+        which and why), else None."""
+        errors = [self.error_of(i) if code not in (None, 0) else None for i, code in enumerate(codes)]
+        i = first_failure(codes, errors)
+        if i is None:
+            return None
+        self.stop_all()
+        errors[i] = self.error_of(i)  # all of its output is in by now
+        code = codes[i]
+        said = f"; it said: {errors[i]}" if errors[i] else ""
+        if self.count == 1:  # one host of a slice: its process, whose output is above
+            say(f"this host's process {_exit_words(code)}{_why(code)}{said}")
+        else:
+            where = "" if i == 0 else f"; its output: {self.logs[i]}"
+            say(f"process {i} of {self.count} {_exit_words(code)}; stopped the other"
+                f"{'s' * (self.count > 2)}{where}{said}")  # fmt: skip
+        return code if code > 0 else 128 - code
+
+    def watch(self) -> int:
+        """Until every process succeeds (0), one fails (its code), or one stops preempted (75)."""
+        while True:
+            codes = self.codes()
+            if EXIT_PREEMPTED in codes:  # the others stop at the same step: let them save
+                return self.preempted()
+            failed = self.failed(codes)
+            if failed is not None:
+                return failed
+            if all(code == 0 for code in codes):
+                self.echo.join(timeout=5)
+                return 0
+            time.sleep(POLL_SECONDS)
+
+
+def say(line: str) -> None:
+    print(f"petals launch: {line}", file=sys.stderr, flush=True)
+
+
+def launch(count: int, backend: str, command: list[str], log_dir: Path) -> int:
+    """Run `command` (a stage and its arguments) as `count` processes; the first failure's exit code."""
+    processes = _Processes(count, backend, command, log_dir)
     terminated = []
 
     def on_signal(number, frame):
         terminated.append(number)
         raise KeyboardInterrupt
 
-    def preempted() -> int:
-        """A preemption (SIGTERM to the launcher, or one process stopped at the step they agreed on):
-        the processes save and exit on their own, within the grace; those still running then are
-        killed. 75 when every process saved, like one process's preemption."""
-        deadline = time.monotonic() + GRACE_SECONDS
-        while any(c.poll() is None for c in children) and time.monotonic() < deadline:
-            time.sleep(POLL_SECONDS)
-        codes = [c.poll() for c in children]
-        stop_all()
-        if all(code == EXIT_PREEMPTED for code in codes):
-            who = "this host's process" if count == 1 else f"all {count} processes"
-            print(f"petals launch: {who} stopped at the step they agreed on and saved it; "
-                  "rerun the same command to resume", file=sys.stderr)  # fmt: skip
-            return EXIT_PREEMPTED
-        late = [i for i, code in enumerate(codes) if code != EXIT_PREEMPTED]
-        print(f"petals launch: preempted; process(es) {', '.join(map(str, late))} of {count} did not save "
-              f"within {GRACE_SECONDS:.0f} s and were stopped; the rerun resumes from the last checkpoint",
-              file=sys.stderr)  # fmt: skip
-        return EXIT_PREEMPTED
-
     previous = signal.signal(signal.SIGTERM, on_signal)
     try:
-        while True:
-            codes = [child.poll() for child in children]
-            if EXIT_PREEMPTED in codes:  # the others stop at the same step: let them save
-                return preempted()
-            failed = [i for i, code in enumerate(codes) if code not in (None, 0)]
-            if failed:
-                # Seen together, one killed by a signal is named before one that exited with an
-                # error: a TF_CONFIG worker fails within 0.1 s of losing its peer, inside one poll.
-                failed = min(failed, key=lambda i: (codes[i] > 0, i))
-                stop_all()
-                if count == 1:  # one host of a slice: its process, whose output is above
-                    print(f"petals launch: this host's process {_exit_words(codes[0])}{_why(codes[0])}",
-                          file=sys.stderr)  # fmt: skip
-                    return codes[0] if codes[0] > 0 else 128 - codes[0]
-                where = "" if failed == 0 else f"; its output: {logs[failed]}"
-                print(
-                    f"petals launch: process {failed} of {count} {_exit_words(codes[failed])}; "
-                    f"stopped the other{'s' * (count > 2)}{where}",
-                    file=sys.stderr,
-                )
-                return codes[failed] if codes[failed] > 0 else 128 - codes[failed]
-            if all(code == 0 for code in codes):
-                return 0
-            time.sleep(POLL_SECONDS)
+        return processes.watch()
     except KeyboardInterrupt:
         if terminated:  # a preemption notice: each process takes it (JAX agrees on the step)
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one changes nothing now
-            for child in children:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child.pid, signal.SIGTERM)
-            return preempted()
-        stop_all()
-        print(f"petals launch: interrupted; stopped all {count} processes", file=sys.stderr)
+            processes.signal_all(signal.SIGTERM)
+            return processes.preempted()
+        processes.stop_all()
+        say(f"interrupted; stopped all {count} processes")
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -266,6 +266,45 @@ def test_on_a_slice_a_host_whose_peer_died_ends_in_one_line_within_the_heartbeat
     assert jobs[0].returncode == 134
 
 
+def test_the_launch_names_the_process_that_said_why_and_repeats_its_error():
+    from pipeline.launch import first_failure, last_error
+
+    output = b"step 3\npetals train: error: first\nmore\npetals train: error: --cpu-replicas 4: no\n"
+    assert last_error(output) == "petals train: error: --cpu-replicas 4: no"
+    assert last_error(b"Traceback ...\nKeyError: 'x'\n") is None
+    # Process 0 said why, process 1 was aborted by JAX on its account in the same poll.
+    assert first_failure([2, -signal.SIGABRT], ["petals train: error: bad", None]) == 0
+    # A TF_CONFIG worker killed from outside, before the survivor that failed on losing it.
+    gone = "petals train: error: another worker went away mid-step; its own output says why"
+    assert first_failure([2, -signal.SIGKILL], [gone, None]) == 1
+    assert first_failure([1, -signal.SIGKILL], [None, None]) == 1
+    # One said why, the other only that it went on without it.
+    assert first_failure([2, 2], [gone, "petals train: error: disk full"]) == 1
+    assert first_failure([None, 0], [None, None]) is None
+    assert first_failure([2, 2], ["a", "b"]) == 0
+
+
+@pytest.mark.slow  # two processes start TensorFlow
+def test_a_stages_one_line_error_in_a_process_is_the_launchs_last_line(tmp_path):
+    """Under TF_CONFIG `--cpu-replicas` is refused in every process: the launch's last line names
+    the process and repeats what it said, so the cause is on screen, not in a log."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("KERAS_BACKEND", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline.launch", "--hosts", "2", "--backend", "tensorflow",
+         "--log-dir", str(tmp_path / "logs"), "--", "train", "--data-dir", str(tmp_path / "none"),
+         "--backend", "tensorflow", "--cpu-replicas", "4"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=200, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"petals launch: process [01] of 2 exited with 2; stopped the other(; its output: \S+)?; "
+        r"it said: petals train: error: --cpu-replicas 4: TF_CONFIG's workers train with one CPU .*",
+        last,
+    ), last
+
+
 @pytest.mark.slow
 def test_a_killed_tensorflow_worker_ends_the_job_in_one_line(tiny_data_dir, tmp_path):
     """TF_CONFIG workers: the survivor fails within 0.1 s of losing its peer, in the same poll of

@@ -3,6 +3,9 @@ process agrees on (the CLI, the multi-process launcher, a preempted trainer)."""
 
 EXIT_ERROR = 2  # a PetalsError: one line, nothing to resume
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: training stopped on a signal or its time limit; the rerun resumes
+# What a process says when it stops because another went away: a consequence, never the cause
+# (the multi-process launcher names the process whose failure came first).
+PEER_GONE = "another worker went away"
 
 
 class PetalsError(Exception):

@@ -21,7 +21,7 @@ import keras
 from keras import ops
 
 from pipeline.core import hosts
-from pipeline.core.errors import PetalsError
+from pipeline.core.errors import PEER_GONE, PetalsError
 
 
 def for_backend(trainer, loss_fn: keras.losses.Loss) -> Any:
@@ -65,7 +65,7 @@ class TensorFlowLoop:
             try:
                 loss, right = self._steps(self._iterator, tf.constant(n))
             except tf.errors.UnavailableError:  # TF_CONFIG workers: one went away mid-collective
-                raise PetalsError("another worker went away mid-step; its own output says why") from None
+                raise PetalsError(f"{PEER_GONE} mid-step; its own output says why") from None
             loss_sum += float(loss)
             correct += float(right)
             done += n

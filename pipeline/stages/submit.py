@@ -18,7 +18,6 @@ with the API's code-submission call. The same bytes are not pushed and submitted
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from pipeline.core import options
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import SubmitOptions
 from pipeline.kernels.metadata import CODE_COMPETITION_ACCELERATOR, DEFAULT_ACCELERATOR
-from pipeline.runs import submission_files
+from pipeline.runs import sent, submission_files
 from pipeline.runs.report import closing_summary, predicted
 from pipeline.stages import arguments
 
@@ -171,6 +170,13 @@ def check_local(opts: SubmitOptions, spec) -> Checked:
     )
 
 
+def default_message(entry: str, provenance: dict) -> str:
+    metric = provenance.get("metric", "macro_f1")
+    score = provenance.get(f"val_{metric}")
+    shown = "F1" if metric == "macro_f1" else metric.replace("_", "-")
+    return f"petals {entry}" + (f" val-{shown} {score:.4f}" if isinstance(score, float) else "")
+
+
 def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
     """Upload the checked CSV (a file competition); a dry run without credentials."""
     from pipeline.core import kaggle_client
@@ -208,20 +214,20 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
             "fetch the real data (make fetch SOURCE=kaggle) and train again"
         )
     board = leaderboard.board_file(opts.submissions_dir, spec.name)
-    done = _uploaded_before(board, entry, digest)
+    done = sent.uploaded_before(board, entry, digest)
     if done and not opts.force:  # a rerun: Kaggle counts every upload against the day's limit
         print(f"ALREADY UPLOADED {path} to {slug!r} (ref {done}); FORCE=1 (--force) uploads it again")
         return
     # An upload Kaggle accepted is recorded once even if this process is killed before writing its
     # row: the intent is written first, and a rerun that finds it asks Kaggle before uploading again.
     intent = path.with_name(f".{path.name}.submitting.json")
-    ref, said = _already_submitted(intent, path, digest, slug, message), "found on Kaggle, not sent again"
+    ref, said = sent.already_submitted(intent, path, digest, slug, message), "found on Kaggle, not sent again"
     if ref is None:
         log.info("submit: uploading %s (credentials from %s)", what, credentials)
         write_json(intent, {"sha256": digest, "slug": slug, "message": message, "started": leaderboard.now()})
         answer = kaggle_client.submit_file(path, slug, message, retries=opts.retries)
         ref, said = answer.ref, answer.message or "accepted"
-    _recorded(board, entry, str(path), ref, digest, intent)
+    sent.recorded(board, entry, str(path), ref, digest, intent)
     print(
         f"UPLOADED {path} to {slug!r}: {said} (ref {ref}); "
         "`make leaderboard-sync` fetches its public score once Kaggle has scored it"
@@ -233,11 +239,8 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
 
 def submit_kernel(opts: SubmitOptions, spec, checked: Checked) -> None:
     """A code competition: push the kernel as a new version, wait until it completes, then submit the
-    file it wrote; a dry run without credentials."""
+    file it wrote (pipeline/kernels/submission.py, resumable); a dry run without credentials."""
     from pipeline.core import kaggle_client
-    from pipeline.core.files import write_json
-    from pipeline.kernels import remote
-    from pipeline.kernels.check import check
     from pipeline.kernels.metadata import (
         METADATA,
         code_kernel,
@@ -245,15 +248,13 @@ def submit_kernel(opts: SubmitOptions, spec, checked: Checked) -> None:
         kernel_folder,
         resolve_accelerator,
     )
+    from pipeline.kernels.submission import KernelVersion
     from pipeline.runs import leaderboard
 
-    slug, message, entry = checked.slug, checked.message, checked.entry
+    slug, file_name = checked.slug, spec.submission_file
     accelerator = resolve_accelerator(opts.accelerator, spec)
     folder = kernel_folder(opts.kernels_dir, opts.kernel, opts.recipe, accelerator, spec.name)
     dry = kaggle_client.find_credentials() is None
-    file_name, page = spec.submission_file, f"https://www.kaggle.com/competitions/{slug}"
-    summary = checked.summary
-    rows = summary.rows
     if dry and not (folder / METADATA).is_file():  # a dry run needs no kernel yet: say how to make one
         kernel, digest = f"<you>/{folder.name}", None
         print(
@@ -265,126 +266,41 @@ def submit_kernel(opts: SubmitOptions, spec, checked: Checked) -> None:
     else:
         folder, meta = code_kernel(folder, spec, slug)
         kernel, digest = meta["id"], content_digest(folder)
-    shown = f"{folder}, sha256 {digest[:12]}" if digest else str(folder)
-    what = (
-        f"kernel {kernel} ({shown}) as a new version and, once it completes, submit its {file_name} "
-        f"to competition {slug!r} ({page}/submissions) with message {message!r}"
-    )
 
     def finished(submitted_to: str | None) -> str:
         return closing_summary(
-            opts.submissions_dir, opts.competition, checked.provenance, checked.path, rows, submitted_to,
-            synthetic=False, code=True,
+            opts.submissions_dir, opts.competition, checked.provenance, checked.path, checked.summary.rows,
+            submitted_to, synthetic=False, code=True,
         )  # fmt: skip
 
     if dry:
-        print(f"DRY RUN, NOT SUBMITTED: would push {what}.")
+        shown = f"{folder}, sha256 {digest[:12]}" if digest else str(folder)
         print(
-            f"  {checked.path} ({rows} rows, {predicted(spec, summary)}) passes the checks; on Kaggle the "
-            f"kernel writes its {file_name} the same way, from the test set Kaggle mounts."
+            f"DRY RUN, NOT SUBMITTED: would push kernel {kernel} ({shown}) as a new version and, once it "
+            f"completes, submit its {file_name} to competition {slug!r} "
+            f"(https://www.kaggle.com/competitions/{slug}/submissions) with message {checked.message!r}."
+        )
+        print(
+            f"  {checked.path} ({checked.summary.rows} rows, {predicted(spec, checked.summary)}) passes the "
+            f"checks; on Kaggle the kernel writes its {file_name} the same way, from the test set Kaggle "
+            "mounts."
         )
         print(f"  To submit: {kaggle_client.CREDENTIALS_HELP}; then rerun `make submit`.")
         print(finished(None))
         return
     board = leaderboard.board_file(opts.submissions_dir, spec.name)
-    done = _uploaded_before(board, entry, digest)
+    done = sent.uploaded_before(board, checked.entry, digest)
     if done and not opts.force:  # a rerun: a version is hours of accelerator time
         print(
             f"ALREADY SUBMITTED kernel {kernel} (sha256 {digest[:12]}) to {slug!r} (ref {done}); "
             "FORCE=1 (--force) pushes and submits it again"
         )
         return
-    # Written before each step, so a rerun after a stop goes on with the version already pushed (and
-    # asks Kaggle before submitting it again) instead of pushing another one.
-    intent = opts.submissions_dir / f".{folder.name}.submitting.json"
-    record = {"sha256": digest, "slug": slug, "message": message, "kernel": kernel}
-    earlier = _read_intent(intent, record) if not opts.force else {}
-    version = earlier.get("version")
-    if version:
-        print(f"kernel {kernel} version {version} was pushed by an earlier `make submit`: waiting for it")
-    else:
-        check(folder)  # what `make kernel-push` checks before a push
-        version = remote.push(folder)
-        opts.submissions_dir.mkdir(parents=True, exist_ok=True)
-        write_json(intent, {**record, "version": version, "started": leaderboard.now()})
-    try:
-        remote.wait_for_kernel(
-            kernel, version, poll_seconds=opts.poll_seconds, limit_seconds=opts.wait_seconds
-        )
-    except remote.KernelFailed:
-        intent.unlink(missing_ok=True)  # that version is over: a rerun pushes a new one
-        raise
-    ref, said = None, "found on Kaggle, not sent again"
-    if earlier.get("submitting"):
-        found = kaggle_client.find_submission(slug, file_name, message)
-        ref = str(found.ref) if found is not None else None
-    if ref is None:
-        write_json(intent, {**record, "version": version, "submitting": True, "started": leaderboard.now()})
-        answer = kaggle_client.submit_code(slug, kernel, version, file_name, message, retries=opts.retries)
-        ref, said = answer.ref, answer.message or "accepted"
-    _recorded(board, entry, f"{kernel} version {version}", ref, digest, intent)
+    version = KernelVersion(folder, kernel, digest, slug, checked.message, file_name, opts.submissions_dir)
+    number, ref, said = version.run(opts.force, opts.poll_seconds, opts.wait_seconds, opts.retries)
+    sent.recorded(board, checked.entry, f"{kernel} version {number}", ref, digest, version.intent)
     print(
-        f"SUBMITTED {file_name} of kernel {kernel} version {version} to {slug!r}: {said} (ref {ref}); "
+        f"SUBMITTED {file_name} of kernel {kernel} version {number} to {slug!r}: {said} (ref {ref}); "
         f"`make leaderboard-sync COMPETITION={spec.name}` fetches its public score once Kaggle has scored it"
     )
-    print(finished(f"{slug} as kernel {kernel} version {version}"))
-
-
-def _recorded(board: Path, entry: str, submission: str, ref, digest: str, intent: Path) -> None:
-    """The accepted submission on the leaderboard (what was sent, its ref and sha256); then the
-    intent file goes: a rerun finds it there and sends nothing."""
-    from pipeline.runs import leaderboard
-
-    leaderboard.update(
-        board,
-        entry,
-        submission=submission,
-        submitted_at=leaderboard.now(),
-        submission_ref=str(ref) if ref else None,
-        submission_sha256=digest,
-    )
-    intent.unlink(missing_ok=True)
-
-
-def _read_intent(intent: Path, record: dict) -> dict:
-    """What an earlier, stopped submit of these very bytes recorded (its version), or {}."""
-    try:
-        earlier = json.loads(intent.read_text())
-    except (OSError, ValueError):
-        return {}
-    return earlier if all(earlier.get(k) == v for k, v in record.items()) else {}
-
-
-def _uploaded_before(board: Path, entry: str, digest: str) -> str | None:
-    """The ref under which these very bytes were uploaded for `entry`, or None."""
-    from pipeline.runs import leaderboard
-
-    table = leaderboard.read(board)
-    rows = table[(table["entry"] == entry) & (table["submission_sha256"].astype(str) == digest)]
-    refs = rows["submission_ref"].dropna().astype(str)
-    return refs.iloc[0] if len(refs) else None
-
-
-def _already_submitted(intent: Path, path: Path, digest: str, slug: str, message: str) -> str | None:
-    """The ref of this very file's submission when an earlier submit of it was stopped after it
-    began uploading (its intent file is there) and Kaggle lists it; None when it must be sent."""
-    from pipeline.core import kaggle_client
-
-    try:
-        earlier = json.loads(intent.read_text())
-    except (OSError, ValueError):
-        return None
-    if (earlier.get("sha256"), earlier.get("slug"), earlier.get("message")) != (digest, slug, message):
-        return None
-    found = kaggle_client.find_submission(slug, path.name, message)
-    if found is None:
-        return None
-    log.info("submit: an earlier submit of %s was stopped after Kaggle accepted it (ref %s)", path, found.ref)
-    return str(found.ref)
-
-
-def default_message(entry: str, provenance: dict) -> str:
-    metric = provenance.get("metric", "macro_f1")
-    score = provenance.get(f"val_{metric}")
-    shown = "F1" if metric == "macro_f1" else metric.replace("_", "-")
-    return f"petals {entry}" + (f" val-{shown} {score:.4f}" if isinstance(score, float) else "")
+    print(finished(f"{slug} as kernel {kernel} version {number}"))
