@@ -272,40 +272,56 @@ def main(argv: list[str] | None = None) -> int:
         clean_up()
 
 
-def run(args: argparse.Namespace, root: Path) -> int:
-    started = time.perf_counter()
-    keras_home = scratch_dir("petals-keras-")
-    os.environ.setdefault("KERAS_HOME", str(keras_home))  # read when Keras is first imported
+class Stages:
+    """The chain's steps through `pipeline.api`, each timed; a failure is its line and the exit."""
+
+    def __init__(self, started: float) -> None:
+        self.started, self.timings = started, {"setup": round(time.perf_counter() - started, 1)}
+
+    def __call__(self, name: str, function, *arguments) -> None:
+        from pipeline import cli
+
+        begun = time.perf_counter()
+        code = cli.run_stage(name, function, *arguments)
+        self.timings[name] = round(time.perf_counter() - begun, 1)
+        if code:
+            raise SystemExit(code)  # the stage has said why, in one line
+
+
+def set_up(args: argparse.Namespace, root: Path):
+    """The bundle checked, the device picked (an unusable TPU stops the kernel in its first minute),
+    logging, and what the image lacks and earlier runs restored."""
+    os.environ.setdefault("KERAS_HOME", str(scratch_dir("petals-keras-")))  # read when Keras is imported
     import pipeline
     from pipeline.core import device
 
     if Path(pipeline.__file__).parent.parent != root:
         raise SystemExit(f"petals kernel: imported {pipeline.__file__} instead of the bundled pipeline")
-    # The device first: a TPU that cannot be used stops the kernel here, in its first minute. The
-    # stages below ask `pick` the same question and get this answer: one TPU initialisation.
+    # The stages below ask `pick` the same question and get this answer: one TPU initialisation.
     platform = device.pick("auto", args.strategy, None, 0)
     print(f"petals kernel: {platform.describe()}", flush=True)
-    from pipeline import api, cli
+    from pipeline import cli
 
     cli.hush(cli.verbose_asked())
     cli.set_up_logging()
     args.working.mkdir(parents=True, exist_ok=True)
-    runs, submissions = args.working / RUNS, args.working / SUBMISSIONS
-    runs.mkdir(exist_ok=True)
-    for line in [*provide_offline(args, Path(os.environ["KERAS_HOME"])), *restore_runs(args, runs)]:
+    (args.working / RUNS).mkdir(exist_ok=True)
+    for line in [
+        *provide_offline(args, Path(os.environ["KERAS_HOME"])),
+        *restore_runs(args, args.working / RUNS),
+    ]:
         print(f"petals kernel: {line}", flush=True)
-    data_dir = args.data_dir or scratch_dir("petals-data-") / "data"
-    overrides = (*SETTINGS["overrides"], *args.extra)
-    timings: dict[str, float] = {"setup": round(time.perf_counter() - started, 1)}
+    return platform
 
-    def stage(name: str, function, *arguments) -> None:
-        """One step of the chain through `pipeline.api`, its failure one line (the command line's)."""
-        begun = time.perf_counter()
-        code = cli.run_stage(name, function, *arguments)
-        timings[name] = round(time.perf_counter() - begun, 1)
-        if code:
-            raise SystemExit(code)  # the stage has said why, in one line
 
+def run(args: argparse.Namespace, root: Path) -> int:
+    started = time.perf_counter()
+    platform = set_up(args, root)
+    from pipeline import api, cli
+    from pipeline.data.manifest import read_manifest
+
+    runs, data_dir = args.working / RUNS, args.data_dir or scratch_dir("petals-data-") / "data"
+    stage = Stages(started)
     if args.data_dir is None:
         size = SETTINGS["image_size"]
         fetching = api.FetchOptions(
@@ -318,74 +334,59 @@ def run(args: argparse.Namespace, root: Path) -> int:
         )
         stage("fetch", api.fetch, SETTINGS["competition"], fetching)
     where = {"data_dir": data_dir, "runs_dir": runs, "strategy": args.strategy}
-    config = {"recipe": SETTINGS["recipe"], "overrides": overrides}
+    config = {"recipe": SETTINGS["recipe"], "overrides": (*SETTINGS["overrides"], *args.extra)}
     fold_runs: dict | None = {} if SETTINGS.get("folds") else None
     try:
         if fold_runs is not None:
             train_folds(where, config, stage, started, platform, fold_runs)
-            return write_folds(args, root, data_dir, timings, started, fold_runs)
+            # No submission: the group's is the folds' mean, made where every fold is.
+            write_summary(args, root, stage, read_manifest(data_dir) or {}, fold_runs=fold_runs)
+            print(f"petals kernel: fold runs {' '.join(fold_runs)} done -> {runs}")
+            return 0
         stage("train", api.train, api.TrainOptions(**where, **config, time_limit=time_limit(started)))
     except SystemExit as err:
         if err.code != cli.EXIT_PREEMPTED:
             raise
         # Stopped with a checkpoint before the session's end: the run waits in petals_runs/.
-        write_stopped(args.working, timings, started, fold_runs)
+        write_stopped(args.working, stage.timings, started, fold_runs)
         return 0
-    from pipeline.core.files import write_json
+    run = score_and_submit(args, stage, where, config, data_dir)
+    made = {"config": run.read_json(run.CONFIG), "metrics": run.metrics(), "run": run.read_json(run.RUN_INFO)}
+    summary = write_summary(args, root, stage, run.trained_on(), run_id=run.name, **made)
+    print(f"petals kernel: {run.name} done in {summary['timings_seconds']['total']} s -> {args.working}")
+    return 0
+
+
+def score_and_submit(args: argparse.Namespace, stage: Stages, where: dict, config: dict, data_dir: Path):
+    """Evaluate (unless nothing is held out) and predict the run just trained, submission in place."""
+    from pipeline import api
     from pipeline.core.rundir import RunDir
     from pipeline.tasks.recipe_config import load_config
 
+    runs, submissions = args.working / RUNS, args.working / SUBMISSIONS
     scoring = api.ScoreOptions(**where, **config, submissions_dir=submissions, tta=SETTINGS["tta"])
-    if not load_config(SETTINGS["recipe"], overrides).train.merge_val:  # else nothing is held out
+    if not load_config(config["recipe"], config["overrides"]).train.merge_val:  # else nothing is held out
         stage("evaluate", api.evaluate, scoring)
     stage("predict", api.predict, scoring)
-
     written = [p for p in submissions.glob("*.csv") if (runs / p.stem).is_dir()]  # one per run predicted
     newest = max(written, key=lambda p: p.stat().st_mtime)  # what predict just wrote
     run = RunDir(runs / newest.stem)
     copy_submission(submissions, run.name, args.working, data_dir)
     if args.keep_weights:
         shutil.copy2(run.file(RunDir.BEST), args.working / RunDir.BEST)
-    manifest = run.trained_on()
-    summary = {
-        **SETTINGS,
-        "extra_overrides": args.extra,
-        "code_root": str(root),
-        "run_id": run.name,
-        "config": run.read_json(RunDir.CONFIG),
-        "metrics": run.metrics(),
-        "run": run.read_json(RunDir.RUN_INFO),
-        "timings_seconds": {**timings, "total": round(time.perf_counter() - started, 1)},
-        "data_source": manifest.get("source"),
-        "data_fingerprint": manifest.get("fingerprint"),
-        "finished": now(),
-    }
-    write_json(args.working / "petals_summary.json", summary)
-    print(f"petals kernel: {run.name} done in {summary['timings_seconds']['total']} s -> {args.working}")
-    return 0
+    return run
 
 
-def write_folds(args: argparse.Namespace, root: Path, data_dir: Path, timings: dict, started: float,
-                fold_runs: dict) -> int:  # fmt: skip
-    """The summary of a FOLDS kernel: its fold runs (in petals_runs/, predictions included) and when
-    each finished; no submission: the group's is the folds' mean, made where every fold is."""
+def write_summary(args: argparse.Namespace, root: Path, stage: Stages, manifest: dict, **fields) -> dict:
+    """petals_summary.json: the kernel's settings, what it made (`fields`), its timings and data."""
     from pipeline.core.files import write_json
-    from pipeline.data.manifest import read_manifest
 
-    manifest = read_manifest(data_dir) or {}
-    summary = {
-        **SETTINGS,
-        "extra_overrides": args.extra,
-        "code_root": str(root),
-        "fold_runs": fold_runs,
-        "timings_seconds": {**timings, "total": round(time.perf_counter() - started, 1)},
-        "data_source": manifest.get("source"),
-        "data_fingerprint": manifest.get("fingerprint"),
-        "finished": now(),
-    }
+    timings = {**stage.timings, "total": round(time.perf_counter() - stage.started, 1)}
+    summary = {**SETTINGS, "extra_overrides": args.extra, "code_root": str(root), **fields,
+               "timings_seconds": timings, "data_source": manifest.get("source"),
+               "data_fingerprint": manifest.get("fingerprint"), "finished": now()}  # fmt: skip
     write_json(args.working / "petals_summary.json", summary)
-    print(f"petals kernel: fold runs {' '.join(fold_runs)} done -> {args.working / RUNS}")
-    return 0
+    return summary
 
 
 if __name__ == "__main__":
