@@ -1,24 +1,20 @@
-"""The submission format: `id,<label column>`, every test id exactly once, and per row a class id
-in range or, for a probability submission (`submission.value = "probability"`), P(class 1) in
-[0, 1].
+"""The submission format: `id,<label column>`, every test id exactly once, and per row what the
+competition's task writes there (pipeline/tasks/: a class id in range, P(class 1) in [0, 1], ...).
 
 `check_submission` is what Kaggle would reject, caught before an upload: it reads the file
 as text (so `3.0`, ` 7` or an empty cell are seen as written) and names the first defect
-in one line.
+in one line; the rows' values are checked by the task's `check_values`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from competition.spec import CompetitionSpec
-
-_INTEGER = r"^-?[0-9]+$"
 
 
 class SubmissionError(ValueError):
@@ -32,14 +28,10 @@ class SubmissionSummary:
     bytes: int
 
 
-def submission_frame(spec: CompetitionSpec, ids: Iterable[str], values: Iterable) -> pd.DataFrame:
-    """Predictions as the two-column frame Kaggle expects, ids in the order given: class ids, or
-    probabilities written with 6 decimals."""
-    if spec.submission_value == "probability":
-        column = [f"{p:.6f}" for p in np.asarray(list(values), dtype=np.float64)]
-    else:
-        column = np.asarray(list(values), dtype=np.int64)
-    return pd.DataFrame({spec.id_column: list(ids), spec.label_column: column})
+def submission_frame(spec: CompetitionSpec, ids: Iterable[str], column: Iterable) -> pd.DataFrame:
+    """The two-column frame Kaggle expects, ids in the order given; `column` as the task writes its
+    values (`Task.submission_column`)."""
+    return pd.DataFrame({spec.id_column: list(ids), spec.label_column: list(column)})
 
 
 def _ids(values: pd.Series, limit: int = 3) -> str:
@@ -47,8 +39,12 @@ def _ids(values: pd.Series, limit: int = 3) -> str:
     return shown + (f" and {len(values) - limit} more" if len(values) > limit else "")
 
 
-def check_submission(path: Path, spec: CompetitionSpec, expected_ids: Iterable[str]) -> SubmissionSummary:
-    """Raise SubmissionError on the first defect of the CSV at `path`; a summary when it is valid."""
+def check_submission(
+    path: Path, spec: CompetitionSpec, expected_ids: Iterable[str], check_values: Callable
+) -> SubmissionSummary:
+    """Raise SubmissionError on the first defect of the CSV at `path`; a summary when it is valid.
+    The header and the ids are checked here; the values by `check_values(path, ids, labels)`, the
+    task's (`Task.check_values`: what a row may hold is shaped by the label)."""
     path = Path(path)
     if not path.is_file():
         raise SubmissionError(f"{path}: no such file")
@@ -76,38 +72,7 @@ def check_submission(path: Path, spec: CompetitionSpec, expected_ids: Iterable[s
         raise SubmissionError(
             f"{path}: {len(missing)} of the {len(expected)} test id(s) missing: {_ids(missing.values)}"
         )
-    if spec.submission_value == "probability":
-        return _check_probabilities(path, ids, labels, spec)
-    bad = labels[~labels.str.match(_INTEGER)]
-    if len(bad):
-        row = bad.index[0]
-        raise SubmissionError(
-            f"{path}: label {bad.iloc[0]!r} for id {ids[row]!r} (line {row + 2}) "
-            "is not an integer class index"
-        )
-    values = labels.astype(np.int64)
-    outside = values[(values < 0) | (values >= spec.num_classes)]
-    if len(outside):
-        row = outside.index[0]
-        raise SubmissionError(
-            f"{path}: label {outside.iloc[0]} for id {ids[row]!r} (line {row + 2}) "
-            f"is outside 0..{spec.num_classes - 1}"
-        )
-    return SubmissionSummary(rows=len(frame), classes_used=int(values.nunique()), bytes=path.stat().st_size)
-
-
-def _check_probabilities(path: Path, ids: pd.Series, values: pd.Series, spec: CompetitionSpec):
-    numbers = pd.to_numeric(values, errors="coerce")
-    bad = values[numbers.isna() | (numbers < 0) | (numbers > 1)]
-    if len(bad):
-        row = bad.index[0]
-        raise SubmissionError(
-            f"{path}: {spec.label_column} {bad.iloc[0]!r} for id {ids[row]!r} (line {row + 2}) "
-            "is not a probability in [0, 1]"
-        )
-    return SubmissionSummary(
-        rows=len(values), classes_used=int((numbers >= 0.5).nunique()), bytes=path.stat().st_size
-    )
+    return check_values(path, ids, labels)
 
 
 def read_sample_ids(text: str, spec: CompetitionSpec, source: str) -> list[str]:

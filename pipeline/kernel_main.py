@@ -178,9 +178,9 @@ def copy_submission(submissions: Path, run_name: str, working: Path, data_dir: P
     """The run's CSV as the competition's submission file in /kaggle/working (submission.csv), checked
     against the sample first: in a code competition, Kaggle scores that file."""
     from competition import load_spec
-    from competition.submission import check_submission
     from pipeline.core.files import write_atomically
     from pipeline.runs.submission_files import sample_ids
+    from pipeline.tasks.competitions import check_submission
 
     spec = load_spec(SETTINGS["competition"])
     source = submissions / f"{run_name}.csv"

@@ -9,14 +9,13 @@ import pytest
 from sklearn import metrics as sk
 
 from competition import load_spec
-from competition.submission import check_submission
 from pipeline.core.errors import PetalsError
 from pipeline.modeling.inference import Predictions, predict_split
 from pipeline.networks import bert
 from pipeline.runs.submission_files import sample_ids, write_submission
 from pipeline.stages import evaluate, leaderboard, train
 from pipeline.stages.fetch import FetchOptions, fetch
-from pipeline.tasks.competitions import check_network, task_of
+from pipeline.tasks.competitions import check_network, check_submission, task_of
 from pipeline.tasks.recipe_config import load_config
 from tests.conftest import run_cli
 

@@ -16,7 +16,6 @@ import pandas as pd
 import pytest
 
 from competition import load_spec
-from competition.submission import check_submission
 from pipeline import cli
 from pipeline.core.config import Config
 from pipeline.core.rundir import RunDir
@@ -25,6 +24,7 @@ from pipeline.data import folds
 from pipeline.modeling.inference import Predictions
 from pipeline.runs import leaderboard
 from pipeline.runs.submission_files import sample_ids
+from pipeline.tasks.competitions import check_submission
 from tests.conftest import run_cli
 
 K, ROWS, TESTS, USED_CLASSES = 3, 120, 20, 4

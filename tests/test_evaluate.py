@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 from sklearn.metrics import f1_score
 
-from competition.submission import check_submission
 from pipeline import cli
 from pipeline.core.rundir import RunDir
 from pipeline.modeling.inference import Predictions
 from pipeline.runs import leaderboard
 from pipeline.runs.submission_files import sample_ids
 from pipeline.stages import ensemble
+from pipeline.tasks.competitions import check_submission
 
 pytestmark = pytest.mark.slow
 

@@ -14,11 +14,11 @@ import zipfile
 import pandas as pd
 import pytest
 
-from competition.submission import check_submission
 from pipeline import cli
 from pipeline.runs import leaderboard
 from pipeline.runs.submission_files import sample_ids
 from pipeline.stages import kernel
+from pipeline.tasks.competitions import check_submission
 from tests.conftest import REPO, TINY, error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer
 

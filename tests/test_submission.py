@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from competition.submission import SubmissionError, check_submission, submission_frame
+from competition.submission import SubmissionError, submission_frame
+from pipeline.tasks.competitions import check_submission
 
 IDS = [f"{i:09x}" for i in range(1, 21)]
 

@@ -7,12 +7,6 @@ from pathlib import Path
 import pandas as pd
 
 
-def predicted(spec, summary) -> str:
-    if spec.submission_value == "probability":
-        return f"P({spec.classes[1]}) per row"
-    return f"{summary.classes_used} classes predicted"
-
-
 def closing_summary(
     submissions_dir: Path,
     competition: str,

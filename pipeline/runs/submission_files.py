@@ -56,8 +56,9 @@ def write_submission(
 ) -> Path:
     """`<entry>.csv` in the sample submission's id order, checked, then its provenance `<entry>.json`
     (`made_in`: the run or ensemble directory it came from)."""
-    from competition.submission import SubmissionError, check_submission, submission_frame
+    from competition.submission import SubmissionError, submission_frame
     from pipeline.runs import leaderboard
+    from pipeline.tasks.competitions import check_submission, task_of
 
     expected = sample_ids(data_dir, spec)
     by_id = dict(zip(ids.tolist(), values.tolist(), strict=True))
@@ -68,7 +69,8 @@ def write_submission(
             f"({len(missing)} missing, e.g. {missing[:2]}): "
             "the test split and the sample submission disagree"
         )
-    frame = submission_frame(spec, expected, [by_id[i] for i in expected])
+    task = task_of(spec)
+    frame = submission_frame(spec, expected, task.submission_column([by_id[i] for i in expected], spec))
     submissions_dir.mkdir(parents=True, exist_ok=True)
     path = submissions_dir / f"{entry}.csv"
 

@@ -27,8 +27,9 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.options import SubmitOptions
 from pipeline.kernels.metadata import CODE_COMPETITION_ACCELERATOR, DEFAULT_ACCELERATOR
 from pipeline.runs import sent, submission_files
-from pipeline.runs.report import closing_summary, predicted
+from pipeline.runs.report import closing_summary
 from pipeline.stages import arguments
+from pipeline.tasks.competitions import task_of
 
 log = logging.getLogger(__name__)
 
@@ -126,10 +127,11 @@ def submit(opts: SubmitOptions) -> None:
 
 def check_local(opts: SubmitOptions, spec) -> Checked:
     """The CSV (given, else the newest for the competition) checked against the data's sample."""
-    from competition.submission import SubmissionError, check_submission
+    from competition.submission import SubmissionError
     from pipeline.core.files import sha256
     from pipeline.data.manifest import read_manifest
     from pipeline.runs.submission_files import sample_ids
+    from pipeline.tasks.competitions import check_submission
 
     path = opts.file or submission_files.newest_submission(opts.submissions_dir, spec.name)
     manifest = read_manifest(opts.data_dir)
@@ -188,8 +190,9 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
     )  # fmt: skip
     provenance, entry, synthetic = checked.provenance, checked.entry, checked.synthetic
     page = f"https://www.kaggle.com/competitions/{slug}"
+    described = task_of(spec).describe_submission(spec, summary)
     what = (
-        f"{path} ({summary.rows} rows, {predicted(spec, summary)}, {summary.bytes} bytes, "
+        f"{path} ({summary.rows} rows, {described}, {summary.bytes} bytes, "
         f"sha256 {digest[:12]}) to competition {slug!r} ({page}/submissions) with message {message!r}"
     )
     credentials = kaggle_client.find_credentials()
@@ -280,8 +283,9 @@ def submit_kernel(opts: SubmitOptions, spec, checked: Checked) -> None:
             f"completes, submit its {file_name} to competition {slug!r} "
             f"(https://www.kaggle.com/competitions/{slug}/submissions) with message {checked.message!r}."
         )
+        described = task_of(spec).describe_submission(spec, checked.summary)
         print(
-            f"  {checked.path} ({checked.summary.rows} rows, {predicted(spec, checked.summary)}) passes the "
+            f"  {checked.path} ({checked.summary.rows} rows, {described}) passes the "
             f"checks; on Kaggle the kernel writes its {file_name} the same way, from the test set Kaggle "
             "mounts."
         )

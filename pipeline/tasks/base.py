@@ -92,6 +92,19 @@ class Task(ABC):
         """What the terminal shows of an evaluation after its scores."""
 
     @abstractmethod
+    def submission_column(self, values, spec: CompetitionSpec) -> list:
+        """A submission's label column as written, from `submission_values`."""
+
+    @abstractmethod
+    def check_values(self, spec: CompetitionSpec):
+        """`check(path, ids, labels)`: the first value of a submission's label column Kaggle would
+        reject, as a SubmissionError naming the row; else the file's SubmissionSummary."""
+
+    @abstractmethod
+    def describe_submission(self, spec: CompetitionSpec, summary) -> str:
+        """What a checked submission predicts, in a few words (`SubmissionSummary`)."""
+
+    @abstractmethod
     def submission_values(self, probabilities, spec: CompetitionSpec):
         """What a submission row holds, from the task's outputs [n, classes]."""
 

@@ -33,6 +33,14 @@ def check_network(config, spec: CompetitionSpec, backend: str) -> None:
     task_of(spec).check_network(config, spec, backend)
 
 
+def check_submission(path, spec: CompetitionSpec, expected_ids):
+    """A submission file checked as Kaggle would (competition/submission.py: header, ids), its values
+    by the competition's task; its SubmissionSummary, or SubmissionError naming the first defect."""
+    from competition import submission
+
+    return submission.check_submission(path, spec, expected_ids, task_of(spec).check_values(spec))
+
+
 def load_competition(name: str) -> CompetitionSpec:
     """The competition `name` (or a path to its .toml), checked against its task; PetalsError in one
     line for a file that does not load or that its task refuses."""

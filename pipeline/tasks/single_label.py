@@ -51,6 +51,21 @@ class SingleLabel(Task):
 
         return single_label_report.summary_lines(evaluation)
 
+    def submission_column(self, values, spec) -> list:
+        from pipeline.tasks import single_label_submission
+
+        return single_label_submission.column(values, spec)
+
+    def check_values(self, spec):
+        from pipeline.tasks import single_label_submission
+
+        return single_label_submission.checker(spec)
+
+    def describe_submission(self, spec, summary) -> str:
+        if spec.submission_value == "probability":
+            return f"P({spec.classes[1]}) per row"
+        return f"{summary.classes_used} classes predicted"
+
     def submission_values(self, probabilities, spec):
         """The class id, or P(class 1) for a probability submission."""
         if spec.submission_value == "probability":
