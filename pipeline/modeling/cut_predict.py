@@ -120,14 +120,15 @@ def _test_rows(cut_, digest: str, config, spec, data_dir: Path, manifest: dict, 
     """`bottom`'s outputs over the test set (float16, one view: the images), computed in pieces."""
     from pipeline.data import splits
     from pipeline.data.manifest import locate_data
-    from pipeline.modeling.inference import view
+    from pipeline.tasks.competitions import task_of
 
     split = splits.split_for(locate_data(data_dir), spec, config, "test", None)
     signature = {
         **feature_cache.signature(cut_, config, split, manifest.get("fingerprint", "")),
         "bottom": digest,
     }
-    plain = [lambda images: view(images, 0, None, spec.num_classes, 1.0)]
+    view = task_of(spec).test_view(config, spec)
+    plain = [lambda images: view(images, 0)]
     return feature_cache.rows_of(
         "test", split, plain, cut_.bottom, config, folder, platform, signature, labeled=False
     )

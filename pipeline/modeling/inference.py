@@ -128,9 +128,7 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
     # The first values, overwritten below, are still laid out on a multi-host mesh, which wants
     # the same values from every process.
     keras.utils.set_random_seed(config.seed)
-    vocabulary_size = None
-    if task_of(spec).modality == "text":
-        vocabulary_size = networks.text_inputs(config, run.path).vocabulary_size
+    vocabulary_size = networks.vocabulary_size(config, run.path)
     net = networks.build(
         config, spec, activation=task_of(spec).activation, vocabulary_size=vocabulary_size, run_dir=run.path
     )
@@ -151,26 +149,6 @@ def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Mod
 def check_tta(spec, tta: int) -> None:
     """The views `tta` passes take exist for the competition's task; else one line."""
     task_of(spec).check_views(spec, tta)
-
-
-def tta_augment(config):
-    """The recipe's geometric and colour augmentation for TTA passes: nothing that hides or mixes."""
-    return dataclasses.replace(config.augment, erasing=0.0, gridmask=0.0, cutmix=0.0, mixup=0.0)
-
-
-def view(images, index: int, aug, num_classes: int, shift_scale: float):
-    """Pass `index` of test-time augmentation: 0 the images, 1 mirrored, then random augmentations."""
-    import tensorflow as tf
-
-    from pipeline.data import augment
-
-    images = tf.cast(images, tf.float32)
-    if index == 0:
-        return images
-    if index == 1:
-        return tf.image.flip_left_right(images)
-    labels = tf.zeros(tf.shape(images)[:1], tf.int32)
-    return augment.augment_batch(images, labels, aug, num_classes, shift_scale=shift_scale)[0]
 
 
 def val_scores(spec, probabilities: np.ndarray, labels: np.ndarray) -> dict[str, float]:
@@ -230,8 +208,7 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
             return saved
     table = splits.fold_table(data_dir, spec, config) if split == "val" else None
     examples = splits.split_for(locate_data(data_dir), spec, config, split, table)
-    if task_of(spec).modality == "text":
-        examples = examples.with_encoder(networks.text_inputs(config, run.path).encode)
+    examples = networks.encoded(config, examples, run.path)
     labeled = spec.is_labeled(split) or split == "val"
     batch = datasets.global_batch_size(config.data.batch_size, platform.replicas)
     dataset = examples.eval_dataset(config, batch, labeled=labeled, pad_to_batch=True, with_ids=True)
@@ -242,13 +219,10 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
         ids = np.concatenate([t[-1] for t in tags]).astype(str)
         real = ids != datasets.PAD_ID.decode()
         total = np.zeros((int(real.sum()), spec.num_classes), np.float64)
-        aug, scale = tta_augment(config), datasets.shift_scale(config)
+        view = task_of(spec).test_view(config, spec)
         for index in range(tta):
             tf.random.set_seed(config.seed + index)  # the same random views on every rerun
-            if task_of(spec).modality == "image":
-                views = dataset.map(lambda images, *_, i=index: view(images, i, aug, spec.num_classes, scale))
-            else:
-                views = dataset.map(lambda tokens, *_: tokens)
+            views = dataset.map(lambda inputs, *_, i=index: view(inputs, i))
             total += predict_batches(net, views, platform)[real]
             log.info("%s: %s pass %d/%d done", run.name, split, index + 1, tta)
     labels = np.concatenate([t[0] for t in tags])[real] if labeled else None

@@ -95,6 +95,16 @@ def build(
     return with_output(net, activation)
 
 
+def vocabulary_size(config, run_dir: Path) -> int | None:
+    """The ids the run's network embeds (a text network's tokenization, kept in `run_dir`), or None."""
+    return get(config.model.backbone).vocabulary_size(config, run_dir, _files())
+
+
+def encoded(config, split, run_dir: Path):
+    """A split as the run's network reads it: a text network's encoder on, images as they are."""
+    return get(config.model.backbone).encoded(split, config, run_dir, _files())
+
+
 def keep_architecture(config, net: keras.Model, run_dir: Path) -> None:
     """What a run dir needs to rebuild its network besides the config: BERT's backbone architecture."""
     get(config.model.backbone).keep_architecture(net, run_dir, _files())

@@ -87,6 +87,15 @@ class Network(ABC):
         one made from them when nothing is kept yet or `fresh` (a run trained again)."""
         raise ValueError(f"{self.name} reads {self.modality}s, not texts")  # a caller's bug: the task checks
 
+    def vocabulary_size(self, config, run_dir: Path, files: RunFiles) -> int | None:
+        """The ids its embedding takes, as the run in `run_dir` tokenized: None, unless it reads ids."""
+        return None
+
+    def encoded(self, split, config, run_dir: Path, files: RunFiles):
+        """`split` (pipeline/data/splits.py) as this network reads it: as it is, unless its inputs are
+        ids of the run's tokenization."""
+        return split
+
     def keep_architecture(self, net: keras.Model, run_dir: Path, files: RunFiles) -> None:
         """What a run dir needs to rebuild it besides the config: nothing, unless the network says."""
         return None

@@ -68,6 +68,12 @@ class TextNetwork(Network):
         self, config, run_dir: Path, files: RunFiles, train_columns=None, fresh: bool = False
     ) -> TextInputs: ...
 
+    def vocabulary_size(self, config, run_dir: Path, files: RunFiles) -> int | None:
+        return self.text_inputs(config, run_dir, files).vocabulary_size
+
+    def encoded(self, split, config, run_dir: Path, files: RunFiles):
+        return split.with_encoder(self.text_inputs(config, run_dir, files).encode)
+
     def describe(self) -> str:
         pairs = ", reads pairs" if self.reads_pairs else ""
         needs = "".join(f"  (needs {pip[-1]})" for pip in self.packages("none").values())

@@ -51,6 +51,11 @@ class Task(ABC):
                 f"(its keeps_label: {', '.join(sorted(spec.keeps_label)) or 'none'}); use --tta 1"
             )
 
+    def test_view(self, config, spec: CompetitionSpec):
+        """`view(inputs, index)`: test-time augmentation's pass `index` of a batch of inputs; one
+        view, the inputs as they are, unless the task has more (`check_views` says how many)."""
+        return lambda inputs, index: inputs
+
     @abstractmethod
     def check_network(self, config, spec: CompetitionSpec, backend: str) -> None:
         """The config's network reads this task's inputs and builds on `backend`; else one line."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,16 @@ class ImageClassification(SingleLabel):
             )
         registry.check_backbone(config.model.backbone, backend)
 
+    def test_view(self, config, spec):
+        """Pass 0 the images, 1 mirrored, then random views of the recipe's geometric and colour
+        augmentation (nothing that hides or mixes)."""
+        import dataclasses
+
+        from pipeline.data import datasets
+
+        aug = dataclasses.replace(config.augment, erasing=0.0, gridmask=0.0, cutmix=0.0, mixup=0.0)
+        return partial(view, aug=aug, num_classes=spec.num_classes, shift_scale=datasets.shift_scale(config))
+
     def summary_sizes(self, config, image_size: int | None) -> dict[str, int | None]:
         return {"image_size": image_size, "sequence_length": None}
 
@@ -44,6 +55,21 @@ class ImageClassification(SingleLabel):
         path = out / "batch.png"
         save_figure(_grid(images, labels, spec, config, where), path, dpi=80)
         return path
+
+
+def view(images, index: int, aug, num_classes: int, shift_scale: float):
+    """Pass `index` of test-time augmentation: 0 the images, 1 mirrored, then random augmentations."""
+    import tensorflow as tf
+
+    from pipeline.data import augment
+
+    images = tf.cast(images, tf.float32)
+    if index == 0:
+        return images
+    if index == 1:
+        return tf.image.flip_left_right(images)
+    labels = tf.zeros(tf.shape(images)[:1], tf.int32)
+    return augment.augment_batch(images, labels, aug, num_classes, shift_scale=shift_scale)[0]
 
 
 def _one_augmented_batch(train, config, images: int):
