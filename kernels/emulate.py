@@ -162,7 +162,8 @@ def attach_as_earlier_version(root: Path) -> None:
 
 def check_resumed(python: str, script: Path, root: Path) -> str:
     from competition import load_spec
-    from competition.submission import check_submission, read_sample_ids
+    from competition.submission import read_sample_ids
+    from pipeline.tasks.competitions import check_submission
 
     log = root / "resumed.log"
     began = time.perf_counter()

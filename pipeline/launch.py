@@ -129,10 +129,15 @@ class _Echo(threading.Thread):
         self.stream, self.tail = stream, b""
 
     def run(self) -> None:
+        shown = True
         while chunk := os.read(self.stream.fileno(), 65536):
-            sys.stderr.buffer.write(chunk)
-            sys.stderr.buffer.flush()
             self.tail = (self.tail + chunk)[-TAIL_BYTES:]
+            if shown:
+                try:
+                    sys.stderr.buffer.write(chunk)
+                    sys.stderr.buffer.flush()
+                except (OSError, ValueError):  # the terminal or pipe went away: keep reading, or process 0
+                    shown = False  # would block on a full pipe and the others on it
 
 
 class _Processes:
@@ -208,6 +213,8 @@ class _Processes:
     def failed(self, codes: list[int | None]) -> int | None:
         """The launch's exit code once a process has failed (the others stopped, one line said
         which and why), else None."""
+        if codes[0] not in (None, 0):
+            self.echo.join(timeout=2)  # process 0's last line in before the cause is chosen
         errors = [self.error_of(i) if code not in (None, 0) else None for i, code in enumerate(codes)]
         i = first_failure(codes, errors)
         if i is None:

@@ -203,6 +203,11 @@ def test_a_file_its_task_cannot_take_is_named_where_it_meets_the_tasks(tmp_path,
     assert load_spec(str(path)).task == edit[1].split('"')[1]  # the plain file loads
     with pytest.raises(PetalsError, match=f"^competition={path}: {path}: {message}$"):
         load_competition(str(path))
+    # Every stage reads its config first: the recipe's lookup meets the task, in the same line.
+    from pipeline.tasks.recipe_config import load_config
+
+    with pytest.raises(PetalsError, match=f"^competition={path}: {path}: {message}$"):
+        load_config("cpu", [f"competition={path}"])
 
 
 def test_an_unknown_competition_is_refused_in_one_line():

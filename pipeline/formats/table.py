@@ -9,7 +9,7 @@ from typing import Any
 
 from pipeline.core.paths import check_relative, inside
 from pipeline.formats.base import Examples, FileFormat, register
-from pipeline.formats.tables import TableLayout
+from pipeline.formats.table_layout import TableLayout
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 The text competitions ship TSV/CSV files whose quoting pandas' defaults get wrong. In
 `word2vec-nlp-tutorial` every id and review is wrapped in quotes and inner quotes are written
 `\\"`: with the defaults a review holding `\\"` swallows the tab after it, and rows come back
-merged or cut (tests/test_tables.py shows it). A `TableLayout` (below) says how
+merged or cut (tests/test_tables.py shows it). A `TableLayout` (table_layout.py) says how
 one file is written; the competition file names one per split.
 """
 
@@ -11,24 +11,13 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
-
-
-@dataclass(frozen=True)
-class TableLayout:
-    """How one table is written: separator, quoting, and which columns hold what."""
-
-    separator: str
-    id_column: str
-    text_columns: tuple[str, ...]  # one text, or a pair (premise, hypothesis)
-    label_column: str | None  # None for a split without labels
-    escapechar: str | None = None  # "\\" where inner quotes are written \"
+from pipeline.formats.table_layout import TableLayout
 
 
 def read_table(path: Path, layout: TableLayout, num_classes: int | None = None) -> pd.DataFrame:

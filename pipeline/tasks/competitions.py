@@ -8,17 +8,18 @@ one its task cannot serve, stops before anything runs.
 
 from __future__ import annotations
 
-from competition.spec import CompetitionSpec, competition_file, load_spec
+from competition.spec import CompetitionFileError, CompetitionSpec, competition_file, load_spec
 from pipeline.core.errors import PetalsError
 from pipeline.tasks.base import Task, get_task
 
 
 def task_of(spec: CompetitionSpec) -> Task:
-    """The task the competition file names; ValueError naming the file for one no task is called."""
+    """The task the competition file names; for a name no task has, one line naming the file (a
+    CompetitionFileError: a ValueError to code that loads specs, a PetalsError to the user)."""
     try:
         return get_task(spec.task)
     except ValueError as err:
-        raise ValueError(f"{competition_file(spec.name)}: {err}") from None
+        raise CompetitionFileError(f"{competition_file(spec.name)}: {err}") from None
 
 
 def size_of(config) -> int:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from competition.spec import SPEC_DIR, competition_folder, load_spec
+from competition.spec import SPEC_DIR, competition_folder
 from pipeline.core.config import (
     AUTO_RECIPE,
     CHOICES,
@@ -29,19 +29,17 @@ from pipeline.core.config import (
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import ConfigOptions
 from pipeline.core.overrides import apply_updates, leaves, parse_overrides, toml_value
-from pipeline.tasks.base import get_task
+from pipeline.tasks.competitions import load_competition, task_of
 
 RECIPES = "recipes"  # a competition's own recipes: competition/<name>/recipes/
 
 
 def recipe_dirs(competition: str = DEFAULT_COMPETITION) -> list[Path]:
     """Where a competition's recipes are, first found first: its folder's `recipes/`, then its
-    task's (pipeline/tasks/recipes/<task>/: cpu, gpu and tpu), so a competition file alone trains."""
-    try:
-        spec = load_spec(competition)
-    except ValueError as err:
-        raise PetalsError(str(err)) from None
-    return [competition_folder(competition) / RECIPES, get_task(spec.task).recipes_dir]
+    task's (pipeline/tasks/recipes/<task>/: cpu, gpu and tpu), so a competition file alone trains.
+    The file is checked against its task here, before any stage reads its config: one line otherwise."""
+    spec = load_competition(competition)
+    return [competition_folder(competition) / RECIPES, task_of(spec).recipes_dir]
 
 
 def recipe_names(competition: str = DEFAULT_COMPETITION) -> list[str]:
@@ -104,7 +102,6 @@ def load_config(
 def _keep_labels(config: Config, explicit: set[str]) -> Config:
     """Only the transforms the competition says keep the label: a default one that does not is
     turned off, one a recipe or `--set` turns on is refused."""
-    from pipeline.tasks.competitions import load_competition
 
     spec = load_competition(config.competition)
     unknown = sorted(spec.keeps_label - set(TRANSFORMS))
