@@ -80,6 +80,29 @@ def test_cpu_replicas_split_the_cpu_on_both_backends(backend):
     assert done.stdout.split()[:4] == [backend, kind, "8", "8"]
 
 
+def test_a_second_stage_in_the_process_finds_the_cpu_split_and_another_split_is_one_line():
+    done = run_python(
+        """
+        from pipeline.core import device
+        from pipeline.core.errors import PetalsError
+        first = device.pick("tensorflow", "auto", cpu_replicas=8)
+        again = device.pick("tensorflow", "mirrored", cpu_replicas=8)  # not cached: a new strategy
+        print(first.replicas, again.replicas, again is not first)
+        try:
+            device.pick("tensorflow", "auto", cpu_replicas=4)
+        except PetalsError as error:
+            print(error)
+        """
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "8 8 True"
+    assert lines[1] == (
+        "--cpu-replicas 4: TensorFlow already started with 8 CPU device(s); "
+        "it must be set before anything else runs"
+    )
+
+
 def test_stages_import_no_framework_before_the_backend_is_chosen():
     done = run_python(
         """
