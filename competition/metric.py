@@ -49,12 +49,16 @@ class Metric:
 
     name: str  # the key in competition files
     title: str  # as people write it: "macro-F1"
-    reads: str  # "class": argmax of the probabilities | "probability": the probabilities
+    # "class": argmax of the probabilities | "probability": the probabilities | "labels": rows of
+    # labels, each label held when its probability is at least 0.5 (a task may decide otherwise
+    # and score its decisions with `score_decided`)
+    reads: str
     greater_is_better: bool
     _fn: Callable[[np.ndarray, np.ndarray], float]
 
     def score(self, labels: Sequence[int] | np.ndarray, probabilities: np.ndarray) -> float:
-        """The metric of class probabilities [n, classes] against integer labels [n]."""
+        """The metric of class probabilities [n, classes] against integer labels [n] (rows of
+        labels [n, classes] for a metric that reads labels)."""
         labels, probabilities = np.asarray(labels), np.asarray(probabilities)
         if probabilities.ndim != 2 or len(probabilities) != len(labels):
             raise ValueError(
@@ -62,7 +66,15 @@ class Metric:
             )
         if self.reads == "class":
             return self._fn(labels, probabilities.argmax(axis=1))
+        if self.reads == "labels":
+            return self.score_decided(labels, (probabilities >= 0.5).astype(np.int32))
         return self._fn(labels, probabilities)
+
+    def score_decided(self, labels: np.ndarray, decided: np.ndarray) -> float:
+        """The metric of decided rows of labels [n, classes] against the true rows."""
+        if self.reads != "labels":
+            raise ValueError(f"{self.name} scores probabilities, not decided rows of labels")
+        return self._fn((np.asarray(labels) > 0.5).astype(np.int32), decided)
 
     def better(self, a: float, b: float) -> bool:
         """Whether score a beats score b."""

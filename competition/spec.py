@@ -29,7 +29,9 @@ from pipeline.formats.table import TableFilesLayout
 SPEC_DIR = Path(__file__).resolve().parent
 SPEC_FILE = "competition.toml"
 CLASSES_FILE = "classes.txt"
-SUBMISSION_VALUES = ("class", "probability")  # a class id per row, or the probability of class 1
+# A class id per row, the probability of class 1, or the labels a row holds ("scab rust"); the
+# competition's task says which it writes (`Task.submission_kinds`).
+SUBMISSION_VALUES = ("class", "probability", "labels")
 # How Kaggle takes a submission: a CSV uploaded through the API, or (a code competition) the
 # submission file a notebook version writes, sent with the API's code-submission call.
 SUBMITTED_BY = ("file", "code")

@@ -101,7 +101,10 @@ def test_a_metric_given_the_wrong_shape_says_so(scored):
     ("edit", "message"),
     [
         (('metric = "macro_f1"', 'metric = "f2"'), "unknown metric 'f2'"),
-        (('value = "class"', 'value = "rank"'), "submission value 'rank' is not one of class, probability"),
+        (
+            ('value = "class"', 'value = "rank"'),
+            "submission value 'rank' is not one of class, probability, labels",
+        ),
         (("[data.records.schema]", "[data.records.shape]"), "not a competition file .key 'schema'"),
         (
             ('format = "records"', 'format = "folder"'),

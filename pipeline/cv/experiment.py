@@ -229,7 +229,7 @@ def predict_mean(opts: CVOptions, found: Setup, metrics: dict) -> Path:
     from pipeline.cv.group import averaged
     from pipeline.cv.held import held_predictions
     from pipeline.modeling import cut_predict
-    from pipeline.modeling.inference import check_same_data
+    from pipeline.modeling.inference import Predictions, check_same_data
     from pipeline.runs.submission_files import write_submission
 
     runs = [found.fold_run(fold) for fold in range(opts.folds)]
@@ -247,11 +247,13 @@ def predict_mean(opts: CVOptions, found: Setup, metrics: dict) -> Path:
         return opts.submissions_dir / f"{found.group.name}.csv"
     test.save(found.group.predictions("test"))
     spec = found.spec
+    task = task_of(spec)
+    oof = Predictions.load(found.group.predictions("oof")) if task.decides_on_val else None
     path = write_submission(
         opts.submissions_dir,
         found.group.name,
         test.ids,
-        task_of(spec).submission_values(test.probabilities, spec),
+        task.submission_values(test.probabilities, spec, oof),
         spec,
         opts.data_dir,
         manifest,

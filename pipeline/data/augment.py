@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from pipeline.core.config import AugmentConfig
 from pipeline.core.errors import PetalsError
+from pipeline.data import targets
 
 # ITU-R 601 luma weights, as in tf.image.rgb_to_grayscale / adjust_saturation.
 _LUMA = (0.299, 0.587, 0.114)
@@ -359,6 +360,5 @@ def augment_batch(
     if aug.gridmask:
         images = grid_mask(images, aug.gridmask, aug.gridmask_ratio)
     if mixes_labels(aug):
-        one_hot = tf.one_hot(tf.cast(labels, tf.int32), num_classes, dtype=tf.float32)
-        images, labels = cutmix_mixup(images, one_hot, aug)
+        images, labels = cutmix_mixup(images, targets.dense_tf(labels, num_classes), aug)
     return images, labels

@@ -25,7 +25,7 @@ import tensorflow as tf
 from competition import CompetitionSpec
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError, first_line
-from pipeline.data import augment, records
+from pipeline.data import augment, records, targets
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class MixedIn(Protocol):  # pseudo-labelled test records (pseudo_records.py), tr
 
 AUTOTUNE = tf.data.AUTOTUNE
 CYCLE_LENGTH = 16  # shards read at once; Kaggle ships 16 per split
-PAD_LABEL = -1  # label of the padding examples `eval_dataset(pad_to_batch=True)` appends
+PAD_LABEL = targets.PAD_LABEL  # label of the padding examples `eval_dataset(pad_to_batch=True)` appends
 PAD_ID = b""  # id of those padding examples
 
 
@@ -271,7 +271,7 @@ def eval_dataset(
 
 def is_padding(tags: tf.Tensor) -> tf.Tensor:
     """True for the padding examples of `eval_dataset(pad_to_batch=True)`: label -1 or empty id."""
-    return tf.equal(tags, PAD_LABEL) if tags.dtype.is_integer else tf.equal(tags, PAD_ID)
+    return targets.padded_tf(tags) if tags.dtype.is_integer else tf.equal(tags, PAD_ID)
 
 
 # ----------------------------------------------------------------------------- bad records

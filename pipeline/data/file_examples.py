@@ -10,13 +10,15 @@ static size, as TPUs need.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
 from competition import CompetitionSpec
-from pipeline.data.datasets import PAD_ID, PAD_LABEL
+from pipeline.data import targets
+from pipeline.data.datasets import PAD_ID
 from pipeline.formats.base import MAX_IMAGE_SIDE, Examples
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -36,7 +38,11 @@ def fold_split(train: Examples, folds: int, fold: int) -> tuple[Examples, Exampl
     if train.labels is None or not 0 <= fold < folds:
         raise ValueError(f"fold_split needs labelled examples and 0 <= fold < folds, got {fold} of {folds}")
     folding = StratifiedKFold(n_splits=folds, shuffle=True, random_state=0)
-    kept, held = list(folding.split(np.zeros(len(train)), train.labels))[fold]
+    with (
+        warnings.catch_warnings()
+    ):  # a class (or combination of labels) rarer than the folds is dealt as it comes
+        warnings.filterwarnings("ignore", "The least populated class", UserWarning)
+        kept, held = list(folding.split(np.zeros(len(train)), targets.strata(train.labels)))[fold]
     return train.take(np.sort(kept)), train.take(np.sort(held))
 
 
@@ -115,7 +121,7 @@ def file_dataset(
         if not texts:
             blank = tf.zeros([image_size, image_size, 3], tf.uint8)
         padding = tuple(
-            tf.constant(PAD_LABEL, tf.int32) if tag.dtype.kind == "i" else tf.constant(PAD_ID) for tag in tags
+            targets.padding(tag, 1)[0] if tag.dtype.kind == "i" else tf.constant(PAD_ID) for tag in tags
         )
         dataset = dataset.concatenate(tf.data.Dataset.from_tensors((blank, *padding)).repeat(batch_size - 1))
     dataset = dataset.batch(batch_size, drop_remainder=training or pad_to_batch)

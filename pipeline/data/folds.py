@@ -23,6 +23,7 @@ from competition import CompetitionSpec
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
+from pipeline.data import targets
 
 log = logging.getLogger(__name__)
 
@@ -60,15 +61,19 @@ class FoldTable:
 
 
 def check_folds(k: int, labels: np.ndarray, classes: tuple[str, ...]) -> None:
-    """One line when K folds cannot be stratified over these labels."""
+    """One line when K folds cannot be stratified over these targets (a class, or a combination
+    of labels, with fewer examples than folds)."""
     if k < 2:
         raise PetalsError(f"train.folds={k} (FOLDS={k}): cross-validation needs at least 2 folds")
-    counts = np.bincount(labels, minlength=len(classes))
-    present = np.flatnonzero(counts)
-    smallest = present[np.argmin(counts[present])]
+    found, counts = np.unique(targets.strata(labels), return_counts=True)
+    smallest = int(np.argmin(counts))
     if counts[smallest] < k:
+        rows = np.ndim(labels) == 2  # a combination of labels, or a class
+        name = ("labels " if rows else "class ") + repr(
+            targets.stratum_name(int(found[smallest]), classes, rows)
+        )
         raise PetalsError(
-            f"train.folds={k} (FOLDS={k}): class {classes[smallest]!r} has {counts[smallest]} labelled "
+            f"train.folds={k} (FOLDS={k}): {name} has {counts[smallest]} labelled "
             f"examples, fewer than the folds: at most FOLDS={counts[smallest]}"
         )
 
@@ -106,7 +111,7 @@ def labelled(root: str, spec: CompetitionSpec, config: Config) -> tuple[np.ndarr
     else:
         found = [file_examples.examples(Path(root), spec, split) for split in splits]
         ids = np.concatenate([e.ids.astype(str) for e in found])
-        labels = np.concatenate([e.labels for e in found]).astype(np.int64)
+        labels = np.concatenate([e.labels for e in found])
     unique_ids(ids, splits, root)
     return ids, labels
 
@@ -135,6 +140,7 @@ def fold_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> FoldTab
     ids, labels = labelled(locate_data(data_dir), spec, config)
     k = config.train.folds
     check_folds(k, labels, spec.classes)
+    labels = targets.strata(labels)  # what the table holds and deals by: a class or a combination
     path = table_path(data_dir, config)
     if path.is_file():
         return _checked(read_table(path, k), ids, labels, path)

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from competition import CompetitionSpec
 from pipeline.core.config import Config
+from pipeline.data import targets
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class PseudoRecords:
         return len(self.ids)
 
     def class_counts(self, config: Config) -> np.ndarray:
-        return np.bincount(self.labels, minlength=self.spec.num_classes)
+        return targets.class_counts(self.labels, self.spec.num_classes)
 
     def naming_bad(self, labeled: bool) -> AbstractContextManager:
         from pipeline.data.datasets import naming_bad_records

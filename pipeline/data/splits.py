@@ -25,7 +25,7 @@ import tensorflow as tf
 from competition import CompetitionSpec
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
-from pipeline.data import datasets, file_examples, folds, records
+from pipeline.data import datasets, file_examples, folds, records, targets
 from pipeline.data.folds import FoldTable
 from pipeline.data.pseudo_records import PseudoRecords
 
@@ -72,7 +72,7 @@ class RecordSplit:
     def class_counts(self, config: Config) -> np.ndarray:
         extra = self.pseudo.class_counts(config) if self.pseudo is not None else 0
         if self.only_labels is not None:
-            return np.bincount(self.only_labels, minlength=self.spec.num_classes) + extra
+            return targets.class_counts(self.only_labels, self.spec.num_classes) + extra
         size, skip_bad = self.image_size, config.data.skip_bad_records
         return datasets.class_counts(self.files, self.spec, size, skip_bad) + extra
 
@@ -157,7 +157,7 @@ class FileSplit:
         return datasets.resized(batches, config) if self.images else batches
 
     def class_counts(self, config: Config) -> np.ndarray:
-        return np.bincount(self.training_examples.labels, minlength=self.spec.num_classes)
+        return targets.class_counts(self.training_examples.labels, self.spec.num_classes)
 
     @contextmanager
     def naming_bad(self, labeled: bool) -> Iterator[None]:

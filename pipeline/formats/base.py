@@ -28,7 +28,7 @@ class Examples:
 
     ids: np.ndarray  # str
     inputs: tuple[np.ndarray, ...]
-    labels: np.ndarray | None  # int64 class ids
+    labels: np.ndarray | None  # targets: class ids, or rows of 0/1 over the classes (label_rank 1)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -89,6 +89,12 @@ class Format(ABC):
     def layout(self, raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]) -> Any:
         """`[data.<format>]` as this format's layout; ValueError naming what is wrong."""
 
+    def label_rank(self, layout) -> int:
+        """What a label becomes: 0, one class id an example; 1, a row of 0/1 over the classes
+        (several labels an example). The competition's task must read the same
+        (pipeline/tasks/competitions.py checks the two agree)."""
+        return 0
+
 
 class FileFormat(Format):
     """Plain files, unpacked into the data dir: what it holds per split, how a split is checked and read."""
@@ -138,7 +144,7 @@ class ImageFiles(FileFormat):
             raise PetalsError(f"{top}: split {split} holds no images")
         for _, path, label in found:
             if spec.is_labeled(split):
-                self.class_id(spec, label, path)
+                self.target(spec, label, path)
             with open(path, "rb") as f:
                 if f.read(3) != JPEG_START:
                     raise PetalsError(f"{path}: not a JPEG")
@@ -151,8 +157,9 @@ class ImageFiles(FileFormat):
             raise PetalsError(f"{first}: not a readable JPEG ({err})") from None
         return len(found), [image_id for image_id, _, _ in found]
 
-    def class_id(self, spec, label, where) -> int:
-        """A label as the class id: a class name, or a class id as the label CSV writes it."""
+    def target(self, spec, label, where):
+        """A label as the example's target: the class id of a class name (a subclass reads other
+        cells: class ids, lists of names)."""
         from pipeline.core.errors import PetalsError
         from pipeline.core.paths import shown
 
@@ -171,7 +178,7 @@ class ImageFiles(FileFormat):
         return Examples(
             ids=np.array(ids),
             inputs=(np.array([str(p) for p in paths]),),
-            labels=np.array([self.class_id(spec, label, top) for label in labels])
+            labels=np.array([self.target(spec, label, top) for label in labels])
             if spec.is_labeled(split)
             else None,
         )

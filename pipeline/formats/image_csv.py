@@ -2,7 +2,9 @@
 Pathology, RANZCR...). A labelled split is a folder of images beside a CSV naming each image
 and its label (`train.csv`: `image_id,label` over `train_images/*.jpg`); an unlabelled split is
 a folder whose file names are the ids the submission uses (`test_images/2216849948.jpg`).
-Labels are class ids (`labels = "ids"`: 0..n-1 in classes.txt's order) or class names.
+Labels are class ids (`labels_are = "ids"`: 0..n-1 in classes.txt's order), class names, or
+lists of class names separated by spaces, one list an image (`"name_lists"`: several labels an
+image, Plant Pathology's `scab frog_eye_leaf_spot`), read as a row of 0/1 over the classes.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.paths import check_relative, inside, shown
 from pipeline.formats.base import ImageFiles, register
 
-LABELS = ("ids", "names")
+LABELS = ("ids", "names", "name_lists")
 
 
 @dataclass(frozen=True)
@@ -49,10 +51,15 @@ class ImageCsv(ImageFiles):
                 wanted = "a labels CSV" if split in labeled else "no labels CSV (it is unlabelled)"
                 raise ValueError(f"[data.image_csv.{split}] needs {wanted}")
             if own.labels_are not in LABELS:
+                known = ", ".join(LABELS)
                 raise ValueError(
-                    f"[data.image_csv.{split}] labels_are {own.labels_are!r} is not one of ids, names"
+                    f"[data.image_csv.{split}] labels_are {own.labels_are!r} is not one of: {known}"
                 )
         return layout
+
+    def label_rank(self, layout: ImageCsvLayout) -> int:
+        labelled = [s for s in layout.splits.values() if s.labels is not None]
+        return int(any(s.labels_are == "name_lists" for s in labelled))
 
     def entries(self, spec) -> dict[str, tuple[str, str | None]]:
         entries = {}
@@ -95,7 +102,7 @@ class ImageCsv(ImageFiles):
             raise PetalsError(f"{path}: {own.id_column} {shown(twice.iloc[0])} is listed twice")
         listed = set(ids)
         for image_id, image, label in found:
-            self.class_id(spec, label, f"{path} ({shown(image_id)})")  # the CSV's line, named
+            self.target(spec, label, f"{path} ({shown(image_id)})")  # the CSV's line, named
             if not image.is_file():
                 raise PetalsError(f"{image}: listed in {path} but missing")
         strays = [p for p in top.rglob("*") if p.is_file() and p.relative_to(top).as_posix() not in listed]
@@ -103,12 +110,27 @@ class ImageCsv(ImageFiles):
             raise PetalsError(f"{strays[0]}: not listed in {path} ({len(strays)} such)")
         return found
 
-    def class_id(self, spec, label, where) -> int:
+    def target(self, spec, label, where):
         own = next(s for s in spec.layout.splits.values() if s.labels is not None)
         if own.labels_are == "names":
-            return super().class_id(spec, label, where)
+            return super().target(spec, label, where)
+        if own.labels_are == "name_lists":
+            return _name_list(spec, label, where)
         # ASCII digits only, and few of them: int() refuses '²' and numbers of 4300 digits
         digits = isinstance(label, str) and label.isascii() and label.isdigit() and len(label) <= 6
         if digits and int(label) < spec.num_classes:
             return int(label)
         raise PetalsError(f"{where}: label {shown(label)} is not a class id (0 to {spec.num_classes - 1})")
+
+
+def _name_list(spec, label, where):
+    """A cell listing class names separated by spaces, as a row of 0/1 over the classes; an empty
+    cell is an image with no label."""
+    import numpy as np
+
+    row = np.zeros(spec.num_classes, np.int32)
+    for name in str(label).split():
+        if name not in spec.classes:
+            raise PetalsError(f"{where}: label {shown(name)} is not a class ({', '.join(spec.classes)})")
+        row[spec.classes.index(name)] = 1
+    return row

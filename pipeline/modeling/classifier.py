@@ -44,10 +44,11 @@ class Classifier(keras.Model):
         return self.net(self._inputs(inputs), training=training)
 
     def one_hot(self, labels):
-        """Class indices -> one-hot rows; soft rows (CutMix/MixUp) pass through."""
+        """Class indices -> one-hot rows; rows of labels as floats; soft rows (CutMix/MixUp) pass
+        through."""
         if labels is not None and len(labels.shape) == 1:
             return ops.one_hot(ops.cast(labels, "int32"), self.num_classes)
-        return labels
+        return labels if labels is None else ops.cast(labels, "float32")
 
     def prepare(self, images, labels, training: bool):
         if training and self.augment_here:

@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
+from pipeline.data import targets
 from pipeline.modeling import feature_cache
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class FeatureSplit:
         return self.features.shape[1]
 
     def class_counts(self, config: Config) -> np.ndarray:
-        return np.bincount(self.labels, minlength=self.num_classes)
+        return targets.class_counts(self.labels, self.num_classes)
 
     def naming_bad(self, labeled: bool):
         return contextlib.nullcontext()  # read once already, when cached
@@ -165,7 +166,7 @@ class FeatureSplit:
 
         signature = (
             tf.TensorSpec((batch_size, *shape), tf.float32),
-            tf.TensorSpec((batch_size,), tf.int32),
+            tf.TensorSpec((batch_size, *labels.shape[1:]), tf.int32),  # a class id or a row of labels
         )
         return feature_cache.untuned(
             tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2)
@@ -181,15 +182,13 @@ class FeatureSplit:
     ) -> tf.data.Dataset:
         """The first view (the examples themselves) in order, with their labels; padding rows
         (label -1) fill the last batch with `pad_to_batch`."""
-        from pipeline.data.datasets import PAD_LABEL
-
         if not labeled or with_ids:
             raise ValueError("cached features serve training and its val scores only")  # a caller's bug
         features, labels = self.features[0], self.labels.astype(np.int32)
         if pad_to_batch and len(labels) % batch_size:
             extra = batch_size - len(labels) % batch_size
             features = np.concatenate([features, np.zeros((extra, *features.shape[1:]), features.dtype)])
-            labels = np.concatenate([labels, np.full(extra, PAD_LABEL, np.int32)])
+            labels = np.concatenate([labels, targets.padding(labels, extra)])
         return feature_cache.float32_batches(features, batch_size, labels)
 
 

@@ -22,7 +22,7 @@ from pipeline import networks
 from pipeline.core import device, hosts
 from pipeline.core.files import write_atomically
 from pipeline.core.options import TrainOptions
-from pipeline.data import augment, datasets
+from pipeline.data import augment, datasets, targets
 from pipeline.modeling import custom_loop, cut_predict, features, host_predict, policy, preemption
 from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
@@ -198,7 +198,7 @@ class Trainer:
         platform = self.job.platform
         model = self.classifier.net if platform.hosts.several else self.classifier
         probabilities = predict_batches(model, inputs, platform)
-        real = self._val_labels != datasets.PAD_LABEL
+        real = targets.real(self._val_labels)
         self._scored_probabilities = probabilities[real]  # kept by a fold with its best weights
         return val_scores(spec, probabilities[real], self._val_labels[real])
 

@@ -149,7 +149,7 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
     val_blend = Predictions(val[0].ids, blend([v.probabilities for v in val], weights), val[0].labels)
     test_blend = Predictions(test[0].ids, blend([t.probabilities for t in test], weights))
     score = metric.score(val_blend.labels, val_blend.probabilities)
-    accuracy = float((val_blend.predicted == val_blend.labels).mean())
+    accuracy = task_of(spec).scores(val_blend.probabilities, val_blend.labels)["accuracy"]
 
     name = opts.name or ensemble_id([d.name for d in run_dirs], weights)
     out = RunDir(opts.runs_dir / name)
@@ -175,7 +175,7 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
         opts.submissions_dir,
         name,
         test_blend.ids,
-        task_of(spec).submission_values(test_blend.probabilities, spec),
+        task_of(spec).submission_values(test_blend.probabilities, spec, val_blend),
         spec,
         opts.data_dir,
         manifest,
@@ -290,7 +290,7 @@ def write_group_ensemble(opts, spec, manifest: dict, groups, test_ids, results, 
     Predictions(test_ids, chosen.test, source=chosen.kind).save(out.predictions("test"))
     metrics = group_metrics(spec, groups, results, chosen)
     out.write_json(RunDir.METRICS, metrics)
-    values = task_of(spec).submission_values(chosen.test, spec)
+    values = task_of(spec).submission_values(chosen.test, spec, oof)
     path = write_submission(
         opts.submissions_dir, name, test_ids, values, spec, opts.data_dir, manifest, chosen.score, out.path
     )

@@ -46,6 +46,8 @@ def predict(opts: ScoreOptions) -> Path:
     spec = load_spec(run.competition())
     manifest = check_same_data(run, opts.data_dir)
     test = predict_split(run, opts.data_dir, "test", opts.tta, platform)
+    task = task_of(spec)
+    val = predict_split(run, opts.data_dir, "val", opts.tta, platform) if task.decides_on_val else None
     if not platform.hosts.writer:  # process 0 writes the submission; the others predicted their share
         return opts.submissions_dir / f"{run.name}.csv"
     metrics = run.metrics()
@@ -54,7 +56,7 @@ def predict(opts: ScoreOptions) -> Path:
         opts.submissions_dir,
         run.name,
         test.ids,
-        task_of(spec).submission_values(test.probabilities, spec),
+        task.submission_values(test.probabilities, spec, val),
         spec,
         opts.data_dir,
         manifest,

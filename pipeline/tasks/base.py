@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
@@ -18,6 +19,18 @@ register = TASKS.register  # class decorator: make a task known by its `name`
 get_task = TASKS.named
 
 
+@dataclass
+class Evaluation:
+    """What a task's evaluation adds to a run's evaluation, and the files it writes into the run."""
+
+    fields: dict  # recorded in metrics.json's `evaluation`, beside the metric
+    files: dict  # {RunDir file name: writer(path)}
+
+    def write(self, run) -> None:
+        for name, writer in self.files.items():
+            writer(run.file(name))
+
+
 class Task(ABC):
     """A kind of problem. Subclasses set the class attributes and override what differs."""
 
@@ -27,6 +40,14 @@ class Task(ABC):
     # What turns a headless network's logits into the task's outputs (pipeline/networks/): a
     # softmax over the classes for one class an example, a sigmoid per label for several.
     activation: ClassVar[str]
+    # What an example's target is (pipeline/data/targets.py): 0, one class id; 1, a row of 0/1
+    # over the classes. The competition's data format must read its labels the same way.
+    label_rank: ClassVar[int]
+    # Whether a submission's values are decided with the val predictions (a threshold per label):
+    # the stages that write one then pass them to `submission_values`.
+    decides_on_val: ClassVar[bool] = False
+    # What a submission row may hold (competition/spec.py's SUBMISSION_VALUES) for this task.
+    submission_kinds: ClassVar[tuple[str, ...]]
 
     @property
     def recipes_dir(self) -> Path:
@@ -60,6 +81,10 @@ class Task(ABC):
     def check_network(self, config, spec: CompetitionSpec, backend: str) -> None:
         """The config's network reads this task's inputs and builds on `backend`; else one line."""
 
+    def check_recipe(self, config, spec: CompetitionSpec) -> None:
+        """What of the config this task does not serve, refused in one line before any work."""
+        return
+
     @abstractmethod
     def show_batch(self, train, spec: CompetitionSpec, config, out: Path, size: int, where: str) -> Path:
         """What `make inspect` shows of `size` training examples as the model sees them (`train`: the
@@ -67,6 +92,11 @@ class Task(ABC):
         device) says where the recipe augments."""
 
     # ------------------------------------------------ what the label shapes (single_label.py)
+
+    @abstractmethod
+    def label_text(self, label, spec: CompetitionSpec) -> str:
+        """A target as `make inspect` titles it: a class id, a row of labels, or a soft row of
+        CutMix and MixUp."""
 
     @abstractmethod
     def loss(self, train, class_counts=None, reduction: str = "sum_over_batch_size"):
@@ -110,8 +140,9 @@ class Task(ABC):
         """What a checked submission predicts, in a few words (`SubmissionSummary`)."""
 
     @abstractmethod
-    def submission_values(self, probabilities, spec: CompetitionSpec):
-        """What a submission row holds, from the task's outputs [n, classes]."""
+    def submission_values(self, probabilities, spec: CompetitionSpec, val=None):
+        """What a submission row holds, from the task's outputs [n, classes]; `val`, the val
+        predictions with their labels, where the task `decides_on_val`."""
 
     def summary_sizes(self, config, image_size: int | None) -> dict[str, int | None]:
         """The sizes a run's summary records."""

@@ -31,7 +31,9 @@ def size_of(config) -> int:
 def check_network(config, spec: CompetitionSpec, backend: str) -> None:
     """The config's network reads the competition's inputs and builds on `backend`; else one line.
     What fits is the competition's task's to say."""
-    task_of(spec).check_network(config, spec, backend)
+    task = task_of(spec)
+    task.check_network(config, spec, backend)
+    task.check_recipe(config, spec)
 
 
 def check_submission(path, spec: CompetitionSpec, expected_ids):
@@ -54,6 +56,17 @@ def load_competition(name: str) -> CompetitionSpec:
                 raise ValueError(
                     f"task {task.name} reads {task.modality}s; data format {spec.format.name} holds "
                     f"{spec.format.holds}s"
+                )
+            rank = spec.format.label_rank(spec.layout)
+            if task.label_rank != rank:
+                kinds = ("one class an example", "several labels an example")
+                raise ValueError(
+                    f"task {task.name} reads {kinds[task.label_rank]}; the data's labels give {kinds[rank]}"
+                )
+            if spec.submission_value not in task.submission_kinds:
+                raise ValueError(
+                    f"task {task.name} writes a submission's {' or '.join(task.submission_kinds)}, "
+                    f"not {spec.submission_value}"
                 )
             task.check_spec(spec)
         except ValueError as err:

@@ -53,7 +53,7 @@ class ImageClassification(SingleLabel):
         with train.naming_bad(labeled=True):
             images, labels = _one_augmented_batch(train, config, size)
         path = out / "batch.png"
-        save_figure(_grid(images, labels, spec, config, where), path, dpi=80)
+        save_figure(_grid(images, labels, partial(self.label_text, spec=spec), config, where), path, dpi=80)
         return path
 
 
@@ -81,17 +81,8 @@ def _one_augmented_batch(train, config, images: int):
     return batch[0].numpy(), batch[1].numpy()
 
 
-def _title(label: np.ndarray, spec) -> str:
-    """The class name; for a CutMix/MixUp soft label, its two largest shares."""
-    if label.ndim == 0:
-        return spec.classes[int(label)]
-    top = np.argsort(label)[::-1][:2]
-    parts = [f"{spec.classes[i]} {label[i]:.0%}" for i in top if label[i] > 0.005]
-    return "\n".join(parts)
-
-
-def _grid(images: np.ndarray, labels: np.ndarray, spec, config, where: str):
-    """The batch as a grid of images, each titled with its class (or its two largest shares)."""
+def _grid(images: np.ndarray, labels: np.ndarray, title, config, where: str):
+    """The batch as a grid of images, each titled with its target (`title(label)`)."""
     from pipeline.core.files import pyplot
 
     plt = pyplot()
@@ -103,7 +94,7 @@ def _grid(images: np.ndarray, labels: np.ndarray, spec, config, where: str):
         ax.axis("off")
     for ax, image, label in zip(axes.flat, images, labels, strict=False):
         ax.imshow(np.clip(image / 255.0, 0.0, 1.0))
-        ax.set_title(_title(label, spec), fontsize=8)
+        ax.set_title(title(label), fontsize=8)
     fig.suptitle(
         f"one training batch, recipe {config.recipe}, {images.shape[1]} px, augmentation on the {where}",
         fontsize=10,

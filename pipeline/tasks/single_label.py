@@ -17,6 +17,18 @@ class SingleLabel(Task):
     """A task whose examples each have one class of the competition's."""
 
     activation: ClassVar[str] = "softmax"
+    label_rank: ClassVar[int] = 0
+    submission_kinds: ClassVar[tuple[str, ...]] = ("class", "probability")
+
+    def label_text(self, label, spec) -> str:
+        """The class name; for a CutMix/MixUp soft label, its two largest shares."""
+        import numpy as np
+
+        label = np.asarray(label)
+        if label.ndim == 0:
+            return spec.classes[int(label)]
+        top = np.argsort(label)[::-1][:2]
+        return "\n".join(f"{spec.classes[i]} {label[i]:.0%}" for i in top if label[i] > 0.005)
 
     def loss(self, train, class_counts=None, reduction: str = "sum_over_batch_size"):
         from pipeline.tasks.losses import loss_function
@@ -66,7 +78,7 @@ class SingleLabel(Task):
             return f"P({spec.classes[1]}) per row"
         return f"{summary.classes_used} classes predicted"
 
-    def submission_values(self, probabilities, spec):
+    def submission_values(self, probabilities, spec, val=None):
         """The class id, or P(class 1) for a probability submission."""
         if spec.submission_value == "probability":
             return probabilities[:, 1]

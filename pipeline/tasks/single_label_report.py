@@ -4,7 +4,6 @@ frequent mistakes by name (`SingleLabel.evaluate`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -12,20 +11,9 @@ import pandas as pd
 
 from pipeline.core.files import pyplot, save_figure, write_atomically
 from pipeline.core.rundir import RunDir
+from pipeline.tasks.base import Evaluation
 
 TOP_CONFUSIONS = 10
-
-
-@dataclass
-class Evaluation:
-    """What a task's evaluation adds to a run's evaluation, and the files it writes into the run."""
-
-    fields: dict  # recorded in metrics.json's `evaluation`, beside the metric
-    files: dict  # {RunDir file name: writer(path)}
-
-    def write(self, run: RunDir) -> None:
-        for name, writer in self.files.items():
-            writer(run.file(name))
 
 
 def evaluation(labels: np.ndarray, probabilities: np.ndarray, classes: tuple[str, ...]) -> Evaluation:

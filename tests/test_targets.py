@@ -1,0 +1,55 @@
+"""Targets of either shape (pipeline/data/targets.py): a class id, or a row of 0/1 over the
+labels. Padding, counts and strata come out the same for class ids as before rows existed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pipeline.core.errors import PetalsError
+from pipeline.data import datasets, folds, targets
+
+IDS = np.array([2, 0, 2, 1])
+ROWS = np.array([[1, 0, 1], [0, 0, 0], [0, 1, 0], [1, 0, 1]], np.int32)
+
+
+def test_padding_is_shaped_as_the_targets_and_found_again():
+    for labels in (IDS, ROWS):
+        padded = np.concatenate([labels.astype(np.int32), targets.padding(labels, 2)])
+        assert padded.shape[1:] == labels.shape[1:]
+        assert targets.real(padded).tolist() == [True] * 4 + [False] * 2
+        assert (~datasets.is_padding(tf.constant(padded)).numpy()).tolist() == targets.real(padded).tolist()
+    assert targets.real(np.zeros((1, 3), np.int32)).tolist() == [True]  # a leaf with no label is real
+
+
+def test_class_counts_count_a_row_once_in_each_label_it_holds():
+    assert targets.class_counts(IDS, 4).tolist() == [1, 1, 2, 0]  # np.bincount, as before
+    assert targets.class_counts(ROWS, 3).tolist() == [2, 1, 2]
+
+
+def test_strata_are_the_class_ids_or_each_rows_combination():
+    assert targets.strata(IDS).tolist() == IDS.tolist()
+    strata = targets.strata(ROWS)
+    assert strata[0] == strata[3] and len(set(strata.tolist())) == 3
+    names = ("complex", "rust", "scab")
+    assert targets.stratum_name(int(strata[0]), names, rows=True) == "complex+scab"
+    assert targets.stratum_name(int(strata[1]), names, rows=True) == "(no label)"
+    assert targets.stratum_name(1, names, rows=False) == "rust"
+    with pytest.raises(
+        PetalsError, match="63 labels: folds stratify by the combination of labels, at most 62"
+    ):
+        targets.strata(np.zeros((2, 63), np.int32))
+
+
+def test_a_combination_rarer_than_the_folds_is_named_in_one_line():
+    with pytest.raises(
+        PetalsError, match=r"labels '\(no label\)' has 1 labelled examples, fewer than the folds"
+    ):
+        folds.check_folds(2, ROWS, ("complex", "rust", "scab"))
+
+
+def test_dense_targets_are_one_hot_class_ids_or_the_rows_as_floats():
+    one_hot = targets.dense_tf(tf.constant(IDS), 3).numpy()
+    assert one_hot.tolist() == np.eye(3)[IDS].tolist()
+    assert targets.dense_tf(tf.constant(ROWS), 3).numpy().tolist() == ROWS.astype(np.float32).tolist()
