@@ -20,6 +20,12 @@ def macro_f1(y_true: Sequence[int] | np.ndarray, y_pred: Sequence[int] | np.ndar
     return float(sk.f1_score(np.asarray(y_true), np.asarray(y_pred), average="macro", zero_division=0))
 
 
+def mean_f1(labels: np.ndarray, decided: np.ndarray) -> float:
+    """Kaggle's Mean F1-Score of multi-label rows: each row's F1 of its predicted labels against its
+    true ones, averaged over the rows (scikit-learn's `average="samples"`)."""
+    return float(sk.f1_score(np.asarray(labels), np.asarray(decided), average="samples", zero_division=0))
+
+
 def _accuracy(labels: np.ndarray, predicted: np.ndarray) -> float:
     return float(sk.accuracy_score(labels, predicted))
 
@@ -88,6 +94,7 @@ METRICS: dict[str, Metric] = {
         Metric("accuracy", "accuracy", "class", True, _accuracy),
         Metric("log_loss", "log loss", "probability", False, _log_loss),
         Metric("roc_auc", "ROC AUC", "probability", True, _roc_auc),
+        Metric("mean_f1", "mean F1", "labels", True, mean_f1),
     )
 }
 

@@ -75,9 +75,14 @@ def test_every_metric_is_scikit_learns_on_classes_or_probabilities(scored):
         "log_loss": sk.log_loss(labels, p),
         "roc_auc": sk.roc_auc_score(labels, p, multi_class="ovr"),
     }
-    assert set(METRICS) == set(expected)
+    assert set(METRICS) == set(expected) | {"mean_f1"}
     for name, value in expected.items():
         assert METRICS[name].score(labels, p) == pytest.approx(value, rel=1e-12), name
+    # Rows of labels, each held at 0.5 or more: scikit-learn's F1 per row, averaged over rows.
+    rows, held = (p > 0.3).astype(int), p[::-1] >= 0.5
+    assert METRICS["mean_f1"].score(rows, p[::-1]) == pytest.approx(
+        sk.f1_score(rows, held, average="samples", zero_division=0), rel=1e-12
+    )
     binary, p2 = labels % 2, np.stack([1 - p[:, 0], p[:, 0]], axis=1)
     # a binary task scores P(class 1), the one column of its submission
     assert METRICS["log_loss"].score(binary, p2) == pytest.approx(sk.log_loss(binary, p2[:, 1]))
@@ -92,7 +97,7 @@ def test_a_metric_given_the_wrong_shape_says_so(scored):
     with pytest.raises(ValueError, match=r"log_loss: probabilities of shape \(300,\) for 300 labels"):
         get_metric("log_loss").score(labels, p[:, 0])
     with pytest.raises(
-        ValueError, match=r"unknown metric 'auc' \(known: macro_f1, accuracy, log_loss, roc_auc\)"
+        ValueError, match=r"unknown metric 'auc' \(known: macro_f1, accuracy, log_loss, roc_auc, mean_f1\)"
     ):
         get_metric("auc")
 
@@ -184,8 +189,8 @@ def test_an_image_folder_member_name_gives_its_label_or_id():
     [
         (
             ('task = "image_classification"', 'task = "segmentation"'),
-            "task 'segmentation' is not one of image_classification, text_classification, "
-            "text_pair_classification",
+            "task 'segmentation' is not one of image_classification, multi_label_image_classification, "
+            "text_classification, text_pair_classification",
         ),
         (
             ('task = "image_classification"', 'task = "text_classification"'),

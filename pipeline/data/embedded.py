@@ -11,13 +11,21 @@ from pathlib import Path
 
 from competition import CompetitionSpec
 from pipeline.core.errors import PetalsError
-from pipeline.data import synthetic, synthetic_leaves, synthetic_pairs, synthetic_pets, synthetic_reviews
+from pipeline.data import (
+    synthetic,
+    synthetic_apple_leaves,
+    synthetic_leaves,
+    synthetic_pairs,
+    synthetic_pets,
+    synthetic_reviews,
+)
 
 # competition name -> the module that draws it (write_dataset(out_dir, counts, seed), DEFAULT_COUNTS)
 BY_COMPETITION = {
     "cassava": synthetic_leaves,
     "dogs-vs-cats": synthetic_pets,
     "imdb": synthetic_reviews,
+    "plant-pathology-2021": synthetic_apple_leaves,
     "watson": synthetic_pairs,
 }
 

@@ -1,0 +1,112 @@
+"""Several labels an example: what every such task's label shapes, whatever it reads.
+
+A target is a row of 0/1 over the labels (soft under CutMix and MixUp), the network's logits go
+through a sigmoid each, the loss is binary cross-entropy (label-smoothed), and a submission row
+lists the labels whose probability clears that label's threshold, separated by spaces, the way
+Kaggle's multi-label competitions take them (Plant Pathology 2021's `scab frog_eye_leaf_spot`).
+
+The thresholds are chosen on the val predictions (`multi_label_decision.py`), never on the rows
+they are judged on: evaluate reports them cross-fitted over two halves of val.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from pipeline.core.errors import PetalsError
+from pipeline.tasks.base import Task
+
+
+class MultiLabel(Task):
+    """A task whose examples each carry any number of the competition's labels."""
+
+    activation: ClassVar[str] = "sigmoid"
+    label_rank: ClassVar[int] = 1
+    decides_on_val: ClassVar[bool] = True
+    submission_kinds: ClassVar[tuple[str, ...]] = ("labels",)
+
+    def check_recipe(self, config, spec) -> None:
+        """What this task does not train yet, refused in one line before any work."""
+        refused = {
+            "train.logit_adjustment": config.train.logit_adjustment,  # a softmax's prior shift
+            "train.folds": config.train.folds,  # the fold table holds label combinations, not rows
+            "train.pseudo_labels": config.train.pseudo_labels,  # pseudo-labels are argmax classes
+        }
+        for key, value in refused.items():
+            if value:
+                raise PetalsError(
+                    f"{key}={value}: competition {spec.name} has several labels an image, "
+                    "which this does not serve yet; leave it out"
+                )
+
+    def label_text(self, label, spec) -> str:
+        """The labels held, space-separated; a mixed row's shares beside them."""
+        label = np.asarray(label, np.float64)
+        held = [k for k in np.argsort(label)[::-1] if label[k] > 0.005]
+        if not held:
+            return "(no label)"
+        if all(label[k] == 1.0 for k in held):
+            return " ".join(spec.classes[k] for k in sorted(held))
+        return "\n".join(f"{spec.classes[k]} {label[k]:.0%}" for k in held)  # mixed: each share
+
+    def loss(self, train, class_counts=None, reduction: str = "sum_over_batch_size"):
+        import keras
+
+        return keras.losses.BinaryCrossentropy(label_smoothing=train.label_smoothing, reduction=reduction)
+
+    def train_metric(self):
+        import keras
+
+        return keras.metrics.BinaryAccuracy(name="accuracy")  # over every label of every example
+
+    def right_answers(self, outputs, targets):
+        """Each example counts the share of its labels decided right at 0.5: summed over a batch and
+        divided by its examples, the custom loops report what `BinaryAccuracy` reports in fit."""
+        from keras import ops
+
+        decided = ops.cast(outputs > 0.5, "float32") == ops.cast(targets > 0.5, "float32")
+        return ops.sum(ops.mean(ops.cast(decided, "float32"), axis=1))
+
+    def scores(self, outputs, labels) -> dict[str, float]:
+        """Binary cross-entropy (outputs clipped at 1e-7, as Keras clips) and the labels decided
+        right at 0.5."""
+        p = np.clip(outputs, 1e-7, 1 - 1e-7)
+        losses = -(labels * np.log(p) + (1 - labels) * np.log(1 - p)).mean(axis=1)
+        return {"loss": float(losses.mean()), "accuracy": float(((outputs > 0.5) == (labels > 0.5)).mean())}
+
+    def evaluate(self, labels, probabilities, spec):
+        """Per-label scores at the chosen thresholds and the score they give out of fold."""
+        from pipeline.tasks import multi_label_report
+
+        return multi_label_report.evaluation(labels, probabilities, spec)
+
+    def summary_lines(self, evaluation: dict) -> list[str]:
+        from pipeline.tasks import multi_label_report
+
+        return multi_label_report.summary_lines(evaluation)
+
+    def submission_column(self, values, spec) -> list:
+        """Each row's labels, their names separated by spaces (values: rows of 0/1)."""
+        return [" ".join(c for c, on in zip(spec.classes, row, strict=True) if on) for row in values]
+
+    def check_values(self, spec):
+        from functools import partial
+
+        from pipeline.tasks import multi_label_submission
+
+        return partial(multi_label_submission.check, spec=spec)
+
+    def describe_submission(self, spec, summary) -> str:
+        return f"{summary.classes_used} labels predicted"
+
+    def submission_values(self, probabilities, spec, val=None):
+        """Rows of 0/1: the labels over their thresholds, chosen on `val` (predictions with labels);
+        a row left empty takes its likeliest label when no val example was without one."""
+        from pipeline.tasks import multi_label_decision
+
+        if val is None or val.labels is None:
+            raise ValueError("a multi-label submission needs the val predictions to choose its thresholds")
+        decision = multi_label_decision.choose(val.labels, val.probabilities)
+        return multi_label_decision.decide(probabilities, decision)

@@ -1,0 +1,68 @@
+"""What evaluate reports of a multi-label run's val predictions: per label, the threshold chosen on
+val and scikit-learn's precision, recall, F1 and support at it; the competition's metric with
+those thresholds, cross-fitted over two halves of val so no row judges the thresholds it chose;
+and micro F1 beside it (`MultiLabel.evaluate`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from pipeline.core.files import write_atomically
+from pipeline.core.rundir import RunDir
+from pipeline.tasks import multi_label_decision
+from pipeline.tasks.base import Evaluation
+
+
+def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec) -> Evaluation:
+    from sklearn.metrics import f1_score
+
+    truth = (np.asarray(labels) > 0.5).astype(np.int32)
+    decision = multi_label_decision.choose(truth, probabilities)
+    decided = multi_label_decision.decide(probabilities, decision)
+    per_label = per_label_table(truth, decided, decision["thresholds"], spec.classes)
+    at_half = (probabilities >= 0.5).astype(np.int32)
+    fields = {
+        "val_accuracy": float((at_half == truth).mean()),  # labels decided right at 0.5
+        "thresholds": dict(zip(spec.classes, decision["thresholds"], strict=True)),
+        "fill_empty": decision["fill_empty"],
+        f"{spec.score_key}_thresholded": multi_label_decision.cross_fitted(
+            truth, probabilities, spec.metric.score_decided
+        ),
+        "val_micro_f1": float(f1_score(truth, at_half, average="micro", zero_division=0)),
+        "worst_classes": per_label.nsmallest(3, "f1")["class"].tolist(),
+    }
+    files = {
+        RunDir.PER_CLASS: lambda path: write_atomically(path, lambda tmp: per_label.to_csv(tmp, index=False))
+    }
+    return Evaluation(fields, files)
+
+
+def per_label_table(truth: np.ndarray, decided: np.ndarray, thresholds, classes) -> pd.DataFrame:
+    """Threshold, precision, recall, F1 and support of every label, scikit-learn's numbers."""
+    from sklearn.metrics import precision_recall_fscore_support
+
+    precision, recall, f1, support = precision_recall_fscore_support(truth, decided, zero_division=0)
+    return pd.DataFrame(
+        {
+            "label": np.arange(len(classes)),
+            "class": classes,
+            "threshold": thresholds,
+            "precision": precision.round(4),
+            "recall": recall.round(4),
+            "f1": f1.round(4),
+            "support": support,
+        }
+    )
+
+
+def summary_lines(evaluation: dict) -> list[str]:
+    """The thresholds, the score they give out of fold, and the weakest labels, for the terminal."""
+    scored = next(k for k in evaluation if k.endswith("_thresholded"))
+    chosen = ", ".join(f"{name} {t:.2f}" for name, t in evaluation["thresholds"].items())
+    return [
+        f"  thresholds chosen on val: {chosen}",
+        f"  with them, cross-fitted over two halves of val: {evaluation[scored]:.4f}"
+        f" (micro F1 at 0.5: {evaluation['val_micro_f1']:.4f})",
+        "  weakest labels: " + ", ".join(evaluation["worst_classes"]),
+    ]

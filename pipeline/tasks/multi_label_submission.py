@@ -1,0 +1,27 @@
+"""A multi-label submission's values, read as written: each cell lists label names separated by
+single spaces (`scab frog_eye_leaf_spot`), each a label of the competition's, none twice. An empty
+cell is a row with no label: Kaggle's format allows it and scores it as such."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from competition.submission import SubmissionError, SubmissionSummary
+
+
+def check(path: Path, ids: pd.Series, cells: pd.Series, spec) -> SubmissionSummary:
+    """The first cell Kaggle would not read as a list of labels, as a SubmissionError naming it."""
+    known, used = set(spec.classes), set()
+    for row, cell in cells.items():
+        names = cell.split(" ") if cell else []
+        bad = next((n for n in names if n not in known), None)
+        if bad is not None or len(set(names)) < len(names):
+            why = f"{bad!r} is not a label" if bad is not None else "a label is listed twice"
+            raise SubmissionError(
+                f"{path}: {spec.label_column} {cell!r} for id {ids[row]!r} (line {row + 2}): {why} "
+                f"(labels: {', '.join(spec.classes)}, separated by single spaces)"
+            )
+        used.update(names)
+    return SubmissionSummary(rows=len(cells), classes_used=len(used), bytes=path.stat().st_size)
