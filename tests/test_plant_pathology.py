@@ -101,10 +101,13 @@ def test_a_single_label_task_refuses_lists_of_labels_in_one_line(tmp_path):
 
 @pytest.mark.parametrize(
     ("override", "key"),
-    [("train.folds=5", "train.folds=5"), ("train.logit_adjustment=1.0", "train.logit_adjustment=1.0")],
+    [
+        ("train.folds=2 train.pseudo_labels=group", "train.pseudo_labels=group"),
+        ("train.logit_adjustment=1.0", "train.logit_adjustment=1.0"),
+    ],
 )
 def test_what_the_task_does_not_serve_yet_is_refused_before_any_work(override, key):
-    config = load_config("cpu", [f"competition={SPEC.name}", override])
+    config = load_config("cpu", [f"competition={SPEC.name}", *override.split()])
     with pytest.raises(PetalsError, match=f"^{key}: competition plant-pathology-2021 has several labels"):
         check_network(config, SPEC, "tensorflow")
 
@@ -200,3 +203,36 @@ def test_the_image_cpu_recipe_learns_several_labels_a_leaf(cpu, tmp_path):
     )
     written = pd.read_csv(path, dtype=str, keep_default_na=False)
     assert all(set(cell.split()) <= set(SPEC.classes) and cell for cell in written["labels"])
+
+
+@pytest.mark.slow
+def test_folds_deal_by_label_string_and_the_submission_thresholds_are_chosen_out_of_fold(
+    cpu, leaves, tmp_path
+):
+    """Two folds of a tiny network: every labelled leaf is out of fold once with its row of labels,
+    the CV score is the metric over those rows, and the fold mean's submission is decided with
+    thresholds chosen on them."""
+    from pipeline import api
+    from pipeline.modeling.inference import Predictions
+    from pipeline.tasks import multi_label_decision
+
+    tiny = (f"competition={SPEC.name}", "model.backbone=cnn", "data.image_size=32", "data.batch_size=8",
+            "train.epochs=1", "train.steps_per_epoch=2")  # fmt: skip
+    options = api.CVOptions(
+        data_dir=leaves, overrides=tiny, runs_dir=tmp_path / "runs", strategy="cpu", recipe="default",
+        folds=2, submissions_dir=tmp_path / "subs",
+    )  # fmt: skip
+    metrics = api.cv_train(options)
+    [group] = [p for p in (tmp_path / "runs").iterdir() if (p / "oof_predictions.npz").is_file()]
+    oof = Predictions.load(group / "oof_predictions.npz")
+    train = file_examples.examples(leaves, SPEC, "train")
+    by_id = dict(zip(train.ids, train.labels.tolist(), strict=True))
+    assert sorted(oof.ids) == sorted(train.ids) and [by_id[i] for i in oof.ids] == oof.labels.tolist()
+    assert metrics["cv_score"] == pytest.approx(SPEC.metric.score(oof.labels, oof.probabilities))
+    path = api.cv_predict(options)
+    test = Predictions.load(group / "test_predictions.npz")
+    decided = multi_label_decision.decide(
+        test.probabilities, multi_label_decision.choose(oof.labels, oof.probabilities)
+    )
+    written = pd.read_csv(path, dtype=str, keep_default_na=False).set_index("image")["labels"]
+    assert [written[i] for i in test.ids] == TASK.submission_column(decided, SPEC)

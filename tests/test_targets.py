@@ -32,21 +32,19 @@ def test_strata_are_the_class_ids_or_each_rows_combination():
     assert targets.strata(IDS).tolist() == IDS.tolist()
     strata = targets.strata(ROWS)
     assert strata[0] == strata[3] and len(set(strata.tolist())) == 3
-    names = ("complex", "rust", "scab")
-    assert targets.stratum_name(int(strata[0]), names, rows=True) == "complex+scab"
-    assert targets.stratum_name(int(strata[1]), names, rows=True) == "(no label)"
-    assert targets.stratum_name(1, names, rows=False) == "rust"
     with pytest.raises(
         PetalsError, match="63 labels: folds stratify by the combination of labels, at most 62"
     ):
         targets.strata(np.zeros((2, 63), np.int32))
 
 
-def test_a_combination_rarer_than_the_folds_is_named_in_one_line():
-    with pytest.raises(
-        PetalsError, match=r"labels '\(no label\)' has 1 labelled examples, fewer than the folds"
-    ):
+def test_a_label_rarer_than_the_folds_is_named_in_one_line_a_rarer_combination_is_dealt():
+    with pytest.raises(PetalsError, match="class 'rust' has 1 labelled examples, fewer than the folds"):
         folds.check_folds(2, ROWS, ("complex", "rust", "scab"))
+    rows = np.concatenate([ROWS] * 3)  # every label 3 times or more; the empty row alone three times
+    table = folds.deal(np.array([f"{k:02d}" for k in range(len(rows))]), rows, 3, seed=0)
+    assert sorted(np.bincount(table.folds).tolist()) == [4, 4, 4]
+    assert table.labels.shape == rows.shape  # the table holds the targets; its file, their strata
 
 
 def test_dense_targets_are_one_hot_class_ids_or_the_rows_as_floats():

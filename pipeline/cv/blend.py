@@ -99,6 +99,10 @@ def check_inputs(
         shapes = [np.shape(m) for m in members]
         raise PetalsError(f"blend: the members' OOF probabilities differ in shape {shapes}")
     n, classes = shape
+    if np.ndim(labels) == 2:  # its stacker is a softmax over classes; the weights would do, not it
+        raise PetalsError(
+            "blend: rows of labels (several labels an example): CV groups of one class an example only"
+        )
     if np.shape(labels) != (n,) or np.shape(folds) != (n,):
         raise PetalsError(f"blend: {np.size(labels)} labels and {np.size(folds)} fold ids for {n} OOF rows")
     if labels.min() < 0 or labels.max() >= classes:

@@ -119,7 +119,7 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
     }
     oof = out_of_fold(found.table, held)
     spec, key = found.spec, found.spec.score_key
-    judged = scores(spec.metric, found.table, oof)
+    judged = scores(spec, found.table, oof)
     histories = [pd.read_csv(run.history_file) for run in runs.values()]
     fold_metrics = [run.metrics() for run in runs.values()]
     chosen = cv_epoch(histories, key, spec.metric.greater_is_better)

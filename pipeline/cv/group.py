@@ -17,7 +17,6 @@ import json
 
 import numpy as np
 
-from competition.metric import Metric
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.data.folds import FoldTable
@@ -83,8 +82,12 @@ def out_of_fold(table: FoldTable, held: dict[int, Predictions]) -> Predictions:
     return Predictions(table.ids, probabilities, table.labels, tta=tta, source=f"cv {table.digest}")
 
 
-def scores(metric: Metric, table: FoldTable, oof: Predictions) -> dict:
-    """The CV score (the metric over every out-of-fold row at once), each fold's, and their spread."""
+def scores(spec, table: FoldTable, oof: Predictions) -> dict:
+    """The CV score (the metric over every out-of-fold row at once), each fold's, and their spread;
+    the task's accuracy over every out-of-fold row."""
+    from pipeline.tasks.competitions import task_of
+
+    metric = spec.metric
     per_fold = [
         float(metric.score(table.labels[rows], oof.probabilities[rows]))
         for rows in (table.held_out(fold) for fold in range(table.k))
@@ -94,7 +97,7 @@ def scores(metric: Metric, table: FoldTable, oof: Predictions) -> dict:
         "fold_scores": per_fold,
         "fold_mean": float(np.mean(per_fold)),
         "fold_std": float(np.std(per_fold, ddof=1)) if len(per_fold) > 1 else 0.0,
-        "cv_accuracy": float((oof.predicted == table.labels).mean()),
+        "cv_accuracy": task_of(spec).scores(oof.probabilities, table.labels)["accuracy"],
     }
 
 

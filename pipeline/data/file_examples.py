@@ -10,7 +10,6 @@ static size, as TPUs need.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -38,11 +37,7 @@ def fold_split(train: Examples, folds: int, fold: int) -> tuple[Examples, Exampl
     if train.labels is None or not 0 <= fold < folds:
         raise ValueError(f"fold_split needs labelled examples and 0 <= fold < folds, got {fold} of {folds}")
     folding = StratifiedKFold(n_splits=folds, shuffle=True, random_state=0)
-    with (
-        warnings.catch_warnings()
-    ):  # a class (or combination of labels) rarer than the folds is dealt as it comes
-        warnings.filterwarnings("ignore", "The least populated class", UserWarning)
-        kept, held = list(folding.split(np.zeros(len(train)), targets.strata(train.labels)))[fold]
+    kept, held = targets.stratified(folding, train.labels)[fold]
     return train.take(np.sort(kept)), train.take(np.sort(held))
 
 

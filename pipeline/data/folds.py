@@ -36,7 +36,7 @@ class FoldTable:
     """Every labelled example's id, label and fold, sorted by id."""
 
     ids: np.ndarray  # str
-    labels: np.ndarray  # int64
+    labels: np.ndarray  # targets: class ids, or rows of labels (its file holds their strata)
     folds: np.ndarray  # int64, 0..k-1
     k: int
     seed: int
@@ -55,25 +55,22 @@ class FoldTable:
     @property
     def digest(self) -> str:
         """What the table says, as a short hash: runs of one CV group must share it."""
-        rows = zip(self.ids, self.labels, self.folds, strict=True)
+        rows = zip(self.ids, targets.strata(self.labels), self.folds, strict=True)  # a class or a combination
         text = "\n".join(f"{i},{label},{fold}" for i, label, fold in rows)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def check_folds(k: int, labels: np.ndarray, classes: tuple[str, ...]) -> None:
-    """One line when K folds cannot be stratified over these targets (a class, or a combination
-    of labels, with fewer examples than folds)."""
+    """One line when K folds cannot be stratified over these targets: a class with fewer examples
+    than folds (for rows of labels, a label; a rarer combination of labels is dealt as it comes)."""
     if k < 2:
         raise PetalsError(f"train.folds={k} (FOLDS={k}): cross-validation needs at least 2 folds")
-    found, counts = np.unique(targets.strata(labels), return_counts=True)
-    smallest = int(np.argmin(counts))
+    counts = targets.class_counts(labels, len(classes))
+    present = np.flatnonzero(counts)
+    smallest = present[np.argmin(counts[present])]
     if counts[smallest] < k:
-        rows = np.ndim(labels) == 2  # a combination of labels, or a class
-        name = ("labels " if rows else "class ") + repr(
-            targets.stratum_name(int(found[smallest]), classes, rows)
-        )
         raise PetalsError(
-            f"train.folds={k} (FOLDS={k}): {name} has {counts[smallest]} labelled "
+            f"train.folds={k} (FOLDS={k}): class {classes[smallest]!r} has {counts[smallest]} labelled "
             f"examples, fewer than the folds: at most FOLDS={counts[smallest]}"
         )
 
@@ -87,7 +84,7 @@ def deal(ids: np.ndarray, labels: np.ndarray, k: int, seed: int) -> FoldTable:
     ids, labels = ids[order], labels[order]
     folds = np.zeros(len(ids), np.int64)
     dealer = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
-    for fold, (_, held) in enumerate(dealer.split(np.zeros(len(ids)), labels)):
+    for fold, (_, held) in enumerate(targets.stratified(dealer, labels)):
         folds[held] = fold
     return FoldTable(ids, labels, folds, k, seed)
 
@@ -140,7 +137,6 @@ def fold_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> FoldTab
     ids, labels = labelled(locate_data(data_dir), spec, config)
     k = config.train.folds
     check_folds(k, labels, spec.classes)
-    labels = targets.strata(labels)  # what the table holds and deals by: a class or a combination
     path = table_path(data_dir, config)
     if path.is_file():
         return _checked(read_table(path, k), ids, labels, path)
@@ -253,16 +249,18 @@ def read_table(path: Path, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _checked(stored, ids: np.ndarray, labels: np.ndarray, path: Path) -> FoldTable:
-    """The stored table, if it deals exactly these examples with these labels."""
+    """The stored table, if it deals exactly these examples with these labels (a file holds each
+    example's class, or its combination of labels: `targets.strata`), with the data's targets."""
     stored_ids, stored_labels, folds = stored
     order = np.argsort(ids, kind="stable")
-    if not (np.array_equal(stored_ids, ids[order]) and np.array_equal(stored_labels, labels[order])):
+    same_labels = np.array_equal(stored_labels, targets.strata(labels[order]))
+    if not (np.array_equal(stored_ids, ids[order]) and same_labels):
         raise PetalsError(
             f"{path}: a fold table of other data ({len(stored_ids)} examples; the data has {len(ids)}, "
             "other ids or labels): delete it to deal the folds again"
         )
     k, seed = _k_and_seed(path)
-    return FoldTable(stored_ids, stored_labels, folds, k, seed)
+    return FoldTable(stored_ids, labels[order], folds, k, seed)
 
 
 def _k_and_seed(path: Path) -> tuple[int, int]:
@@ -273,6 +271,6 @@ def _k_and_seed(path: Path) -> tuple[int, int]:
 def _write(path: Path, table: FoldTable) -> None:
     import pandas as pd
 
-    frame = pd.DataFrame({"id": table.ids, "label": table.labels, "fold": table.folds})
+    frame = pd.DataFrame({"id": table.ids, "label": targets.strata(table.labels), "fold": table.folds})
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, lambda tmp: frame.to_csv(tmp, index=False))

@@ -50,11 +50,15 @@ def strata(labels: np.ndarray) -> np.ndarray:
     return (labels.astype(np.int64) << np.arange(labels.shape[1], dtype=np.int64)).sum(axis=1)
 
 
-def stratum_name(stratum: int, classes: tuple[str, ...], rows: bool) -> str:
-    """A stratum as people read it: the class, or the labels of a combination joined by '+'."""
-    if not rows:
-        return classes[stratum]
-    return "+".join(c for k, c in enumerate(classes) if stratum >> k & 1) or "(no label)"
+def stratified(folding, labels: np.ndarray) -> list:
+    """`folding.split` (a scikit-learn StratifiedKFold) over the targets' strata: (kept, held) row
+    numbers per fold. A class or combination rarer than the folds is dealt as it comes, unwarned:
+    a combination of labels often is (the callers refuse a class rarer than the folds)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The least populated class", UserWarning)
+        return list(folding.split(np.zeros(len(labels)), strata(labels)))
 
 
 def dense_tf(labels, num_classes: int):

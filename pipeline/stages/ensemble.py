@@ -266,7 +266,7 @@ def group_metrics(spec, groups: list[Group], results: dict[str, BlendResult], ch
         "fold_weights": [[float(w) for w in weights] for weights in fold_weights] or None,
         "stack_c": chosen.c,
         "fold_c": chosen.fold_c,
-        "val_accuracy": float((chosen.oof.argmax(axis=1) == labels).mean()),
+        "val_accuracy": task_of(spec).scores(chosen.oof, labels)["accuracy"],
         "examples": len(labels),
         "folds": len(chosen.fold_scores),
         "fold_table": groups[0].info.get("fold_table"),

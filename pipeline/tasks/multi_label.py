@@ -31,7 +31,6 @@ class MultiLabel(Task):
         """What this task does not train yet, refused in one line before any work."""
         refused = {
             "train.logit_adjustment": config.train.logit_adjustment,  # a softmax's prior shift
-            "train.folds": config.train.folds,  # the fold table holds label combinations, not rows
             "train.pseudo_labels": config.train.pseudo_labels,  # pseudo-labels are argmax classes
         }
         for key, value in refused.items():
