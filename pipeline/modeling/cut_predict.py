@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline import networks
 from pipeline.core.rundir import RunDir
 from pipeline.modeling import feature_cache, features
 from pipeline.modeling.inference import Predictions, made_from
-from pipeline.tasks.competitions import task_of
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def test_through_cut(runs: list[RunDir], data_dir: Path, folder: Path, platform)
 
     config = runs[0].read_config()
     spec = load_spec(config.competition)
-    if not config.train.feature_cache or task_of(spec).modality != "image":
+    if not config.train.feature_cache or networks.get(config.model.backbone).reads_ids:
         return {}
     done: dict[int, Predictions] = {}
     rows, bottom = None, None

@@ -73,8 +73,8 @@ class Trainer:
         config, job = self.config, self.job
         keras.mixed_precision.set_global_policy(self.precision)
         keras.utils.set_random_seed(config.seed)
-        images = job.task.modality == "image"
-        self.text_inputs = None if images else self._text_inputs()
+        ids = networks.get(config.model.backbone).reads_ids  # token ids, or pixels
+        self.text_inputs = self._text_inputs() if ids else None
         with job.platform.scope():
             self.net = networks.build(
                 config,
@@ -83,8 +83,8 @@ class Trainer:
                 weights=config.model.weights,
                 # Texts train at one static batch (a TPU's shapes): the replica's under TensorFlow's
                 # strategies, the whole batch under JAX, whose jitted step sees the global array.
-                batch_size=None if images else self.static_batch,
-                vocabulary_size=None if images else self.text_inputs.vocabulary_size,
+                batch_size=self.static_batch if ids else None,
+                vocabulary_size=self.text_inputs.vocabulary_size if ids else None,
             )
             # With the feature cache, what trains is the part above the cut, on cached activations.
             self.cut = self._cut() if config.train.feature_cache else None
@@ -92,9 +92,9 @@ class Trainer:
                 self.net if self.cut is None else self.cut.top,
                 job.spec.num_classes,
                 config.augment,
-                augment_here=self.data_config.augment.where == "device" and images and self.cut is None,
+                augment_here=self.data_config.augment.where == "device" and not ids and self.cut is None,
                 shift_scale=datasets.shift_scale(config),
-                images=images,
+                images=not ids,
             )
             self.classifier.build(  # stateless calls need it built
                 networks.input_shape(config)

@@ -43,6 +43,10 @@ class Network(ABC):
     """One network of the registry: what it is, and how it is built, fed and kept."""
 
     modality: ClassVar[str]  # what it reads: "image" or "text"
+    # Its inputs are token ids: it trains at one static batch (a TPU's shapes), its run keeps the
+    # tokenization, and its ids reach it as they are; pixels are cast to float32 and may be
+    # augmented on the device, inside the training step.
+    reads_ids: ClassVar[bool] = False
     name: str
     preprocess: str  # how its inputs are prepared: a pixel scaling, or how texts become ids
     weights: tuple[str, ...]  # pretrained weights it can load

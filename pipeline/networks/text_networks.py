@@ -30,6 +30,7 @@ class TextNetwork(Network):
     """One text network: it reads token ids, as many texts an example as it says."""
 
     modality: ClassVar[str] = "text"
+    reads_ids: ClassVar[bool] = True
     backends: ClassVar[tuple[str, ...]] = ("tensorflow", "jax")
     reads_pairs: ClassVar[bool] = False  # two texts an example (premise, hypothesis)
     has_backbone: ClassVar[bool] = False  # a pretrained part, one layer a frozen warm-up freezes
