@@ -82,23 +82,39 @@ def setup(opts: CVOptions) -> Setup:
 
 def assemble(found: Setup, opts: CVOptions) -> dict | None:
     """The group's out-of-fold predictions, scores and leaderboard row from its finished folds."""
-    import pandas as pd
-
-    from pipeline.cv.group import (
-        KIND,
-        check_dealt,
-        cv_epoch,
-        last_scores,
-        out_of_fold,
-        score_at_epoch,
-        scores,
-    )
+    from pipeline.cv.group import check_dealt, out_of_fold
     from pipeline.cv.held import held_predictions  # saved ones for a fold whose weights stayed away
-    from pipeline.runs import leaderboard
 
     runs = {fold: found.fold_run(fold) for fold in range(opts.folds)}
-    finished = {fold: run for fold, run in runs.items() if run.finished}
     _write_group(found, runs)
+    if not _all_finished(found, opts, runs):
+        return None
+    for fold, run in runs.items():
+        check_dealt(run, fold, found.table)
+    held = {
+        fold: held_predictions(run, opts.data_dir, "val", opts.tta, found.platform)
+        for fold, run in runs.items()
+    }
+    oof = out_of_fold(found.table, held)
+    metrics = _group_metrics(found, opts, runs, oof)
+    if not found.platform.hosts.writer:
+        return metrics
+    oof.save(found.group.predictions("oof"))
+    found.group.write_json(RunDir.METRICS, metrics)
+    # Every fold is trained: the pooled activations are done with (CHOOSE: once every candidate is,
+    # since the next candidate may cut the network where this one did).
+    if found.config.train.feature_cache and not opts.choose:
+        from pipeline.modeling import features
+
+        features.remove_shared(opts.runs_dir, found.table, found.config)
+    _board_row(found, opts, runs, metrics)
+    log.info("cv: %s", summary_line(found.group.name, found.spec, metrics))
+    return metrics
+
+
+def _all_finished(found: Setup, opts: CVOptions, runs: dict) -> bool:
+    """Whether every fold is finished; else one line naming those missing and how to train them."""
+    finished = [fold for fold, run in runs.items() if run.finished]
     absent = [fold for fold in runs if fold not in finished]
     if absent:
         log.info(
@@ -110,21 +126,21 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
             opts.folds,
             ",".join(map(str, absent)),
         )
-        return None
-    for fold, run in runs.items():
-        check_dealt(run, fold, found.table)
-    held = {
-        fold: held_predictions(run, opts.data_dir, "val", opts.tta, found.platform)
-        for fold, run in runs.items()
-    }
-    oof = out_of_fold(found.table, held)
+    return not absent
+
+
+def _group_metrics(found: Setup, opts: CVOptions, runs: dict, oof) -> dict:
+    """The group's metrics.json: the out-of-fold scores, each fold's, and the epoch CV chose."""
+    import pandas as pd
+
+    from pipeline.cv.group import KIND, cv_epoch, last_scores, score_at_epoch, scores
+
     spec, key = found.spec, found.spec.score_key
     judged = scores(spec, found.table, oof)
     histories = [pd.read_csv(run.history_file) for run in runs.values()]
     fold_metrics = [run.metrics() for run in runs.values()]
     chosen = cv_epoch(histories, key, spec.metric.greater_is_better)
-    last = last_scores(histories, key)
-    metrics = {
+    return {
         "kind": KIND,
         "metric": spec.metric.name,
         key: judged["cv_score"],  # the board's score column: the CV score
@@ -138,42 +154,38 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
         "cv_epoch": chosen,
         "fold_mean_at_cv_epoch": score_at_epoch(histories, key, chosen),
         "best_epochs": [m.get("best_epoch") for m in fold_metrics],
-        "fold_scores_last": last,  # each fold at its schedule's end: nothing chosen on its val rows
+        # each fold at its schedule's end: nothing chosen on its val rows
+        "fold_scores_last": last_scores(histories, key),
         "fold_runs": {str(fold): run.name for fold, run in runs.items()},
         "recipe": found.config.recipe,
         "backbone": found.config.model.backbone,
         "epochs": found.config.train.epochs,
         "train_seconds": float(sum(m.get("train_seconds", 0.0) for m in fold_metrics)),
     }
-    if not found.platform.hosts.writer:
-        return metrics
-    oof.save(found.group.predictions("oof"))
-    found.group.write_json(RunDir.METRICS, metrics)
-    # Every fold is trained: the pooled activations are done with (CHOOSE: once every candidate is,
-    # since the next candidate may cut the network where this one did).
-    if found.config.train.feature_cache and not opts.choose:
-        from pipeline.modeling import features
 
-        features.remove_shared(opts.runs_dir, found.table, found.config)
-    first = runs[0]
+
+def _board_row(found: Setup, opts: CVOptions, runs: dict, metrics: dict) -> None:
+    """The group's row on the offline leaderboard."""
+    from pipeline.cv.group import KIND
+    from pipeline.runs import leaderboard
+
+    key = found.spec.score_key
     leaderboard.update(
-        leaderboard.board_file(opts.submissions_dir, spec.name),
+        leaderboard.board_file(opts.submissions_dir, found.spec.name),
         found.group.name,
         **{
-            **leaderboard.run_fields(first),
+            **leaderboard.run_fields(runs[0]),
             "kind": KIND,
             "train_seconds": round(metrics["train_seconds"], 1),
         },
         time=leaderboard.now(),
         members=f"{opts.folds} folds: " + " ".join(r.name for r in runs.values()),
-        **{key: round(judged["cv_score"], 5), "val_accuracy": round(judged["cv_accuracy"], 5)},
-        cv_score=round(judged["cv_score"], 5),
-        cv_spread=round(judged["fold_std"], 5),
+        **{key: round(metrics["cv_score"], 5), "val_accuracy": round(metrics["cv_accuracy"], 5)},
+        cv_score=round(metrics["cv_score"], 5),
+        cv_spread=round(metrics["fold_std"], 5),
         folds=opts.folds,
         tta=opts.tta,
     )
-    log.info("cv: %s", summary_line(found.group.name, spec, metrics))
-    return metrics
 
 
 def summary_line(name: str, spec, metrics: dict) -> str:

@@ -116,15 +116,53 @@ def chosen_method(opts: EnsembleOptions) -> str:
 
 def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
     """Blend single runs on their val split (the weights searched there when `search`)."""
-    from competition import load_spec
     from pipeline.core import device
-    from pipeline.core.rundir import finished_run
-    from pipeline.modeling.inference import check_same_data, predict_split
-    from pipeline.runs import leaderboard
-    from pipeline.runs.submission_files import write_submission
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
+    spec, manifest, run_dirs, val, test = _members(opts, platform)
+    weights = np.ones(len(run_dirs)) if opts.weights is None else np.asarray(opts.weights, float)
+    weights = weights / weights.sum()
+    metric = spec.metric
+    if search:  # the very weights whose blend it scored, so the reported score is that one
+        weights = search_weights([v.probabilities for v in val], val[0].labels, weights, metric)
+    members = {d.name: metric.score(v.labels, v.probabilities) for d, v in zip(run_dirs, val, strict=True)}
+    val_blend = Predictions(val[0].ids, blend([v.probabilities for v in val], weights), val[0].labels)
+    test_blend = Predictions(test[0].ids, blend([t.probabilities for t in test], weights))
+    score = metric.score(val_blend.labels, val_blend.probabilities)
+    accuracy = task_of(spec).scores(val_blend.probabilities, val_blend.labels)["accuracy"]
+    name = opts.name or ensemble_id([d.name for d in run_dirs], weights)
+    described = " ".join(f"{d.name}:{w:.3f}" for d, w in zip(run_dirs, weights, strict=True))
+    path = _write_run_blend(
+        opts, spec, manifest, name, val_blend, test_blend,
+        metrics={
+            "kind": "ensemble",
+            "members": {d.name: float(w) for d, w in zip(run_dirs, weights, strict=True)},
+            "metric": metric.name,
+            f"member_{spec.score_key}": members,
+            "weights_searched_on_val": search,
+            "judged": "on val, the rows the weights were searched on" if search else "on val",
+            spec.score_key: score,
+            "val_accuracy": accuracy,
+            "images": len(val_blend.ids),
+        },
+        described=described + (" (searched on val: scored on the same rows)" if search else ""),
+    )  # fmt: skip
+    best_member = (max if metric.greater_is_better else min)(members.values())
+    print(
+        f"{name}: val {metric.title} {score:.4f} (best member {best_member:.4f}), accuracy {accuracy:.4f}; "
+        f"weights {described}{SEARCHED if search else ''} -> {path}"
+    )
+    return path
+
+
+def _members(opts: EnsembleOptions, platform):
+    """The runs' competition, data manifest and run dirs, and their val and test predictions, each
+    split aligned on the same ids; runs of two competitions or of other data are refused."""
+    from competition import load_spec
+    from pipeline.core.rundir import finished_run
+    from pipeline.modeling.inference import check_same_data, predict_split
+
     run_dirs = [finished_run(opts.runs_dir, name) for name in opts.runs]
     competitions = {run.competition() for run in run_dirs}
     if len(competitions) > 1:
@@ -137,50 +175,25 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
         check_same_data(run_dir, opts.data_dir)
     val = [predict_split(d, opts.data_dir, "val", opts.tta, platform) for d in run_dirs]
     test = [predict_split(d, opts.data_dir, "test", opts.tta, platform) for d in run_dirs]
-    val = aligned(val, run_dirs, "val")
-    test = aligned(test, run_dirs, "test")
+    return spec, manifest, run_dirs, aligned(val, run_dirs, "val"), aligned(test, run_dirs, "test")
 
-    weights = np.ones(len(run_dirs)) if opts.weights is None else np.asarray(opts.weights, float)
-    weights = weights / weights.sum()
-    metric, key = spec.metric, spec.score_key
-    if search:  # the very weights whose blend it scored, so the reported score is that one
-        weights = search_weights([v.probabilities for v in val], val[0].labels, weights, metric)
-    members = {d.name: metric.score(v.labels, v.probabilities) for d, v in zip(run_dirs, val, strict=True)}
-    val_blend = Predictions(val[0].ids, blend([v.probabilities for v in val], weights), val[0].labels)
-    test_blend = Predictions(test[0].ids, blend([t.probabilities for t in test], weights))
-    score = metric.score(val_blend.labels, val_blend.probabilities)
-    accuracy = task_of(spec).scores(val_blend.probabilities, val_blend.labels)["accuracy"]
 
-    name = opts.name or ensemble_id([d.name for d in run_dirs], weights)
+def _write_run_blend(
+    opts, spec, manifest, name, val_blend, test_blend, metrics: dict, described: str
+) -> Path:
+    """The blend's run dir (its predictions and metrics), its submission and its leaderboard row."""
+    from pipeline.runs import leaderboard
+    from pipeline.runs.submission_files import write_submission
+
     out = RunDir(opts.runs_dir / name)
     out.path.mkdir(parents=True, exist_ok=True)
     val_blend.save(out.predictions("val"))
     test_blend.save(out.predictions("test"))
-    described = " ".join(f"{d.name}:{w:.3f}" for d, w in zip(run_dirs, weights, strict=True))
-    out.write_json(
-        RunDir.METRICS,
-        {
-            "kind": "ensemble",
-            "members": {d.name: float(w) for d, w in zip(run_dirs, weights, strict=True)},
-            "metric": metric.name,
-            f"member_{key}": members,
-            "weights_searched_on_val": search,
-            "judged": "on val, the rows the weights were searched on" if search else "on val",
-            key: score,
-            "val_accuracy": accuracy,
-            "images": len(val_blend.ids),
-        },
-    )
+    out.write_json(RunDir.METRICS, metrics)
+    key, score = spec.score_key, metrics[spec.score_key]
+    values = task_of(spec).submission_values(test_blend.probabilities, spec, val_blend)
     path = write_submission(
-        opts.submissions_dir,
-        name,
-        test_blend.ids,
-        task_of(spec).submission_values(test_blend.probabilities, spec, val_blend),
-        spec,
-        opts.data_dir,
-        manifest,
-        score,
-        out.path,
+        opts.submissions_dir, name, test_blend.ids, values, spec, opts.data_dir, manifest, score, out.path
     )
     leaderboard.update(
         leaderboard.board_file(opts.submissions_dir, spec.name),
@@ -190,14 +203,12 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
         competition=spec.name,
         data_source=manifest.get("source"),
         data_fingerprint=manifest.get("fingerprint"),
-        members=described + (" (searched on val: scored on the same rows)" if search else ""),
-        **{"val_accuracy": round(accuracy, 5), key: round(score, 5)},  # one column for accuracy
+        members=described,
+        **{
+            "val_accuracy": round(metrics["val_accuracy"], 5),
+            key: round(score, 5),
+        },  # one column for accuracy
         submission=str(path),
-    )
-    best_member = (max if metric.greater_is_better else min)(members.values())
-    print(
-        f"{name}: val {metric.title} {score:.4f} (best member {best_member:.4f}), accuracy {accuracy:.4f}; "
-        f"weights {described}{SEARCHED if search else ''} -> {path}"
     )
     return path
 
