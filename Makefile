@@ -272,9 +272,12 @@ test: $(STAMP) ## run the test suite (what CI runs), all but the heavy tier
 # beside other work: 33 s alone, 300 s beside another worker; the two backends training side by
 # side), a JAX process compiling a whole network (ImageNet convnets, the text networks: JAX runs
 # them at a quarter of TensorFlow's speed on this CPU; the fault suite's JAX stop and resume of
-# both loops stays in `make test`), and the registry sweep's larger siblings (B1-B7, V2-B1..L:
-# their smallest builds in `make test`).
-test-heavy: $(STAMP) ## the heavy tier: 8-replica runs, backends side by side, the whole registry; one at a time (CI runs it too)
+# both loops stays in `make test`), the registry sweep's larger siblings (B1-B7, V2-B1..L:
+# their smallest builds in `make test`), and the longest chains: the main job through make, CV's
+# choice, folds trained in two processes, faults that stop a run mid-way (the disk filling, files
+# vanishing, SIGTERM), which kept `make test` near 10 minutes; each competition's learning check
+# stays in `make test`.
+test-heavy: $(STAMP) ## the heavy tier: 8-replica runs, backends side by side, the whole registry, the longest chains; one at a time (CI runs it too)
 	$(PY) -m pytest -m heavy $(PYTEST_ARGS)
 
 test-fast: $(STAMP) ## the inner loop: every test that trains nothing (pytest -m "not slow")

@@ -79,7 +79,7 @@ class Metric:
     def score_decided(self, labels: np.ndarray, decided: np.ndarray) -> float:
         """The metric of decided rows of labels [n, classes] against the true rows."""
         if self.reads != "labels":
-            raise ValueError(f"{self.name} scores probabilities, not decided rows of labels")
+            raise ValueError(f"{self.name} reads {self.reads}es, not decided rows of labels")
         return self._fn((np.asarray(labels) > 0.5).astype(np.int32), decided)
 
     def better(self, a: float, b: float) -> bool:

@@ -218,6 +218,7 @@ def test_each_competition_has_its_own_cpu_and_tpu_recipes():
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
 def test_a_kernel_for_a_table_competition_fetches_its_kaggle_mount_and_writes_a_valid_submission(tmp_path):
     """The imdb kernel, run outside the repo as Kaggle would: the competition mounted under
     input/<slug>/ as the download holds it (each table zipped again), fetched, trained, scored."""

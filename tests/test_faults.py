@@ -283,6 +283,7 @@ def test_a_stop_mid_epoch_saves_the_step_and_the_rerun_finishes_the_epoch(cpu, t
     assert np.isfinite(history["loss"]).all() and 0 <= history["accuracy"].min() <= 1
 
 
+@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
 def test_sigterm_saves_a_checkpoint_at_the_step_and_exits_75(tiny_data_dir, tmp_path):
     args = _train_args(
         tiny_data_dir,
@@ -395,6 +396,7 @@ needs_namespaces = pytest.mark.skipif(not namespaces_work(), reason="no user and
 
 
 @needs_namespaces
+@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
 def test_a_full_disk_mid_run_is_one_line_leaves_no_partial_and_the_rerun_resumes(tiny_data_dir, tmp_path):
     """The runs dir on a 32 MiB tmpfs that is filled up as soon as the first checkpoint is written."""
     args = _train_args(
@@ -530,6 +532,7 @@ def test_a_data_dir_this_user_may_not_write_is_one_line(tmp_path):
         shutil.rmtree(shared, ignore_errors=True)
 
 
+@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
 def test_data_files_that_vanish_mid_run_are_named_and_the_rerun_resumes(
     tiny_data_dir, tmp_path, capsys, caplog, monkeypatch
 ):
@@ -597,6 +600,7 @@ def undisturbed_fetch(tmp_path_factory, spec) -> str:
 
 
 @pytest.mark.parametrize("seed", seeds())
+@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
 def test_a_fetch_killed_at_a_random_moment_reruns_to_the_same_data(tmp_path, seed, undisturbed_fetch):
     data_dir = tmp_path / "data"
     command = _cli(*_tiny_fetch(data_dir))
@@ -755,6 +759,7 @@ def test_the_half_written_files_of_a_killed_run_go_when_its_rerun_takes_the_lock
 
 
 @pytest.mark.parametrize("seed", seeds())
+@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
 def test_a_train_killed_at_a_random_moment_resumes_from_its_last_epoch(tiny_data_dir, tmp_path, seed):
     overrides = ["train.epochs=4", "train.steps_per_epoch=10", "train.lr_ramp_epochs=2"]
     args = _train_args(
@@ -790,6 +795,7 @@ def test_a_train_killed_at_a_random_moment_resumes_from_its_last_epoch(tiny_data
 
 
 @pytest.mark.parametrize("seed", seeds())
+@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
 def test_a_predict_killed_at_a_random_moment_reruns_to_the_same_csv(tiny_runs, tiny_data_dir, tmp_path, seed):
     def fresh_run(name: str) -> Path:
         run = Path(shutil.copytree(tiny_runs[0], tmp_path / name))

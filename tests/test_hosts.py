@@ -137,7 +137,8 @@ def _kill_process_1(tiny_data_dir, runs, logs, engine: str) -> int:
 
 
 @pytest.mark.slow  # it trains: make test, not test-fast
-@pytest.mark.parametrize("engine", ["jax", pytest.param("tensorflow", marks=pytest.mark.heavy)])
+@pytest.mark.parametrize("engine", ["jax", "tensorflow"])
+@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
 def test_two_processes_train_as_one_a_killed_one_ends_the_job_in_one_line_and_the_rerun_resumes(
     tiny_data_dir, tmp_path, engine
 ):
@@ -306,6 +307,7 @@ def test_a_stages_one_line_error_in_a_process_is_the_launchs_last_line(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
 def test_a_killed_tensorflow_worker_ends_the_job_in_one_line(tiny_data_dir, tmp_path):
     """TF_CONFIG workers: the survivor fails within 0.1 s of losing its peer, in the same poll of
     the launcher; the launcher still names the killed one. (The rerun: the heavy tier, above.)"""

@@ -99,7 +99,7 @@ def check_inputs(
         shapes = [np.shape(m) for m in members]
         raise PetalsError(f"blend: the members' OOF probabilities differ in shape {shapes}")
     n, classes = shape
-    if np.ndim(labels) == 2:  # its stacker is a softmax over classes; the weights would do, not it
+    if np.ndim(labels) == 2:  # rows of labels: not served yet (the stacker is a softmax over classes)
         raise PetalsError(
             "blend: rows of labels (several labels an example): CV groups of one class an example only"
         )

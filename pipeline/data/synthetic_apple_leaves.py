@@ -179,7 +179,8 @@ def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int
     ids = list(dict.fromkeys(ids))[:total]  # distinct, as Kaggle's are
     strings = list(STRINGS)
     drawn = rng.choice(len(strings), counts["train"], p=SHARES)
-    drawn[: len(strings)] = np.arange(len(strings))  # every string at least once, however small
+    first = min(len(strings), len(drawn))
+    drawn[:first] = np.arange(first)  # every string at least once, however small (room allowing)
     names = {}
     for split, count, offset in (("train", counts["train"], 0), ("test", counts["test"], counts["train"])):
         folder = out_dir / splits[split].folder

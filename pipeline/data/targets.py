@@ -23,8 +23,8 @@ def padding(labels: np.ndarray, count: int) -> np.ndarray:
 
 def real(labels: np.ndarray) -> np.ndarray:
     """True for the rows of a batch of targets that are examples, not padding."""
-    labels = np.asarray(labels)
-    return (labels != PAD_LABEL).reshape(len(labels), -1).any(axis=1)
+    real = np.asarray(labels) != PAD_LABEL
+    return real if real.ndim == 1 else real.any(axis=1)
 
 
 def class_counts(labels: np.ndarray, num_classes: int) -> np.ndarray:

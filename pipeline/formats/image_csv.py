@@ -55,6 +55,11 @@ class ImageCsv(ImageFiles):
                 raise ValueError(
                     f"[data.image_csv.{split}] labels_are {own.labels_are!r} is not one of: {known}"
                 )
+        read = {own.labels_are for own in layout.splits.values() if own.labels is not None}
+        if len(read) > 1:  # one way to read a label, whichever split it is in
+            raise ValueError(
+                f"[data.image_csv] the labelled splits read labels as {' and '.join(sorted(read))}"
+            )
         return layout
 
     def label_rank(self, layout: ImageCsvLayout) -> int:

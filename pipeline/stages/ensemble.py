@@ -135,6 +135,7 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
     described = " ".join(f"{d.name}:{w:.3f}" for d, w in zip(run_dirs, weights, strict=True))
     path = _write_run_blend(
         opts, spec, manifest, name, val_blend, test_blend,
+        score,
         metrics={
             "kind": "ensemble",
             "members": {d.name: float(w) for d, w in zip(run_dirs, weights, strict=True)},
@@ -179,7 +180,7 @@ def _members(opts: EnsembleOptions, platform):
 
 
 def _write_run_blend(
-    opts, spec, manifest, name, val_blend, test_blend, metrics: dict, described: str
+    opts, spec, manifest, name, val_blend, test_blend, score: float, metrics: dict, described: str
 ) -> Path:
     """The blend's run dir (its predictions and metrics), its submission and its leaderboard row."""
     from pipeline.runs import leaderboard
@@ -190,7 +191,7 @@ def _write_run_blend(
     val_blend.save(out.predictions("val"))
     test_blend.save(out.predictions("test"))
     out.write_json(RunDir.METRICS, metrics)
-    key, score = spec.score_key, metrics[spec.score_key]
+    key = spec.score_key
     values = task_of(spec).submission_values(test_blend.probabilities, spec, val_blend)
     path = write_submission(
         opts.submissions_dir, name, test_blend.ids, values, spec, opts.data_dir, manifest, score, out.path

@@ -68,6 +68,9 @@ def load_competition(name: str) -> CompetitionSpec:
                     f"task {task.name} writes a submission's {' or '.join(task.submission_kinds)}, "
                     f"not {spec.submission_value}"
                 )
+            if (spec.metric.reads == "labels") != (task.label_rank == 1):
+                reads = "rows of labels" if spec.metric.reads == "labels" else "one class an example"
+                raise ValueError(f"metric {spec.metric.name} scores {reads}; task {task.name} does not")
             task.check_spec(spec)
         except ValueError as err:
             raise ValueError(f"{where}: {err}") from None

@@ -5,8 +5,8 @@ through a sigmoid each, the loss is binary cross-entropy (label-smoothed), and a
 lists the labels whose probability clears that label's threshold, separated by spaces, the way
 Kaggle's multi-label competitions take them (Plant Pathology 2021's `scab frog_eye_leaf_spot`).
 
-The thresholds are chosen on the val predictions (`multi_label_decision.py`), never on the rows
-they are judged on: evaluate reports them cross-fitted over two halves of val.
+The thresholds are chosen on the val predictions (`multi_label_decision.py`, out of fold under
+CV); evaluate judges them cross-fitted, each half of val decided by thresholds chosen on the other.
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ class MultiLabel(Task):
         refused = {
             "train.logit_adjustment": config.train.logit_adjustment,  # a softmax's prior shift
             "train.pseudo_labels": config.train.pseudo_labels,  # pseudo-labels are argmax classes
+            # no val split to choose the thresholds on (a refit, REFIT=1, trains on everything)
+            "train.merge_val": config.train.merge_val,
         }
         for key, value in refused.items():
             if value:

@@ -1,7 +1,8 @@
 """What evaluate reports of a multi-label run's val predictions: per label, the threshold chosen on
-val and scikit-learn's precision, recall, F1 and support at it; the competition's metric with
-those thresholds, cross-fitted over two halves of val so no row judges the thresholds it chose;
-and micro F1 beside it (`MultiLabel.evaluate`)."""
+all of val (what the submission uses), and scikit-learn's precision, recall, F1 and support of
+decisions cross-fitted over two halves of val (each half decided by the other half's thresholds),
+so no row judges a threshold it chose; the competition's metric over those decisions; and micro
+F1 at 0.5 beside it (`MultiLabel.evaluate`)."""
 
 from __future__ import annotations
 
@@ -19,16 +20,14 @@ def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec) -> Evaluatio
 
     truth = (np.asarray(labels) > 0.5).astype(np.int32)
     decision = multi_label_decision.choose(truth, probabilities)
-    decided = multi_label_decision.decide(probabilities, decision)
-    per_label = per_label_table(truth, decided, decision["thresholds"], spec.classes)
+    judged = multi_label_decision.cross_fitted(truth, probabilities)
+    per_label = per_label_table(truth, judged, decision["thresholds"], spec.classes)
     at_half = (probabilities >= 0.5).astype(np.int32)
     fields = {
         "val_accuracy": float((at_half == truth).mean()),  # labels decided right at 0.5
         "thresholds": dict(zip(spec.classes, decision["thresholds"], strict=True)),
         "fill_empty": decision["fill_empty"],
-        f"{spec.score_key}_thresholded": multi_label_decision.cross_fitted(
-            truth, probabilities, spec.metric.score_decided
-        ),
+        f"{spec.score_key}_thresholded": spec.metric.score_decided(truth, judged),
         "val_micro_f1": float(f1_score(truth, at_half, average="micro", zero_division=0)),
         "worst_classes": per_label.nsmallest(3, "f1")["class"].tolist(),
     }
