@@ -260,3 +260,40 @@ def test_folds_deal_by_label_string_and_the_submission_thresholds_are_chosen_out
     )
     written = pd.read_csv(path, dtype=str, keep_default_na=False).set_index("image")["labels"]
     assert [written[i] for i in test.ids] == TASK.submission_column(decided, SPEC)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("backend", "loop"),
+    [
+        ("tensorflow", "custom"),
+        pytest.param("jax", "fit", marks=pytest.mark.heavy),
+        pytest.param("jax", "custom", marks=pytest.mark.heavy),
+    ],
+)
+def test_rows_of_labels_train_in_every_loop_on_both_backends(leaves, tmp_path, backend, loop):
+    """Rows of labels through the custom loops and Keras on JAX (fit on TensorFlow trains in the
+    tests above), MixUp's soft rows on the device where TensorFlow augments there."""
+    from tests.conftest import run_python
+
+    where = "device" if backend == "tensorflow" else "host"
+    overrides = [f"competition={SPEC.name}", "model.backbone=cnn", "data.image_size=32", "data.batch_size=8",
+                 "train.epochs=2", "train.steps_per_epoch=3", f"train.loop={loop}", f"augment.where={where}",
+                 "augment.mixup=0.2"]  # fmt: skip
+    done = run_python(
+        f"""
+        from pathlib import Path
+        from pipeline import api
+        options = api.TrainOptions(data_dir=Path({str(leaves)!r}), overrides={overrides!r},
+                                   runs_dir=Path({str(tmp_path)!r}), strategy="cpu", recipe="default",
+                                   backend={backend!r})
+        metrics = api.train(options)
+        print(metrics["val_mean_f1"], metrics["val_accuracy"])
+        """
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    score, accuracy = map(float, done.stdout.split()[-2:])
+    assert 0.0 <= score <= 1.0 and 0.0 < accuracy <= 1.0
+    [run] = list(tmp_path.iterdir())
+    history = pd.read_csv(run / "history.csv")
+    assert history["epoch"].tolist() == [1, 2] and np.isfinite(history["loss"]).all()
