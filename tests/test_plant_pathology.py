@@ -87,27 +87,27 @@ def test_the_val_split_is_stratified_by_combination_and_never_trained_on(leaves)
     assert held.labels.sum(axis=0).min() >= 1  # every label in val, however rare
 
 
-def test_a_single_label_task_refuses_lists_of_labels_in_one_line(tmp_path):
+@pytest.mark.parametrize(
+    ("edit", "refused"),
+    [
+        (
+            ('"multi_label_image_classification"', '"image_classification"'),
+            "task image_classification reads one class an example; the data's labels give several",
+        ),
+        (
+            ('metric = "mean_f1"', 'metric = "macro_f1"'),
+            "metric macro_f1 scores one class an example; task multi_label_image_classification does not",
+        ),
+    ],
+)
+def test_a_task_or_metric_of_one_class_an_example_is_refused_for_rows_of_labels_in_one_line(
+    tmp_path, edit, refused
+):
     folder = tmp_path / "pp"
     shutil.copytree(SPEC_DIR / SPEC.name, folder)
     toml = folder / "competition.toml"
-    toml.write_text(toml.read_text().replace('"multi_label_image_classification"', '"image_classification"'))
-    with pytest.raises(
-        PetalsError,
-        match="task image_classification reads one class an example; the data's labels give several",
-    ):
-        load_competition(str(toml))
-
-
-def test_a_metric_of_one_class_an_example_is_refused_for_rows_of_labels_in_one_line(tmp_path):
-    folder = tmp_path / "pp"
-    shutil.copytree(SPEC_DIR / SPEC.name, folder)
-    toml = folder / "competition.toml"
-    toml.write_text(toml.read_text().replace('metric = "mean_f1"', 'metric = "macro_f1"'))
-    with pytest.raises(
-        PetalsError,
-        match="metric macro_f1 scores one class an example; task multi_label_image_classification does not",
-    ):
+    toml.write_text(toml.read_text().replace(*edit))
+    with pytest.raises(PetalsError, match=refused):
         load_competition(str(toml))
 
 
