@@ -87,6 +87,11 @@ class CompetitionSpec:
         return f"val_{self.metric.name}"
 
     @property
+    def resolutions(self) -> tuple[int, ...]:
+        """The image sizes the data comes at (TFRecord shards); empty where any size is read."""
+        return self.format.resolutions(self.layout)
+
+    @property
     def records(self) -> RecordLayout:
         """The TFRecord layout; ValueError for a competition of another kind."""
         return self._layout(RecordLayout)

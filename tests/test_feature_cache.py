@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from pipeline.core.errors import Preempted
-from pipeline.data import splits
+from pipeline.data import readers, splits
 from pipeline.data.manifest import locate_data
 from pipeline.modeling import feature_cache, features, preemption
 from pipeline.networks import registry
@@ -223,7 +223,7 @@ def test_two_fold_runs_train_on_one_pooled_cache_that_outlives_them(cpu, data_di
 def test_a_cut_of_another_model_built_in_the_same_process_reads_the_same_rows(spec):
     """The folds of a group train one after another in one process, where Keras numbers the layer
     names of each new model (`global_max_pooling2d_1`): the pooled cache must not see it."""
-    config, split = fold_config(0), splits.RecordSplit([], spec, TINY_SIZE, only=np.array(["a"]))
+    config, split = fold_config(0), readers.RecordSplit([], spec, TINY_SIZE, only=np.array(["a"]))
     cuts = [
         features.cut(registry.build_classifier("cnn", TINY_SIZE, spec.num_classes), 4, True) for _ in range(2)
     ]

@@ -107,7 +107,7 @@ def test_interrupted_fetch_leaves_the_data_dir_as_it_was(tmp_path, spec, no_cred
     def broken_verify(*args, **kwargs):
         raise KeyboardInterrupt  # as if the user pressed Ctrl-C during verification
 
-    monkeypatch.setattr(fetch_stage, "verify_layout", broken_verify)
+    monkeypatch.setattr(layout, "verify_layout", broken_verify)
     with pytest.raises(KeyboardInterrupt):
         fetch(replace(options, force=True, seed=3), spec)
     assert json.loads((tmp_path / "data" / "manifest.json").read_text()) == first

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from competition import load_spec
-from pipeline.data import file_examples
+from pipeline.data import file_examples, splits
 from pipeline.stages.fetch import FetchOptions, fetch
 
 
@@ -43,14 +43,14 @@ def test_a_table_split_keeps_its_texts_exactly_and_pairs_stay_pairs(fetched):
 
 def test_the_held_out_val_fold_is_stratified_fixed_and_disjoint(fetched):
     train = file_examples.examples(fetched["watson"], load_spec("watson"), "train")
-    kept, val = file_examples.fold_split(train, 5, 0)
+    kept, val = (train.take(rows) for rows in splits.held_out(train.labels, 5, 0))
     assert len(kept) + len(val) == len(train) and not set(kept.ids) & set(val.ids)
     for label in range(3):  # a fifth of each class
         assert abs(np.sum(val.labels == label) - 0.2 * np.sum(train.labels == label)) <= 1
-    again, _ = file_examples.fold_split(train, 5, 0)
-    _, other_val = file_examples.fold_split(train, 5, 1)
-    assert again.ids.tolist() == kept.ids.tolist() and not set(val.ids) & set(other_val.ids)
-    held = np.concatenate([file_examples.fold_split(train, 5, k)[1].ids for k in range(5)])
+    again, _ = splits.held_out(train.labels, 5, 0)
+    _, other_val = splits.held_out(train.labels, 5, 1)
+    assert train.ids[again].tolist() == kept.ids.tolist() and not set(val.ids) & set(train.ids[other_val])
+    held = np.concatenate([train.ids[splits.held_out(train.labels, 5, k)[1]] for k in range(5)])
     assert sorted(held) == sorted(train.ids)  # the folds cover train once
 
 

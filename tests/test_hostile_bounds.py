@@ -116,7 +116,7 @@ def test_an_image_put_in_the_data_dir_after_fetch_is_named_before_it_is_decoded(
     """tf.data reads each header before decoding: a file added since fetch verified the data dir
     stops the stage in one line (or is skipped with data.skip_bad_records)."""
     from pipeline.data import file_examples
-    from pipeline.data.splits import FileSplit
+    from pipeline.data.readers import FileSplit
     from pipeline.formats.base import Examples
 
     (tmp_path / "ok.jpg").write_bytes(_jpeg())

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from competition import load_spec
-from pipeline.data import datasets, file_examples, records, splits, synthetic
+from pipeline.data import datasets, file_examples, readers, records, synthetic
 from pipeline.tasks.recipe_config import load_config
 
 EXAMPLES = 40
@@ -76,7 +76,7 @@ def test_a_competitions_augmented_training_batches_keep_labels(photo_examples):
     )  # fmt: skip
     spec = load_spec("dogs-vs-cats")
     assert config.data.cache  # the recipe caches: the path the bug was on
-    split = splits.FileSplit(photo_examples, spec)
+    split = readers.FileSplit(photo_examples, spec)
     for images, labels in split.train_dataset(config, 8).take(10):
         assert _decoded_index(images.numpy()).tolist() == labels.numpy().tolist()
 

@@ -15,7 +15,7 @@ from competition import load_spec
 from competition.spec import SPEC_DIR
 from competition.submission import SubmissionError
 from pipeline.core.errors import PetalsError
-from pipeline.data import file_examples
+from pipeline.data import file_examples, splits
 from pipeline.stages.fetch import FetchOptions, fetch
 from pipeline.tasks import get_task, multi_label_decision
 from pipeline.tasks.competitions import check_network, check_submission, load_competition
@@ -82,7 +82,7 @@ def test_a_label_that_is_not_one_of_the_six_is_named_in_one_line(leaves, tmp_pat
 
 def test_the_val_split_is_stratified_by_combination_and_never_trained_on(leaves):
     train = file_examples.examples(leaves, SPEC, "train")
-    kept, held = file_examples.fold_split(train, 5, 0)
+    kept, held = (train.take(rows) for rows in splits.held_out(train.labels, 5, 0))
     assert not set(kept.ids) & set(held.ids) and len(kept) + len(held) == len(train)
     assert held.labels.sum(axis=0).min() >= 1  # every label in val, however rare
 

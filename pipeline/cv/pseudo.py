@@ -144,22 +144,12 @@ def for_fold(runs_dir: Path, config: Config, table: FoldTable, manifest: dict, l
 
 def attached(train, pseudo: PseudoLabels, root: str, spec: CompetitionSpec, config: Config):
     """A fold's training part (a `Split`) that also trains on the pseudo-labelled test examples."""
-    from pipeline.data import datasets, file_examples
-    from pipeline.data.pseudo_records import PseudoRecords
+    from pipeline.data.readers import reader_for
 
     if not len(pseudo):
         return train
-    if spec.format.sharded:
-        size = config.data.image_size
-        files = datasets.shard_files(root, spec, size, "test")
-        return replace(train, pseudo=PseudoRecords(files, spec, size, pseudo.ids, pseudo.labels))
-    test = file_examples.examples(Path(root), spec, "test")
-    position = {key: i for i, key in enumerate(test.ids.astype(str))}
-    absent = [key for key in pseudo.ids if key not in position]
-    if absent:
-        raise PetalsError(f"{root}: test example {absent[0]!r} of {pseudo.teacher}'s predictions is not here")
-    rows = np.array([position[key] for key in pseudo.ids], np.int64)
-    return replace(train, pseudo=replace(test.take(rows), labels=pseudo.labels))
+    test = reader_for(spec).pool(root, spec, config, ["test"])
+    return replace(train, pseudo=test.as_pseudo(pseudo.ids, pseudo.labels, f"{pseudo.teacher}'s predictions"))
 
 
 def write_csv(path: Path, pseudo: PseudoLabels) -> None:

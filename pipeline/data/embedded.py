@@ -1,6 +1,6 @@
 """The embedded offline datasets: which one each competition draws, and drawing it.
 
-TFRecord competitions get the flower renderer (`synthetic`, any number of classes); the others
+Competitions read as TFRecord shards get the flower renderer (`synthetic`, any number of classes); the others
 have one dataset each, written in their Kaggle layout (zips included) by their own module.
 `scale` multiplies a dataset's default size.
 """
@@ -30,8 +30,13 @@ BY_COMPETITION = {
 }
 
 
+# Any competition read as TFRecord shards, whatever its classes: the flower renderer, at the size asked.
+RENDERED = {"shards": synthetic}
+
+
 def default_scale(spec: CompetitionSpec) -> float:
-    return synthetic.DEFAULT_SCALE if spec.format.sharded else 1.0
+    renderer = RENDERED.get(spec.format.read_by)
+    return renderer.DEFAULT_SCALE if renderer is not None else 1.0
 
 
 def draw(
@@ -46,8 +51,9 @@ def draw(
 ) -> dict[str, int]:
     """Write the competition's embedded dataset under `out_dir`; images or rows per split.
     `size` is the flower renderer's image size (the others draw photos of varied sizes, or text)."""
-    if spec.format.sharded:
-        return synthetic.write_dataset(
+    renderer = RENDERED.get(spec.format.read_by)
+    if renderer is not None:
+        return renderer.write_dataset(
             out_dir, spec, size=size, seed=seed, scale=scale, workers=workers, progress=progress
         )
     module = BY_COMPETITION.get(spec.name)

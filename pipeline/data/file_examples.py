@@ -2,8 +2,7 @@
 
 A fetched data dir (pipeline/data/competition_files.py) holds each split unpacked. `examples`
 lists a split in a fixed order: ids, inputs (image paths, texts, or text pairs) and labels.
-Kaggle gives these competitions no val split, so `fold_split` takes one from train: a stratified
-fold, the same on every machine. `file_dataset` decodes and resizes photos of any size to the
+`file_dataset` decodes and resizes photos of any size to the
 recipe's square, or yields texts (encoded up front by the model's tokenizer), in batches of a
 static size, as TPUs need.
 """
@@ -28,17 +27,14 @@ def examples(root: Path, spec: CompetitionSpec, split: str) -> Examples:
     return spec.format.examples(root, spec, split)
 
 
-def fold_split(train: Examples, folds: int, fold: int) -> tuple[Examples, Examples]:
-    """(kept, held out): fold `fold` of `folds` stratified folds, the same on every machine, each
-    kept in its original order. Kaggle gives these competitions no val split: petals holds one
-    of `VAL_FOLDS` out of train, or fold `train.fold` of `train.folds`."""
-    from sklearn.model_selection import StratifiedKFold
-
-    if train.labels is None or not 0 <= fold < folds:
-        raise ValueError(f"fold_split needs labelled examples and 0 <= fold < folds, got {fold} of {folds}")
-    folding = StratifiedKFold(n_splits=folds, shuffle=True, random_state=0)
-    kept, held = targets.stratified(folding, train.labels)[fold]
-    return train.take(np.sort(kept)), train.take(np.sort(held))
+def joined(*parts: Examples) -> Examples:
+    """Examples of several splits as one, in the order given (unlabelled if a part is)."""
+    labelled = all(e.labels is not None for e in parts)
+    return Examples(
+        ids=np.concatenate([e.ids.astype(str) for e in parts]),
+        inputs=tuple(np.concatenate(column) for column in zip(*(e.inputs for e in parts), strict=True)),
+        labels=np.concatenate([e.labels for e in parts]) if labelled else None,
+    )
 
 
 def read_image(path: tf.Tensor, size: int) -> tf.Tensor:

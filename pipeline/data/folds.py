@@ -98,17 +98,10 @@ def pooled_splits(spec: CompetitionSpec, config: Config) -> list[str]:
 def labelled(root: str, spec: CompetitionSpec, config: Config) -> tuple[np.ndarray, np.ndarray]:
     """The ids and labels the folds deal: train, and a labelled val split unless
     `train.folds_keep_val`; an id twice is refused (its out-of-fold row would be ambiguous)."""
-    from pipeline.data import datasets, file_examples, records
+    from pipeline.data.readers import reader_for
 
     splits = pooled_splits(spec, config)
-    if spec.format.sharded:
-        size = config.data.image_size
-        files = [f for split in splits for f in datasets.shard_files(root, spec, size, split)]
-        ids, labels = records.ids_and_labels(files, spec.records.schema)
-    else:
-        found = [file_examples.examples(Path(root), spec, split) for split in splits]
-        ids = np.concatenate([e.ids.astype(str) for e in found])
-        labels = np.concatenate([e.labels for e in found])
+    ids, labels = reader_for(spec).pool(root, spec, config, splits).ids_and_labels()
     unique_ids(ids, splits, root)
     return ids, labels
 

@@ -5,15 +5,12 @@ the test ids, and a content fingerprint. Works on any tf.io.gfile path (local, `
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from pathlib import Path
 
 import pandas as pd
 import tensorflow as tf
 
 from competition import CompetitionSpec
 from pipeline.core.errors import PetalsError, first_line
-from pipeline.core.kaggle_input import folders
 from pipeline.data import competition_files, records
 
 
@@ -151,28 +148,3 @@ def fingerprints(root: str, spec: CompetitionSpec, sizes: list[int]) -> tuple[st
 def fingerprint(root: str, spec: CompetitionSpec, sizes: list[int]) -> str:
     """sha256 over the relative path and content of every data file."""
     return fingerprints(root, spec, sizes)[0]
-
-
-def markers(spec: CompetitionSpec) -> str:
-    if not spec.format.sharded:
-        return competition_files.markers(spec)
-    return f"{spec.sample_submission} and {spec.records.record_dir_pattern.format(size='<size>')}/"
-
-
-def holds_competition(spec: CompetitionSpec) -> Callable[[Path], bool]:
-    if not spec.format.sharded:
-        return competition_files.holds_competition(spec)
-
-    def holds(folder: Path) -> bool:
-        if not (folder / spec.sample_submission).is_file():
-            return False
-        return any(spec.records.size_from_record_dir(p.name) for p in folder.iterdir() if p.is_dir())
-
-    return holds
-
-
-def find_in_copy(folder: Path, spec: CompetitionSpec) -> Path | None:
-    """Where a copy of the competition keeps its files: the folder itself or a folder inside it
-    (an archive unpacked into a folder of its own name, say)."""
-    holds = holds_competition(spec)
-    return next((f for f in [folder, *folders(folder, depth=2)] if holds(f)), None)

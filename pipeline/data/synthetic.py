@@ -2,7 +2,7 @@
 
 The drawing is `pipeline.data.synthetic_flowers`; this module plans each split (long-tailed
 class counts, Kaggle-like ids), draws the images in worker processes and writes them as the
-competition's sharded records with a sample submission. Everything is deterministic from one seed.
+competition's TFRecord shards with a sample submission. Everything is deterministic from one seed.
 
 Only `write_dataset` imports TensorFlow, so rendering workers start fast.
 """

@@ -3,8 +3,9 @@
 A competition file names its format (`[data] format = "image_csv"`) and gives its layout in
 `[data.<format>]`. A format parses that section into its layout and, for plain files, says
 what the data dir holds per split (`entries`), checks a split (`verify_split`) and lists its
-examples (`examples`). TFRecord shards (`sharded`) are read by pipeline/data/layout.py and
-pipeline/data/datasets.py instead. A new layout is a new module here, decorated `@register`.
+examples (`examples`). The data layer reads a format through the reader it names (`read_by`,
+pipeline/data/readers/): TFRecord shards where they lie, plain files unpacked. A new layout is
+a new module here, decorated `@register`.
 
 Module level stays cheap (no TensorFlow, pandas or PIL): the competition spec imports this.
 """
@@ -75,11 +76,11 @@ def jpeg_size(path: Path) -> tuple[int, int]:
 
 
 class Format(ABC):
-    """A layout of a competition's files. TFRecord shards (`sharded`) are read where they lie by
-    pipeline/data/layout.py and datasets.py; plain files are a `FileFormat`."""
+    """A layout of a competition's files. Plain files are a `FileFormat`, unpacked into the data
+    dir and read as examples; TFRecord shards are read where they lie."""
 
     name: ClassVar[str]
-    sharded: ClassVar[bool] = False  # TFRecord shards at several resolutions, read where they are
+    read_by: ClassVar[str] = "files"  # the data layer's reader of these files (pipeline/data/readers/)
     unit: ClassVar[str] = "images"  # what a split's count counts: "images" or "rows"
     # What an example's input is: "image" (a file decoded into pixels) or "text" (a table's cells).
     # A competition's task must read it (pipeline/tasks/competitions.py checks the two agree).
@@ -94,6 +95,11 @@ class Format(ABC):
         (several labels an example). The competition's task must read the same
         (pipeline/tasks/competitions.py checks the two agree)."""
         return 0
+
+    def resolutions(self, layout) -> tuple[int, ...]:
+        """The image sizes the competition's files come at, one copy each (TFRecord shards at
+        192, 224, 331 and 512 px); empty where photos of any size are resized as they are read."""
+        return ()
 
 
 class FileFormat(Format):

@@ -1,8 +1,8 @@
 """TFRecord shards: JPEG `tf.train.Example`s per resolution and split (the flower competitions).
 
 `[data.records]` names the resolutions, the folder and shard name patterns and the feature keys.
-Reading them is pipeline/data/layout.py's and pipeline/data/datasets.py's: shards are listed per
-resolution, scanned and streamed, never unpacked.
+Reading them is pipeline/data/readers/shards.py's: shards are listed per resolution, scanned and
+streamed, never unpacked.
 """
 
 from __future__ import annotations
@@ -100,7 +100,10 @@ def _records(raw: dict[str, Any]) -> RecordLayout:
 @register
 class Records(Format):
     name = "records"
-    sharded = True
+    read_by = "shards"
 
     def layout(self, raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]) -> RecordLayout:
         return _records(raw)
+
+    def resolutions(self, layout: RecordLayout) -> tuple[int, ...]:
+        return layout.resolutions

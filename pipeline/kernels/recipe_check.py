@@ -53,10 +53,10 @@ def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]
     from pipeline.tasks.competitions import check_network
 
     size = config.data.image_size
-    if spec.format.sharded and size not in spec.records.resolutions:
+    if spec.resolutions and size not in spec.resolutions:
         raise PetalsError(
             f"data.image_size={size}: Kaggle ships "
-            f"{', '.join(map(str, spec.records.resolutions))} px records only; "
+            f"{', '.join(map(str, spec.resolutions))} px records only; "
             "the kernel cannot run this recipe"
         )
     backbone = config.model.backbone

@@ -31,9 +31,9 @@ from pipeline import __version__
 from pipeline.core import lock
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import make_work_folder, remove_work_folder, write_json
-from pipeline.data import competition_files, work_folders
-from pipeline.data.layout import fingerprints, verify_layout
+from pipeline.data import work_folders
 from pipeline.data.manifest import MANIFEST, read_manifest
+from pipeline.data.readers import reader_for
 from pipeline.data.sources import SOURCES as REGISTERED
 from pipeline.data.sources import Context, FetchOptions, by_priority
 from pipeline.data.sources.attached import find_attached
@@ -73,19 +73,6 @@ def _context(options: FetchOptions, spec: CompetitionSpec, attached=None) -> Con
         cache_dir=work_folders.beside(data_dir, work_folders.DOWNLOAD),
         attached=attached or functools.cache(lambda: find_attached(options, spec)),
     )
-
-
-def _note_unusual_counts(counts: dict, spec: CompetitionSpec) -> None:
-    for size, splits in counts.items():
-        for split, c in splits.items():
-            if spec.split_counts.get(split) not in (None, c["images"]):
-                log.warning(
-                    "note: %s at %dpx has %d images, the spec expects %d (another version of the data?)",
-                    split,
-                    size,
-                    c["images"],
-                    spec.split_counts[split],
-                )
 
 
 # ----------------------------------------------------------------------------- the stage
@@ -183,41 +170,28 @@ def _build(
     data_dir: Path, spec: CompetitionSpec, source: str, context: Context, started: float
 ) -> tuple[dict[str, Any], dict]:
     """The data dir built in staging by `source`, verified, its manifest written, swapped into place;
-    (the manifest, the TFRecord counts per size)."""
+    (the manifest, its counts per resolution: none where the data has no fixed resolutions)."""
     slug = context.slug
     with work_folders.staging_for(data_dir) as staging:
         got = REGISTERED[source].get(context, staging)
-        root, origin, sizes = got.root, got.origin, got.sizes
-        if spec.format.sharded:
-            counts = verify_layout(root, spec, sizes)
-            if source != "synthetic":
-                _note_unusual_counts(counts, spec)
-            counted = {"sizes": {str(size): splits for size, splits in counts.items()}}
-            digest, labelled = fingerprints(root, spec, list(counts))
-        else:  # image folders and tables are unpacked into the data dir
-            try:
-                competition_files.unpack_into(Path(root), staging, spec)
-                counted = {"splits": competition_files.verify(staging, spec)}
-            except PetalsError as err:  # name the file where it came from: staging goes with the error
-                raise PetalsError(str(err).replace(str(staging), origin.rstrip("/"))) from None
-            root, counts = str(staging), {}
-            digest, labelled = competition_files.fingerprints(staging, spec)
+        taken = reader_for(spec).take_in(got, staging, spec, drawn=source == "synthetic")
         manifest = {
             "competition": spec.name,
             "slug": slug,
             "source": source,
-            "origin": origin,
-            "root": "." if root == str(staging) else root,
-            **counted,
-            "fingerprint": digest,  # every file: the data dir
-            "labelled_fingerprint": labelled,  # the labelled splits: what a run trains on, in its id
+            "origin": got.origin,
+            "root": "." if taken.root == str(staging) else taken.root,
+            **taken.counted,
+            "fingerprint": taken.fingerprint,  # every file: the data dir
+            # the labelled splits: what a run trains on, in its id
+            "labelled_fingerprint": taken.labelled_fingerprint,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "seconds": round(time.perf_counter() - started, 1),
             "petals_version": __version__,
             "synthetic": got.extra.get("synthetic"),
         }
         write_json(staging / MANIFEST, manifest)
-    return manifest, counts
+    return manifest, taken.sizes
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -53,8 +53,9 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
     """
     import tensorflow as tf
 
-    from pipeline.data import datasets, splits
+    from pipeline.data import splits
     from pipeline.data.manifest import locate_data
+    from pipeline.data.readers import reader_for
     from pipeline.tasks.competitions import load_competition
 
     spec = load_competition(config.competition)
@@ -72,15 +73,8 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
     batch_path = task_of(spec).show_batch(train, spec, config, out, images, where)
     log.info("inspect: wrote %s and %s", batch_path, counts_path)
 
-    if config.data.skip_bad_records and spec.format.sharded:
-        size = config.data.image_size
-        files = {split: datasets.shard_files(root, spec, size, split) for split in spec.splits}
-        reports = [
-            r
-            for split in spec.splits
-            for r in datasets.scan_shards(files[split], spec, size, spec.is_labeled(split))
-        ]
-        for line in datasets.skipped_summary(reports) or ["no unreadable records"]:
+    if config.data.skip_bad_records:
+        for line in reader_for(spec).skipped_report(root, spec, config):
             log.warning("inspect: %s", line)
     return {"batch": batch_path, "counts": counts_path}
 

@@ -214,7 +214,7 @@ def kernel_settings(args: argparse.Namespace, config, spec, kernel_id: str) -> d
         "overrides": list(args.overrides),
         "competition": spec.name,
         "slug": args.slug or spec.default_slug,
-        "image_size": config.data.image_size if spec.format.sharded else None,  # records to fetch
+        "image_size": config.data.image_size if spec.resolutions else None,  # the resolution to fetch
         "tta": args.tta,
         "petals_commit": git_commit(),
         "accelerator": args.accelerator,

@@ -28,7 +28,7 @@ def unpack(
 ) -> None:
     """Unpack Kaggle's archive keeping its layout (only the chosen resolutions, if any). A damaged
     or refused download is deleted, so the next run fetches it again; a user's own archive is kept."""
-    keep_dirs = {spec.records.record_dir(s) for s in sizes} if sizes and spec.format.sharded else None
+    keep_dirs = {spec.records.record_dir(s) for s in sizes} if sizes and spec.resolutions else None
     try:
         with zipfile.ZipFile(archive) as zf:
             budget = Budget.left_after(dest)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pipeline.core import kaggle_input
 from pipeline.core.errors import PetalsError
-from pipeline.data.layout import holds_competition, markers
+from pipeline.data.readers import reader_for
 from pipeline.data.sources.base import Context, FetchOptions, Got, Source, register
 
 log = logging.getLogger(__name__)
@@ -18,8 +18,8 @@ def find_attached(options: FetchOptions, spec) -> kaggle_input.Found | None:
     return kaggle_input.find(
         "competition",
         options.slug or spec.default_slug,
-        holds_competition(spec),
-        markers(spec),
+        reader_for(spec).holds_competition(spec),
+        reader_for(spec).markers(spec),
         options.kaggle_input,
         aliases=spec.slugs,
     )
@@ -40,7 +40,8 @@ class Attached(Source):
         if found is None:
             raise PetalsError(
                 f"--source kaggle-input: no folder under {options.kaggle_input} holds "
-                f"{markers(context.spec)} (attach the competition {context.slug} to the kernel)"
+                f"{reader_for(context.spec).markers(context.spec)} "
+                f"(attach the competition {context.slug} to the kernel)"
             )
         if options.source != "auto":  # auto's reason already said where
             log.info("fetch: the competition is attached at %s", found)

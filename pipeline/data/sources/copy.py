@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import shown
-from pipeline.data.layout import find_in_copy, markers
+from pipeline.data.readers import reader_for
 from pipeline.data.sources.archives import unpack
 from pipeline.data.sources.base import Context, Got, Source, register
 
@@ -33,9 +33,9 @@ class Copy(Source):
         given = given.expanduser().resolve()
         if given.is_file() and (given.suffix.lower() == ".zip" or zipfile.is_zipfile(given)):
             unpack(given, staging, spec, options.sizes, options.progress, keep_archive=True)
-            inner = find_in_copy(staging, spec)
+            inner = reader_for(spec).find_in_copy(staging, spec)
             if inner is None:
-                raise PetalsError(f"--from {given}: the archive holds no {markers(spec)}")
+                raise PetalsError(f"--from {given}: the archive holds no {reader_for(spec).markers(spec)}")
             if inner != staging:
                 _lift(staging, inner, given)
             return Got(str(staging), str(given), options.sizes)
@@ -45,9 +45,9 @@ class Copy(Source):
             )
         if not given.is_dir():
             raise PetalsError(f"--from {given}: no such file or folder")
-        found = find_in_copy(given, spec)
+        found = reader_for(spec).find_in_copy(given, spec)
         if found is None:
-            raise PetalsError(f"--from {given}: no folder in it holds {markers(spec)}")
+            raise PetalsError(f"--from {given}: no folder in it holds {reader_for(spec).markers(spec)}")
         return Got(str(found), str(given), options.sizes)
 
 

@@ -37,6 +37,11 @@ def copy_tree(source_root: str, dest: Path, spec, sizes: list[int], progress: bo
             raise PetalsError(f"cannot copy {path}: {first_line(err)}") from None
 
 
+# The formats a bucket is read in: the TPU competitions' shards, which Kaggle serves from GCS
+# (KaggleDatasets().get_gcs_path()) and TPUs read in place.
+READS = ("records",)
+
+
 @register
 class Gcs(Source):
     name = "gcs"
@@ -48,7 +53,7 @@ class Gcs(Source):
 
     def get(self, context: Context, staging: Path) -> Got:
         options, spec = context.options, context.spec
-        if not spec.format.sharded:
+        if spec.format.name not in READS:
             raise PetalsError(
                 f"--source gcs reads TFRecords; competition {spec.name} has {spec.format.name} data"
             )

@@ -18,7 +18,7 @@ def request(options: FetchOptions, spec) -> dict[str, Any]:
     values must say FORCE)."""
     scale = embedded.default_scale(spec) if options.scale is None else options.scale
     asked = {"seed": options.seed, "scale": scale}
-    return {**asked, "size": options.synthetic_size} if spec.format.sharded else asked
+    return {**asked, "size": options.synthetic_size} if spec.resolutions else asked  # drawn at a size
 
 
 @register
