@@ -36,7 +36,7 @@ def train_and_inspect(args: dict) -> dict:
     trainer.build()  # a second build restores the checkpoint: look at what a resumed run holds
     shardings = [v.value.sharding for v in trainer.net.weights]
     size = config.data.image_size
-    batch = JaxLoop(trainer, None)._on_devices(np.zeros((job.global_batch, size, size, 3), "uint8"))
+    batch = JaxLoop(trainer)._on_devices(np.zeros((job.global_batch, size, size, 3), "uint8"))
     convs = [layer for layer in trainer.net.get_layer("backbone").layers if "conv" in layer.name]
     inner = averaging(trainer.optimizer)
     last = load_inference_model(job.run_dir, weights="last").trainable_variables  # the optimizer's order

@@ -41,12 +41,4 @@ class EpochHooks(keras.callbacks.Callback):
             self.model.stop_training = True  # `fit` ends the epoch here; on_epoch_end saves the step
 
     def on_epoch_end(self, epoch, logs=None):
-        logs = logs or {}
-        trainer = self.trainer
-        done = self.steps
-        sums = {
-            "steps": done,
-            "loss_sum": float(logs.get("loss", 0.0)) * done,  # Keras's logs are the call's means
-            "right_sum": float(logs.get("accuracy", 0.0)) * done * trainer.job.global_batch,
-        }
-        trainer._end_steps(epoch, sums)
+        self.trainer._end_steps(epoch, self.steps, logs or {})  # Keras's logs: the steps' means

@@ -214,17 +214,9 @@ class Trainer:
         self._val = self._val_dataset()
         self._val_labels = None
         self._trainable = None
-        train_config = self.config.train
         self.stop.deferring = True  # from here a signal is noted, and the loops save at their step
         try:
-            if train_config.loop == "fit":
-                self._fit(start)
-            else:
-                for epoch in range(start, train_config.epochs):
-                    self._stop_if_asked(epoch, self._first_step(epoch))
-                    self._begin_epoch(epoch)
-                    sums = self._custom_epoch(self._first_step(epoch))
-                    self._end_steps(epoch, sums)
+            (self._fit if self.config.train.loop == "fit" else self._custom_loop)(start)
         finally:
             self.stop.deferring = False
         return self.history
@@ -233,11 +225,15 @@ class Trainer:
         """Where the epoch starts: past the steps a preempted run did, for the epoch it resumes."""
         return self.start_step if epoch == self.start else 0
 
-    def _end_steps(self, epoch: int, sums: dict[str, float]) -> None:
-        """After a run of steps (both loops): finish the epoch, or, stopped short of its end,
-        checkpoint the step reached and stop."""
+    def _end_steps(self, epoch: int, steps: int, means: dict[str, float]) -> None:
+        """After a run of `steps` steps (both loops) whose loss and accuracy averaged `means`:
+        finish the epoch, or, stopped short of its end, checkpoint the step reached and stop."""
         first = self._first_step(epoch)
-        done = first + int(sums["steps"])
+        done = first + steps
+        sums = {  # what a preempted epoch's checkpoint carries to the rerun that finishes it
+            "loss_sum": float(means.get("loss", 0.0)) * steps,
+            "right_sum": float(means.get("accuracy", 0.0)) * steps * self.job.global_batch,
+        }
         carried = self.partial if epoch == self.start else {}
         totals = {k: carried.get(k, 0.0) + sums[k] for k in ("loss_sum", "right_sum")}
         seconds_before = carried.get("seconds", 0.0)
@@ -352,6 +348,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ Keras fit
 
+    def compile_classifier(self) -> None:
+        """The one training step, `fit`'s and the custom loops': the task's loss and metric."""
+        self.classifier.compile(
+            optimizer=self.optimizer,
+            loss=self.job.task.loss(self.config.train, self.class_counts),
+            metrics=[self.job.task.train_metric()],
+            jit_compile=self.jit_compile,
+            steps_per_execution=self.steps_per_execution,
+        )
+
     def _fit(self, start: int) -> None:
         """One Keras `fit` per backbone setting, so the data iterator and the compiled step live
         across epochs; the per-epoch work runs in a callback."""
@@ -363,20 +369,12 @@ class Trainer:
         for first, end in self._phases(start):
             self._stop_if_asked(first, self._first_step(first))
             self._set_trainable(policy.backbone_trainable(first, self.config.train))
-            self.classifier.compile(  # a trainability change needs a fresh compile; the optimizer is kept
-                optimizer=self.optimizer,
-                loss=self.job.task.loss(self.config.train, self.class_counts),
-                metrics=[self.job.task.train_metric()],
-                jit_compile=self.jit_compile,
-                steps_per_execution=self.steps_per_execution,
-            )
+            self.compile_classifier()  # a trainability change needs a fresh compile
             # A preempted epoch's remaining steps are one `fit` of their own, then the epochs after.
             skip = self._first_step(first)
-            calls = (
-                [(first, first + 1, self.steps - skip), (first + 1, end, self.steps)]
-                if skip
-                else [(first, end, self.steps)]
-            )
+            calls = [(first, end, self.steps)]
+            if skip:
+                calls = [(first, first + 1, self.steps - skip), (first + 1, end, self.steps)]
             for a, b, steps in calls:
                 if a >= b:
                     continue
@@ -393,8 +391,10 @@ class Trainer:
 
     # ------------------------------------------------------------------ custom loop
 
-    def _custom_epoch(self, first_step: int) -> dict[str, float]:
-        if self._custom is None:
-            loss = self.job.task.loss(self.config.train, self.class_counts, reduction="none")
-            self._custom = custom_loop.for_backend(self, loss)
-        return self._custom.epoch(self.steps - first_step)
+    def _custom_loop(self, start: int) -> None:
+        """The same step as `fit`'s, driven by custom_loop.py: each epoch's steps, then its end."""
+        self._custom = custom_loop.for_backend(self)
+        for epoch in range(start, self.config.train.epochs):
+            self._stop_if_asked(epoch, self._first_step(epoch))
+            self._begin_epoch(epoch)
+            self._end_steps(epoch, *self._custom.epoch(self.steps - self._first_step(epoch)))

@@ -99,18 +99,14 @@ class Task(ABC):
         CutMix and MixUp."""
 
     @abstractmethod
-    def loss(self, train, class_counts=None, reduction: str = "sum_over_batch_size"):
+    def loss(self, train, class_counts=None):
         """The training loss over the task's outputs and targets (a keras Loss), as `train`
         (TrainConfig) says; `class_counts` for a loss that weighs the classes."""
 
     @abstractmethod
     def train_metric(self):
-        """The keras metric `fit` reports beside the loss, named "accuracy"."""
-
-    @abstractmethod
-    def right_answers(self, outputs, targets):
-        """How many of a batch's outputs are right (keras ops: the same on TensorFlow and JAX): what
-        the custom loops count for the accuracy they report."""
+        """The keras metric the training step reports beside the loss (`fit` and the custom loops
+        alike), named "accuracy"."""
 
     @abstractmethod
     def scores(self, outputs, labels) -> dict[str, float]:

@@ -52,23 +52,15 @@ class MultiLabel(Task):
             return " ".join(spec.classes[k] for k in sorted(held))
         return "\n".join(f"{spec.classes[k]} {label[k]:.0%}" for k in held)  # mixed: each share
 
-    def loss(self, train, class_counts=None, reduction: str = "sum_over_batch_size"):
+    def loss(self, train, class_counts=None):
         import keras
 
-        return keras.losses.BinaryCrossentropy(label_smoothing=train.label_smoothing, reduction=reduction)
+        return keras.losses.BinaryCrossentropy(label_smoothing=train.label_smoothing)
 
     def train_metric(self):
         import keras
 
         return keras.metrics.BinaryAccuracy(name="accuracy")  # over every label of every example
-
-    def right_answers(self, outputs, targets):
-        """Each example counts the share of its labels decided right at 0.5: summed over a batch and
-        divided by its examples, the custom loops report what `BinaryAccuracy` reports in fit."""
-        from keras import ops
-
-        decided = ops.cast(outputs > 0.5, "float32") == ops.cast(targets > 0.5, "float32")
-        return ops.sum(ops.mean(ops.cast(decided, "float32"), axis=1))
 
     def scores(self, outputs, labels) -> dict[str, float]:
         """Binary cross-entropy (outputs clipped at 1e-7, as Keras clips) and the labels decided

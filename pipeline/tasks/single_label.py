@@ -30,20 +30,15 @@ class SingleLabel(Task):
         top = np.argsort(label)[::-1][:2]
         return "\n".join(f"{spec.classes[i]} {label[i]:.0%}" for i in top if label[i] > 0.005)
 
-    def loss(self, train, class_counts=None, reduction: str = "sum_over_batch_size"):
+    def loss(self, train, class_counts=None):
         from pipeline.tasks.losses import loss_function
 
-        return loss_function(train, class_counts, reduction=reduction)
+        return loss_function(train, class_counts)
 
     def train_metric(self):
         import keras
 
         return keras.metrics.CategoricalAccuracy(name="accuracy")
-
-    def right_answers(self, outputs, targets):
-        from keras import ops
-
-        return ops.sum(ops.cast(ops.argmax(outputs, 1) == ops.argmax(targets, 1), "float32"))
 
     def scores(self, outputs, labels) -> dict[str, float]:
         """Cross-entropy (outputs clipped at 1e-7, as Keras clips) and accuracy of class ids `labels`."""

@@ -119,8 +119,6 @@ class FileSplit:
             raise PetalsError(f"{found[0]}: does not decode ({found[1]}); {datasets.SKIP_HINT}") from err
 
 
-
-
 @dataclass(frozen=True)
 class FilePool(Pool):
     """The examples of some splits, joined in the order of the splits."""
