@@ -32,6 +32,10 @@ FOLDS       ?=#                  train, evaluate, predict: K-fold cross-validati
 FOLD        ?=#                  FOLDS=K: train only these folds, e.g. FOLD=0,1 (a kernel's or a second machine's share)
 REFIT       ?=#                  FOLDS=K: REFIT=1 predicts with one model trained on all the labelled data to CV's epoch, not the fold mean
 CHOOSE      ?=#                  FOLDS=K: CHOOSE=1 trains the recipe's candidates (recipes/candidates/<recipe>.toml; or CHOOSE=file.toml) and CV picks one; evaluate and predict use it
+SPACE       ?= 1#                make sweep: the search space (1: the recipe's, recipes/spaces/<recipe>.toml; or a .toml file)
+TRIALS      ?= 20#               make sweep: the study's trials in all, however many processes share it
+STORAGE     ?=#                  make sweep: the study's database URL (default: SQLite in RUNS_DIR/sweeps/), e.g. postgresql://user@host/petals to share it between machines
+PRUNER      ?= median#           make sweep: median | hyperband | none (stops a trial that trails the others at the same epoch or fold)
 RUNS        ?=#                  make ensemble: the run ids to blend, RUNS="a b" (or CV group ids: blended out of fold)
 WEIGHTS     ?=#                  make ensemble: one weight per run (default equal)
 SEARCH      ?=#                  make ensemble: SEARCH=1 picks the weights on val macro-F1 (CV groups: out of fold)
@@ -47,7 +51,7 @@ KERNEL_TYPE ?= script#           script | notebook
 INTERNET    ?=#                  the kernel's internet (pretrained weights download): on | off (default on; off for a code competition)
 DATASETS    ?=#                  datasets to attach, e.g. DATASETS="me/b7-weights"
 MODELS      ?=#                  Kaggle models to attach, e.g. MODELS="keras/bert/keras/bert_base_multi/2"
-TIMEOUT     ?=#                  kernel: its longest run, seconds (default: Kaggle's session limit); training stops with a checkpoint before it
+TIMEOUT     ?=#                  kernel: its longest run, seconds (default: Kaggle's session limit); training stops with a checkpoint before it; make sweep: start no trial past it
 RESUME_FROM ?=#                  kernels whose output a new version resumes from: owner/slug, or self
 VERBOSE     ?=#                  VERBOSE=1 also shows TensorFlow's, JAX's and the Kaggle clients' own lines
 export VERBOSE
@@ -60,6 +64,7 @@ ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 # in it, and turn `$5` in a message into nothing.
 KNOBS := DATA SOURCE DATA_FROM COMPETITION GCS_PATH SIZE SEED SCALE FORCE RECIPE SET INSPECT_DIR \
 	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TTA FOLDS FOLD REFIT CHOOSE RUNS WEIGHTS \
+	SPACE TRIALS STORAGE PRUNER \
 	SEARCH STACK SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
 	TIMEOUT RESUME_FROM PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS VERBOSE
 $(foreach k,$(KNOBS),$(if $(filter command environment,$(firstword $(origin $(k)))),\
@@ -123,7 +128,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR)
 
-.PHONY: help install config fetch inspect train evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-cv bench-folds bench-choose bench-lite-parity bench-hosts fault-table security-table clean clean-data always
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-lite-parity bench-hosts fault-table security-table clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -198,6 +203,11 @@ cv_only = $(if $(FOLDS),,$(foreach k,CHOOSE REFIT FOLD,$(if $($(k)),$(error $(k)
 
 train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an interrupted run; RETRAIN=1 redoes it); FOLDS=5: its 5 folds and their CV group
 	$(cv_only)$(if $(FOLDS),$(hosts_PY) cv train $(cv_ARGS),$(hosts_PY) train $(train_ARGS))
+
+sweep: $(DATA)/manifest.json ## Optuna search over RECIPE's space (SPACE=): TRIALS=20 runs, or FOLDS=5 CV groups, pruned (PRUNER=), in RUNS_DIR/sweeps/ (STORAGE= to share); a rerun continues
+	$(PY) -m pipeline sweep --space $(call q,SPACE) --trials $(call q,TRIALS) $(call opt,--timeout,TIMEOUT) \
+	$(call opt,--storage,STORAGE) --pruner $(call q,PRUNER) $(call opt,--folds,FOLDS) --data-dir $(call q,DATA) \
+	--runs-dir $(call q,RUNS_DIR) --submissions-dir $(call q,SUBMISSIONS) $(device_ARGS) $(config_ARGS)
 
 config: | $(STAMP) ## print the config `make train` resolves (RECIPE, SET, the device), each value with its source
 	@$(PY) -m pipeline --quiet train $(train_ARGS) --print-config
@@ -325,6 +335,9 @@ bench-choose: | $(STAMP) ## CHOOSE=1 on real images (Tux Paint stamps, digits an
 
 bench-folds: ## on a fresh clone: `make train submit` against `make train submit FOLDS=5`, wall and CPU seconds (issue 43's at most twice; PAIRS=N benchmarks/time_fresh_clone.sh for more pairs)
 	PAIRS=1 benchmarks/time_fresh_clone.sh
+
+bench-sweep: | $(STAMP) ## a 20-trial sweep of the CPU recipe on real digits (test part held out), pruned (median) against not: seconds, best trial, its test score against the recipe's
+	$(PY) benchmarks/bench_sweep.py
 
 bench-cv: | $(STAMP) ## 5-fold CV on real images (digits, Tux Paint stamps, Fashion-MNIST, 30 a class): CV vs val against held-out test, fold mean vs refit, blends, pseudo-labels, the linear probe
 	$(PY) benchmarks/bench_cv.py

@@ -14,7 +14,8 @@ run the chain without a shell:
     api.submit(api.SubmitOptions(competition="flowers", data_dir=run.data_dir))
 
 Cross-validation is the same chain over a CV group (`api.cv_train`, `api.cv_evaluate`,
-`api.cv_predict` with `api.CVOptions(folds=5, ...)`), and `api.ensemble` blends runs or groups.
+`api.cv_predict` with `api.CVOptions(folds=5, ...)`), `api.ensemble` blends runs or groups, and
+`api.sweep` searches a recipe's space with Optuna.
 
 A run is found the way `train` names it (recipe, overrides, data), so the scoring steps take the
 training's recipe and overrides, or its `run_id`. Errors a user can fix raise
@@ -40,6 +41,7 @@ from pipeline.core.options import (
     FetchOptions,
     ScoreOptions,
     SubmitOptions,
+    SweepOptions,
     TrainOptions,
 )
 
@@ -51,6 +53,7 @@ __all__ = [
     "FetchOptions",
     "ScoreOptions",
     "SubmitOptions",
+    "SweepOptions",
     "TrainOptions",
     "cv_evaluate",
     "cv_predict",
@@ -60,6 +63,7 @@ __all__ = [
     "fetch",
     "predict",
     "submit",
+    "sweep",
     "train",
 ]
 
@@ -115,6 +119,14 @@ def cv_predict(options: CVOptions) -> Path:
     from pipeline.stages import cv as stage
 
     return stage.predict(options)
+
+
+def sweep(options: SweepOptions) -> dict:
+    """This process's share of an Optuna study's trials over a recipe's search space (each a run, or
+    a CV group with `options.folds`); the study's counts, plots and best trial."""
+    from pipeline.stages import sweep as stage
+
+    return stage.sweep(options)
 
 
 def ensemble(options: EnsembleOptions) -> Path:

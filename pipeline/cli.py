@@ -57,6 +57,7 @@ STAGES = {
     "predict": "pipeline.stages.predict",
     "ensemble": "pipeline.stages.ensemble",
     "cv": "pipeline.stages.cv",
+    "sweep": "pipeline.stages.sweep",
     "submit": "pipeline.stages.submit",
     "leaderboard": "pipeline.stages.leaderboard",
     "kernel": "pipeline.stages.kernel",

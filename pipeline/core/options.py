@@ -106,6 +106,18 @@ class CVOptions(TrainOptions):
 
 
 @dataclass(frozen=True)
+class SweepOptions(CVOptions):
+    """A search over a recipe (`pipeline.stages.sweep`): each trial a run, or with `folds` a CV group."""
+
+    folds: int = 0  # 0: each trial is one run judged on val; K: a CV group judged out of fold
+    space: str = "1"  # "1": the recipe's search space (recipes/spaces/<recipe>.toml), else a file's path
+    trials: int = 20  # the study's trials, however many processes share it
+    timeout: float | None = None  # seconds: this process starts no trial past it
+    storage: str | None = None  # a database URL; None: SQLite in runs/sweeps/
+    pruner: str = "median"  # median | hyperband | none
+
+
+@dataclass(frozen=True)
 class EnsembleOptions(DeviceOptions):
     """Runs, or CV groups, blended into one submission (`pipeline.stages.ensemble`)."""
 

@@ -42,3 +42,5 @@ class EpochHooks(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.trainer._end_steps(epoch, self.steps, logs or {})  # Keras's logs: the steps' means
+        if self.trainer.stop():
+            self.model.stop_training = True  # asked at the epoch's end (a sweep's judge): stop here

@@ -35,8 +35,13 @@ GRACE_SECONDS = 20.0  # inside the ~30 s notice a preempted Cloud TPU VM gets
 class StopRequest:
     """Whether the run should stop now, and why: a signal received, or the time limit near."""
 
-    def __init__(self, time_limit: float | None = None, grace: float = GRACE_SECONDS, agreed=None):
+    def __init__(
+        self, time_limit: float | None = None, grace: float = GRACE_SECONDS, agreed=None, judge=None
+    ) -> None:
         self.started = time.monotonic()
+        # A sweep's trial (pipeline/stages/sweep.py): `judge(epoch, row)` after each epoch, a reason
+        # to stop there (the trial is pruned) or None.
+        self.judge = judge
         # Several JAX processes: JAX's preemption notifier takes SIGTERM, and `agreed(n)` (JAX's
         # `reached_preemption_sync_point`) says, at the n-th look, whether this is the step every
         # process stops at: stopping each at its own step would leave the others in a collective.
@@ -68,6 +73,11 @@ class StopRequest:
         if self.reason is None and self.agreed(self.looks):
             self.reason = "the time limit" if self.limit_told else "SIGTERM (all processes stop at this step)"
         return self.reason
+
+    def epoch_ended(self, epoch: int, row: dict) -> None:
+        """An epoch's history row, for the judge; its reason to stop is this request's."""
+        if self.judge is not None and self.reason is None:
+            self.reason = self.judge(epoch, row)
 
     def signalled(self, signum: int, frame) -> None:
         name = signal.Signals(signum).name

@@ -222,14 +222,13 @@ class Trainer:
         return self.history
 
     def _first_step(self, epoch: int) -> int:
-        """Where the epoch starts: past the steps a preempted run did, for the epoch it resumes."""
+        """Where the epoch starts: past the steps a preempted run did (for the epoch it resumes)."""
         return self.start_step if epoch == self.start else 0
 
     def _end_steps(self, epoch: int, steps: int, means: dict[str, float]) -> None:
         """After a run of `steps` steps (both loops) whose loss and accuracy averaged `means`:
         finish the epoch, or, stopped short of its end, checkpoint the step reached and stop."""
-        first = self._first_step(epoch)
-        done = first + steps
+        done = self._first_step(epoch) + steps
         sums = {  # what a preempted epoch's checkpoint carries to the rerun that finishes it
             "loss_sum": float(means.get("loss", 0.0)) * steps,
             "right_sum": float(means.get("accuracy", 0.0)) * steps * self.job.global_batch,
@@ -345,6 +344,7 @@ class Trainer:
             log.info("train: %s", epoch_header(self.job.spec.metric.title, self.job.task.unit))
             self._header_due = False
         log.info("train: %s", epoch_line(row, self.config.train.epochs, self.job.spec.score_key))
+        self.stop.epoch_ended(epoch + 1, row)  # a sweep's judge may stop the run here
 
     # ------------------------------------------------------------------ Keras fit
 

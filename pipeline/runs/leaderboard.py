@@ -42,7 +42,7 @@ PLOT = BOARD.replace(".csv", ".png")  # drawn beside its board
 # (`val_macro_f1`, say), so `update` also takes any `val_` column.
 COLUMNS = [
     "entry",
-    "kind",  # run | ensemble | kaggle | cv (a CV group) | refit (a model on all data, its epochs by CV)
+    "kind",  # run | ensemble | kaggle | cv (a CV group) | refit (all data, CV's epochs) | trial (a sweep's)
     "time",
     "git_commit",
     "competition",
@@ -68,6 +68,7 @@ COLUMNS = [
     "public_score",
     "private_score",
     "kaggle_status",
+    "sweep",  # a sweep's trial: its study and number (`make sweep`)
 ]
 
 

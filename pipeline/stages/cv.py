@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> None:
     {"train": train, "evaluate": evaluate, "predict": predict}[args.step](opts)
 
 
-def _checked(opts: CVOptions) -> CVOptions:
+def checked(opts: CVOptions) -> CVOptions:
     if opts.folds < 2:
         raise PetalsError(f"FOLDS={opts.folds}: cross-validation needs at least 2 folds")
     return opts
@@ -89,13 +89,14 @@ def train(opts: CVOptions) -> dict | None:
     metrics once every fold is finished, else None."""
     from pipeline.cv import choose
 
-    opts = _checked(opts)
+    opts = checked(opts)
     return choose.train(opts, train_folds) if opts.choose else train_folds(opts)
 
 
-def train_folds(opts: CVOptions) -> dict | None:
+def train_folds(opts: CVOptions, after_fold=None) -> dict | None:
     """Train the folds asked for (each resumes where it stopped), then the group's scores once every
-    fold is finished; the group's metrics, or None while folds are missing."""
+    fold is finished; the group's metrics, or None while folds are missing. `after_fold(fold,
+    metrics)` (a sweep's trial) sees each fold's metrics and may stop the group there."""
     from pipeline.cv import experiment
     from pipeline.stages import train as train_stage
 
@@ -103,11 +104,20 @@ def train_folds(opts: CVOptions) -> dict | None:
     for fold in opts.fold_list or range(opts.folds):
         log.info("cv: fold %d of %d (%s)", fold, opts.folds, found.fold_run(fold).name)
         overrides = (*opts.overrides, f"train.folds={opts.folds}", f"train.fold={fold}")
-        train_stage.train(dataclasses.replace(_as(TrainOptions, opts), overrides=overrides, run_id=None))
-    return experiment.assemble(found, opts)
+        fold_opts = dataclasses.replace(as_options(TrainOptions, opts), overrides=overrides, run_id=None)
+        if after_fold is None:
+            train_stage.train(fold_opts)
+        elif after_fold(fold, train_stage.train(fold_opts, judge=_never)):
+            return None
+    metrics = experiment.assemble(found, opts)
+    return None if metrics is None else {**metrics, "group": found.group.name}
 
 
-def _as(kind: type, opts: CVOptions):
+def _never(epoch: int, row: dict) -> None:
+    """A judge that never stops a fold: with it, `train` gives the metrics of a fold trained before."""
+
+
+def as_options(kind: type, opts: CVOptions):
     """The options of another stage, each field taken from the CV stage's."""
     return kind(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(kind)})
 
@@ -116,7 +126,7 @@ def _group_of(opts: CVOptions) -> CVOptions:
     """The options of the group evaluate and predict work on: with `choose`, the chosen candidate's."""
     from pipeline.cv import choose
 
-    opts = _checked(opts)
+    opts = checked(opts)
     return choose.chosen(opts) if opts.choose else opts
 
 
@@ -151,8 +161,8 @@ def refit(opts: CVOptions, found, metrics: dict) -> Path:
     from pipeline.stages import train as train_stage
 
     overrides = experiment.refit_overrides(opts, found, metrics)
-    train_stage.train(dataclasses.replace(_as(TrainOptions, opts), overrides=overrides, run_id=None))
-    score_opts = dataclasses.replace(_as(ScoreOptions, opts), overrides=overrides, run_id=None)
+    train_stage.train(dataclasses.replace(as_options(TrainOptions, opts), overrides=overrides, run_id=None))
+    score_opts = dataclasses.replace(as_options(ScoreOptions, opts), overrides=overrides, run_id=None)
     run = find_run(score_opts, found.platform)
     if found.platform.hosts.writer:
         run.write_json(

@@ -83,8 +83,11 @@ def run(args: argparse.Namespace) -> None:
     train(options.from_args(TrainOptions, args, progress_bar=not args.quiet and sys.stdout.isatty()))
 
 
-def train(opts: TrainOptions) -> dict | None:
-    """Train the run `opts` names (or resume it); its metrics, or None when it was finished before."""
+def train(opts: TrainOptions, judge=None) -> dict | None:
+    """Train the run `opts` names (or resume it); its metrics (and its name, `run`), or None when it
+    was finished before.
+    `judge(epoch, row)`, a sweep's trial, sees each epoch's history row and may stop the run there
+    (a reason in words); it gets the metrics of a run finished before."""
     from pipeline.core import device
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
@@ -98,11 +101,11 @@ def train(opts: TrainOptions) -> dict | None:
             job.spec.metric.title,
             job.finished.get(job.spec.score_key),
         )
-        return None
+        return {**job.finished, "run": job.run.name} if judge is not None else None
     from pipeline.modeling import preemption
 
     agreed = preemption_sync_jax(platform.hosts) if platform.backend == "jax" else None
-    with preemption.watching(preemption.StopRequest(opts.time_limit, agreed=agreed)) as stop:
+    with preemption.watching(preemption.StopRequest(opts.time_limit, agreed=agreed, judge=judge)) as stop:
         metrics = fit(
             job,
             verbose=int(opts.progress_bar),
@@ -121,7 +124,7 @@ def train(opts: TrainOptions) -> dict | None:
         metrics["train_seconds"],
         metrics["images_per_second"],
     )
-    return metrics
+    return {**metrics, "run": job.run.name}
 
 
 # ----------------------------------------------------------------------------- the job

@@ -1,0 +1,257 @@
+"""`make sweep`: a search space checked like a recipe, trials seeded by their number, a study that a
+killed sweep continues and several processes split, and trials the pruner stops at an epoch's end."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.core.errors import PetalsError
+from pipeline.core.options import SweepOptions
+from pipeline.sweep import space, study
+from tests.conftest import REPO, TINY
+
+OVERRIDES = (*TINY, "augment.where=host", "train.epochs=3")
+SPACE = """
+[train.lr_max]
+low = 1e-4
+high = 1e-2
+log = true
+
+[model.dropout]
+choices = [0.0, 0.3]
+"""
+
+
+@pytest.fixture
+def data_dir(tiny_data_dir, tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(tiny_data_dir, copy)
+    return copy
+
+
+def options(data_dir, tmp_path, **given) -> SweepOptions:
+    path = tmp_path / "space.toml"
+    if not path.exists():
+        path.write_text(SPACE)
+    return SweepOptions(
+        **{
+            "data_dir": data_dir, "runs_dir": tmp_path / "runs", "submissions_dir": tmp_path / "subs",
+            "recipe": "default", "overrides": OVERRIDES, "backend": "tensorflow", "strategy": "cpu",
+            "space": str(path), "trials": 3, **given,
+        }
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        (
+            "[train.lr_maxx]\nlow = 1e-4\nhigh = 1e-2",
+            r"\[train\.lr_maxx\] = 0\.0001: --set: unknown key",
+        ),
+        ("[train.lr_max]\nlow = 1e-2\nhigh = 1e-4", r"\[train\.lr_max\]: low = 0\.01, high = 0\.0001: two"),
+        ("[train.lr_max]\nlow = 0.0\nhigh = 1e-2\nlog = true", r"log = true over 0\.0\.\.0\.01"),
+        ("[model.dropout]\nchoices = []", r"choices = '\[\]': a non-empty list"),
+        ("[model.dropout]\nchoices = [0.1, 'a']", r"plain values of one type"),
+        ("[model.dropout]\nlow = 0.0\nhigh = 0.5\nwidth = 2", r"\[model\.dropout\]: width is not one of"),
+        ("[train.folds]\nchoices = [2, 3]", r"searches train\.folds: every trial is judged on the same data"),
+        (
+            "[train.label_smoothing]\nlow = 0.0\nhigh = 1.5",
+            r"label_smoothing\] = 1\.5: .*in \[0, 1\)",
+        ),
+        ("train = 3", r"train = 3: each key is a table"),
+        ("[model]", r"no parameter to search"),
+    ],
+)
+def test_a_bad_space_is_one_line_naming_the_file_and_the_key(tmp_path, text, refused):
+    from pipeline.tasks import recipe_config
+
+    path = tmp_path / "space.toml"
+    path.write_text(text)
+
+    def build(extra):
+        return recipe_config.load_config("default", (*OVERRIDES, *extra))
+
+    with pytest.raises(PetalsError, match=refused) as err:
+        space.check(space.read_space(path), path, build)
+    assert "\n" not in str(err.value) and (str(path) in str(err.value) or "SPACE" in str(err.value))
+
+
+def test_the_shipped_space_builds_into_the_cpu_recipe_at_every_extreme():
+    from pipeline.tasks import recipe_config
+
+    path = space.space_file("1", "flowers", "cpu", "cpu")
+    params = space.read_space(path)
+    assert {p.key for p in params} >= {"train.lr_max", "train.frozen_epochs", "model.dropout"}
+    space.check(params, path, lambda extra: recipe_config.load_config("cpu", extra, "cpu"))
+    with pytest.raises(PetalsError, match=r"SPACE=1: recipe 'cnn' has no search space"):
+        space.space_file("1", "flowers", "cnn", "cnn")
+
+
+def test_a_trials_values_depend_on_its_number_alone():
+    import optuna
+
+    def first(seed: int, trials: int) -> list[dict]:
+        found = optuna.create_study(sampler=study.sampler(seed), direction="maximize")
+        for _ in range(trials):
+            trial = found.ask()
+            lr = trial.suggest_float("lr", 1e-4, 1e-2, log=True)
+            trial.suggest_int("d", 0, 9)
+            found.tell(trial, lr)
+        return [t.params for t in found.trials]
+
+    assert first(0, 4) == first(0, 4)  # reproducible
+    assert first(0, 4)[:2] == first(0, 2)  # trial n's values do not depend on how many follow
+    assert first(0, 4) != first(1, 4)  # the seed matters
+    assert len({tuple(p.values()) for p in first(0, 8)}) == 8  # no two trials alike
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite:///x.db; rm -rf ~", "file:///etc/passwd", "postgresql://u@h/db`id`", "x", "ftp://h/db"]
+)
+def test_a_storage_that_is_no_database_url_is_refused(tmp_path, url):
+    with pytest.raises(PetalsError, match=r"STORAGE=.* is not a database URL"):
+        study.storage_url(url, tmp_path, "s")
+
+
+def test_the_default_storage_is_sqlite_inside_the_runs_dir(tmp_path):
+    assert study.storage_url(None, tmp_path / "runs", "flowers-cpu-cpu") == (
+        f"sqlite:///{(tmp_path / 'runs' / 'sweeps' / 'flowers-cpu-cpu.db').resolve()}"
+    )
+    given = "postgresql://petals@127.0.0.1:5432/petals"
+    assert study.storage_url(given, tmp_path, "s") == given
+
+
+@pytest.mark.slow
+def test_a_pruned_trial_stops_at_its_epochs_end_with_a_checkpoint_there(data_dir, tmp_path):
+    import optuna
+    import pandas as pd
+
+    from pipeline.core.rundir import RunDir
+    from pipeline.stages import sweep
+
+    always = optuna.create_study(pruner=optuna.pruners.ThresholdPruner(upper=-1.0), direction="maximize")
+    judged = sweep.Trial(always.ask(), "val_macro_f1", last=3)
+    opts = options(data_dir, tmp_path)
+    assert sweep._run_trial(opts, judged) == {}
+    assert judged.pruned.startswith("the sweep's pruner (trial 0, step 1")
+    (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
+    history = pd.read_csv(RunDir(run).history_file)
+    assert history["epoch"].tolist() == [1]  # stopped at the first epoch's end, not a step later
+    assert not RunDir(run).finished and Path(RunDir(run).checkpoints).is_dir()
+
+
+@pytest.mark.slow
+def test_a_sweep_records_its_trials_and_its_rerun_continues_the_study(data_dir, tmp_path):
+    import optuna
+    import pandas as pd
+
+    from pipeline.stages import sweep
+
+    first = sweep.sweep(options(data_dir, tmp_path, trials=2))
+    assert sum(first["trials"].values()) == 2 and first["best"]["run"]
+    again = sweep.sweep(options(data_dir, tmp_path, trials=3))  # the same study: one more trial
+    found = optuna.load_study(study_name=again["study"], storage=again["storage"])
+    assert len(found.trials) == 3 and [t.number for t in found.trials] == [0, 1, 2]
+    assert all(t.state.name in ("COMPLETE", "PRUNED") for t in found.trials)
+    board = pd.read_csv(tmp_path / "subs" / "leaderboard-flowers.csv")
+    trials = board[board["kind"] == "trial"]
+    finished = [t for t in found.trials if t.state.name == "COMPLETE"]
+    assert sorted(trials["entry"]) == sorted(t.user_attrs["run"] for t in finished)
+    assert set(trials["sweep"]) == {f"{again['study']} #{t.number}" for t in finished}
+    assert again["plots"][0].endswith("-history.png")
+    done = sweep.sweep(options(data_dir, tmp_path, trials=3))  # nothing left: no trial runs
+    assert len(optuna.load_study(study_name=done["study"], storage=done["storage"]).trials) == 3
+
+
+@pytest.mark.slow
+def test_two_processes_split_one_studys_trials_and_run_none_twice(data_dir, tmp_path):
+    import optuna
+
+    opts = options(data_dir, tmp_path, trials=6)  # each process's share outlasts the other's start
+    _sweep_processes(opts, data_dir)
+    storage = study.storage_url(None, opts.runs_dir, "flowers-default-space")
+    _split_and_none_twice(optuna.load_study(study_name="flowers-default-space", storage=storage), 6)
+
+
+def _sweep_processes(opts: SweepOptions, data_dir, *more: str) -> list[str]:
+    """Two `python -m pipeline sweep` processes on one study, run to their end; their outputs."""
+    args = [
+        sys.executable, "-m", "pipeline", "sweep", "--space", opts.space, "--trials", str(opts.trials),
+        "--data-dir", str(data_dir), "--runs-dir", str(opts.runs_dir), "--submissions-dir",
+        str(opts.submissions_dir), "--recipe", "default", "--backend", "tensorflow", "--strategy", "cpu",
+        *[arg for value in OVERRIDES for arg in ("--set", value)], *more,
+    ]  # fmt: skip
+    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"}
+    both = {"cwd": REPO, "env": env, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
+    procs = [subprocess.Popen(args, **both) for _ in range(2)]
+    outputs = [p.communicate(timeout=200)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    return outputs
+
+
+def _split_and_none_twice(found, trials: int) -> None:
+    assert len(found.trials) == trials and all(t.state.name in ("COMPLETE", "PRUNED") for t in found.trials)
+    assert len({t.user_attrs["pid"] for t in found.trials}) == 2  # both processes ran trials
+    assert len({tuple(sorted(t.params.items())) for t in found.trials}) == trials  # none twice
+
+
+@pytest.fixture
+def postgresql():
+    """A PostgreSQL server of its own on 127.0.0.1, in a folder outside pytest's (which the postgres
+    user cannot enter; initdb refuses root): the URL of its database."""
+    import os
+    import socket
+    import tempfile
+
+    pytest.importorskip("psycopg2")
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb")) or [Path(shutil.which("initdb") or "/-")]
+    if not found[-1].exists():
+        pytest.skip("no PostgreSQL server installed (initdb)")
+    bin_dir, home = found[-1].parent, Path(tempfile.mkdtemp(prefix="petals-pg-"))
+    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_user:
+        shutil.chown(home, "postgres")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def pg(tool: str, *args: str, check: bool = True) -> None:
+        subprocess.run([*as_user, str(bin_dir / tool), *args], check=check, capture_output=True, timeout=120)
+
+    data = str(home / "data")
+    pg("initdb", "-D", data, "-U", "postgres", "-A", "trust")
+    listen = f"-p {port} -k {home} -c listen_addresses=127.0.0.1"  # its log in a file: no pipe held open
+    pg("pg_ctl", "-D", data, "-l", str(home / "log"), "-o", listen, "-w", "start")
+    try:
+        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
+    finally:
+        pg("pg_ctl", "-D", data, "-m", "immediate", "stop", check=False)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.heavy
+def test_two_processes_split_a_study_on_a_real_postgresql_server(data_dir, tmp_path, postgresql):
+    import optuna
+
+    opts = options(data_dir, tmp_path, trials=6)  # each process's share outlasts the other's start
+    _sweep_processes(opts, data_dir, "--storage", postgresql)
+    _split_and_none_twice(optuna.load_study(study_name="flowers-default-space", storage=postgresql), 6)
+
+
+def test_a_sweep_refuses_what_it_cannot_run_before_any_trial(data_dir, tmp_path):
+    from pipeline.stages import sweep
+
+    with pytest.raises(PetalsError, match=r"TRIALS=0: a sweep runs at least one trial"):
+        sweep.sweep(options(data_dir, tmp_path, trials=0))
+    with pytest.raises(PetalsError, match=r"FOLDS=1: cross-validation needs at least 2 folds"):
+        sweep.sweep(options(data_dir, tmp_path, folds=1))
+    with pytest.raises(PetalsError, match=r"SPACE=.*nothing\.toml: no such file"):
+        sweep.sweep(dataclasses.replace(options(data_dir, tmp_path), space=str(tmp_path / "nothing.toml")))
+    assert not (tmp_path / "runs").exists()
