@@ -11,7 +11,8 @@ of the recipe as written; only then are the submissions scored against the held-
 sampler is seeded per trial number, so both arms try the same values for their first trials.
 
 Usage: python benchmarks/bench_sweep.py [--sets digits-small] [--trials 20] [--seed 0]
-Each set and seed is one entry of benchmarks/sweep.json with its commit.
+[--pruners median none hyperband]. Each set and seed is one entry of benchmarks/sweep.json; a run
+measures the pruners asked for and keeps the entry's other arms, each with its commit.
 """
 
 from __future__ import annotations
@@ -26,8 +27,12 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks import cv_data  # noqa: E402
-from benchmarks.bench_cv import newest_csv, opened_set, run_entries, test_score  # noqa: E402
+from benchmarks.bench_cv import entry, newest_csv, opened_set, test_score  # noqa: E402
+from benchmarks.bench_fetch import machine, record  # noqa: E402
 from benchmarks.bench_images_real import stage  # noqa: E402
+from pipeline.core.files import write_json  # noqa: E402
+
+PRUNERS = ("median", "hyperband", "none")
 
 
 def arm(chain, pruner: str, trials: int) -> dict:
@@ -54,32 +59,38 @@ def arm(chain, pruner: str, trials: int) -> dict:
     }
 
 
-def run_set(name: str, trials: int, seed: int) -> dict:
-    with opened_set(name, 5, seed) as (_, chain, result):
-        for pruner in ("median", "none"):
-            result[pruner] = arm(chain, pruner, trials)
+def run_set(name: str, trials: int, seed: int, pruners: list[str], before: dict) -> dict:
+    """The set's entry: each pruner's arm (other arms measured before are kept) and the recipe."""
+    result = {k: v for k, v in before.items() if k in (*PRUNERS, "recipe")}
+    with opened_set(name, 5, seed) as (_, chain, opened):
+        result.update(opened)  # sizes, seed, this commit
+        for pruner in pruners:
+            result[pruner] = {**arm(chain, pruner, trials), "commit": opened["commit"]}
             print(f"  {name} {pruner}: {json.dumps(result[pruner])}", flush=True)
-        result["recipe"] = chain.single("cpu")  # the recipe as written: val, test, seconds
+        if "recipe" not in result:
+            result["recipe"] = chain.single("cpu")  # the recipe as written: val, test, seconds
     return result
 
 
 def summary(results: dict) -> dict:
-    return {
-        "entries": len(results),
-        **{
-            key: {
-                "pruned_seconds": r["median"]["seconds"],
-                "unpruned_seconds": r["none"]["seconds"],
-                "time_saved": round(1 - r["median"]["seconds"] / r["none"]["seconds"], 3),
-                "pruned_trials": r["median"]["trials"].get("pruned", 0),
-                "best_test_pruned": r["median"]["best_test"],
-                "best_test_unpruned": r["none"]["best_test"],
-                "recipe_test": round(r["recipe"]["test"], 4),
-                "best_judged_val_pruned": r["median"]["best_judged_val"],
-            }
-            for key, r in results.items()
-        },
-    }
+    figures = {}
+    for key, r in results.items():
+        unpruned = r["none"]["seconds"]
+        figures[key] = {
+            "recipe_test": round(r["recipe"]["test"], 4),
+            **{
+                pruner: {
+                    "seconds": r[pruner]["seconds"],
+                    "time_saved": round(1 - r[pruner]["seconds"] / unpruned, 3),
+                    "trials": r[pruner]["trials"],
+                    "best_judged_val": r[pruner]["best_judged_val"],
+                    "best_test": r[pruner]["best_test"],
+                }
+                for pruner in PRUNERS
+                if pruner in r
+            },
+        }
+    return {"entries": len(results), **figures}
 
 
 def main() -> None:
@@ -89,10 +100,18 @@ def main() -> None:
     parser.add_argument("--sets", nargs="+", default=["digits-small"], choices=cv_data.SETS)
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pruners", nargs="+", default=["median", "none"], choices=PRUNERS)
     args = parser.parse_args()
     path = REPO / "benchmarks" / "sweep.json"
-    measured = lambda one: run_set(one, args.trials, args.seed)  # noqa: E731
-    run_entries(path, "sweep", args.sets, args.seed, measured, summary)
+    results = json.loads(path.read_text())["sets"] if path.is_file() else {}
+    for name in args.sets:
+        key = entry(name, args.seed)
+        results[key] = run_set(name, args.trials, args.seed, args.pruners, results.get(key, {}))
+        write_json(path, {"machine": machine(), "sets": results})
+    figures = summary(results)
+    print(json.dumps(figures, indent=1))
+    write_json(path, {"machine": machine(), "sets": results, "summary": figures})
+    record([{"name": "sweep", **figures}])
 
 
 if __name__ == "__main__":

@@ -253,6 +253,12 @@ def test_folds_deal_by_label_string_and_the_submission_thresholds_are_chosen_out
     by_id = dict(zip(train.ids, train.labels.tolist(), strict=True))
     assert sorted(oof.ids) == sorted(train.ids) and [by_id[i] for i in oof.ids] == oof.labels.tolist()
     assert metrics["cv_score"] == pytest.approx(SPEC.metric.score(oof.labels, oof.probabilities))
+    # the decision the submission uses, judged out of fold: thresholds cross-fitted over the OOF rows
+    truth = (oof.labels > 0.5).astype(np.int32)
+    judged = multi_label_decision.cross_fitted(truth, oof.probabilities)
+    assert metrics["oof_evaluation"][f"{SPEC.score_key}_thresholded"] == pytest.approx(
+        SPEC.metric.score_decided(truth, judged)
+    )
     path = api.cv_predict(options)
     test = Predictions.load(group / "test_predictions.npz")
     decided = multi_label_decision.decide(

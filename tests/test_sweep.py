@@ -163,8 +163,10 @@ def test_a_sweep_records_its_trials_and_its_rerun_continues_the_study(data_dir, 
     board = pd.read_csv(tmp_path / "subs" / "leaderboard-flowers.csv")
     trials = board[board["kind"] == "trial"]
     finished = [t for t in found.trials if t.state.name == "COMPLETE"]
-    assert sorted(trials["entry"]) == sorted(t.user_attrs["run"] for t in finished)
-    assert set(trials["sweep"]) == {f"{again['study']} #{t.number}" for t in finished}
+    assert sorted(trials["entry"]) == sorted({t.user_attrs["run"] for t in finished})
+    assert set(trials["sweep"]) == {
+        f"{again['study']} #{t.number}" for t in finished if "same_as" not in t.user_attrs
+    }
     assert again["plots"][0].endswith("-history.png")
     done = sweep.sweep(options(data_dir, tmp_path, trials=3))  # nothing left: no trial runs
     assert len(optuna.load_study(study_name=done["study"], storage=done["storage"]).trials) == 3
@@ -176,8 +178,8 @@ def test_two_processes_split_one_studys_trials_and_run_none_twice(data_dir, tmp_
 
     opts = options(data_dir, tmp_path, trials=6)  # each process's share outlasts the other's start
     _sweep_processes(opts, data_dir)
-    storage = study.storage_url(None, opts.runs_dir, "flowers-default-space")
-    _split_and_none_twice(optuna.load_study(study_name="flowers-default-space", storage=storage), 6)
+    (db,) = (opts.runs_dir / "sweeps").glob("flowers-default-space-*.db")
+    _split_and_none_twice(optuna.load_study(study_name=db.stem, storage=f"sqlite:///{db}"), 6)
 
 
 def _sweep_processes(opts: SweepOptions, data_dir, *more: str) -> list[str]:
@@ -242,7 +244,8 @@ def test_two_processes_split_a_study_on_a_real_postgresql_server(data_dir, tmp_p
 
     opts = options(data_dir, tmp_path, trials=6)  # each process's share outlasts the other's start
     _sweep_processes(opts, data_dir, "--storage", postgresql)
-    _split_and_none_twice(optuna.load_study(study_name="flowers-default-space", storage=postgresql), 6)
+    (name,) = optuna.get_all_study_names(storage=postgresql)
+    _split_and_none_twice(optuna.load_study(study_name=name, storage=postgresql), 6)
 
 
 def test_a_sweep_refuses_what_it_cannot_run_before_any_trial(data_dir, tmp_path):
@@ -252,6 +255,53 @@ def test_a_sweep_refuses_what_it_cannot_run_before_any_trial(data_dir, tmp_path)
         sweep.sweep(options(data_dir, tmp_path, trials=0))
     with pytest.raises(PetalsError, match=r"FOLDS=1: cross-validation needs at least 2 folds"):
         sweep.sweep(options(data_dir, tmp_path, folds=1))
+    with pytest.raises(PetalsError, match=r"train\.merge_val=true: a trial would keep no val split"):
+        sweep.sweep(options(data_dir, tmp_path, overrides=(*OVERRIDES, "train.merge_val=true")))
     with pytest.raises(PetalsError, match=r"SPACE=.*nothing\.toml: no such file"):
         sweep.sweep(dataclasses.replace(options(data_dir, tmp_path), space=str(tmp_path / "nothing.toml")))
     assert not (tmp_path / "runs").exists()
+
+
+def test_what_the_trials_share_names_the_study(data_dir, tmp_path):
+    from pipeline.stages import sweep
+
+    name = sweep._setup(options(data_dir, tmp_path)).name
+    assert (
+        name.startswith("flowers-default-space-") and name == sweep._setup(options(data_dir, tmp_path)).name
+    )
+    other = sweep._setup(options(data_dir, tmp_path, overrides=(*OVERRIDES, "train.epochs=4"))).name
+    assert other != name  # another SET= is another study, not the first one's trials counted as done
+    searched = sweep._setup(options(data_dir, tmp_path, overrides=(*OVERRIDES, "model.dropout=0.1"))).name
+    assert searched == name  # a value the space sets in every trial changes nothing the trials share
+
+
+def test_a_trial_with_the_values_of_another_is_not_trained_twice():
+    import optuna
+
+    from pipeline.stages import sweep
+
+    found = optuna.create_study(direction="maximize")
+    for _ in range(4):
+        found.enqueue_trial({"model.dropout": 0.3})  # four trials drawing the same value
+
+    def drawn():
+        trial = found.ask()
+        trial.suggest_categorical("model.dropout", [0.0, 0.3])
+        return trial
+
+    first = drawn()
+    first.set_user_attr("run", "a-run")
+    assert sweep._same_values(found, first) is None  # the first of its values: trained
+    found.tell(first, 0.5)
+    again = drawn()
+    assert sweep._same_values(found, again) == 0.5 and again.user_attrs["run"] == "a-run"
+    found.tell(again, 0.5)
+    other = optuna.create_study(direction="maximize")
+    other.enqueue_trial({"model.dropout": 0.0})
+    other.enqueue_trial({"model.dropout": 0.0})
+    busy = other.ask()
+    busy.suggest_categorical("model.dropout", [0.0, 0.3])
+    late = other.ask()
+    late.suggest_categorical("model.dropout", [0.0, 0.3])
+    with pytest.raises(sweep.Duplicate, match=r"trial 1: trial 0 is running the same values"):
+        sweep._same_values(other, late)

@@ -134,9 +134,13 @@ def _group_metrics(found: Setup, opts: CVOptions, runs: dict, oof) -> dict:
     import pandas as pd
 
     from pipeline.cv.group import KIND, cv_epoch, last_scores, score_at_epoch, scores
+    from pipeline.tasks.competitions import task_of
 
     spec, key = found.spec, found.spec.score_key
     judged = scores(spec, found.table, oof)
+    # What evaluate reports of a run's val, of the out-of-fold rows: a multi-label group's thresholds
+    # chosen on them (what its fold mean's submission uses) and the score they earn cross-fitted.
+    evaluated = task_of(spec).evaluate(found.table.labels, oof.probabilities, spec).fields
     histories = [pd.read_csv(run.history_file) for run in runs.values()]
     fold_metrics = [run.metrics() for run in runs.values()]
     chosen = cv_epoch(histories, key, spec.metric.greater_is_better)
@@ -157,6 +161,7 @@ def _group_metrics(found: Setup, opts: CVOptions, runs: dict, oof) -> dict:
         # each fold at its schedule's end: nothing chosen on its val rows
         "fold_scores_last": last_scores(histories, key),
         "fold_runs": {str(fold): run.name for fold, run in runs.items()},
+        "oof_evaluation": evaluated,
         "recipe": found.config.recipe,
         "backbone": found.config.model.backbone,
         "epochs": found.config.train.epochs,
@@ -195,10 +200,12 @@ def summary_line(name: str, spec, metrics: dict) -> str:
     at = "not scored" if at is None else f"{at:.4f}"
     last = metrics.get("fold_scores_last")  # each fold's best epoch was chosen on its own rows
     end = f"; at the schedule's end {sum(last) / len(last):.4f}" if last else ""
+    decided = [v for k, v in metrics.get("oof_evaluation", {}).items() if k.endswith("_thresholded")]
+    thresholded = f", with thresholds chosen on them {decided[0]:.4f} cross-fitted" if decided else ""
     return (
         f"{name}: CV {spec.metric.title} {metrics['cv_score']:.4f} on {metrics['examples']} out-of-fold "
-        f"examples; folds {folds} (mean {metrics['fold_mean']:.4f} +- {metrics['fold_std']:.4f}); "
-        f"CV's epoch {metrics['cv_epoch']} (the folds' mean there {at}{end})"
+        f"examples{thresholded}; folds {folds} (mean {metrics['fold_mean']:.4f} +- "
+        f"{metrics['fold_std']:.4f}); CV's epoch {metrics['cv_epoch']} (the folds' mean there {at}{end})"
     )
 
 

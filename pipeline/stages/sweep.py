@@ -86,7 +86,16 @@ class Trial:
         return self.report(fold + 1, (metrics or {}).get(self.score_key)) is not None
 
 
-def _setup(opts: SweepOptions):
+@dataclasses.dataclass(frozen=True)
+class Setup:
+    base: object  # the recipe's config with the command line's overrides: what every trial shares
+    spec: object
+    params: list
+    name: str  # the study's: competition, recipe, space, and a hash of what the trials share
+    build: object  # overrides -> the config they make (checked, as a stage builds it)
+
+
+def _setup(opts: SweepOptions) -> Setup:
     """The base config, its competition, the space (checked) and the study's name."""
     from pipeline.core import device
     from pipeline.sweep import space
@@ -100,6 +109,10 @@ def _setup(opts: SweepOptions):
     if platform.hosts.several:
         raise PetalsError("HOSTS: each sweep trial runs in one process; processes share a study by STORAGE")
     base = recipe_config.config_from_args(opts, platform.device)
+    if base.train.merge_val and not opts.folds:
+        raise PetalsError(
+            "train.merge_val=true: a trial would keep no val split to be judged on (FOLDS=K: out of fold)"
+        )
     path = space.space_file(opts.space, base.competition, base.recipe, opts.recipe)
     params = space.read_space(path)
 
@@ -110,7 +123,49 @@ def _setup(opts: SweepOptions):
     space.check(params, path, build)
     spec = load_competition(base.competition)
     name = f"{spec.name}-{Path(base.recipe).stem}-{path.stem}" + (f"-cv{opts.folds}" if opts.folds else "")
-    return base, spec, params, check_name(name, "study name", "--space")
+    name = f"{name}-{_shared_hash(base, params, opts)}"
+    return Setup(base, spec, params, check_name(name, "study name", "--space"), build)
+
+
+def _shared_hash(base, params: list, opts: SweepOptions) -> str:
+    """What every trial of the study shares: the config's values outside the space and the data's
+    labelled fingerprint. Another SET=, other data or another image size is another study."""
+    import hashlib
+    import json
+
+    from pipeline.core.rundir import data_identity
+    from pipeline.data.manifest import read_manifest
+
+    searched = {param.key for param in params}
+    shared = {
+        f"{section}.{key}": value
+        for section, values in base.to_dict().items()
+        if isinstance(values, dict)
+        for key, value in values.items()
+        if f"{section}.{key}" not in searched
+    }
+    shared["data"] = data_identity(read_manifest(opts.data_dir) or {})
+    return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+class Duplicate(Exception):
+    """A trial whose values another process is running now: it fails, and the next one is drawn."""
+
+
+def _same_values(found, trial) -> float | None:
+    """The score of a finished trial with this trial's values (its run was trained once), or None;
+    `Duplicate` when a running one has them."""
+    import optuna
+
+    state = optuna.trial.TrialState
+    for other in found.get_trials(deepcopy=False, states=(state.COMPLETE, state.RUNNING)):
+        if other.number != trial.number and other.params == trial.params:
+            if other.state == state.RUNNING:
+                raise Duplicate(f"trial {trial.number}: trial {other.number} is running the same values")
+            trial.set_user_attr("same_as", other.number)
+            trial.set_user_attr("run", other.user_attrs.get("run"))
+            return other.value
+    return None
 
 
 def sweep(opts: SweepOptions) -> dict:
@@ -119,36 +174,46 @@ def sweep(opts: SweepOptions) -> dict:
 
     from pipeline.sweep import space, study
 
-    base, spec, params, name = _setup(opts)
+    setup = _setup(opts)
+    spec, name = setup.spec, setup.name
     url = study.storage_url(opts.storage, opts.runs_dir, name)
     direction = "maximize" if spec.metric.greater_is_better else "minimize"
-    found = study.open_study(name, url, direction, base.seed, opts.pruner, base.train.epochs)
-    stale = study.fail_stale(found)
-    if stale:
-        log.info("sweep: %d trial(s) of a sweep that was killed marked failed", stale)
+    found = study.open_study(name, url, direction, setup.base.seed, opts.pruner)
     state = optuna.trial.TrialState
-    counted = (state.COMPLETE, state.PRUNED, state.RUNNING)  # trials run, or being run elsewhere
 
     def objective(trial) -> float:
         study.mark_trial(trial)
-        values = {param.key: param.suggest(trial) for param in params}
+        values = {param.key: param.suggest(trial) for param in setup.params}
         shown = ", ".join(f"{k}={v}" for k, v in values.items())
         log.info("sweep: trial %d of %s: %s", trial.number, name, shown)
+        earlier = _same_values(found, trial)
+        if earlier is not None:
+            log.info(
+                "sweep: trial %d: the values of trial %d, scored %.4f",
+                trial.number,
+                trial.user_attrs["same_as"],
+                earlier,
+            )
+            return earlier
         overrides = (*opts.overrides, *(space.override(k, v) for k, v in values.items()))
-        judged = Trial(trial, spec.score_key, last=opts.folds or base.train.epochs)
+        last = opts.folds or setup.build(tuple(space.override(k, v) for k, v in values.items())).train.epochs
+        judged = Trial(trial, spec.score_key, last=last)
         metrics = _run_trial(dataclasses.replace(opts, overrides=overrides), judged)
         if judged.pruned:
             log.info("sweep: trial %d pruned by %s", trial.number, judged.pruned)
             raise optuna.TrialPruned()
         score = _judged_score(opts, spec, metrics)
         trial.set_user_attr("run", metrics.get("group") or metrics.get("run"))
-        _board_row(opts, spec, metrics, f"{name} #{trial.number}")
+        if math.isfinite(score):  # Optuna records a trial that returns nan as failed
+            _board_row(opts, spec, metrics, score, f"{name} #{trial.number}")
         log.info("sweep: trial %d: %s %.4f", trial.number, spec.metric.title, score)
         return float(score)
 
-    stop = optuna.study.MaxTrialsCallback(opts.trials, states=counted)
-    if len(found.get_trials(deepcopy=False, states=counted)) < opts.trials:
-        found.optimize(objective, timeout=opts.timeout, callbacks=[stop], catch=())
+    # Each process stops once the trials run and running reach TRIALS; one that starts while others
+    # run the last ones may add one each (the count and the start are not one transaction).
+    stop = optuna.study.MaxTrialsCallback(opts.trials, states=(state.COMPLETE, state.PRUNED, state.RUNNING))
+    if len(found.get_trials(deepcopy=False, states=(state.COMPLETE, state.PRUNED))) < opts.trials:
+        found.optimize(objective, timeout=opts.timeout, callbacks=[stop], catch=(Duplicate,))
     return _summary(found, opts, spec, url)
 
 
@@ -184,9 +249,9 @@ def _run_trial(opts: SweepOptions, judged: Trial) -> dict:
         return {}  # its run stays, resumable, at the epoch it was stopped
 
 
-def _board_row(opts: SweepOptions, spec, metrics: dict, trial: str) -> None:
-    """A finished trial on the offline leaderboard: a run's row (kind `trial`), or its CV group's
-    row (written by the group) marked with the trial."""
+def _board_row(opts: SweepOptions, spec, metrics: dict, score: float, trial: str) -> None:
+    """A finished trial on the offline leaderboard: a run's row (kind `trial`, its score the one the
+    study compares), or its CV group's row (written by the group) marked with the trial."""
     from pipeline.core.rundir import RunDir
     from pipeline.runs import leaderboard
 
@@ -201,7 +266,7 @@ def _board_row(opts: SweepOptions, spec, metrics: dict, trial: str) -> None:
         **{**leaderboard.run_fields(run), "kind": "trial"},
         time=leaderboard.now(),
         sweep=trial,
-        **{spec.score_key: round(metrics[spec.score_key], 5)},
+        **{spec.score_key: round(score, 5)},  # the study's score: the schedule's end
     )
 
 
@@ -216,7 +281,8 @@ def _summary(found, opts: SweepOptions, spec, url: str) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     plots = study.plots(found, folder)
     line = ", ".join(f"{n} {k}" for k, n in count.items())
-    summary = {"study": found.study_name, "storage": url, "trials": count, "plots": [str(p) for p in plots]}
+    summary = {"study": found.study_name, "storage": study.shown_url(url), "trials": count,
+               "plots": [str(p) for p in plots]}  # fmt: skip
     try:
         best = found.best_trial
     except ValueError:  # no trial finished yet

@@ -114,8 +114,12 @@ def _param(key: str, table: dict, where: str) -> Param:
         raise PetalsError(f"{where}: low = {_shown(low)}, high = {_shown(high)}: two numbers, low < high")
     if not isinstance(log, bool) or (log and low <= 0):
         raise PetalsError(f"{where}: log = {_shown(log)} over {low}..{high}: true or false, true above 0")
-    if step is not None and not (_number(step) and 0 < step <= high - low and not log):
-        raise PetalsError(f"{where}: step = {_shown(step)}: a number in (0, high - low], without log")
+    whole = isinstance(low, int) and isinstance(high, int)
+    if step is not None and (not (_number(step) and 0 < step <= high - low and not log) or
+                             (whole and not isinstance(step, int))):  # fmt: skip
+        raise PetalsError(
+            f"{where}: step = {_shown(step)}: a number in (0, high - low], whole for whole bounds, no log"
+        )
     return Param(key, low=low, high=high, log=log, step=step)
 
 

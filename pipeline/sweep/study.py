@@ -2,12 +2,15 @@
 
 The study is a real database: SQLite inside the runs dir by default (no set-up; several processes
 on one machine share it), or any `STORAGE=postgresql://...` / `mysql://...` URL, so processes on
-several machines split one study's trials. A killed sweep's rerun opens the same study and goes on;
-trials it left running are marked failed, so the count of trials still to run stays right.
+several machines split one study's trials. Each running trial beats a heartbeat into it: a trial
+whose process was killed is marked failed once its heartbeat is `GRACE` seconds old (by the next
+process to start or finish a trial), and a killed sweep's rerun goes on with the study.
 
-Sampling is TPE, seeded per trial from the config's seed and the trial's number (which the
-database hands out once): a sweep gives the same trials whether one process runs them or several,
-and two processes never draw the same starting points.
+Sampling is TPE. Its first trials are drawn at random, seeded from the config's seed and the
+trial's number (which the database hands out once): the same values whether one process runs
+them or several, and no two processes start on the same point. Later trials follow the finished
+ones (with `constant_liar`, the running ones count as pending), so they depend on what finished
+first.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import re
 import socket
 import time
+import warnings
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError, first_line
@@ -29,13 +33,15 @@ log = logging.getLogger(__name__)
 FOLDER = "sweeps"  # runs/sweeps/<study>.db and its plots
 PRUNERS = ("median", "hyperband", "none")
 ATTEMPTS = 4  # opening a study: a database's first users race to create its tables
+HEARTBEAT = 10  # seconds between a running trial's heartbeats
+GRACE = 60  # a trial whose heartbeat is older has lost its process (a killed sweep): it failed
 SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg", "postgresql+psycopg2", "mysql", "mysql+pymysql")
-_URL = re.compile(r"(?P<scheme>[a-z0-9+]+)://(?P<rest>[^\s'\"`;|&<>]*)")
+_URL = re.compile(r"(?P<scheme>[a-z0-9+]+)://(?P<rest>[^\s'\"`;|<>$\\]*)")
 
 
 def storage_url(given: str | None, runs_dir: Path, study: str) -> str:
-    """`STORAGE=` as given (checked: a database URL of a known kind, nothing a shell could read as
-    more), or SQLite at runs/sweeps/<study>.db."""
+    """`STORAGE=` as given (checked: a database URL of a known kind, without quotes, spaces or a
+    shell's command characters), or SQLite at runs/sweeps/<study>.db."""
     if given is None:
         folder = runs_dir / FOLDER
         folder.mkdir(parents=True, exist_ok=True)
@@ -47,6 +53,16 @@ def storage_url(given: str | None, runs_dir: Path, study: str) -> str:
             "mysql://user@host/db)"
         )
     return given
+
+
+def shown_url(url: str) -> str:
+    """The URL as logs and errors show it: its password hidden."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<the STORAGE URL>"
 
 
 def _seed(seed: int, number: int) -> int:
@@ -67,84 +83,70 @@ def sampler(seed: int):
     return PerTrialTPE(seed=seed, constant_liar=True)  # trials running elsewhere count as pending
 
 
-def pruner(name: str, epochs: int):
+def pruner(name: str):
     """`PRUNER=median` (a trial below the median of the others at the same epoch stops), `hyperband`,
     or `none`."""
     import optuna
 
     if name == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=2, n_warmup_steps=1)
-    if name == "hyperband":
-        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=max(epochs, 2))
+    if name == "hyperband":  # its largest budget read from the first finished trial's steps
+        return optuna.pruners.HyperbandPruner(min_resource=1, max_resource="auto")
     if name == "none":
         return optuna.pruners.NopPruner()
     raise PetalsError(f"PRUNER={shown(name)} is not one of {', '.join(PRUNERS)}")
 
 
-def open_study(name: str, storage: str, direction: str, seed: int, prune: str, epochs: int):
-    """The study, created or continued; trials a killed process left running marked failed."""
+def open_study(name: str, storage: str, direction: str, seed: int, prune: str):
+    """The study, created or continued; trials whose process is gone marked failed."""
     import optuna
     import sqlalchemy.exc
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # petals says what each trial did
+    where = f"study {name} in {shown_url(storage)}"
     for attempt in range(ATTEMPTS):
         try:
-            return optuna.create_study(
+            with warnings.catch_warnings():  # Optuna calls its heartbeat experimental
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                beats = {"heartbeat_interval": HEARTBEAT, "grace_period": GRACE}
+                database = optuna.storages.RDBStorage(storage, **beats)
+            study = optuna.create_study(
                 study_name=name,
-                storage=storage,
+                storage=database,
                 direction=direction,
                 sampler=sampler(seed),
-                pruner=pruner(prune, epochs),
+                pruner=pruner(prune),
                 load_if_exists=True,
             )
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                optuna.storages.fail_stale_trials(study)
+            return study
+        except ImportError as err:  # the URL's driver is not installed
+            raise PetalsError(
+                f"{where}: {err.name or err} is not installed (pip install 'petals[postgresql]' or the "
+                "database's SQLAlchemy driver)"
+            ) from None
         except ValueError as err:  # another direction under the same name
-            raise PetalsError(f"study {name} in {storage}: {err}") from None
+            raise PetalsError(f"{where}: {err}") from None
         except sqlalchemy.exc.SQLAlchemyError as err:
             # Processes that start together on an empty database race to create its tables: the
             # loser's CREATE fails (PostgreSQL: a unique violation on pg_type) and its retry finds them.
             if attempt + 1 == ATTEMPTS:
-                raise PetalsError(f"study {name}: the database {storage} fails ({first_line(err)})") from None
+                raise PetalsError(f"{where}: the database fails ({first_line(err)})") from None
             time.sleep(1.0 + attempt)
     raise AssertionError("unreachable")
 
 
 def mark_trial(trial) -> None:
-    """Which process runs the trial, so a rerun on this machine can tell a killed one's."""
+    """Which process runs the trial (the trial's record says where it ran)."""
     trial.set_user_attr("host", socket.gethostname())
     trial.set_user_attr("pid", os.getpid())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: alive
-        return True
-    return True
-
-
-def fail_stale(study) -> int:
-    """Trials left RUNNING by a process of this machine that is gone (a killed sweep) become FAIL,
-    so they count neither as done nor as running; their count. Other machines' trials are theirs."""
-    import optuna
-
-    host = socket.gethostname()
-    stale = [
-        t
-        for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-        if t.user_attrs.get("host") == host and not _alive(int(t.user_attrs.get("pid", 0)) or -1)
-    ]
-    for trial in stale:  # Optuna's storage call: a trial's state, set from outside its process
-        study._storage.set_trial_state_values(trial._trial_id, optuna.trial.TrialState.FAIL)
-    return len(stale)
 
 
 def plots(study, folder: Path) -> list[Path]:
     """The optimisation history and, once there are enough finished trials, the parameters'
     importances, as PNGs beside the study."""
-    import warnings
-
     import matplotlib
 
     matplotlib.use("Agg")
