@@ -24,17 +24,20 @@ REPO = Path(__file__).resolve().parents[2]
 BUNDLED = ("pipeline", "competition")  # the packages the kernel carries
 BUNDLED_SUFFIXES = (".py", ".toml", ".txt")
 # What the kernel needs where git cannot say what belongs to the packages (an unpacked sdist, a
-# kernel's own bundle): their modules, the task recipes and their candidates (`CHOOSE=1`), and each
-# competition's file, recipes and candidates; with each competition's class list as its file
-# names it (`classes_files`). A stray notes.txt beside competition.toml matches none of these.
+# kernel's own bundle): their modules, the task recipes, their candidates (`CHOOSE=1`) and search
+# spaces (`make sweep`), and each competition's file, recipes, candidates and spaces; with each
+# competition's class list as its file names it (`classes_files`). A stray notes.txt beside
+# competition.toml matches none of these.
 WITHOUT_GIT = (
     "pipeline/**/*.py",
     "pipeline/tasks/recipes/*/*.toml",
     "pipeline/tasks/recipes/*/candidates/*.toml",
+    "pipeline/tasks/recipes/*/spaces/*.toml",
     "competition/*.py",
     "competition/*/competition.toml",
     "competition/*/recipes/*.toml",
     "competition/*/recipes/candidates/*.toml",
+    "competition/*/recipes/spaces/*.toml",
 )
 SHOWN_LEFT_OUT = 3  # untracked files the INFO line names
 

@@ -42,5 +42,5 @@ class EpochHooks(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         self.trainer._end_steps(epoch, self.steps, logs or {})  # Keras's logs: the steps' means
-        if self.trainer.stop():
-            self.model.stop_training = True  # asked at the epoch's end (a sweep's judge): stop here
+        if self.trainer.stop.reason is not None:  # the epoch's judge (a sweep's pruner) said stop:
+            self.model.stop_training = True  # end here (read, not asked: a question counts across hosts)
