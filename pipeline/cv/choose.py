@@ -82,9 +82,7 @@ def candidates_file(choose: str, competition: str, recipe: str, given: str) -> P
 
     if choose not in ("1", "recipe"):
         return Path(choose)
-    folders = [Path(given).parent] if given.endswith(".toml") else recipe_config.recipe_dirs(competition)
-    places = [folder / FOLDER / f"{recipe}.toml" for folder in folders]
-    found = next((p for p in places if p.is_file()), None)
+    found, places = recipe_config.beside_recipe(FOLDER, competition, recipe, given)
     if found is None:
         raise PetalsError(
             f"CHOOSE=1: recipe {recipe!r} has no candidates ({' or '.join(map(str, places))}); "

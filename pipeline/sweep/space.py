@@ -74,9 +74,7 @@ def space_file(space: str, competition: str, recipe: str, given: str) -> Path:
 
     if space != "1":
         return Path(space)
-    folders = [Path(given).parent] if given.endswith(".toml") else recipe_config.recipe_dirs(competition)
-    places = [folder / FOLDER / f"{recipe}.toml" for folder in folders]
-    found = next((p for p in places if p.is_file()), None)
+    found, places = recipe_config.beside_recipe(FOLDER, competition, recipe, given)
     if found is None:
         raise PetalsError(
             f"SPACE=1: recipe {recipe!r} has no search space ({' or '.join(map(str, places))}); "

@@ -42,6 +42,15 @@ def recipe_dirs(competition: str = DEFAULT_COMPETITION) -> list[Path]:
     return [competition_folder(competition) / RECIPES, task_of(spec).recipes_dir]
 
 
+def beside_recipe(folder: str, competition: str, recipe: str, given: str) -> tuple[Path | None, list[Path]]:
+    """A recipe's companion file, `recipes/<folder>/<recipe>.toml` (candidates, a search space):
+    beside the recipe file `given` names, else the competition's, then its task's. (The first that
+    exists or None, every place looked.)"""
+    folders = [Path(given).parent] if given.endswith(".toml") else recipe_dirs(competition)
+    places = [place / folder / f"{recipe}.toml" for place in folders]
+    return next((p for p in places if p.is_file()), None), places
+
+
 def recipe_names(competition: str = DEFAULT_COMPETITION) -> list[str]:
     """A competition's recipes (its own and its task's), plus `default` (no file: the defaults)."""
     found = {p.stem for folder in recipe_dirs(competition) for p in folder.glob("*.toml")}
