@@ -262,17 +262,17 @@ kernel-status: | $(STAMP) ## the pushed kernel's status (queued, running, comple
 kernel-output: | $(STAMP) ## download the kernel's outputs and record its run on the leaderboard as a Kaggle run; FOLDS=: merge its folds into RUNS_DIR and their CV group
 	$(PY) -m pipeline kernel output $(kernel_ARGS)
 
-# Kaggle's TPU image as a second virtualenv (kernels/tpu-image.txt: TensorFlow CPU 2.20, Keras 3, JAX,
+# Kaggle's TPU image as a second virtualenv (tests/kaggle-tpu-image.txt: TensorFlow CPU 2.20, Keras 3, JAX,
 # no efficientnet package), never mixed with the project's.
 TPU_VENV := .venv-kaggle-tpu
-$(TPU_VENV)/.installed: kernels/tpu-image.txt
+$(TPU_VENV)/.installed: tests/kaggle-tpu-image.txt
 	$(PYTHON) -m venv $(TPU_VENV)
 	$(TPU_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(TPU_VENV)/bin/python -m pip install --quiet -r kernels/tpu-image.txt
+	$(TPU_VENV)/bin/python -m pip install --quiet -r tests/kaggle-tpu-image.txt
 	@touch $@
 
 kernel-emulate: $(TPU_VENV)/.installed | $(STAMP) ## run a generated TPU kernel as Kaggle would: TPU image pins, /kaggle layout, 8 JAX devices, no network
-	$(PY) kernels/emulate.py --python $(TPU_VENV)/bin/python
+	$(PY) -m tests.kernel_emulate --python $(TPU_VENV)/bin/python
 
 test: $(STAMP) ## run the test suite (what CI runs), all but the heavy tier
 	$(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal -m "not heavy" $(PYTEST_ARGS)

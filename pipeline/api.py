@@ -39,6 +39,7 @@ from pipeline.core.options import (
     DeviceOptions,
     EnsembleOptions,
     FetchOptions,
+    KernelOptions,
     ScoreOptions,
     SubmitOptions,
     SweepOptions,
@@ -51,6 +52,7 @@ __all__ = [
     "DeviceOptions",
     "EnsembleOptions",
     "FetchOptions",
+    "KernelOptions",
     "ScoreOptions",
     "SubmitOptions",
     "SweepOptions",
@@ -61,6 +63,7 @@ __all__ = [
     "ensemble",
     "evaluate",
     "fetch",
+    "kernel",
     "predict",
     "submit",
     "sweep",
@@ -134,6 +137,16 @@ def ensemble(options: EnsembleOptions) -> Path:
     from pipeline.stages import ensemble as stage
 
     return stage.ensemble(options)
+
+
+def kernel(action: str, options: KernelOptions) -> Any:
+    """A Kaggle kernel of a recipe (`pipeline.kernels`): "generate" writes and checks
+    `kernels/<name>/` and "check" checks it again (each returns its folder), "push" uploads it,
+    "status" returns how its run stands (a line), "output" downloads what it wrote and records the
+    run on the offline leaderboard (a FOLDS kernel's fold runs join their CV group)."""
+    from pipeline.stages import kernel as stage
+
+    return stage.kernel(action, options)
 
 
 def submit(options: SubmitOptions) -> None:

@@ -229,7 +229,7 @@ def test_a_kernel_for_a_table_competition_fetches_its_kaggle_mount_and_writes_a_
 
     from pipeline import cli
     from pipeline.data import embedded
-    from pipeline.stages import kernel
+    from pipeline.kernels import metadata as kernel
 
     spec = load_spec("imdb")
     mount = tmp_path / "input" / spec.default_slug
@@ -258,9 +258,9 @@ def test_a_kernel_for_a_table_competition_fetches_its_kaggle_mount_and_writes_a_
 
 
 def test_a_bert_kernel_needs_its_preset_attached_as_a_kaggle_model(tmp_path):
-    import argparse
-
-    from pipeline.stages import kernel
+    from pipeline.core.options import KernelOptions
+    from pipeline.kernels import metadata
+    from pipeline.kernels.recipe_check import check_recipe
 
     spec = load_spec("watson")
     config = load_config("tpu", ["competition=watson"])  # model.weights=/kaggle/input/bert/...
@@ -268,18 +268,15 @@ def test_a_bert_kernel_needs_its_preset_attached_as_a_kaggle_model(tmp_path):
     with pytest.raises(
         PetalsError, match=r"attached to hold it; attach it: MODELS=<owner>/bert/keras/bert_base_multi/2"
     ):
-        kernel.check_recipe(config, spec, "tpu", internet=True, datasets=[])
-    kernel.check_recipe(config, spec, "tpu", internet=False, datasets=["keras/bert/keras/bert_base_multi/2"])
+        check_recipe(config, spec, "tpu", internet=True, datasets=[])
+    check_recipe(config, spec, "tpu", internet=False, datasets=["keras/bert/keras/bert_base_multi/2"])
     local = load_config("tpu", ["competition=watson", f"model.weights={tmp_path}"])
     with pytest.raises(PetalsError, match=r"is a folder on this machine, which the kernel cannot see"):
-        kernel.check_recipe(
-            local, spec, "tpu", internet=True, datasets=["keras/bert/keras/bert_base_multi/2"]
-        )
-    args = argparse.Namespace(
-        accelerator="TpuV5E8", kernel_type="script", internet="off", dataset=[], resume_from=[],
-        model=["keras/bert/keras/bert_base_multi/2"],
-    )  # fmt: skip
-    meta = kernel.metadata(args, "me", "petals-watson-tpu", spec.default_slug)
+        check_recipe(local, spec, "tpu", internet=True, datasets=["keras/bert/keras/bert_base_multi/2"])
+    options = KernelOptions(
+        accelerator="TpuV5E8", internet="off", model=("keras/bert/keras/bert_base_multi/2",)
+    )
+    meta = metadata.metadata(options, "me", "petals-watson-tpu", spec.default_slug)
     assert meta["model_sources"] == ["keras/bert/keras/bert_base_multi/2"] and meta["enable_tpu"]
 
 

@@ -22,8 +22,8 @@ import pytest
 
 from pipeline import cli
 from pipeline.core.errors import PetalsError
-from pipeline.kernels import bundle
-from pipeline.stages import kernel
+from pipeline.kernels import bundle, generate
+from pipeline.kernels.metadata import SCRIPT
 from tests.conftest import REPO
 from tests.hostile import Tree, one_error_line, record
 
@@ -94,7 +94,7 @@ def _generate(root: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 def _members(folder: Path) -> dict[str, bytes]:
-    code = (folder / kernel.SCRIPT).read_text()
+    code = (folder / SCRIPT).read_text()
     encoded = code.split('BUNDLE = """\n', 1)[1].split('\n"""', 1)[0]
     with zipfile.ZipFile(io.BytesIO(base64.b64decode(encoded))) as archive:
         return {name: archive.read(name) for name in archive.namelist()}
@@ -163,10 +163,10 @@ def _staged_kernel(member: str, text: str) -> tuple[str, dict]:
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr(member, text)
     meta = {
-        "id": f"petals-user/{NAME}", "title": NAME.replace("-", " "), "code_file": kernel.SCRIPT,
+        "id": f"petals-user/{NAME}", "title": NAME.replace("-", " "), "code_file": SCRIPT,
         "language": "python", "kernel_type": "script", "is_private": True, "enable_internet": True,
     }  # fmt: skip
-    return kernel.script_text({}, buffer.getvalue(), notebook=False), meta
+    return generate.script_text({}, buffer.getvalue(), notebook=False), meta
 
 
 def test_a_refused_kernel_leaves_no_kernels_folder_behind(tmp_path, monkeypatch):
@@ -177,7 +177,7 @@ def test_a_refused_kernel_leaves_no_kernels_folder_behind(tmp_path, monkeypatch)
     script, meta = _staged_kernel("competition/flowers/classes.txt", "daisy\nmy-own-kaggle-secret-value\n")
     tree = Tree(tmp_path)
     with pytest.raises(PetalsError) as refused:
-        kernel.place_checked(tmp_path / "kernels" / NAME, script, meta)
+        generate.place_checked(tmp_path / "kernels" / NAME, script, meta)
     line = str(refused.value)  # the function's line; the stage prints it after `petals kernel: error:`
     assert "bundled file competition/flowers/classes.txt contains one of your Kaggle secrets" in line
     assert str(tmp_path / "kernels" / NAME) in line  # the folder asked for, not the staging one
@@ -414,7 +414,7 @@ def test_a_kernel_script_that_never_answers_help_is_one_line(tmp_path, monkeypat
     with pytest.raises(PetalsError) as refused:
         check._answers_help("import time\ntime.sleep(30)\n", tmp_path / "kernels" / NAME)
     line = str(refused.value)  # the function's line; the stage prints it after `petals kernel: error:`
-    assert f"kernels/{NAME}/{kernel.SCRIPT}: the kernel script did not answer --help within 0.5 s" in line
+    assert f"kernels/{NAME}/{SCRIPT}: the kernel script did not answer --help within 0.5 s" in line
     assert tree.changes() == []
     record(
         "kernel: script hangs on --help",

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 from pipeline import cli
+from pipeline.kernels import metadata as kernel
 from pipeline.runs import leaderboard
 from pipeline.runs.submission_files import sample_ids
-from pipeline.stages import kernel
 from pipeline.tasks.competitions import check_submission
 from tests.conftest import REPO, TINY, error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer

@@ -12,13 +12,12 @@ import pytest
 from pipeline import kernel_main as template
 from pipeline.core import kaggle_input
 from pipeline.core.errors import PetalsError
+from pipeline.core.options import KernelOptions
 from pipeline.kernels import metadata as kernel
 
 
-def _args(accelerator: str, **extra) -> argparse.Namespace:
-    base = {"kernel_type": "script", "internet": "on", "dataset": [], "model": [], "resume_from": []}
-    base |= {"folds": None, "fold_list": ()}  # the parser's defaults: one run, not folds
-    return argparse.Namespace(accelerator=accelerator, **{**base, **extra})
+def _args(accelerator: str, **extra) -> KernelOptions:
+    return KernelOptions(accelerator=accelerator, internet="on", **extra)
 
 
 @pytest.mark.parametrize(
@@ -74,7 +73,7 @@ def test_the_pre_push_checks_and_the_kernel_stage_do_not_import_each_other():
 
 def test_resume_from_attaches_earlier_outputs_as_kernel_sources():
     meta = kernel.metadata(
-        _args("TpuV5E8", resume_from=["self", "friend/their-run", "self"]), "me", "petals-tpu", "x"
+        _args("TpuV5E8", resume_from=("self", "friend/their-run", "self")), "me", "petals-tpu", "x"
     )
     assert meta["kernel_sources"] == ["me/petals-tpu", "friend/their-run"]
 
@@ -192,7 +191,8 @@ def test_train_gets_the_sessions_limit_less_what_has_passed_and_a_reserve(monkey
 
 def test_a_kernels_settings_carry_its_session_limit():
     from competition import load_spec
-    from pipeline.stages import kernel
+    from pipeline.core.options import KernelOptions
+    from pipeline.kernels import generate
     from pipeline.tasks.recipe_config import load_config
 
     config, spec = load_config("cpu"), load_spec("flowers")
@@ -201,5 +201,5 @@ def test_a_kernels_settings_carry_its_session_limit():
         ("NvidiaL4", None, 12 * 3600),
         ("TpuV5E8", 7200, 7200),
     ):
-        args = _args(accelerator, overrides=[], slug=None, tta=1, timeout=timeout)
-        assert kernel.kernel_settings(args, config, spec, "me/k")["time_limit"] == expected
+        options = KernelOptions(accelerator=accelerator, timeout=timeout)
+        assert generate.kernel_settings(options, config, spec, "me/k")["time_limit"] == expected

@@ -133,6 +133,29 @@ class EnsembleOptions(DeviceOptions):
 
 
 @dataclass(frozen=True)
+class KernelOptions(ConfigOptions):
+    """A Kaggle kernel of a recipe (`pipeline.kernels`): generated, checked, pushed, polled, collected."""
+
+    name: str | None = None  # kernel folder and slug; None: petals-<competition>-<recipe>
+    kernels_dir: Path = KERNELS_DIR
+    owner: str | None = None  # None: the Kaggle credentials' user
+    accelerator: str | None = None  # None: the default, or a code competition's
+    resume_from: tuple[str, ...] = ()  # kernel outputs (owner/slug, or self) whose runs resume
+    kernel_type: str = "script"  # script | notebook
+    internet: str | None = None  # on | off; None: on, off for a code competition
+    dataset: tuple[str, ...] = ()  # datasets attached (owner/slug)
+    model: tuple[str, ...] = ()  # Kaggle models attached (owner/model/framework/variation/version)
+    slug: str | None = None  # None: the competition's first
+    tta: int = TTA
+    folds: int | None = None  # None: one run; K: folds of the recipe's K-fold CV group
+    fold_list: tuple[int, ...] = ()  # with folds: only these; (): all of them
+    data_dir: Path = DATA_DIR  # output: the data whose CV group the kernel's folds join
+    runs_dir: Path = RUNS_DIR
+    timeout: int | None = None  # the kernel's longest run, seconds; None: Kaggle's session limit
+    submissions_dir: Path = SUBMISSIONS_DIR
+
+
+@dataclass(frozen=True)
 class SubmitOptions:
     competition: str = DEFAULT_COMPETITION
     file: Path | None = None  # None: the newest of the competition's CSVs in submissions_dir

@@ -6,7 +6,6 @@ where a kernel folder is: shared by generation, the pre-push checks, `make submi
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -205,7 +204,7 @@ def find_owner(given: str | None) -> str:
     return name
 
 
-def metadata(args: argparse.Namespace, owner: str, name: str, slug: str) -> dict[str, Any]:
+def metadata(options, owner: str, name: str, slug: str) -> dict[str, Any]:
     """kernel-metadata.json for the kernel `owner/name` that attaches competition `slug`."""
     from slugify import slugify  # what the official client matches titles against
 
@@ -214,22 +213,22 @@ def metadata(args: argparse.Namespace, owner: str, name: str, slug: str) -> dict
         raise PetalsError(f"kernel name {name!r}: use lowercase letters, digits and single dashes")
     if not 5 <= len(title) <= TITLE_LIMIT:
         raise PetalsError(f"kernel name {name!r}: its title must be 5 to {TITLE_LIMIT} characters")
-    session = check_accelerator(args.accelerator)
+    session = check_accelerator(options.accelerator)
     meta = {
         "id": f"{owner}/{name}",
         "title": title,
-        "code_file": NOTEBOOK if args.kernel_type == "notebook" else SCRIPT,
+        "code_file": NOTEBOOK if options.kernel_type == "notebook" else SCRIPT,
         "language": "python",
-        "kernel_type": args.kernel_type,
+        "kernel_type": options.kernel_type,
         "is_private": True,
-        "enable_internet": args.internet == "on",
+        "enable_internet": options.internet == "on",
         "enable_gpu": session == "gpu",
         "enable_tpu": session == "tpu",
-        "machine_shape": args.accelerator,
+        "machine_shape": options.accelerator,
         "competition_sources": [slug],
-        "dataset_sources": list(args.dataset),
-        "kernel_sources": resume_sources(args.resume_from, f"{owner}/{name}"),
-        "model_sources": list(args.model),
+        "dataset_sources": list(options.dataset),
+        "kernel_sources": resume_sources(options.resume_from, f"{owner}/{name}"),
+        "model_sources": list(options.model),
         "keywords": [],
         # No docker_image: a pinned image silently runs a TPU kernel on the CPU (../shared/facts).
     }

@@ -1,8 +1,8 @@
 """`make kernel-emulate`: a generated TPU kernel, run as Kaggle runs it, on a machine without a TPU.
 
 What stands in for what:
-- Kaggle's TPU image: the virtualenv given by --python, built from `kernels/tpu-image.txt` (TensorFlow
-  CPU 2.20, Keras 3, JAX, no `efficientnet` package);
+- Kaggle's TPU image: the virtualenv given by --python, built from `kaggle-tpu-image.txt` beside this file
+  (TensorFlow CPU 2.20, Keras 3, JAX, no `efficientnet` package);
 - `/kaggle`: a temporary folder (PETALS_KAGGLE_ROOT), with the embedded dataset drawn at a Kaggle
   resolution in `input/competitions/<slug>` (2026's layout) and an empty `working/`, the kernel's
   current folder;
@@ -31,9 +31,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 OWNER, NAME = "petals-emulator", "petals-emulate"
 RECIPE = [  # a TPU kernel small enough for two CPU cores: the small CNN, a few steps, two epochs
