@@ -32,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_fetch import machine, record  # noqa: E402
+from pipeline.formats.records import records_of  # noqa: E402
 
 VARIANTS = ("decode-only", "petals", "petals-host", "petals-host-starter-aug", "starter", "cpu-recipe")
 # The starter kernel's augmentation in petals' terms: flip and affine, nearest neighbour, no colour.
@@ -61,7 +62,7 @@ def starter_kernel_dataset(files, spec, size: int, batch: int):
     auto = tf.data.AUTOTUNE
 
     def read(serialized):
-        image, label = records.read_record(serialized, spec.records.schema, size, labeled=True)
+        image, label = records.read_record(serialized, records_of(spec).schema, size, labeled=True)
         return tf.cast(image, tf.float32) / 255.0, label
 
     def affine_matrix():

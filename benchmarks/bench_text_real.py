@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_fetch import machine, record  # noqa: E402
 from benchmarks.bench_train import figure  # noqa: E402
+from pipeline.formats.table import tables_of  # noqa: E402
 
 SDIST = "vaderSentiment-3.3.2.tar.gz"
 SDIST_SHA256 = "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9"
@@ -113,7 +114,7 @@ def write_competition(folder: Path, ids, texts, labels, train: np.ndarray, score
 
     folder.mkdir(parents=True)
     for split_name, rows in (("train", train), ("test", scored)):
-        table = SPEC.tables.splits[split_name]
+        table = tables_of(SPEC).splits[split_name]
         labeled = bool(table.layout.label_column)
         columns = ["id", "sentiment", "review"] if labeled else ["id", "review"]
         records = [{"id": ids[i], "sentiment": int(labels[i]), "review": texts[i]} for i in rows]

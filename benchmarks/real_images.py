@@ -195,8 +195,9 @@ keeps_label = {json.dumps(data.keeps_label)}
 '''
     )
     from competition import load_spec
+    from pipeline.formats.records import records_of
 
-    schema = load_spec(str(spec)).records.schema
+    schema = records_of(load_spec(str(spec))).schema
     truth = {}
     for split, (images, labels) in data.splits.items():
         out = folder / f"tfrecords-jpeg-{size}x{size}" / split

@@ -5,6 +5,11 @@ format (pipeline/formats/), `classes.txt` lists its classes in id order, and `re
 holds the recipes it overrides (the task's cpu, gpu and tpu recipes serve otherwise). Pipeline
 code reads everything competition-specific from here, so a competition of a known task and
 format needs only its file and class list.
+
+The spec is plain data at the bottom floor: its task and format are names, and its format's table
+(`[data.<format>]`) is kept as written. The floors above look the names up in their registries:
+the format reads its table (`pipeline.formats.layout_of`), and `pipeline.tasks.competitions`
+assembles the `Competition`, the spec with its task and format, checked against each other.
 """
 
 from __future__ import annotations
@@ -21,10 +26,6 @@ from competition.metric import Metric, get_metric
 from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import check_name, check_relative, inside, shown
-from pipeline.formats import Format, get_format
-from pipeline.formats.image_folder import ImageFolderLayout
-from pipeline.formats.records import RecordLayout
-from pipeline.formats.table import TableFilesLayout
 
 SPEC_DIR = Path(__file__).resolve().parent
 SPEC_FILE = "competition.toml"
@@ -50,8 +51,8 @@ class CompetitionSpec:
     classes: tuple[str, ...]
     metric: Metric
     task: str  # the kind of problem: a name in pipeline/tasks/'s registry
-    format: Format  # how its files are laid out (pipeline/formats/)
-    layout: Any = field(hash=False)  # the format's layout of `[data.<format>]`
+    format: str  # how its files are laid out: a name in pipeline/formats/'s registry
+    format_table: dict[str, Any] | None = field(hash=False)  # `[data.<format>]`, read by the format
     splits: tuple[str, ...]
     labeled_splits: tuple[str, ...]
     sample_submission: str
@@ -64,6 +65,7 @@ class CompetitionSpec:
     # Training transforms (AugmentConfig's names) after which an example keeps its label: a
     # mirrored flower is the same flower, a mirrored digit or sentence may not be.
     keeps_label: frozenset[str]
+    file: Path = field(hash=False, compare=False)  # the competition file, named in its errors
 
     @property
     def code_competition(self) -> bool:
@@ -85,29 +87,6 @@ class CompetitionSpec:
     def score_key(self) -> str:
         """The history column and metrics key of the competition's metric on val: `val_macro_f1`."""
         return f"val_{self.metric.name}"
-
-    @property
-    def resolutions(self) -> tuple[int, ...]:
-        """The image sizes the data comes at (TFRecord shards); empty where any size is read."""
-        return self.format.resolutions(self.layout)
-
-    @property
-    def records(self) -> RecordLayout:
-        """The TFRecord layout; ValueError for a competition of another kind."""
-        return self._layout(RecordLayout)
-
-    @property
-    def image_folder(self) -> ImageFolderLayout:
-        return self._layout(ImageFolderLayout)
-
-    @property
-    def tables(self) -> TableFilesLayout:
-        return self._layout(TableFilesLayout)
-
-    def _layout(self, kind: type):
-        if not isinstance(self.layout, kind):
-            raise ValueError(f"competition {self.name} has {self.format.name} data, not {kind.__name__}")
-        return self.layout
 
 
 def read_small_text(path: Path, field: str, value: object) -> str:
@@ -230,11 +209,10 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         raise ValueError(f"{path}: submission by {by!r} is not one of {', '.join(SUBMITTED_BY)}")
     splits = _splits(data["splits"], "[data] splits")
     labeled = _splits(data["labeled_splits"], "[data] labeled_splits")
-    try:
-        form = get_format(data["format"])
-        layout = form.layout(data[form.name], splits, labeled)
-    except ValueError as err:
-        raise ValueError(f"{path}: {err}") from None
+    form = check_name(data["format"], "[data] format")
+    table = data.get(form)  # the format reads it (pipeline.formats.layout_of), and names what is missing
+    if table is not None and not isinstance(table, dict):
+        raise ValueError(f"{path}: [data.{form}] is not a table")
     return CompetitionSpec(
         name=check_name(raw["name"], "name"),  # names the leaderboard and the run dirs
         title=raw["title"],
@@ -243,7 +221,7 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         metric=metric,
         task=check_name(raw["task"], "task"),
         format=form,
-        layout=layout,
+        format_table=table,
         splits=splits,
         labeled_splits=labeled,
         sample_submission=check_relative(data["sample_submission"], "[data] sample_submission"),
@@ -254,4 +232,5 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         submitted_by=by,
         submission_file=check_name(submission.get("file", "submission.csv"), "[submission] file"),
         keeps_label=frozenset(raw.get("augment", {}).get("keeps_label", ())),
+        file=path,
     )

@@ -40,7 +40,7 @@ def _refetch(folder, tmp_path):
 
 
 def test_the_competition_is_a_code_competition_scored_by_accuracy_with_the_task_recipes():
-    assert (SPEC.task, SPEC.format.name, SPEC.metric.name) == (
+    assert (SPEC.task, SPEC.format, SPEC.metric.name) == (
         "image_classification",
         "image_csv",
         "accuracy",

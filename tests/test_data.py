@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from pipeline.core.errors import PetalsError
 from pipeline.data import datasets, records
+from pipeline.formats.records import records_of
 from pipeline.tasks.recipe_config import load_config
 from tests.conftest import TINY_SIZE
 
@@ -108,7 +109,7 @@ def test_test_ids_stay_with_their_images_in_a_fixed_order(tiny_dataset, spec):
     # The reference: every record decoded on its own, straight from the shards.
     reference = {}
     for serialized in tf.data.TFRecordDataset(files):
-        image, image_id = records.read_record(serialized, spec.records.schema, TINY_SIZE, labeled=False)
+        image, image_id = records.read_record(serialized, records_of(spec).schema, TINY_SIZE, labeled=False)
         reference[image_id.numpy()] = image.numpy()
     assert sorted(ids.tolist()) == sorted(reference) and len(set(ids.tolist())) == len(ids)
     for image, image_id in zip(images, ids, strict=True):
@@ -139,7 +140,7 @@ def test_a_label_outside_the_classes_is_named_with_its_shard(tiny_copy, spec):
     victim = files[2]
     serialized = [r.numpy() for r in tf.data.TFRecordDataset(victim)]
     example = tf.train.Example.FromString(serialized[0])
-    example.features.feature[spec.records.schema.label].int64_list.value[0] = spec.num_classes
+    example.features.feature[records_of(spec).schema.label].int64_list.value[0] = spec.num_classes
     records.write_shard(victim, [example.SerializeToString(), *serialized[1:]])
     with pytest.raises(PetalsError, match=f"^{victim}: label 104 is not a class \\(0..103\\)$"):
         datasets.class_counts(files, spec, TINY_SIZE)
@@ -161,8 +162,8 @@ def test_counting_classes_names_a_truncated_shard_or_skips_it(tiny_copy, spec):
 def _rewrite_with_corrupt_jpeg(path, spec, index):
     serialized = [r.numpy() for r in tf.data.TFRecordDataset(str(path))]
     example = tf.train.Example.FromString(serialized[index])
-    jpeg = example.features.feature[spec.records.schema.image].bytes_list.value[0]
-    example.features.feature[spec.records.schema.image].bytes_list.value[0] = jpeg[: len(jpeg) // 3]
+    jpeg = example.features.feature[records_of(spec).schema.image].bytes_list.value[0]
+    example.features.feature[records_of(spec).schema.image].bytes_list.value[0] = jpeg[: len(jpeg) // 3]
     serialized[index] = example.SerializeToString()
     records.write_shard(str(path), serialized)
 

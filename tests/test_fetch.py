@@ -15,6 +15,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.data import layout, records
 from pipeline.data import manifest as manifest_module
 from pipeline.data.layout import verify_layout
+from pipeline.formats.records import records_of
 from pipeline.stages import fetch as fetch_stage
 from pipeline.stages.fetch import FetchOptions, fetch
 from tests.conftest import TINY_SCALE, TINY_SIZE
@@ -94,7 +95,7 @@ def test_auto_prefers_kaggle_input_then_gcs_then_credentials(tmp_path, spec, no_
     assert source == "kaggle" and "kaggle.json" in why and '"k"' not in why
     assert fetch_stage.resolve_source(replace(options, gcs_path="gs://b/flowers"), spec)[0] == "gcs"
     attached = tmp_path / "no-kaggle-input" / "flower-classification-with-tpus"
-    (attached / spec.records.record_dir(192)).mkdir(parents=True)
+    (attached / records_of(spec).record_dir(192)).mkdir(parents=True)
     assert fetch_stage.resolve_source(options, spec)[0] == "kaggle"  # no sample: not the competition
     (attached / spec.sample_submission).write_text("id,label\n")
     assert fetch_stage.resolve_source(options, spec)[0] == "kaggle-input"
@@ -249,7 +250,7 @@ def test_inside_a_kernel_kagglehub_says_where_the_competition_is(
 
 
 def _split_dir(root: Path, spec, split: str) -> Path:
-    return root / spec.records.record_dir(TINY_SIZE) / split
+    return root / records_of(spec).record_dir(TINY_SIZE) / split
 
 
 def test_verify_catches_a_missing_split(tiny_copy, spec):
@@ -285,7 +286,7 @@ def test_verify_catches_a_train_record_without_class(tiny_copy, spec):
     test_shard = sorted(_split_dir(tiny_copy, spec, "test").glob("*.tfrec"))[0]
     n = records.count_from_name(str(test_shard))
     first.unlink()
-    shutil.copy(test_shard, train / spec.records.shard_name(0, TINY_SIZE, n))
+    shutil.copy(test_shard, train / records_of(spec).shard_name(0, TINY_SIZE, n))
     with pytest.raises(PetalsError, match=r"train record in .*00-32x32-\d+\.tfrec has no 'class' feature"):
         verify_layout(str(tiny_copy), spec)
 

@@ -29,6 +29,7 @@ from competition import load_spec
 from pipeline import cli
 from pipeline.core.errors import PetalsError
 from pipeline.formats.base import MAX_IMAGE_SIDE
+from pipeline.formats.records import records_of
 from pipeline.networks import torch_file
 from tests.hostile import Tree, one_error_line, record
 
@@ -145,7 +146,7 @@ def _shard(folder: Path, jpegs: list[bytes]) -> str:
     """A flowers train shard at 32 px holding these images, in the competition's schema."""
     from pipeline.data import records
 
-    schema = load_spec("flowers").records.schema
+    schema = records_of(load_spec("flowers")).schema
     path = str(folder / f"00-32x32-{len(jpegs)}.tfrec")
     records.write_shard(
         path, [records.serialize_example(schema, j, f"id{i}", 0) for i, j in enumerate(jpegs)]

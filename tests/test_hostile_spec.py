@@ -20,6 +20,7 @@ from competition.spec import SPEC_DIR
 from pipeline import cli
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import SHOWN
+from pipeline.formats.base import format_of
 from tests.conftest import run_cli
 from tests.hostile import Tree, one_error_line, record
 
@@ -273,7 +274,7 @@ def test_a_label_csv_id_through_a_link_out_of_its_folder_is_refused(tmp_path):
     tree = Tree(tmp_path)
     said = r"train\.csv: line 3 image_id '2\.jpg' leaves .* \(a link out of it\)"
     with pytest.raises(PetalsError, match=said) as refused:
-        spec.format.images(root, spec, "train")
+        format_of(spec).images(root, spec, "train")
     assert tree.changes() == []
     seen = str(refused.value)
     record("label CSV: id a link out", "train_images/2.jpg -> ../outside.jpg", seen, None, "nothing read")

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from pipeline import cli
+from pipeline.formats.records import records_of
 from tests.conftest import TINY_SIZE, error_lines, run_cli
 from tests.test_data import _rewrite_with_corrupt_jpeg
 
@@ -34,7 +35,7 @@ def test_inspect_writes_a_grid_and_counts_matching_the_data(tiny_data_dir, spec,
 
 
 def _damaged_data_dir(tiny_copy, tmp_path, spec):
-    victim = sorted((tiny_copy / spec.records.record_dir(TINY_SIZE) / "train").glob("*.tfrec"))[2]
+    victim = sorted((tiny_copy / records_of(spec).record_dir(TINY_SIZE) / "train").glob("*.tfrec"))[2]
     _rewrite_with_corrupt_jpeg(victim, spec, 0)
     data_dir = tmp_path / "data"
     data_dir.mkdir()

@@ -10,6 +10,7 @@ import pytest
 
 from pipeline import cli
 from pipeline.data import layout
+from pipeline.formats.records import records_of
 from tests.conftest import TINY_SIZE, error_lines, foreign_lines, run_cli
 from tests.kaggle_server import Behaviour, KaggleTestServer
 
@@ -53,7 +54,7 @@ def test_download_unpacks_kaggles_layout_and_verifies(tmp_path, kaggle_env, arch
     assert manifest["source"] == "kaggle" and manifest["origin"] == "kaggle competition tpu-getting-started"
     # The bytes arrived intact: the unpacked tree has the served dataset's fingerprint.
     assert manifest["fingerprint"] == layout.fingerprint(str(tiny_dataset), spec, [TINY_SIZE])
-    assert (tmp_path / "data" / spec.records.record_dir(TINY_SIZE) / "train").is_dir()
+    assert (tmp_path / "data" / records_of(spec).record_dir(TINY_SIZE) / "train").is_dir()
     assert not (tmp_path / "data.download").exists() and not (tmp_path / "data.partial").exists()
     assert "petals-key" not in result.stdout + result.stderr
     assert foreign_lines(result.stdout + result.stderr) == []  # the client's own lines stay hidden

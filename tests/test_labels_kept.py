@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from competition import load_spec
 from pipeline.data import datasets, file_examples, readers, records, synthetic
+from pipeline.formats.records import records_of
 from pipeline.tasks.recipe_config import load_config
 
 EXAMPLES = 40
@@ -107,7 +108,7 @@ def test_shuffled_record_batches_keep_each_image_with_its_own_label(tmp_path, ca
             str(path),
             [
                 records.serialize_example(
-                    spec.records.schema, synthetic.encode_jpeg(_grey(i, 16)), f"{i:09x}", i
+                    records_of(spec).schema, synthetic.encode_jpeg(_grey(i, 16)), f"{i:09x}", i
                 )
                 for i in rows
             ],

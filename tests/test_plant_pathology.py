@@ -16,6 +16,7 @@ from competition.spec import SPEC_DIR
 from competition.submission import SubmissionError
 from pipeline.core.errors import PetalsError
 from pipeline.data import file_examples, splits
+from pipeline.runs import leaderboard
 from pipeline.stages.fetch import FetchOptions, fetch
 from pipeline.tasks import get_task, multi_label_decision
 from pipeline.tasks.competitions import check_network, check_submission, load_competition
@@ -34,7 +35,7 @@ def leaves(tmp_path_factory):
 
 
 def test_a_code_competition_of_several_labels_a_leaf_scored_by_kaggles_mean_f1():
-    assert (SPEC.task, SPEC.format.name, SPEC.metric.name, SPEC.submission_value) == (
+    assert (SPEC.task, SPEC.format, SPEC.metric.name, SPEC.submission_value) == (
         "multi_label_image_classification",
         "image_csv",
         "mean_f1",
@@ -221,7 +222,13 @@ def test_the_image_cpu_recipe_learns_several_labels_a_leaf(cpu, tmp_path):
     scab[:, SPEC.classes.index("scab")] = 1
     baseline = SPEC.metric.score_decided(val["labels"], scab)
     assert evaluation["val_mean_f1"] > baseline + 0.2, (evaluation, baseline)
-    assert evaluation["val_mean_f1_thresholded"] > baseline + 0.2
+    # the run's score is its submission's decision, thresholds cross-fitted, on val and the board
+    assert evaluation["val_mean_f1"] == evaluation["val_mean_f1_thresholded"]
+    assert evaluation["val_mean_f1_at_half"] == pytest.approx(
+        SPEC.metric.score(val["labels"], val["probabilities"])
+    )
+    [row] = leaderboard.read(leaderboard.board_file(tmp_path / "s", SPEC.name)).to_dict("records")
+    assert row["val_mean_f1"] == round(evaluation["val_mean_f1_thresholded"], 5)
     path = api.predict(
         api.ScoreOptions(data_dir=data_dir, overrides=overrides, submissions_dir=tmp_path / "s", **where)
     )
@@ -252,13 +259,17 @@ def test_folds_deal_by_label_string_and_the_submission_thresholds_are_chosen_out
     train = file_examples.examples(leaves, SPEC, "train")
     by_id = dict(zip(train.ids, train.labels.tolist(), strict=True))
     assert sorted(oof.ids) == sorted(train.ids) and [by_id[i] for i in oof.ids] == oof.labels.tolist()
-    assert metrics["cv_score"] == pytest.approx(SPEC.metric.score(oof.labels, oof.probabilities))
-    # the decision the submission uses, judged out of fold: thresholds cross-fitted over the OOF rows
+    # the CV score is the decision the submission uses, judged out of fold: thresholds cross-fitted
+    # over the OOF rows (each fold's own score stays the metric at 0.5)
     truth = (oof.labels > 0.5).astype(np.int32)
     judged = multi_label_decision.cross_fitted(truth, oof.probabilities)
     assert metrics["oof_evaluation"][f"{SPEC.score_key}_thresholded"] == pytest.approx(
         SPEC.metric.score_decided(truth, judged)
     )
+    assert metrics["cv_score"] == metrics["oof_evaluation"][f"{SPEC.score_key}_thresholded"]
+    board = leaderboard.read(leaderboard.board_file(tmp_path / "subs", SPEC.name))
+    [row] = board[board["entry"] == group.name].to_dict("records")
+    assert row["cv_score"] == round(metrics["cv_score"], 5)
     path = api.cv_predict(options)
     test = Predictions.load(group / "test_predictions.npz")
     decided = multi_label_decision.decide(

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from pipeline.data import records, synthetic
+from pipeline.formats.records import records_of
 from tests.conftest import REPO
 
 
@@ -21,7 +22,7 @@ def _write(path, spec, n, labeled=True, size=32):
     rng = np.random.default_rng(0)
     jpeg = synthetic.encode_jpeg(rng.integers(0, 255, (size, size, 3), dtype=np.uint8))
     recs = [
-        records.serialize_example(spec.records.schema, jpeg, f"id{i:03d}", i % 7 if labeled else None)
+        records.serialize_example(records_of(spec).schema, jpeg, f"id{i:03d}", i % 7 if labeled else None)
         for i in range(n)
     ]
     records.write_shard(str(path), recs)
@@ -41,10 +42,10 @@ def test_read_record_gives_static_shapes_for_labeled_and_unlabeled(tmp_path, spe
     _write(tmp_path / "l.tfrec", spec, 4, labeled=True, size=size)
     _write(tmp_path / "u.tfrec", spec, 4, labeled=False, size=size)
     labeled = tf.data.TFRecordDataset(str(tmp_path / "l.tfrec")).map(
-        lambda r: records.read_record(r, spec.records.schema, size, labeled=True)
+        lambda r: records.read_record(r, records_of(spec).schema, size, labeled=True)
     )
     unlabeled = tf.data.TFRecordDataset(str(tmp_path / "u.tfrec")).map(
-        lambda r: records.read_record(r, spec.records.schema, size, labeled=False)
+        lambda r: records.read_record(r, records_of(spec).schema, size, labeled=False)
     )
     assert labeled.element_spec[0].shape == (size, size, 3)  # static, as TPUs need
     assert labeled.element_spec[0].dtype == tf.uint8
@@ -64,7 +65,8 @@ def test_a_record_serializes_to_the_same_bytes_in_every_process(spec):
     """The data fingerprint hashes shard bytes: drawing the embedded dataset again must match."""
     code = (
         "import sys; from competition import load_spec; from pipeline.data import records; "
-        "schema = load_spec('flowers').records.schema; "
+        "from pipeline.formats.records import records_of; "
+        "schema = records_of(load_spec('flowers')).schema; "
         "sys.stdout.write(records.serialize_example(schema, b'jpeg', 'abc', 7).hex())"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -73,4 +75,4 @@ def test_a_record_serializes_to_the_same_bytes_in_every_process(spec):
         subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, check=True).stdout
         for _ in range(2)  # two fresh processes, and this one
     }
-    assert outputs == {records.serialize_example(spec.records.schema, b"jpeg", "abc", 7).hex()}
+    assert outputs == {records.serialize_example(records_of(spec).schema, b"jpeg", "abc", 7).hex()}

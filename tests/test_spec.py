@@ -6,6 +6,10 @@ from sklearn.metrics import f1_score
 
 from competition import load_spec
 from competition.metric import macro_f1
+from pipeline.formats.base import layout_of
+from pipeline.formats.image_folder import image_folder_of
+from pipeline.formats.records import records_of
+from pipeline.formats.table import tables_of
 
 SHARED_CLASSES = Path(__file__).resolve().parents[2] / "shared" / "facts" / "flowers-104-classes.txt"
 
@@ -17,9 +21,9 @@ def test_flowers_spec_matches_the_competition(spec):
     assert spec.default_slug == "tpu-getting-started"
     assert "flower-classification-with-tpus" in spec.slugs
     assert spec.split_counts == {"train": 12753, "val": 3712, "test": 7382}
-    assert spec.records.resolutions == (192, 224, 331, 512)
+    assert records_of(spec).resolutions == (192, 224, 331, 512)
     assert spec.is_labeled("train") and spec.is_labeled("val") and not spec.is_labeled("test")
-    assert (spec.records.schema.image, spec.records.schema.label, spec.records.schema.id) == (
+    assert (records_of(spec).schema.image, records_of(spec).schema.label, records_of(spec).schema.id) == (
         "image",
         "class",
         "id",
@@ -33,11 +37,11 @@ def test_class_names_are_the_shared_list_in_order(spec):
 
 
 def test_layout_names_round_trip(spec):
-    assert spec.records.record_dir(331) == "tfrecords-jpeg-331x331"
-    assert spec.records.shard_name(0, 192, 798) == "00-192x192-798.tfrec"
-    assert spec.records.size_from_record_dir("tfrecords-jpeg-512x512") == 512
-    assert spec.records.size_from_record_dir("tfrecords-jpeg-512x224") is None
-    assert spec.records.size_from_record_dir("sample_submission.csv") is None
+    assert records_of(spec).record_dir(331) == "tfrecords-jpeg-331x331"
+    assert records_of(spec).shard_name(0, 192, 798) == "00-192x192-798.tfrec"
+    assert records_of(spec).size_from_record_dir("tfrecords-jpeg-512x512") == 512
+    assert records_of(spec).size_from_record_dir("tfrecords-jpeg-512x224") is None
+    assert records_of(spec).size_from_record_dir("sample_submission.csv") is None
 
 
 def test_unknown_competition_is_named():
@@ -128,7 +132,7 @@ def test_a_wrong_competition_file_is_named(tmp_path, edit, message):
     path.write_text(text.replace(*edit, 1))
     (tmp_path / "classes.txt").write_text((SPEC_DIR / "flowers" / "classes.txt").read_text())
     with pytest.raises(ValueError, match=f"^{path}: {message}"):
-        load_spec(str(path))
+        layout_of(load_spec(str(path)))  # the format's table is read by the format
 
 
 def test_the_flowers_file_says_how_it_is_scored_and_submitted(spec):
@@ -155,29 +159,31 @@ def test_every_competition_file_loads_and_agrees_with_itself(name):
 
     spec = load_spec(name)
     assert spec.name == name and spec.num_classes >= 2
-    assert FORMATS[spec.format.name] is spec.format and spec.task in TASKS
-    assert load_competition(name) is spec  # its task takes it: the file as every stage loads it
+    assert spec.format in FORMATS and spec.task in TASKS  # names: the spec is plain data
+    competition = load_competition(name)  # its task takes it: the file as every stage loads it
+    assert competition.spec is spec and competition.format is FORMATS[spec.format]
+    assert competition.task is TASKS[spec.task]
     for device_recipe in ("cpu", "gpu", "tpu"):  # its own, or its task's
         assert recipe_path(device_recipe, name).is_file()
     assert spec.metric.reads == spec.submission_value, "a class metric needs class ids, and so on"
     assert set(spec.labeled_splits) < set(spec.splits) and set(spec.split_counts) == set(spec.splits)
     assert spec.keeps_label <= set(TRANSFORMS)
-    if spec.format.name == "records":
-        assert spec.records.resolutions
-    elif spec.format.name == "image_folder":
-        for split, folder in spec.image_folder.splits.items():
+    if spec.format == "records":
+        assert records_of(spec).resolutions
+    elif spec.format == "image_folder":
+        for split, folder in image_folder_of(spec).splits.items():
             fields = {"label": spec.classes[-1], "number": 7} if spec.is_labeled(split) else {"id": 7}
             parsed = folder.parse(folder.member(**fields))
             assert parsed == {k: str(v) for k, v in fields.items()}, split
-    elif spec.format.name == "table":
-        for split, table in spec.tables.splits.items():
+    elif spec.format == "table":
+        for split, table in tables_of(spec).splits.items():
             assert (table.layout.label_column is not None) == spec.is_labeled(split), split
-    with pytest.raises(ValueError, match=f"competition {name} has {spec.format.name} data"):
-        (spec.tables if spec.format.name == "records" else spec.records)  # noqa: B018
+    with pytest.raises(ValueError, match=f"competition {name} has {spec.format} data"):
+        (tables_of(spec) if spec.format == "records" else records_of(spec))
 
 
 def test_an_image_folder_member_name_gives_its_label_or_id():
-    folders = load_spec("dogs-vs-cats").image_folder.splits
+    folders = image_folder_of(load_spec("dogs-vs-cats")).splits
     assert folders["train"].parse("train/cat.12.jpg") == {"label": "cat", "number": "12"}
     assert folders["train"].parse("train/") is None and folders["train"].parse("test/1.jpg") is None
     assert folders["test"].parse("test/12500.jpg") == {"id": "12500"}
@@ -244,4 +250,4 @@ def test_a_wrong_image_folder_layout_is_named(tmp_path, edit, message):
     path.write_text(text.replace(*edit))
     (tmp_path / "classes.txt").write_text("cat\ndog\n")
     with pytest.raises(ValueError, match=f"^{path}: .*{message}"):
-        load_spec(str(path))
+        layout_of(load_spec(str(path)))  # the spec keeps the table; its format reads it

@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from pipeline.data import records, synthetic
 from pipeline.data.layout import fingerprint, verify_layout
+from pipeline.formats.records import records_of
 from tests.conftest import TINY_SCALE, TINY_SIZE
 
 
@@ -48,14 +49,14 @@ def test_dataset_has_kaggles_layout(tiny_dataset, spec):
     assert set(counts) == {TINY_SIZE}
     for split in spec.splits:
         shards = records.list_shards(str(tiny_dataset), spec, TINY_SIZE, split)
-        assert len(shards) == spec.records.shards_per_split
+        assert len(shards) == records_of(spec).shards_per_split
         assert counts[TINY_SIZE][split]["images"] == sum(records.count_from_name(p) for p in shards)
     sample = pd.read_csv(tiny_dataset / spec.sample_submission, dtype=str)
     test_ids = [
         i.numpy().decode()
         for path in records.list_shards(str(tiny_dataset), spec, TINY_SIZE, "test")
         for _, i in tf.data.TFRecordDataset(path).map(
-            lambda r: records.read_record(r, spec.records.schema, TINY_SIZE, labeled=False)
+            lambda r: records.read_record(r, records_of(spec).schema, TINY_SIZE, labeled=False)
         )
     ]
     assert list(sample.columns) == ["id", "label"]

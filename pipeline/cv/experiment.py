@@ -69,7 +69,7 @@ def setup(opts: CVOptions) -> Setup:
     bad = [f for f in opts.fold_list if not 0 <= f < opts.folds]
     if bad:
         raise PetalsError(f"FOLD={','.join(map(str, opts.fold_list))}: folds are 0..{opts.folds - 1}")
-    spec = load_competition(config.competition)
+    spec = load_competition(config.competition).spec
     manifest = read_manifest(opts.data_dir)
     if manifest is None:
         raise PetalsError(
@@ -137,10 +137,12 @@ def _group_metrics(found: Setup, opts: CVOptions, runs: dict, oof) -> dict:
     from pipeline.tasks.competitions import task_of
 
     spec, key = found.spec, found.spec.score_key
-    judged = scores(spec, found.table, oof)
     # What evaluate reports of a run's val, of the out-of-fold rows: a multi-label group's thresholds
-    # chosen on them (what its fold mean's submission uses) and the score they earn cross-fitted.
-    evaluated = task_of(spec).evaluate(found.table.labels, oof.probabilities, spec).fields
+    # chosen on them (what its fold mean's submission uses) and the score they earn cross-fitted,
+    # which is the CV score, as a run's evaluation is its board score.
+    evaluation = task_of(spec).evaluate(found.table.labels, oof.probabilities, spec)
+    judged = {**scores(spec, found.table, oof), "cv_score": evaluation.score}
+    evaluated = evaluation.fields
     histories = [pd.read_csv(run.history_file) for run in runs.values()]
     fold_metrics = [run.metrics() for run in runs.values()]
     chosen = cv_epoch(histories, key, spec.metric.greater_is_better)

@@ -83,8 +83,10 @@ def out_of_fold(table: FoldTable, held: dict[int, Predictions]) -> Predictions:
 
 
 def scores(spec, table: FoldTable, oof: Predictions) -> dict:
-    """The CV score (the metric over every out-of-fold row at once), each fold's, and their spread;
-    the task's accuracy over every out-of-fold row."""
+    """The CV score (the metric over every out-of-fold row at once), each fold's, and their spread,
+    at the metric's own decision (a multi-label row's labels at 0.5; a group's metrics take its CV
+    score from the task's evaluation, thresholds cross-fitted); the task's accuracy over every
+    out-of-fold row."""
     from pipeline.tasks.competitions import task_of
 
     metric = spec.metric

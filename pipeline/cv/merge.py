@@ -161,7 +161,7 @@ def _setup(config, manifest: dict, data_dir: Path, runs_dir: Path, platform):
     from pipeline.tasks.competitions import load_competition
 
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, fold=0))
-    spec = load_competition(config.competition)
+    spec = load_competition(config.competition).spec
     table = folds.fold_table(data_dir, spec, config)
     group = RunDir(runs_dir / _group_name(config, rundir.data_identity(manifest)))
     return Setup(config, spec, manifest, table, group, platform)

@@ -25,12 +25,13 @@ from competition import CompetitionSpec
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import WORK_MARKER, Budget, check_members, extract_members, sha256
 from pipeline.core.paths import inside, shown
+from pipeline.formats.base import format_of
 
 
 def _entries(spec: CompetitionSpec) -> dict[str, tuple[str, str | None]]:
     """Per split (and the sample submission): what the data dir holds (a folder or a file) and
     the zip Kaggle may ship it in."""
-    return {**spec.format.entries(spec), "sample submission": (spec.sample_submission, None)}
+    return {**format_of(spec).entries(spec), "sample submission": (spec.sample_submission, None)}
 
 
 def markers(spec: CompetitionSpec) -> str:
@@ -112,8 +113,8 @@ def verify(root: Path, spec: CompetitionSpec) -> dict[str, dict[str, int]]:
     counts: dict[str, dict[str, int]] = {}
     test_ids = None
     for split in spec.splits:
-        count, ids = spec.format.verify_split(root, spec, split)
-        counts[split] = {spec.format.unit: count}
+        count, ids = format_of(spec).verify_split(root, spec, split)
+        counts[split] = {format_of(spec).unit: count}
         if not spec.is_labeled(split):
             test_ids = ids
     _check_sample_submission(root / spec.sample_submission, spec, test_ids or [])

@@ -26,6 +26,7 @@ from competition import CompetitionSpec
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.data import augment, records, targets
+from pipeline.formats.records import records_of
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def shard_files(root: str, spec: CompetitionSpec, size: int, split: str) -> list
 
         present = found_sizes(root, spec) if tf.io.gfile.isdir(root) else []
         raise PetalsError(
-            f"{root}: no {spec.records.record_dir(size)}/{split} shards "
+            f"{root}: no {records_of(spec).record_dir(size)}/{split} shards "
             f"(resolutions present: {present or 'none'}); "
             f"fetch that resolution or set data.image_size to one of them"
         )
@@ -98,9 +99,9 @@ def read_examples(
         deterministic=ordered,
     )
     if only is not None:
-        dataset = records.selected(dataset, spec.records.schema, only)
+        dataset = records.selected(dataset, records_of(spec).schema, only)
     parse = partial(
-        records.read_record, schema=spec.records.schema, size=size, labeled=labeled, with_id=with_ids
+        records.read_record, schema=records_of(spec).schema, size=size, labeled=labeled, with_id=with_ids
     )
     dataset = dataset.map(parse, num_parallel_calls=AUTOTUNE, deterministic=ordered)
     if skip_bad:
@@ -114,12 +115,12 @@ def class_counts(
     files: Sequence[str], spec: CompetitionSpec, size: int, skip_bad: bool = False
 ) -> np.ndarray:
     """Images per class in labeled shards, read in parallel without decoding one image."""
-    feature = {spec.records.schema.label: tf.io.FixedLenFeature([], tf.int64)}
+    feature = {records_of(spec).schema.label: tf.io.FixedLenFeature([], tf.int64)}
 
     def labels_of(path):
         batches = file_records(path, skip_bad).batch(4096)
         return batches.map(
-            lambda records: (tf.io.parse_example(records, feature)[spec.records.schema.label], path)
+            lambda records: (tf.io.parse_example(records, feature)[records_of(spec).schema.label], path)
         )
 
     files = list(files)
@@ -321,7 +322,7 @@ def scan_shard(path: str, spec: CompetitionSpec, size: int, labeled: bool) -> Sh
         report.truncation_error = first_line(err)
         readable = tf.data.TFRecordDataset(path).ignore_errors()
         report.records = int(readable.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
-    parse = partial(records.read_record, schema=spec.records.schema, size=size, labeled=labeled)
+    parse = partial(records.read_record, schema=records_of(spec).schema, size=size, labeled=labeled)
     # The sum forces the decode; an index missing from the output is a record that failed.
     decoded = (
         tf.data.TFRecordDataset(path)

@@ -19,6 +19,7 @@ from pipeline.data import (
     synthetic_pets,
     synthetic_reviews,
 )
+from pipeline.formats.base import format_of
 
 # competition name -> the module that draws it (write_dataset(out_dir, counts, seed), DEFAULT_COUNTS)
 BY_COMPETITION = {
@@ -35,7 +36,7 @@ RENDERED = {"shards": synthetic}
 
 
 def default_scale(spec: CompetitionSpec) -> float:
-    renderer = RENDERED.get(spec.format.read_by)
+    renderer = RENDERED.get(format_of(spec).read_by)
     return renderer.DEFAULT_SCALE if renderer is not None else 1.0
 
 
@@ -51,7 +52,7 @@ def draw(
 ) -> dict[str, int]:
     """Write the competition's embedded dataset under `out_dir`; images or rows per split.
     `size` is the flower renderer's image size (the others draw photos of varied sizes, or text)."""
-    renderer = RENDERED.get(spec.format.read_by)
+    renderer = RENDERED.get(format_of(spec).read_by)
     if renderer is not None:
         return renderer.write_dataset(
             out_dir, spec, size=size, seed=seed, scale=scale, workers=workers, progress=progress

@@ -17,14 +17,14 @@ import tensorflow as tf
 from competition import CompetitionSpec
 from pipeline.data import targets
 from pipeline.data.datasets import PAD_ID
-from pipeline.formats.base import MAX_IMAGE_SIDE, Examples
+from pipeline.formats.base import MAX_IMAGE_SIDE, Examples, format_of
 
 AUTOTUNE = tf.data.AUTOTUNE
 
 
 def examples(root: Path, spec: CompetitionSpec, split: str) -> Examples:
     """A split of a fetched data dir, in its format's fixed order (images by id, rows as written)."""
-    return spec.format.examples(root, spec, split)
+    return format_of(spec).examples(root, spec, split)
 
 
 def joined(*parts: Examples) -> Examples:

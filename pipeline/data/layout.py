@@ -12,6 +12,7 @@ import tensorflow as tf
 from competition import CompetitionSpec
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.data import competition_files, records
+from pipeline.formats.records import records_of
 
 
 def _check_first_record(path: str, spec: CompetitionSpec, size: int, split: str) -> None:
@@ -21,7 +22,7 @@ def _check_first_record(path: str, spec: CompetitionSpec, size: int, split: str)
     except StopIteration:
         raise PetalsError(f"{path}: shard holds no records") from None
     features = tf.train.Example.FromString(serialized).features.feature
-    schema = spec.records.schema
+    schema = records_of(spec).schema
     for key in (schema.image, schema.id):
         if key not in features:
             raise PetalsError(f"{split} record in {path} has no {key!r} feature")
@@ -51,7 +52,7 @@ def found_sizes(root: str, spec: CompetitionSpec) -> list[int]:
         names = tf.io.gfile.listdir(root)
     except tf.errors.OpError as err:
         raise PetalsError(f"cannot read {root}: {first_line(err)}") from None
-    return sorted(s for n in names if (s := spec.records.size_from_record_dir(n.rstrip("/"))) is not None)
+    return sorted(s for n in names if (s := records_of(spec).size_from_record_dir(n.rstrip("/"))) is not None)
 
 
 def verify_layout(
@@ -65,23 +66,25 @@ def verify_layout(
     """
     present = found_sizes(root, spec)
     if not present:
-        expected = spec.records.record_dir_pattern.format(size="<size>")
+        expected = records_of(spec).record_dir_pattern.format(size="<size>")
         raise PetalsError(f"{root}: no {expected} folder: not a {spec.name} data dir")
     missing = sorted(set(sizes or ()) - set(present))
     if missing:
         raise PetalsError(
-            f"{root}: no {spec.records.record_dir(missing[0])} folder (resolutions present: {present})"
+            f"{root}: no {records_of(spec).record_dir(missing[0])} folder (resolutions present: {present})"
         )
     counts: dict[int, dict[str, dict[str, int]]] = {}
     for size in sizes or tuple(present):
         counts[size] = {}
         for split in spec.splits:
             shards = records.list_shards(root, spec, size, split)
-            where = f"{root}/{spec.records.record_dir(size)}/{split}"
+            where = f"{root}/{records_of(spec).record_dir(size)}/{split}"
             if not shards:
                 raise PetalsError(f"{where}: split missing (no .tfrec shards)")
-            if len(shards) != spec.records.shards_per_split:
-                raise PetalsError(f"{where}: {len(shards)} shards, expected {spec.records.shards_per_split}")
+            if len(shards) != records_of(spec).shards_per_split:
+                raise PetalsError(
+                    f"{where}: {len(shards)} shards, expected {records_of(spec).shards_per_split}"
+                )
             images = 0
             for path in shards:
                 try:

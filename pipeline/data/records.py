@@ -11,7 +11,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from competition import CompetitionSpec, RecordSchema
+from competition import CompetitionSpec
+from pipeline.formats.records import RecordSchema, records_of
 
 # Kaggle's shard names end in `-<count>.tfrec`; public kernels count images with this.
 _COUNT_IN_NAME = re.compile(r"-([0-9]+)\.tfrec$")
@@ -36,7 +37,7 @@ def count_images(paths: Iterable[str]) -> int:
 
 def list_shards(root: str, spec: CompetitionSpec, size: int, split: str) -> list[str]:
     """Sorted shard paths of one split at one resolution."""
-    return sorted(tf.io.gfile.glob(f"{root.rstrip('/')}/{spec.records.record_dir(size)}/{split}/*.tfrec"))
+    return sorted(tf.io.gfile.glob(f"{root.rstrip('/')}/{records_of(spec).record_dir(size)}/{split}/*.tfrec"))
 
 
 def feature_spec(schema: RecordSchema, labeled: bool) -> dict[str, tf.io.FixedLenFeature]:

@@ -30,6 +30,7 @@ from pipeline.data.synthetic_flowers import (
     class_traits,
     render_image,
 )
+from pipeline.formats.records import records_of
 
 
 @dataclass(frozen=True)
@@ -147,10 +148,10 @@ def write_dataset(
     plans = [plan_split(split, i, spec.num_classes, seed, scale) for i, split in enumerate(spec.splits)]
     total = sum(len(p.labels) for p in plans)
     for plan in plans:
-        if len(plan.labels) < spec.records.shards_per_split:
+        if len(plan.labels) < records_of(spec).shards_per_split:
             raise ValueError(
                 f"synthetic scale {scale} gives {len(plan.labels)} {plan.split} images, "
-                f"fewer than {spec.records.shards_per_split} shards"
+                f"fewer than {records_of(spec).shards_per_split} shards"
             )
     counts: dict[str, int] = {}
     # tqdm's disable=None: a bar on a terminal, none in a log file (16,009 redraws there)
@@ -164,10 +165,10 @@ def write_dataset(
         ) as bar,
     ):
         for split_index, plan in enumerate(plans):
-            split_dir = out_dir / spec.records.record_dir(size) / plan.split
+            split_dir = out_dir / records_of(spec).record_dir(size) / plan.split
             split_dir.mkdir(parents=True, exist_ok=True)
             labeled = spec.is_labeled(plan.split)
-            bounds = np.array_split(np.arange(len(plan.labels)), spec.records.shards_per_split)
+            bounds = np.array_split(np.arange(len(plan.labels)), records_of(spec).shards_per_split)
             tasks = [
                 (seed, split_index, int(start), plan.labels[start : start + n], size, spec.num_classes)
                 for shard in bounds
@@ -180,11 +181,11 @@ def write_dataset(
             for index, shard in enumerate(bounds):
                 serialized = [
                     records.serialize_example(
-                        spec.records.schema, jpegs[i], plan.ids[i], plan.labels[i] if labeled else None
+                        records_of(spec).schema, jpegs[i], plan.ids[i], plan.labels[i] if labeled else None
                     )
                     for i in shard
                 ]
-                name = spec.records.shard_name(index, size, len(serialized))
+                name = records_of(spec).shard_name(index, size, len(serialized))
                 records.write_shard(str(split_dir / name), serialized)
             counts[plan.split] = len(plan.labels)
     test = next(p for p in plans if not spec.is_labeled(p.split))

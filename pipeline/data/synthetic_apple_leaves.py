@@ -30,6 +30,7 @@ from competition import load_spec
 from pipeline.core.files import write_atomically
 from pipeline.data.synthetic import encode_jpeg
 from pipeline.data.synthetic_leaves import _colour, _ground
+from pipeline.formats.base import layout_of
 
 SPEC = load_spec("plant-pathology-2021")  # folders, columns and labels
 # The real train.csv's twelve label strings and their rows (of 18,632).
@@ -173,7 +174,7 @@ def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int
     `out_dir` (each CSV renamed into place when whole); returns images per split."""
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     rng = np.random.default_rng(seed)
-    splits = SPEC.layout.splits
+    splits = layout_of(SPEC).splits
     total = counts["train"] + counts["test"]
     ids = [f"{n:016x}.jpg" for n in rng.integers(2**60, 2**63 - 1, 2 * total, dtype=np.int64)]
     ids = list(dict.fromkeys(ids))[:total]  # distinct, as Kaggle's are

@@ -28,6 +28,7 @@ from PIL import Image, ImageDraw, ImageFilter
 from competition import load_spec
 from pipeline.core.files import write_atomically
 from pipeline.data.synthetic import encode_jpeg
+from pipeline.formats.base import layout_of
 
 SPEC = load_spec("cassava")  # folders, columns and classes
 CBB, CBSD, CGM, CMD, HEALTHY = range(5)
@@ -147,7 +148,7 @@ def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int
     `out_dir` (each CSV renamed into place when whole); returns images per split."""
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     rng = np.random.default_rng(seed)
-    splits = SPEC.layout.splits
+    splits = layout_of(SPEC).splits
     ids = np.unique(rng.integers(10**8, 5 * 10**9, 2 * (counts["train"] + counts["test"])))
     ids = rng.permutation(ids)[: counts["train"] + counts["test"]]  # distinct, as Kaggle's are
     labels = rng.choice(len(SHARES), counts["train"], p=SHARES)

@@ -20,11 +20,12 @@ import pandas as pd
 
 from competition import load_spec
 from pipeline.core.files import write_atomically
+from pipeline.formats.table import tables_of
 from pipeline.formats.tables import write_table
 
 SPEC = load_spec("watson")  # file names, columns, classes
-LAYOUT = SPEC.tables.splits["train"].layout
-UNLABELED = SPEC.tables.splits["test"].layout  # test.csv: no label
+LAYOUT = tables_of(SPEC).splits["train"].layout
+UNLABELED = tables_of(SPEC).splits["test"].layout  # test.csv: no label
 CLASSES = SPEC.classes
 DEFAULT_COUNTS = {"train": 1200, "test": 400}
 
@@ -146,7 +147,7 @@ def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int
     ids: set[str] = set()
     train, test = _rows(counts["train"], rng, ids), _rows(counts["test"], rng, ids)
     columns = ["id", "premise", "hypothesis", "lang_abv", "language"]
-    tables = SPEC.tables.splits
+    tables = tables_of(SPEC).splits
     write_table(out_dir / tables["train"].file, train, [*columns, "label"], LAYOUT)
     write_table(out_dir / tables["test"].file, test, columns, UNLABELED)
     sample = pd.DataFrame({SPEC.id_column: [row["id"] for row in test], SPEC.label_column: 0})

@@ -22,6 +22,7 @@ from PIL import Image, ImageDraw, ImageFilter
 from competition import load_spec
 from pipeline.core.files import write_atomically, write_zip
 from pipeline.data.synthetic import background, encode_jpeg
+from pipeline.formats.image_folder import image_folder_of
 
 SPEC = load_spec("dogs-vs-cats")  # the file names, classes and submission columns
 KINDS = SPEC.classes  # cat 0, dog 1: the metric is the log loss of P(dog)
@@ -121,7 +122,7 @@ def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     rng = np.random.default_rng(seed)
     out_dir.mkdir(parents=True, exist_ok=True)
-    folders = SPEC.image_folder.splits
+    folders = image_folder_of(SPEC).splits
     numbers = dict.fromkeys(KINDS, 0)
     train = []
     for label in rng.permutation(np.arange(counts["train"]) % 2):

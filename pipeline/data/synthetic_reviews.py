@@ -20,15 +20,15 @@ import pandas as pd
 
 from competition import load_spec
 from pipeline.core.files import write_atomically, write_zip
-from pipeline.formats.table import TableFile
+from pipeline.formats.table import TableFile, tables_of
 from pipeline.formats.tables import table_text
 
 SPEC = load_spec("imdb")  # file names, quoting, columns
-LAYOUT = SPEC.tables.splits["train"].layout
-UNLABELED = SPEC.tables.splits["test"].layout  # the test and unlabelled files: no sentiment
+LAYOUT = tables_of(SPEC).splits["train"].layout
+UNLABELED = tables_of(SPEC).splits["test"].layout  # the test and unlabelled files: no sentiment
 # In the download beside the splits; petals does not read it.
 EXTRA = TableFile("unlabeledTrainData.tsv", UNLABELED, "unlabeledTrainData.tsv.zip")
-FILES = {**SPEC.tables.splits, "unlabeled": EXTRA}
+FILES = {**tables_of(SPEC).splits, "unlabeled": EXTRA}
 DEFAULT_COUNTS = {"train": 2000, "test": 2000, "unlabeled": 500}
 
 _STRONG = {

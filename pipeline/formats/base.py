@@ -7,13 +7,15 @@ examples (`examples`). The data layer reads a format through the reader it names
 pipeline/data/readers/): TFRecord shards where they lie, plain files unpacked. A new layout is
 a new module here, decorated `@register`.
 
-Module level stays cheap (no TensorFlow, pandas or PIL): the competition spec imports this.
+The spec names its format and keeps its table as written; `format_of` and `layout_of` are where
+the name meets this registry. Module level stays cheap (no TensorFlow, pandas or PIL).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -52,6 +54,43 @@ JPEG_START = b"\xff\xd8\xff"
 # px a side; a header is free to claim more, and a 6 KB file claiming 13,000 x 13,000 px decodes
 # to half a gigabyte, several at once in tf.data.
 MAX_IMAGE_SIDE = 8192
+
+
+def format_of(spec) -> Format:
+    """The format the competition file names; for a name no format has, one line naming the file."""
+    return _read(spec)[0]
+
+
+def layout_of(spec, kind: type | None = None) -> Any:
+    """The competition's `[data.<format>]` as its format's layout (a RecordLayout, say), read once;
+    a table the format refuses is one line naming the file. With `kind`, a ValueError for a
+    competition whose layout is of another kind (records asked of a table)."""
+    layout = _read(spec)[1]
+    if kind is not None and not isinstance(layout, kind):
+        raise ValueError(f"competition {spec.name} has {spec.format} data, not {kind.__name__}")
+    return layout
+
+
+def resolutions_of(spec) -> tuple[int, ...]:
+    """The image sizes the competition's data comes at (TFRecord shards); empty where any size is read."""
+    return format_of(spec).resolutions(layout_of(spec))
+
+
+@cache
+def _read(spec) -> tuple[Format, Any]:
+    from competition.spec import CompetitionFileError
+    from pipeline.core.errors import PetalsError
+
+    try:
+        form = FORMATS.named(spec.format)
+        if spec.format_table is None:
+            raise KeyError(spec.format)
+        return form, form.layout(spec.format_table, spec.splits, spec.labeled_splits)
+    except (KeyError, TypeError) as err:  # as the spec's own missing keys are named
+        key = f"key {err}" if isinstance(err, KeyError) else str(err)
+        raise CompetitionFileError(f"{spec.file}: not a competition file ({key})") from None
+    except (ValueError, PetalsError) as err:  # a path field leaving the folder: PetalsError
+        raise CompetitionFileError(f"{spec.file}: {err}") from None
 
 
 def jpeg_size(path: Path) -> tuple[int, int]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import check_relative, inside, shown
-from pipeline.formats.base import ImageFiles, register
+from pipeline.formats.base import ImageFiles, layout_of, register
 
 LABELS = ("ids", "names", "name_lists")
 
@@ -68,17 +68,17 @@ class ImageCsv(ImageFiles):
 
     def entries(self, spec) -> dict[str, tuple[str, str | None]]:
         entries = {}
-        for split, own in spec.layout.splits.items():
+        for split, own in layout_of(spec).splits.items():
             entries[f"{split} images"] = (own.folder, own.archive)
             if own.labels is not None:
                 entries[f"{split} labels"] = (own.labels, None)
         return entries
 
     def folder(self, root: Path, spec, split: str) -> Path:
-        return inside(root, spec.layout.splits[split].folder, f"[data.image_csv.{split}] folder")
+        return inside(root, layout_of(spec).splits[split].folder, f"[data.image_csv.{split}] folder")
 
     def images(self, root: Path, spec, split: str) -> list[tuple[str, Path, str | None]]:
-        own = spec.layout.splits[split]
+        own = layout_of(spec).splits[split]
         top = self.folder(root, spec, split)
         if own.labels is None:  # the file names are the ids
             listed = (p.relative_to(top).as_posix() for p in top.rglob("*"))
@@ -116,7 +116,7 @@ class ImageCsv(ImageFiles):
         return found
 
     def target(self, spec, label, where):
-        own = next(s for s in spec.layout.splits.values() if s.labels is not None)
+        own = next(s for s in layout_of(spec).splits.values() if s.labels is not None)
         if own.labels_are == "names":
             return super().target(spec, label, where)
         if own.labels_are == "name_lists":

@@ -11,7 +11,7 @@ from typing import Any
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import check_relative, inside, shown
-from pipeline.formats.base import ImageFiles, register
+from pipeline.formats.base import ImageFiles, layout_of, register
 
 # The fields a member name pattern may hold: {label} (a class name) and {number} in labelled
 # splits, {id} in the others.
@@ -52,6 +52,11 @@ class ImageFolderLayout:
     splits: dict[str, ImageFolder]
 
 
+def image_folder_of(spec) -> ImageFolderLayout:
+    """The competition's image folders; ValueError for a competition of another kind."""
+    return layout_of(spec, ImageFolderLayout)
+
+
 def _image_folder(
     raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]
 ) -> ImageFolderLayout:
@@ -87,14 +92,14 @@ class ImageFolderFormat(ImageFiles):
         return _image_folder(raw, splits, labeled)
 
     def entries(self, spec) -> dict[str, tuple[str, str | None]]:
-        return {split: (folder.folder, folder.archive) for split, folder in spec.layout.splits.items()}
+        return {split: (folder.folder, folder.archive) for split, folder in layout_of(spec).splits.items()}
 
     def folder(self, root: Path, spec, split: str) -> Path:
-        return inside(root, spec.layout.splits[split].folder, f"[data.image_folder.{split}] members")
+        return inside(root, layout_of(spec).splits[split].folder, f"[data.image_folder.{split}] members")
 
     def images(self, root: Path, spec, split: str) -> list[tuple[str, Path, str | None]]:
         """(id, path, class name or None) of every image of the split, as its file names say."""
-        folder = spec.layout.splits[split]
+        folder = layout_of(spec).splits[split]
         top = self.folder(root, spec, split)
         found = []
         for path in top.rglob("*"):

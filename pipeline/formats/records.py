@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.core.paths import NAME, shown
-from pipeline.formats.base import Format, register
+from pipeline.formats.base import Format, layout_of, register
 
 # What a folder or shard name pattern may hold, and a format spec as `{index:02d}` writes it
 # (a wider one would be a way to make petals build names of any length).
@@ -55,6 +55,11 @@ class RecordLayout:
         if not match or len(set(match.groups())) != 1:
             return None
         return int(match.group(1))
+
+
+def records_of(spec) -> RecordLayout:
+    """The competition's TFRecord layout; ValueError for a competition of another kind."""
+    return layout_of(spec, RecordLayout)
 
 
 def _whole(value: object, field: str, most: int) -> int:

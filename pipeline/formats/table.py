@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.paths import check_relative, inside
-from pipeline.formats.base import Examples, FileFormat, register
+from pipeline.formats.base import Examples, FileFormat, layout_of, register
 from pipeline.formats.table_layout import TableLayout
 
 
@@ -25,6 +25,11 @@ class TableFile:
 @dataclass(frozen=True)
 class TableFilesLayout:
     splits: dict[str, TableFile]
+
+
+def tables_of(spec) -> TableFilesLayout:
+    """The competition's table files; ValueError for a competition of another kind."""
+    return layout_of(spec, TableFilesLayout)
 
 
 def _table(raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]) -> TableFilesLayout:
@@ -62,12 +67,12 @@ class Table(FileFormat):
         return _table(raw, splits, labeled)
 
     def entries(self, spec) -> dict[str, tuple[str, str | None]]:
-        return {split: (table.file, table.archive) for split, table in spec.layout.splits.items()}
+        return {split: (table.file, table.archive) for split, table in layout_of(spec).splits.items()}
 
     def _rows(self, root: Path, spec, split: str):
         from pipeline.formats.tables import read_table
 
-        table = spec.layout.splits[split]
+        table = layout_of(spec).splits[split]
         return table.layout, read_table(
             inside(root, table.file, f"[data.table.{split}] file"),
             table.layout,

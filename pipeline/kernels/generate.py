@@ -23,6 +23,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
 from pipeline.core.options import KernelOptions
 from pipeline.core.paths import check_name, shown
+from pipeline.formats.base import resolutions_of
 from pipeline.kernels.bundle import REPO, bundle, bundle_members, check_carried
 from pipeline.kernels.metadata import (
     ACCELERATORS,
@@ -52,7 +53,7 @@ def kernel_spec(options: KernelOptions):
     from pipeline.core.overrides import parse_overrides
     from pipeline.tasks.competitions import load_competition
 
-    return load_competition(parse_overrides(options.overrides).get("competition", DEFAULT_COMPETITION))
+    return load_competition(parse_overrides(options.overrides).get("competition", DEFAULT_COMPETITION)).spec
 
 
 def check_names(options: KernelOptions) -> None:
@@ -105,7 +106,7 @@ def kernel_settings(options: KernelOptions, config, spec, kernel_id: str) -> dic
         "overrides": list(options.overrides),
         "competition": spec.name,
         "slug": options.slug or spec.default_slug,
-        "image_size": config.data.image_size if spec.resolutions else None,  # the resolution to fetch
+        "image_size": config.data.image_size if resolutions_of(spec) else None,  # the resolution to fetch
         "tta": options.tta,
         "petals_commit": git_commit(),
         "accelerator": options.accelerator,

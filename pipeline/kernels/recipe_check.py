@@ -8,6 +8,7 @@ without internet cannot reach. A code competition's notebook always runs with th
 from __future__ import annotations
 
 from pipeline.core.errors import PetalsError
+from pipeline.formats.base import resolutions_of
 
 
 def kernel_internet(spec, asked: str | None) -> str:
@@ -53,10 +54,10 @@ def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]
     from pipeline.tasks.competitions import check_network
 
     size = config.data.image_size
-    if spec.resolutions and size not in spec.resolutions:
+    if resolutions_of(spec) and size not in resolutions_of(spec):
         raise PetalsError(
             f"data.image_size={size}: Kaggle ships "
-            f"{', '.join(map(str, spec.resolutions))} px records only; "
+            f"{', '.join(map(str, resolutions_of(spec)))} px records only; "
             "the kernel cannot run this recipe"
         )
     backbone = config.model.backbone

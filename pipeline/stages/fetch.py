@@ -276,7 +276,7 @@ def run(args: argparse.Namespace) -> None:
 
 def fetch_competition(competition: str, options: FetchOptions) -> dict[str, Any]:
     """`fetch` for the competition named: its data into `options.data_dir`; returns the manifest."""
-    spec = load_competition(competition)
+    spec = load_competition(competition).spec
     if options.slug and options.slug not in spec.slugs:
         raise PetalsError(f"slug {options.slug!r} is not one of this competition's: {', '.join(spec.slugs)}")
     try:

@@ -21,7 +21,6 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
 from pipeline.stages import arguments
 from pipeline.tasks import recipe_config
-from pipeline.tasks.competitions import task_of
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +57,8 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
     from pipeline.data.readers import reader_for
     from pipeline.tasks.competitions import load_competition
 
-    spec = load_competition(config.competition)
+    competition = load_competition(config.competition)
+    spec = competition.spec
     root = locate_data(data_dir)
     train, val = splits.train_and_val(root, spec, config, splits.fold_table(data_dir, spec, config))
     labeled = {"train": train, **({"val": val} if val is not None else {})}
@@ -70,7 +70,7 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
     write_atomically(counts_path, lambda tmp: counts.to_csv(tmp, index_label="class"))
     _print_counts(counts, spec)
 
-    batch_path = task_of(spec).show_batch(train, spec, config, out, images, where)
+    batch_path = competition.task.show_batch(train, spec, config, out, images, where)
     log.info("inspect: wrote %s and %s", batch_path, counts_path)
 
     if config.data.skip_bad_records:

@@ -27,7 +27,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     from pipeline.tasks.competitions import load_competition
 
-    spec = load_competition(args.competition)
+    spec = load_competition(args.competition).spec
     board = board_file(args.submissions_dir, spec.name)
     if args.sync:
         slug = args.slug or spec.default_slug

@@ -52,6 +52,8 @@ def predict(opts: ScoreOptions) -> Path:
         return opts.submissions_dir / f"{run.name}.csv"
     metrics = run.metrics()
     score = metrics.get("evaluation", metrics).get(spec.score_key)
+    if val is not None and "evaluation" not in metrics:  # what evaluate would say of this decision
+        score = task.evaluate(val.labels, val.probabilities, spec).score
     path = write_submission(
         opts.submissions_dir,
         run.name,

@@ -121,7 +121,7 @@ def _setup(opts: SweepOptions) -> Setup:
         return recipe_config.config_from_args(given, platform.device)
 
     space.check(params, path, build)
-    spec = load_competition(base.competition)
+    spec = load_competition(base.competition).spec
     name = f"{spec.name}-{Path(base.recipe).stem}-{path.stem}" + (f"-cv{opts.folds}" if opts.folds else "")
     name = f"{name}-{_shared_hash(base, params, opts)}"
     return Setup(base, spec, params, check_name(name, "study name", "--space"), build)

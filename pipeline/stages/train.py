@@ -31,7 +31,7 @@ from pipeline.core.paths import check_name
 from pipeline.core.rundir import RunDir
 from pipeline.stages import arguments
 from pipeline.tasks import recipe_config
-from pipeline.tasks.competitions import size_of, task_of
+from pipeline.tasks.competitions import size_of
 
 log = logging.getLogger(__name__)
 SCRATCH = "petals-process-"  # a scratch run dir's folder, in /tmp: a process other than 0 writes there
@@ -169,7 +169,8 @@ def prepare(
     from pipeline.data.manifest import locate_data, read_manifest
     from pipeline.tasks.competitions import check_network, load_competition
 
-    spec = load_competition(config.competition)
+    competition = load_competition(config.competition)
+    spec = competition.spec
     check_network(config, spec, platform.backend)  # before any work
     if platform.kind == "multi-worker" and config.train.loop == "fit":
         # Keras 3's fit hands the strategy's per-replica batches to ops that want one tensor
@@ -207,7 +208,7 @@ def prepare(
         config=config,
         platform=platform,
         spec=spec,
-        task=task_of(spec),
+        task=competition.task,
         manifest=manifest,
         train=train,
         val=val,
@@ -376,7 +377,7 @@ def _fit(job: Job, verbose: int, restart: bool, stop, keep_checkpoints: int) -> 
         "epoch_seconds": [round(float(s), 2) for s in history["seconds"]],
         "recipe": config.recipe,
         "backbone": config.model.backbone,
-        **task_of(job.spec).summary_sizes(config, trainer.size),
+        **job.task.summary_sizes(config, trainer.size),
         "backend": platform.backend,
         "strategy": platform.kind,
         "replicas": platform.replicas,

@@ -25,6 +25,9 @@ class Evaluation:
 
     fields: dict  # recorded in metrics.json's `evaluation`, beside the metric
     files: dict  # {RunDir file name: writer(path)}
+    # The competition's metric of what a submission from these predictions decides, no row judged
+    # by a decision it chose: the board's score (a multi-label run's thresholds, cross-fitted).
+    score: float
 
     def write(self, run) -> None:
         for name, writer in self.files.items():

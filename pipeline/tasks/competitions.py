@@ -1,15 +1,20 @@
 """The competition a stage works on: its file loaded and checked against its task, or refused in
 one line.
 
-The spec (competition/spec.py) is data and names its task; this is the floor where the name meets
-the task's registry. Every stage loads its competition here, so a file naming no known task, or
-one its task cannot serve, stops before anything runs.
+The spec (competition/spec.py) is data and names its task and format; this is the floor where the
+names meet the registries, and a `Competition` is the three together. Every stage loads its
+competition here, so a file naming no known task or format, or one its task cannot serve, stops
+before anything runs.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from competition.spec import CompetitionFileError, CompetitionSpec, competition_file, load_spec
 from pipeline.core.errors import PetalsError
+from pipeline.formats.base import Format, format_of, layout_of
 from pipeline.tasks.base import Task, get_task
 
 
@@ -44,36 +49,57 @@ def check_submission(path, spec: CompetitionSpec, expected_ids):
     return submission.check_submission(path, spec, expected_ids, task_of(spec).check_values(spec))
 
 
-def load_competition(name: str) -> CompetitionSpec:
-    """The competition `name` (or a path to its .toml), checked against its task; PetalsError in one
-    line for a file that does not load or that its task refuses."""
+@dataclass(frozen=True)
+class Competition:
+    """A competition as the stages use it: the spec (plain data), the task that owns everything
+    shaped by its label, and the format its files are laid out in with its layout, checked
+    against each other. Assembled here, above the tasks, from the names the spec gives."""
+
+    spec: CompetitionSpec
+    task: Task
+    format: Format
+    layout: Any
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def load_competition(name: str) -> Competition:
+    """The competition `name` (or a path to its .toml), its task and format checked against each
+    other; PetalsError in one line for a file that does not load or that its task refuses."""
     try:
         spec = load_spec(name)
-        where = competition_file(name)
+        form, layout = format_of(spec), layout_of(spec)  # a table the format refuses names the file
         try:
             task = get_task(spec.task)
-            if task.modality != spec.format.holds:
-                raise ValueError(
-                    f"task {task.name} reads {task.modality}s; data format {spec.format.name} holds "
-                    f"{spec.format.holds}s"
-                )
-            rank = spec.format.label_rank(spec.layout)
-            if task.label_rank != rank:
-                kinds = ("one class an example", "several labels an example")
-                raise ValueError(
-                    f"task {task.name} reads {kinds[task.label_rank]}; the data's labels give {kinds[rank]}"
-                )
-            if spec.submission_value not in task.submission_kinds:
-                raise ValueError(
-                    f"task {task.name} writes a submission's {' or '.join(task.submission_kinds)}, "
-                    f"not {spec.submission_value}"
-                )
-            if (spec.metric.reads == "labels") != (task.label_rank == 1):
-                reads = "rows of labels" if spec.metric.reads == "labels" else "one class an example"
-                raise ValueError(f"metric {spec.metric.name} scores {reads}; task {task.name} does not")
-            task.check_spec(spec)
+            check_fits(task, form, layout, spec)
         except ValueError as err:
-            raise ValueError(f"{where}: {err}") from None
+            raise ValueError(f"{competition_file(name)}: {err}") from None
     except ValueError as err:
         raise PetalsError(f"competition={name}: {err}") from None
-    return spec
+    return Competition(spec, task, form, layout)
+
+
+def check_fits(task: Task, form: Format, layout, spec: CompetitionSpec) -> None:
+    """The task reads what the format holds, the labels' shape, the submission's values and what
+    the metric scores; else a ValueError saying which."""
+    if task.modality != form.holds:
+        raise ValueError(
+            f"task {task.name} reads {task.modality}s; data format {form.name} holds {form.holds}s"
+        )
+    rank = form.label_rank(layout)
+    if task.label_rank != rank:
+        kinds = ("one class an example", "several labels an example")
+        raise ValueError(
+            f"task {task.name} reads {kinds[task.label_rank]}; the data's labels give {kinds[rank]}"
+        )
+    if spec.submission_value not in task.submission_kinds:
+        raise ValueError(
+            f"task {task.name} writes a submission's {' or '.join(task.submission_kinds)}, "
+            f"not {spec.submission_value}"
+        )
+    if (spec.metric.reads == "labels") != (task.label_rank == 1):
+        reads = "rows of labels" if spec.metric.reads == "labels" else "one class an example"
+        raise ValueError(f"metric {spec.metric.name} scores {reads}; task {task.name} does not")
+    task.check_spec(spec)

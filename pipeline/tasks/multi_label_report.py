@@ -28,13 +28,14 @@ def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec) -> Evaluatio
         "thresholds": dict(zip(spec.classes, decision["thresholds"], strict=True)),
         "fill_empty": decision["fill_empty"],
         f"{spec.score_key}_thresholded": spec.metric.score_decided(truth, judged),
+        f"{spec.score_key}_at_half": spec.metric.score_decided(truth, at_half),  # training's reading
         "val_micro_f1": float(f1_score(truth, at_half, average="micro", zero_division=0)),
         "worst_classes": per_label.nsmallest(3, "f1")["class"].tolist(),
     }
     files = {
         RunDir.PER_CLASS: lambda path: write_atomically(path, lambda tmp: per_label.to_csv(tmp, index=False))
     }
-    return Evaluation(fields, files)
+    return Evaluation(fields, files, score=fields[f"{spec.score_key}_thresholded"])
 
 
 def per_label_table(truth: np.ndarray, decided: np.ndarray, thresholds, classes) -> pd.DataFrame:
@@ -62,6 +63,7 @@ def summary_lines(evaluation: dict) -> list[str]:
     return [
         f"  thresholds chosen on val: {chosen}",
         f"  with them, cross-fitted over two halves of val: {evaluation[scored]:.4f}"
-        f" (micro F1 at 0.5: {evaluation['val_micro_f1']:.4f})",
+        f" (at 0.5: {evaluation[scored.replace('_thresholded', '_at_half')]:.4f};"
+        f" micro F1 at 0.5: {evaluation['val_micro_f1']:.4f})",
         "  weakest labels: " + ", ".join(evaluation["worst_classes"]),
     ]

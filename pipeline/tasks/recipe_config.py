@@ -29,7 +29,7 @@ from pipeline.core.config import (
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import ConfigOptions
 from pipeline.core.overrides import apply_updates, leaves, parse_overrides, toml_value
-from pipeline.tasks.competitions import load_competition, task_of
+from pipeline.tasks.competitions import load_competition
 
 RECIPES = "recipes"  # a competition's own recipes: competition/<name>/recipes/
 
@@ -38,8 +38,7 @@ def recipe_dirs(competition: str = DEFAULT_COMPETITION) -> list[Path]:
     """Where a competition's recipes are, first found first: its folder's `recipes/`, then its
     task's (pipeline/tasks/recipes/<task>/: cpu, gpu and tpu), so a competition file alone trains.
     The file is checked against its task here, before any stage reads its config: one line otherwise."""
-    spec = load_competition(competition)
-    return [competition_folder(competition) / RECIPES, task_of(spec).recipes_dir]
+    return [competition_folder(competition) / RECIPES, load_competition(competition).task.recipes_dir]
 
 
 def beside_recipe(folder: str, competition: str, recipe: str, given: str) -> tuple[Path | None, list[Path]]:
@@ -112,7 +111,7 @@ def _keep_labels(config: Config, explicit: set[str]) -> Config:
     """Only the transforms the competition says keep the label: a default one that does not is
     turned off, one a recipe or `--set` turns on is refused."""
 
-    spec = load_competition(config.competition)
+    spec = load_competition(config.competition).spec
     unknown = sorted(spec.keeps_label - set(TRANSFORMS))
     if unknown:
         raise PetalsError(

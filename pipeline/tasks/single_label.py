@@ -51,7 +51,7 @@ class SingleLabel(Task):
         """Per-class scores, the confusion matrix and the top confusions (single_label_report.py)."""
         from pipeline.tasks import single_label_report
 
-        return single_label_report.evaluation(labels, probabilities, spec.classes)
+        return single_label_report.evaluation(labels, probabilities, spec)
 
     def summary_lines(self, evaluation: dict) -> list[str]:
         from pipeline.tasks import single_label_report

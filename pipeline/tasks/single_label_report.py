@@ -16,9 +16,10 @@ from pipeline.tasks.base import Evaluation
 TOP_CONFUSIONS = 10
 
 
-def evaluation(labels: np.ndarray, probabilities: np.ndarray, classes: tuple[str, ...]) -> Evaluation:
+def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec) -> Evaluation:
     from sklearn.metrics import confusion_matrix
 
+    classes = spec.classes
     predicted = probabilities.argmax(axis=1)
     matrix = confusion_matrix(labels, predicted, labels=np.arange(len(classes)))
     per_class = per_class_table(labels, predicted, classes)
@@ -35,7 +36,7 @@ def evaluation(labels: np.ndarray, probabilities: np.ndarray, classes: tuple[str
         ),
         RunDir.CONFUSION_PLOT: lambda path: plot_confusion(matrix, classes, path),
     }
-    return Evaluation(fields, files)
+    return Evaluation(fields, files, score=spec.metric.score(labels, probabilities))  # argmax decides
 
 
 def _csv(table: pd.DataFrame):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
+from pipeline.formats.table import tables_of
 from pipeline.tasks.base import register
 from pipeline.tasks.single_label import SingleLabel
 
@@ -18,7 +19,7 @@ class TextClassification(SingleLabel):
     columns = 1  # texts per example
 
     def check_spec(self, spec) -> None:
-        for split, table in spec.tables.splits.items():
+        for split, table in tables_of(spec).splits.items():
             if len(table.layout.text_columns) != self.columns:
                 raise ValueError(
                     f"a {self.name} task reads {self.columns} text column(s) per example; split {split} "

@@ -24,6 +24,7 @@ from competition import CompetitionSpec
 from pipeline.core.config import Config
 from pipeline.core.kaggle_input import folders
 from pipeline.core.named import Registry
+from pipeline.formats.base import format_of
 
 
 class Got(Protocol):
@@ -107,4 +108,4 @@ register = READERS.register  # class decorator: make a reader known by its `name
 
 def reader_for(spec: CompetitionSpec) -> Reader:
     """The reader of the competition's format."""
-    return READERS.named(spec.format.read_by)
+    return READERS.named(format_of(spec).read_by)

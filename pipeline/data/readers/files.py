@@ -18,6 +18,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.data import competition_files, datasets, file_examples, targets
 from pipeline.data.file_examples import Examples, joined
 from pipeline.data.readers.base import Got, Pool, Reader, Taken, register
+from pipeline.formats.base import format_of
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class FileSplit:
     @property
     def images(self) -> bool:
         """Whether the examples are image files (decoded, resized, augmented) or a table's texts."""
-        return self.spec.format.holds == "image"
+        return format_of(self.spec).holds == "image"
 
     def _image_size(self, config: Config) -> int | None:
         return config.data.image_size if self.images else None

@@ -18,6 +18,7 @@ from pipeline.core.config import Config
 from pipeline.data import datasets, layout, records, targets
 from pipeline.data.pseudo_records import PseudoRecords
 from pipeline.data.readers.base import Got, Pool, Reader, Taken, register
+from pipeline.formats.records import records_of
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ class ShardPool(Pool):
     image_size: int
 
     def ids_and_labels(self) -> tuple[np.ndarray, np.ndarray]:
-        return records.ids_and_labels(self.files, self.spec.records.schema)
+        return records.ids_and_labels(self.files, records_of(self.spec).schema)
 
     def whole(self) -> RecordSplit:
         return RecordSplit(self.files, self.spec, self.image_size)
@@ -118,13 +119,13 @@ class Shards(Reader):
         return Taken(root, counted, counts, digest, labelled)
 
     def markers(self, spec: CompetitionSpec) -> str:
-        return f"{spec.sample_submission} and {spec.records.record_dir_pattern.format(size='<size>')}/"
+        return f"{spec.sample_submission} and {records_of(spec).record_dir_pattern.format(size='<size>')}/"
 
     def holds_competition(self, spec: CompetitionSpec) -> Callable[[Path], bool]:
         def holds(folder: Path) -> bool:
             if not (folder / spec.sample_submission).is_file():
                 return False
-            return any(spec.records.size_from_record_dir(p.name) for p in folder.iterdir() if p.is_dir())
+            return any(records_of(spec).size_from_record_dir(p.name) for p in folder.iterdir() if p.is_dir())
 
         return holds
 

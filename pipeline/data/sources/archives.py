@@ -16,6 +16,8 @@ from tqdm import tqdm
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import WORK_MARKER, Budget, check_members, extract_members
+from pipeline.formats.base import resolutions_of
+from pipeline.formats.records import records_of
 
 
 def unpack(
@@ -28,7 +30,7 @@ def unpack(
 ) -> None:
     """Unpack Kaggle's archive keeping its layout (only the chosen resolutions, if any). A damaged
     or refused download is deleted, so the next run fetches it again; a user's own archive is kept."""
-    keep_dirs = {spec.records.record_dir(s) for s in sizes} if sizes and spec.resolutions else None
+    keep_dirs = {records_of(spec).record_dir(s) for s in sizes} if sizes and resolutions_of(spec) else None
     try:
         with zipfile.ZipFile(archive) as zf:
             budget = Budget.left_after(dest)
@@ -37,7 +39,9 @@ def unpack(
             if keep_dirs is not None:  # drop the other resolutions' folders, wherever they sit
 
                 def wanted(name: str) -> bool:
-                    record_dirs = [p for p in Path(name).parts[:-1] if spec.records.size_from_record_dir(p)]
+                    record_dirs = [
+                        p for p in Path(name).parts[:-1] if records_of(spec).size_from_record_dir(p)
+                    ]
                     return not record_dirs or record_dirs[0] in keep_dirs
 
                 members = [m for m in members if wanted(m.filename)]

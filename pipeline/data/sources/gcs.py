@@ -53,10 +53,8 @@ class Gcs(Source):
 
     def get(self, context: Context, staging: Path) -> Got:
         options, spec = context.options, context.spec
-        if spec.format.name not in READS:
-            raise PetalsError(
-                f"--source gcs reads TFRecords; competition {spec.name} has {spec.format.name} data"
-            )
+        if spec.format not in READS:
+            raise PetalsError(f"--source gcs reads TFRecords; competition {spec.name} has {spec.format} data")
         if not options.gcs_path:
             raise PetalsError(f"--source gcs needs --gcs-path gs://... (or the {GCS_PATH_VARIABLE} variable)")
         remote = options.gcs_path.rstrip("/")

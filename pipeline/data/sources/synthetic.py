@@ -9,6 +9,7 @@ from typing import Any
 from pipeline.core import kaggle_client
 from pipeline.data import embedded
 from pipeline.data.sources.base import Context, FetchOptions, Got, Source, register
+from pipeline.formats.base import format_of, resolutions_of
 
 log = logging.getLogger(__name__)
 
@@ -18,7 +19,7 @@ def request(options: FetchOptions, spec) -> dict[str, Any]:
     values must say FORCE)."""
     scale = embedded.default_scale(spec) if options.scale is None else options.scale
     asked = {"seed": options.seed, "scale": scale}
-    return {**asked, "size": options.synthetic_size} if spec.resolutions else asked  # drawn at a size
+    return {**asked, "size": options.synthetic_size} if resolutions_of(spec) else asked  # drawn at a size
 
 
 @register
@@ -44,7 +45,7 @@ class Synthetic(Source):
             workers=options.workers,
             progress=options.progress,
         )
-        log.info("fetch: drew %s %s", split_counts, spec.format.unit)
+        log.info("fetch: drew %s %s", split_counts, format_of(spec).unit)
         return Got(
             str(staging), "embedded synthetic dataset", (options.synthetic_size,), {"synthetic": asked}
         )
