@@ -53,6 +53,7 @@ DATASETS    ?=#                  datasets to attach, e.g. DATASETS="me/b7-weight
 MODELS      ?=#                  Kaggle models to attach, e.g. MODELS="keras/bert/keras/bert_base_multi/2"
 TIMEOUT     ?=#                  kernel: its longest run, seconds (default: Kaggle's session limit); training stops with a checkpoint before it; make sweep: start no trial past it
 RESUME_FROM ?=#                  kernels whose output a new version resumes from: owner/slug, or self
+CONCURRENT  ?=#                  make kernel-fanout: kernels at once (default: Kaggle's limit, 1 TPU, 2 GPU, 5 CPU)
 VERBOSE     ?=#                  VERBOSE=1 also shows TensorFlow's, JAX's and the Kaggle clients' own lines
 export VERBOSE
 PYTEST_ARGS ?=#                  extra pytest arguments, e.g. PYTEST_ARGS="-k fetch"
@@ -66,7 +67,7 @@ KNOBS := DATA SOURCE DATA_FROM COMPETITION GCS_PATH SIZE SEED SCALE FORCE RECIPE
 	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TTA FOLDS FOLD REFIT CHOOSE RUNS WEIGHTS \
 	SPACE TRIALS STORAGE PRUNER \
 	SEARCH STACK SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
-	TIMEOUT RESUME_FROM PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS VERBOSE
+	TIMEOUT RESUME_FROM CONCURRENT PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS VERBOSE
 $(foreach k,$(KNOBS),$(if $(filter command environment,$(firstword $(origin $(k)))),\
 	$(eval override $(k) := $$(value $(k)))))
 
@@ -128,7 +129,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR)
 
-.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-lite-parity bench-hosts fault-table security-table clean clean-data always
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-lite-parity bench-hosts fault-table security-table clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -258,6 +259,9 @@ kernel-push: kernel ## regenerate, check and push the kernel with the official c
 
 kernel-status: | $(STAMP) ## the pushed kernel's status (queued, running, complete, error)
 	$(PY) -m pipeline kernel status $(kernel_ARGS)
+
+kernel-fanout: | $(STAMP) ## FOLDS=5: one kernel per fold, pushed within Kaggle's session and quota limits, followed and collected into RUNS_DIR and their CV group; a rerun goes on (CONCURRENT=)
+	$(PY) -m pipeline kernel fanout $(kernel_ARGS) $(call opt,--concurrent,CONCURRENT)
 
 kernel-output: | $(STAMP) ## download the kernel's outputs and record its run on the leaderboard as a Kaggle run; FOLDS=: merge its folds into RUNS_DIR and their CV group
 	$(PY) -m pipeline kernel output $(kernel_ARGS)

@@ -143,7 +143,8 @@ def kernel(action: str, options: KernelOptions) -> Any:
     """A Kaggle kernel of a recipe (`pipeline.kernels`): "generate" writes and checks
     `kernels/<name>/` and "check" checks it again (each returns its folder), "push" uploads it,
     "status" returns how its run stands (a line), "output" downloads what it wrote and records the
-    run on the offline leaderboard (a FOLDS kernel's fold runs join their CV group)."""
+    run on the offline leaderboard (a FOLDS kernel's fold runs join their CV group); "fanout" pushes
+    one kernel per fold of `options.folds`, follows them and collects each into its CV group."""
     from pipeline.stages import kernel as stage
 
     return stage.kernel(action, options)

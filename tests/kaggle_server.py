@@ -5,6 +5,8 @@ speaks the same protocol as the service: a JSON POST to
 /api/v1/<service>/<method> with Basic or Bearer auth, answered by a redirect to
 the file, which it then streams with Content-Length. Kernels are pushed as numbered versions whose
 status can step through `kernel_statuses`; a code submission names a kernel version that exists.
+Several kernels at once (a fan-out) each follow their own `KernelPlan`, version by version, and
+the weekly accelerator quota is answered as `quota` says.
 """
 
 from __future__ import annotations
@@ -22,6 +24,17 @@ from urllib.parse import quote, unquote
 
 PORT = 7777
 LOCK = Path(tempfile.gettempdir()) / f"petals-kaggle-test-server-{PORT}.lock"
+
+
+@dataclass
+class KernelPlan:
+    """One kernel of several: the states each pushed version steps through, one per status request
+    (the last one repeats), and the output files its versions leave."""
+
+    versions: list[list[str]] = field(default_factory=lambda: [["COMPLETE"]])
+    failure_message: str = "test kernel failed"
+    files: dict[str, bytes] = field(default_factory=dict)
+    status_requests: int = 0
 
 
 @dataclass
@@ -53,6 +66,11 @@ class Behaviour:
     code_submissions: list[dict] = field(default_factory=list)  # CreateCodeSubmission requests accepted
     stall_seconds: float = 0.0  # the first `stalls` requests wait this long before any answer
     stalls: int = 0
+    plans: dict[str, KernelPlan] = field(default_factory=dict)  # owner/kernel -> its plan, if any
+    # The weekly quota: {"gpu"|"tpu": (hours used, hours reserved, hours allowed)}; None: no answer.
+    quota: dict[str, tuple[float, float, float]] | None = None
+    quota_refresh: str = "2026-11-30T00:00:00Z"
+    push_errors: list[str] = field(default_factory=list)  # SaveKernel's `error`, one per push, first
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -144,12 +162,19 @@ class _Handler(BaseHTTPRequestHandler):
         return self._json({"message": f"Successfully submitted to {competition}", "ref": ref})
 
     def _kernels(self, method: str, payload: dict) -> None:
+        if method == "SaveKernel" and self.behaviour.push_errors:  # refused: no version made
+            return self._json({"error": self.behaviour.push_errors.pop(0)})
         if method == "SaveKernel":
             self.behaviour.pushed.append(payload)
             kernel = payload.get("slug", "")
             version = self.behaviour.versions[kernel] = self.behaviour.versions.get(kernel, 0) + 1
             url = f"https://www.kaggle.com/code/{kernel}"
             return self._json({"ref": f"/code/{kernel}", "url": url, "versionNumber": version})
+        planned = self._planned(method, payload)
+        if planned is not None:
+            return planned
+        if method == "GetAcceleratorQuotaStatistics":
+            return self._quota()
         if method == "GetKernelSessionStatus":
             statuses = self.behaviour.kernel_statuses
             status = statuses.pop(0) if statuses else self.behaviour.kernel_status
@@ -164,6 +189,46 @@ class _Handler(BaseHTTPRequestHandler):
             answer = {"files": files, "log": self.behaviour.kernel_log}
             return self._json({**answer, "nextPageToken": self.behaviour.kernel_page_token})
         return self._reply(404, b"{}", {"Content-Type": "application/json"})
+
+    def _planned(self, method: str, payload: dict) -> bool | None:
+        """A kernel with a plan: its status by version, its files; None for one without."""
+        kernel = f"{payload.get('userName')}/{payload.get('kernelSlug')}"
+        plan = self.behaviour.plans.get(kernel)
+        if plan is None or method not in ("GetKernelSessionStatus", "ListKernelSessionOutput"):
+            return None
+        version = self.behaviour.versions.get(kernel, 0)
+        if version == 0:
+            body = json.dumps({"code": 404, "message": f"no notebook {kernel}"}).encode()
+            self._reply(404, body, {"Content-Type": "application/json"})
+            return True
+        if method == "ListKernelSessionOutput":
+            files = [
+                {
+                    "fileName": name,
+                    "url": f"http://localhost:{PORT}/kernel-files/{quote(kernel + '/' + name, safe='')}",
+                }
+                for name in plan.files
+            ]
+            self._json({"files": files, "log": "kernel log", "nextPageToken": ""})
+            return True
+        plan.status_requests += 1
+        states = plan.versions[min(version, len(plan.versions)) - 1]
+        status = states.pop(0) if len(states) > 1 else states[0]
+        failed = status == "ERROR"
+        self._json({"status": status, "failureMessage": plan.failure_message if failed else ""})
+        return True
+
+    def _quota(self) -> None:
+        if self.behaviour.quota is None:
+            return self._reply(404, b"{}", {"Content-Type": "application/json"})
+        answer = {"quotaRefreshTime": self.behaviour.quota_refresh}
+        for kind, (used, reserved, allowed) in self.behaviour.quota.items():
+            answer[f"{kind}Quota"] = {
+                "timeUsed": f"{used * 3600:.0f}s",
+                "timeReserved": f"{reserved * 3600:.0f}s",
+                "totalTimeAllowed": f"{allowed * 3600:.0f}s",
+            }
+        return self._json(answer)
 
     def _json(self, payload: dict) -> None:
         self._reply(200, json.dumps(payload).encode(), {"Content-Type": "application/json"})
@@ -182,6 +247,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.behaviour.requests.append({"path": self.path})
         if self.path.startswith("/kernel-files/"):
             name = unquote(self.path.removeprefix("/kernel-files/"))
+            owner, _, rest = name.partition("/")
+            kernel, _, file = rest.partition("/")
+            plan = self.behaviour.plans.get(f"{owner}/{kernel}")
+            if plan is not None and file in plan.files:
+                return self._reply(200, plan.files[file])
             if name in self.behaviour.kernel_files:
                 return self._reply(200, self.behaviour.kernel_files[name])
             return self._reply(404)

@@ -342,6 +342,28 @@ def submit_code(
     )
 
 
+def accelerator_quota() -> Any | None:
+    """The weekly accelerator quota, as `kaggle quota` reads it (`gpu_quota` and `tpu_quota`, each
+    with `time_used`, `time_reserved` and `total_time_allowed`; `quota_refresh_time`); None where
+    Kaggle answers none (404)."""
+    unanswered = "Kaggle has no quota answer"
+
+    def explain(status: int, slug: str, action: str) -> str:
+        return unanswered if status == 404 else explain_http_error(status, slug, action)
+
+    try:
+        return with_client(
+            lambda client: client.quota_view(),
+            slug="quota",
+            action="reading the weekly accelerator quota",
+            explain=explain,
+        )
+    except PetalsError as err:
+        if str(err) == unanswered:
+            return None
+        raise
+
+
 def kernel_call(fn: Callable[[Any], T], kernel: str, action: str) -> T:
     try:
         return with_client(fn, slug=kernel, action=action, explain=explain_kernel_error)

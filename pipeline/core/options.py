@@ -153,6 +153,11 @@ class KernelOptions(ConfigOptions):
     runs_dir: Path = RUNS_DIR
     timeout: int | None = None  # the kernel's longest run, seconds; None: Kaggle's session limit
     submissions_dir: Path = SUBMISSIONS_DIR
+    # A fan-out (one kernel per fold): kernels at once (None: Kaggle's limit for the accelerator),
+    # seconds between status rounds, and how long this command follows them before it stops.
+    concurrent: int | None = None
+    poll_seconds: float = 60.0
+    wait_seconds: float = 13 * 3600.0
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from pipeline.kernels.metadata import (
 from pipeline.stages import arguments
 
 DEFAULTS = KernelOptions()
-ACTIONS = ("generate", "check", "push", "status", "output")
+ACTIONS = ("generate", "check", "push", "status", "output", "fanout")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -98,6 +98,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the kernel's longest run, seconds (default: Kaggle's session limit); training stops before it",
     )
     arguments.add_submissions_dir(parser, help="output: the leaderboard")
+    fan = parser.add_argument_group("fanout: one kernel per fold of --folds K")
+    fan.add_argument(
+        "--concurrent",
+        type=int,
+        default=DEFAULTS.concurrent,
+        help="kernels at once (default: Kaggle's limit for the accelerator: 1 TPU, 2 GPU, 5 CPU)",
+    )
+    fan.add_argument(
+        "--poll-seconds", type=float, default=DEFAULTS.poll_seconds, help="seconds between status rounds"
+    )
+    fan.add_argument(
+        "--wait-seconds",
+        type=float,
+        default=DEFAULTS.wait_seconds,
+        help="stop following after this long (a rerun goes on)",
+    )
     recipe_config.add_config_arguments(parser)
 
 
@@ -120,6 +136,10 @@ def kernel(action: str, options: KernelOptions) -> Any:
     generate.check_names(options)
     if action == "generate":
         return generate.generate(options)
+    if action == "fanout":
+        from pipeline.kernels import fanout
+
+        return fanout.fanout(options)
     folder = generate.folder_of(options)
     read_metadata(folder)  # one line saying to generate it first
     if action == "check":
