@@ -17,6 +17,7 @@ from pipeline.modeling.inference import Predictions, predict_split
 from tests.conftest import TINY
 from tests.kaggle_server import Behaviour, KaggleTestServer, KernelPlan
 
+pytestmark = pytest.mark.slow  # each test generates kernels (6-9 s each) or trains folds
 K = 5
 OVERRIDES = [*TINY, "augment.where=host"]
 # The kernels are generated at a resolution Kaggle ships (the tiny data's 32 px is not one); what
@@ -78,7 +79,6 @@ def _outputs(run: RunDir, fold: int) -> dict[str, bytes]:
     return {**files, "petals_summary.json": json.dumps(summary).encode()}
 
 
-@pytest.mark.slow
 @pytest.mark.heavy  # 5 folds trained here on data whose every class has 5 examples: about 3 minutes
 def test_five_fold_kernels_one_failing_one_slow_make_the_group_trained_here(
     five_fold_data, trained_here, tmp_path, in_kaggle_env, capsys
@@ -122,7 +122,6 @@ def test_five_fold_kernels_one_failing_one_slow_make_the_group_trained_here(
     assert group.metrics()["fold_table"] == local_group.metrics()["fold_table"]
 
 
-@pytest.mark.slow
 def test_two_fold_kernels_across_two_commands_assemble_their_group(
     data_dir, spec, tmp_path, in_kaggle_env, capsys
 ):
