@@ -103,13 +103,13 @@ def test_five_fold_kernels_one_failing_one_slow_make_the_group_trained_here(
     pushed_at = {f: lines.index(f"fold {f} ({_kernel(f)}) version 1: pushed") for f in range(K)}
     ended = min(i for i, line in enumerate(lines) if "complete; collecting" in line or "error" in line)
     assert max(pushed_at[0], pushed_at[1], pushed_at[2]) < ended < min(pushed_at[3], pushed_at[4])
-    assert "kernel-fanout: 5 fold kernel(s): 0 waiting, 0 queued, 1 running, 4 collected, 0 failed" in lines
+    assert "kernel-fanout: 5 fold kernel(s): 0 waiting, 0 queued, 1 running, 0 complete, 4 collected, 0 failed" in lines
     # The rerun pushes nothing: it collects the kernel that completed meanwhile, and the group assembles.
     assert [p["slug"] for p in behaviour.pushed].count(_kernel(1)) == 2 and len(behaviour.pushed) == K + 1
     assert "pushed" not in second.out
     assert f"fold 2 ({_kernel(2)}) version 1: complete; collecting" in second.out
     assert (
-        "kernel-fanout: 5 fold kernel(s): 0 waiting, 0 queued, 0 running, 5 collected, 0 failed" in second.out
+        "kernel-fanout: 5 fold kernel(s): 0 waiting, 0 queued, 0 running, 0 complete, 5 collected, 0 failed" in second.out
     )
     state = json.loads((tmp_path / "kernels" / f"{BASE}.fanout.json").read_text())
     assert [s["state"] for s in state["shares"]] == ["collected"] * K
@@ -152,13 +152,13 @@ def test_two_fold_kernels_across_two_commands_assemble_their_group(
     assert said[:4] == [
         f"fold 0 ({_kernel(0)}) version 1: pushed",
         f"fold 1 ({_kernel(1)}) version 1: pushed",
-        "kernel-fanout: 2 fold kernel(s): 0 waiting, 2 queued, 0 running, 0 collected, 0 failed",
+        "kernel-fanout: 2 fold kernel(s): 0 waiting, 2 queued, 0 running, 0 complete, 0 collected, 0 failed",
         f"fold 0 ({_kernel(0)}) version 1: running",
     ]
     assert f"fold 0 ({_kernel(0)}) version 1: error: test kernel failed; to be pushed again" in first.out
     assert f"fold 0 ({_kernel(0)}) version 2: complete; collecting" in first.out
     assert "fold 0: from kernel petals-user/petals-fan-fold0" in first.out
-    assert "1 kernel(s) still queued or running after 3 s" in first.err
+    assert "1 kernel(s) still queued or running, 0 waiting, after 3 s" in first.err
     assert [p["slug"] for p in behaviour.pushed] == [_kernel(0), _kernel(1), _kernel(0)]
     assert "pushed" not in second.out and "CV macro-F1" in second.out
     group = [p for p in (tmp_path / "runs").iterdir() if (p / "oof_predictions.npz").is_file()]
@@ -174,17 +174,18 @@ def test_a_kernel_failing_twice_is_named_and_a_rerun_pushes_it_again(
         assert _fanout(tmp_path, data_dir, "--fold", "0") == 2
         out, err = capsys.readouterr()
         assert f"fold 0 ({_kernel(0)}) version 2: error: CUDA out of memory; failed twice" in out
-        assert (
-            f"1 fold(s) failed twice: fold 0 ({_kernel(0)}): error: CUDA out of memory; fix, then rerun"
-            in err
-        )
+        said = f"1 fold(s) not collected: fold 0 ({_kernel(0)}) version 2: error: CUDA out of memory"
+        assert said in err
         assert [p["slug"] for p in behaviour.pushed] == [_kernel(0)] * 2
         state = json.loads((tmp_path / "kernels" / f"{BASE}.fanout.json").read_text())
         assert [(s["fold"], s["state"], s["pushes"]) for s in state["shares"]] == [(0, "failed", 2)]
         plans[_kernel(0)].versions.append(["COMPLETE"])  # fixed: its third version completes
         assert _fanout(tmp_path, data_dir, "--fold", "0") == 2  # its output is no fold run
         out = capsys.readouterr().out
-    assert f"fold 0 ({_kernel(0)}): failed last time (error: CUDA out of memory); pushed again" in out
+    assert (
+        f"fold 0 ({_kernel(0)}) version 2: failed last time (error: CUDA out of memory); pushed again" in out
+    )
+    assert f"version 3: its output was not collected: kernel {_kernel(0)} left no petals_summary.json" in out
     assert f"fold 0 ({_kernel(0)}) version 3: pushed" in out and len(behaviour.pushed) == 3
 
 
@@ -201,24 +202,36 @@ def test_the_weekly_quota_holds_back_what_it_cannot_cover(data_dir, tmp_path, in
         "kernel-fanout: fold(s) 0, 3 wait for the weekly GPU quota: 2.0 h unreserved, each kernel "
         "may take its 3.0 h limit (TIMEOUT= lowers it); it resets 2026-11-30" in err
     )
+    # A fan-out of other folds (FOLD=1) keeps the shares of those it was not asked for.
+    with KaggleTestServer(behaviour):
+        code = _fanout(
+            tmp_path, data_dir, "--accelerator", "NvidiaTeslaT4", "--timeout", str(3 * 3600), "--fold", "1"
+        )
+    state = json.loads((tmp_path / "kernels" / f"{BASE}.fanout.json").read_text())
+    assert code == 2 and [(s["fold"], s["state"]) for s in state["shares"]] == [
+        (0, "waiting"),
+        (1, "waiting"),
+        (3, "waiting"),
+    ]
 
 
 def test_a_push_past_kaggles_session_limit_waits_and_a_bad_state_file_is_one_line(
     data_dir, tmp_path, in_kaggle_env, capsys
 ):
-    behaviour = Behaviour(push_errors=["Maximum batch CPU session count of 5 reached."])
+    """A push refused for the session count waits (other kernels of the user's hold the sessions):
+    tried again each round until the wait ends, then one line."""
+    behaviour = Behaviour(push_errors=["Maximum batch CPU session count of 5 reached."] * 100)
     with KaggleTestServer(behaviour):
-        assert _fanout(tmp_path, data_dir, "--fold", "0") == 2
+        assert _fanout(tmp_path, data_dir, "--fold", "0", "--wait-seconds", "0.3") == 2
     err = capsys.readouterr().err
-    assert "Kaggle holds fold 0 back (Kaggle refused kernel" in err and "session count of 5 reached" in err
-    assert behaviour.pushed == []
+    assert "0 kernel(s) still queued or running, 1 waiting, after 0 s; Kaggle holds fold 0 back" in err
+    assert "session count of 5 reached" in err and behaviour.pushed == []
+    assert len(behaviour.push_errors) < 99  # asked again after the first refusal
     state = tmp_path / "kernels" / f"{BASE}.fanout.json"
     settings = {k: v for k, v in json.loads(state.read_text()).items() if k != "shares"}
-    assert settings == {
-        "folds": K,
-        "recipe": "default",
-        "overrides": [o for o in KERNEL_SETS if o != "--set"],
-    }
+    overrides = [o for o in KERNEL_SETS if o != "--set"]
+    assert settings == {"folds": K, "recipe": "default", "overrides": overrides, "accelerator": "None",
+                        "timeout": None, "tta": 1}  # fmt: skip
     state.write_text(json.dumps({**settings, "shares": [{"fold": 0, "name": "../x", "state": "waiting"}]}))
     with KaggleTestServer(Behaviour()):
         assert _fanout(tmp_path, data_dir, "--fold", "0") == 2

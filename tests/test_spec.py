@@ -251,3 +251,16 @@ def test_a_wrong_image_folder_layout_is_named(tmp_path, edit, message):
     (tmp_path / "classes.txt").write_text("cat\ndog\n")
     with pytest.raises(ValueError, match=f"^{path}: .*{message}"):
         layout_of(load_spec(str(path)))  # the spec keeps the table; its format reads it
+
+
+def test_a_format_table_is_read_as_written_even_where_python_calls_two_equal():
+    """The layout is read once per table as written: a spec equal to a good one but for
+    `shards_per_split = 16.0` (16 == 16.0 in Python) is refused, not handed the good one's layout."""
+    import dataclasses
+
+    spec = load_spec("flowers")
+    assert records_of(spec).shards_per_split == 16
+    odd = dataclasses.replace(spec, format_table={**spec.format_table, "shards_per_split": 16.0})
+    assert odd == spec
+    with pytest.raises(ValueError, match=r"shards_per_split '16.0' is not a whole number"):
+        layout_of(odd)

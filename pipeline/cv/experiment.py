@@ -202,8 +202,14 @@ def summary_line(name: str, spec, metrics: dict) -> str:
     at = "not scored" if at is None else f"{at:.4f}"
     last = metrics.get("fold_scores_last")  # each fold's best epoch was chosen on its own rows
     end = f"; at the schedule's end {sum(last) / len(last):.4f}" if last else ""
-    decided = [v for k, v in metrics.get("oof_evaluation", {}).items() if k.endswith("_thresholded")]
-    thresholded = f", with thresholds chosen on them {decided[0]:.4f} cross-fitted" if decided else ""
+    # A multi-label group's CV score is its decisions' (thresholds chosen on the rows, cross-fitted);
+    # each fold's score and the epochs' are the metric's own reading, at 0.5.
+    at_half = metrics.get("oof_evaluation", {}).get(f"{spec.score_key}_at_half")
+    thresholded = (
+        f", thresholds chosen on them and cross-fitted (at 0.5: {at_half:.4f}, as the folds' scores)"
+        if at_half is not None
+        else ""
+    )
     return (
         f"{name}: CV {spec.metric.title} {metrics['cv_score']:.4f} on {metrics['examples']} out-of-fold "
         f"examples{thresholded}; folds {folds} (mean {metrics['fold_mean']:.4f} +- "

@@ -13,6 +13,7 @@ the name meets this registry. Module level stays cheap (no TensorFlow, pandas or
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from functools import cache
@@ -58,14 +59,14 @@ MAX_IMAGE_SIDE = 8192
 
 def format_of(spec) -> Format:
     """The format the competition file names; for a name no format has, one line naming the file."""
-    return _read(spec)[0]
+    return _read(spec, _written(spec))[0]
 
 
 def layout_of(spec, kind: type | None = None) -> Any:
     """The competition's `[data.<format>]` as its format's layout (a RecordLayout, say), read once;
     a table the format refuses is one line naming the file. With `kind`, a ValueError for a
     competition whose layout is of another kind (records asked of a table)."""
-    layout = _read(spec)[1]
+    layout = _read(spec, _written(spec))[1]
     if kind is not None and not isinstance(layout, kind):
         raise ValueError(f"competition {spec.name} has {spec.format} data, not {kind.__name__}")
     return layout
@@ -76,8 +77,14 @@ def resolutions_of(spec) -> tuple[int, ...]:
     return format_of(spec).resolutions(layout_of(spec))
 
 
+def _written(spec) -> str:
+    """The format's table exactly as written: specs that compare equal may differ in it where
+    Python's equality does not look (16 == 16.0 == True), and the format must see each as written."""
+    return json.dumps(spec.format_table, sort_keys=True, default=repr)
+
+
 @cache
-def _read(spec) -> tuple[Format, Any]:
+def _read(spec, written: str) -> tuple[Format, Any]:
     from competition.spec import CompetitionFileError
     from pipeline.core.errors import PetalsError
 

@@ -24,10 +24,11 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.errors import PetalsError
+from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import write_json
 from pipeline.core.options import KernelOptions
 from pipeline.core.paths import check_name, shown
@@ -43,17 +44,22 @@ from pipeline.kernels.metadata import (
 # Batch sessions Kaggle lets one user run at once, as its push refusals name them (2026).
 CONCURRENT = {"tpu": 1, "gpu": 2, "cpu": 5}
 PUSHES = 2  # a kernel that ends in an error is pushed again once
-# A push Kaggle refuses for a limit that passes (a session ends, the week turns): wait, not fail.
-WAIT_REFUSAL = re.compile(r"session count|maximum batch|quota", re.IGNORECASE)
+# A push Kaggle refuses for a session count that frees up when a session ends: wait, not fail.
+SESSION_REFUSAL = re.compile(r"session count|maximum batch", re.IGNORECASE)
+QUOTA_REFUSAL = re.compile(r"quota", re.IGNORECASE)
+# queued and running on Kaggle; complete there, its output not collected yet (a download that
+# failed is tried again, never the training).
 ACTIVE = ("queued", "running")
-STATES = ("waiting", *ACTIVE, "collected", "failed")
+STATES = ("waiting", *ACTIVE, "complete", "collected", "failed")
 MAX_STATE_BYTES = 2**20  # a state file of a few hundred folds is a few KiB
+MAX_WHY = 300  # characters of a reason kept in the state file
 
 
 @dataclass
 class Share:
     """One fold's kernel and where it stands: waiting (not pushed, or to be pushed again), queued or
-    running on Kaggle, collected (its fold run placed here), or failed (twice)."""
+    running on Kaggle, complete there (its output still to collect), collected (its fold run placed
+    here), or failed (twice, or its output refused)."""
 
     fold: int
     name: str  # the kernel's folder and slug
@@ -61,66 +67,105 @@ class Share:
     state: str = "waiting"
     pushes: int = 0
     version: int | None = None
-    why: str = ""  # a failed share's reason
+    why: str = ""  # what went wrong last, in one line
+
+    def line(self, said: str) -> str:
+        version = f" version {self.version}" if self.version else ""
+        return f"fold {self.fold} ({self.kernel}){version}: {said}"
+
+
+@dataclass
+class Blocked:
+    """What holds waiting shares back: a session count that frees up, or the weekly quota."""
+
+    words: str
+    until_reset: bool  # the quota: nothing frees up before the week turns
 
 
 def fanout(options: KernelOptions, report: Callable[[str], None] = print) -> dict[str, int]:
     """Push, follow and collect one kernel per fold of `options.folds` (those in `fold_list`, or
     all) until every share is collected or failed, or `wait_seconds` pass; the shares' counts.
-    PetalsError in one line for a share that failed twice, or for shares left waiting or running."""
+    PetalsError in one line for a share that failed, or for shares left waiting or running."""
     options = generate.resolved(options)
     session = check_accelerator(options.accelerator)
     folds = _folds(options)
     base = options.name or default_name(generate.kernel_recipe(options), generate.kernel_spec(options).name)
     check_name(base, "--name")
     path = options.kernels_dir / f"{base}.fanout.json"
-    # What the fan-out is: a rerun with another recipe would mix two groups' folds.
-    settings = {"folds": options.folds, "recipe": options.recipe, "overrides": list(options.overrides)}
-    shares = _load(path, base, settings, folds, report)
+    # What the fan-out is: a rerun with other settings would mix kernels of two kinds in one group.
+    settings = {
+        "folds": options.folds,
+        "recipe": options.recipe,
+        "overrides": list(options.overrides),
+        "accelerator": options.accelerator,
+        "timeout": options.timeout,
+        "tta": options.tta,
+    }
+    every = _load(path, base, settings, folds, report)  # FOLD= picks some; the rest are kept as they are
+    shares = [every[f] for f in folds]
+
+    def save() -> None:
+        write_json(path, {**settings, "shares": [dataclasses.asdict(s) for s in every.values()]})
+
     for share in shares:
         if share.state == "waiting" and share.pushes == 0:  # generated now; a pushed one keeps its folder
             share_options = dataclasses.replace(options, name=share.name, fold_list=(share.fold,))
             share.kernel = read_metadata(generate.generate(share_options))["id"]
-    _save(path, settings, shares)
+    save()
+    try:
+        counts = _follow_all(shares, options, session, save, report)
+    finally:
+        save()
+    unfinished = [s for s in shares if s.state in ("failed", "complete")]
+    if unfinished:
+        named = "; ".join(s.line(s.why) for s in unfinished)
+        raise PetalsError(f"kernel-fanout: {len(unfinished)} fold(s) not collected: {named}; fix, then rerun")
+    return counts
+
+
+def _follow_all(shares: list[Share], options: KernelOptions, session: str, save, report) -> dict[str, int]:
+    """Rounds of: ask after each active kernel (collecting those complete), push what waits as far
+    as the limits allow, one progress line when the counts change; until none is active."""
     limit = options.timeout or SESSION_LIMIT[session]
     concurrent = options.concurrent or CONCURRENT[session]
     deadline, shown_counts = time.monotonic() + options.wait_seconds, None
+    for share in shares:
+        if share.state == "complete":  # its output did not come last time: only collected again
+            _collect(share, options, report)
+            save()
     while True:
         for share in shares:
             if share.state in ACTIVE:
                 _follow(share, options, report)
-                _save(path, settings, shares)
-        blocked = _push_waiting(shares, options, session, limit, concurrent, report)
-        _save(path, settings, shares)
+                save()
+        blocked = _push_waiting(shares, options, session, limit, concurrent, save, report)
         counts = {state: sum(s.state == state for s in shares) for state in STATES}
         if counts != shown_counts:
             report(_progress(counts))
             shown_counts = counts
-        if not counts["queued"] + counts["running"]:
-            if counts["waiting"]:
-                raise PetalsError(
-                    f"kernel-fanout: {blocked}; rerun `make kernel-fanout` then to push the rest"
-                )
-            break
+        active = counts["queued"] + counts["running"]
+        if not active and not counts["waiting"]:
+            return counts
+        if not active and blocked is not None and blocked.until_reset:
+            raise PetalsError(f"kernel-fanout: {blocked.words}; rerun `make kernel-fanout` then for the rest")
         if time.monotonic() >= deadline:
+            held = f"; {blocked.words}" if blocked else ""
             raise PetalsError(
-                f"kernel-fanout: {counts['queued'] + counts['running']} kernel(s) still queued or running "
-                f"after {options.wait_seconds:.0f} s; rerun `make kernel-fanout` to go on following them "
+                f"kernel-fanout: {active} kernel(s) still queued or running, {counts['waiting']} waiting, "
+                f"after {options.wait_seconds:.0f} s{held}; rerun `make kernel-fanout` to go on "
                 "(none is pushed again)"
             )
         time.sleep(options.poll_seconds)
-    failed = [s for s in shares if s.state == "failed"]
-    if failed:
-        named = "; ".join(f"fold {s.fold} ({s.kernel}): {s.why}" for s in failed)
-        raise PetalsError(f"kernel-fanout: {len(failed)} fold(s) failed twice: {named}; fix, then rerun")
-    return counts
 
 
 def _folds(options: KernelOptions) -> list[int]:
     if options.concurrent is not None and options.concurrent < 1:
         raise PetalsError(f"CONCURRENT={options.concurrent}: at least one kernel at a time")
     if options.poll_seconds <= 0 or options.wait_seconds < 0:
-        raise PetalsError("--poll-seconds must be more than 0 and --wait-seconds at least 0")
+        raise PetalsError(
+            f"--poll-seconds {options.poll_seconds} must be more than 0 and --wait-seconds "
+            f"{options.wait_seconds} at least 0"
+        )
     if options.folds is None:
         raise PetalsError("kernel-fanout needs FOLDS=K: one kernel per fold of the recipe's K-fold CV group")
     if options.folds < 2:
@@ -132,29 +177,27 @@ def _folds(options: KernelOptions) -> list[int]:
     return folds
 
 
-def _load(path: Path, base: str, settings: dict, folds: list[int], report) -> list[Share]:
-    """The shares of these folds: as the state file left them (a failed one to be pushed again),
-    else new. A state file of other settings, or one that does not read, is one line naming it."""
-    known: dict[int, Share] = {}
-    if path.exists():
-        for share in _read_state(path, settings):
-            known[share.fold] = share
-    shares = []
+def _load(path: Path, base: str, settings: dict, folds: list[int], report) -> dict[int, Share]:
+    """Every share the state file holds, by fold, and a new one for each fold asked that it lacks;
+    a failed one asked for again is to be pushed again. A state file of other settings, or one
+    that does not read, is one line naming it."""
+    every = {s.fold: s for s in _read_state(path, settings)} if path.exists() else {}
     for fold in folds:
-        share = known.get(fold) or Share(fold, f"{base}-fold{fold}")
+        share = every.get(fold) or Share(fold, f"{base}-fold{fold}")
         if share.state == "failed":
-            report(f"fold {fold} ({share.kernel}): failed last time ({share.why}); pushed again")
+            report(share.line(f"failed last time ({share.why}); pushed again"))
             share = Share(fold, share.name, share.kernel)
-        shares.append(share)
-    return shares
+        every[fold] = share
+    return dict(sorted(every.items()))
 
 
 def _read_state(path: Path, settings: dict) -> list[Share]:
-    """The state file's shares, each field checked: it names folders and Kaggle slugs."""
-    if path.stat().st_size > MAX_STATE_BYTES:
-        raise PetalsError(f"{path}: larger than {MAX_STATE_BYTES} bytes; not a fan-out's state")
+    """The state file's shares, each field checked: it names folders and Kaggle slugs, and its
+    numbers decide what is pushed."""
     k = settings["folds"]
     try:
+        if path.stat().st_size > MAX_STATE_BYTES:
+            raise PetalsError(f"{path}: larger than {MAX_STATE_BYTES} bytes; not a fan-out's state")
         raw = json.loads(path.read_text())
         for key, value in settings.items():
             if raw.get(key) != value:
@@ -163,20 +206,36 @@ def _read_state(path: Path, settings: dict) -> list[Share]:
                     "move it aside to start another (its kernels stay on Kaggle)"
                 )
         shares = [Share(**entry) for entry in raw["shares"]]
+    except OSError as err:
+        raise PetalsError(f"{path}: cannot read the fan-out's state ({err.strerror or err})") from None
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, KeyError, TypeError) as err:
         raise PetalsError(f"{path}: not a fan-out's state ({err})") from None
     for share in shares:
-        bad_fold = not isinstance(share.fold, int) or isinstance(share.fold, bool) or not 0 <= share.fold < k
-        if bad_fold or share.state not in STATES or not isinstance(share.pushes, int):
+        if not _is_state(share, k):
             raise PetalsError(f"{path}: share {shown(dataclasses.asdict(share))} is not a fold's state")
         check_name(share.name, "share name", path)
         if share.kernel:
             check_kernel(share.kernel, path)
+    if len({s.fold for s in shares}) != len(shares):
+        raise PetalsError(f"{path}: a fold has two shares; not a fan-out's state")
     return shares
 
 
-def _save(path: Path, settings: dict, shares: list[Share]) -> None:
-    write_json(path, {**settings, "shares": [dataclasses.asdict(s) for s in shares]})
+def _is_state(share: Share, k: int) -> bool:
+    def whole(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    return (
+        whole(share.fold)
+        and 0 <= share.fold < k
+        and share.state in STATES
+        and whole(share.pushes)
+        and 0 <= share.pushes <= PUSHES
+        and (share.version is None or (whole(share.version) and share.version >= 1))
+        and isinstance(share.why, str)
+        and len(share.why) <= MAX_WHY
+        and "\n" not in share.why
+    )
 
 
 def _follow(share: Share, options: KernelOptions, report) -> None:
@@ -186,80 +245,97 @@ def _follow(share: Share, options: KernelOptions, report) -> None:
     answer = kaggle_client.kernel_status(share.kernel)
     state = remote.kernel_state(answer)
     if state in remote.KERNEL_FAILED:
-        why = f"{state.lower().replace('_', ' ')}" + (
-            f": {answer.failure_message}" if answer.failure_message else ""
-        )
+        said = f": {answer.failure_message}" if answer.failure_message else ""
+        share.why = _one_line(state.lower().replace("_", " ") + said)
         if share.pushes < PUSHES:
-            report(f"fold {share.fold} ({share.kernel}) version {share.version}: {why}; to be pushed again")
+            report(share.line(f"{share.why}; to be pushed again"))
             share.state = "waiting"
         else:
-            report(f"fold {share.fold} ({share.kernel}) version {share.version}: {why}; failed twice")
-            share.state, share.why = "failed", why
+            report(share.line(f"{share.why}; failed twice"))
+            share.state = "failed"
         return
     if state != remote.KERNEL_FINISHED:
         seen = "running" if state == "RUNNING" else "queued"
         if seen != share.state:
-            report(f"fold {share.fold} ({share.kernel}) version {share.version}: {seen}")
+            report(share.line(seen))
             share.state = seen
         return
-    report(f"fold {share.fold} ({share.kernel}) version {share.version}: complete; collecting")
-    folder = options.kernels_dir / share.name
+    report(share.line("complete; collecting"))
+    share.state = "complete"
+    _collect(share, options, report)
+
+
+def _collect(share: Share, options: KernelOptions, report) -> None:
+    """Download the complete kernel's output and merge its fold run (`make kernel-output`); on any
+    failure the share stays complete, to be collected again by a rerun, never pushed again."""
     try:
-        remote.output(folder, options.submissions_dir, options.data_dir, options.runs_dir)
-    except PetalsError as err:  # its output does not merge: pushing it again would give the same
-        report(f"fold {share.fold} ({share.kernel}): its output was refused: {err}")
-        share.state, share.why = "failed", f"output refused: {err}"
+        remote.output(
+            options.kernels_dir / share.name, options.submissions_dir, options.data_dir, options.runs_dir
+        )
+    except Exception as err:  # a download cut, a refused output: this fold named, the others go on
+        share.why = _one_line(f"its output was not collected: {first_line(err)}")
+        report(share.line(share.why))
         return
-    share.state = "collected"
+    share.state, share.why = "collected", ""
 
 
-def _push_waiting(shares: list[Share], options, session: str, limit: int, concurrent: int, report) -> str:
+def _one_line(text: str) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= MAX_WHY else line[: MAX_WHY - 1] + "…"
+
+
+def _push_waiting(shares, options, session: str, limit: int, concurrent: int, save, report) -> Blocked | None:
     """Push waiting shares while fewer than `concurrent` run and the weekly quota covers each one's
-    time limit; what holds the rest back, in words ("" when nothing does)."""
+    time limit, saving the state after each push; what holds the rest back (None when nothing)."""
     running = sum(s.state in ACTIVE for s in shares)
     waiting = [s for s in shares if s.state == "waiting"]
-    if not waiting or running >= concurrent:
-        return ""
+    if not waiting:
+        return None
+    if running >= concurrent:
+        return Blocked(f"{concurrent} kernel(s) at once", until_reset=False)
     left, refresh = _quota_left(session)
     for share in waiting:
         if running >= concurrent:
-            return f"{concurrent} kernel(s) at once"
+            return Blocked(f"{concurrent} kernel(s) at once", until_reset=False)
         if left is not None and left < limit:
             held = ", ".join(str(s.fold) for s in shares if s.state == "waiting")
-            return (
-                f"fold(s) {held} wait for the weekly "
-                f"{session.upper()} quota: {left / 3600:.1f} h unreserved, each kernel may take its "
-                f"{limit / 3600:.1f} h limit (TIMEOUT= lowers it); it resets {refresh}"
+            return Blocked(
+                f"fold(s) {held} wait for the weekly {session.upper()} quota: {left / 3600:.1f} h "
+                f"unreserved, each kernel may take its {limit / 3600:.1f} h limit (TIMEOUT= lowers it); "
+                f"it resets {refresh}",
+                until_reset=True,
             )
         refused = _push(share, options, report)
-        if refused:
+        if refused is not None:
             return refused
+        save()
         running += 1
         if left is not None:
             left -= limit  # reserved by Kaggle from now on; the next round reads it again
-    return ""
+    return None
 
 
-def _push(share: Share, options: KernelOptions, report) -> str:
-    """Push the share's kernel: "" once pushed, else Kaggle's words for a limit that passes."""
+def _push(share: Share, options: KernelOptions, report) -> Blocked | None:
+    """Push the share's kernel: None once pushed, else what Kaggle's refusal says holds it back."""
     from pipeline.core import kaggle_client
 
     folder = options.kernels_dir / share.name
     meta = read_metadata(folder)
     slug = (meta.get("competition_sources") or [""])[0]
     try:
-        share.version = kaggle_client.push_kernel(
+        version = kaggle_client.push_kernel(
             folder, slug, meta["id"], options.timeout, meta.get("machine_shape")
         )
     except PetalsError as err:
-        if WAIT_REFUSAL.search(str(err)):
-            return f"Kaggle holds fold {share.fold} back ({err})"
+        said = _one_line(str(err))
+        if SESSION_REFUSAL.search(said):
+            return Blocked(f"Kaggle holds fold {share.fold} back ({said})", until_reset=False)
+        if QUOTA_REFUSAL.search(said):
+            return Blocked(f"Kaggle holds fold {share.fold} back ({said})", until_reset=True)
         raise
-    share.pushes += 1
-    share.state = "queued"
-    again = " again" if share.pushes > 1 else ""
-    report(f"fold {share.fold} ({share.kernel}) version {share.version}: pushed{again}")
-    return ""
+    share.version, share.pushes, share.state = version, share.pushes + 1, "queued"
+    report(share.line("pushed again" if share.pushes > 1 else "pushed"))
+    return None
 
 
 def _quota_left(session: str) -> tuple[float | None, str]:
@@ -273,9 +349,10 @@ def _quota_left(session: str) -> tuple[float | None, str]:
     quota = getattr(answer, f"{session}_quota", None) if answer is not None else None
     if quota is None or not quota.total_time_allowed:
         return None, ""
-    left = (quota.total_time_allowed - quota.time_used - quota.time_reserved).total_seconds()
+    zero = timedelta(0)  # a field Kaggle leaves out (nothing used, nothing reserved) reads as None
+    left = quota.total_time_allowed - (quota.time_used or zero) - (quota.time_reserved or zero)
     refresh = answer.quota_refresh_time
-    return max(left, 0.0), refresh.isoformat() if refresh else "weekly"
+    return max(left.total_seconds(), 0.0), refresh.isoformat() if refresh else "weekly"
 
 
 def _progress(counts: dict[str, int]) -> str:

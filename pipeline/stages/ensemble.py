@@ -126,10 +126,16 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
     metric = spec.metric
     if search:  # the very weights whose blend it scored, so the reported score is that one
         weights = search_weights([v.probabilities for v in val], val[0].labels, weights, metric)
-    members = {d.name: metric.score(v.labels, v.probabilities) for d, v in zip(run_dirs, val, strict=True)}
+    # Each scored as its submission decides, the way evaluate scores a run (a multi-label blend: its
+    # thresholds, cross-fitted on val), so members, blend and board rows read alike.
+    task = task_of(spec)
+    members = {
+        d.name: task.evaluate(v.labels, v.probabilities, spec).score
+        for d, v in zip(run_dirs, val, strict=True)
+    }
     val_blend = Predictions(val[0].ids, blend([v.probabilities for v in val], weights), val[0].labels)
     test_blend = Predictions(test[0].ids, blend([t.probabilities for t in test], weights))
-    score = metric.score(val_blend.labels, val_blend.probabilities)
+    score = task.evaluate(val_blend.labels, val_blend.probabilities, spec).score
     accuracy = task_of(spec).scores(val_blend.probabilities, val_blend.labels)["accuracy"]
     name = opts.name or ensemble_id([d.name for d in run_dirs], weights)
     described = " ".join(f"{d.name}:{w:.3f}" for d, w in zip(run_dirs, weights, strict=True))
