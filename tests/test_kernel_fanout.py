@@ -103,13 +103,17 @@ def test_five_fold_kernels_one_failing_one_slow_make_the_group_trained_here(
     pushed_at = {f: lines.index(f"fold {f} ({_kernel(f)}) version 1: pushed") for f in range(K)}
     ended = min(i for i, line in enumerate(lines) if "complete; collecting" in line or "error" in line)
     assert max(pushed_at[0], pushed_at[1], pushed_at[2]) < ended < min(pushed_at[3], pushed_at[4])
-    assert "kernel-fanout: 5 fold kernel(s): 0 waiting, 0 queued, 1 running, 0 complete, 4 collected, 0 failed" in lines
+    assert (
+        "kernel-fanout: 5 fold kernel(s): 0 waiting, 0 queued, 1 running, 0 complete, 4 collected, 0 failed"
+        in lines
+    )
     # The rerun pushes nothing: it collects the kernel that completed meanwhile, and the group assembles.
     assert [p["slug"] for p in behaviour.pushed].count(_kernel(1)) == 2 and len(behaviour.pushed) == K + 1
     assert "pushed" not in second.out
     assert f"fold 2 ({_kernel(2)}) version 1: complete; collecting" in second.out
     assert (
-        "kernel-fanout: 5 fold kernel(s): 0 waiting, 0 queued, 0 running, 0 complete, 5 collected, 0 failed" in second.out
+        "kernel-fanout: 5 fold kernel(s): 0 waiting, 0 queued, 0 running, 0 complete, 5 collected, 0 failed"
+        in second.out
     )
     state = json.loads((tmp_path / "kernels" / f"{BASE}.fanout.json").read_text())
     assert [s["state"] for s in state["shares"]] == ["collected"] * K
@@ -194,12 +198,12 @@ def test_the_weekly_quota_holds_back_what_it_cannot_cover(data_dir, tmp_path, in
     behaviour = Behaviour(quota={"gpu": (20.0, 8.0, 30.0), "tpu": (0.0, 0.0, 20.0)})
     with KaggleTestServer(behaviour):
         code = _fanout(
-            tmp_path, data_dir, "--accelerator", "NvidiaTeslaT4", "--timeout", str(3 * 3600), "--fold", "0,3"
+            tmp_path, data_dir, "--accelerator", "NvidiaTeslaT4", "--timeout", str(3 * 3600), "--fold", "3"
         )
     assert code == 2 and behaviour.pushed == []
     err = capsys.readouterr().err
     assert (
-        "kernel-fanout: fold(s) 0, 3 wait for the weekly GPU quota: 2.0 h unreserved, each kernel "
+        "kernel-fanout: fold(s) 3 wait for the weekly GPU quota: 2.0 h unreserved, each kernel "
         "may take its 3.0 h limit (TIMEOUT= lowers it); it resets 2026-11-30" in err
     )
     # A fan-out of other folds (FOLD=1) keeps the shares of those it was not asked for.
@@ -209,7 +213,6 @@ def test_the_weekly_quota_holds_back_what_it_cannot_cover(data_dir, tmp_path, in
         )
     state = json.loads((tmp_path / "kernels" / f"{BASE}.fanout.json").read_text())
     assert code == 2 and [(s["fold"], s["state"]) for s in state["shares"]] == [
-        (0, "waiting"),
         (1, "waiting"),
         (3, "waiting"),
     ]
