@@ -153,7 +153,7 @@ def _follow_all(shares: list[Share], options: KernelOptions, session: str, save,
             raise PetalsError(
                 f"kernel-fanout: {active} kernel(s) still queued or running, {counts['waiting']} waiting, "
                 f"after {options.wait_seconds:.0f} s{held}; rerun `make kernel-fanout` to go on "
-                "(none is pushed again)"
+                "(a kernel pushed is followed, not pushed again)"
             )
         time.sleep(options.poll_seconds)
 
