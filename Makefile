@@ -35,6 +35,7 @@ CHOOSE      ?=#                  FOLDS=K: CHOOSE=1 trains the recipe's candidate
 SPACE       ?= 1#                make sweep: the search space (1: the recipe's, recipes/spaces/<recipe>.toml; or a .toml file)
 TRIALS      ?= 20#               make sweep: the study's trials in all, however many processes share it
 STORAGE     ?=#                  make sweep: the study's database URL (default: SQLite in RUNS_DIR/sweeps/), e.g. postgresql://user@host/petals to share it between machines
+TRIALS_PER_KERNEL ?= 1#          make kernel-fanout TRIALS=N: the trials one kernel runs
 PRUNER      ?= median#           make sweep: median | hyperband | none (stops a trial that trails the others at the same epoch or fold)
 RUNS        ?=#                  make ensemble: the run ids to blend, RUNS="a b" (or CV group ids: blended out of fold)
 WEIGHTS     ?=#                  make ensemble: one weight per run (default equal)
@@ -65,9 +66,11 @@ ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 # in it, and turn `$5` in a message into nothing.
 KNOBS := DATA SOURCE DATA_FROM COMPETITION GCS_PATH SIZE SEED SCALE FORCE RECIPE SET INSPECT_DIR \
 	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TTA FOLDS FOLD REFIT CHOOSE RUNS WEIGHTS \
-	SPACE TRIALS STORAGE PRUNER \
+	SPACE TRIALS TRIALS_PER_KERNEL STORAGE PRUNER \
 	SEARCH STACK SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
 	TIMEOUT RESUME_FROM CONCURRENT PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS VERBOSE
+# make kernel-fanout fans out a sweep's trials only when TRIALS is given (its default is sweep's).
+trials_given := $(filter command environment,$(firstword $(origin TRIALS)))
 $(foreach k,$(KNOBS),$(if $(filter command environment,$(firstword $(origin $(k)))),\
 	$(eval override $(k) := $$(value $(k)))))
 
@@ -260,8 +263,10 @@ kernel-push: kernel ## regenerate, check and push the kernel with the official c
 kernel-status: | $(STAMP) ## the pushed kernel's status (queued, running, complete, error)
 	$(PY) -m pipeline kernel status $(kernel_ARGS)
 
-kernel-fanout: | $(STAMP) ## FOLDS=5: one kernel per fold, pushed within Kaggle's session and quota limits, followed and collected into RUNS_DIR and their CV group; a rerun goes on (CONCURRENT=)
-	$(PY) -m pipeline kernel fanout $(kernel_ARGS) $(call opt,--concurrent,CONCURRENT)
+kernel-fanout: | $(STAMP) ## FOLDS=5: one kernel per fold (TRIALS=N: kernels of a sweep's trials, TRIALS_PER_KERNEL each), pushed within Kaggle's session and quota limits, followed and collected into RUNS_DIR (their CV group, their study); a rerun goes on (CONCURRENT=)
+	$(PY) -m pipeline kernel fanout $(kernel_ARGS) $(call opt,--concurrent,CONCURRENT) \
+	$(if $(trials_given),--trials $(call q,TRIALS) --trials-per-kernel $(call q,TRIALS_PER_KERNEL) \
+	--space $(call q,SPACE) $(call opt,--storage,STORAGE))
 
 kernel-output: | $(STAMP) ## download the kernel's outputs and record its run on the leaderboard as a Kaggle run; FOLDS=: merge its folds into RUNS_DIR and their CV group
 	$(PY) -m pipeline kernel output $(kernel_ARGS)

@@ -201,13 +201,14 @@ def time_limit(started: float) -> float | None:
     return float(round(max(left, 60.0)))
 
 
-def write_stopped(working: Path, timings: dict, started: float, fold_runs: dict | None = None) -> None:
+def write_stopped(working: Path, timings: dict, started: float, **done) -> None:
+    """The summary of a kernel stopped at its time limit; `done`: the fold runs (and trials) finished
+    before it, which `make kernel-output` merges."""
     from pipeline.core.files import write_json
 
     timings["total"] = round(time.perf_counter() - started, 1)
     summary = {**SETTINGS, "stopped": "training reached the session's time limit", "timings_seconds": timings}
-    if fold_runs is not None:  # the folds finished before the limit: `make kernel-output` merges them
-        summary["fold_runs"] = fold_runs
+    summary.update(done)
     write_json(working / "petals_summary.json", summary)
     print(
         f"petals kernel: training stopped before the session's time limit; its run is in {working / RUNS}: "
@@ -218,39 +219,6 @@ def write_stopped(working: Path, timings: dict, started: float, fold_runs: dict 
 
 def now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def train_folds(where: dict, config: dict, stage, started: float, platform, done: dict) -> None:
-    """FOLDS=K: train this kernel's folds one after another (each with the session's time left), and
-    write each one's val and test predictions into its run as it finishes: `make kernel-output`
-    assembles the CV group from them without the weights. `done` gets each fold run's id and time."""
-    from pipeline.core.options import CVOptions
-    from pipeline.cv import experiment
-    from pipeline.modeling.inference import predict_split
-    from pipeline.stages import cv as cv_stage
-
-    folds, tta = SETTINGS["folds"], SETTINGS["tta"]
-    board = where["runs_dir"].parent / SUBMISSIONS  # the group's row, once this kernel has every fold
-    if SETTINGS.get("fold_table"):  # dealt where the kernel was made: used if it deals this data
-        from pipeline.data.folds import receive_table
-
-        receive_table(where["data_dir"], SETTINGS["fold_table"])
-    for fold in SETTINGS.get("fold_list") or range(folds):
-        limit = time_limit(started)
-        opts = CVOptions(
-            **where,
-            **config,
-            folds=folds,
-            fold_list=(fold,),
-            tta=tta,
-            time_limit=limit,
-            submissions_dir=board,
-        )
-        stage(f"fold {fold}", cv_stage.train_folds, opts)
-        run = experiment.setup(opts).fold_run(fold)
-        for split in ("val", "test"):
-            stage(f"fold {fold} {split}", predict_split, run, where["data_dir"], split, tta, platform)
-        done[run.name] = now()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -317,7 +285,7 @@ def set_up(args: argparse.Namespace, root: Path):
 def run(args: argparse.Namespace, root: Path) -> int:
     started = time.perf_counter()
     platform = set_up(args, root)
-    from pipeline import api, cli
+    from pipeline import api, cli, kernel_shares
     from pipeline.data.manifest import read_manifest
 
     runs, data_dir = args.working / RUNS, args.data_dir or scratch_dir("petals-data-") / "data"
@@ -335,20 +303,27 @@ def run(args: argparse.Namespace, root: Path) -> int:
         stage("fetch", api.fetch, SETTINGS["competition"], fetching)
     where = {"data_dir": data_dir, "runs_dir": runs, "strategy": args.strategy}
     config = {"recipe": SETTINGS["recipe"], "overrides": (*SETTINGS["overrides"], *args.extra)}
-    fold_runs: dict | None = {} if SETTINGS.get("folds") else None
+    # A share of an experiment (folds, or a study's trials) writes runs, no submission: the group's is
+    # the folds' mean, made where every fold is; a trial is told to its study where it was asked.
+    done: dict = (
+        {"fold_runs": {}, "trial_runs": {}} if SETTINGS.get("folds") or SETTINGS.get("trials") else {}
+    )
+    work = kernel_shares.Work(SETTINGS, where, config, stage, platform, lambda: time_limit(started))
     try:
-        if fold_runs is not None:
-            train_folds(where, config, stage, started, platform, fold_runs)
-            # No submission: the group's is the folds' mean, made where every fold is.
-            write_summary(args, root, stage, read_manifest(data_dir) or {}, fold_runs=fold_runs)
-            print(f"petals kernel: fold runs {' '.join(fold_runs)} done -> {runs}")
+        if done:
+            if SETTINGS.get("trials"):
+                kernel_shares.train_trials(work, done["fold_runs"], done["trial_runs"])
+            else:
+                kernel_shares.train_folds(work, done["fold_runs"])
+            write_summary(args, root, stage, read_manifest(data_dir) or {}, **done)
+            print(f"petals kernel: runs {' '.join(done['fold_runs'] or done['trial_runs'])} done -> {runs}")
             return 0
         stage("train", api.train, api.TrainOptions(**where, **config, time_limit=time_limit(started)))
     except SystemExit as err:
         if err.code != cli.EXIT_PREEMPTED:
             raise
         # Stopped with a checkpoint before the session's end: the run waits in petals_runs/.
-        write_stopped(args.working, stage.timings, started, fold_runs)
+        write_stopped(args.working, stage.timings, started, **done)
         return 0
     run = score_and_submit(args, stage, where, config, data_dir)
     made = {"config": run.read_json(run.CONFIG), "metrics": run.metrics(), "run": run.read_json(run.RUN_INFO)}

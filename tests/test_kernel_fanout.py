@@ -178,11 +178,11 @@ def test_a_kernel_failing_twice_is_named_and_a_rerun_pushes_it_again(
         assert _fanout(tmp_path, data_dir, "--fold", "0") == 2
         out, err = capsys.readouterr()
         assert f"fold 0 ({_kernel(0)}) version 2: error: CUDA out of memory; failed twice" in out
-        said = f"1 fold(s) not collected: fold 0 ({_kernel(0)}) version 2: error: CUDA out of memory"
+        said = f"1 fold kernel(s) not collected: fold 0 ({_kernel(0)}) version 2: error: CUDA out of memory"
         assert said in err
         assert [p["slug"] for p in behaviour.pushed] == [_kernel(0)] * 2
         state = json.loads((tmp_path / "kernels" / f"{BASE}.fanout.json").read_text())
-        assert [(s["fold"], s["state"], s["pushes"]) for s in state["shares"]] == [(0, "failed", 2)]
+        assert [(s["number"], s["state"], s["pushes"]) for s in state["shares"]] == [(0, "failed", 2)]
         plans[_kernel(0)].versions.append(["COMPLETE"])  # fixed: its third version completes
         assert _fanout(tmp_path, data_dir, "--fold", "0") == 2  # its output is no fold run
         out = capsys.readouterr().out
@@ -203,7 +203,7 @@ def test_the_weekly_quota_holds_back_what_it_cannot_cover(data_dir, tmp_path, in
     assert code == 2 and behaviour.pushed == []
     err = capsys.readouterr().err
     assert (
-        "kernel-fanout: fold(s) 3 wait for the weekly GPU quota: 2.0 h unreserved, each kernel "
+        "kernel-fanout: fold 3 wait for the weekly GPU quota: 2.0 h unreserved, each kernel "
         "may take its 3.0 h limit (TIMEOUT= lowers it); it resets 2026-11-30" in err
     )
     # A fan-out of other folds (FOLD=1) keeps the shares of those it was not asked for.
@@ -212,7 +212,7 @@ def test_the_weekly_quota_holds_back_what_it_cannot_cover(data_dir, tmp_path, in
             tmp_path, data_dir, "--accelerator", "NvidiaTeslaT4", "--timeout", str(3 * 3600), "--fold", "1"
         )
     state = json.loads((tmp_path / "kernels" / f"{BASE}.fanout.json").read_text())
-    assert code == 2 and [(s["fold"], s["state"]) for s in state["shares"]] == [
+    assert code == 2 and [(s["number"], s["state"]) for s in state["shares"]] == [
         (1, "waiting"),
         (3, "waiting"),
     ]
@@ -235,7 +235,7 @@ def test_a_push_past_kaggles_session_limit_waits_and_a_bad_state_file_is_one_lin
     overrides = [o for o in KERNEL_SETS if o != "--set"]
     assert settings == {"folds": K, "recipe": "default", "overrides": overrides, "accelerator": "None",
                         "timeout": None, "tta": 1}  # fmt: skip
-    state.write_text(json.dumps({**settings, "shares": [{"fold": 0, "name": "../x", "state": "waiting"}]}))
+    state.write_text(json.dumps({**settings, "shares": [{"number": 0, "name": "../x", "state": "waiting"}]}))
     with KaggleTestServer(Behaviour()):
         assert _fanout(tmp_path, data_dir, "--fold", "0") == 2
     assert "share name '../x' is not a plain name" in capsys.readouterr().err

@@ -263,15 +263,15 @@ def test_a_sweep_refuses_what_it_cannot_run_before_any_trial(data_dir, tmp_path)
 
 
 def test_what_the_trials_share_names_the_study(data_dir, tmp_path):
-    from pipeline.stages import sweep
+    from pipeline.sweep.setup import setup
 
-    name = sweep._setup(options(data_dir, tmp_path)).name
+    name = setup(options(data_dir, tmp_path), "CPU").name
     assert (
-        name.startswith("flowers-default-space-") and name == sweep._setup(options(data_dir, tmp_path)).name
+        name.startswith("flowers-default-space-") and name == setup(options(data_dir, tmp_path), "CPU").name
     )
-    other = sweep._setup(options(data_dir, tmp_path, overrides=(*OVERRIDES, "train.epochs=4"))).name
+    other = setup(options(data_dir, tmp_path, overrides=(*OVERRIDES, "train.epochs=4")), "CPU").name
     assert other != name  # another SET= is another study, not the first one's trials counted as done
-    searched = sweep._setup(options(data_dir, tmp_path, overrides=(*OVERRIDES, "model.dropout=0.1"))).name
+    searched = setup(options(data_dir, tmp_path, overrides=(*OVERRIDES, "model.dropout=0.1")), "CPU").name
     assert searched == name  # a value the space sets in every trial changes nothing the trials share
 
 

@@ -158,6 +158,14 @@ class KernelOptions(ConfigOptions):
     concurrent: int | None = None
     poll_seconds: float = 60.0
     wait_seconds: float = 13 * 3600.0
+    # A fan-out of a study's trials (None: of folds): trials in all, trials per kernel, the search
+    # space and the study's database, as `make sweep` takes them.
+    trials: int | None = None
+    trials_per_kernel: int = 1
+    space: str = "1"
+    storage: str | None = None
+    # What one kernel of such a fan-out runs: (trial number, its overrides) for each of its trials.
+    trial_values: tuple[tuple[int, tuple[str, ...]], ...] = ()
 
 
 @dataclass(frozen=True)

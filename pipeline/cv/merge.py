@@ -51,16 +51,16 @@ def foreign_data(run: RunDir, identity: str) -> str | None:
     trained_on = run.trained_on()
     theirs = rundir.data_identity(trained_on)
     config = run.read_config()
-    fold = config.train.fold
+    what = f"fold {config.train.fold}" if config.train.folds else "run"
     if theirs != identity:
         origin = trained_on.get("origin") or trained_on.get("source") or "?"
         where = f"{origin} ({theirs[:15] or '?'}…)"
-        return f"fold {fold} ({run.name}): trained on {where}, not this data dir's: not merged"
+        return f"{what} ({run.name}): trained on {where}, not this data dir's: not merged"
     expected = rundir.run_id(config, identity, size_of(config))
     if expected != run.name:
         return (
-            f"fold {fold} ({run.name}): this checkout gives its config the id {expected} (another petals "
-            "version's run? regenerate the kernel with `make kernel` and train the fold again): not merged"
+            f"{what} ({run.name}): this checkout gives its config the id {expected} (another petals "
+            "version's run? regenerate the kernel with `make kernel` and train it again): not merged"
         )
     return None
 

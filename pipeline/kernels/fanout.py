@@ -1,6 +1,8 @@
-"""A CV group's folds fanned out over Kaggle kernels (`make kernel-fanout FOLDS=5`): one kernel per
-fold, pushed while Kaggle's limits allow, followed, collected as each completes and merged into the
-local runs dir, where the group assembles once every fold is there (`pipeline/cv/merge.py`).
+"""Shares of an experiment fanned out over Kaggle kernels: a CV group's folds (`make kernel-fanout
+FOLDS=5`: one kernel per fold, merged into the local runs dir, where the group assembles once every
+fold is there, `pipeline/cv/merge.py`), or a study's trials (`TRIALS=N`, `pipeline/sweep/fanout.py`:
+a kernel per batch of trials whose values were fixed before the push). Each kernel is pushed while
+Kaggle's limits allow, followed, and collected as it completes.
 
 Kaggle's limits (sources in docs/kaggle-limits.md):
 - sessions at once: a push past the limit is refused ("Maximum batch GPU session count of 2
@@ -11,67 +13,55 @@ Kaggle's limits (sources in docs/kaggle-limits.md):
   pushed only while the quota's unreserved hours cover its limit (the client's `quota_view`, what
   `kaggle quota` prints); a fold that does not fit waits for the weekly reset.
 Every share's state is in `kernels/<name>.fanout.json`, replaced whole after each change: a rerun
-collects the folds that completed meanwhile, follows those still running and pushes the rest; a
-fold already collected is never pushed again. A kernel that ends in an error is named in one line
+collects the shares that completed meanwhile, follows those still running and pushes the rest; a
+share already collected is never pushed again. A kernel that ends in an error is named in one line
 and pushed again once; one that fails again is left for a rerun (after a fix) to push.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import write_json
 from pipeline.core.options import KernelOptions
-from pipeline.core.paths import check_name, shown
+from pipeline.core.paths import check_name
 from pipeline.kernels import generate, remote
 from pipeline.kernels.metadata import (
     SESSION_LIMIT,
     check_accelerator,
-    check_kernel,
     default_name,
     read_metadata,
 )
+from pipeline.kernels.shares import ACTIVE, PUSHES, STATES, Share, load, one_line
 
 # Batch sessions Kaggle lets one user run at once, as its push refusals name them (2026).
 CONCURRENT = {"tpu": 1, "gpu": 2, "cpu": 5}
-PUSHES = 2  # a kernel that ends in an error is pushed again once
 # A push Kaggle refuses for a session count that frees up when a session ends: wait, not fail.
 SESSION_REFUSAL = re.compile(r"session count|maximum batch", re.IGNORECASE)
 QUOTA_REFUSAL = re.compile(r"quota", re.IGNORECASE)
-# queued and running on Kaggle; complete there, its output not collected yet (a download that
-# failed is tried again, never the training).
-ACTIVE = ("queued", "running")
-STATES = ("waiting", *ACTIVE, "complete", "collected", "failed")
-MAX_STATE_BYTES = 2**20  # a state file of a few hundred folds is a few KiB
-MAX_WHY = 300  # characters of a reason kept in the state file
 
 
 @dataclass
-class Share:
-    """One fold's kernel and where it stands: waiting (not pushed, or to be pushed again), queued or
-    running on Kaggle, complete there (its output still to collect), collected (its fold run placed
-    here), or failed (twice, or its output refused)."""
+class Plan:
+    """What is fanned out: the shares asked for now (by number), how a new one is made and how its
+    kernel is generated, what the fan-out is (a rerun of other settings is refused), and what follows
+    a share's collection (a trials fan-out tells the study)."""
 
-    fold: int
-    name: str  # the kernel's folder and slug
-    kernel: str = ""  # owner/slug, once generated
-    state: str = "waiting"
-    pushes: int = 0
-    version: int | None = None
-    why: str = ""  # what went wrong last, in one line
-
-    def line(self, said: str) -> str:
-        version = f" version {self.version}" if self.version else ""
-        return f"fold {self.fold} ({self.kernel}){version}: {said}"
+    kind: str  # "fold" or "trial": the progress line's word
+    base: str  # the kernels' names start with it; its state file is <base>.fanout.json
+    settings: dict
+    numbers: list[int]
+    new_share: Callable[[int], Share]
+    options_of: Callable[[Share], KernelOptions]
+    collected: Callable[[Share], None] = lambda share: None
+    count: int = 0  # shares in all (the state file's numbers are 0..count-1)
 
 
 @dataclass
@@ -82,16 +72,47 @@ class Blocked:
     until_reset: bool  # the quota: nothing frees up before the week turns
 
 
-def fanout(options: KernelOptions, report: Callable[[str], None] = print) -> dict[str, int]:
-    """Push, follow and collect one kernel per fold of `options.folds` (those in `fold_list`, or
-    all) until every share is collected or failed, or `wait_seconds` pass; the shares' counts.
-    PetalsError in one line for a share that failed, or for shares left waiting or running."""
+def fanout(
+    options: KernelOptions, plan: Plan | None = None, report: Callable[[str], None] = print
+) -> dict[str, int]:
+    """Push, follow and collect the plan's kernels (default: one per fold of `options.folds`, those
+    in `fold_list` or all) until every share is collected or failed, or `wait_seconds` pass; the
+    shares' counts. PetalsError in one line for a share that failed, or for shares left waiting or
+    running."""
     options = generate.resolved(options)
     session = check_accelerator(options.accelerator)
+    _check_limits(options)
+    plan = plan or fold_plan(options)
+    path = options.kernels_dir / f"{plan.base}.fanout.json"
+    every = load(path, plan, report)  # FOLD= picks some; the rest are kept as they are
+    shares = [every[n] for n in plan.numbers]
+
+    def save() -> None:
+        write_json(path, {**plan.settings, "shares": [dataclasses.asdict(s) for s in every.values()]})
+
+    for share in shares:
+        if share.state == "waiting" and share.pushes == 0:  # generated now; a pushed one keeps its folder
+            share.kernel = read_metadata(generate.generate(plan.options_of(share)))["id"]
+            save()
+    save()
+    try:
+        counts = _follow_all(shares, options, session, plan, save, report)
+    finally:
+        save()
+    unfinished = [s for s in shares if s.state in ("failed", "complete")]
+    if unfinished:
+        named = "; ".join(s.line(s.why) for s in unfinished)
+        raise PetalsError(
+            f"kernel-fanout: {len(unfinished)} {plan.kind} kernel(s) not collected: {named}; fix, then rerun"
+        )
+    return counts
+
+
+def fold_plan(options: KernelOptions) -> Plan:
+    """A CV group's folds, one kernel each (`FOLDS=K`, `FOLD=` picks some)."""
     folds = _folds(options)
     base = options.name or default_name(generate.kernel_recipe(options), generate.kernel_spec(options).name)
     check_name(base, "--name")
-    path = options.kernels_dir / f"{base}.fanout.json"
     # What the fan-out is: a rerun with other settings would mix kernels of two kinds in one group.
     settings = {
         "folds": options.folds,
@@ -101,29 +122,20 @@ def fanout(options: KernelOptions, report: Callable[[str], None] = print) -> dic
         "timeout": options.timeout,
         "tta": options.tta,
     }
-    every = _load(path, base, settings, folds, report)  # FOLD= picks some; the rest are kept as they are
-    shares = [every[f] for f in folds]
-
-    def save() -> None:
-        write_json(path, {**settings, "shares": [dataclasses.asdict(s) for s in every.values()]})
-
-    for share in shares:
-        if share.state == "waiting" and share.pushes == 0:  # generated now; a pushed one keeps its folder
-            share_options = dataclasses.replace(options, name=share.name, fold_list=(share.fold,))
-            share.kernel = read_metadata(generate.generate(share_options))["id"]
-    save()
-    try:
-        counts = _follow_all(shares, options, session, save, report)
-    finally:
-        save()
-    unfinished = [s for s in shares if s.state in ("failed", "complete")]
-    if unfinished:
-        named = "; ".join(s.line(s.why) for s in unfinished)
-        raise PetalsError(f"kernel-fanout: {len(unfinished)} fold(s) not collected: {named}; fix, then rerun")
-    return counts
+    return Plan(
+        kind="fold",
+        base=base,
+        settings=settings,
+        numbers=folds,
+        new_share=lambda fold: Share(fold, f"{base}-fold{fold}"),
+        options_of=lambda share: dataclasses.replace(options, name=share.name, fold_list=(share.number,)),
+        count=options.folds,
+    )
 
 
-def _follow_all(shares: list[Share], options: KernelOptions, session: str, save, report) -> dict[str, int]:
+def _follow_all(
+    shares: list[Share], options: KernelOptions, session: str, plan: Plan, save, report
+) -> dict[str, int]:
     """Rounds of: ask after each active kernel (collecting those complete), push what waits as far
     as the limits allow, one progress line when the counts change; until none is active."""
     limit = options.timeout or SESSION_LIMIT[session]
@@ -131,17 +143,17 @@ def _follow_all(shares: list[Share], options: KernelOptions, session: str, save,
     deadline, shown_counts = time.monotonic() + options.wait_seconds, None
     for share in shares:
         if share.state == "complete":  # its output did not come last time: only collected again
-            _collect(share, options, report)
+            _collect(share, options, plan, report)
             save()
     while True:
         for share in shares:
             if share.state in ACTIVE:
-                _follow(share, options, report)
+                _follow(share, options, plan, report)
                 save()
         blocked = _push_waiting(shares, options, session, limit, concurrent, save, report)
         counts = {state: sum(s.state == state for s in shares) for state in STATES}
         if counts != shown_counts:
-            report(_progress(counts))
+            report(_progress(plan.kind, counts))
             shown_counts = counts
         active = counts["queued"] + counts["running"]
         if not active and not counts["waiting"]:
@@ -158,7 +170,7 @@ def _follow_all(shares: list[Share], options: KernelOptions, session: str, save,
         time.sleep(options.poll_seconds)
 
 
-def _folds(options: KernelOptions) -> list[int]:
+def _check_limits(options: KernelOptions) -> None:
     if options.concurrent is not None and options.concurrent < 1:
         raise PetalsError(f"CONCURRENT={options.concurrent}: at least one kernel at a time")
     if options.poll_seconds <= 0 or options.wait_seconds < 0:
@@ -166,6 +178,9 @@ def _folds(options: KernelOptions) -> list[int]:
             f"--poll-seconds {options.poll_seconds} must be more than 0 and --wait-seconds "
             f"{options.wait_seconds} at least 0"
         )
+
+
+def _folds(options: KernelOptions) -> list[int]:
     if options.folds is None:
         raise PetalsError("kernel-fanout needs FOLDS=K: one kernel per fold of the recipe's K-fold CV group")
     if options.folds < 2:
@@ -177,68 +192,7 @@ def _folds(options: KernelOptions) -> list[int]:
     return folds
 
 
-def _load(path: Path, base: str, settings: dict, folds: list[int], report) -> dict[int, Share]:
-    """Every share the state file holds, by fold, and a new one for each fold asked that it lacks;
-    a failed one asked for again is to be pushed again. A state file of other settings, or one
-    that does not read, is one line naming it."""
-    every = {s.fold: s for s in _read_state(path, settings)} if path.exists() else {}
-    for fold in folds:
-        share = every.get(fold) or Share(fold, f"{base}-fold{fold}")
-        if share.state == "failed":
-            report(share.line(f"failed last time ({share.why}); pushed again"))
-            share = Share(fold, share.name, share.kernel)
-        every[fold] = share
-    return dict(sorted(every.items()))
-
-
-def _read_state(path: Path, settings: dict) -> list[Share]:
-    """The state file's shares, each field checked: it names folders and Kaggle slugs, and its
-    numbers decide what is pushed."""
-    k = settings["folds"]
-    try:
-        if path.stat().st_size > MAX_STATE_BYTES:
-            raise PetalsError(f"{path}: larger than {MAX_STATE_BYTES} bytes; not a fan-out's state")
-        raw = json.loads(path.read_text())
-        for key, value in settings.items():
-            if raw.get(key) != value:
-                raise PetalsError(
-                    f"{path}: a fan-out of {key} {shown(raw.get(key))}, not {shown(value)}; "
-                    "move it aside to start another (its kernels stay on Kaggle)"
-                )
-        shares = [Share(**entry) for entry in raw["shares"]]
-    except OSError as err:
-        raise PetalsError(f"{path}: cannot read the fan-out's state ({err.strerror or err})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, KeyError, TypeError) as err:
-        raise PetalsError(f"{path}: not a fan-out's state ({err})") from None
-    for share in shares:
-        if not _is_state(share, k):
-            raise PetalsError(f"{path}: share {shown(dataclasses.asdict(share))} is not a fold's state")
-        check_name(share.name, "share name", path)
-        if share.kernel:
-            check_kernel(share.kernel, path)
-    if len({s.fold for s in shares}) != len(shares):
-        raise PetalsError(f"{path}: a fold has two shares; not a fan-out's state")
-    return shares
-
-
-def _is_state(share: Share, k: int) -> bool:
-    def whole(value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    return (
-        whole(share.fold)
-        and 0 <= share.fold < k
-        and share.state in STATES
-        and whole(share.pushes)
-        and 0 <= share.pushes <= PUSHES
-        and (share.version is None or (whole(share.version) and share.version >= 1))
-        and isinstance(share.why, str)
-        and len(share.why) <= MAX_WHY
-        and "\n" not in share.why
-    )
-
-
-def _follow(share: Share, options: KernelOptions, report) -> None:
+def _follow(share: Share, options: KernelOptions, plan: Plan, report) -> None:
     """Ask Kaggle where the share's kernel stands; collect it once complete; one line per change."""
     from pipeline.core import kaggle_client
 
@@ -246,7 +200,7 @@ def _follow(share: Share, options: KernelOptions, report) -> None:
     state = remote.kernel_state(answer)
     if state in remote.KERNEL_FAILED:
         said = f": {answer.failure_message}" if answer.failure_message else ""
-        share.why = _one_line(state.lower().replace("_", " ") + said)
+        share.why = one_line(state.lower().replace("_", " ") + said)
         if share.pushes < PUSHES:
             report(share.line(f"{share.why}; to be pushed again"))
             share.state = "waiting"
@@ -262,26 +216,23 @@ def _follow(share: Share, options: KernelOptions, report) -> None:
         return
     report(share.line("complete; collecting"))
     share.state = "complete"
-    _collect(share, options, report)
+    _collect(share, options, plan, report)
 
 
-def _collect(share: Share, options: KernelOptions, report) -> None:
-    """Download the complete kernel's output and merge its fold run (`make kernel-output`); on any
-    failure the share stays complete, to be collected again by a rerun, never pushed again."""
+def _collect(share: Share, options: KernelOptions, plan: Plan, report) -> None:
+    """Download the complete kernel's output and merge its runs (`make kernel-output`), then what
+    the plan does with them; on any failure the share stays complete, to be collected again by a
+    rerun, never pushed again."""
     try:
         remote.output(
             options.kernels_dir / share.name, options.submissions_dir, options.data_dir, options.runs_dir
         )
+        plan.collected(share)
     except Exception as err:  # a download cut, a refused output: this fold named, the others go on
-        share.why = _one_line(f"its output was not collected: {first_line(err)}")
+        share.why = one_line(f"its output was not collected: {first_line(err)}")
         report(share.line(share.why))
         return
     share.state, share.why = "collected", ""
-
-
-def _one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= MAX_WHY else line[: MAX_WHY - 1] + "…"
 
 
 def _push_waiting(shares, options, session: str, limit: int, concurrent: int, save, report) -> Blocked | None:
@@ -298,9 +249,9 @@ def _push_waiting(shares, options, session: str, limit: int, concurrent: int, sa
         if running >= concurrent:
             return Blocked(f"{concurrent} kernel(s) at once", until_reset=False)
         if left is not None and left < limit:
-            held = ", ".join(str(s.fold) for s in shares if s.state == "waiting")
+            held = "; ".join(s.what for s in shares if s.state == "waiting")
             return Blocked(
-                f"fold(s) {held} wait for the weekly {session.upper()} quota: {left / 3600:.1f} h "
+                f"{held} wait for the weekly {session.upper()} quota: {left / 3600:.1f} h "
                 f"unreserved, each kernel may take its {limit / 3600:.1f} h limit (TIMEOUT= lowers it); "
                 f"it resets {refresh}",
                 until_reset=True,
@@ -327,11 +278,11 @@ def _push(share: Share, options: KernelOptions, report) -> Blocked | None:
             folder, slug, meta["id"], options.timeout, meta.get("machine_shape")
         )
     except PetalsError as err:
-        said = _one_line(str(err))
+        said = one_line(str(err))
         if SESSION_REFUSAL.search(said):
-            return Blocked(f"Kaggle holds fold {share.fold} back ({said})", until_reset=False)
+            return Blocked(f"Kaggle holds {share.what} back ({said})", until_reset=False)
         if QUOTA_REFUSAL.search(said):
-            return Blocked(f"Kaggle holds fold {share.fold} back ({said})", until_reset=True)
+            return Blocked(f"Kaggle holds {share.what} back ({said})", until_reset=True)
         raise
     share.version, share.pushes, share.state = version, share.pushes + 1, "queued"
     report(share.line("pushed again" if share.pushes > 1 else "pushed"))
@@ -355,7 +306,7 @@ def _quota_left(session: str) -> tuple[float | None, str]:
     return max(left.total_seconds(), 0.0), refresh.isoformat() if refresh else "weekly"
 
 
-def _progress(counts: dict[str, int]) -> str:
+def _progress(kind: str, counts: dict[str, int]) -> str:
     total = sum(counts.values())
     done = ", ".join(f"{counts[s]} {s}" for s in STATES)
-    return f"kernel-fanout: {total} fold kernel(s): {done}"
+    return f"kernel-fanout: {total} {kind} kernel(s): {done}"

@@ -122,6 +122,8 @@ def kernel_settings(options: KernelOptions, config, spec, kernel_id: str) -> dic
         "folds": options.folds,  # None: one run; K: the folds in fold_list (all when empty) of its CV group
         "fold_list": list(options.fold_list),
         "fold_table": carried_fold_table(options, config, spec),
+        # A share of a study's trials: each one's number and the values the study fixed for it.
+        "trials": [{"number": n, "overrides": list(values)} for n, values in options.trial_values],
     }
 
 
@@ -178,6 +180,7 @@ def generate(options: KernelOptions) -> Path:
     check_recipe(config, spec, session, options.internet == "on", [*options.dataset, *options.model])
     check_tta(spec, options.tta)  # the kernel would train first and only then stop at evaluate
     check_folds(options, spec, config)
+    check_trials(options, spec, session)
     name = options.name or default_name(config.recipe, spec.name)
     meta = metadata(options, find_owner(options.owner), name, slug)
     settings = kernel_settings(options, config, spec, meta["id"])
@@ -207,6 +210,28 @@ def check_folds(options: KernelOptions, spec, config) -> None:
             f"competition {spec.name} is a code competition: its kernel must write the submission, and "
             "a FOLDS kernel writes fold runs; train the folds elsewhere (make train FOLDS=...)"
         )
+
+
+def check_trials(options: KernelOptions, spec, session: str) -> None:
+    """A kernel of a study's trials: each trial's values make a config (built as the kernel will),
+    whole folds (no FOLD=), and no code competition (such a kernel writes runs, not a submission)."""
+    from pipeline.tasks import recipe_config
+
+    if not options.trial_values:
+        return
+    if options.fold_list:
+        raise PetalsError("a kernel of a study's trials trains every fold of each trial: no FOLD=")
+    if spec.code_competition:
+        raise PetalsError(
+            f"competition {spec.name} is a code competition: its kernel must write the submission, and "
+            "a kernel of trials writes runs; sweep it here (make sweep)"
+        )
+    for number, values in options.trial_values:
+        given = dataclasses.replace(options, overrides=(*options.overrides, *values))
+        try:
+            recipe_config.config_from_args(given, session.upper())
+        except PetalsError as err:
+            raise PetalsError(f"trial {number}: {err}") from None
 
 
 def place_checked(folder: Path, text: str, meta: dict[str, Any]) -> Path:

@@ -181,6 +181,25 @@ def read_folds_summary(path: Path, kernel: str) -> dict[str, Any]:
     return summary
 
 
+def read_trials_summary(path: Path, kernel: str) -> dict[str, Any]:
+    """A kernel of a study's trials: its summary read as a FOLDS kernel's (K may be none), and each
+    trial's number and run ids checked."""
+    summary = _json_object(path)
+    folds = summary.get("folds")
+    if folds is not None:
+        summary = read_folds_summary(path, kernel)
+    source = f"{path} (kernel {kernel})"
+    runs = summary.setdefault("trial_runs", {})
+    if not isinstance(runs, dict):
+        raise PetalsError(f"{source}: trial_runs is not a JSON object")
+    for number, names in runs.items():
+        if not (number.isdigit() and len(number) < 10 and isinstance(names, list) and names):
+            raise PetalsError(f"{source}: trial_runs.{shown(number)} {shown(names)} is not a trial's runs")
+        for name in names:
+            check_name(name, f"trial_runs.{number}", source)
+    return summary
+
+
 def resume_sources(given: list[str], kernel_id: str) -> list[str]:
     sources = [kernel_id if s == "self" else s for s in given]
     for source in sources:

@@ -19,6 +19,7 @@ from pipeline.kernels.metadata import (
     read_json_object,
     read_metadata,
     read_summary,
+    read_trials_summary,
 )
 
 
@@ -66,7 +67,12 @@ def output(
             f"kernel {kernel} left no {SUMMARY} ({len(files)} file(s) downloaded to {target}); "
             "`make kernel-status` says whether it finished or failed"
         )
-    if read_json_object(summary_path).get("folds"):
+    raw = read_json_object(summary_path)
+    if raw.get("trials"):  # a share of a study's trials: its runs placed (the fan-out tells the study)
+        place_trials(kernel, target, data_dir, runs_dir, submissions_dir)
+        print(f"kernel {kernel}: {len(files)} file(s) in {target}")
+        return
+    if raw.get("folds"):
         merge_folds(kernel, target, data_dir, runs_dir, submissions_dir)
         print(f"kernel {kernel}: {len(files)} file(s) in {target}")
         return
@@ -118,6 +124,31 @@ def merge_folds(kernel: str, target: Path, data_dir: Path, runs_dir: Path, submi
         tta=summary["tta"],
         platform=device.pick,  # only when a group assembles: a fold whose weights came may predict
     )
+
+
+def place_trials(
+    kernel: str, target: Path, data_dir: Path, runs_dir: Path, submissions_dir: Path, report=print
+) -> dict[str, list[str]]:
+    """A kernel of trials' output: each trial's finished run placed in `runs_dir` (with FOLDS, its
+    fold runs, and each group assembled once complete); its checked `trial_runs`."""
+    from pipeline.core.rundir import RunDir, data_identity
+    from pipeline.cv import merge
+    from pipeline.data.manifest import read_manifest
+
+    summary = read_trials_summary(target / SUMMARY, kernel)
+    if summary.get("folds"):
+        merge_folds(kernel, target, data_dir, runs_dir, submissions_dir)
+        return summary["trial_runs"]
+    identity = data_identity(read_manifest(data_dir) or {})
+    for number, names in summary["trial_runs"].items():
+        run = RunDir(target / merge.RUNS / names[0])
+        refused = merge.foreign_data(run, identity) if run.config_file.is_file() else "its run is not there"
+        if refused or not run.finished:
+            report(f"trial {number} ({names[0]}): {refused or 'unfinished'}; not placed")
+            continue
+        placed = merge.place(run, runs_dir)
+        report(f"trial {number}: run {run.name} {placed} (kernel {kernel})")
+    return summary["trial_runs"]
 
 
 class KernelFailed(PetalsError):

@@ -5,6 +5,8 @@ checks it (`pipeline/kernels/generate.py`), `check` checks it again, `push` uplo
 reports its run, and `output` downloads what it wrote and records the run on the offline leaderboard
 (`pipeline/kernels/remote.py`). With `--folds K --fold 0,1` the kernel trains those folds of the
 recipe's CV group, and `output` merges its fold runs into --runs-dir (`pipeline/cv/merge.py`).
+`fanout` pushes one kernel per fold (`pipeline/kernels/fanout.py`), or with `--trials N` kernels of
+a study's trials, drawn here (`pipeline/sweep/fanout.py`).
 """
 
 from __future__ import annotations
@@ -98,7 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the kernel's longest run, seconds (default: Kaggle's session limit); training stops before it",
     )
     arguments.add_submissions_dir(parser, help="output: the leaderboard")
-    fan = parser.add_argument_group("fanout: one kernel per fold of --folds K")
+    fan = parser.add_argument_group("fanout: one kernel per fold of --folds K, or kernels of --trials N")
     fan.add_argument(
         "--concurrent",
         type=int,
@@ -114,6 +116,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULTS.wait_seconds,
         help="stop following after this long (a rerun goes on)",
     )
+    fan.add_argument(
+        "--trials",
+        type=int,
+        default=None,
+        help="N trials of the recipe's sweep (its study asked here), in kernels of --trials-per-kernel",
+    )
+    fan.add_argument(
+        "--trials-per-kernel", type=int, default=DEFAULTS.trials_per_kernel, help="trials one kernel runs"
+    )
+    fan.add_argument(
+        "--space",
+        default=DEFAULTS.space,
+        metavar="1|FILE",
+        help="with --trials: the search space, as sweep's",
+    )
+    fan.add_argument("--storage", default=None, help="with --trials: the study's database URL (as sweep's)")
     recipe_config.add_config_arguments(parser)
 
 
@@ -136,6 +154,10 @@ def kernel(action: str, options: KernelOptions) -> Any:
     generate.check_names(options)
     if action == "generate":
         return generate.generate(options)
+    if action == "fanout" and options.trials is not None:  # a study's trials, asked here
+        from pipeline.sweep import fanout as trials
+
+        return trials.fan_out(options)
     if action == "fanout":
         from pipeline.kernels import fanout
 

@@ -19,13 +19,12 @@ import argparse
 import dataclasses
 import logging
 import math
-from pathlib import Path
 
 from pipeline.core import options
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import CVOptions, SweepOptions, TrainOptions
-from pipeline.core.paths import check_name
 from pipeline.stages import arguments, cv
+from pipeline.sweep import setup as setups
 from pipeline.tasks import recipe_config
 
 log = logging.getLogger(__name__)
@@ -86,68 +85,6 @@ class Trial:
         return self.report(fold + 1, (metrics or {}).get(self.score_key)) is not None
 
 
-@dataclasses.dataclass(frozen=True)
-class Setup:
-    base: object  # the recipe's config with the command line's overrides: what every trial shares
-    spec: object
-    params: list
-    name: str  # the study's: competition, recipe, space, and a hash of what the trials share
-    build: object  # overrides -> the config they make (checked, as a stage builds it)
-
-
-def _setup(opts: SweepOptions) -> Setup:
-    """The base config, its competition, the space (checked) and the study's name."""
-    from pipeline.core import device
-    from pipeline.sweep import space
-    from pipeline.tasks.competitions import load_competition
-
-    if opts.trials < 1:
-        raise PetalsError(f"TRIALS={opts.trials}: a sweep runs at least one trial")
-    if opts.folds == 1 or opts.folds < 0:
-        raise PetalsError(f"FOLDS={opts.folds}: cross-validation needs at least 2 folds (0: one run a trial)")
-    platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
-    if platform.hosts.several:
-        raise PetalsError("HOSTS: each sweep trial runs in one process; processes share a study by STORAGE")
-    base = recipe_config.config_from_args(opts, platform.device)
-    if base.train.merge_val and not opts.folds:
-        raise PetalsError(
-            "train.merge_val=true: a trial would keep no val split to be judged on (FOLDS=K: out of fold)"
-        )
-    path = space.space_file(opts.space, base.competition, base.recipe, opts.recipe)
-    params = space.read_space(path)
-
-    def build(extra):
-        given = dataclasses.replace(opts, overrides=(*opts.overrides, *extra))
-        return recipe_config.config_from_args(given, platform.device)
-
-    space.check(params, path, build)
-    spec = load_competition(base.competition).spec
-    name = f"{spec.name}-{Path(base.recipe).stem}-{path.stem}" + (f"-cv{opts.folds}" if opts.folds else "")
-    name = f"{name}-{_shared_hash(base, params, opts)}"
-    return Setup(base, spec, params, check_name(name, "study name", "--space"), build)
-
-
-def _shared_hash(base, params: list, opts: SweepOptions) -> str:
-    """What every trial of the study shares: the config's values outside the space and the data's
-    labelled fingerprint. Another SET=, other data or another image size is another study."""
-    import hashlib
-    import json
-
-    from pipeline.core.rundir import data_identity
-    from pipeline.data.manifest import read_manifest
-
-    searched = {param.key for param in params}
-    shared = {
-        f"{section}.{key}": value
-        for section, values in base.to_dict().items()
-        if isinstance(values, dict)
-        for key, value in values.items()
-        if f"{section}.{key}" not in searched
-    }
-    shared["data"] = data_identity(read_manifest(opts.data_dir) or {})
-    return hashlib.sha256(json.dumps(shared, sort_keys=True, default=str).encode()).hexdigest()[:8]
-
-
 class Duplicate(Exception):
     """A trial whose values another process is running now: it fails, and the next one is drawn."""
 
@@ -172,9 +109,13 @@ def sweep(opts: SweepOptions) -> dict:
     """Run this process's share of the study's trials; the study's best trial, in words and values."""
     import optuna
 
+    from pipeline.core import device
     from pipeline.sweep import space, study
 
-    setup = _setup(opts)
+    platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
+    if platform.hosts.several:
+        raise PetalsError("HOSTS: each sweep trial runs in one process; processes share a study by STORAGE")
+    setup = setups.setup(opts, platform.device)
     spec, name = setup.spec, setup.name
     url = study.storage_url(opts.storage, opts.runs_dir, name)
     direction = "maximize" if spec.metric.greater_is_better else "minimize"
@@ -202,10 +143,12 @@ def sweep(opts: SweepOptions) -> dict:
         if judged.pruned:
             log.info("sweep: trial %d pruned by %s", trial.number, judged.pruned)
             raise optuna.TrialPruned()
-        score = _judged_score(opts, spec, metrics)
+        score = setups.judged_score(opts.runs_dir, opts.folds, spec, metrics)
         trial.set_user_attr("run", metrics.get("group") or metrics.get("run"))
         if math.isfinite(score):  # Optuna records a trial that returns nan as failed
-            _board_row(opts, spec, metrics, score, f"{name} #{trial.number}")
+            setups.board_row(
+                opts.runs_dir, opts.submissions_dir, spec, metrics, score, f"{name} #{trial.number}"
+            )
         log.info("sweep: trial %d: %s %.4f", trial.number, spec.metric.title, score)
         return float(score)
 
@@ -214,24 +157,7 @@ def sweep(opts: SweepOptions) -> dict:
     stop = optuna.study.MaxTrialsCallback(opts.trials, states=(state.COMPLETE, state.PRUNED, state.RUNNING))
     if len(found.get_trials(deepcopy=False, states=(state.COMPLETE, state.PRUNED))) < opts.trials:
         found.optimize(objective, timeout=opts.timeout, callbacks=[stop], catch=(Duplicate,))
-    return _summary(found, opts, spec, url)
-
-
-def _judged_score(opts: SweepOptions, spec, metrics: dict) -> float:
-    """What the study compares: the score at the schedule's end, not at the best epoch, which was
-    chosen on the same rows and leans high (a CV group: its folds' mean there, as CHOOSE judges)."""
-    import pandas as pd
-
-    from pipeline.core.rundir import RunDir
-    from pipeline.cv import choose
-
-    if opts.folds:
-        return choose.judged(metrics)[0]
-    history = pd.read_csv(RunDir(opts.runs_dir / metrics["run"]).history_file)
-    scored = history[spec.score_key].dropna() if spec.score_key in history else []
-    if not len(scored):
-        raise PetalsError(f"{metrics['run']}: scored no epoch on val (train.val_every)")
-    return float(scored.iloc[-1])
+    return study.summary(found, spec, url, opts.runs_dir)
 
 
 def _run_trial(opts: SweepOptions, judged: Trial) -> dict:
@@ -247,51 +173,3 @@ def _run_trial(opts: SweepOptions, judged: Trial) -> dict:
         if judged.pruned is None:  # a signal or the time limit: the sweep stops, the trial fails
             raise
         return {}  # its run stays, resumable, at the epoch it was stopped
-
-
-def _board_row(opts: SweepOptions, spec, metrics: dict, score: float, trial: str) -> None:
-    """A finished trial on the offline leaderboard: a run's row (kind `trial`, its score the one the
-    study compares), or its CV group's row (written by the group) marked with the trial."""
-    from pipeline.core.rundir import RunDir
-    from pipeline.runs import leaderboard
-
-    board = leaderboard.board_file(opts.submissions_dir, spec.name)
-    if opts.folds:
-        leaderboard.update(board, metrics["group"], sweep=trial)
-        return
-    run = RunDir(opts.runs_dir / metrics["run"])
-    leaderboard.update(
-        board,
-        run.name,
-        **{**leaderboard.run_fields(run), "kind": "trial"},
-        time=leaderboard.now(),
-        sweep=trial,
-        **{spec.score_key: round(score, 5)},  # the study's score: the schedule's end
-    )
-
-
-def _summary(found, opts: SweepOptions, spec, url: str) -> dict:
-    import optuna
-
-    from pipeline.sweep import study
-
-    states = [t.state for t in found.trials]
-    count = {s.name.lower(): states.count(s) for s in optuna.trial.TrialState if states.count(s)}
-    folder = opts.runs_dir / study.FOLDER
-    folder.mkdir(parents=True, exist_ok=True)
-    plots = study.plots(found, folder)
-    line = ", ".join(f"{n} {k}" for k, n in count.items())
-    summary = {"study": found.study_name, "storage": study.shown_url(url), "trials": count,
-               "plots": [str(p) for p in plots]}  # fmt: skip
-    try:
-        best = found.best_trial
-    except ValueError:  # no trial finished yet
-        log.info("sweep: %s: %s; no finished trial yet", found.study_name, line)
-        return summary
-    log.info(
-        "sweep: %s: %s; best trial %d: %s %.4f with %s (run %s)",
-        found.study_name, line, best.number, spec.metric.title, best.value,
-        ", ".join(f"{k}={v}" for k, v in best.params.items()), best.user_attrs.get("run"),
-    )  # fmt: skip
-    return {**summary, "best": {"trial": best.number, "score": best.value, "params": best.params,
-                                "run": best.user_attrs.get("run")}}  # fmt: skip

@@ -124,8 +124,8 @@ def open_study(name: str, storage: str, direction: str, seed: int, prune: str):
             return study
         except ImportError as err:  # the URL's driver is not installed
             raise PetalsError(
-                f"{where}: {err.name or err} is not installed (pip install 'petals[postgresql]' or the "
-                "database's SQLAlchemy driver)"
+                f"{where}: {err.name or err} is not installed (pip install 'petals[postgresql]' "
+                "or the database's SQLAlchemy driver)"
             ) from None
         except ValueError as err:  # another direction under the same name
             raise PetalsError(f"{where}: {err}") from None
@@ -136,6 +136,12 @@ def open_study(name: str, storage: str, direction: str, seed: int, prune: str):
                 raise PetalsError(f"{where}: the database fails ({first_line(err)})") from None
             time.sleep(1.0 + attempt)
     raise AssertionError("unreachable")
+
+
+def set_attribute(found, frozen, key: str, value) -> None:
+    """A user attribute of a trial asked in another process (a kernel's): Optuna sets them through a
+    live Trial, which only the asking process holds; the study's storage takes them for any."""
+    found._storage.set_trial_user_attr(frozen._trial_id, key, value)
 
 
 def mark_trial(trial) -> None:
@@ -172,3 +178,29 @@ def plots(study, folder: Path) -> list[Path]:
         plt.close(axes.figure)
         written.append(path)
     return written
+
+
+def summary(found, spec, url: str, runs_dir: Path) -> dict:
+    """The study's counts by state, its plots (written now) and its best trial, in one line and a dict."""
+    import optuna
+
+    states = [t.state for t in found.trials]
+    count = {s.name.lower(): states.count(s) for s in optuna.trial.TrialState if states.count(s)}
+    folder = runs_dir / FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    drawn = plots(found, folder)
+    line = ", ".join(f"{n} {k}" for k, n in count.items())
+    said = {"study": found.study_name, "storage": shown_url(url), "trials": count,
+            "plots": [str(p) for p in drawn]}  # fmt: skip
+    try:
+        best = found.best_trial
+    except ValueError:  # no trial finished yet
+        log.info("sweep: %s: %s; no finished trial yet", found.study_name, line)
+        return said
+    log.info(
+        "sweep: %s: %s; best trial %d: %s %.4f with %s (run %s)",
+        found.study_name, line, best.number, spec.metric.title, best.value,
+        ", ".join(f"{k}={v}" for k, v in best.params.items()), best.user_attrs.get("run"),
+    )  # fmt: skip
+    return {**said, "best": {"trial": best.number, "score": best.value, "params": best.params,
+                                "run": best.user_attrs.get("run")}}  # fmt: skip

@@ -1,0 +1,133 @@
+"""`make kernel-fanout TRIALS=N`: a study's trials drawn here, trained in kernels (the generated script
+run as Kaggle runs it, outside the repo, from its own bundle), collected through the real `kaggle`
+client against the loopback server, and told to the study as `make sweep` would have judged them."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import optuna
+import pandas as pd
+import pytest
+
+from pipeline import cli
+from pipeline.core.rundir import RunDir
+from pipeline.kernels import metadata as kernel
+from pipeline.runs import leaderboard
+from tests.conftest import TINY
+from tests.kaggle_server import Behaviour, KaggleTestServer, KernelPlan
+from tests.test_sweep import SPACE
+
+pytestmark = pytest.mark.slow  # generates two kernels and runs one, two trials of a tiny model
+OVERRIDES = [*TINY, "augment.where=host", "train.epochs=2"]
+# Generated at a resolution Kaggle ships; the kernel is run here on the tiny data's 32 px.
+KERNEL_SETS = [a for o in OVERRIDES if not o.startswith("data.image_size") for a in ("--set", o)]
+BASE = "petals-sweep"
+
+
+def _fanout(tmp_path, data_dir, *extra: str) -> int:
+    space = tmp_path / "space.toml"
+    space.write_text(SPACE)
+    return cli.main([
+        "kernel", "fanout", "--kernels-dir", str(tmp_path / "kernels"), "--name", BASE, "--recipe", "default",
+        "--owner", "petals-user", "--accelerator", "None", "--trials", "3", "--trials-per-kernel", "2",
+        "--space", str(space), "--data-dir", str(data_dir), "--runs-dir", str(tmp_path / "runs"),
+        "--submissions-dir", str(tmp_path / "subs"), "--poll-seconds", "0.05", *KERNEL_SETS, *extra,
+    ])  # fmt: skip
+
+
+def _run_kernel(folder, data_dir, tmp_path) -> dict[str, bytes]:
+    """The kernel's script run as Kaggle runs it, with no PYTHONPATH: what it leaves in its working folder."""
+    working = tmp_path / f"working-{folder.name}"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, str(folder / kernel.SCRIPT), "--working", str(working), "--data-dir", str(data_dir),
+         "--strategy", "cpu", "--set", "data.image_size=32"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {p.relative_to(working).as_posix(): p.read_bytes() for p in working.rglob("*") if p.is_file()}
+
+
+def _study(tmp_path):
+    [database] = (tmp_path / "runs" / "sweeps").glob("*.db")
+    return optuna.load_study(study_name=database.stem, storage=f"sqlite:///{database}")
+
+
+@pytest.fixture
+def data_dir(tiny_data_dir, tmp_path):
+    return shutil.copytree(tiny_data_dir, tmp_path / "data")
+
+
+def test_trials_drawn_here_trained_in_kernels_are_told_to_the_study(
+    data_dir, tmp_path, in_kaggle_env, capsys
+):
+    """Three trials in kernels of two: the first kernel fails once and completes when pushed again;
+    the second stops at its time limit with its trial unfinished, which the study is told failed."""
+    first, second = f"petals-user/{BASE}-0", f"petals-user/{BASE}-1"
+    plans = {first: KernelPlan(versions=[["RUNNING"]]), second: KernelPlan(versions=[["QUEUED"]])}
+    behaviour = Behaviour(plans=plans)
+    with KaggleTestServer(behaviour):
+        assert _fanout(tmp_path, data_dir, "--wait-seconds", "0") == 2
+        pushed = capsys.readouterr()
+    asked = _study(tmp_path).get_trials()
+    assert [t.state for t in asked] == [optuna.trial.TrialState.RUNNING] * 3
+    assert [(t.user_attrs["fanout"], t.user_attrs["share"]) for t in asked] == [
+        (BASE, 0),
+        (BASE, 0),
+        (BASE, 1),
+    ]
+    assert f"trial(s) 0, 1 ({first}) version 1: pushed" in pushed.out
+    assert f"trial(s) 2 ({second}) version 1: pushed" in pushed.out
+
+    # Kaggle runs the first kernel (its two trials, at the values drawn here); the second stops at its
+    # time limit before its one trial finished.
+    files = _run_kernel(tmp_path / "kernels" / f"{BASE}-0", data_dir, tmp_path)
+    summary = json.loads(files[kernel.SUMMARY])
+    assert [t["number"] for t in summary["trials"]] == [0, 1] and set(summary["trial_runs"]) == {"0", "1"}
+    stopped = {**summary, "trials": [{"number": 2, "overrides": []}], "trial_runs": {}, "fold_runs": {},
+               "stopped": "training reached the session's time limit"}  # fmt: skip
+    plans[first].files, plans[first].versions = files, [["RUNNING", "ERROR"], ["COMPLETE"]]
+    plans[second].files = {kernel.SUMMARY: json.dumps(stopped).encode()}
+    plans[second].versions = [["COMPLETE"]]
+    with KaggleTestServer(behaviour):
+        assert _fanout(tmp_path, data_dir) == 0
+        collected = capsys.readouterr()
+        assert _fanout(tmp_path, data_dir) == 0  # a rerun: nothing pushed, nothing asked, nothing told
+        again = capsys.readouterr()
+    lines = collected.out.splitlines()
+    assert f"trial(s) 0, 1 ({first}) version 1: error: test kernel failed; to be pushed again" in lines
+    assert f"trial(s) 0, 1 ({first}) version 2: pushed again" in lines
+    assert f"trial 2: its kernel ({second}) finished no run of it (time limit?): failed" in lines
+    assert [p["slug"] for p in behaviour.pushed] == [first, second, first]
+    assert "pushed" not in again.out and "trial 0:" not in again.out
+
+    study = _study(tmp_path)
+    trials = study.get_trials()
+    states = optuna.trial.TrialState
+    assert [t.state for t in trials] == [states.COMPLETE, states.COMPLETE, states.FAIL]  # none asked again
+    board = pd.read_csv(leaderboard.board_file(tmp_path / "subs", "flowers"))
+    for trial in trials[:2]:
+        run = RunDir(tmp_path / "runs" / trial.user_attrs["run"])
+        config = run.read_config()
+        assert config.train.lr_max == trial.params["train.lr_max"]  # the values drawn here, trained there
+        assert config.model.dropout == trial.params["model.dropout"]
+        history = pd.read_csv(run.history_file)
+        assert trial.value == history["val_macro_f1"].dropna().iloc[-1]  # the schedule's end, as sweep judges
+        row = board[board["entry"] == run.name].iloc[0]
+        assert row["kind"] == "trial" and row["sweep"] == f"{study.study_name} #{trial.number}"
+    assert trials[0].params != trials[1].params
+
+
+def test_a_fan_out_of_trials_refuses_what_it_cannot_do(data_dir, tmp_path, capsys):
+    assert _fanout(tmp_path, data_dir, "--trials", "0") == 2
+    assert "TRIALS=0: a fan-out of trials runs at least one" in capsys.readouterr().err
+    assert _fanout(tmp_path, data_dir, "--trials-per-kernel", "0") == 2
+    assert "TRIALS_PER_KERNEL=0: at least one trial a kernel" in capsys.readouterr().err
+    assert _fanout(tmp_path, data_dir, "--folds", "2", "--fold", "1") == 2
+    assert "FOLD= with TRIALS=" in capsys.readouterr().err
+    assert not (tmp_path / "kernels").exists() and not (tmp_path / "runs").exists()
