@@ -194,6 +194,25 @@ def test_text_tta_is_refused_in_one_line(capsys, tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # generates kernels (each runs its script's --help)
+def test_a_kernel_of_a_keras_preset_attaches_that_preset_unless_told_another(capsys, tmp_path):
+    import json
+
+    from pipeline import cli
+
+    base = ["kernel", "generate", "--owner", "me", "--kernels-dir", str(tmp_path), "--accelerator", "TpuV5E8"]
+    for competition, handle in (("imdb", "keras/bert/keras/bert_base_en_uncased/3"),
+                                ("watson", "keras/bert/keras/bert_base_multi/2")):  # fmt: skip
+        assert cli.main([*base, "--set", f"competition={competition}"]) == 0
+        meta = json.loads((tmp_path / f"petals-{competition}-tpu" / "kernel-metadata.json").read_text())
+        assert meta["model_sources"] == [handle]
+        assert f"kernel: attaches the Kaggle model {handle}, the preset" in capsys.readouterr().out
+    mine = "me/bert/keras/my-bert/1"
+    assert cli.main([*base, "--set", "competition=watson", "--model", mine]) == 0
+    meta = json.loads((tmp_path / "petals-watson-tpu" / "kernel-metadata.json").read_text())
+    assert meta["model_sources"] == [mine] and "attaches" not in capsys.readouterr().out
+
+
 def test_a_network_for_the_wrong_inputs_is_refused_in_one_line():
 
     with pytest.raises(PetalsError, match=r"^model.backbone=cnn: competition imdb has texts; its networks"):

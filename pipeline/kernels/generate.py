@@ -44,7 +44,7 @@ from pipeline.kernels.metadata import (
     resolve_accelerator,
     resume_sources,
 )
-from pipeline.kernels.recipe_check import check_recipe, kernel_internet, weights_file
+from pipeline.kernels.recipe_check import check_recipe, kernel_internet, preset_model, weights_file
 
 
 def kernel_spec(options: KernelOptions):
@@ -168,6 +168,10 @@ def generate(options: KernelOptions) -> Path:
     members = bundle_members()
     extra = check_carried(members, config.competition, kernel_recipe(options))  # before Kaggle's queue
     options = dataclasses.replace(options, internet=kernel_internet(spec, options.internet))
+    preset = preset_model(config)
+    if preset and not options.model:  # what petals knows, it fills in: the preset the recipe names
+        options = dataclasses.replace(options, model=(preset,))
+        print(f"kernel: attaches the Kaggle model {preset}, the preset model.weights names (or MODELS=)")
     slug = options.slug or spec.default_slug
     if slug not in spec.slugs:
         raise PetalsError(f"slug {slug!r} is not one of this competition's: {', '.join(spec.slugs)}")

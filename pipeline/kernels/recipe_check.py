@@ -25,6 +25,26 @@ def kernel_internet(spec, asked: str | None) -> str:
     return "off"
 
 
+KERAS_OWNER = "keras"  # Keras's own presets on Kaggle Models: kaggle.com/models/keras/<model>
+
+
+def preset_model(config) -> str | None:
+    """The Kaggle Models handle (owner/model/framework/variation/version) of the keras-hub preset a
+    recipe's weights name where Kaggle mounts it, /kaggle/input/<model>/<framework>/<variation>/<version>:
+    Keras's own, which a kernel attaches unless MODELS= names another. None for other weights."""
+    from pipeline import networks
+    from pipeline.networks import text_networks
+
+    weights = config.model.weights
+    if text_networks.PRESET_WEIGHTS not in networks.get(config.model.backbone).weights:
+        return None
+    parts = weights.removeprefix("/kaggle/input/").strip("/").split("/")
+    framework = parts[1] if len(parts) == 4 else None
+    if not weights.startswith("/kaggle/input/") or framework != "keras":  # Keras's presets are its own
+        return None
+    return "/".join([KERAS_OWNER, *parts])
+
+
 def weights_file(backbone: str, weights: str) -> str | None:
     """The file a pretrained backbone downloads, where petals names it (noisy-student); else None:
     its registry entry's to say."""
