@@ -124,7 +124,7 @@ def open_study(name: str, storage: str, direction: str, seed: int, prune: str):
             return study
         except ImportError as err:  # the URL's driver is not installed
             raise PetalsError(
-                f"{where}: {err.name or err} is not installed (pip install 'petals[postgresql]' "
+                f"{where}: {err.name or err} is not installed (pip install 'petals-kaggle[postgresql]' "
                 "or the database's SQLAlchemy driver)"
             ) from None
         except ValueError as err:  # another direction under the same name
