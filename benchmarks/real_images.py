@@ -11,8 +11,8 @@ No one here drew these, so a recipe tuned on the embedded flowers is tested on t
   crops, 25 x 25 grey), in its wheel.
 
 Each becomes a folder in the flowers layout (TFRecord shards of JPEGs per split, an unlabelled
-test split, `sample_submission.csv`) and a competition file with its class list, as README
-"Adding a competition" says; the test labels stay here, for scoring the submission.
+test split, `sample_submission.csv`) and a competition file with its class list, as
+docs/adding-a-competition.md says; the test labels stay here, for scoring the submission.
 """
 
 from __future__ import annotations
