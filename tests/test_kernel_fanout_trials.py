@@ -131,3 +131,48 @@ def test_a_fan_out_of_trials_refuses_what_it_cannot_do(data_dir, tmp_path, capsy
     assert _fanout(tmp_path, data_dir, "--folds", "2", "--fold", "1") == 2
     assert "FOLD= with TRIALS=" in capsys.readouterr().err
     assert not (tmp_path / "kernels").exists() and not (tmp_path / "runs").exists()
+
+
+def test_trials_of_cv_groups_are_told_their_groups_fold_mean(data_dir, spec, tmp_path, in_kaggle_env, capsys):
+    """FOLDS=2: each trial a CV group trained in the kernel; its outputs (fold runs with their saved
+    predictions, written directly here) assemble each trial's group, and the study is told the
+    folds' mean at the schedule's end."""
+    from pipeline.data import folds
+    from pipeline.sweep import space
+    from pipeline.tasks.recipe_config import load_config
+    from tests import test_kernel_folds as made
+
+    name = f"petals-user/{BASE}-0"
+    plans = {name: KernelPlan(versions=[["RUNNING"]])}
+    behaviour = Behaviour(plans=plans)
+    args = ("--trials", "2", "--folds", "2")
+    with KaggleTestServer(behaviour):
+        assert _fanout(tmp_path, data_dir, *args, "--wait-seconds", "0") == 2
+    capsys.readouterr()
+    asked = _study(tmp_path).get_trials()
+    table = folds.fold_table(data_dir, spec, load_config(overrides=made.OVERRIDES))
+    output, fold_runs, trial_runs = tmp_path / "made", {}, {}
+    for trial in asked:
+        values = [space.override(k, v) for k, v in trial.params.items()]
+        made.kernel_output(output, data_dir, spec, table, [0, 1], overrides=[*made.OVERRIDES, *values])
+        runs = json.loads((output / kernel.SUMMARY).read_text())["fold_runs"]
+        fold_runs.update(runs)
+        trial_runs[str(trial.number)] = sorted(runs)
+    summary = {"folds": 2, "tta": 1, "trials": [{"number": t.number, "overrides": []} for t in asked],
+               "fold_runs": fold_runs, "trial_runs": trial_runs}  # fmt: skip
+    (output / kernel.SUMMARY).write_text(json.dumps(summary))
+    plans[name].files = {
+        p.relative_to(output).as_posix(): p.read_bytes() for p in output.rglob("*") if p.is_file()
+    }
+    plans[name].versions = [["COMPLETE"]]
+    with KaggleTestServer(behaviour):
+        assert _fanout(tmp_path, data_dir, *args) == 0
+    out = capsys.readouterr().out
+    told = _study(tmp_path).get_trials()
+    assert [t.state for t in told] == [optuna.trial.TrialState.COMPLETE] * 2
+    for trial in told:
+        group = RunDir(tmp_path / "runs" / trial.user_attrs["run"])
+        assert group.name.startswith("cv2-") and (group.path / "oof_predictions.npz").is_file()
+        # The kernel's folds ended at 0.3 and 0.4 (tests/test_kernel_folds.py): their mean.
+        assert trial.value == pytest.approx(0.35)
+        assert f"trial {trial.number}: macro-F1 0.3500 ({group.name}, from {name})" in out

@@ -47,14 +47,14 @@ def table(data_dir, spec):
     return folds.fold_table(data_dir, spec, load_config(overrides=OVERRIDES))
 
 
-def kernel_output(folder, data_dir, spec, table, folds_trained, manifest=None):
+def kernel_output(folder, data_dir, spec, table, folds_trained, manifest=None, overrides=OVERRIDES):
     """A FOLDS kernel's downloaded outputs, written directly: each fold run's files and its val and
     test predictions (random, seeded by the fold), no weights; and the summary."""
     manifest = manifest or read_manifest(data_dir)
     test_ids = np.array(sample_ids(data_dir, spec))
     trained = {}
     for fold in folds_trained:
-        config = fold_config(load_config(overrides=OVERRIDES), fold)
+        config = fold_config(load_config(overrides=overrides), fold)
         run = RunDir(
             folder / merge.RUNS / rundir.run_id(config, rundir.data_identity(manifest), size_of(config))
         )

@@ -170,6 +170,8 @@ def plots(study, folder: Path) -> list[Path]:
         try:
             with warnings.catch_warnings():  # Optuna calls its matplotlib plots experimental
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                # Trials that all scored alike: the plot says so (equal importances), not a warning.
+                warnings.filterwarnings("ignore", "Target and region quantiles", UserWarning)
                 axes = draw(study)
         except (ValueError, RuntimeError) as err:  # importances of a parameter that never varied
             log.info("sweep: no %s plot (%s)", kind, err)
