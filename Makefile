@@ -69,8 +69,9 @@ KNOBS := DATA SOURCE DATA_FROM COMPETITION GCS_PATH SIZE SEED SCALE FORCE RECIPE
 	SPACE TRIALS TRIALS_PER_KERNEL STORAGE PRUNER \
 	SEARCH STACK SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
 	TIMEOUT RESUME_FROM CONCURRENT PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS VERBOSE
-# make kernel-fanout fans out a sweep's trials only when TRIALS is given (its default is sweep's).
-trials_given := $(filter command environment,$(firstword $(origin TRIALS)))
+# make kernel-fanout fans out a sweep's trials only when TRIALS is given on its command line (an
+# exported TRIALS is make sweep's default, not a request to fan trials out).
+trials_given := $(filter command,$(firstword $(origin TRIALS)))
 $(foreach k,$(KNOBS),$(if $(filter command environment,$(firstword $(origin $(k)))),\
 	$(eval override $(k) := $$(value $(k)))))
 

@@ -305,18 +305,21 @@ def run(args: argparse.Namespace, root: Path) -> int:
     config = {"recipe": SETTINGS["recipe"], "overrides": (*SETTINGS["overrides"], *args.extra)}
     # A share of an experiment (folds, or a study's trials) writes runs, no submission: the group's is
     # the folds' mean, made where every fold is; a trial is told to its study where it was asked.
-    done: dict = (
-        {"fold_runs": {}, "trial_runs": {}} if SETTINGS.get("folds") or SETTINGS.get("trials") else {}
-    )
-    work = kernel_shares.Work(SETTINGS, where, config, stage, platform, lambda: time_limit(started))
+    shared = SETTINGS.get("folds") or SETTINGS.get("trials")
+    done: dict = {"fold_runs": {}, "trial_runs": {}, "trial_failed": {}} if shared else {}
+    work = kernel_shares.Work(
+        SETTINGS, where, tuple(SETTINGS["overrides"]), tuple(args.extra), stage, platform,
+        lambda: time_limit(started), now, args.working / SUBMISSIONS,
+    )  # fmt: skip
     try:
         if done:
             if SETTINGS.get("trials"):
-                kernel_shares.train_trials(work, done["fold_runs"], done["trial_runs"])
+                kernel_shares.train_trials(work, done["fold_runs"], done["trial_runs"], done["trial_failed"])
             else:
                 kernel_shares.train_folds(work, done["fold_runs"])
             write_summary(args, root, stage, read_manifest(data_dir) or {}, **done)
-            print(f"petals kernel: runs {' '.join(done['fold_runs'] or done['trial_runs'])} done -> {runs}")
+            made = done["fold_runs"] or {f"trial {n}": r for n, r in done["trial_runs"].items()}
+            print(f"petals kernel: {' '.join(made)} done -> {runs}")
             return 0
         stage("train", api.train, api.TrainOptions(**where, **config, time_limit=time_limit(started)))
     except SystemExit as err:

@@ -245,3 +245,19 @@ def test_a_push_past_kaggles_session_limit_waits_and_a_bad_state_file_is_one_lin
     state.write_text(json.dumps({**settings, "recipe": "cpu", "shares": []}))
     assert _fanout(tmp_path, data_dir) == 2
     assert "a fan-out of recipe 'cpu', not 'default'; move it aside" in capsys.readouterr().err
+
+
+def test_a_state_file_written_before_trials_could_be_fanned_out_still_reads(data_dir, tmp_path, capsys):
+    """Its shares named their number `fold`: a fold collected then is not pushed again."""
+    state = tmp_path / "kernels" / f"{BASE}.fanout.json"
+    state.parent.mkdir()
+    overrides = [o for o in KERNEL_SETS if o != "--set"]
+    settings = {"folds": K, "recipe": "default", "overrides": overrides, "accelerator": "None",
+                "timeout": None, "tta": 1}  # fmt: skip
+    share = {"fold": 0, "name": f"{BASE}-fold0", "kernel": _kernel(0), "state": "collected", "pushes": 1,
+             "version": 1, "why": ""}  # fmt: skip
+    state.write_text(json.dumps({**settings, "shares": [share]}))
+    assert _fanout(tmp_path, data_dir, "--fold", "0") == 0
+    said = "1 fold kernel(s): 0 waiting, 0 queued, 0 running, 0 complete, 1 collected"
+    assert said in capsys.readouterr().out
+    assert json.loads(state.read_text())["shares"][0]["number"] == 0

@@ -4,6 +4,7 @@ client against the loopback server, and told to the study as `make sweep` would 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -102,7 +103,8 @@ def test_trials_drawn_here_trained_in_kernels_are_told_to_the_study(
     lines = collected.out.splitlines()
     assert f"trial(s) 0, 1 ({first}) version 1: error: test kernel failed; to be pushed again" in lines
     assert f"trial(s) 0, 1 ({first}) version 2: pushed again" in lines
-    assert f"trial 2: its kernel ({second}) finished no run of it (time limit?): failed" in lines
+    said = f"trial 2: the kernel finished no run of it (its time limit?): failed (kernel {second})"
+    assert said in lines
     assert [p["slug"] for p in behaviour.pushed] == [first, second, first]
     assert "pushed" not in again.out and "trial 0:" not in again.out
 
@@ -121,6 +123,18 @@ def test_trials_drawn_here_trained_in_kernels_are_told_to_the_study(
         row = board[board["entry"] == run.name].iloc[0]
         assert row["kind"] == "trial" and row["sweep"] == f"{study.study_name} #{trial.number}"
     assert trials[0].params != trials[1].params
+
+    # A state file moved aside starts another fan-out under the same name: the study's finished and
+    # failed trials are not taken again; three new ones are asked.
+    state = tmp_path / "kernels" / f"{BASE}.fanout.json"
+    state.rename(tmp_path / "old.fanout.json")
+    plans[first].versions.append(["RUNNING"])
+    plans[second].versions.append(["RUNNING"])
+    with KaggleTestServer(behaviour):
+        assert _fanout(tmp_path, data_dir, "--wait-seconds", "0") == 2
+    shares = json.loads(state.read_text())["shares"]
+    assert [s["trials"] for s in shares] == [[3, 4], [5]]
+    assert [t.state for t in _study(tmp_path).get_trials()][3:] == [states.RUNNING] * 3
 
 
 def test_a_fan_out_of_trials_refuses_what_it_cannot_do(data_dir, tmp_path, capsys):
@@ -152,9 +166,10 @@ def test_trials_of_cv_groups_are_told_their_groups_fold_mean(data_dir, spec, tmp
     asked = _study(tmp_path).get_trials()
     table = folds.fold_table(data_dir, spec, load_config(overrides=made.OVERRIDES))
     output, fold_runs, trial_runs = tmp_path / "made", {}, {}
-    for trial in asked:
+    for trial in asked:  # each trial's folds end 0.1 higher than the one before's
         values = [space.override(k, v) for k, v in trial.params.items()]
-        made.kernel_output(output, data_dir, spec, table, [0, 1], overrides=[*made.OVERRIDES, *values])
+        overrides = [*made.OVERRIDES, *values]
+        made.kernel_output(output, data_dir, spec, table, [0, 1], overrides=overrides, lift=trial.number / 10)
         runs = json.loads((output / kernel.SUMMARY).read_text())["fold_runs"]
         fold_runs.update(runs)
         trial_runs[str(trial.number)] = sorted(runs)
@@ -170,9 +185,61 @@ def test_trials_of_cv_groups_are_told_their_groups_fold_mean(data_dir, spec, tmp
     out = capsys.readouterr().out
     told = _study(tmp_path).get_trials()
     assert [t.state for t in told] == [optuna.trial.TrialState.COMPLETE] * 2
+    groups = {t.user_attrs["run"] for t in told}
+    assert len(groups) == 2  # each trial its own group
     for trial in told:
         group = RunDir(tmp_path / "runs" / trial.user_attrs["run"])
         assert group.name.startswith("cv2-") and (group.path / "oof_predictions.npz").is_file()
-        # The kernel's folds ended at 0.3 and 0.4 (tests/test_kernel_folds.py): their mean.
-        assert trial.value == pytest.approx(0.35)
-        assert f"trial {trial.number}: macro-F1 0.3500 ({group.name}, from {name})" in out
+        fold_run = RunDir(tmp_path / "runs" / group.read_json(RunDir.GROUP)["fold_runs"]["0"])
+        assert fold_run.read_config().train.lr_max == trial.params["train.lr_max"]
+        # The kernel's folds ended at 0.3 and 0.4, lifted by the trial's number / 10: their mean.
+        assert trial.value == pytest.approx(0.35 + trial.number / 10)
+        assert (
+            f"trial {trial.number}: macro-F1 {0.35 + trial.number / 10:.4f} ({group.name}, from {name})"
+            in out
+        )
+
+
+def test_a_state_file_naming_trials_the_study_did_not_give_is_one_line(
+    data_dir, tmp_path, in_kaggle_env, capsys
+):
+    plans = {f"petals-user/{BASE}-{k}": KernelPlan(versions=[["RUNNING"]]) for k in range(2)}
+    with KaggleTestServer(Behaviour(plans=plans)):
+        assert _fanout(tmp_path, data_dir, "--wait-seconds", "0") == 2
+        capsys.readouterr()
+        state = tmp_path / "kernels" / f"{BASE}.fanout.json"
+        for trials in ([99], [], [0, 1, 2], [2]):
+            raw = json.loads(state.read_text())
+            raw["shares"][0]["trials"] = trials
+            state.write_text(json.dumps(raw))
+            assert _fanout(tmp_path, data_dir, "--wait-seconds", "0") == 2
+            said = f"share 0's trials {trials} are not those the study gave it"
+            assert said in capsys.readouterr().err, trials
+
+
+def test_a_trial_that_fails_in_its_kernel_is_named_and_the_others_go_on(monkeypatch, tmp_path):
+    from pipeline import kernel_shares
+    from pipeline.cli import EXIT_PREEMPTED
+    from pipeline.stages import train as train_stage
+
+    monkeypatch.setattr(train_stage, "train", lambda opts, judge=None: {"run": f"run-{opts.overrides[-1]}"})
+
+    def stage(name, function, *arguments):
+        if name == "trial 1":
+            raise SystemExit(2)  # its stage said why in one line and exited 2
+        function(*arguments)
+
+    trials = [{"number": n, "overrides": [f"model.dropout=0.{n}"]} for n in range(3)]
+    settings = {"recipe": "default", "folds": None, "trials": trials}
+    where = {"data_dir": tmp_path, "runs_dir": tmp_path, "strategy": "cpu"}
+    work = kernel_shares.Work(settings, where, (), (), stage, None, lambda: None, lambda: "now", tmp_path)
+    runs, failed = {}, {}
+    kernel_shares.train_trials(work, {}, runs, failed)
+    assert runs == {"0": ["run-model.dropout=0.0"], "2": ["run-model.dropout=0.2"]}
+    assert list(failed) == ["1"] and "failed in its kernel (exit 2" in failed["1"]
+
+    def stopped(name, function, *arguments):
+        raise SystemExit(EXIT_PREEMPTED)  # the session's time limit: every trial stops
+
+    with pytest.raises(SystemExit):
+        kernel_shares.train_trials(dataclasses.replace(work, stage=stopped), {}, {}, {})

@@ -47,9 +47,10 @@ def table(data_dir, spec):
     return folds.fold_table(data_dir, spec, load_config(overrides=OVERRIDES))
 
 
-def kernel_output(folder, data_dir, spec, table, folds_trained, manifest=None, overrides=OVERRIDES):
-    """A FOLDS kernel's downloaded outputs, written directly: each fold run's files and its val and
-    test predictions (random, seeded by the fold), no weights; and the summary."""
+def kernel_output(folder, data_dir, spec, table, folds_trained, manifest=None, overrides=OVERRIDES, lift=0.0):
+    """A FOLDS kernel's downloaded outputs, written directly: each fold run's files (its last epoch
+    scoring 0.3 + fold / 10 + lift) and its val and test predictions (random, seeded by the fold),
+    no weights; and the summary."""
     manifest = manifest or read_manifest(data_dir)
     test_ids = np.array(sample_ids(data_dir, spec))
     trained = {}
@@ -65,7 +66,7 @@ def kernel_output(folder, data_dir, spec, table, folds_trained, manifest=None, o
             RunDir.RUN_INFO, {"git_commit": "abc123", "backend": "jax", "fold_table": table.digest}
         )
         key = spec.score_key
-        pd.DataFrame({"epoch": [1, 2], key: [0.2, 0.3 + fold / 10], "val_loss": [3.0, 2.5]}).to_csv(
+        pd.DataFrame({"epoch": [1, 2], key: [0.2, 0.3 + fold / 10 + lift], "val_loss": [3.0, 2.5]}).to_csv(
             run.history_file, index=False
         )
         run.write_json(RunDir.METRICS, {"metric": spec.metric.name, key: 0.3, "best_epoch": 2,

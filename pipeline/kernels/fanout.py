@@ -50,18 +50,20 @@ QUOTA_REFUSAL = re.compile(r"quota", re.IGNORECASE)
 
 @dataclass
 class Plan:
-    """What is fanned out: the shares asked for now (by number), how a new one is made and how its
-    kernel is generated, what the fan-out is (a rerun of other settings is refused), and what follows
-    a share's collection (a trials fan-out tells the study)."""
+    """What is fanned out: the shares asked for now (by number), how a new one is made, checked when
+    read back from the state file, generated and collected (its output downloaded and placed here,
+    and for a study's trials, told to the study), and what the fan-out is (a rerun of other
+    settings is refused)."""
 
     kind: str  # "fold" or "trial": the progress line's word
     base: str  # the kernels' names start with it; its state file is <base>.fanout.json
     settings: dict
     numbers: list[int]
+    count: int  # shares in all (the state file's numbers are 0..count-1)
     new_share: Callable[[int], Share]
+    check: Callable[[Share], None]  # a share read from the state file: PetalsError if not this plan's
     options_of: Callable[[Share], KernelOptions]
-    collected: Callable[[Share], None] = lambda share: None
-    count: int = 0  # shares in all (the state file's numbers are 0..count-1)
+    collect: Callable[[Share], None]
 
 
 @dataclass
@@ -122,14 +124,25 @@ def fold_plan(options: KernelOptions) -> Plan:
         "timeout": options.timeout,
         "tta": options.tta,
     }
+
+    def check(share: Share) -> None:
+        if share.trials:
+            raise PetalsError(f"share {share.number} holds trials {share.trials}: not a fold's share")
+
+    def collect(share: Share) -> None:  # `make kernel-output`: the fold run placed, its group assembled
+        folder = options.kernels_dir / share.name
+        remote.output(folder, options.submissions_dir, options.data_dir, options.runs_dir, "folds")
+
     return Plan(
         kind="fold",
         base=base,
         settings=settings,
         numbers=folds,
-        new_share=lambda fold: Share(fold, f"{base}-fold{fold}"),
-        options_of=lambda share: dataclasses.replace(options, name=share.name, fold_list=(share.number,)),
         count=options.folds,
+        new_share=lambda fold: Share(fold, f"{base}-fold{fold}"),
+        check=check,
+        options_of=lambda share: dataclasses.replace(options, name=share.name, fold_list=(share.number,)),
+        collect=collect,
     )
 
 
@@ -220,14 +233,11 @@ def _follow(share: Share, options: KernelOptions, plan: Plan, report) -> None:
 
 
 def _collect(share: Share, options: KernelOptions, plan: Plan, report) -> None:
-    """Download the complete kernel's output and merge its runs (`make kernel-output`), then what
-    the plan does with them; on any failure the share stays complete, to be collected again by a
-    rerun, never pushed again."""
+    """Download the complete kernel's output and place its runs (as `make kernel-output` does), and
+    what the plan does with them; on any failure the share stays complete, to be collected again by
+    a rerun, never pushed again."""
     try:
-        remote.output(
-            options.kernels_dir / share.name, options.submissions_dir, options.data_dir, options.runs_dir
-        )
-        plan.collected(share)
+        plan.collect(share)
     except Exception as err:  # a download cut, a refused output: this fold named, the others go on
         share.why = one_line(f"its output was not collected: {first_line(err)}")
         report(share.line(share.why))

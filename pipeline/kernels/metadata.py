@@ -181,6 +181,9 @@ def read_folds_summary(path: Path, kernel: str) -> dict[str, Any]:
     return summary
 
 
+TRIAL_NUMBER = re.compile(r"[0-9]{1,9}")
+
+
 def read_trials_summary(path: Path, kernel: str) -> dict[str, Any]:
     """A kernel of a study's trials: its summary read as a FOLDS kernel's (K may be none), and each
     trial's number and run ids checked."""
@@ -193,10 +196,16 @@ def read_trials_summary(path: Path, kernel: str) -> dict[str, Any]:
     if not isinstance(runs, dict):
         raise PetalsError(f"{source}: trial_runs is not a JSON object")
     for number, names in runs.items():
-        if not (number.isdigit() and len(number) < 10 and isinstance(names, list) and names):
+        if not (TRIAL_NUMBER.fullmatch(number) and isinstance(names, list) and names):
             raise PetalsError(f"{source}: trial_runs.{shown(number)} {shown(names)} is not a trial's runs")
         for name in names:
             check_name(name, f"trial_runs.{number}", source)
+    failed = summary.setdefault("trial_failed", {})
+    if not isinstance(failed, dict) or not all(
+        TRIAL_NUMBER.fullmatch(k) and isinstance(v, str) and len(v) <= 300 and "\n" not in v
+        for k, v in failed.items()
+    ):
+        raise PetalsError(f"{source}: trial_failed is not an object of trial numbers and one-line reasons")
     return summary
 
 

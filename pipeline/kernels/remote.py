@@ -49,14 +49,13 @@ def status(folder: Path) -> str:
     return f"kernel {kernel}: {kernel_state(answer).lower()}{failure}"
 
 
-def output(
-    folder: Path, submissions_dir: Path, data_dir: Path = Path("data"), runs_dir: Path = Path("runs")
-) -> None:
-    """Download the kernel's outputs into `<folder>/output/` and record its run on the leaderboard;
-    a FOLDS kernel's fold runs are merged into `runs_dir` instead (`merge_folds`). Every name Kaggle
-    answers with (the files, the summary's fields) is checked before it is used."""
+KINDS = ("run", "folds", "trials")  # what a kernel's output holds: one run, fold runs, a study's trials
+
+
+def download(folder: Path) -> tuple[str, Path, str]:
+    """The kernel's outputs downloaded into `<folder>/output/` (every name checked); its id, that
+    folder, and what the output holds (one of KINDS), read from its summary."""
     from pipeline.core import kaggle_outputs
-    from pipeline.runs import leaderboard
 
     kernel = read_metadata(folder)["id"]
     target = folder / "output"
@@ -68,14 +67,35 @@ def output(
             "`make kernel-status` says whether it finished or failed"
         )
     raw = read_json_object(summary_path)
-    if raw.get("trials"):  # a share of a study's trials: its runs placed (the fan-out tells the study)
+    kind = "trials" if raw.get("trials") else "folds" if raw.get("folds") else "run"
+    print(f"kernel {kernel}: {len(files)} file(s) in {target}")
+    return kernel, target, kind
+
+
+def output(
+    folder: Path,
+    submissions_dir: Path,
+    data_dir: Path = Path("data"),
+    runs_dir: Path = Path("runs"),
+    expected: str | None = None,
+) -> None:
+    """Download the kernel's outputs into `<folder>/output/` and record its run on the leaderboard;
+    a FOLDS kernel's fold runs are merged into `runs_dir` instead (`merge_folds`), and a kernel of
+    trials' runs placed there (`place_trials`). `expected` (one of KINDS): what the caller made the
+    kernel for; an output that holds something else is refused. Every name Kaggle answers with (the
+    files, the summary's fields) is checked before it is used."""
+    from pipeline.runs import leaderboard
+
+    kernel, target, kind = download(folder)
+    if expected is not None and kind != expected:
+        raise PetalsError(f"kernel {kernel}'s output holds {kind}, not the {expected} it was made for")
+    if kind == "trials":  # a share of a study's trials: its runs placed (the fan-out tells the study)
         place_trials(kernel, target, data_dir, runs_dir, submissions_dir)
-        print(f"kernel {kernel}: {len(files)} file(s) in {target}")
         return
-    if raw.get("folds"):
+    if kind == "folds":
         merge_folds(kernel, target, data_dir, runs_dir, submissions_dir)
-        print(f"kernel {kernel}: {len(files)} file(s) in {target}")
         return
+    summary_path = target / SUMMARY
     summary = read_summary(summary_path, kernel)  # Kaggle's file: its names and scores checked
     metrics = summary["metrics"]
     evaluation = metrics["evaluation"]
@@ -104,7 +124,7 @@ def output(
         train_seconds=metrics.get("train_seconds"),
         submission=str(submission) if submission.is_file() else None,
     )
-    print(f"kernel {kernel}: {len(files)} file(s) in {target}; recorded as {entry} on the leaderboard")
+    print(f"kernel {kernel}: recorded as {entry} on the leaderboard")
 
 
 def merge_folds(kernel: str, target: Path, data_dir: Path, runs_dir: Path, submissions_dir: Path) -> None:
@@ -127,28 +147,45 @@ def merge_folds(kernel: str, target: Path, data_dir: Path, runs_dir: Path, submi
 
 
 def place_trials(
-    kernel: str, target: Path, data_dir: Path, runs_dir: Path, submissions_dir: Path, report=print
-) -> dict[str, list[str]]:
+    kernel: str,
+    target: Path,
+    data_dir: Path,
+    runs_dir: Path,
+    submissions_dir: Path,
+    only: list[int] | None = None,
+    report=print,
+) -> tuple[dict[int, str], dict[str, list[str]]]:
     """A kernel of trials' output: each trial's finished run placed in `runs_dir` (with FOLDS, its
-    fold runs, and each group assembled once complete); its checked `trial_runs`."""
+    fold runs, and each group assembled once complete). For each trial (those in `only`, the share
+    the kernel was made for), what became of it: placed, here, kept (`merge.place`'s words), busy
+    (an unfinished local run of its id), or why it has no run here; and the checked `trial_runs`."""
     from pipeline.core.rundir import RunDir, data_identity
     from pipeline.cv import merge
     from pipeline.data.manifest import read_manifest
 
     summary = read_trials_summary(target / SUMMARY, kernel)
+    asked = only if only is not None else sorted(int(n) for n in summary["trial_runs"])
+    runs, failed = summary["trial_runs"], summary["trial_failed"]
+    outcome = {n: failed.get(str(n)) or "the kernel finished no run of it (its time limit?)" for n in asked}
     if summary.get("folds"):
         merge_folds(kernel, target, data_dir, runs_dir, submissions_dir)
-        return summary["trial_runs"]
+        for number in asked:
+            names = runs.get(str(number))
+            if names and all(RunDir(runs_dir / name).finished for name in names):
+                outcome[number] = "here"
+        return outcome, runs
     identity = data_identity(read_manifest(data_dir) or {})
-    for number, names in summary["trial_runs"].items():
-        run = RunDir(target / merge.RUNS / names[0])
+    for number in asked:
+        if str(number) not in runs:
+            continue
+        run = RunDir(target / merge.RUNS / runs[str(number)][0])
         refused = merge.foreign_data(run, identity) if run.config_file.is_file() else "its run is not there"
         if refused or not run.finished:
-            report(f"trial {number} ({names[0]}): {refused or 'unfinished'}; not placed")
-            continue
-        placed = merge.place(run, runs_dir)
-        report(f"trial {number}: run {run.name} {placed} (kernel {kernel})")
-    return summary["trial_runs"]
+            outcome[number] = refused or f"{run.name} is unfinished"
+        else:
+            outcome[number] = merge.place(run, runs_dir)
+        report(f"trial {number}: run {run.name}: {outcome[number]} (kernel {kernel})")
+    return outcome, runs
 
 
 class KernelFailed(PetalsError):

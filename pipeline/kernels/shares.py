@@ -23,6 +23,7 @@ ACTIVE = ("queued", "running")
 STATES = ("waiting", *ACTIVE, "complete", "collected", "failed")
 MAX_STATE_BYTES = 2**20  # a state file of a few hundred folds is a few KiB
 MAX_WHY = 300  # characters of a reason kept in the state file
+LEGACY = {"fold": "number"}
 
 
 @dataclass
@@ -54,6 +55,11 @@ def load(path: Path, plan, report) -> dict[int, Share]:
     lacks; a failed one asked for again is to be pushed again. A state file of other settings, or
     one that does not read, is one line naming it."""
     every = {s.number: s for s in read_state(path, plan.settings, plan.count)} if path.exists() else {}
+    for share in every.values():
+        try:
+            plan.check(share)
+        except PetalsError as err:
+            raise PetalsError(f"{path}: {err}") from None
     for number in plan.numbers:
         share = every.get(number) or plan.new_share(number)
         if share.state == "failed":
@@ -76,7 +82,8 @@ def read_state(path: Path, settings: dict, count: int) -> list[Share]:
                     f"{path}: a fan-out of {key} {shown(raw.get(key))}, not {shown(value)}; "
                     "move it aside to start another (its kernels stay on Kaggle)"
                 )
-        shares = [Share(**entry) for entry in raw["shares"]]
+        # A fold fan-out's state before trials could be fanned out named a share's number `fold`.
+        shares = [Share(**{LEGACY.get(k, k): v for k, v in entry.items()}) for entry in raw["shares"]]
     except OSError as err:
         raise PetalsError(f"{path}: cannot read the fan-out's state ({err.strerror or err})") from None
     except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, KeyError, TypeError) as err:

@@ -7,10 +7,10 @@ fan-out and share that hold it, so a fan-out stopped between asking and saving i
 trials again instead of asking new ones. The kernel trains each trial's run (with FOLDS=K, its CV
 group's folds); once its output is collected here (`pipeline/kernels/fanout.py`), each trial is
 told its score, the one `make sweep` compares (the schedule's end; a CV group: its folds' mean
-there), after checking the run carries the trial's values. A trial its kernel did not finish is
-told failed. Kernels cannot prune against each other: every trial runs its whole schedule.
-The study is the one `make sweep` of the same recipe, space, overrides and data fills, so trials
-run here and trials run on Kaggle are one search.
+there), after checking the run carries the trial's values; a trial its kernel did not finish, or
+whose run is not this data's or not its values, is told failed, with why. Kernels cannot prune
+against each other: every trial runs its whole schedule. The study is the one `make sweep` of the
+same recipe, space, overrides and data fills, so trials run here and on Kaggle are one search.
 """
 
 from __future__ import annotations
@@ -22,11 +22,24 @@ from collections.abc import Callable
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import KernelOptions, SweepOptions
-from pipeline.kernels import fanout, generate
-from pipeline.kernels.metadata import SUMMARY, check_accelerator, default_name, read_trials_summary
+from pipeline.kernels import fanout, generate, remote
+from pipeline.kernels.metadata import check_accelerator, default_name
 from pipeline.kernels.shares import Share
 from pipeline.sweep import setup as setups
 from pipeline.sweep import space, study
+
+KEPT = ("placed", "here", "kept")  # the trial's run is here: placed now, before, or a local one of its id
+
+
+@dataclasses.dataclass
+class Search:
+    """The study a fan-out of trials fills, and what its trials share."""
+
+    options: KernelOptions
+    found: setups.Setup
+    trials: object  # optuna.Study
+    url: str
+    base: str
 
 
 def fan_out(options: KernelOptions, report: Callable[[str], None] = print) -> dict:
@@ -40,27 +53,54 @@ def fan_out(options: KernelOptions, report: Callable[[str], None] = print) -> di
                         data_dir=options.data_dir, runs_dir=options.runs_dir,
                         submissions_dir=options.submissions_dir, pruner="none")  # fmt: skip
     found = setups.setup(opts, session.upper())  # recipe auto: the kernel's accelerator's
+    if found.spec.code_competition:  # before any trial is asked
+        raise PetalsError(
+            f"competition {found.spec.name} is a code competition: its kernel must write the submission, "
+            "and a kernel of trials writes runs; sweep it here (make sweep)"
+        )
     url = study.storage_url(options.storage, options.runs_dir, found.name)
     direction = "maximize" if found.spec.metric.greater_is_better else "minimize"
     trials = study.open_study(found.name, url, direction, found.base.seed, "none")
     base = options.name or f"{default_name(generate.kernel_recipe(options), found.spec.name)}-trials"
-    per = options.trials_per_kernel
-    count = math.ceil(options.trials / per)
+    search = Search(options, found, trials, url, base)
+    fanout.fanout(options, trial_plan(search, report), report)
+    return study.summary(trials, found.spec, url, options.runs_dir)
 
-    def new_share(number: int) -> Share:
-        size = min(per, options.trials - number * per)
-        return Share(number, f"{base}-{number}", trials=_asked(trials, found, base, number, size))
+
+def trial_plan(search: Search, report) -> fanout.Plan:
+    """Kernels of `trials_per_kernel` trials each, `<base>-<k>`."""
+    options, per = search.options, search.options.trials_per_kernel
+    count = math.ceil(options.trials / per)
+    seen: dict[int, int] = {}  # trial -> the share that holds it, as the state file is read
+
+    def size(number: int) -> int:
+        return min(per, options.trials - number * per)
+
+    def check(share: Share) -> None:
+        mine = {t.number for t in _tagged(search, share.number)}
+        twice = [t for t in share.trials if seen.setdefault(t, share.number) != share.number]
+        if not share.trials or len(share.trials) > size(share.number) or twice or set(share.trials) - mine:
+            raise PetalsError(f"share {share.number}'s trials {share.trials} are not those the study gave it")
 
     def options_of(share: Share) -> KernelOptions:
-        by_number = {t.number: t for t in trials.get_trials(deepcopy=False)}
+        by_number = {t.number: t for t in search.trials.get_trials(deepcopy=False)}
         values = tuple(
             (n, tuple(space.override(k, v) for k, v in by_number[n].params.items())) for n in share.trials
         )
         return dataclasses.replace(options, name=share.name, trial_values=values)
 
+    def collect(share: Share) -> None:
+        kernel, target, kind = remote.download(options.kernels_dir / share.name)
+        if kind != "trials":
+            raise PetalsError(f"kernel {kernel}'s output holds {kind}, not the trials it was made for")
+        o = options
+        placed = remote.place_trials(kernel, target, o.data_dir, o.runs_dir, o.submissions_dir, share.trials)
+        _tell(search, share, *placed, report)
+
     # What the fan-out is: a rerun with other settings would mix trials of two searches.
     settings = {
-        "study": found.name,
+        "study": search.found.name,
+        "storage": study.shown_url(search.url),
         "trials": options.trials,
         "trials_per_kernel": per,
         "recipe": options.recipe,
@@ -69,18 +109,17 @@ def fan_out(options: KernelOptions, report: Callable[[str], None] = print) -> di
         "accelerator": options.accelerator,
         "timeout": options.timeout,
     }
-    plan = fanout.Plan(
+    return fanout.Plan(
         kind="trial",
-        base=base,
+        base=search.base,
         settings=settings,
         numbers=list(range(count)),
-        new_share=new_share,
-        options_of=options_of,
-        collected=lambda share: _tell(trials, found, options, share, report),
         count=count,
+        new_share=lambda n: Share(n, f"{search.base}-{n}", trials=_asked(search, n, size(n), report)),
+        check=check,
+        options_of=options_of,
+        collect=collect,
     )
-    fanout.fanout(options, plan, report)
-    return study.summary(trials, found.spec, url, options.runs_dir)
 
 
 def _check(options: KernelOptions) -> None:
@@ -92,80 +131,98 @@ def _check(options: KernelOptions) -> None:
         raise PetalsError("FOLD= with TRIALS=: each trial is a whole CV group (FOLDS=K), or one run")
 
 
-def _asked(trials, found: setups.Setup, base: str, number: int, size: int) -> list[int]:
-    """The study's trials for share `number`: those asked for it before, then new ones, each drawn
-    now (its values fixed) and tagged with the fan-out and share that hold it."""
-    mine = sorted(
-        t.number
-        for t in trials.get_trials(deepcopy=False)
-        if t.user_attrs.get("fanout") == base and t.user_attrs.get("share") == number
-    )
+def _tagged(search: Search, number: int) -> list:
+    return [
+        t
+        for t in search.trials.get_trials(deepcopy=False)
+        if t.user_attrs.get("fanout") == search.base and t.user_attrs.get("share") == number
+    ]
+
+
+def _asked(search: Search, number: int, size: int, report) -> list[int]:
+    """The study's trials for share `number`: those asked for it before and still to run (a fan-out
+    stopped before it saved its state), then new ones, each drawn now (its values fixed) and
+    tagged with the fan-out and share that hold it. Trials of it past `size` are told failed."""
+    import optuna
+
+    mine = sorted(t.number for t in _tagged(search, number) if t.state == optuna.trial.TrialState.RUNNING)
+    for extra in mine[size:]:
+        search.trials.tell(extra, state=optuna.trial.TrialState.FAIL)
+        report(f"trial {extra}: asked for share {number} by a fan-out of other sizes: failed, not run")
+    mine = mine[:size]
     while len(mine) < size:
         with warnings.catch_warnings():  # the heartbeat is for trials run here: these run on Kaggle
             warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
-            trial = trials.ask()
-        for param in found.params:
-            param.suggest(trial)
-        trial.set_user_attr("fanout", base)
+            trial = search.trials.ask()
+        trial.set_user_attr("fanout", search.base)
         trial.set_user_attr("share", number)
-        trial.set_user_attr("host", f"kaggle kernel {base}-{number}")
+        trial.set_user_attr("host", f"kaggle kernel {search.base}-{number}")
+        for param in search.found.params:
+            param.suggest(trial)
         mine.append(trial.number)
-    return mine[:size]
+    return mine
 
 
-def _tell(trials, found: setups.Setup, options: KernelOptions, share: Share, report) -> None:
-    """Each of the share's trials told its score from the runs its kernel's output placed here, or
-    told failed where the kernel finished none; a trial told before is left as it is."""
+def _tell(search: Search, share: Share, outcome: dict[int, str], runs: dict[str, list], report) -> None:
+    """Each of the share's trials told its score, from its run placed here; told failed, with why,
+    where its kernel finished none, or its run is not this data's or not its values; a trial told
+    before is left as it is. A run its id's unfinished local run holds back is collected again by
+    a rerun."""
     import optuna
 
-    summary = read_trials_summary(options.kernels_dir / share.name / "output" / SUMMARY, share.kernel)
-    by_number = {t.number: t for t in trials.get_trials(deepcopy=False)}
+    by_number = {t.number: t for t in search.trials.get_trials(deepcopy=False)}
+    waiting = []
     for number in share.trials:
         trial = by_number.get(number)
         if trial is None:
             raise PetalsError(
-                f"trial {number} is not in study {found.name}: was the study's database replaced?"
+                f"trial {number} is not in study {search.found.name}: was its database replaced?"
             )
         if trial.state.is_finished():
             continue
-        names = summary["trial_runs"].get(str(number))
-        metrics = _metrics(found, options, trial, names) if names else None
-        if metrics is None:
-            trials.tell(number, state=optuna.trial.TrialState.FAIL)
-            report(f"trial {number}: its kernel ({share.kernel}) finished no run of it (time limit?): failed")
+        if outcome[number] == "busy":  # an unfinished run of its id here: its owner finishes it first
+            waiting.append(number)
             continue
-        score = setups.judged_score(options.runs_dir, options.folds or 0, found.spec, metrics)
-        run = metrics.get("group") or metrics["run"]
-        study.set_attribute(trials, trial, "run", run)
+        why, metrics = outcome[number], None
+        if why in KEPT:
+            why, metrics = _metrics(search, trial, runs[str(number)])
+        score = setups.judged_score(search.options.runs_dir, search.options.folds or 0,
+                                    search.found.spec, metrics) if metrics else math.nan  # fmt: skip
         if not math.isfinite(score):  # Optuna records a trial that returns nan as failed
-            trials.tell(number, state=optuna.trial.TrialState.FAIL)
-            report(f"trial {number}: {run} scored {score}: failed")
+            search.trials.tell(number, state=optuna.trial.TrialState.FAIL)
+            report(f"trial {number}: {why or f'scored {score}'}: failed (kernel {share.kernel})")
             continue
-        trials.tell(number, score)
-        setups.board_row(options.runs_dir, options.submissions_dir, found.spec, metrics, score,
-                         f"{found.name} #{number}")  # fmt: skip
-        report(f"trial {number}: {found.spec.metric.title} {score:.4f} ({run}, from {share.kernel})")
+        run = metrics.get("group") or metrics["run"]
+        study.set_attribute(search.trials, trial, "run", run)
+        spec = search.found.spec  # the row first: a rerun skips a trial told, never its row
+        setups.board_row(search.options.runs_dir, search.options.submissions_dir, spec, metrics, score,
+                         f"{search.found.name} #{number}")  # fmt: skip
+        search.trials.tell(number, score)
+        report(f"trial {number}: {spec.metric.title} {score:.4f} ({run}, from {share.kernel})")
+    if waiting:
+        raise PetalsError(
+            f"trial(s) {', '.join(map(str, waiting))}: an unfinished run of the same id is in "
+            f"{search.options.runs_dir}; finish or delete it, then rerun to tell the study"
+        )
 
 
-def _metrics(found: setups.Setup, options: KernelOptions, trial, names: list[str]) -> dict | None:
-    """The metrics that judge the trial (a run's, or its CV group's with the group's id), once its
-    runs are here and carry its values; None when they are not (not placed, or unfinished)."""
+def _metrics(search: Search, trial, names: list[str]) -> tuple[str, dict | None]:
+    """The metrics that judge the trial (its run's, or its CV group's with the group's id), once its
+    runs are here and carry its values; else why not, and None."""
     from pipeline.core.rundir import RunDir, data_identity
     from pipeline.cv.group import group_id
     from pipeline.data.manifest import read_manifest
 
+    options = search.options
     run = RunDir(options.runs_dir / names[0])
-    if not run.finished:
-        return None
     config = run.read_config()
     for key, value in trial.params.items():
         section, name = key.split(".", 1)
         if getattr(getattr(config, section), name) != value:
-            raise PetalsError(
-                f"trial {trial.number}: run {run.name} has {key}={getattr(getattr(config, section), name)}, "
-                f"not the study's {value}: not told"
-            )
+            return f"run {run.name} has {key}={getattr(getattr(config, section), name)}, not {value}", None
     if not options.folds:
-        return {"run": run.name}
+        return "", {"run": run.name}
     group = RunDir(options.runs_dir / group_id(config, data_identity(read_manifest(options.data_dir) or {})))
-    return {**group.metrics(), "group": group.name} if group.finished else None
+    if not group.finished:
+        return f"its CV group {group.name} did not assemble (a fold missing)", None
+    return "", {**group.metrics(), "group": group.name}
