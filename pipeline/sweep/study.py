@@ -140,7 +140,9 @@ def open_study(name: str, storage: str, direction: str, seed: int, prune: str):
 
 def set_attribute(found, frozen, key: str, value) -> None:
     """A user attribute of a trial asked in another process (a kernel's): Optuna sets them through a
-    live Trial, which only the asking process holds; the study's storage takes them for any."""
+    live Trial, which only the asking process holds; the study's storage takes them for any. Study
+    `_storage` and FrozenTrial `_trial_id` are Optuna's own names, not its public API: setup.cfg
+    holds Optuna below 6, and tests/test_kernel_fanout_trials.py reads the attribute back."""
     found._storage.set_trial_user_attr(frozen._trial_id, key, value)
 
 
