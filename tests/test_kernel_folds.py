@@ -284,3 +284,37 @@ def test_a_carried_fold_table_of_other_data_is_not_used_and_a_bad_name_is_refuse
             folds.receive_table(kaggle, {**carried, "name": name})
     with pytest.raises(PetalsError, match="not gzip and base64"):
         folds.receive_table(kaggle, {**carried, "gzip_base64": "bm90IGd6aXA="})
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # the generated script trains a fold in a process of its own
+def test_a_folds_kernel_run_as_kaggle_runs_it_leaves_its_fold_run_and_predictions(data_dir, tmp_path):
+    """Outside the repo, from its own bundle: the fold asked for, trained and its val and test
+    predicted into its run; a summary naming it for `make kernel-output`; no submission."""
+    import os
+    import subprocess
+    import sys
+
+    from pipeline.kernels import metadata
+
+    recipe = [arg for o in TINY if not o.startswith("data.image_size") for arg in ("--set", o)]
+    args = ["kernel", "generate", "--kernels-dir", str(tmp_path / "k"), "--recipe", "default",
+            "--owner", "me", "--name", "folds", "--accelerator", "None", *recipe,
+            "--set", "augment.where=host", "--folds", str(K), "--fold", "1",
+            "--data-dir", str(data_dir)]  # fmt: skip
+    assert cli.main(args) == 0
+    working = tmp_path / "working"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "k" / "folds" / metadata.SCRIPT), "--working", str(working),
+         "--data-dir", str(data_dir), "--strategy", "cpu", "--set", "data.image_size=32"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((working / metadata.SUMMARY).read_text())
+    assert summary["folds"] == K and summary["fold_list"] == [1] and len(summary["fold_runs"]) == 1
+    [name] = summary["fold_runs"]
+    run = RunDir(working / merge.RUNS / name)
+    assert run.finished and run.read_config().train.fold == 1
+    assert run.predictions("val").is_file() and run.predictions("test").is_file()
+    assert not (working / "submission.csv").exists()
