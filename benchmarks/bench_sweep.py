@@ -98,13 +98,13 @@ def run_set(name: str, trials: int, seed: int, folds: int, pruners: list[str], b
 def summary(results: dict) -> dict:
     figures = {}
     for key, r in results.items():
-        unpruned = r["none"]["seconds"]
+        unpruned = r.get("none", {}).get("seconds")  # an entry may hold pruned arms only
         figures[key] = {
             "recipe_test": round(r["recipe"]["test"], 4),
             **{
                 pruner: {
                     "seconds": r[pruner]["seconds"],
-                    "time_saved": round(1 - r[pruner]["seconds"] / unpruned, 3),
+                    "time_saved": round(1 - r[pruner]["seconds"] / unpruned, 3) if unpruned else None,
                     "trials": r[pruner]["trials"],
                     "best_judged_val": r[pruner]["best_judged_val"],
                     "best_test": r[pruner]["best_test"],
