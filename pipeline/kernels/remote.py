@@ -52,9 +52,10 @@ def status(folder: Path) -> str:
 KINDS = ("run", "folds", "trials")  # what a kernel's output holds: one run, fold runs, a study's trials
 
 
-def download(folder: Path) -> tuple[str, Path, str]:
+def download(folder: Path, expected: str | None = None) -> tuple[str, Path, str]:
     """The kernel's outputs downloaded into `<folder>/output/` (every name checked); its id, that
-    folder, and what the output holds (one of KINDS), read from its summary."""
+    folder, and what the output holds (one of KINDS), read from its summary. `expected`: what the
+    caller made the kernel for; an output that holds something else is refused."""
     from pipeline.core import kaggle_outputs
 
     kernel = read_metadata(folder)["id"]
@@ -69,6 +70,8 @@ def download(folder: Path) -> tuple[str, Path, str]:
     raw = read_json_object(summary_path)
     kind = "trials" if raw.get("trials") else "folds" if raw.get("folds") else "run"
     print(f"kernel {kernel}: {len(files)} file(s) in {target}")
+    if expected is not None and kind != expected:
+        raise PetalsError(f"kernel {kernel}'s output holds {kind}, not the {expected} it was made for")
     return kernel, target, kind
 
 
@@ -86,9 +89,7 @@ def output(
     files, the summary's fields) is checked before it is used."""
     from pipeline.runs import leaderboard
 
-    kernel, target, kind = download(folder)
-    if expected is not None and kind != expected:
-        raise PetalsError(f"kernel {kernel}'s output holds {kind}, not the {expected} it was made for")
+    kernel, target, kind = download(folder, expected)
     if kind == "trials":  # a share of a study's trials: its runs placed (the fan-out tells the study)
         place_trials(kernel, target, data_dir, runs_dir, submissions_dir)
         return
