@@ -133,7 +133,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR)
 
-.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-competitions bench-text-real bench-images-real bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-lite-parity bench-hosts fault-table security-table clean clean-data always
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-competitions bench-text-real bench-images-real bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-lite-parity bench-hosts fault-table security-table clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -361,6 +361,9 @@ bench-hosts: $(STAMP) ## 1 process of 8 JAX CPU devices against 2 of 4 (HOSTS=2)
 
 bench-onednn: $(STAMP) ## TensorFlow's oneDNN kernels on this CPU: the CPU recipe's network with them on and off, img/s
 	$(PY) benchmarks/bench_onednn.py
+
+bench-forward: $(STAMP) ## the feature cache pass's ceiling: Lite0's forward pass on this CPU by batch, threads, processes, allocator
+	$(PY) benchmarks/bench_forward.py
 
 fault-table: $(STAMP) ## run the fault-injection suite (5 random kill moments per stage) and write its table to docs/FAULTS.md
 	$(PY) benchmarks/fault_table.py

@@ -19,6 +19,7 @@ from typing import Any
 
 from pipeline.core.children import die_with_launcher
 from pipeline.core.errors import EXIT_ERROR, EXIT_PREEMPTED, PetalsError, Preempted, describe_os_error
+from pipeline.core.machine import engine_environment
 from pipeline.core.native_log import filter_tensorflow_start_up
 
 # Other libraries' start-up lines (TensorFlow's C++ log, absl, JAX looking for a TPU, matplotlib
@@ -34,12 +35,14 @@ def verbose_asked() -> bool:
 
 
 def hush(verbose: bool) -> None:
-    """Before any stage imports TensorFlow or JAX (their C++ logs read the environment once); for
-    drivers that import them before `main`, like the kernel emulation, too.
+    """Before any stage imports TensorFlow or JAX (their C++ logs read the environment once, as
+    does TensorFlow's CPU allocator: `engine_environment`); for drivers that import them before
+    `main`, like the kernel emulation, too.
 
     Set, not defaulted: a parent process that imported them passes on its own level (1, which
     lets C++ warnings through); --verbose is how to see them."""
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "0" if verbose else "2"
+    engine_environment()
     if verbose:
         return
     filter_tensorflow_start_up(2)  # what TensorFlow 2.21 logs before absl is set up ignores the level

@@ -18,9 +18,11 @@ import pytest
 # TensorFlow's C++ start-up lines, from tests that import it outside a stage (a stage sets this
 # itself, from --verbose): the suite's output is pytest's.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from pipeline.core.machine import engine_environment
 from pipeline.core.native_log import filter_tensorflow_start_up
 
 filter_tensorflow_start_up(int(os.environ["TF_CPP_MIN_LOG_LEVEL"]))  # before the imports below load it
+engine_environment()  # the allocator stages run with, in the tests' own processes too
 
 from competition import CompetitionSpec, load_spec  # noqa: E402
 from pipeline.data import synthetic  # noqa: E402

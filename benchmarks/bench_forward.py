@@ -1,0 +1,169 @@
+"""The ceiling of the feature cache's pass: EfficientNet-Lite0 below the CPU recipe's cut, forward
+only, on in-memory pixels (no input pipeline), on this CPU.
+
+The cache pass of `make train` runs exactly this network over every training image and view, so
+its examples/s can be no better than the best setting here. Each setting runs in a fresh process
+(TensorFlow reads its thread pools, oneDNN and glibc read their variables, once, at start):
+- batch: examples per `predict_on_batch` call (the pass's EXTRACT_BATCH);
+- threads: TensorFlow's intra-op pool (0: TensorFlow's own choice, the cores);
+- processes: that many processes at once, each with its share of the cores (their rates summed);
+- workers: that many Python threads in one process, each calling the network on its own batch;
+- env: TensorFlow's allocator and oneDNN settings (ENVS): its defaults; its BFC allocator on the
+  CPU (`TF_CPU_ALLOCATOR_USE_BFC`: buffers kept, not unmapped by glibc and faulted in again on
+  every call); that and oneDNN told the weights are frozen (reordered once); oneDNN off;
+- precision: float32, and mixed bfloat16 where the CPU has avx512_bf16 or AMX (skipped otherwise:
+  oneDNN emulates bfloat16 there, slower than float32).
+Settings are alternated and repeated: this machine's speed swings within minutes.
+
+Usage: python benchmarks/bench_forward.py [--repeats 2] [--examples 512] [--quick].
+Writes benchmarks/latest.json (the slowest run of each setting, and the best setting's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.bench_fetch import machine, record  # noqa: E402
+from benchmarks.bench_onednn import cpu_flags  # noqa: E402
+from benchmarks.bench_train import figure  # noqa: E402
+
+# One setting in its own process: the recipe's network cut as training cuts it, warmed up, then
+# `examples` images through the bottom. Prints examples/s.
+FORWARD = """
+import json, sys, threading, time
+import numpy as np
+import tensorflow as tf
+import keras
+threads, workers = {threads}, {workers}
+if threads:
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(max(workers, 1))
+keras.mixed_precision.set_global_policy("{precision}")
+from competition import load_spec
+from pipeline import networks
+from pipeline.modeling import features
+from pipeline.tasks.recipe_config import load_config
+config = load_config("cpu", ["competition=flowers"])
+net = networks.build(config, load_spec("flowers"), activation="softmax", weights="none")
+bottom = features.cut_for(net, config).bottom
+size, batch = config.data.image_size, {batch}
+pixels = np.random.default_rng(0).uniform(0, 255, (batch, size, size, 3)).astype("float32")
+for _ in range(2):
+    bottom.predict_on_batch(pixels)
+calls = max(1, {examples} // batch // workers)
+def work():
+    for _ in range(calls):
+        bottom.predict_on_batch(pixels)
+pool = [threading.Thread(target=work) for _ in range(workers)]
+start = time.perf_counter()
+for thread in pool:
+    thread.start()
+for thread in pool:
+    thread.join()
+print(json.dumps({{"examples_per_second": workers * calls * batch / (time.perf_counter() - start)}}))
+"""
+
+
+ENVS = {
+    "default": {},
+    "bfc": {"TF_CPU_ALLOCATOR_USE_BFC": "true"},
+    "bfc-frozen": {"TF_CPU_ALLOCATOR_USE_BFC": "true", "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS": "true"},
+    "onednn-off": {"TF_ENABLE_ONEDNN_OPTS": "0"},
+}
+
+
+def settings(quick: bool, flags: list[str]) -> list[dict]:
+    """The grid: each a dict of batch, threads, processes, env, precision."""
+    precisions = ["float32"] + (["mixed_bfloat16"] if {"avx512_bf16", "amx_bf16"} & set(flags) else [])
+    cores = os.cpu_count() or 1
+    grid = []
+    batches = (32, 128) if quick else (16, 32, 64, 128)
+    for batch, env, precision in itertools.product(batches, ENVS, precisions):
+        grid.append(dict(batch=batch, threads=0, processes=1, workers=1, env=env, precision=precision))
+    if cores > 1:  # a process a core, each on one thread; or one process, a call in flight a core
+        for env in ("default", "bfc"):
+            grid.append(dict(batch=32, threads=1, processes=cores, workers=1, env=env, precision="float32"))
+        for batch, threads in itertools.product((32, 64, 128), (0, 1)):
+            grid.append(
+                dict(batch=batch, threads=threads, processes=1, workers=cores, env="bfc", precision="float32")
+            )
+    return grid
+
+
+def name_of(setting: dict) -> str:
+    return "forward_b{batch}_t{threads}_p{processes}_w{workers}_{env}_{precision}".format(**setting)
+
+
+def one_run(setting: dict, examples: int) -> float:
+    """Examples/s of one setting: its processes started together, their rates summed."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO), **ENVS[setting["env"]]}
+    code = FORWARD.format(
+        threads=setting["threads"],
+        workers=setting["workers"],
+        precision=setting["precision"],
+        batch=setting["batch"],
+        examples=examples,
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+        for _ in range(setting["processes"])
+    ]
+    rates = []
+    for proc in procs:
+        out, _ = proc.communicate()
+        if proc.returncode:
+            raise SystemExit(f"bench_forward: {name_of(setting)} exited with {proc.returncode}")
+        rates.append(json.loads(out.strip().splitlines()[-1])["examples_per_second"])
+    return sum(rates)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="runs of each setting, alternated (default: 2)"
+    )
+    parser.add_argument("--examples", type=int, default=512, help="timed examples per run (default: 512)")
+    parser.add_argument("--quick", action="store_true", help="batches 32 and 128 only")
+    parser.add_argument("--only", default="", help="the settings whose name holds this text")
+    args = parser.parse_args()
+    flags = cpu_flags()
+    grid = [s for s in settings(args.quick, flags) if args.only in name_of(s)]
+    runs: dict[str, list[float]] = {name_of(s): [] for s in grid}
+    started = time.perf_counter()
+    for _ in range(args.repeats):
+        for setting in grid:
+            rate = one_run(setting, args.examples)
+            runs[name_of(setting)].append(rate)
+            print(f"{name_of(setting)}: {rate:.1f} examples/s", flush=True)
+    context = {"machine": machine(), "cpu_flags": flags, "examples": args.examples, "runs": runs}
+    best = max(runs, key=lambda name: min(runs[name]))
+    record(
+        [
+            figure(f"{name}_ex_per_s", min(values), "examples/s (slowest run)", context)
+            for name, values in runs.items()
+        ]
+        + [figure("forward_ceiling_ex_per_s", min(runs[best]), f"examples/s ({best}, slowest run)", context)]
+    )
+    print(f"bench_forward: {len(grid)} settings x {args.repeats} in {time.perf_counter() - started:.0f} s")
+    for name, values in runs.items():
+        print(f"  {name}: {min(values):.1f}-{max(values):.1f} examples/s")
+    print(
+        f"  ceiling: {best}, {min(runs[best]):.1f} examples/s (slowest of its runs); "
+        f"cpu flags: {flags or 'none'}"
+    )
+
+
+if __name__ == "__main__":
+    main()
