@@ -1,4 +1,5 @@
-"""A CV group of feature-cache folds predicts through its cut: each fold's out-of-fold rows are the
+"""A single feature-cache run evaluates on the val predictions training scored; a CV group of
+feature-cache folds predicts through its cut: each fold's out-of-fold rows are the
 probabilities training scored at its best epoch (no second pass), the test set goes through the
 frozen network below the cut once for every fold, and both stay within float16's rounding of the
 whole network's; a fold whose weights or bottom changed is predicted from pixels instead."""
@@ -81,8 +82,8 @@ def test_folds_predict_out_of_fold_as_scored_and_the_test_set_through_one_bottom
         best = pd.read_csv(run.history_file)[spec.score_key].max()
         assert spec.metric.score(kept.labels, kept.probabilities) == pytest.approx(best, abs=1e-6)
         assert metrics["fold_scores"][k] == pytest.approx(best, abs=1e-6)
-        close_to_whole(kept, predict_split(run, data_dir, "val", 1, cpu))
-        kept.save(run.predictions("val"))  # predict_split replaced it with the whole network's
+        close_to_whole(kept, predict_split(run, data_dir, "val", 1, cpu, as_scored=False))
+        kept.save(run.predictions("val"))  # the whole network's replaced it
 
     extracted.clear()
     cv_stage.predict(options(data_dir, tmp_path))
@@ -124,3 +125,45 @@ def test_cv_predict_picks_its_backend_before_anything_imports_keras(data_dir, tm
     )  # fmt: skip
     assert done.returncode != 0
     assert "the CV group is not complete" in done.stderr and "backend cannot change" not in done.stderr
+
+
+@pytest.mark.slow
+def test_a_single_runs_evaluate_reads_the_val_predictions_training_scored_with_its_best_weights(
+    data_dir, tmp_path, spec, cpu, monkeypatch, caplog
+):
+    from pipeline import cli
+    from pipeline.modeling import inference
+    from pipeline.stages import train
+
+    config = load_config(overrides=list(OVERRIDES))
+    job = train.prepare(config, cpu, data_dir, tmp_path / "runs", None, None)
+    train.fit(job, verbose=0)
+    run = RunDir(job.run_dir)
+    kept = Predictions.load(run.predictions("val"))
+    best = pd.read_csv(run.history_file)[spec.score_key].max()
+    assert through(kept) and spec.metric.score(kept.labels, kept.probabilities) == pytest.approx(
+        best, abs=1e-6
+    )
+
+    whole = predict_split(run, data_dir, "val", 1, cpu, as_scored=False)
+    close_to_whole(kept, whole)
+    kept.save(run.predictions("val"))  # the whole network's replaced it
+
+    def no_network(*_):
+        raise AssertionError("the val split was predicted again")
+
+    monkeypatch.setattr(inference, "load_inference_model", no_network)
+    caplog.set_level("INFO")
+    common = ["--data-dir", str(data_dir), "--runs-dir", str(tmp_path / "runs"), "--run", run.name]
+    assert cli.main(["evaluate", *common, "--submissions-dir", str(tmp_path / "subs")]) == 0
+    assert "as training scored them" in caplog.text and "val pass" not in caplog.text
+    metrics = json.loads((run.path / "metrics.json").read_text())
+    assert metrics["evaluation"][spec.score_key] == pytest.approx(best, abs=1e-6)
+
+    # Other weights than those it scored with (a copy from elsewhere): the whole network predicts.
+    monkeypatch.undo()
+    net = load_inference_model(run)
+    first = next(w for w in net.get_layer("backbone").weights if len(w.shape) == 4)
+    first.assign(first.numpy() * 1.01)
+    save_weights(net, run.best_weights)
+    assert not through(predict_split(run, data_dir, "val", 1, cpu))

@@ -16,14 +16,9 @@ from pipeline.modeling.inference import Predictions
 def held_predictions(run: RunDir, data_dir: Path, split: str, tta: int, platform) -> Predictions:
     """The fold run's `split` predictions: made (or reused) from its weights when they are here, else
     the ones it saved where it was trained, checked against this data dir."""
-    from pipeline.modeling import cut_predict
-    from pipeline.modeling.inference import check_same_data, predict_split
+    from pipeline.modeling.inference import predict_split
 
-    if run.best_weights.is_file():
-        if split == "val" and tta == 1:  # as training scored them through its cut, if it kept them
-            kept = cut_predict.scored(run, check_same_data(run, data_dir))
-            if kept is not None:
-                return kept
+    if run.best_weights.is_file():  # val at TTA 1: as training scored them, if it kept them
         return predict_split(run, data_dir, split, tta, platform)
     return saved_predictions(run, data_dir, split, tta)
 

@@ -29,11 +29,10 @@ import numpy as np
 from pipeline import networks
 from pipeline.core.rundir import RunDir
 from pipeline.modeling import feature_cache, features
-from pipeline.modeling.inference import Predictions, made_from
+from pipeline.modeling.inference import THROUGH, Predictions, made_from
 
 log = logging.getLogger(__name__)
 
-THROUGH = "feature cache: float16 activations below the cut"  # the `through` of such predictions
 FOLDER = "features"  # inside a CV group's dir while its folds predict the test set
 
 
@@ -57,15 +56,6 @@ def save_scored(run: RunDir, val, probabilities: np.ndarray, manifest: dict, wri
         tta=1,
         source=made_from(run, manifest, 1, THROUGH),
     ).save(run.predictions("val", 1))
-
-
-def scored(run: RunDir, manifest: dict) -> Predictions | None:
-    """The val predictions `save_scored` kept, if they are of the run's best weights and this data."""
-    path = run.predictions("val", 1)
-    if not path.is_file() or not run.best_weights.is_file():
-        return None
-    saved = Predictions.load(path)
-    return saved if saved.source == made_from(run, manifest, 1, THROUGH) else None
 
 
 def test_through_cut(runs: list[RunDir], data_dir: Path, folder: Path, platform) -> dict[int, Predictions]:

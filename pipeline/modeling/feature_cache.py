@@ -15,6 +15,7 @@ there first under a lock (the other waits, then reads it); each fold takes its r
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import itertools
 import json
@@ -254,14 +255,14 @@ def _extract(bottom, batches: list, platform) -> Rows:
     order; an unlabelled split's labels are -1."""
     from pipeline.modeling.inference import predict_batches
 
-    outputs = [
-        predict_batches(bottom, tf.data.Dataset.from_tensors(images), platform).astype(np.float16)
-        for images, *_ in batches
-    ]
+    images = functools.reduce(
+        tf.data.Dataset.concatenate, (tf.data.Dataset.from_tensors(images) for images, *_ in batches)
+    )
+    outputs = predict_batches(bottom, images, platform).astype(np.float16)
     ids = np.concatenate([b[-1] for b in batches])
     ids = np.asarray([i.decode() if isinstance(i, bytes) else str(i) for i in ids])
     labels = np.concatenate([b[1] for b in batches]) if len(batches[0]) == 3 else np.full(len(ids), -1)
-    return Rows(np.concatenate(outputs)[None], labels, ids)
+    return Rows(outputs[None], labels, ids)
 
 
 def agreed(platform, value: int) -> int:

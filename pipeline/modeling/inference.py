@@ -8,9 +8,11 @@ test-time-augmentation passes are unchanged.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -161,21 +163,55 @@ def val_scores(spec, probabilities: np.ndarray, labels: np.ndarray) -> dict[str,
     }
 
 
+# One replica on a CPU: two calls in flight, so that one call's serial stretches (Python, op
+# dispatch, the small ops between convolutions) are filled by the other's work. EfficientNet-
+# Lite0 below the CPU recipe's cut on 2 cores: 101-114 examples/s against 72-87 for one call at a
+# time (`make bench-forward`). Each call is the same computation as alone: the outputs are equal.
+CALLS_IN_FLIGHT = 2
+
+
 def predict_batches(model, batches, platform) -> np.ndarray:
     """The model's outputs for every batch of a dataset of inputs, in order.
 
     One replica: batch by batch with `predict_on_batch`, about twice Keras `predict`'s images/s
     on 2 CPU cores (EfficientNet-Lite0 at 192 px: 141-173 against 75-92; `predict` feeds its own
-    tf.data pipeline, which competes for the cores). Under a strategy of several replicas
-    `predict_on_batch` would run the whole batch on each, so `predict` splits it there. Across
-    several processes each predicts its share of the batches (`host_predict`).
+    tf.data pipeline, which competes for the cores), CALLS_IN_FLIGHT at a time on a CPU. Under a
+    strategy of several replicas `predict_on_batch` would run the whole batch on each, so
+    `predict` splits it there. Across several processes each predicts its share of the batches
+    (`host_predict`).
     """
     if platform.hosts.several:
         return host_predict.predict_shared(model, batches, platform)
     if platform.replicas > 1:
         return np.asarray(model.predict(batches, verbose=0))
-    outputs = [np.asarray(model.predict_on_batch(inputs)) for inputs in batches.as_numpy_iterator()]
-    return np.concatenate(outputs)
+    calls = CALLS_IN_FLIGHT if platform.device == "CPU" else 1
+    built = getattr(model, "predict_function", None) is not None  # Keras builds it in the first call
+    return np.concatenate(in_flight(model.predict_on_batch, batches.as_numpy_iterator(), calls, built))
+
+
+def in_flight(call, inputs, calls: int, built: bool = False) -> list[np.ndarray]:
+    """`call(x)` for each of `inputs`, in order, up to `calls` at once (and no more inputs held);
+    unless `built`, the first call runs alone (it builds what the others share)."""
+    inputs = iter(inputs)
+    outputs = []
+    if not built:
+        first = next(inputs, None)
+        if first is None:
+            return []
+        outputs.append(np.asarray(call(first)))
+    if calls <= 1:
+        return outputs + [np.asarray(call(x)) for x in inputs]
+    with ThreadPoolExecutor(calls, thread_name_prefix="petals-predict") as pool:
+        pending: collections.deque = collections.deque()
+        for x in inputs:
+            pending.append(pool.submit(call, x))
+            if len(pending) >= calls:
+                outputs.append(np.asarray(pending.popleft().result()))
+        outputs.extend(np.asarray(future.result()) for future in pending)
+    return outputs
+
+
+THROUGH = "feature cache: float16 activations below the cut"  # the `through` of such predictions
 
 
 def made_from(run: RunDir, manifest: dict, tta: int, through: str = "") -> str:
@@ -185,8 +221,26 @@ def made_from(run: RunDir, manifest: dict, tta: int, through: str = "") -> str:
     return json.dumps({**made, **({"through": through} if through else {})}, sort_keys=True)
 
 
-def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -> Predictions:
-    """Class probabilities of `split` (val or test) for the run's best weights, TTA passes averaged."""
+def scored(run: RunDir, manifest: dict) -> Predictions | None:
+    """The val predictions training kept (`cut_predict.save_scored`), if they are of the run's
+    best weights and this data."""
+    path = run.predictions("val", 1)
+    if not path.is_file() or not run.best_weights.is_file():
+        return None
+    saved = Predictions.load(path)
+    return saved if saved.source == made_from(run, manifest, 1, THROUGH) else None
+
+
+def predict_split(
+    run: RunDir, data_dir: Path, split: str, tta: int, platform, as_scored: bool = True
+) -> Predictions:
+    """Class probabilities of `split` (val or test) for the run's best weights, TTA passes averaged.
+
+    A feature-cache run's val split at TTA 1 is not predicted again (`as_scored=False` asks for the
+    whole network): training scored it through its cut with the weights it saved as best and kept
+    the probabilities (`cut_predict.save_scored`), from float16 activations below the cut (the
+    flowers' probabilities within 0.0006 of the whole network's: docs/BENCHMARKS.md;
+    tests/test_cut_predict.py bounds it). A CV group's out-of-fold rows are made the same way."""
     import tensorflow as tf
 
     from competition import load_spec
@@ -201,6 +255,11 @@ def predict_split(run: RunDir, data_dir: Path, split: str, tta: int, platform) -
     check_tta(spec, tta)
     source = made_from(run, manifest, tta)
     path = run.predictions(split, tta)
+    if split == "val" and tta == 1 and as_scored:  # as training scored them through its cut
+        kept = scored(run, manifest)
+        if kept is not None:
+            log.info("%s: val predictions as training scored them with its best weights", run.name)
+            return kept
     if path.is_file():
         saved = Predictions.load(path)
         if saved.source == source:

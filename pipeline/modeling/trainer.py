@@ -199,7 +199,7 @@ class Trainer:
         model = self.classifier.net if platform.hosts.several else self.classifier
         probabilities = predict_batches(model, inputs, platform)
         real = targets.real(self._val_labels)
-        self._scored_probabilities = probabilities[real]  # kept by a fold with its best weights
+        self._scored_probabilities = probabilities[real]  # kept with the best weights
         return val_scores(spec, probabilities[real], self._val_labels[real])
 
     # ------------------------------------------------------------------ the loop
@@ -332,8 +332,8 @@ class Trainer:
         if score is not None and score > self.best_score:  # None: an epoch val was not scored after
             self.best_score = score
             save_weights(self.net, self.run.best_weights)
-            if self.cut is not None and self.config.train.folds and self._val is not None:
-                # A fold's out-of-fold predictions, as scored now: no second pass over its images.
+            if self.cut is not None and self._val is not None:
+                # The val predictions as scored now (a fold's OOF ones): evaluate reads them.
                 cut_predict.save_scored(self.run, self.job.val, self._scored_probabilities,
                                         self.job.manifest, self.job.platform.hosts.writer)  # fmt: skip
 
