@@ -47,7 +47,9 @@ def main() -> None:
             saved = Path(tmp) / kept_path.name
             shutil.copy(kept_path, saved)
             try:
-                whole = predict_split(run, args.data_dir, split, 1, platform).by_ids(kept.ids)
+                whole = predict_split(run, args.data_dir, split, 1, platform, as_scored=False).by_ids(
+                    kept.ids
+                )
             finally:
                 shutil.copy(saved, kept_path)  # predict_split replaced it with the whole network's
         diff = np.abs(kept.probabilities - whole.probabilities)

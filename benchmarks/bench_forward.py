@@ -106,7 +106,10 @@ def name_of(setting: dict) -> str:
 
 def one_run(setting: dict, examples: int) -> float:
     """Examples/s of one setting: its processes started together, their rates summed."""
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO), **ENVS[setting["env"]]}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
+    for name in {key for values in ENVS.values() for key in values}:
+        env.pop(name, None)  # each setting is its own: not what the shell or a test set
+    env.update(ENVS[setting["env"]])
     code = FORWARD.format(
         threads=setting["threads"],
         workers=setting["workers"],

@@ -262,6 +262,9 @@ def set_up(args: argparse.Namespace, root: Path):
     os.environ.setdefault("KERAS_HOME", str(scratch_dir("petals-keras-")))  # read when Keras is imported
     import pipeline
     from pipeline.core import device
+    from pipeline.core.machine import engine_environment
+
+    engine_environment()  # before `pick` starts TensorFlow
 
     if Path(pipeline.__file__).parent.parent != root:
         raise SystemExit(f"petals kernel: imported {pipeline.__file__} instead of the bundled pipeline")

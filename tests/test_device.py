@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from pipeline.core import device, machine
@@ -158,3 +160,24 @@ def test_an_emulated_tpu_is_jax_cpu_devices_and_says_so():
 def test_auto_recipe_follows_what_the_replicas_run_on():
     assert [resolve_recipe("auto", d) for d in ("TPU", "GPU", "CPU")] == ["tpu", "gpu", "cpu"]
     assert resolve_recipe("densenet201", "TPU") == "densenet201"
+
+
+def test_the_cpu_allocator_is_set_on_a_cpu_machine_unless_the_environment_or_an_accelerator_says(
+    plain_machine, monkeypatch
+):
+    name = "TF_CPU_ALLOCATOR_USE_BFC"
+    monkeypatch.delenv(name, raising=False)
+    machine.engine_environment()
+    assert machine.accelerator_signs() == [] and os.environ[name] == "true"
+    monkeypatch.setenv(name, "false")  # the user's own choice stays
+    machine.engine_environment()
+    assert os.environ[name] == "false"
+    monkeypatch.delenv(name)
+    monkeypatch.setenv("ISTPUVM", "1")  # a TPU VM: TensorFlow's default allocator
+    machine.engine_environment()
+    assert name not in os.environ
+    monkeypatch.delenv("ISTPUVM")
+    monkeypatch.setattr(machine.glob, "glob", lambda p: ["/dev/nvidia0"] if "nvidia" in p else [])
+    assert machine.accelerator_signs() == ["1 /dev/nvidia* device(s)"]
+    machine.engine_environment()
+    assert name not in os.environ

@@ -83,7 +83,7 @@ def test_a_run_on_cached_views_scores_the_same_when_evaluated_on_images(cpu, tin
     assert not (job.run_dir / features.FOLDER).exists()  # a finished run's cache goes
     # The val score training recorded (on cached activations) is the score of the saved weights on
     # the images themselves, through the whole network.
-    predictions = predict_split(job.run, tiny_data_dir, "val", 1, cpu)
+    predictions = predict_split(job.run, tiny_data_dir, "val", 1, cpu, as_scored=False)
     picked = predictions.probabilities[np.arange(len(predictions.labels)), predictions.labels]
     history = pd.read_csv(job.run.history_file)
     best = history.loc[history["val_macro_f1"].idxmax()]

@@ -123,13 +123,23 @@ def refuse_tpu(strategy: str, found: str) -> None:
 # TensorFlow's CPU allocator hands each tensor to glibc, which maps a large buffer on every call
 # and unmaps it after: EfficientNet-Lite0's forward pass at batch 128 spent a third of its time
 # faulting pages in (sys time; 120 million minor faults in one main job). TensorFlow's BFC
-# allocator keeps its buffers: 87 against 51 examples/s here (`make bench-forward`). Read once,
-# when TensorFlow makes its first CPU allocation.
+# allocator keeps its buffers: 77-86 against 49-51 examples/s here (`make bench-forward`). Read
+# once, when TensorFlow makes its first CPU allocation. It keeps what it took (the main job's peak
+# 6.0 GB against 3.4), and it was measured on CPU machines only: where an accelerator does the
+# network's work, TensorFlow's default stays.
 CPU_ALLOCATOR = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 
 
+def accelerator_signs() -> list[str]:
+    """A TPU's or an NVIDIA GPU's device files or variables, in words; empty on a CPU machine."""
+    gpus = glob.glob("/dev/nvidia[0-9]*")
+    return tpu_signs() + ([f"{len(gpus)} /dev/nvidia* device(s)"] if gpus else [])
+
+
 def engine_environment() -> None:
-    """The engine settings petals runs with, unless the environment sets them already; before
-    TensorFlow is imported (later, they change nothing)."""
+    """The engine settings petals runs with on a machine without accelerators, unless the
+    environment sets them already; before TensorFlow is imported (later, they change nothing)."""
+    if accelerator_signs():
+        return
     for name, value in CPU_ALLOCATOR.items():
         os.environ.setdefault(name, value)

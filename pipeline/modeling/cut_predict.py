@@ -45,8 +45,9 @@ def weights_digest(model) -> str:
 
 
 def save_scored(run: RunDir, val, probabilities: np.ndarray, manifest: dict, writer: bool) -> None:
-    """A fold's held-out probabilities as training scored them with the weights just saved as best
-    (`val`: its FeatureSplit, in the same order), kept as its val predictions at TTA 1."""
+    """A run's val probabilities (a fold's held-out ones) as training scored them with the weights
+    just saved as best (`val`: its FeatureSplit, in the same order), kept as its val predictions
+    at TTA 1 (`inference.scored` reads them)."""
     if not writer:
         return
     Predictions(

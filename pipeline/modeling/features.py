@@ -8,7 +8,8 @@ the classifier's, so training `top` trains the classifier). `cache_splits` runs 
 per training example and view (the example, its mirror, then random views under the recipe's
 augmentation) and once per val example, keeps the outputs in the run dir (float16), and gives
 splits of them that the trainer reads like any other: each epoch shows every example through
-one of its views, drawn at random. Evaluate and predict run the whole classifier on images.
+one of its views, drawn at random. The val probabilities of the epoch kept as best are saved, and
+evaluate reads them at TTA 1; predict runs the whole classifier on images.
 The pass is saved in pieces a preempted run keeps; a cross-validation group's folds share one
 pooled cache beside their runs, each fold taking its rows by id (pipeline/modeling/feature_cache.py).
 

@@ -163,7 +163,7 @@ def val_scores(spec, probabilities: np.ndarray, labels: np.ndarray) -> dict[str,
     }
 
 
-# One replica on a CPU: two calls in flight, so that one call's serial stretches (Python, op
+# One replica on a CPU under TensorFlow: two calls in flight, so that one call's serial stretches (Python, op
 # dispatch, the small ops between convolutions) are filled by the other's work. EfficientNet-
 # Lite0 below the CPU recipe's cut on 2 cores: 101-114 examples/s against 72-87 for one call at a
 # time (`make bench-forward`). Each call is the same computation as alone: the outputs are equal.
@@ -175,7 +175,7 @@ def predict_batches(model, batches, platform) -> np.ndarray:
 
     One replica: batch by batch with `predict_on_batch`, about twice Keras `predict`'s images/s
     on 2 CPU cores (EfficientNet-Lite0 at 192 px: 141-173 against 75-92; `predict` feeds its own
-    tf.data pipeline, which competes for the cores), CALLS_IN_FLIGHT at a time on a CPU. Under a
+    tf.data pipeline, which competes for the cores), CALLS_IN_FLIGHT at a time on a CPU (TensorFlow). Under a
     strategy of several replicas `predict_on_batch` would run the whole batch on each, so
     `predict` splits it there. Across several processes each predicts its share of the batches
     (`host_predict`).
@@ -184,7 +184,9 @@ def predict_batches(model, batches, platform) -> np.ndarray:
         return host_predict.predict_shared(model, batches, platform)
     if platform.replicas > 1:
         return np.asarray(model.predict(batches, verbose=0))
-    calls = CALLS_IN_FLIGHT if platform.device == "CPU" else 1
+    # TensorFlow only: Keras on JAX hands the variables' buffers to each call (donated) and writes
+    # them back after, so a second call in flight could read deleted arrays.
+    calls = CALLS_IN_FLIGHT if platform.backend == "tensorflow" and platform.device == "CPU" else 1
     built = getattr(model, "predict_function", None) is not None  # Keras builds it in the first call
     return np.concatenate(in_flight(model.predict_on_batch, batches.as_numpy_iterator(), calls, built))
 
