@@ -163,10 +163,11 @@ def val_scores(spec, probabilities: np.ndarray, labels: np.ndarray) -> dict[str,
     }
 
 
-# One replica on a CPU under TensorFlow: two calls in flight, so that one call's serial stretches (Python, op
-# dispatch, the small ops between convolutions) are filled by the other's work. EfficientNet-
-# Lite0 below the CPU recipe's cut on 2 cores: 101-114 examples/s against 72-87 for one call at a
-# time (`make bench-forward`). Each call is the same computation as alone: the outputs are equal.
+# One replica on a CPU under TensorFlow: two calls in flight, so that one call's serial stretches
+# (Python, op dispatch, the small ops between convolutions) are filled by the other's work.
+# EfficientNet-Lite0 below the CPU recipe's cut on 2 cores: 101-114 examples/s against 72-87 for
+# one call at a time (`make bench-forward`). Each call is the same computation as alone: the
+# outputs are equal.
 CALLS_IN_FLIGHT = 2
 
 
@@ -175,10 +176,10 @@ def predict_batches(model, batches, platform) -> np.ndarray:
 
     One replica: batch by batch with `predict_on_batch`, about twice Keras `predict`'s images/s
     on 2 CPU cores (EfficientNet-Lite0 at 192 px: 141-173 against 75-92; `predict` feeds its own
-    tf.data pipeline, which competes for the cores), CALLS_IN_FLIGHT at a time on a CPU (TensorFlow). Under a
-    strategy of several replicas `predict_on_batch` would run the whole batch on each, so
-    `predict` splits it there. Across several processes each predicts its share of the batches
-    (`host_predict`).
+    tf.data pipeline, which competes for the cores), CALLS_IN_FLIGHT at a time on a CPU under
+    TensorFlow. Under a strategy of several replicas `predict_on_batch` would run the whole batch
+    on each, so `predict` splits it there. Across several processes each predicts its share of
+    the batches (`host_predict`).
     """
     if platform.hosts.several:
         return host_predict.predict_shared(model, batches, platform)
