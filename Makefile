@@ -49,7 +49,7 @@ KERNEL      ?=#                  kernel folder and slug under kernels/ (default:
 OWNER       ?=#                  Kaggle user owning the kernel (default: the credentials' username)
 ACCELERATOR ?=#                  kernel accelerator: TpuV5E8 (default) TpuV6E8 NvidiaTeslaT4 (default for a code competition) NvidiaL4 NvidiaH100 ... None (CPU)
 KERNEL_TYPE ?= script#           script | notebook
-INTERNET    ?=#                  the kernel's internet (pretrained weights download): on | off (default on; off for a code competition)
+INTERNET    ?=#                  the kernel's internet: on | off (default on; off for a code competition: packages Kaggle lacks go as your private dataset petals-wheels)
 DATASETS    ?=#                  datasets to attach, e.g. DATASETS="me/b7-weights"
 MODELS      ?=#                  Kaggle models to attach, e.g. MODELS="keras/bert/keras/bert_base_multi/2"
 TIMEOUT     ?=#                  kernel: its longest run, seconds (default: Kaggle's session limit); training stops with a checkpoint before it; make sweep: start no trial past it

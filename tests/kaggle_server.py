@@ -71,6 +71,11 @@ class Behaviour:
     quota: dict[str, tuple[float, float, float]] | None = None
     quota_refresh: str = "2026-11-30T00:00:00Z"
     push_errors: list[str] = field(default_factory=list)  # SaveKernel's `error`, one per push, first
+    # Datasets by owner/slug: each version's files, {name: bytes}, newest last.
+    datasets: dict[str, list[dict[str, bytes]]] = field(default_factory=dict)
+    dataset_requests: list[dict] = field(default_factory=list)  # CreateDataset(Version) requests
+    dataset_statuses: list[str] = field(default_factory=list)  # answered first, then READY
+    refuse_uploads: int = 0  # the first uploads PUT here are answered 400 (the client goes on without them)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -108,6 +113,13 @@ class _Handler(BaseHTTPRequestHandler):
             return self._reply(401, body, {"Content-Type": "application/json"})
         if self.path.startswith("/api/v1/kernels.KernelsApiService/"):
             return self._kernels(self.path.rsplit("/", 1)[-1], payload)
+        if self.path.startswith("/api/v1/datasets.DatasetApiService/"):
+            return self._datasets(self.path.rsplit("/", 1)[-1], payload)
+        if self.path == "/api/v1/blobs.BlobApiService/StartBlobUpload":
+            token = f"blob-{len(self.behaviour.uploads) + 1}"
+            self.behaviour.uploads[token] = b""
+            self.behaviour.file_names[token] = payload.get("name", "")
+            return self._json({"token": token, "createUrl": f"http://localhost:{PORT}/upload/{token}"})
         method = self.path.removeprefix("/api/v1/competitions.CompetitionApiService/")
         if method == "DownloadDataFiles":
             slug = payload.get("competitionName", "")
@@ -160,6 +172,37 @@ class _Handler(BaseHTTPRequestHandler):
         )
         competition = payload.get("competitionName")
         return self._json({"message": f"Successfully submitted to {competition}", "ref": ref})
+
+    def _datasets(self, method: str, payload: dict) -> None:
+        """A dataset created, given a version, listed, or its status; the files of each version are
+        the blobs uploaded for its tokens (one whose upload never arrived is dropped, as Kaggle would)."""
+        body = payload.get("body") or payload
+        dataset = f"{payload.get('ownerSlug')}/{payload.get('slug') or payload.get('datasetSlug')}"
+        versions = self.behaviour.datasets.get(dataset)
+        if method == "CreateDataset" and versions is not None:
+            return self._json({"error": f"dataset {dataset} exists"})
+        if method in ("CreateDataset", "CreateDatasetVersion"):
+            if method == "CreateDatasetVersion" and versions is None:
+                return self._reply(404, b"{}", {"Content-Type": "application/json"})
+            self.behaviour.dataset_requests.append({"method": method, **payload})
+            files = {
+                self.behaviour.file_names[t]: self.behaviour.uploads[t]
+                for t in (f.get("token") for f in body.get("files", []))
+                if self.behaviour.uploads.get(t)
+            }
+            self.behaviour.datasets.setdefault(dataset, []).append(files)
+            url = f"https://www.kaggle.com/datasets/{dataset}"
+            return self._json({"ref": dataset, "url": url, "status": "ok", "error": ""})
+        if versions is None:
+            body = json.dumps({"code": 404, "message": f"no dataset {dataset}"}).encode()
+            return self._reply(404, body, {"Content-Type": "application/json"})
+        if method == "ListDatasetFiles":
+            listed = [{"name": n, "totalBytes": len(b)} for n, b in versions[-1].items()]
+            return self._json({"datasetFiles": listed, "nextPageToken": ""})
+        if method == "GetDatasetStatus":
+            statuses = self.behaviour.dataset_statuses
+            return self._json({"status": statuses.pop(0) if statuses else "READY"})
+        return self._reply(404, b"{}", {"Content-Type": "application/json"})
 
     def _kernels(self, method: str, payload: dict) -> None:
         if method == "SaveKernel" and self.behaviour.push_errors:  # refused: no version made
@@ -240,6 +283,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.behaviour.requests.append({"path": self.path, "bytes": len(body)})
         if token not in self.behaviour.uploads:
             return self._reply(404)
+        if self.behaviour.refuse_uploads:
+            self.behaviour.refuse_uploads -= 1
+            return self._reply(400, b"{}", {"Content-Type": "application/json"})
         self.behaviour.uploads[token] = body
         return self._reply(200, b"{}", {"Content-Type": "application/json"})
 

