@@ -220,14 +220,18 @@ config: | $(STAMP) ## print the config `make train` resolves (RECIPE, SET, the d
 # `make train submit` runs every stage between (train, evaluate, predict, submit) on the run
 # RECIPE and SET name; alone, each target works on what is already there.
 CHAIN := $(filter train,$(MAKECMDGOALS))
+comma := ,
 run_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) --submissions-dir $(call q,SUBMISSIONS)
 
+# In the chain, where predict runs after evaluate, the two run in one process (`evaluate,predict`):
+# the engine starts once for both. Alone, or with FOLDS, each is its own command as before.
+ONE_PROCESS := $(and $(CHAIN),$(or $(filter predict,$(MAKECMDGOALS)),$(and $(filter submit,$(MAKECMDGOALS)),$(if $(FILE),,1))))
 evaluate: $(DATA)/manifest.json $(CHAIN) ## score RUN (default: RECIPE's run) on val: macro-F1, per class, confusions (TTA=); FOLDS=5: the CV group's out-of-fold score
-	$(cv_only)$(if $(FOLDS),$(hosts_PY) cv evaluate $(cv_ARGS),$(hosts_PY) evaluate $(run_ARGS) --tta $(call q,TTA))
+	$(cv_only)$(if $(FOLDS),$(hosts_PY) cv evaluate $(cv_ARGS),$(if $(ONE_PROCESS),@:,$(hosts_PY) evaluate $(run_ARGS) --tta $(call q,TTA)))
 
 predict: $(DATA)/manifest.json $(if $(CHAIN),evaluate) ## test predictions of RUN (TTA=) -> SUBMISSIONS/<run-id>.csv; FOLDS=5: the folds' mean (REFIT=1: a refit on all data)
-	$(cv_only)$(if $(FOLDS),$(hosts_PY) cv predict $(cv_ARGS),$(hosts_PY) predict $(run_ARGS) --tta $(call q,TTA))
+	$(cv_only)$(if $(FOLDS),$(hosts_PY) cv predict $(cv_ARGS),$(hosts_PY) $(if $(ONE_PROCESS),evaluate$(comma))predict $(run_ARGS) --tta $(call q,TTA))
 
 ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1, CV groups: STACK=1): a score and a submission
 	$(PY) -m pipeline ensemble --runs $(call qs,RUNS) $(if $(WEIGHTS),--weights $(call qs,WEIGHTS)) $(if $(SEARCH),--search) \

@@ -123,16 +123,33 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+# Stages that take the same arguments and may run one after the other in one process, named
+# together (`evaluate,predict`): `make train submit` starts the engine once for both.
+TOGETHER = {("evaluate", "predict")}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     die_with_launcher()  # a host process of pipeline/launch.py goes when its launcher goes
     stage = next((a for a in argv if not a.startswith("-")), None)
     before_stage = argv[: argv.index(stage)] if stage else argv
     hush("--verbose" in before_stage or verbose_asked())
-    # Only the stage asked for is imported ("" for none: `--help`, or a name argparse will refuse).
-    args = build_parser(only=stage if stage in STAGES else "").parse_args(argv)
-    set_up_logging(args.quiet)
-    return run_stage(args.stage, args.run, args)
+    names = tuple(stage.split(",")) if stage and "," in stage else (stage,)
+    if len(names) > 1 and names not in TOGETHER:
+        together = ", ".join(",".join(t) for t in sorted(TOGETHER))
+        print(
+            f"python -m pipeline: error: {stage!r}: stages run together only as {together}", file=sys.stderr
+        )
+        return EXIT_ERROR
+    for name in names:  # each with the same arguments, the next only once the one before succeeded
+        given = [*before_stage, name, *argv[len(before_stage) + 1 :]] if stage else argv
+        # Only the stage asked for is imported ("" for none: `--help`, or a name argparse will refuse).
+        args = build_parser(only=name if name in STAGES else "").parse_args(given)
+        set_up_logging(args.quiet)
+        code = run_stage(args.stage, args.run, args)
+        if code:
+            return code
+    return 0
 
 
 def set_up_logging(quiet: bool = False) -> None:

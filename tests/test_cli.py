@@ -114,7 +114,7 @@ def test_make_fetch_then_the_main_job_end_in_a_checked_dry_run(tmp_path):
         for line in done.stdout.splitlines()
         if "-m pipeline " in line
     ]
-    assert stages == ["train", "evaluate", "predict", "submit"]
+    assert stages == ["train", "evaluate,predict", "submit"]  # evaluate and predict: one engine start
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert (run_dir / "metrics.json").is_file() and run_dir.name.startswith("default-cnn-32-")
     assert f"DRY RUN, NOT UPLOADED: would upload {subs / run_dir.name}.csv" in done.stdout

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline import cli
+
 ROOT = Path(__file__).resolve().parent.parent
 MAKEFILE = ROOT / "Makefile"
 NOT_READ = ("BENCHMARKS", "FAULTS.md", "SECURITY.md")
@@ -129,13 +131,18 @@ def pipeline_problem(command: str, parser) -> str | None:
     stage = next((word for word in argv if not word.startswith("-")), None)
     if stage == PLACEHOLDER:
         return None  # `python -m pipeline <stage>`: names no stage
-    said = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
-            parser.parse_args(argv)
-    except SystemExit as exit_:
-        if exit_.code not in (0, None):
-            return said.getvalue().strip() or f"exit {exit_.code}"
+    names = stage.split(",") if stage else [stage]
+    if len(names) > 1 and tuple(names) not in cli.TOGETHER:  # `evaluate,predict`: one process
+        return f"stages {stage} do not run together"
+    at = argv.index(stage) if stage else 0
+    for name in names:
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
+                parser.parse_args([*argv[:at], name, *argv[at + 1 :]] if stage else argv)
+        except SystemExit as exit_:
+            if exit_.code not in (0, None):
+                return said.getvalue().strip() or f"exit {exit_.code}"
     return None
 
 
@@ -200,6 +207,9 @@ def test_the_pipeline_checker_refuses_a_stage_or_option_the_cli_lacks(pipeline_p
     assert "--no-such-option" in problem("python -m pipeline fetch --no-such-option")
     assert "fetchh" in problem("python -m pipeline fetchh")
     assert "--runs" in problem("python -m pipeline ensemble")  # a required option left out
+    assert problem("python -m pipeline evaluate,predict --tta 2") is None
+    assert problem("python -m pipeline predict,evaluate") == "stages predict,evaluate do not run together"
+    assert "--no-such" in problem("python -m pipeline evaluate,predict --no-such")
 
 
 def test_shell_lines_are_split_as_bash_reads_them():

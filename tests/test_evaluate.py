@@ -90,6 +90,23 @@ def test_predict_with_tta_writes_a_valid_submission_of_every_test_id(runs, tiny_
     )
 
 
+def test_evaluate_and_predict_in_one_process_write_what_each_writes_alone(runs, tiny_data_dir, capsys):
+    """`make train submit` runs `evaluate,predict`: one engine start, the same files as two commands;
+    any other pair is one line, and a failed evaluate leaves predict unrun."""
+    runs_dir, (name, _), subs = runs
+    common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
+    assert _stage("evaluate,predict", *common, "--run", name) == 0
+    metrics = json.loads((runs_dir / name / "metrics.json").read_text())
+    assert "evaluation" in metrics and (runs_dir / name / "per_class.csv").is_file()
+    assert (subs / f"{name}.csv").is_file()
+    capsys.readouterr()
+    assert _stage("predict,evaluate", *common, "--run", name) == 2
+    assert "stages run together only as evaluate,predict" in capsys.readouterr().err
+    assert _stage("evaluate,predict", *common, "--run", "no-such-run") == 2
+    (line,) = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert line.startswith("petals evaluate: error:")
+
+
 def test_an_ensemble_blends_probabilities_and_its_weight_search_beats_each_member(runs, tiny_data_dir, spec):
     runs_dir, names, subs = runs
     common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
