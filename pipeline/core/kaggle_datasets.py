@@ -82,7 +82,9 @@ def upload(folder: Path, dataset: str, notes: str | None) -> None:
             return client.dataset_create_version(str(folder), notes, quiet=True, dir_mode="skip")
 
     action = f"{'creating' if notes is None else 'versioning'} dataset {dataset}"
-    answer = with_client(create, slug=dataset, action=action, explain=explain_dataset_error)
+    # Not retried: a create that reached Kaggle before its answer was lost would be refused the
+    # second time (the title in use), a version uploaded twice; the rerun lists the dataset first.
+    answer = with_client(create, slug=dataset, action=action, explain=explain_dataset_error, retries=1)
     if getattr(answer, "error", None):
         raise PetalsError(f"Kaggle refused dataset {dataset}: {answer.error}")
 

@@ -183,17 +183,19 @@ def generate(options: KernelOptions) -> Path:
         if not MODEL_SOURCE.fullmatch(model):
             raise PetalsError(f"--model {model!r}: expected owner/model/framework/variation/version")
     attached = [*options.dataset, *options.model]
-    requirements = [] if attached else wheels.needed(config, options.internet == "on")
+    # A dataset given may hold the wheels (trusted); an attached model does not.
+    requirements = [] if options.dataset else wheels.needed(config, options.internet == "on")
     check_recipe(config, spec, session, options.internet == "on", attached, wheels=bool(requirements))
     check_tta(spec, options.tta)  # the kernel would train first and only then stop at evaluate
     check_folds(options, spec, config)
     check_trials(options, spec, session)
     name = options.name or default_name(config.recipe, spec.name)
     owner = find_owner(options.owner)
+    meta = metadata(options, owner, name, slug)  # the name checked before anything is downloaded
     if requirements:  # what the image lacks, as Kaggle does it: wheels in a private dataset it attaches
         dataset = wheels.build(options.kernels_dir, requirements, owner)
         options = dataclasses.replace(options, dataset=(*options.dataset, dataset))
-    meta = metadata(options, owner, name, slug)
+        meta = metadata(options, owner, name, slug)
     settings = kernel_settings(options, config, spec, meta["id"])
     text = script_text(settings, bundle(REPO, members, extra), notebook=options.kernel_type == "notebook")
     return place_checked(options.kernels_dir / name, text, meta)

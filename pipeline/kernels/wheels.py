@@ -29,13 +29,15 @@ from pipeline.kernels.metadata import read_metadata
 
 SLUG = "petals-wheels"  # <owner>/petals-wheels: one per Kaggle account, shared by its kernels
 DATASETS = "_datasets"  # kernels/_datasets/: datasets petals builds (no kernel name starts with "_")
-MANIFEST = "petals-wheels.json"  # the requirements whose wheels the folder holds
+MANIFEST = "petals-wheels.json"  # beside the folder, not uploaded: the requirements it holds wheels of
 DATASET_METADATA = "dataset-metadata.json"  # the official client's; not uploaded as a file
 # Kaggle's Pythons. The TPU image: 3.12 (docker-python tpu/config.txt). The CPU and GPU image is
 # built on Colab's (docker-python#1444, 2024-11), which went to 3.12 in 2025-08 (colabtools#5483)
 # and 3.13 in 2026-08 (#6081). A binary wheel is downloaded for each; a pure-Python one serves all.
 KAGGLE_PYTHONS = ("3.12", "3.13")
-PLATFORM = "manylinux_2_28_x86_64"  # Kaggle's images are Ubuntu 22.04 (glibc 2.35); older tags match
+# Kaggle's images are Ubuntu 22.04 (glibc 2.35). pip takes each tag given (manylinux2014 brings 2010
+# and 1 along, manylinux_2_28 nothing older), so each family a wheel may carry is named.
+PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 # What every Kaggle image carries (the TPU image's requirements.in and Colab's base): wheels of these
 # pulled in as dependencies are left out of the dataset; pip on Kaggle finds them installed.
 IMAGE_HAS = frozenset({
@@ -81,8 +83,12 @@ def _name(requirement: str) -> str:
     return re.split(r"[=<>!~\[; ]", requirement.split()[-1], maxsplit=1)[0]
 
 
+def manifest_of(folder: Path) -> Path:
+    return folder.parent / MANIFEST
+
+
 def read_manifest(folder: Path) -> list[str]:
-    path = folder / MANIFEST
+    path = manifest_of(folder)
     try:
         raw = json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, json.JSONDecodeError):
@@ -97,7 +103,7 @@ def _download(pip: list[str], python: str, into: Path) -> None:
     command = [
         sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
         "--only-binary=:all:", "--python-version", python, "--implementation", "cp",
-        "--platform", PLATFORM, "--dest", str(into), *pip,
+        *(a for tag in PLATFORMS for a in ("--platform", tag)), "--dest", str(into), *pip,
     ]  # fmt: skip
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=PIP_TIMEOUT_S, check=False)
@@ -134,8 +140,21 @@ def build(kernels_dir: Path, requirements: list[list[str]], owner: str) -> str:
                     os.replace(wheel, folder / wheel.name)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        write_json(folder / MANIFEST, {"requirements": sorted([*held, *map(_requirement, missing)])})
+        write_json(manifest_of(folder), {"requirements": sorted([*held, *map(_requirement, missing)])})
     dataset = f"{owner}/{SLUG}"
+    _write_metadata(folder, dataset)
+    wheels = sorted(p.name for p in folder.glob("*.whl"))
+    print(
+        f"kernel: attaches the private dataset {dataset} ({len(wheels)} wheel(s) in {folder}, for "
+        f"Kaggle's Python {' and '.join(KAGGLE_PYTHONS)}): the kernel installs "
+        f"{', '.join(pip[-1] for pip in requirements)} from it without internet; "
+        "`make kernel-push` uploads it first"
+    )
+    return dataset
+
+
+def _write_metadata(folder: Path, dataset: str) -> None:
+    """The official client's dataset-metadata.json for `dataset` (its owner: the kernel's)."""
     write_json(
         folder / DATASET_METADATA,
         {
@@ -145,14 +164,6 @@ def build(kernels_dir: Path, requirements: list[list[str]], owner: str) -> str:
             "description": "Wheels for petals kernels that run without internet, made by `make kernel`.",
         },
     )
-    wheels = sorted(p.name for p in folder.glob("*.whl"))
-    print(
-        f"kernel: attaches the private dataset {dataset} ({len(wheels)} wheel(s) in {folder}, for "
-        f"Kaggle's Python {' and '.join(KAGGLE_PYTHONS)}): the kernel installs "
-        f"{', '.join(pip[-1] for pip in requirements)} from it without internet; "
-        "`make kernel-push` uploads it first"
-    )
-    return dataset
 
 
 def files_of(folder: Path) -> dict[str, int]:
@@ -165,44 +176,64 @@ def files_of(folder: Path) -> dict[str, int]:
 
 
 def publish(kernel_folder: Path, report=print) -> str | None:
-    """Before a kernel is pushed: the wheels dataset it attaches, uploaded if Kaggle's newest version
-    does not hold exactly the folder's files (created if absent), waited for until Kaggle has
-    processed it and checked against what was sent. Its handle; None for a kernel that attaches none."""
+    """Before a kernel is pushed: the wheels dataset petals built for it, `<owner>/petals-wheels` with
+    the kernel's owner, on Kaggle. Kaggle's newest version, once processed, is reused when it holds
+    every file of the folder (name and size); else the folder goes up (created if absent), is waited
+    for and checked file by file against what was sent. Its handle; None for a kernel attaching no
+    such dataset (another account's `petals-wheels` is the user's own: trusted, never uploaded)."""
     from pipeline.core import kaggle_datasets
 
     meta = read_metadata(kernel_folder)
-    dataset = next((d for d in meta.get("dataset_sources", []) if d.split("/")[-1] == SLUG), None)
-    if dataset is None:
+    dataset = f"{meta['id'].split('/')[0]}/{SLUG}"
+    if dataset not in meta.get("dataset_sources", []):
         return None
     folder = folder_for(kernel_folder.parent)
-    if not (folder / DATASET_METADATA).is_file() or not any(folder.glob("*.whl")):
+    ours = (
+        {name: size for name, size in files_of(folder).items() if name.endswith(".whl")}
+        if folder.is_dir()
+        else {}
+    )
+    if not ours:
         raise PetalsError(
             f"kernel {meta['id']} attaches {dataset}, but {folder} holds no wheels: "
             "regenerate it (make kernel) to download them"
         )
-    declared = json.loads((folder / DATASET_METADATA).read_text())
-    if declared.get("id") != dataset:  # the same wheels, made for another owner's kernel
-        write_json(folder / DATASET_METADATA, {**declared, "id": dataset})
-    ours = files_of(folder)
     theirs = kaggle_datasets.dataset_files(dataset)
-    if theirs == ours:
-        report(f"kernel: dataset {dataset} holds these {len(ours)} file(s) already: reused, not uploaded")
-        return dataset
-    notes = (
-        None
-        if theirs is None
-        else f"petals: {len(ours)} file(s), {', '.join(sorted(set(ours) - set(theirs)))} new"
-    )
+    if theirs is not None:
+        kaggle_datasets.wait_ready(dataset)  # a version still processing: neither reused nor replaced
+        theirs = kaggle_datasets.dataset_files(dataset) or {}
+        if _holds(theirs, ours):
+            report(
+                f"kernel: dataset {dataset} holds these {len(ours)} wheel(s) already: reused, not uploaded"
+            )
+            return dataset
+        only_there = sorted(name for name in theirs if name.endswith(".whl") and name not in ours)
+        if only_there:  # a new version from here would drop them, and the kernels that need them fail
+            raise PetalsError(
+                f"Kaggle's dataset {dataset} holds {len(only_there)} wheel(s) {folder} lacks "
+                f"({', '.join(only_there[:3])}{', ...' if len(only_there) > 3 else ''}), made on another "
+                "machine: a new version from here would drop them; copy that machine's folder here, or "
+                "push from there; nothing was pushed"
+            )
+    _write_metadata(folder, dataset)  # the kernel's owner, whoever generated the folder
+    new = ", ".join(sorted(set(ours) - set(theirs or {}))) or "none"
     report(f"kernel: {'creating the private' if theirs is None else 'a new version of'} dataset {dataset} "
-           f"({len(ours)} file(s), {sum(ours.values()) / 1e6:.1f} MB)")  # fmt: skip
-    kaggle_datasets.upload(folder, dataset, notes)
+           f"({len(ours)} wheel(s), {sum(ours.values()) / 1e6:.1f} MB)")  # fmt: skip
+    kaggle_datasets.upload(
+        folder, dataset, None if theirs is None else f"petals: {len(ours)} wheel(s); new: {new}"
+    )
     kaggle_datasets.wait_ready(dataset)
     after = kaggle_datasets.dataset_files(dataset) or {}
-    lost = sorted(name for name, size in ours.items() if after.get(name) != size)
+    lost = sorted(name for name in ours if not _holds(after, {name: ours[name]}))
     if lost:
         raise PetalsError(
             f"Kaggle's dataset {dataset} lacks {', '.join(lost[:3])}{', ...' if len(lost) > 3 else ''} after "
             "the upload: the kernel was not pushed; rerun `make kernel-push`"
         )
-    report(f"kernel: dataset {dataset} is ready ({len(ours)} file(s))")
+    report(f"kernel: dataset {dataset} is ready ({len(ours)} wheel(s))")
     return dataset
+
+
+def _holds(listing: dict[str, int], files: dict[str, int]) -> bool:
+    """Every file in Kaggle's listing by name, and by size where Kaggle gives one."""
+    return all(name in listing and listing[name] in (0, size) for name, size in files.items())
