@@ -305,7 +305,6 @@ def run(args: argparse.Namespace, root: Path) -> int:
         )
         stage("fetch", api.fetch, SETTINGS["competition"], fetching)
     where = {"data_dir": data_dir, "runs_dir": runs, "strategy": args.strategy}
-    config = {"recipe": SETTINGS["recipe"], "overrides": (*SETTINGS["overrides"], *args.extra)}
     # A share of an experiment (folds, or a study's trials) writes runs, no submission: the group's is
     # the folds' mean, made where every fold is; a trial is told to its study where it was asked.
     shared = SETTINGS.get("folds") or SETTINGS.get("trials")
@@ -314,6 +313,7 @@ def run(args: argparse.Namespace, root: Path) -> int:
         SETTINGS, where, tuple(SETTINGS["overrides"]), tuple(args.extra), stage, platform,
         lambda: time_limit(started), now, args.working / SUBMISSIONS,
     )  # fmt: skip
+    config = work.config()  # the recipe, its overrides, then the script's --set: one home for the order
     try:
         if done:
             if SETTINGS.get("trials"):
