@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -758,6 +759,33 @@ def test_the_half_written_files_of_a_killed_run_go_when_its_rerun_takes_the_lock
     with train._only_writer(run):
         assert [p for p in half if p.exists()] == []
     assert all(p.exists() for p in kept) and leftovers(tmp_path) == []
+
+
+def test_two_writers_of_one_file_at_once_each_rename_a_whole_file(tmp_path):
+    """Two sweep processes drew the study's plot at once: with one temporary name for both, the
+    first rename took the file the second was writing, and that sweep stopped on "No such file"
+    (seen once in `make test`). Each writer now has its own; the last whole file stays."""
+    from pipeline.core.files import write_atomically
+
+    path, both_written, failed = tmp_path / "study-history.png", threading.Barrier(2), []
+
+    def writer(text: str) -> None:
+        def write(tmp):
+            tmp.write_text(text)
+            both_written.wait(timeout=30)  # both temporary files exist before either is renamed
+
+        try:
+            write_atomically(path, write)
+        except Exception as err:  # whatever either writer raised, the assert below shows
+            failed.append(err)
+
+    threads = [threading.Thread(target=writer, args=(text,)) for text in ("first", "second")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert failed == [] and path.read_text() in ("first", "second")
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temporary file left
 
 
 @pytest.mark.parametrize("seed", seeds())

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import stat
 import zipfile
@@ -28,9 +29,12 @@ from pipeline.core.paths import shown
 def write_atomically(path: Path, write: Callable[[Path], None], tmp_name: str | None = None) -> None:
     """`write(tmp)` beside `path`, then rename over it; the temporary file never outlives a failure.
 
-    `tmp_name` is for writers that insist on a file name ending (Keras wants `.weights.h5`).
+    The temporary name is this writer's own: two processes of one sweep drawing the study's plot
+    at once each rename a whole file (the last one stays), where a shared name had one of them
+    replace or delete the file the other was still writing. `tmp_name` is for writers that insist
+    on a file name ending (Keras wants `.weights.h5`) and hold their folder's lock.
     """
-    tmp = path.with_name(tmp_name or path.name + ".partial")
+    tmp = path.with_name(tmp_name or f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.partial")
     try:
         with naming(path):
             write(tmp)
