@@ -133,7 +133,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR)
 
-.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-competitions bench-text-real bench-images-real bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-lite-parity bench-hosts fault-table security-table clean clean-data always
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-lite-parity bench-hosts fault-table security-table clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -340,6 +340,11 @@ bench-competitions: | $(STAMP) ## each competition's CPU recipe on its embedded 
 
 bench-text-real: | $(STAMP) ## imdb's CPU recipe on real movie reviews (VADER's Rotten Tomatoes sentences, fetched once) vs TF-IDF + logistic regression: test ROC AUC, seconds
 	$(PY) benchmarks/bench_text_real.py $(foreach s,$(SET),--set $(call q,s))
+
+bench-tests: | $(STAMP) ## where make test's time goes: each test's own and its subprocesses' CPU seconds, summed by size, file and test
+	@folder=$$(mktemp -d) && PETALS_TESTS_CPU_DIR=$$folder $(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal \
+		-m "not heavy" -p benchmarks.tests_cpu $(PYTEST_ARGS); status=$$?; \
+		$(PY) benchmarks/tests_cpu.py $$folder && rm -r $$folder && exit $$status
 
 bench-images-real: | $(STAMP) ## the CPU recipes on real images (sklearn's digits, Fashion-MNIST, LFW faces) as a user's own competition vs an SVC: test macro-F1, seconds
 	$(PY) benchmarks/bench_images_real.py
