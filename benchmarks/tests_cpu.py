@@ -53,9 +53,12 @@ def pytest_runtest_protocol(item, nextitem):
 def read(folder: Path) -> list[tuple[str, float, float, float]]:
     rows = []
     for path in sorted(folder.glob("*.tsv")):
-        for line in path.read_text().splitlines():
-            test, wall, own, children = line.split("\t")
-            rows.append((test, float(wall), float(own), float(children)))
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            try:
+                test, wall, own, children = line.split("\t")
+                rows.append((test, float(wall), float(own), float(children)))
+            except ValueError:
+                sys.exit(f"{path}:{number}: not a measured test (name, wall, own and children's seconds)")
     if not rows:
         sys.exit(f"{folder}: no measured tests (run `make bench-tests` first)")
     return rows
