@@ -90,9 +90,10 @@ class Chain:
             args += ["--set", override]
         return args
 
-    def single(self, recipe: str) -> dict:
-        runs, subs = self.work / f"single-{recipe}", self.work / f"single-{recipe}-subs"
-        args = self.common(recipe, runs, subs)
+    def single(self, recipe: str, extra: list[str] = (), name: str | None = None) -> dict:
+        name = name or recipe
+        runs, subs = self.work / f"single-{name}", self.work / f"single-{name}-subs"
+        args = self.common(recipe, runs, subs, list(extra))
         seconds = stage("train", *args[:4], *args[6:], "--run", "one")
         seconds += stage("predict", *args, "--run", "one")
         metrics = json.loads((runs / "one" / "metrics.json").read_text())
