@@ -29,7 +29,8 @@ sys.path.insert(0, str(REPO))
 from benchmarks import cv_data  # noqa: E402
 from benchmarks.bench_cv import opened_set, run_entries  # noqa: E402
 
-BASE = 2  # the views the recipe shipped with when this benchmark was written: the arm others are judged against
+# The views the recipe shipped with when this benchmark was written: the arm the others are judged against.
+BASE = 2
 
 
 def run_set(name: str, views: list[int], seed: int) -> dict:
@@ -67,8 +68,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sets", nargs="+", default=["stamps", "digits-small", "fashion-small", "fashion-medium", "digits"],
-                        choices=cv_data.SETS)  # fmt: skip
+    sets = ["stamps", "digits-small", "fashion-small", "fashion-medium", "digits"]
+    parser.add_argument("--sets", nargs="+", default=sets, choices=cv_data.SETS)
     parser.add_argument("--views", nargs="+", type=int, default=[1, BASE])
     parser.add_argument("--seed", type=int, default=0, help="the runs' seed and the val split's (default 0)")
     args = parser.parse_args()
