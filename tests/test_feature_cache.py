@@ -95,6 +95,27 @@ def test_the_folds_of_a_group_compute_one_pooled_pass(
     ]
 
 
+def test_views_past_the_first_are_cached_only_up_to_the_limit_of_a_groups_examples(
+    cut, spec, data_dir, tmp_path, cpu, extractions, caplog
+):
+    caplog.set_level("INFO")
+    pool = len(splits.fold_table(data_dir, spec, fold_config(0)))
+    # A fold's own part is about half the pool: the pool's count decides, so each fold reads one cache.
+    for limit, views in ((0, 3), (pool, 3), (pool - 1, 1)):
+        config = load_config(overrides=[*CACHED, "train.folds=2", "train.fold=0",
+                                         f"train.feature_views_up_to={limit}"])  # fmt: skip
+        extractions.clear()
+        _, (kept, _) = fold_splits(cut, config, spec, data_dir, tmp_path / str(limit), cpu)
+        assert sum(extractions) == views * pool and kept.features.shape[0] == views
+    assert f"one view of each of {pool} examples" in caplog.text
+    # A run without folds counts its own train split.
+    single = load_config(overrides=[*CACHED, "train.feature_views_up_to=1"])
+    train, val = splits.train_and_val(locate_data(data_dir), spec, single)
+    extractions.clear()
+    cached, _ = features.cache_splits(cut, train, val, single, tmp_path / "single", cpu, "d")
+    assert cached.features.shape[0] == 1 and sum(extractions) == train.count + val.count
+
+
 def test_folds_in_one_process_read_the_pooled_file_once_and_a_rewritten_one_again(
     cut, spec, data_dir, tmp_path, cpu, monkeypatch
 ):

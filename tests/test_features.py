@@ -159,6 +159,7 @@ def test_the_feature_cache_trains_under_jax(tiny_data_dir, tmp_path):
             "set augment.cutmix=0",
         ),
         (["train.feature_cache=true", "train.unfrozen_layers=3", "train.feature_views=0"], "at least 1"),
+        (["train.feature_cache=true", "train.unfrozen_layers=3", "train.feature_views_up_to=-1"], ">= 0"),
         (["train.unfrozen_layers=-1"], "must be >= 0"),
     ],
 )

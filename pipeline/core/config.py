@@ -138,6 +138,11 @@ class TrainConfig:
     # example, its mirror (with augment.flip), then random views under the recipe's augmentation.
     feature_cache: bool = False
     feature_views: int = 2
+    # Views past the first only where train holds at most this many examples (a CV group: every
+    # labelled example of its fold table); a larger train set caches one view: each view costs a
+    # forward pass of every image, and on real sets of 1,437 images and more the second one did not
+    # raise the test score (benchmarks/bench_views.py). 0: views past the first at every size.
+    feature_views_up_to: int = 0
     merge_val: bool = False  # final run: train on train + val (no validation score)
     # K-fold cross-validation (pipeline/data/folds.py): the fold table deals every labelled
     # example (train + a labelled val) into `folds` stratified folds from `fold_seed`; this run
@@ -288,6 +293,10 @@ def validate(config: Config) -> None:
         if train.feature_views < 1:
             raise PetalsError(
                 f"train.feature_views={train.feature_views}: at least 1 (the examples themselves)"
+            )
+        if train.feature_views_up_to < 0:
+            raise PetalsError(
+                f"train.feature_views_up_to={train.feature_views_up_to}: must be >= 0 (0: no limit)"
             )
     if not 0 <= config.model.dropout < 1:
         raise PetalsError(f"model.dropout={config.model.dropout}: must be in [0, 1)")

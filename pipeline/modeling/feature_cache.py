@@ -75,7 +75,7 @@ def signature(cut_, config: Config, split, source: str, pooled: str = "") -> dic
     return {
         "cut": re.sub(r"_\d+$", "", cut_.at),  # Keras numbers a layer's name in each new model of a process
         "layers": cut_.layers,
-        "views": config.train.feature_views,
+        "views": [config.train.feature_views, config.train.feature_views_up_to],
         "examples": split.count,
         "reads": hashlib.sha256(json.dumps(reads, sort_keys=True).encode()).hexdigest(),
     }

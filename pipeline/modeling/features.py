@@ -222,6 +222,18 @@ def _views(config: Config, num_classes: int) -> list:
     return views[: config.train.feature_views]
 
 
+def view_count(config: Config, examples: int) -> int:
+    """How many views of each of `examples` training examples to cache: `train.feature_views`, or one
+    where they are more than `train.feature_views_up_to` (a fold counts its whole group's examples,
+    so every fold of a group reads the same pooled cache)."""
+    limit = config.train.feature_views_up_to
+    if limit and examples > limit and config.train.feature_views > 1:
+        log.info("train: one view of each of %d examples (more only up to %d: train.feature_views_up_to)",
+                 examples, limit)  # fmt: skip
+        return 1
+    return config.train.feature_views
+
+
 def _part_ids(split) -> np.ndarray:
     """The ids of a fold's part: a RecordSplit's `only`, pseudo records' `ids`, a FileSplit's examples'."""
     only = getattr(split, "only", getattr(split, "ids", None))
@@ -317,6 +329,8 @@ def cache_splits(cut_: Cut, train, val, config: Config, run_dir: Path, platform,
     `run_dir`. `source` is the data's fingerprint (the manifest's); `stop` (preemption.StopRequest)
     is asked between the pass's pieces."""
     views = _views(config, train.spec.num_classes)
+    examples = pooled(train, val).count if config.train.folds and val is not None else train.count
+    views = views[: view_count(config, examples)]
     with _between_pieces(stop):
         if config.train.folds and val is not None:
             kept, held = _fold_splits(cut_, train, val, views, config, run_dir, platform, source, stop)
