@@ -5,7 +5,7 @@ The CPU recipe caches the frozen part's activations of each training image once 
 trains its top on the cache: view 1 is the image, view 2 its mirror, more views are random
 augmentations. Each view is one more forward pass of every training image, the main job's
 largest cost. Each set of `cv_data` (Tux Paint's photo stamps, digit scans and Fashion-MNIST at 30
-a class, Fashion-MNIST at 300 a class, the digits whole) is written as a user's own image-CSV
+a class, Fashion-MNIST at 300 a class, the digits and Fashion-MNIST whole) is written as a user's own image-CSV
 competition, its test labels outside it; each arm runs the real chain in fresh processes (`train`,
 which holds a tenth of train out as val and keeps its best epoch there, then `predict`), and only
 then is its submission scored against the held-back labels (macro-F1, scikit-learn's).
@@ -68,7 +68,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    sets = ["stamps", "digits-small", "fashion-small", "fashion-medium", "digits"]
+    sets = ["stamps", "digits-small", "fashion-small", "fashion-medium", "digits", "fashion"]
     parser.add_argument("--sets", nargs="+", default=sets, choices=cv_data.SETS)
     parser.add_argument("--views", nargs="+", type=int, default=[1, BASE])
     parser.add_argument("--seed", type=int, default=0, help="the runs' seed and the val split's (default 0)")
