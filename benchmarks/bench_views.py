@@ -5,8 +5,9 @@ The CPU recipe caches the frozen part's activations of each training image once 
 trains its top on the cache: view 1 is the image, view 2 its mirror, more views are random
 augmentations. Each view is one more forward pass of every training image, the main job's
 largest cost. Each set of `cv_data` (Tux Paint's photo stamps, digit scans and Fashion-MNIST at 30
-a class, Fashion-MNIST at 300 a class, the digits and Fashion-MNIST whole) is written as a user's own image-CSV
-competition, its test labels outside it; each arm runs the real chain in fresh processes (`train`,
+a class, Fashion-MNIST at 300 a class, the digits and Fashion-MNIST whole) is written as a user's
+own image-CSV competition, its test labels outside it; each arm (its views exactly, the recipe's
+`train.feature_views_up_to` off) runs the real chain in fresh processes (`train`,
 which holds a tenth of train out as val and keeps its best epoch there, then `predict`), and only
 then is its submission scored against the held-back labels (macro-F1, scikit-learn's).
 
@@ -36,7 +37,8 @@ BASE = 2
 def run_set(name: str, views: list[int], seed: int) -> dict:
     with opened_set(name, 5, seed) as (_, chain, result):
         for count in views:
-            arm = chain.single("cpu", [f"train.feature_views={count}"], f"views{count}")
+            exactly = [f"train.feature_views={count}", "train.feature_views_up_to=0"]  # whatever the size
+            arm = chain.single("cpu", exactly, f"views{count}")
             result[f"views{count}"] = {key: round(value, 4) for key, value in arm.items()}
             print(f"  {name} views={count}: {result[f'views{count}']}", flush=True)
     return result
