@@ -324,7 +324,7 @@ def _between_pieces(stop):
 
 
 def cache_splits(cut_: Cut, train, val, config: Config, run_dir: Path, platform, source: str = "", stop=None):
-    """(train, val) as cached features: train in `train.feature_views` views, val in one. A fold
+    """(train, val) as cached features: train in `view_count` views, val in one. A fold
     (`train.folds`) reads its group's pooled cache beside the runs, any other run its own in
     `run_dir`. `source` is the data's fingerprint (the manifest's); `stop` (preemption.StopRequest)
     is asked between the pass's pieces."""
