@@ -204,40 +204,6 @@ def _split_and_none_twice(found, trials: int) -> None:
     assert len({tuple(sorted(t.params.items())) for t in found.trials}) == trials  # none twice
 
 
-@pytest.fixture
-def postgresql():
-    """A PostgreSQL server of its own on 127.0.0.1, in a folder outside pytest's (which the postgres
-    user cannot enter; initdb refuses root): the URL of its database."""
-    import os
-    import socket
-    import tempfile
-
-    pytest.importorskip("psycopg2")
-    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb")) or [Path(shutil.which("initdb") or "/-")]
-    if not found[-1].exists():
-        pytest.skip("no PostgreSQL server installed (initdb)")
-    bin_dir, home = found[-1].parent, Path(tempfile.mkdtemp(prefix="petals-pg-"))
-    as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    if as_user:
-        shutil.chown(home, "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-
-    def pg(tool: str, *args: str, check: bool = True) -> None:
-        subprocess.run([*as_user, str(bin_dir / tool), *args], check=check, capture_output=True, timeout=120)
-
-    data = str(home / "data")
-    pg("initdb", "-D", data, "-U", "postgres", "-A", "trust")
-    listen = f"-p {port} -k {home} -c listen_addresses=127.0.0.1"  # its log in a file: no pipe held open
-    pg("pg_ctl", "-D", data, "-l", str(home / "log"), "-o", listen, "-w", "start")
-    try:
-        yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
-    finally:
-        pg("pg_ctl", "-D", data, "-m", "immediate", "stop", check=False)
-        shutil.rmtree(home, ignore_errors=True)
-
-
 @pytest.mark.heavy
 def test_two_processes_split_a_study_on_a_real_postgresql_server(data_dir, tmp_path, postgresql):
     import optuna

@@ -110,7 +110,7 @@ def sweep(opts: SweepOptions) -> dict:
     import optuna
 
     from pipeline.core import device
-    from pipeline.sweep import space, study
+    from pipeline.sweep import space, study, turns
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     if platform.hosts.several:
@@ -120,7 +120,6 @@ def sweep(opts: SweepOptions) -> dict:
     url = study.storage_url(opts.storage, opts.runs_dir, name)
     direction = "maximize" if spec.metric.greater_is_better else "minimize"
     found = study.open_study(name, url, direction, setup.base.seed, opts.pruner)
-    state = optuna.trial.TrialState
 
     def objective(trial) -> float:
         study.mark_trial(trial)
@@ -152,11 +151,7 @@ def sweep(opts: SweepOptions) -> dict:
         log.info("sweep: trial %d: %s %.4f", trial.number, spec.metric.title, score)
         return float(score)
 
-    # Each process stops once the trials run and running reach TRIALS; one that starts while others
-    # run the last ones may add one each (the count and the start are not one transaction).
-    stop = optuna.study.MaxTrialsCallback(opts.trials, states=(state.COMPLETE, state.PRUNED, state.RUNNING))
-    if len(found.get_trials(deepcopy=False, states=(state.COMPLETE, state.PRUNED))) < opts.trials:
-        found.optimize(objective, timeout=opts.timeout, callbacks=[stop], catch=(Duplicate,))
+    turns.run_share(found, objective, opts.trials, opts.timeout, url, catch=(Duplicate,))
     return study.summary(found, spec, url, opts.runs_dir)
 
 

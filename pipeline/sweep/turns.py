@@ -1,0 +1,129 @@
+"""Whose turn it is to start a study's next trial, so that `--trials N` is N across processes.
+
+Optuna's MaxTrialsCallback counts the trials after each one ends: two processes that end a trial
+together both count one left and both start one, so a study ran N+1 (and `tests/test_sweep.py`
+saw it). A sweep therefore counts and asks under a lock of the study's database, held from the
+count until its new trial is RUNNING there, where the next process's count sees it:
+
+- SQLite: an flock on `<db>.turn` beside the database (SQLite's processes share one machine);
+- PostgreSQL: a session advisory lock; MySQL: GET_LOCK, named after the study.
+
+Each is let go by the system when its process dies (the file closed, the connection dropped), so
+a killed sweep leaves no lock behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+
+class _FileTurn:
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.file = None
+
+    def take(self) -> None:
+        import fcntl
+
+        if self.path is None:  # an in-memory study: one process holds it
+            return
+        self.file = self.path.open("a")
+        fcntl.flock(self.file, fcntl.LOCK_EX)
+
+    def give(self) -> None:
+        if self.file is not None:
+            self.file.close()  # closing lets the flock go
+            self.file = None
+
+    def close(self) -> None:
+        self.give()
+
+
+_STATEMENTS = {  # taking and letting go of a named lock, by database
+    "postgresql": ("SELECT pg_advisory_lock(:key)", "SELECT pg_advisory_unlock(:key)"),
+    "mysql": ("SELECT GET_LOCK(:name, -1)", "SELECT RELEASE_LOCK(:name)"),
+}
+
+
+class _DatabaseTurn:
+    """An advisory lock on a connection of its own (Optuna's sessions come and go)."""
+
+    def __init__(self, url: str, kind: str, study: str):
+        import sqlalchemy
+
+        digest = hashlib.sha256(f"petals-sweep/{study}".encode()).digest()
+        self.values = {"key": int.from_bytes(digest[:8], "big", signed=True), "name": digest.hex()[:60]}
+        self.lock, self.unlock = (sqlalchemy.text(s) for s in _STATEMENTS[kind])
+        self.engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        self.connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        self.held = False
+
+    def take(self) -> None:
+        self.connection.execute(self.lock, self._params(self.lock))
+        self.held = True
+
+    def give(self) -> None:
+        if self.held:
+            self.held = False
+            self.connection.execute(self.unlock, self._params(self.unlock))
+
+    def _params(self, statement) -> dict:
+        return {k: v for k, v in self.values.items() if f":{k}" in str(statement)}
+
+    def close(self) -> None:
+        try:
+            self.give()
+        finally:
+            self.connection.close()
+            self.engine.dispose()
+
+
+@contextlib.contextmanager
+def turns(url: str, study: str) -> Iterator[_FileTurn | _DatabaseTurn]:
+    """The study's turn, taken with `take()` and let go with `give()` (a second `give` does nothing)."""
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    kind = parsed.get_backend_name()
+    if kind == "sqlite":
+        memory = parsed.database in (None, "", ":memory:")
+        turn = _FileTurn(None if memory else Path(f"{parsed.database}.turn"))
+    else:
+        turn = _DatabaseTurn(url, kind, study)
+    try:
+        yield turn
+    finally:
+        turn.close()
+
+
+def run_share(found, objective, trials: int, timeout: float | None, url: str, catch=()) -> None:
+    """This process's share of the study: trials started until the study's run and running reach
+    `trials` (or `timeout` seconds pass), each counted and asked for in its turn."""
+    import optuna
+
+    state = optuna.trial.TrialState
+    counted = (state.COMPLETE, state.PRUNED, state.RUNNING)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with turns(url, found.study_name) as turn:
+        while deadline is None or time.monotonic() < deadline:
+            turn.take()
+            try:
+                if len(found.get_trials(deepcopy=False, states=counted)) >= trials:
+                    return
+                found.optimize(_after_start(objective, turn.give), n_trials=1, catch=catch)
+            finally:
+                turn.give()
+
+
+def _after_start(objective, started):
+    """The objective, calling `started()` first: its trial is RUNNING in the study by then."""
+
+    def run(trial):
+        started()
+        return objective(trial)
+
+    return run

@@ -1,0 +1,93 @@
+"""`--trials N` is N across processes: each counts and starts its next trial in the study's turn."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from tests.conftest import REPO
+
+STUDIES, TRIALS = 6, 3
+
+# Two processes start each study together and their trials take as long, so both end their first
+# trial at once and both count one left: without the turn both would start it (4 trials for 3).
+SHARE = """
+import sys, time
+from pathlib import Path
+import optuna
+from pipeline.sweep import turns
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+url, folder, me, other = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+def objective(trial):
+    trial.set_user_attr("process", me)
+    time.sleep(0.05)
+    return trial.suggest_float("x", 0.0, 1.0)
+for k in range(int(sys.argv[5])):
+    found = optuna.load_study(study_name=f"turns-{k}", storage=url)
+    (folder / f"ready-{me}-{k}").touch()
+    while not (folder / f"ready-{other}-{k}").exists():
+        time.sleep(0.001)
+    turns.run_share(found, objective, int(sys.argv[6]), None, url)
+"""
+
+
+def _two_shares(url: str, tmp_path) -> list[list]:
+    """Each study's trials, after two processes ran their shares of them."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    for k in range(STUDIES):
+        optuna.create_study(study_name=f"turns-{k}", storage=url)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", SHARE, url, str(tmp_path), me, other, str(STUDIES), str(TRIALS)],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        for me, other in ("ab", "ba")
+    ]  # fmt: skip
+    outputs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    return [optuna.load_study(study_name=f"turns-{k}", storage=url).trials for k in range(STUDIES)]
+
+
+def _exactly_the_trials_asked(studies: list[list]) -> None:
+    assert [len(trials) for trials in studies] == [TRIALS] * STUDIES, f"trials run for --trials {TRIALS}"
+    assert all(t.state.name == "COMPLETE" for trials in studies for t in trials)
+    assert {t.user_attrs["process"] for trials in studies for t in trials} == {"a", "b"}  # both ran
+
+
+@pytest.mark.slow
+def test_two_processes_ending_trials_together_run_exactly_the_trials_asked_on_sqlite(tmp_path):
+    _exactly_the_trials_asked(_two_shares(f"sqlite:///{tmp_path / 'study.db'}", tmp_path))
+
+
+@pytest.mark.heavy
+def test_two_processes_ending_trials_together_run_exactly_the_trials_asked_on_postgresql(
+    tmp_path, postgresql
+):
+    _exactly_the_trials_asked(_two_shares(postgresql, tmp_path))
+
+
+def test_a_processs_turn_is_let_go_when_it_dies(tmp_path):
+    """A sweep killed while it held the turn leaves no lock: the next process takes it at once."""
+    from pipeline.sweep import turns
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    hold = f"from pipeline.sweep import turns\nimport time\nwith turns.turns({url!r}, 's') as t:\n"
+    hold += "    t.take(); print('held', flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", hold], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.kill()
+    holder.wait(timeout=30)
+    taken = threading.Event()
+
+    def take() -> None:
+        with turns.turns(url, "s") as turn:
+            turn.take()
+            taken.set()
+
+    threading.Thread(target=take, daemon=True).start()
+    assert taken.wait(timeout=30), "the dead process's turn was never let go"
