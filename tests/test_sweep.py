@@ -172,7 +172,7 @@ def test_a_sweep_records_its_trials_and_its_rerun_continues_the_study(data_dir, 
     assert len(optuna.load_study(study_name=done["study"], storage=done["storage"]).trials) == 3
 
 
-@pytest.mark.slow
+@pytest.mark.heavy  # two sweeps training side by side; the count itself: test_sweep_turns.py
 def test_two_processes_split_one_studys_trials_and_run_none_twice(data_dir, tmp_path):
     import optuna
 
