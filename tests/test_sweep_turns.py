@@ -91,3 +91,22 @@ def test_a_processs_turn_is_let_go_when_it_dies(tmp_path):
 
     threading.Thread(target=take, daemon=True).start()
     assert taken.wait(timeout=30), "the dead process's turn was never let go"
+
+
+def test_a_database_that_fails_under_the_turn_is_one_line_naming_it(tmp_path):
+    import socket
+
+    from pipeline.core.errors import PetalsError
+    from pipeline.sweep import turns
+
+    pytest.importorskip("psycopg2")
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"postgresql+psycopg2://me:secret@127.0.0.1:{port}/petals"
+    with pytest.raises(PetalsError) as raised, turns.turns(url, "s"):
+        pass
+    line = str(raised.value)
+    where = f"postgresql+psycopg2://me:***@127.0.0.1:{port}/petals"
+    assert line.startswith(f"study s in {where}: its lock fails (")
+    assert "\n" not in line and "secret" not in line

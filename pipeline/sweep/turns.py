@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from pipeline.core.errors import PetalsError, first_line
+
 
 class _FileTurn:
     def __init__(self, path: Path | None):
@@ -44,35 +46,45 @@ class _FileTurn:
 
 
 _STATEMENTS = {  # taking and letting go of a named lock, by database
-    "postgresql": ("SELECT pg_advisory_lock(:key)", "SELECT pg_advisory_unlock(:key)"),
+    "postgresql": ("SELECT pg_advisory_lock(:name)", "SELECT pg_advisory_unlock(:name)"),
     "mysql": ("SELECT GET_LOCK(:name, -1)", "SELECT RELEASE_LOCK(:name)"),
 }
 
 
 class _DatabaseTurn:
-    """An advisory lock on a connection of its own (Optuna's sessions come and go)."""
+    """An advisory lock on a connection of its own (Optuna's sessions come and go). A database that
+    fails while the lock is taken or let go is one line naming it."""
 
     def __init__(self, url: str, kind: str, study: str):
         import sqlalchemy
 
+        from pipeline.sweep.study import shown_url
+
         digest = hashlib.sha256(f"petals-sweep/{study}".encode()).digest()
-        self.values = {"key": int.from_bytes(digest[:8], "big", signed=True), "name": digest.hex()[:60]}
+        # PostgreSQL names its locks by a 64-bit number, MySQL by a string of at most 64 characters.
+        name = int.from_bytes(digest[:8], "big", signed=True) if kind == "postgresql" else digest.hex()[:60]
+        self.values, self.where = {"name": name}, f"study {study} in {shown_url(url)}"
         self.lock, self.unlock = (sqlalchemy.text(s) for s in _STATEMENTS[kind])
         self.engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
-        self.connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        self.connection = self._failing(self.engine.connect).execution_options(isolation_level="AUTOCOMMIT")
         self.held = False
 
+    def _failing(self, call):
+        import sqlalchemy.exc
+
+        try:
+            return call()
+        except sqlalchemy.exc.SQLAlchemyError as err:
+            raise PetalsError(f"{self.where}: its lock fails ({first_line(err)})") from None
+
     def take(self) -> None:
-        self.connection.execute(self.lock, self._params(self.lock))
+        self._failing(lambda: self.connection.execute(self.lock, self.values))
         self.held = True
 
     def give(self) -> None:
         if self.held:
             self.held = False
-            self.connection.execute(self.unlock, self._params(self.unlock))
-
-    def _params(self, statement) -> dict:
-        return {k: v for k, v in self.values.items() if f":{k}" in str(statement)}
+            self._failing(lambda: self.connection.execute(self.unlock, self.values))
 
     def close(self) -> None:
         try:
