@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -57,6 +58,14 @@ def _exactly_the_trials_asked(studies: list[list]) -> None:
     assert [len(trials) for trials in studies] == [TRIALS] * STUDIES, f"trials run for --trials {TRIALS}"
     assert all(t.state.name == "COMPLETE" for trials in studies for t in trials)
     assert {t.user_attrs["process"] for trials in studies for t in trials} == {"a", "b"}  # both ran
+    # and side by side: the turn is let go as a trial starts, not held through it
+    assert any(
+        one.datetime_start < other.datetime_complete and other.datetime_start < one.datetime_complete
+        for trials in studies
+        for one in trials
+        for other in trials
+        if one.user_attrs["process"] == "a" and other.user_attrs["process"] == "b"
+    )
 
 
 @pytest.mark.slow
@@ -104,9 +113,32 @@ def test_a_database_that_fails_under_the_turn_is_one_line_naming_it(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     url = f"postgresql+psycopg2://me:secret@127.0.0.1:{port}/petals"
-    with pytest.raises(PetalsError) as raised, turns.turns(url, "s"):
-        pass
+    with pytest.raises(PetalsError) as raised, turns.turns(url, "s") as turn:
+        turn.take()
     line = str(raised.value)
     where = f"postgresql+psycopg2://me:***@127.0.0.1:{port}/petals"
     assert line.startswith(f"study s in {where}: its lock fails (")
     assert "\n" not in line and "secret" not in line
+
+
+def test_a_trial_whose_process_died_is_not_counted_as_running(tmp_path):
+    """Its heartbeat stopped: the turn marks it failed before counting, and its place is run here
+    (counted as running, the share would end at once with the study one trial short)."""
+    import warnings
+
+    import optuna
+
+    from pipeline.sweep import turns
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        storage = optuna.storages.RDBStorage(url, heartbeat_interval=1, grace_period=1)
+    found = optuna.create_study(study_name="s", storage=storage)
+    with warnings.catch_warnings():  # Optuna warns of a heartbeat outside optimize: as a dead one was
+        warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
+        dead = found.ask()  # a process that asked, beat once and was killed
+    storage.record_heartbeat(dead._trial_id)
+    time.sleep(2.5)
+    turns.run_share(found, lambda trial: trial.suggest_float("x", 0.0, 1.0), 1, None, url)
+    assert [t.state.name for t in found.trials] == ["FAIL", "COMPLETE"]

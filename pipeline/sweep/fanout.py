@@ -26,7 +26,7 @@ from pipeline.kernels import fanout, generate, remote
 from pipeline.kernels.metadata import check_accelerator, default_name
 from pipeline.kernels.shares import Share
 from pipeline.sweep import setup as setups
-from pipeline.sweep import space, study
+from pipeline.sweep import space, study, turns
 
 KEPT = ("placed", "here", "kept")  # the trial's run is here: placed now, before, or a local one of its id
 
@@ -148,16 +148,19 @@ def _asked(search: Search, number: int, size: int, report) -> list[int]:
         search.trials.tell(extra, state=optuna.trial.TrialState.FAIL)
         report(f"trial {extra}: asked for share {number} by a fan-out of other sizes: failed, not run")
     mine = mine[:size]
-    while len(mine) < size:
-        with warnings.catch_warnings():  # the heartbeat is for trials run here: these run on Kaggle
-            warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
-            trial = search.trials.ask()
-        trial.set_user_attr("fanout", search.base)
-        trial.set_user_attr("share", number)
-        trial.set_user_attr("host", f"kaggle kernel {search.base}-{number}")
-        for param in search.found.params:
-            param.suggest(trial)
-        mine.append(trial.number)
+    # Asked in the study's turn, so a sweep counting the study beside it sees these (turns.py).
+    with turns.turns(search.url, search.trials.study_name) as turn:
+        turn.take()
+        while len(mine) < size:
+            with warnings.catch_warnings():  # the heartbeat is for trials run here: these run on Kaggle
+                warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
+                trial = search.trials.ask()
+            trial.set_user_attr("fanout", search.base)
+            trial.set_user_attr("share", number)
+            trial.set_user_attr("host", f"kaggle kernel {search.base}-{number}")
+            for param in search.found.params:
+                param.suggest(trial)
+            mine.append(trial.number)
     return mine
 
 

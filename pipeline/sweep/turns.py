@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -52,8 +53,10 @@ _STATEMENTS = {  # taking and letting go of a named lock, by database
 
 
 class _DatabaseTurn:
-    """An advisory lock on a connection of its own (Optuna's sessions come and go). A database that
-    fails while the lock is taken or let go is one line naming it."""
+    """An advisory lock on a connection of its own, opened for each turn and closed after it: a
+    connection idle through a long trial may be dropped by the server or a proxy (MySQL's
+    `wait_timeout`), and closing it lets the lock go. A database that fails while the lock is
+    taken is one line naming it. (PgBouncer's transaction pooling has no session locks.)"""
 
     def __init__(self, url: str, kind: str, study: str):
         import sqlalchemy
@@ -66,31 +69,41 @@ class _DatabaseTurn:
         self.values, self.where = {"name": name}, f"study {study} in {shown_url(url)}"
         self.lock, self.unlock = (sqlalchemy.text(s) for s in _STATEMENTS[kind])
         self.engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
-        self.connection = self._failing(self.engine.connect).execution_options(isolation_level="AUTOCOMMIT")
-        self.held = False
+        self.connection = None
 
-    def _failing(self, call):
+    def take(self) -> None:
         import sqlalchemy.exc
 
         try:
-            return call()
+            self.connection = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            taken = self.connection.execute(self.lock, self.values).scalar()
         except sqlalchemy.exc.SQLAlchemyError as err:
+            self.give()
             raise PetalsError(f"{self.where}: its lock fails ({first_line(err)})") from None
-
-    def take(self) -> None:
-        self._failing(lambda: self.connection.execute(self.lock, self.values))
-        self.held = True
+        if taken in (0, None) and self.lock.text.startswith("SELECT GET_LOCK"):  # MySQL: 1 is taken
+            self.give()
+            raise PetalsError(f"{self.where}: its lock was not granted (GET_LOCK returned {taken})")
 
     def give(self) -> None:
-        if self.held:
-            self.held = False
-            self._failing(lambda: self.connection.execute(self.unlock, self.values))
+        """The lock let go; an error doing so is not raised over the one that may be on its way
+        (closing the connection lets the lock go in any case)."""
+        import sqlalchemy.exc
+
+        if self.connection is None:
+            return
+        connection, self.connection = self.connection, None
+        try:
+            connection.execute(self.unlock, self.values)
+        except sqlalchemy.exc.SQLAlchemyError:
+            pass
+        finally:
+            with contextlib.suppress(sqlalchemy.exc.SQLAlchemyError):
+                connection.close()
 
     def close(self) -> None:
         try:
             self.give()
         finally:
-            self.connection.close()
             self.engine.dispose()
 
 
@@ -114,7 +127,8 @@ def turns(url: str, study: str) -> Iterator[_FileTurn | _DatabaseTurn]:
 
 def run_share(found, objective, trials: int, timeout: float | None, url: str, catch=()) -> None:
     """This process's share of the study: trials started until the study's run and running reach
-    `trials` (or `timeout` seconds pass), each counted and asked for in its turn."""
+    `trials` (or `timeout` seconds pass), each counted and asked for in its turn. Trials whose
+    process died are marked failed first, in the turn, so they are not counted as running."""
     import optuna
 
     state = optuna.trial.TrialState
@@ -124,6 +138,9 @@ def run_share(found, objective, trials: int, timeout: float | None, url: str, ca
         while deadline is None or time.monotonic() < deadline:
             turn.take()
             try:
+                with warnings.catch_warnings():  # Optuna calls its heartbeat experimental
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    optuna.storages.fail_stale_trials(found)
                 if len(found.get_trials(deepcopy=False, states=counted)) >= trials:
                     return
                 found.optimize(_after_start(objective, turn.give), n_trials=1, catch=catch)
