@@ -66,7 +66,7 @@ class _DatabaseTurn:
         digest = hashlib.sha256(f"petals-sweep/{study}".encode()).digest()
         # PostgreSQL names its locks by a 64-bit number, MySQL by a string of at most 64 characters.
         name = int.from_bytes(digest[:8], "big", signed=True) if kind == "postgresql" else digest.hex()[:60]
-        self.values, self.where = {"name": name}, f"study {study} in {shown_url(url)}"
+        self.kind, self.values, self.where = kind, {"name": name}, f"study {study} in {shown_url(url)}"
         self.lock, self.unlock = (sqlalchemy.text(s) for s in _STATEMENTS[kind])
         self.engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
         self.connection = None
@@ -80,7 +80,7 @@ class _DatabaseTurn:
         except sqlalchemy.exc.SQLAlchemyError as err:
             self.give()
             raise PetalsError(f"{self.where}: its lock fails ({first_line(err)})") from None
-        if taken in (0, None) and self.lock.text.startswith("SELECT GET_LOCK"):  # MySQL: 1 is taken
+        if self.kind == "mysql" and taken != 1:  # GET_LOCK: 1 taken, 0 or NULL not
             self.give()
             raise PetalsError(f"{self.where}: its lock was not granted (GET_LOCK returned {taken})")
 
