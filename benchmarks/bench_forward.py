@@ -15,7 +15,13 @@ its examples/s can be no better than the best setting here. Each setting runs in
   oneDNN emulates bfloat16 there, slower than float32).
 Settings are alternated and repeated: this machine's speed swings within minutes.
 
-Usage: python benchmarks/bench_forward.py [--repeats 2] [--examples 512] [--quick].
+With `--pass-data DATA_DIR` (a fetched data dir of the flowers), the feature cache's own pass
+(`feature_pass.rows_of`: the tf.data reading, decoding and view, the calls in flight, the pieces
+saved) over the first `--pass-examples` training images runs too, alternated with the ceiling's
+shipped setting (two calls in flight, batch 128, BFC), and their ratio is the pass's fraction of it.
+
+Usage: python benchmarks/bench_forward.py [--repeats 2] [--examples 512] [--quick] [--only TEXT]
+       [--pass-data DATA_DIR [--pass-examples 2048]].
 Writes benchmarks/latest.json (the slowest run of each setting, and the best setting's).
 """
 
@@ -74,6 +80,38 @@ print(json.dumps({{"examples_per_second": workers * calls * batch / (time.perf_c
 """
 
 
+# The feature cache's pass as `make train` runs it, on a fetched data dir's first training images,
+# in its own process with petals' own settings (the BFC allocator: `pipeline.core.native_log`).
+PASS = """
+import json, tempfile, time
+from pathlib import Path
+import numpy as np
+import tensorflow as tf
+from competition import load_spec
+from pipeline import networks
+from pipeline.core import device
+from pipeline.data.manifest import locate_data
+from pipeline.data.splits import reader_for
+from pipeline.modeling import feature_cache, feature_pass, features
+from pipeline.tasks.recipe_config import load_config
+config, spec = load_config("cpu", ["competition=flowers"]), load_spec("flowers")
+platform = device.pick("tensorflow", "cpu")
+pool = reader_for(spec).pool(locate_data(Path({data!r})), spec, config, ["train"])
+ids, labels = pool.ids_and_labels()
+split = pool.part(ids[:{examples}], labels[:{examples}])
+net = networks.build(config, spec, activation="softmax", weights="none")
+cut = features.cut_for(net, config)
+views = [lambda images: tf.cast(images, tf.float32)]  # the first view: the images themselves
+cut.bottom.predict_on_batch(np.zeros((8, config.data.image_size, config.data.image_size, 3), "float32"))
+with tempfile.TemporaryDirectory() as folder:
+    signature = feature_cache.signature(cut, config, split, "bench")
+    start = time.perf_counter()
+    rows = feature_pass.rows_of("train", split, views, cut.bottom, config, Path(folder), platform, signature)
+    seconds = time.perf_counter() - start
+print(json.dumps({{"examples_per_second": rows.features.shape[1] / seconds}}))
+"""
+SHIPPED = dict(batch=128, threads=0, processes=1, workers=2, env="bfc", precision="float32")
+
 ENVS = {
     "default": {},
     "bfc": {"TF_CPU_ALLOCATOR_USE_BFC": "true"},
@@ -104,12 +142,29 @@ def name_of(setting: dict) -> str:
     return "forward_b{batch}_t{threads}_p{processes}_w{workers}_{env}_{precision}".format(**setting)
 
 
-def one_run(setting: dict, examples: int) -> float:
-    """Examples/s of one setting: its processes started together, their rates summed."""
+def _env(setting: dict) -> dict:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
     for name in {key for values in ENVS.values() for key in values}:
         env.pop(name, None)  # each setting is its own: not what the shell or a test set
-    env.update(ENVS[setting["env"]])
+    return {**env, **ENVS[setting["env"]]}
+
+
+def one_pass(data_dir: Path, examples: int) -> float:
+    """Examples/s of the feature cache's own pass over a data dir's first `examples` training images."""
+    env = _env(SHIPPED)
+    done = subprocess.run(
+        [sys.executable, "-c", PASS.format(data=str(data_dir.resolve()), examples=examples)],
+        env=env, cwd=REPO, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode:
+        tail = done.stderr.strip()[-300:]
+        raise SystemExit(f"bench_forward: the pass exited with {done.returncode}: {tail}")
+    return json.loads(done.stdout.strip().splitlines()[-1])["examples_per_second"]
+
+
+def one_run(setting: dict, examples: int) -> float:
+    """Examples/s of one setting: its processes started together, their rates summed."""
+    env = _env(setting)
     code = FORWARD.format(
         threads=setting["threads"],
         workers=setting["workers"],
@@ -140,7 +195,11 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=512, help="timed examples per run (default: 512)")
     parser.add_argument("--quick", action="store_true", help="batches 32 and 128 only")
     parser.add_argument("--only", default="", help="the settings whose name holds this text")
+    parser.add_argument("--pass-data", type=Path, help="a fetched flowers data dir: time the cache's pass")
+    parser.add_argument("--pass-examples", type=int, default=2048, help="its training images (2048)")
     args = parser.parse_args()
+    if args.pass_data:
+        return compare_pass(args.pass_data, args.pass_examples, args.examples, args.repeats)
     flags = cpu_flags()
     grid = [s for s in settings(args.quick, flags) if args.only in name_of(s)]
     runs: dict[str, list[float]] = {name_of(s): [] for s in grid}
@@ -168,6 +227,25 @@ def main() -> None:
         f"  ceiling: {best}, {min(runs[best]):.1f} examples/s (slowest of its runs); "
         f"cpu flags: {flags or 'none'}"
     )
+
+
+def compare_pass(data_dir: Path, pass_examples: int, examples: int, repeats: int) -> None:
+    """The cache's pass against the ceiling's shipped setting, alternated: each run's fraction."""
+    pairs = []
+    for _ in range(repeats):
+        ceiling, done = one_run(SHIPPED, examples), one_pass(data_dir, pass_examples)
+        pairs.append((ceiling, done))
+        print(f"shipped setting {ceiling:.1f}, the pass {done:.1f} examples/s: {done / ceiling:.2f}x")
+    context = {"machine": machine(), "examples": examples, "pass_examples": pass_examples, "runs": pairs}
+    fractions = [done / ceiling for ceiling, done in pairs]
+    slowest = min(done for _, done in pairs)
+    record(
+        [
+            figure("cache_pass_ex_per_s", slowest, "examples/s (slowest run)", context),
+            figure("cache_pass_fraction_of_ceiling", min(fractions), "x shipped setting (lowest)", context),
+        ]
+    )
+    print(f"bench_forward: the pass at {min(fractions):.2f}-{max(fractions):.2f}x of the shipped setting")
 
 
 if __name__ == "__main__":

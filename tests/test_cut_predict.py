@@ -19,7 +19,7 @@ from pipeline.core.rundir import RunDir
 from pipeline.cv.group import fold_config
 from pipeline.data import splits
 from pipeline.data.manifest import read_manifest
-from pipeline.modeling import feature_cache
+from pipeline.modeling import feature_pass
 from pipeline.modeling.inference import Predictions, load_inference_model, predict_split
 from pipeline.modeling.trainer import save_weights
 from pipeline.stages import cv as cv_stage
@@ -69,9 +69,9 @@ def test_folds_predict_out_of_fold_as_scored_and_the_test_set_through_one_bottom
     data_dir, tmp_path, spec, cpu, monkeypatch
 ):
     extracted = []
-    real = feature_cache._extract
+    real = feature_pass._piece
     monkeypatch.setattr(
-        feature_cache, "_extract", lambda *a: extracted.append(len((rows := real(*a)).ids)) or rows
+        feature_pass, "_piece", lambda *a: extracted.append(len((kept := real(*a)).ids)) or kept
     )
     metrics = cv_stage.train_folds(options(data_dir, tmp_path))
     runs = fold_runs(data_dir, tmp_path)

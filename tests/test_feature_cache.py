@@ -20,7 +20,7 @@ import pytest
 from pipeline.core.errors import Preempted
 from pipeline.data import readers, splits
 from pipeline.data.manifest import locate_data
-from pipeline.modeling import feature_cache, features, preemption
+from pipeline.modeling import feature_cache, feature_pass, features, preemption
 from pipeline.networks import registry
 from pipeline.tasks.recipe_config import load_config
 from tests.conftest import TINY, TINY_SIZE
@@ -47,15 +47,16 @@ def data_dir(tiny_data_dir, tmp_path_factory):
 
 @pytest.fixture
 def extractions(monkeypatch) -> list[int]:
-    """How many examples went through the network below the cut, piece by piece."""
-    calls, real = [], feature_cache._extract
+    """How many examples went through the network below the cut, piece by piece (the pass makes a
+    piece of each few batches' outputs)."""
+    calls, real = [], feature_pass._piece
 
-    def counted(bottom, batches, platform):
-        rows = real(bottom, batches, platform)
+    def counted(outputs, batches):
+        rows = real(outputs, batches)
         calls.append(len(rows.ids))
         return rows
 
-    monkeypatch.setattr(feature_cache, "_extract", counted)
+    monkeypatch.setattr(feature_pass, "_piece", counted)
     return calls
 
 
@@ -141,7 +142,7 @@ def test_folds_in_one_process_read_the_pooled_file_once_and_a_rewritten_one_agai
     feature_cache.save(pooled, dataclasses.replace(saved, features=np.ones_like(saved.features)), signature)
     assert feature_cache.cached(pooled, signature).features.min() == 1.0 and reads == ["pooled.npz"]
     # The group done with them (its cache removed), the process lets go of the rows it held.
-    feature_cache.rows_of("pooled", None, [], None, None, pooled.parent, cpu, signature, hold=True)
+    feature_pass.rows_of("pooled", None, [], None, None, pooled.parent, cpu, signature, hold=True)
     assert feature_cache._HELD
     features.remove_shared(tmp_path, splits.fold_table(data_dir, spec, fold_config(0)), fold_config(0))
     assert not feature_cache._HELD
@@ -161,7 +162,7 @@ def test_a_fold_trains_on_its_table_rows_and_scores_on_its_held_out_fold(cut, sp
     part = splits.train_and_val(locate_data(data_dir), spec, config, table)[1]
     views = features._views(config, spec.num_classes)[:1]
     signature = feature_cache.signature(cut, config, part, "d")
-    own = feature_cache.rows_of("own", part, views, cut.bottom, config, tmp_path / "own", cpu, signature)
+    own = feature_pass.rows_of("own", part, views, cut.bottom, config, tmp_path / "own", cpu, signature)
     assert sorted(own.ids.tolist()) != own.ids.tolist()  # a real reordering to undo
     order = np.argsort(own.ids)
     assert own.ids[order].tolist() == val.ids.tolist()
@@ -185,8 +186,8 @@ class StopAtLook(preemption.StopRequest):
 def test_a_pass_stopped_between_pieces_resumes_them_to_the_same_rows(
     cut, spec, data_dir, tmp_path, cpu, extractions, monkeypatch
 ):
-    monkeypatch.setattr(feature_cache, "EXTRACT_BATCH", 16)
-    monkeypatch.setattr(feature_cache, "PIECE_BATCHES", 2)  # pieces of 32 examples
+    monkeypatch.setattr(feature_pass, "EXTRACT_BATCH", 16)
+    monkeypatch.setattr(feature_pass, "PIECE_BATCHES", 2)  # pieces of 32 examples
     config = fold_config(0)
     examples = len(splits.fold_table(data_dir, spec, config))
     looks = -(-examples // 32) - 1  # a look between each two pieces of a view
@@ -261,17 +262,17 @@ def test_a_sigterm_during_the_pass_keeps_its_pieces_for_the_rerun(cpu, spec, dat
 
     from pipeline.stages import train
 
-    monkeypatch.setattr(feature_cache, "EXTRACT_BATCH", 16)
-    monkeypatch.setattr(feature_cache, "PIECE_BATCHES", 2)
-    calls, real = [], feature_cache._extract
+    monkeypatch.setattr(feature_pass, "EXTRACT_BATCH", 16)
+    monkeypatch.setattr(feature_pass, "PIECE_BATCHES", 2)
+    calls, real = [], feature_pass._piece
 
-    def signalled_once(bottom, batches, platform):
+    def signalled_once(outputs, batches):
         calls.append(len(batches))
         if len(calls) == 1:
-            os.kill(os.getpid(), signal.SIGTERM)  # arrives while the first piece is computed
-        return real(bottom, batches, platform)
+            os.kill(os.getpid(), signal.SIGTERM)  # the first piece computed, not yet saved
+        return real(outputs, batches)
 
-    monkeypatch.setattr(feature_cache, "_extract", signalled_once)
+    monkeypatch.setattr(feature_pass, "_piece", signalled_once)
     config = fold_config(0)
     stopped = r"SIGTERM in the feature cache's pass \(pooled, view 1: 1 pieces kept\)"
     with preemption.watching(preemption.StopRequest()) as stop, pytest.raises(Preempted, match=stopped):
@@ -301,7 +302,7 @@ def test_a_file_competitions_fold_takes_its_rows_of_the_pooled_examples_by_id(tm
     part = splits.train_and_val(locate_data(data_dir), spec, config, table)[1]
     signature = feature_cache.signature(cut, config, part, "d")
     views = features._views(config, spec.num_classes)[:1]
-    own = feature_cache.rows_of("own", part, views, cut.bottom, config, tmp_path / "own", cpu, signature)
+    own = feature_pass.rows_of("own", part, views, cut.bottom, config, tmp_path / "own", cpu, signature)
     assert own.ids.tolist() == val.ids.tolist()
     np.testing.assert_array_equal(own.features[0], val.features[0])
 

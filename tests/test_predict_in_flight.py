@@ -26,10 +26,10 @@ def test_in_flight_keeps_the_order_and_holds_at_most_calls_inputs():
 
     for calls in (1, 2, 3):
         most[0] = 0
-        assert np.concatenate(inference.in_flight(call, range(10), calls)).tolist() == list(range(10))
+        assert np.concatenate(list(inference.in_flight(call, range(10), calls))).tolist() == list(range(10))
         assert most[0] <= calls
-    assert inference.in_flight(call, [], 2) == []
-    assert np.concatenate(inference.in_flight(call, range(5), 2, built=True)).tolist() == list(range(5))
+    assert list(inference.in_flight(call, [], 2)) == []
+    assert np.concatenate(list(inference.in_flight(call, range(5), 2, built=True))).tolist() == list(range(5))
 
 
 def test_a_failing_call_raises_in_the_caller():
@@ -39,7 +39,7 @@ def test_a_failing_call_raises_in_the_caller():
         return np.array([x])
 
     with pytest.raises(ValueError, match="batch 3"):
-        inference.in_flight(call, range(6), 2)
+        list(inference.in_flight(call, range(6), 2))
 
 
 def test_a_keras_model_predicts_the_same_with_two_calls_in_flight(cpu):

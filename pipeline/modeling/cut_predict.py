@@ -28,7 +28,7 @@ import numpy as np
 
 from pipeline import networks
 from pipeline.core.rundir import RunDir
-from pipeline.modeling import feature_cache, features
+from pipeline.modeling import feature_cache, feature_pass, features
 from pipeline.modeling.inference import THROUGH, Predictions, made_from
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def test_through_cut(runs: list[RunDir], data_dir: Path, folder: Path, platform)
         path = run.predictions("test", 1)
         saved = Predictions.load(path) if path.is_file() else None
         # The processes predict together: every one reuses its saved predictions, or none does.
-        if feature_cache.agreed(platform, int(saved is not None and saved.source == source)):
+        if feature_pass.agreed(platform, int(saved is not None and saved.source == source)):
             done[index] = saved
             continue
         with platform.scope():
@@ -104,7 +104,7 @@ def test_through_cut(runs: list[RunDir], data_dir: Path, folder: Path, platform)
 
 
 def _batches(activations: np.ndarray):
-    return feature_cache.float32_batches(activations, feature_cache.EXTRACT_BATCH)
+    return feature_cache.float32_batches(activations, feature_pass.EXTRACT_BATCH)
 
 
 def _test_rows(cut_, digest: str, config, spec, data_dir: Path, manifest: dict, folder: Path, platform):
@@ -120,6 +120,6 @@ def _test_rows(cut_, digest: str, config, spec, data_dir: Path, manifest: dict, 
     }
     view = task_of(spec).test_view(config, spec)
     plain = [lambda images: view(images, 0)]
-    return feature_cache.rows_of(
+    return feature_pass.rows_of(
         "test", split, plain, cut_.bottom, config, folder, platform, signature, labeled=False
     )

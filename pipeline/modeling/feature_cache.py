@@ -1,11 +1,7 @@
-"""Where the feature cache's rows live and how its pass computes them: in pieces, once per fold group.
+"""Where the feature cache's rows live: what they depend on, their files, their float32 batches, and
+one pass per fold group (`feature_pass` computes them).
 
-The pass (`rows_of`) runs the network below the cut over a split once per view and saves its
-outputs every `PIECE_BATCHES` batches as a piece (`<name>-<view>-<index>.npz`, with the signature
-of what it was computed from). A stop request (SIGTERM, the time limit) is looked at between
-pieces, so a preempted pass keeps what it did; the rerun reuses every piece whose signature
-matches and computes only the rest. The whole split is saved as one file when every piece is
-there, and the pieces go. Rows go to the network as float32 batches, converted in numpy.
+Rows go to the network as float32 batches, converted in numpy.
 
 Cross-validation: the activations do not depend on the fold, so a group's folds share one pooled
 cache of every labelled example in id order (`shared_folder`), computed by whichever fold gets
@@ -15,9 +11,7 @@ there first under a lock (the other waits, then reads it); each fold takes its r
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
-import itertools
 import json
 import logging
 import re
@@ -37,8 +31,6 @@ from pipeline.core.files import write_atomically
 
 log = logging.getLogger(__name__)
 
-EXTRACT_BATCH = 128  # examples per predict call while caching
-PIECE_BATCHES = 8  # batches per saved piece: what a preemption during the pass can lose
 SHARED_PREFIX = "features-"  # <runs dir>/features-<examples digest>-<signature digest>/: a fold group's
 LOCK_NAME = "computing.lock"
 LOCK_POLL_SECONDS = 2.0  # how often a fold waiting for another's pass looks again
@@ -177,7 +169,8 @@ def _held_key(path: Path, signature_: dict) -> tuple:
     return (*where, json.dumps(signature_, sort_keys=True))
 
 
-def _hold(path: Path, signature_: dict, rows: Rows) -> None:
+def keep_held(path: Path, signature_: dict, rows: Rows) -> None:
+    """Keep `rows` (saved at `path`) in this process for `cached`'s next caller: a group's folds."""
     for array in (rows.features, rows.labels, rows.ids):
         array.setflags(write=False)  # a fold that wrote into them would change the next fold's rows
     _HELD.clear()
@@ -221,156 +214,13 @@ def save(path: Path, rows: Rows, signature_: dict) -> None:
     write_atomically(path, write)
 
 
-def _piece_path(folder: Path, name: str, view: int, index: int) -> Path:
-    return folder / f"{name}-{view}-{index}.npz"
-
-
-def _piece_signature(signature_: dict, view: int, index: int, final: bool) -> dict:
-    where = {"view": view, "piece": index, "final": final, "batch": EXTRACT_BATCH, "of": PIECE_BATCHES}
-    return {**signature_, "piece": where}
-
-
-def _pieces_found(folder: Path, name: str, view: int, signature_: dict) -> tuple[list[Rows], bool]:
-    """The view's saved pieces from the first on, up to the first missing or stale one, and whether
-    the last of them ends the view."""
-    found = []
-    for index in itertools.count():
-        path = _piece_path(folder, name, view, index)
-        for final in (False, True):
-            piece = cached(path, _piece_signature(signature_, view, index, final))
-            if piece is not None:
-                found.append(piece)
-                break
-        else:
-            return found, False
-        if final:
-            return found, True
-
-
-# ----------------------------------------------------------------------------- the pass
-
-
-def _extract(bottom, batches: list, platform) -> Rows:
-    """`bottom`'s outputs (float16), labels and ids of a few (pixels, [labels,] ids) batches, in
-    order; an unlabelled split's labels are -1."""
-    from pipeline.modeling.inference import predict_batches
-
-    images = functools.reduce(
-        tf.data.Dataset.concatenate, (tf.data.Dataset.from_tensors(images) for images, *_ in batches)
-    )
-    outputs = predict_batches(bottom, images, platform).astype(np.float16)
-    ids = np.concatenate([b[-1] for b in batches])
-    ids = np.asarray([i.decode() if isinstance(i, bytes) else str(i) for i in ids])
-    labels = np.concatenate([b[1] for b in batches]) if len(batches[0]) == 3 else np.full(len(ids), -1)
-    return Rows(outputs[None], labels, ids)
-
-
-def agreed(platform, value: int) -> int:
-    """The smallest of every process's `value` (each one asks, always: the processes predict the
-    pass together, so they start it at the same piece)."""
-    if not platform.hosts.several:
-        return value
-    from pipeline.modeling.host_predict import allgather
-
-    return int(np.min(allgather(platform, np.asarray([value]))))
+# ----------------------------------------------------------------------------- one pass per group
 
 
 def stop_if_asked(stop, where: str) -> None:
     """End the stage between pieces when asked (a signal noted, the time limit): nothing is lost."""
     if stop is not None and stop():
         raise Preempted(f"stopped by {stop.reason} {where}; rerun the same command to go on from there")
-
-
-def _view_rows(name, split, view_index, view, bottom, config, folder, platform, signature_, stop,
-               labeled) -> Rows:  # fmt: skip
-    """One view of a split: its saved pieces, then the rest computed piece by piece."""
-    from pipeline.data import datasets
-
-    found, done = _pieces_found(folder, name, view_index, signature_)
-    never = 2**31  # a finished view's count, above any start
-    start = agreed(platform, never if done else len(found))
-    if start < never:
-        found = found[:start]
-        tf.random.set_seed(config.seed * 1000 + view_index)  # each random view the same on a rerun
-        batches = split.eval_dataset(config, EXTRACT_BATCH, labeled=labeled, with_ids=True)
-        # The view's random draws run for the skipped batches too (only the network is skipped):
-        # the pieces computed now are those an uninterrupted pass computes.
-        batches = batches.map(lambda images, *tags: (view(images), *tags))
-        batches = batches.skip(start * PIECE_BATCHES).prefetch(datasets.AUTOTUNE)
-        with split.naming_bad(labeled=labeled):
-            iterator = batches.as_numpy_iterator()
-            ahead = next(iterator, None)
-            if ahead is None:
-                raise PetalsError(f"{name}: no examples to cache features of")
-            for index in itertools.count(start):
-                chunk = [ahead, *itertools.islice(iterator, PIECE_BATCHES - 1)]
-                ahead = next(iterator, None)
-                piece = _extract(bottom, chunk, platform)
-                final = ahead is None
-                stamp = _piece_signature(signature_, view_index, index, final)
-                save(_piece_path(folder, name, view_index, index), piece, stamp)
-                found.append(piece)
-                if final:
-                    break
-                stop_if_asked(
-                    stop,
-                    f"in the feature cache's pass ({name}, view {view_index + 1}: {len(found)} pieces kept)",
-                )
-    return Rows(
-        np.concatenate([p.features[0] for p in found]),
-        np.concatenate([p.labels for p in found]),
-        np.concatenate([p.ids for p in found]),
-    )
-
-
-def rows_of(name: str, split, views: list, bottom, config: Config, folder: Path, platform, signature_: dict,
-            stop=None, by_id: bool = False, labeled: bool = True, hold: bool = False) -> Rows:  # fmt: skip
-    """The cached views of one split (`folder/<name>.npz`), computed (in pieces) unless saved
-    already; sorted by id with `by_id`; an unlabelled split's (`labeled=False`) labels are -1;
-    kept in this process for the next caller with `hold` (a group's pooled rows)."""
-    path = folder / f"{name}.npz"
-    saved = cached(path, signature_)
-    if agreed(platform, int(saved is not None)) == 0:
-        saved = None  # the processes predict the pass together: all of them, or none, compute it
-    if saved is not None:
-        log.info("train: %s features cached already (%s)", name, path)
-        if hold:
-            _hold(path, signature_, saved)
-        return saved
-    started = time.perf_counter()
-    per_view = [
-        _view_rows(name, split, k, view, bottom, config, folder, platform, signature_, stop, labeled)
-        for k, view in enumerate(views)
-    ]
-    first = per_view[0]
-    if any(not np.array_equal(first.ids, v.ids) for v in per_view):
-        raise RuntimeError(f"{name}: views came in different orders")  # a reader's bug
-    rows = Rows(np.stack([v.features for v in per_view]), first.labels, first.ids)
-    if by_id:
-        rows = rows.take(np.argsort(rows.ids, kind="stable"))
-    save(path, rows, signature_)
-    if hold:
-        _hold(path, signature_, rows)
-    for piece in folder.glob(f"{name}-*-*.npz"):
-        piece.unlink(missing_ok=True)
-    _log_pass(name, rows, time.perf_counter() - started)
-    return rows
-
-
-def _log_pass(name: str, rows: Rows, seconds: float) -> None:
-    views, examples = rows.features.shape[:2]
-    log.info(
-        "train: cached %s features: %d views x %d examples -> %s, %.0f s (%.0f examples/s)",
-        name,
-        views,
-        examples,
-        "x".join(map(str, rows.features.shape[2:])),
-        seconds,
-        views * examples / max(seconds, 1e-9),
-    )
-
-
-# ----------------------------------------------------------------------------- one pass per group
 
 
 @contextlib.contextmanager

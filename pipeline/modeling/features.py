@@ -36,7 +36,7 @@ import tensorflow as tf
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.data import targets
-from pipeline.modeling import feature_cache
+from pipeline.modeling import feature_cache, feature_pass
 
 if TYPE_CHECKING:
     from pipeline.data.splits import Split
@@ -286,7 +286,7 @@ def _fold_splits(cut_: Cut, train, val, views: list, config: Config, run_dir: Pa
     signature = feature_cache.signature(cut_, config, pool_split, source, pooled=digest)
     folder = feature_cache.shared_folder(run_dir.parent, digest, signature)
     with feature_cache.computing(folder, stop):
-        pool = feature_cache.rows_of(
+        pool = feature_pass.rows_of(
             "pooled",
             pool_split,
             views,
@@ -353,7 +353,7 @@ def _with_pseudo(kept: FeatureSplit, held: FeatureSplit, cut_: Cut, train, views
     ids, labels = _part_ids(part), _part_labels(part)
     pooled_ = feature_cache.examples_digest(ids, labels)  # which examples, with which labels
     signature = feature_cache.signature(cut_, config, part, source, pooled=pooled_)
-    rows = feature_cache.rows_of(
+    rows = feature_pass.rows_of(
         "pseudo", part, views, cut_.bottom, config, folder, platform, signature, stop, by_id=True
     )
     if np.intersect1d(rows.ids, held.ids).size:
@@ -371,7 +371,7 @@ def _own_splits(cut_: Cut, train, val, views: list, config: Config, folder: Path
 
     def one(name: str, split, its_views: list) -> FeatureSplit:
         signature = feature_cache.signature(cut_, config, split, source)
-        rows = feature_cache.rows_of(
+        rows = feature_pass.rows_of(
             name, split, its_views, cut_.bottom, config, folder, platform, signature, stop
         )
         return _split_of(rows, num_classes, seed)

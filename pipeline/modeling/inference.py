@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import json
 import logging
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,41 +178,55 @@ def predict_batches(model, batches, platform) -> np.ndarray:
     One replica: batch by batch with `predict_on_batch`, about twice Keras `predict`'s images/s
     on 2 CPU cores (EfficientNet-Lite0 at 192 px: 141-173 against 75-92; `predict` feeds its own
     tf.data pipeline, which competes for the cores), CALLS_IN_FLIGHT at a time on a CPU under
-    TensorFlow. Under a strategy of several replicas `predict_on_batch` would run the whole batch
-    on each, so `predict` splits it there. Across several processes each predicts its share of
-    the batches (`host_predict`).
+    TensorFlow (`streamed`). Under a strategy of several replicas `predict_on_batch` would run the
+    whole batch on each, so `predict` splits it there. Across several processes each predicts its
+    share of the batches (`host_predict`).
     """
     if platform.hosts.several:
         return host_predict.predict_shared(model, batches, platform)
     if platform.replicas > 1:
         return np.asarray(model.predict(batches, verbose=0))
+    return np.concatenate(list(streamed(model, batches.as_numpy_iterator(), platform)))
+
+
+def streams(platform) -> bool:
+    """Whether `streamed` serves this platform: one process, one replica."""
+    return not platform.hosts.several and platform.replicas == 1
+
+
+def streamed(model, inputs, platform) -> Iterator[np.ndarray]:
+    """`model.predict_on_batch(x)` for each of `inputs`, yielded in order as the calls end, with
+    CALLS_IN_FLIGHT calls at once on a CPU under TensorFlow (one process, one replica: `streams`).
+    A caller that saves as the outputs come keeps the calls going across its saves."""
     # TensorFlow only: Keras on JAX hands the variables' buffers to each call (donated) and writes
     # them back after, so a second call in flight could read deleted arrays.
     calls = CALLS_IN_FLIGHT if platform.backend == "tensorflow" and platform.device == "CPU" else 1
     built = getattr(model, "predict_function", None) is not None  # Keras builds it in the first call
-    return np.concatenate(in_flight(model.predict_on_batch, batches.as_numpy_iterator(), calls, built))
+    return in_flight(model.predict_on_batch, inputs, calls, built)
 
 
-def in_flight(call, inputs, calls: int, built: bool = False) -> list[np.ndarray]:
-    """`call(x)` for each of `inputs`, in order, up to `calls` at once (and no more inputs held);
-    unless `built`, the first call runs alone (it builds what the others share)."""
+def in_flight(call, inputs, calls: int, built: bool = False) -> Iterator[np.ndarray]:
+    """`call(x)` for each of `inputs`, yielded in order, up to `calls` at once (and no more inputs
+    held); unless `built`, the first call runs alone (it builds what the others share). Closing
+    the generator early waits for the calls in flight."""
     inputs = iter(inputs)
-    outputs = []
     if not built:
         first = next(inputs, None)
         if first is None:
-            return []
-        outputs.append(np.asarray(call(first)))
+            return
+        yield np.asarray(call(first))
     if calls <= 1:
-        return outputs + [np.asarray(call(x)) for x in inputs]
+        for x in inputs:
+            yield np.asarray(call(x))
+        return
     with ThreadPoolExecutor(calls, thread_name_prefix="petals-predict") as pool:
         pending: collections.deque = collections.deque()
         for x in inputs:
             pending.append(pool.submit(call, x))
             if len(pending) >= calls:
-                outputs.append(np.asarray(pending.popleft().result()))
-        outputs.extend(np.asarray(future.result()) for future in pending)
-    return outputs
+                yield np.asarray(pending.popleft().result())
+        while pending:
+            yield np.asarray(pending.popleft().result())
 
 
 THROUGH = "feature cache: float16 activations below the cut"  # the `through` of such predictions
