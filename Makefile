@@ -377,8 +377,8 @@ bench-onednn: $(STAMP) ## TensorFlow's oneDNN kernels on this CPU: the CPU recip
 bench-forward: $(STAMP) ## the feature cache pass's ceiling: Lite0's forward pass on this CPU by batch, threads, processes, allocator
 	$(PY) benchmarks/bench_forward.py
 
-bench-pass: $(DATA)/manifest.json ## the feature cache's own pass over the fetched data against the ceiling's shipped setting
-	$(PY) benchmarks/bench_forward.py --pass-data $(call q,DATA) --competition $(call q,COMPETITION) --repeats 3
+bench-pass: $(DATA)/manifest.json ## the feature cache's own pass over the fetched flowers against the ceiling's shipped setting
+	$(PY) benchmarks/bench_forward.py --pass-data $(call q,DATA) --repeats 3
 
 fault-table: $(STAMP) ## run the fault-injection suite (5 random kill moments per stage) and write its table to docs/FAULTS.md
 	$(PY) benchmarks/fault_table.py

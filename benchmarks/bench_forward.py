@@ -15,14 +15,14 @@ its examples/s can be no better than the best setting here. Each setting runs in
   oneDNN emulates bfloat16 there, slower than float32).
 Settings are alternated and repeated: this machine's speed swings within minutes.
 
-With `--pass-data DATA_DIR` (a fetched data dir of `--competition`, the flowers by default), the
+With `--pass-data DATA_DIR` (a fetched data dir of the flowers, whose recipe the ceiling runs), the
 feature cache's own pass (`feature_pass.rows_of`: the tf.data reading, decoding and view, the calls
-in flight, the pieces saved) over the first `--pass-examples` training images runs instead,
-alternated with the ceiling's shipped setting (two calls in flight, batch 128, BFC), and their
-ratio is the pass's fraction of it (`make bench-pass`).
+in flight, the pieces saved) over the first training shards holding `--pass-examples` images runs
+instead, alternated with the ceiling's shipped setting (two calls in flight, batch 128, BFC), and
+their ratio is the pass's fraction of it (`make bench-pass`).
 
 Usage: python benchmarks/bench_forward.py [--repeats 2] [--examples 512] [--quick] [--only TEXT]
-       [--pass-data DATA_DIR [--competition flowers] [--pass-examples 2048]].
+       [--pass-data DATA_DIR [--pass-examples 2048]].
 Writes benchmarks/latest.json (the slowest run of each setting, and the best setting's).
 """
 
@@ -91,19 +91,21 @@ import tensorflow as tf
 from competition import load_spec
 from pipeline import networks
 from pipeline.core import device
+from pipeline.data import datasets, records
 from pipeline.data.manifest import locate_data
-from pipeline.data.splits import reader_for
+from pipeline.data.readers.shards import ShardPool
 from pipeline.modeling import feature_cache, feature_pass, features
 from pipeline.tasks.recipe_config import load_config
-config, spec = load_config("cpu", ["competition={competition}"]), load_spec({competition!r})
-platform = device.pick("tensorflow", "cpu")
-pool = reader_for(spec).pool(locate_data(Path({data!r})), spec, config, ["train"])
-ids, labels = pool.ids_and_labels()
-split = pool.part(ids[:{examples}], labels[:{examples}])
+config, spec = load_config("cpu", ["competition=flowers"]), load_spec("flowers")
+platform, size = device.pick("tensorflow", "cpu"), config.data.image_size
+files = datasets.shard_files(locate_data(Path({data!r})), spec, size, "train")
+# The first shards holding `examples` images, whole: a part of them by id would read every shard.
+counts = np.cumsum([records.count_images([f]) for f in files])
+split = ShardPool(files[: int(np.searchsorted(counts, {examples})) + 1], spec, size).whole()
 net = networks.build(config, spec, activation="softmax", weights="none")
 cut = features.cut_for(net, config)
 views = [lambda images: tf.cast(images, tf.float32)]  # the first view: the images themselves
-size = config.data.image_size  # warmed at the pass's batch: another shape would trace again
+# Warmed at the pass's batch: another shape would trace again.
 cut.bottom.predict_on_batch(np.zeros((feature_pass.EXTRACT_BATCH, size, size, 3), "float32"))
 with tempfile.TemporaryDirectory() as folder:
     signature = feature_cache.signature(cut, config, split, "bench")
@@ -151,9 +153,9 @@ def _env(setting: dict) -> dict:
     return {**env, **ENVS[setting["env"]]}
 
 
-def one_pass(data_dir: Path, examples: int, competition: str) -> float:
+def one_pass(data_dir: Path, examples: int) -> float:
     """Examples/s of the feature cache's own pass over a data dir's first `examples` training images."""
-    code = PASS.format(data=str(data_dir.resolve()), examples=examples, competition=competition)
+    code = PASS.format(data=str(data_dir.resolve()), examples=examples)
     done = subprocess.run(
         [sys.executable, "-c", code], env=_env(SHIPPED), cwd=REPO, capture_output=True, text=True,
         check=False,
@@ -199,10 +201,9 @@ def main() -> None:
     parser.add_argument("--only", default="", help="the settings whose name holds this text")
     parser.add_argument("--pass-data", type=Path, help="a fetched flowers data dir: time the cache's pass")
     parser.add_argument("--pass-examples", type=int, default=2048, help="its training images (2048)")
-    parser.add_argument("--competition", default="flowers", help="the data dir's competition (flowers)")
     args = parser.parse_args()
     if args.pass_data:
-        return compare_pass(args.pass_data, args.competition, args.pass_examples, args.examples, args.repeats)
+        return compare_pass(args.pass_data, args.pass_examples, args.examples, args.repeats)
     flags = cpu_flags()
     grid = [s for s in settings(args.quick, flags) if args.only in name_of(s)]
     runs: dict[str, list[float]] = {name_of(s): [] for s in grid}
@@ -232,15 +233,14 @@ def main() -> None:
     )
 
 
-def compare_pass(data_dir: Path, competition: str, pass_examples: int, examples: int, repeats: int) -> None:
+def compare_pass(data_dir: Path, pass_examples: int, examples: int, repeats: int) -> None:
     """The cache's pass against the ceiling's shipped setting, alternated: each run's fraction."""
     pairs = []
     for _ in range(repeats):
-        ceiling, done = one_run(SHIPPED, examples), one_pass(data_dir, pass_examples, competition)
+        ceiling, done = one_run(SHIPPED, examples), one_pass(data_dir, pass_examples)
         pairs.append((ceiling, done))
         print(f"shipped setting {ceiling:.1f}, the pass {done:.1f} examples/s: {done / ceiling:.2f}x")
-    context = {"machine": machine(), "competition": competition, "examples": examples,
-               "pass_examples": pass_examples, "runs": pairs}  # fmt: skip
+    context = {"machine": machine(), "examples": examples, "pass_examples": pass_examples, "runs": pairs}
     fractions = [done / ceiling for ceiling, done in pairs]
     slowest = min(done for _, done in pairs)
     record(

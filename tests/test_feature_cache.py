@@ -51,8 +51,8 @@ def extractions(monkeypatch) -> list[int]:
     piece of each few batches' outputs)."""
     calls, real = [], feature_pass._piece
 
-    def counted(outputs, batches):
-        rows = real(outputs, batches)
+    def counted(outputs, tags):
+        rows = real(outputs, tags)
         calls.append(len(rows.ids))
         return rows
 
@@ -266,11 +266,11 @@ def test_a_sigterm_during_the_pass_keeps_its_pieces_for_the_rerun(cpu, spec, dat
     monkeypatch.setattr(feature_pass, "PIECE_BATCHES", 2)
     calls, real = [], feature_pass._piece
 
-    def signalled_once(outputs, batches):
-        calls.append(len(batches))
+    def signalled_once(outputs, tags):
+        calls.append(len(tags))
         if len(calls) == 1:
             os.kill(os.getpid(), signal.SIGTERM)  # the first piece computed, not yet saved
-        return real(outputs, batches)
+        return real(outputs, tags)
 
     monkeypatch.setattr(feature_pass, "_piece", signalled_once)
     config = fold_config(0)

@@ -65,12 +65,12 @@ def _pieces_found(folder: Path, name: str, view: int, signature_: dict) -> tuple
 # ----------------------------------------------------------------------------- the pass
 
 
-def _piece(outputs: list[np.ndarray], batches: list) -> Rows:
-    """A piece: `bottom`'s outputs for a few (pixels, [labels,] ids) batches (float16), their labels
-    and ids, in order; an unlabelled split's labels are -1."""
-    ids = np.concatenate([b[-1] for b in batches])
+def _piece(outputs: list[np.ndarray], tags: list) -> Rows:
+    """A piece: `bottom`'s outputs for a few batches (float16), with the ([labels,] ids) of each
+    batch, in order; an unlabelled split's labels are -1."""
+    ids = np.concatenate([t[-1] for t in tags])
     ids = np.asarray([i.decode() if isinstance(i, bytes) else str(i) for i in ids])
-    labels = np.concatenate([b[1] for b in batches]) if len(batches[0]) == 3 else np.full(len(ids), -1)
+    labels = np.concatenate([t[0] for t in tags]) if len(tags[0]) == 2 else np.full(len(ids), -1)
     return Rows(np.concatenate(outputs).astype(np.float16)[None], labels, ids)
 
 
@@ -78,20 +78,21 @@ def _pieces(bottom, batches: Iterator, platform) -> Iterator[tuple[Rows, bool]]:
     """The pass's pieces in order, PIECE_BATCHES batches each, and whether each is the last.
 
     One process, one replica: the calls stream on across pieces, so saving one never leaves a
-    core waiting for the next piece's first call (a view of 2,048 flowers: 88-111 examples/s
-    streamed, 57-94 in pieces). Otherwise the processes or replicas predict each piece together.
+    core waiting for the next piece's first call (the main job's pass over 9,607 flowers: 67 and
+    87 examples/s against 47 and 59 before, alternated on one day: docs/BENCHMARKS.md). Otherwise
+    the processes or replicas predict each piece together.
     """
     from pipeline.modeling import inference
 
     if not inference.streams(platform):
         yield from _pieces_together(bottom, batches, platform)
         return
-    taken: collections.deque = collections.deque()  # the batches whose calls are in flight
+    taken: collections.deque = collections.deque()  # the tags of the batches whose calls are in flight
 
     def images():
-        for batch in batches:
-            taken.append(batch)
-            yield batch[0]
+        for pixels, *tags in batches:
+            taken.append(tags)
+            yield pixels
 
     with contextlib.closing(inference.streamed(bottom, images(), platform)) as outputs:
         done = ((out, taken.popleft()) for out in outputs)
@@ -99,7 +100,7 @@ def _pieces(bottom, batches: Iterator, platform) -> Iterator[tuple[Rows, bool]]:
         while ahead is not None:
             chunk = [ahead, *itertools.islice(done, PIECE_BATCHES - 1)]
             ahead = next(done, None)
-            yield _piece([out for out, _ in chunk], [batch for _, batch in chunk]), ahead is None
+            yield _piece([out for out, _ in chunk], [tags for _, tags in chunk]), ahead is None
 
 
 def _pieces_together(bottom, batches: Iterator, platform) -> Iterator[tuple[Rows, bool]]:
@@ -114,7 +115,7 @@ def _pieces_together(bottom, batches: Iterator, platform) -> Iterator[tuple[Rows
         images = functools.reduce(
             tf.data.Dataset.concatenate, (tf.data.Dataset.from_tensors(images) for images, *_ in chunk)
         )
-        yield _piece([predict_batches(bottom, images, platform)], chunk), ahead is None
+        yield _piece([predict_batches(bottom, images, platform)], [tags for _, *tags in chunk]), ahead is None
 
 
 def agreed(platform, value: int) -> int:
