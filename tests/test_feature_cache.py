@@ -315,3 +315,28 @@ def test_cached_training_batches_run_no_autotune_thread_that_fit_would_wait_for(
     assert dataset.options().autotune.enabled is False
     images, labels = next(iter(dataset))
     assert images.shape == (4, 3) and labels.shape == (4,)
+
+
+@pytest.mark.parametrize("batches", [1, 2, 3, 4])
+def test_a_streamed_pass_keeps_each_batchs_ids_and_marks_only_its_last_piece_final(monkeypatch, batches):
+    """One process, one replica: the calls stream across pieces of 2 batches; each piece's rows keep
+    their own batch's ids and labels, and only the last is final (an exact multiple of 2 included)."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(feature_pass, "PIECE_BATCHES", 2)
+    one = SimpleNamespace(several=False)
+    platform = SimpleNamespace(hosts=one, replicas=1, backend="tensorflow", device="CPU")
+
+    def predict_on_batch(x):
+        time.sleep(0.02 * (int(x[0, 0]) % 2 == 0))  # an even batch ends after the odd one behind it
+        return x * 2.0
+
+    bottom = SimpleNamespace(predict_function=object(), predict_on_batch=predict_on_batch)
+    ids = [np.array([f"{b}a", f"{b}b"]) for b in range(batches)]
+    data = [(np.full((2, 1), b, np.float32), np.array([b, b]), ids[b]) for b in range(batches)]
+    pieces = list(feature_pass._pieces(bottom, iter(data), platform))
+    assert [final for _, final in pieces] == [False] * (len(pieces) - 1) + [True]
+    assert len(pieces) == -(-batches // 2)
+    rows = [row for p, _ in pieces for row in zip(p.features[0][:, 0], p.labels, p.ids, strict=True)]
+    assert rows == [(2.0 * b, b, f"{b}{k}") for b in range(batches) for k in "ab"]
+    assert all(piece.features.dtype == np.float16 for piece, _ in pieces)

@@ -58,3 +58,20 @@ def test_a_keras_model_predicts_the_same_with_two_calls_in_flight(cpu):
     alone = np.concatenate([model.predict_on_batch(b) for b in batches.as_numpy_iterator()])
     assert together.shape == (70, 8)
     np.testing.assert_array_equal(together, alone)
+
+
+def test_closing_early_waits_for_the_calls_in_flight():
+    """A pass stopped between pieces closes its calls' generator: none may run on after it."""
+    finished = []
+
+    def call(x):
+        time.sleep(0.05)
+        finished.append(x)
+        return np.array([x])
+
+    calls = inference.in_flight(call, range(10), 2, built=True)
+    assert next(calls).tolist() == [0]
+    calls.close()
+    done = len(finished)
+    time.sleep(0.2)
+    assert len(finished) == done <= 3
