@@ -317,6 +317,33 @@ def test_cached_training_batches_run_no_autotune_thread_that_fit_would_wait_for(
     assert images.shape == (4, 3) and labels.shape == (4,)
 
 
+def test_the_cache_pass_and_predictions_read_their_batches_untuned(cut, spec, data_dir, tmp_path, cpu, monkeypatch):
+    """Dropping an autotuned iterator at a long pass's end waited 14-17 s for autotune's thread in
+    about half the runs (the flowers' test pass, the cache pass): every pass petals reads to its
+    end runs untuned, at the same speed."""
+    import tensorflow as tf
+
+    from pipeline.modeling.inference import predict_batches
+
+    tuned, real = [], tf.data.Dataset.as_numpy_iterator
+
+    def spied(dataset):
+        tuned.append(dataset.options().autotune.enabled)
+        return real(dataset)
+
+    monkeypatch.setattr(tf.data.Dataset, "as_numpy_iterator", spied)
+    config = fold_config(1)
+    table = splits.fold_table(data_dir, spec, config)
+    part = splits.train_and_val(locate_data(data_dir), spec, config, table)[1]
+    views = features._views(config, spec.num_classes)[:1]
+    signature = feature_cache.signature(cut, config, part, "untuned")
+    feature_pass.rows_of("own", part, views, cut.bottom, config, tmp_path / "own", cpu, signature)
+    assert tuned == [False]
+    images = tf.data.Dataset.from_tensor_slices(np.zeros((4, TINY_SIZE, TINY_SIZE, 3), np.float32))
+    assert predict_batches(cut.bottom, images.batch(2), cpu).shape[0] == 4
+    assert tuned == [False, False]
+
+
 @pytest.mark.parametrize("batches", [1, 2, 3, 4])
 def test_a_streamed_pass_keeps_each_batchs_ids_and_marks_only_its_last_piece_final(monkeypatch, batches):
     """One process, one replica: the calls stream across pieces of 2 batches; each piece's rows keep

@@ -28,6 +28,7 @@ from pipeline.core import lock as _lock
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError, Preempted
 from pipeline.core.files import write_atomically
+from pipeline.data import datasets
 
 log = logging.getLogger(__name__)
 
@@ -129,15 +130,6 @@ def as_float32(rows: np.ndarray) -> np.ndarray:
     return rows.astype(np.float32)
 
 
-def untuned(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    """`dataset` without tf.data autotune."""
-    options = tf.data.Options()
-    # Nothing here is tuned (a fixed prefetch), and autotune's model thread, asleep for up to a
-    # minute late in a long run, kept `fit` from returning until it woke: 35-39 s a fold.
-    options.autotune.enabled = False
-    return dataset.with_options(options)
-
-
 def float32_batches(
     features: np.ndarray, batch_size: int, labels: np.ndarray | None = None
 ) -> tf.data.Dataset:
@@ -152,7 +144,7 @@ def float32_batches(
             yield rows if labels is None else (rows, labels[start : start + batch_size])
 
     signature = spec if labels is None else (spec, tf.TensorSpec((None, *labels.shape[1:]), tf.int32))
-    return untuned(tf.data.Dataset.from_generator(batches, output_signature=signature))
+    return datasets.untuned(tf.data.Dataset.from_generator(batches, output_signature=signature))
 
 
 # ----------------------------------------------------------------------------- files

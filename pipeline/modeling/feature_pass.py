@@ -143,7 +143,7 @@ def _view_rows(name, split, view_index, view, bottom, config, folder, platform, 
         # The view's random draws run for the skipped batches too (only the network is skipped):
         # the pieces computed now are those an uninterrupted pass computes.
         batches = batches.map(lambda images, *tags: (view(images), *tags))
-        batches = batches.skip(start * PIECE_BATCHES).prefetch(datasets.AUTOTUNE)
+        batches = datasets.untuned(batches.skip(start * PIECE_BATCHES).prefetch(datasets.AUTOTUNE))
         with (
             split.naming_bad(labeled=labeled),
             contextlib.closing(_pieces(bottom, batches.as_numpy_iterator(), platform)) as pieces,

@@ -182,6 +182,9 @@ def predict_batches(model, batches, platform) -> np.ndarray:
     whole batch on each, so `predict` splits it there. Across several processes each predicts its
     share of the batches (`host_predict`).
     """
+    from pipeline.data.datasets import untuned
+
+    batches = untuned(batches)
     if platform.hosts.several:
         return host_predict.predict_shared(model, batches, platform)
     if platform.replicas > 1:
@@ -289,6 +292,7 @@ def predict_split(
     labeled = spec.is_labeled(split) or split == "val"
     batch = datasets.global_batch_size(config.data.batch_size, platform.replicas)
     dataset = examples.eval_dataset(config, batch, labeled=labeled, pad_to_batch=True, with_ids=True)
+    dataset = datasets.untuned(dataset)  # read twice below: its tags, then its views
     with platform.scope():
         net = load_inference_model(run)
     with examples.naming_bad(labeled):
