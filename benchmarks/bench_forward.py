@@ -135,9 +135,9 @@ def settings(quick: bool, flags: list[str]) -> list[dict]:
     if cores > 1:  # a process a core, each on one thread; or one process, a call in flight a core
         for env in ("default", "bfc"):
             grid.append(dict(batch=32, threads=1, processes=cores, workers=1, env=env, precision="float32"))
-        for batch, threads in itertools.product((32, 64, 128), (0, 1)):
+        for batch, threads, precision in itertools.product((32, 64, 128), (0, 1), precisions):
             grid.append(
-                dict(batch=batch, threads=threads, processes=1, workers=cores, env="bfc", precision="float32")
+                dict(batch=batch, threads=threads, processes=1, workers=cores, env="bfc", precision=precision)
             )
     return grid
 
