@@ -220,8 +220,10 @@ def _flower(traits, rng, size, image) -> tuple[np.ndarray, float, float, float]:
     work happens once, not once per layer.
     """
     radius = size * rng.uniform(0.26, 0.44)
-    cx = size * (0.5 + np.clip(rng.normal(0, 0.08), -0.15, 0.15))
-    cy = size * (0.5 + np.clip(rng.normal(0, 0.08), -0.15, 0.15))
+    # Python floats: a numpy float64 centre would make every array below float64 (NumPy 2's
+    # promotion), a fifth of the drawing's time (make bench-fetch: 67 s against 55 s).
+    cx = float(size * (0.5 + np.clip(rng.normal(0, 0.08), -0.15, 0.15)))
+    cy = float(size * (0.5 + np.clip(rng.normal(0, 0.08), -0.15, 0.15)))
     reach = radius * 1.12 + 2  # petals reach at most 1.08 radius; stamens stay inside
     x0, x1 = max(0, int(cx - reach)), min(size, math.ceil(cx + reach))
     y0, y1 = max(0, int(cy - reach)), min(size, math.ceil(cy + reach))
