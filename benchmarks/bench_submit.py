@@ -61,6 +61,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=1, help="rounds, each on a fresh copy (default: 1)")
     parser.add_argument("--tta", type=int, nargs="+", default=[1, 4], help="predict's TTA passes (1 4)")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats {args.repeats}: at least 1")
+    args.tta = sorted(set(args.tta))  # a second pass at one TTA would find the first's saved
     source = args.run or newest_run(REPO / "runs")
     runs: dict[str, list[float]] = {}
     for _ in range(args.repeats):

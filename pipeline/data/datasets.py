@@ -270,22 +270,6 @@ def eval_dataset(
     return dataset.prefetch(AUTOTUNE)
 
 
-def untuned(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    """`dataset` with tf.data's autotuning off: for a pass read to its end and dropped (a
-    prediction, the feature cache's pass, cached training batches).
-
-    Autotune's model thread sleeps for up to a minute late in a long pass, and dropping the
-    iterator waits for it to wake: `fit` on cached batches returned 35-39 s after a fold's last
-    epoch; the flowers' test pass took 42 s against 25 s in 4 of 5 runs, the cache pass over
-    9,607 images ran at 116 against 140 examples/s in 1 of 2 (TensorFlow 2.21, 2 cores;
-    docs/BENCHMARKS.md, "A pass's end"). Off, at the same speed: parallel calls take the cores'
-    count, and a prefetch buffer still grows by itself. The elements are the same either way.
-    """
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return dataset.with_options(options)
-
-
 def is_padding(tags: tf.Tensor) -> tf.Tensor:
     """True for the padding examples of `eval_dataset(pad_to_batch=True)`: label -1 or empty id."""
     return targets.padded_tf(tags) if tags.dtype.is_integer else tf.equal(tags, PAD_ID)

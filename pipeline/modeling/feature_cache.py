@@ -28,7 +28,7 @@ from pipeline.core import lock as _lock
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError, Preempted
 from pipeline.core.files import write_atomically
-from pipeline.data import datasets
+from pipeline.data import passes
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ def float32_batches(
             yield rows if labels is None else (rows, labels[start : start + batch_size])
 
     signature = spec if labels is None else (spec, tf.TensorSpec((None, *labels.shape[1:]), tf.int32))
-    return datasets.untuned(tf.data.Dataset.from_generator(batches, output_signature=signature))
+    return passes.untuned(tf.data.Dataset.from_generator(batches, output_signature=signature))
 
 
 # ----------------------------------------------------------------------------- files

@@ -131,7 +131,7 @@ def agreed(platform, value: int) -> int:
 def _view_rows(name, split, view_index, view, bottom, config, folder, platform, signature_, stop,
                labeled) -> Rows:  # fmt: skip
     """One view of a split: its saved pieces, then the rest computed piece by piece."""
-    from pipeline.data import datasets
+    from pipeline.data import datasets, passes
 
     found, done = _pieces_found(folder, name, view_index, signature_)
     never = 2**31  # a finished view's count, above any start
@@ -143,7 +143,7 @@ def _view_rows(name, split, view_index, view, bottom, config, folder, platform, 
         # The view's random draws run for the skipped batches too (only the network is skipped):
         # the pieces computed now are those an uninterrupted pass computes.
         batches = batches.map(lambda images, *tags: (view(images), *tags))
-        batches = datasets.untuned(batches.skip(start * PIECE_BATCHES).prefetch(datasets.AUTOTUNE))
+        batches = passes.untuned(batches.skip(start * PIECE_BATCHES).prefetch(datasets.AUTOTUNE))
         with (
             split.naming_bad(labeled=labeled),
             contextlib.closing(_pieces(bottom, batches.as_numpy_iterator(), platform)) as pieces,

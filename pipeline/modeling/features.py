@@ -35,7 +35,7 @@ import tensorflow as tf
 
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
-from pipeline.data import datasets, targets
+from pipeline.data import passes, targets
 from pipeline.modeling import feature_cache, feature_pass
 
 if TYPE_CHECKING:
@@ -169,9 +169,7 @@ class FeatureSplit:
             tf.TensorSpec((batch_size, *shape), tf.float32),
             tf.TensorSpec((batch_size, *labels.shape[1:]), tf.int32),  # a class id or a row of labels
         )
-        return datasets.untuned(
-            tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2)
-        )
+        return passes.untuned(tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2))
 
     def eval_dataset(
         self,

@@ -182,7 +182,7 @@ def predict_batches(model, batches, platform) -> np.ndarray:
     whole batch on each, so `predict` splits it there. Across several processes each predicts its
     share of the batches (`host_predict`).
     """
-    from pipeline.data.datasets import untuned
+    from pipeline.data.passes import untuned
 
     batches = untuned(batches)
     if platform.hosts.several:
@@ -266,7 +266,7 @@ def predict_split(
 
     from competition import load_spec
     from pipeline import networks
-    from pipeline.data import datasets, splits
+    from pipeline.data import datasets, passes, splits
     from pipeline.data.manifest import locate_data
 
     run = run if isinstance(run, RunDir) else RunDir(run)
@@ -292,7 +292,7 @@ def predict_split(
     labeled = spec.is_labeled(split) or split == "val"
     batch = datasets.global_batch_size(config.data.batch_size, platform.replicas)
     dataset = examples.eval_dataset(config, batch, labeled=labeled, pad_to_batch=True, with_ids=True)
-    dataset = datasets.untuned(dataset)  # read twice below: its tags, then its views
+    dataset = passes.untuned(dataset)  # read twice below: its tags, then its views
     with platform.scope():
         net = load_inference_model(run)
     with examples.naming_bad(labeled):

@@ -22,7 +22,7 @@ from pipeline import networks
 from pipeline.core import device, hosts
 from pipeline.core.files import write_atomically
 from pipeline.core.options import TrainOptions
-from pipeline.data import augment, datasets, targets
+from pipeline.data import augment, datasets, passes, targets
 from pipeline.modeling import custom_loop, cut_predict, features, host_predict, policy, preemption
 from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
@@ -114,8 +114,7 @@ class Trainer:
             keep=self.keep_checkpoints,
             writes=job.platform.hosts.writer,  # every process restores it; process 0 writes it
         )
-        # The best val score so far, greater is better (the metric negated when lower is better;
-        # minus the training loss when there is no val split).
+        # The best val score so far, greater is better (a lower-is-better metric negated; no val: -loss).
         self.best_score = -np.inf
         self.class_counts = None
         if config.train.logit_adjustment:
@@ -184,7 +183,8 @@ class Trainer:
         job = self.job
         if job.val is None:
             return None
-        return job.val.eval_dataset(self.data_config, job.global_batch, labeled=True, pad_to_batch=True)
+        val = job.val.eval_dataset(self.data_config, job.global_batch, labeled=True, pad_to_batch=True)
+        return passes.untuned(val)  # read to its end at each scoring
 
     # ------------------------------------------------------------------ scoring
 
