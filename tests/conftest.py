@@ -61,6 +61,22 @@ TINY = [  # a recipe that trains in seconds: the small cnn on 32 px, a few steps
 ]
 
 
+@pytest.fixture
+def autotuned_reads(monkeypatch) -> list:
+    """Whether tf.data's autotuning was on (`options().autotune.enabled`: None is its default, on)
+    for each dataset read to numpy from here on, in order."""
+    import tensorflow as tf
+
+    enabled, real = [], tf.data.Dataset.as_numpy_iterator
+
+    def spied(dataset):
+        enabled.append(dataset.options().autotune.enabled)
+        return real(dataset)
+
+    monkeypatch.setattr(tf.data.Dataset, "as_numpy_iterator", spied)
+    return enabled
+
+
 @pytest.fixture(scope="session")
 def spec() -> CompetitionSpec:
     return load_spec("flowers")

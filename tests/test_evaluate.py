@@ -90,20 +90,12 @@ def test_predict_with_tta_writes_a_valid_submission_of_every_test_id(runs, tiny_
     )
 
 
-def test_a_split_predicted_from_pixels_reads_its_batches_untuned(runs, tiny_data_dir, spec, cpu, monkeypatch):
+def test_a_split_predicted_from_pixels_reads_untuned(runs, tiny_data_dir, spec, cpu, autotuned_reads):
     """Its tags, then its views, each read to the end and dropped: with autotune on, dropping the
     iterator waited 14-17 s for autotune's thread in about half the flowers' test passes."""
-    import tensorflow as tf
-
     from pipeline.modeling.inference import predict_split
 
-    tuned, real = [], tf.data.Dataset.as_numpy_iterator
-
-    def spied(dataset):
-        tuned.append(dataset.options().autotune.enabled)
-        return real(dataset)
-
-    monkeypatch.setattr(tf.data.Dataset, "as_numpy_iterator", spied)
+    tuned = autotuned_reads
     runs_dir, (name, _), _ = runs
     predicted = predict_split(RunDir(runs_dir / name), tiny_data_dir, "test", 1, cpu)
     assert sorted(predicted.ids.tolist()) == sorted(sample_ids(tiny_data_dir, spec))

@@ -317,21 +317,15 @@ def test_cached_training_batches_run_no_autotune_thread_that_fit_would_wait_for(
     assert images.shape == (4, 3) and labels.shape == (4,)
 
 
-def test_the_cache_pass_and_predictions_read_untuned(cut, spec, data_dir, tmp_path, cpu, monkeypatch):
+def test_the_cache_pass_and_predictions_read_untuned(cut, spec, data_dir, tmp_path, cpu, autotuned_reads):
     """Dropping an autotuned iterator at a long pass's end waited 14-17 s for autotune's thread in
     about half the runs (the flowers' test pass, the cache pass): every pass petals reads to its
-    end runs untuned, at the same speed."""
+    end runs untuned (pipeline/data/passes.py)."""
     import tensorflow as tf
 
     from pipeline.modeling.inference import predict_batches
 
-    tuned, real = [], tf.data.Dataset.as_numpy_iterator
-
-    def spied(dataset):
-        tuned.append(dataset.options().autotune.enabled)
-        return real(dataset)
-
-    monkeypatch.setattr(tf.data.Dataset, "as_numpy_iterator", spied)
+    tuned = autotuned_reads
     config = fold_config(1)
     table = splits.fold_table(data_dir, spec, config)
     part = splits.train_and_val(locate_data(data_dir), spec, config, table)[1]
