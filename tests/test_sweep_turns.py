@@ -142,3 +142,52 @@ def test_a_trial_whose_process_died_is_not_counted_as_running(tmp_path):
     time.sleep(2.5)
     turns.run_share(found, lambda trial: trial.suggest_float("x", 0.0, 1.0), 1, None, url)
     assert [t.state.name for t in found.trials] == ["FAIL", "COMPLETE"]
+
+
+def _study(tmp_path):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    return optuna.create_study(study_name="s", storage=url), url
+
+
+def test_trials_that_never_score_a_number_stop_the_sweep_in_one_line(tmp_path):
+    """Optuna fails a trial that returns nan and the count of trials run leaves it out: without a
+    limit, a recipe that diverges at every value drawn would be trained again and again, forever."""
+    from pipeline.core.errors import PetalsError
+    from pipeline.sweep import turns
+
+    found, url = _study(tmp_path)
+    with pytest.raises(PetalsError) as raised:
+        turns.run_share(found, lambda trial: trial.suggest_float("x", 0.0, 1.0) * float("nan"), 20, None, url)
+    assert [t.state.name for t in found.trials] == ["FAIL"] * turns.GIVE_UP
+    line = str(raised.value)
+    assert line.startswith(f"study s: {turns.GIVE_UP} trials in a row (0, 1, 2, 3, 4) scored no number")
+    assert "\n" not in line
+    # a rerun (after a fix) tries again; with a recipe that scores, its trials run
+    turns.run_share(found, lambda trial: 1.0, 2, None, url)
+    assert [t.state.name for t in found.trials] == ["FAIL"] * turns.GIVE_UP + ["COMPLETE"] * 2
+
+
+def test_a_trial_that_scores_no_number_now_and_then_is_replaced_not_given_up_on(tmp_path):
+    """A scored or pruned trial breaks the run of failures; a trial failed for another reason (a
+    killed process, values another process runs: an exception the sweep catches) neither breaks
+    nor lengthens it. The trials asked are all run."""
+    import optuna
+
+    from pipeline.sweep import turns
+
+    found, url = _study(tmp_path)
+    nan_at = {0, 1, 2, 3, 6, 8, 9, 10, 11}  # 4 in a row, then 4 again: never GIVE_UP
+
+    def objective(trial):
+        if trial.number == 4:
+            raise KeyError("caught")  # had it counted as no number, 5 in a row
+        if trial.number == 5:
+            raise optuna.TrialPruned()  # had it not broken the run, trials 0-3 and 6 are 5 in a row
+        return float("nan") if trial.number in nan_at else 0.5
+
+    turns.run_share(found, objective, 4, None, url, catch=(KeyError,))
+    states = [t.state.name for t in found.trials]
+    assert states == ["FAIL"] * 5 + ["PRUNED", "FAIL", "COMPLETE"] + ["FAIL"] * 4 + ["COMPLETE"] * 2

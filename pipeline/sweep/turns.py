@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import time
 import warnings
 from collections.abc import Iterator
@@ -125,15 +126,25 @@ def turns(url: str, study: str) -> Iterator[_FileTurn | _DatabaseTurn]:
         turn.close()
 
 
+# Trials in a row that scored no number (nan, inf) before a sweep stops: Optuna marks each failed
+# and the count of trials run leaves it out, so a recipe that diverges at every value drawn would
+# otherwise draw and train new trials until TIMEOUT, or forever.
+GIVE_UP = 5
+NOT_A_NUMBER = "not_a_number"  # the user attribute that marks such a trial
+
+
 def run_share(found, objective, trials: int, timeout: float | None, url: str, catch=()) -> None:
     """This process's share of the study: trials started until the study's run and running reach
     `trials` (or `timeout` seconds pass), each counted and asked for in its turn. Trials whose
-    process died are marked failed first, in the turn, so they are not counted as running."""
+    process died are marked failed first, in the turn, so they are not counted as running. After
+    `GIVE_UP` trials in a row that scored no number since it started, one line and no more trials
+    (a rerun, after a fix, tries again)."""
     import optuna
 
     state = optuna.trial.TrialState
     counted = (state.COMPLETE, state.PRUNED, state.RUNNING)
     deadline = None if timeout is None else time.monotonic() + timeout
+    since = len(found.get_trials(deepcopy=False))  # trial numbers count up from 0 in a study
     with turns(url, found.study_name) as turn:
         while deadline is None or time.monotonic() < deadline:
             turn.take()
@@ -143,16 +154,41 @@ def run_share(found, objective, trials: int, timeout: float | None, url: str, ca
                     optuna.storages.fail_stale_trials(found)
                 if len(found.get_trials(deepcopy=False, states=counted)) >= trials:
                     return
+                _give_up_on_no_numbers(found, since)
                 found.optimize(_after_start(objective, turn.give), n_trials=1, catch=catch)
             finally:
                 turn.give()
 
 
+def _give_up_on_no_numbers(found, since: int) -> None:
+    """A PetalsError when the study's last `GIVE_UP` trials ended since trial `since` (any process's)
+    all scored no number. Trials failed for other reasons (a killed process, values another process
+    was running) are not counted."""
+    import optuna
+
+    state = optuna.trial.TrialState
+    ended = [
+        t for t in found.get_trials(deepcopy=False)
+        if t.number >= since and (t.state in (state.COMPLETE, state.PRUNED) or t.user_attrs.get(NOT_A_NUMBER))
+    ]  # fmt: skip
+    last = sorted(ended, key=lambda t: t.number)[-GIVE_UP:]
+    if len(last) == GIVE_UP and all(t.user_attrs.get(NOT_A_NUMBER) for t in last):
+        numbers = ", ".join(str(t.number) for t in last)
+        raise PetalsError(
+            f"study {found.study_name}: {GIVE_UP} trials in a row ({numbers}) scored no number (nan or inf): "
+            "no more are drawn; train one with its values (SET=) to see why, or narrow the space"
+        )
+
+
 def _after_start(objective, started):
-    """The objective, calling `started()` first: its trial is RUNNING in the study by then."""
+    """The objective, calling `started()` first: its trial is RUNNING in the study by then. A score
+    that is no number is marked on its trial (Optuna fails it) for `_give_up_on_no_numbers`."""
 
     def run(trial):
         started()
-        return objective(trial)
+        score = objective(trial)
+        if isinstance(score, float) and not math.isfinite(score):
+            trial.set_user_attr(NOT_A_NUMBER, True)
+        return score
 
     return run
