@@ -285,7 +285,7 @@ $(TPU_VENV)/.installed: tests/kaggle-tpu-image.txt
 	$(TPU_VENV)/bin/python -m pip install --quiet -r tests/kaggle-tpu-image.txt
 	@touch $@
 
-kernel-emulate: $(TPU_VENV)/.installed | $(STAMP) ## run a generated TPU kernel as Kaggle would: TPU image pins, /kaggle layout, 8 JAX devices, no network
+kernel-emulate: $(TPU_VENV)/.installed | $(STAMP) ## run generated kernels as Kaggle would (TPU image pins, /kaggle layout, no network): the TPU kernel on 8 JAX devices, the CPU recipe's offline
 	$(PY) -m tests.kernel_emulate --python $(TPU_VENV)/bin/python
 
 test: $(STAMP) ## run the test suite (what CI runs), all but the heavy tier
@@ -316,7 +316,7 @@ format: $(STAMP) ## reformat the code with ruff
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-bench: bench-fetch bench-input bench-train bench-submit bench-kernel ## run every benchmark; figures go to benchmarks/latest.json
+bench: bench-fetch bench-input bench-train bench-submit bench-kernel ## the main benchmarks (fetch, input, train, submit, kernel); figures go to benchmarks/latest.json
 
 bench-fetch: $(STAMP) ## fetch stage: synthetic generation time, verification, size, counts
 	$(PY) benchmarks/bench_fetch.py $(call opt,--size,SIZE) --seed $(call q,SEED) $(call opt,--scale,SCALE)
@@ -327,7 +327,7 @@ bench-input: $(DATA)/manifest.json ## input pipeline: images/s and peak memory, 
 bench-train: $(DATA)/manifest.json ## train stage: the CPU recipe (time, img/s, val macro-F1), EfficientNetB0 speed
 	$(PY) benchmarks/bench_train.py --data-dir $(call q,DATA)
 
-BENCH_EPOCHS ?= 0#               bench-backends: epochs per run (0: the recipe's 20)
+BENCH_EPOCHS ?= 0#               bench-backends: epochs per run (0: the recipe's)
 bench-backends: $(DATA)/manifest.json ## the CPU recipe on TensorFlow and on JAX, interleaved, twice each (30+ min here)
 	$(PY) benchmarks/bench_train.py --data-dir $(call q,DATA) --only backends --epochs $(call q,BENCH_EPOCHS)
 

@@ -81,8 +81,8 @@ def test_the_main_job_ends_with_what_ran_the_score_the_files_and_the_next_step(
         "  scored   val macro-F1 0.9123, rank 2 of 2 on the offline leaderboard",
         "  run      runs/tiny-run",
         f"  wrote    {csv} (104 rows), NOT UPLOADED (dry run)",
-        "  next     real data: Kaggle credentials, then `make fetch SOURCE=kaggle FORCE=1 train submit "
-        "COMPETITION=flowers`",
+        "  next     real data: Kaggle credentials, then "
+        "`make fetch SOURCE=kaggle FORCE=1 COMPETITION=flowers && make train submit COMPETITION=flowers`",
     ]
 
 

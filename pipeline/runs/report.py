@@ -62,7 +62,8 @@ def closing_summary(
             f"`make leaderboard{picked}` ranks every run"
         )
     elif synthetic:
-        step = f"real data: Kaggle credentials, then `make fetch SOURCE=kaggle FORCE=1 train submit{picked}`"
+        fetch = f"make fetch SOURCE=kaggle FORCE=1{picked}"  # FORCE=1 on submit would upload again
+        step = f"real data: Kaggle credentials, then `{fetch} && make train submit{picked}`"
     else:
         step = f"Kaggle credentials, then `make submit{picked}`; `make leaderboard{picked}` ranks every run"
     lines.append(f"  next     {step}")

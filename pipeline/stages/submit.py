@@ -201,7 +201,8 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
         if synthetic:
             print(
                 "  It was made from the embedded synthetic dataset, which Kaggle cannot score: petals will "
-                "refuse to upload it. Fetch the real data first (make fetch SOURCE=kaggle), then train again."
+                "refuse to upload it. Fetch the real data first (make fetch SOURCE=kaggle FORCE=1), "
+                "then train again."
             )
         print(f"  To upload: {kaggle_client.CREDENTIALS_HELP}; then rerun `make submit`.")
         print(
