@@ -152,15 +152,16 @@ def run_share(found, objective, trials: int, timeout: float | None, url: str, ca
                 with warnings.catch_warnings():  # Optuna calls its heartbeat experimental
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     optuna.storages.fail_stale_trials(found)
-                if len(found.get_trials(deepcopy=False, states=counted)) >= trials:
+                present = found.get_trials(deepcopy=False)  # one read serves the count and the check
+                if sum(t.state in counted for t in present) >= trials:
                     return
-                _give_up_on_no_numbers(found, since)
+                _give_up_on_no_numbers(found.study_name, present, since)
                 found.optimize(_after_start(objective, turn.give), n_trials=1, catch=catch)
             finally:
                 turn.give()
 
 
-def _give_up_on_no_numbers(found, since: int) -> None:
+def _give_up_on_no_numbers(study: str, present: list, since: int) -> None:
     """A PetalsError when the study's last `GIVE_UP` trials ended since trial `since` (any process's)
     all scored no number. Trials failed for other reasons (a killed process, values another process
     was running) are not counted."""
@@ -168,14 +169,14 @@ def _give_up_on_no_numbers(found, since: int) -> None:
 
     state = optuna.trial.TrialState
     ended = [
-        t for t in found.get_trials(deepcopy=False)
+        t for t in present
         if t.number >= since and (t.state in (state.COMPLETE, state.PRUNED) or t.user_attrs.get(NOT_A_NUMBER))
     ]  # fmt: skip
     last = sorted(ended, key=lambda t: t.number)[-GIVE_UP:]
     if len(last) == GIVE_UP and all(t.user_attrs.get(NOT_A_NUMBER) for t in last):
         numbers = ", ".join(str(t.number) for t in last)
         raise PetalsError(
-            f"study {found.study_name}: {GIVE_UP} trials in a row ({numbers}) scored no number (nan or inf): "
+            f"study {study}: {GIVE_UP} trials in a row ({numbers}) scored no number (nan or inf): "
             "no more are drawn; train one with its values (SET=) to see why, or narrow the space"
         )
 
