@@ -209,9 +209,12 @@ cv_only = $(if $(FOLDS),,$(foreach k,CHOOSE REFIT FOLD,$(if $($(k)),$(error $(k)
 train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an interrupted run; RETRAIN=1 redoes it); FOLDS=5: its 5 folds and their CV group
 	$(cv_only)$(if $(FOLDS),$(hosts_PY) cv train $(cv_ARGS),$(hosts_PY) train $(train_ARGS))
 
+# STORAGE may hold a database password: it reaches the stage in the environment, which Make does not
+# echo, never on the command line, which Make echoes and `ps` shows.
+sweep kernel-fanout: export PETALS_STORAGE = $(STORAGE)
 sweep: $(DATA)/manifest.json ## Optuna search over RECIPE's space (SPACE=): TRIALS=20 runs, or FOLDS=5 CV groups, pruned (PRUNER=), in RUNS_DIR/sweeps/ (STORAGE= to share); a rerun continues
 	$(PY) -m pipeline sweep --space $(call q,SPACE) --trials $(call q,TRIALS) $(call opt,--timeout,TIMEOUT) \
-	$(call opt,--storage,STORAGE) --pruner $(call q,PRUNER) $(call opt,--folds,FOLDS) --data-dir $(call q,DATA) \
+	--pruner $(call q,PRUNER) $(call opt,--folds,FOLDS) --data-dir $(call q,DATA) \
 	--runs-dir $(call q,RUNS_DIR) --submissions-dir $(call q,SUBMISSIONS) $(device_ARGS) $(config_ARGS)
 
 config: | $(STAMP) ## print the config `make train` resolves (RECIPE, SET, the device), each value with its source
@@ -271,7 +274,7 @@ kernel-status: | $(STAMP) ## the pushed kernel's status (queued, running, comple
 kernel-fanout: | $(STAMP) ## FOLDS=5: one kernel per fold (TRIALS=N: kernels of a sweep's trials, TRIALS_PER_KERNEL each), pushed within Kaggle's session and quota limits, followed and collected into RUNS_DIR (their CV group, their study); a rerun goes on (CONCURRENT=)
 	$(PY) -m pipeline kernel fanout $(kernel_ARGS) $(call opt,--concurrent,CONCURRENT) \
 	$(if $(trials_given),--trials $(call q,TRIALS) --trials-per-kernel $(call q,TRIALS_PER_KERNEL) \
-	--space $(call q,SPACE) $(call opt,--storage,STORAGE))
+	--space $(call q,SPACE))
 
 kernel-output: | $(STAMP) ## download the kernel's outputs and record its run on the leaderboard as a Kaggle run; FOLDS=: merge its folds into RUNS_DIR and their CV group
 	$(PY) -m pipeline kernel output $(kernel_ARGS)

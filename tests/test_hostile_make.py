@@ -278,3 +278,45 @@ def test_clean_refuses_a_venv_make_install_did_not_build(tmp_path):
     )
     assert done.returncode == 2 and tree.changes() == []
     record("make clean: another's VENV", "VENV=<tmp>/venvs/shared", line, done.returncode, "nothing deleted")
+
+
+def test_a_storage_password_reaches_the_sweep_unechoed_and_whole(tmp_path):
+    """`make sweep STORAGE=postgresql://me:PASS@host/db` echoed the password with the command (and
+    `ps` showed it): now the URL goes in the environment, byte for byte, and no line shows it."""
+    password = "s3cr$t'pw`x`"
+    storage = f"postgresql://me:{password}@127.0.0.1:5432/petals?sslmode=require"
+    log, fake = tmp_path / "seen.jsonl", tmp_path / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, pathlib, sys\n"
+        "args = sys.argv[1:]\n"
+        "if 'fetch' in args:\n"
+        "    data = pathlib.Path(args[args.index('--data-dir') + 1])\n"
+        "    data.mkdir(parents=True, exist_ok=True)\n"
+        "    (data / 'manifest.json').write_text('{}')\n"
+        f"open({str(log)!r}, 'a').write(json.dumps([args, os.environ.get('PETALS_STORAGE')]) + '\\n')\n"
+    )
+    fake.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "PETALS_STORAGE")}
+    folders = [f"{knob}={tmp_path / name}" for knob, name in (("ARGS_DIR", "args"), ("DATA", "data"),
+               ("RUNS_DIR", "runs"), ("SUBMISSIONS", "subs"), ("INSPECT_DIR", "inspect"))]  # fmt: skip
+    command = ["make", "-C", str(REPO), "-o", f"{VENV}/.installed", f"VENV={VENV}", f"PY={fake}", *folders]
+    done = subprocess.run(
+        [*command, "sweep", f"STORAGE={storage}"], env={**env, "HOME": str(home)},
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "s3cr" not in done.stdout + done.stderr  # Make echoes each command it runs: not this one
+    seen = [json.loads(line) for line in log.read_text().splitlines()]
+    argv, given = next((a, s) for a, s in seen if a[:2] == ["-m", "pipeline"] and "sweep" in a)
+    assert given == storage and not any("s3cr" in arg for arg in argv)
+    record(
+        "make sweep: a STORAGE password",
+        "STORAGE=postgresql://me:s3cr$t'pw`x`@host/db (a password with $, ' and backticks)",
+        "(Make's echo shows no password; the stage gets the URL whole in PETALS_STORAGE)",
+        done.returncode,
+        "nothing; the password in no output and no argv",
+    )

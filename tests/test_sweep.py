@@ -124,8 +124,8 @@ def test_the_default_storage_is_sqlite_inside_the_runs_dir(tmp_path):
     assert study.storage_url(None, tmp_path / "runs", "flowers-cpu-cpu") == (
         f"sqlite:///{(tmp_path / 'runs' / 'sweeps' / 'flowers-cpu-cpu.db').resolve()}"
     )
-    given = "postgresql://petals@127.0.0.1:5432/petals"
-    assert study.storage_url(given, tmp_path, "s") == given
+    given = "postgresql+psycopg2://petals@127.0.0.1:5432/petals"
+    assert study.storage_url(given, tmp_path, "s") == given  # a driver named is kept
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from pipeline.core import options
@@ -28,6 +29,19 @@ def add_submissions_dir(
 def add_competition(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--competition", default=DEFAULT_COMPETITION, help="competition under competition/<name>/"
+    )
+
+
+# The sweep's database URL may hold a password: Make passes STORAGE in this variable, which no
+# command line echoes and `ps` does not show (`--storage` is for a URL without one).
+STORAGE_VARIABLE = "PETALS_STORAGE"
+
+
+def add_storage(parser: argparse.ArgumentParser, help: str) -> None:
+    parser.add_argument(
+        "--storage",
+        default=os.environ.get(STORAGE_VARIABLE) or None,
+        help=f"{help} (default: ${STORAGE_VARIABLE}, else SQLite in runs/sweeps/)",
     )
 
 

@@ -131,7 +131,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="1|FILE",
         help="with --trials: the search space, as sweep's",
     )
-    fan.add_argument("--storage", default=None, help="with --trials: the study's database URL (as sweep's)")
+    arguments.add_storage(fan, "with --trials: the study's database URL, as sweep's")
     recipe_config.add_config_arguments(parser)
 
 

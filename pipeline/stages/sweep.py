@@ -42,9 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--trials", type=int, default=SweepOptions.trials, help="the study's trials in all")
     parser.add_argument("--timeout", type=float, default=None, help="seconds: start no trial past them")
-    parser.add_argument(
-        "--storage", default=None, help="the study's database URL (default: SQLite in runs/sweeps/)"
-    )
+    arguments.add_storage(parser, "the study's database URL")
     parser.add_argument("--pruner", choices=study.PRUNERS, default=SweepOptions.pruner)
     parser.add_argument(
         "--folds", type=int, default=SweepOptions.folds, help="K: each trial a CV group of K folds; 0: a run"

@@ -15,6 +15,7 @@ first.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -41,7 +42,8 @@ _URL = re.compile(r"(?P<scheme>[a-z0-9+]+)://(?P<rest>[^\s'\"`;|<>$\\]*)")
 
 def storage_url(given: str | None, runs_dir: Path, study: str) -> str:
     """`STORAGE=` as given (checked: a database URL of a known kind, without quotes, spaces or a
-    shell's command characters), or SQLite at runs/sweeps/<study>.db."""
+    shell's command characters; a bare `postgresql://` or `mysql://` given the driver that is
+    installed), or SQLite at runs/sweeps/<study>.db."""
     if given is None:
         folder = runs_dir / FOLDER
         folder.mkdir(parents=True, exist_ok=True)
@@ -49,20 +51,69 @@ def storage_url(given: str | None, runs_dir: Path, study: str) -> str:
     match = _URL.fullmatch(given)
     if match is None or match["scheme"] not in SCHEMES:
         raise PetalsError(
-            f"STORAGE={shown(given)} is not a database URL (sqlite:///path.db, postgresql://user@host/db, "
-            "mysql://user@host/db)"
+            f"STORAGE={shown(shown_url(given))} is not a database URL (sqlite:///path.db, "
+            "postgresql://user@host/db, mysql://user@host/db)"
         )
-    return given
+    driver = _driver(match["scheme"])
+    return f"{driver}://{match['rest']}" if driver else given
+
+
+# SQLAlchemy 2.1 reads a bare `postgresql://` as psycopg 3, which petals does not install (its
+# `postgresql` extra is psycopg2), and `mysql://` as mysqlclient: the URL the docs give must work as
+# written, so a bare scheme gets the first of its drivers that is installed.
+_DRIVERS = {
+    "postgresql": (("postgresql+psycopg", "psycopg"), ("postgresql+psycopg2", "psycopg2")),
+    "mysql": (("mysql+mysqldb", "MySQLdb"), ("mysql+pymysql", "pymysql")),
+}
+
+
+@functools.cache
+def _driver(scheme: str) -> str | None:
+    """The dialect+driver a bare scheme is read as here, None where none of its drivers imports."""
+    import importlib.util
+
+    return next((name for name, module in _DRIVERS.get(scheme, ()) if importlib.util.find_spec(module)), None)
+
+
+# Query parameters whose value is masked wherever a URL is shown (libpq's and the drivers' names)
+_SECRET_KEYS = re.compile(r"pass|pwd|secret|token|key|cred|auth", re.IGNORECASE)
+
+
+def _password(head: str) -> str | None:
+    """The password in `scheme://user:password@host/db` (the part of a URL before its query), None
+    where there is none. Everything between the user's colon and the last `@` counts, so a password
+    holding an unescaped `@` or `/` is hidden whole, never in part."""
+    _, sep, rest = head.partition("://")
+    userinfo = rest.rpartition("@")[0] if sep else ""
+    return userinfo.partition(":")[2] if ":" in userinfo else None
+
+
+def _query(url: str) -> list[tuple[str, str, str]]:
+    query = url.partition("?")[2]
+    return [pair.partition("=") for pair in query.split("&")] if query else []
 
 
 def shown_url(url: str) -> str:
-    """The URL as logs and errors show it: its password hidden."""
-    from sqlalchemy.engine import make_url
+    """The URL as logs and errors show it: the password in its user part and every query value
+    whose key names a secret (`?password=`, `sslkey=`) replaced by `***`. By hand rather than by
+    SQLAlchemy's `hide_password`, which leaves the query string as it is and refuses a bad URL."""
+    head, sep, _ = url.partition("?")
+    password = _password(head)
+    if password is not None:
+        user_end = head.index("://") + 3 + head.partition("://")[2].index(":")
+        head = head[: user_end + 1] + "***" + head[user_end + 1 + len(password) :]
+    pairs = [f"{k}={'***' if _SECRET_KEYS.search(k) else v}" if eq else k for k, eq, v in _query(url)]
+    return head + sep + "&".join(pairs)
 
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return "<the STORAGE URL>"
+
+def hidden(text: str, url: str) -> str:
+    """`text` (a database's error, which may quote its connection string) with the URL's secrets
+    masked wherever they appear in it."""
+    secrets = [v for k, _, v in _query(url) if v and _SECRET_KEYS.search(k)]
+    secrets += [p for p in [_password(url.partition("?")[0])] if p]
+    for secret in sorted(set(secrets), key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
 
 
 def _seed(seed: int, number: int) -> int:
@@ -128,12 +179,14 @@ def open_study(name: str, storage: str, direction: str, seed: int, prune: str):
                 "or the database's SQLAlchemy driver)"
             ) from None
         except ValueError as err:  # another direction under the same name
-            raise PetalsError(f"{where}: {err}") from None
+            raise PetalsError(f"{where}: {hidden(str(err), storage)}") from None
         except sqlalchemy.exc.SQLAlchemyError as err:
             # Processes that start together on an empty database race to create its tables: the
             # loser's CREATE fails (PostgreSQL: a unique violation on pg_type) and its retry finds them.
             if attempt + 1 == ATTEMPTS:
-                raise PetalsError(f"{where}: the database fails ({first_line(err)})") from None
+                raise PetalsError(
+                    f"{where}: the database fails ({hidden(first_line(err), storage)})"
+                ) from None
             time.sleep(1.0 + attempt)
     raise AssertionError("unreachable")
 

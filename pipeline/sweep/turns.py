@@ -62,7 +62,7 @@ class _DatabaseTurn:
     def __init__(self, url: str, kind: str, study: str):
         import sqlalchemy
 
-        from pipeline.sweep.study import shown_url
+        from pipeline.sweep.study import hidden, shown_url
 
         digest = hashlib.sha256(f"petals-sweep/{study}".encode()).digest()
         # PostgreSQL names its locks by a 64-bit number, MySQL by a string of at most 64 characters.
@@ -70,6 +70,7 @@ class _DatabaseTurn:
         self.kind, self.values, self.where = kind, {"name": name}, f"study {study} in {shown_url(url)}"
         self.lock, self.unlock = (sqlalchemy.text(s) for s in _STATEMENTS[kind])
         self.engine = sqlalchemy.create_engine(url, poolclass=sqlalchemy.pool.NullPool)
+        self.hidden = lambda text: hidden(text, url)  # a driver's error may quote the URL
         self.connection = None
 
     def take(self) -> None:
@@ -80,7 +81,7 @@ class _DatabaseTurn:
             taken = self.connection.execute(self.lock, self.values).scalar()
         except sqlalchemy.exc.SQLAlchemyError as err:
             self.give()
-            raise PetalsError(f"{self.where}: its lock fails ({first_line(err)})") from None
+            raise PetalsError(f"{self.where}: its lock fails ({self.hidden(first_line(err))})") from None
         if self.kind == "mysql" and taken != 1:  # GET_LOCK: 1 taken, 0 or NULL not
             self.give()
             raise PetalsError(f"{self.where}: its lock was not granted (GET_LOCK returned {taken})")
