@@ -48,9 +48,10 @@ def read_small_bytes(
     folder: Path, value: str, field: str, source: object = None, limit: int = MAX_BYTES
 ) -> bytes:
     """The bytes of `folder / value`, refused unless it stays inside `folder` once links are resolved,
-    is a regular file and holds at most `limit` bytes (all checked before a byte is read)."""
+    is a regular file and holds at most `limit` bytes (all checked before a byte is read). `source`,
+    where the value was written or the folder, begins each line but the link's (which names `folder`)."""
     refused = Refused(field, value, source)
-    path = inside(folder, value, field, source).resolve()
+    path = inside(folder, value, field).resolve()  # its line names the folder the link leaves
     try:
         before = os.stat(path)
         if not stat.S_ISREG(before.st_mode):

@@ -140,7 +140,7 @@ def outside_competition(spec_path: str, name: str, members: list[str]) -> dict[s
         **{f"recipes/{p.name}": (f"recipes/{p.name}", "recipe") for p in (folder / "recipes").glob("*.toml")},
     }
     return {
-        f"{carried_as}/{relative}": Carried(folder / read, read_small_bytes(folder, read, field, spec_path))
+        f"{carried_as}/{relative}": Carried(folder / read, read_small_bytes(folder, read, field, folder))
         for relative, (read, field) in sorted(own.items())
     }
 
