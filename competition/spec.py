@@ -103,12 +103,16 @@ def _table(raw: dict, key: str, field: str, default: dict | None = None) -> dict
     return value
 
 
-def _text(table: dict, key: str, field: str, default: str | None = None) -> str:
-    """`table[key]`, a non-empty string (`id_column = {a = 1}` is refused naming the key)."""
-    value = table[key] if default is None else table.get(key, default)
+def check_text(value: object, field: str) -> str:
+    """`value` if it is a non-empty string: `id_column = {a = 1}` is refused naming the key here,
+    where the file is loaded, not as a TypeError wherever the column is first looked up."""
     if not isinstance(value, str) or not value:
         raise PetalsError(f"{field} {shown(value)} is not a string")
     return value
+
+
+def _text(table: dict, key: str, field: str, default: str | None = None) -> str:
+    return check_text(table[key] if default is None else table.get(key, default), field)
 
 
 def _texts(value: object, field: str) -> tuple[str, ...]:

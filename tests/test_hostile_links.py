@@ -221,3 +221,29 @@ def test_a_table_where_a_string_belongs_is_one_line_naming_the_key(shared, capsy
     code, line = _leaderboard(shared, capsys)
     assert f"{shared.spec}: {said}" in line
     record(f"links: spec {case} of the wrong type", new.splitlines()[0], line, code, "nothing written")
+
+
+# A format's own table, read where the competition is loaded: (case, competition, old, new, line)
+FORMAT_TYPES = [
+    ("image_csv id_column", "cassava", 'id_column = "image_id"\nlabel_column = "label"\nlabels_are',
+     'id_column = {a = 1}\nlabel_column = "label"\nlabels_are',
+     "[data.image_csv.train] id_column \"{'a': 1}\" is not a string"),
+    ("table separator", "imdb", 'separator = "\\t"', "separator = 9",
+     "[data.table.train] separator '9' is not a string"),
+    ("table text_columns", "imdb", 'text_columns = ["review"]', 'text_columns = "review"',
+     "[data.table.train] text_columns 'review' is not a list of column names"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "base", "old", "new", "said"), FORMAT_TYPES, ids=[t[0] for t in FORMAT_TYPES]
+)
+def test_a_table_in_a_formats_table_is_one_line_naming_the_key(shared, capsys, case, base, old, new, said):
+    """Was a TypeError in pandas at fetch (`unhashable type: 'dict'`), after the download."""
+    text = (SPEC_DIR / base / "competition.toml").read_text()
+    assert old in text, old
+    shared.spec.write_text(text.replace(old, new, 1))
+    (shared.folder / "classes.txt").write_text((SPEC_DIR / base / "classes.txt").read_text())
+    code, line = _leaderboard(shared, capsys)
+    assert f"{shared.spec}: {said}" in line
+    record(f"links: spec {case} of the wrong type", new.splitlines()[0], line, code, "nothing written")
