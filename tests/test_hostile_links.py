@@ -18,7 +18,7 @@ import pytest
 from competition.spec import SPEC_DIR
 from pipeline import cli
 from pipeline.core.errors import PetalsError
-from pipeline.core.foreign import read_small_text
+from pipeline.core.foreign import load_toml, read_small_text
 from tests.hostile import Tree, one_error_line, record
 
 SECRET = "KAGGLE_KEY=0123456789abcdef0123456789abcdef"  # what a private file outside holds
@@ -190,7 +190,8 @@ def _leaderboard(shared: Shared, capsys) -> tuple[int, str]:
     ("case", "nested"),
     [
         ("arrays", "deep = " + "[" * DEEP + "]" * DEEP),  # tomllib recurses per level
-        ("dotted table", "[" + ".".join(["a"] * DEEP) + "]"),  # built without recursion: walked after
+        ("dotted table", "[" + ".".join(["a"] * DEEP) + "]"),  # no recursion, but a 20,000-deep table
+        ("dotted key", ".".join(["a"] * DEEP) + " = 1"),  # tomllib's time: the parts squared
     ],
 )
 def test_a_competition_file_nested_20000_deep_is_one_line(shared, capsys, case, nested):
@@ -199,6 +200,21 @@ def test_a_competition_file_nested_20000_deep_is_one_line(shared, capsys, case, 
     assert f"{shared.spec}: nested deeper than 32 levels of tables and arrays" in line
     record(f"links: competition file, {case} {DEEP} deep", f"{nested[:24]}... ({DEEP} levels)", line, code,
            "nothing written")  # fmt: skip
+
+
+def test_dotted_text_in_strings_and_comments_is_not_nesting(tmp_path):
+    """The dotted names looked for before parsing are outside strings and comments only."""
+    dotted = ".".join(["a"] * 40)
+    (tmp_path / "fine.toml").write_text(
+        f'# {dotted}\nbasic = "{dotted} \\" {dotted}"\nliteral = \'{dotted}\'\n'
+        f'lines = """\n{dotted}\n""{dotted}"""\nraw = \'\'\'\n{dotted}\n\'\'\'\n"{dotted}" = 1\n'
+    )
+    raw = load_toml(tmp_path, "fine.toml", "recipe")
+    assert (
+        raw["basic"] == f'{dotted} " {dotted}'
+        and raw["lines"] == f'{dotted}\n""{dotted}'
+        and raw[dotted] == 1
+    )
 
 
 TYPES = [

@@ -13,6 +13,7 @@ A refusal is a PetalsError: one line naming the field, the value (cut short) and
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tomllib
 from dataclasses import dataclass
@@ -26,6 +27,19 @@ from pipeline.core.paths import inside, shown
 MAX_BYTES = 2**20
 # Tables and arrays inside each other: a recipe nests two deep, a competition file four.
 MAX_DEPTH = 32
+# TOML's strings and comments, as a lexer reads them left to right (a `#` or a quote inside a
+# string is the string's): blanked before dotted names are looked for, so none is seen in a string.
+STRINGS_AND_COMMENTS = re.compile(
+    r'"""(?:[^"\\]|\\.|"(?!""))*"{3,5}'  # multi-line basic: ends at the first unescaped """
+    r"|'''(?:[^']|'(?!''))*'{3,5}"  # multi-line literal
+    r'|"(?:[^"\\\n]|\\.)*"'  # basic: escapes, one line
+    r"|'[^'\n]*'"  # literal
+    r"|#[^\n]*",  # a comment
+    re.DOTALL,
+)
+# A dotted name of more than MAX_DEPTH parts (`a.a.a... = 1`, `[a.a.a...]`), each part a bare key or
+# a blanked string; tried from a word's start only and never backtracking: linear in the text.
+DOTTED = re.compile(rf"(?<![\w-])(?:[\w-]++[ \t]*+\.[ \t]*+){{{MAX_DEPTH},}}[\w-]")
 # Opened without following a last link (it was just resolved) and without blocking on a FIFO
 # swapped in after the stat: the fstat that follows then refuses it.
 OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
@@ -82,10 +96,14 @@ def read_small_text(
 
 def load_toml(folder: Path, value: str, field: str, source: object = None) -> dict:
     """The TOML of a small file read by the rule above; one line naming the file for a file that is
-    not TOML or nests deeper than MAX_DEPTH (tomllib recurses once per level: 20,000 levels would be
-    a RecursionError, and a dotted key of as many parts a table every walker recurses through)."""
+    not TOML or nests deeper than MAX_DEPTH (tomllib recurses once per bracket: 20,000 would be a
+    RecursionError; a dotted name of as many parts takes it hours, then every walker recurses)."""
     text = read_small_text(folder, value, field, source)
     where = Path(folder) / value
+    # tomllib's time grows with the square of a dotted name's parts (500,000 fit in a MiB: hours),
+    # so that nesting is refused before it parses; brackets and braces raise RecursionError instead.
+    if DOTTED.search(STRINGS_AND_COMMENTS.sub("s", text)):
+        raise PetalsError(f"{where}: nested deeper than {MAX_DEPTH} levels of tables and arrays")
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
