@@ -131,6 +131,29 @@ def test_a_proc_file_read_in_place_stops_at_the_bound():
            line, None, "17 bytes read, none kept")  # fmt: skip
 
 
+def test_a_folder_swapped_for_a_link_after_the_check_is_caught_where_the_file_is_opened(shared, monkeypatch):
+    """A race on a shared disk: recipes/ checked, then swapped for a link to the user's home before
+    the file is opened. The open file's real place (Linux's /proc/self/fd) is checked again."""
+    from pipeline.core import foreign
+
+    (shared.private.parent / "mine.toml").write_text(f'key = "{SECRET}"\n')
+    checked = foreign.inside
+
+    def swapped_after(folder, value, field, source=None):
+        path = checked(folder, value, field, source)
+        shared.recipes.rename(shared.folder / "recipes.old")
+        shared.recipes.symlink_to(shared.private.parent)
+        return path
+
+    monkeypatch.setattr(foreign, "inside", swapped_after)
+    with pytest.raises(PetalsError) as refused:
+        read_small_text(shared.folder, "recipes/mine.toml", "recipe", shared.folder)
+    line = str(refused.value)
+    assert line == f"{shared.folder}: recipe 'recipes/mine.toml' changed while it was read"
+    record("links: recipes/ swapped for a link mid-read", "recipes/ checked, then -> ~ before the open",
+           line, None, "opened, not read")  # fmt: skip
+
+
 # ----------------------------------------------------------------------------- beside the recipes
 
 

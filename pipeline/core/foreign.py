@@ -74,7 +74,8 @@ def read_small_bytes(
             raise refused.error(f"is larger than {limit} bytes")
         with os.fdopen(os.open(path, OPEN_FLAGS), "rb") as file:
             now = os.fstat(file.fileno())
-            if (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
+            moved = not _opened_inside(file.fileno(), Path(folder).resolve())
+            if moved or (now.st_dev, now.st_ino) != (before.st_dev, before.st_ino):
                 raise refused.error("changed while it was read")
             data = file.read(limit + 1)  # a file growing after its stat, or a /proc file, stops here
     except OSError as err:
@@ -82,6 +83,16 @@ def read_small_bytes(
     if len(data) > limit:
         raise refused.error(f"is larger than {limit} bytes")
     return data
+
+
+def _opened_inside(fd: int, base: Path) -> bool:
+    """Whether the file opened is inside `base` where it really is (Linux names it in /proc): a
+    folder on its way swapped for a link after the path was resolved is caught here; True where
+    the system cannot say."""
+    try:
+        return Path(os.readlink(f"/proc/self/fd/{fd}")).is_relative_to(base)
+    except OSError:
+        return True
 
 
 def read_small_text(
