@@ -58,6 +58,12 @@ class Refused:
         return PetalsError(f"{where}{self.field} {shown(self.value)} {why}")
 
 
+def present(path: Path) -> bool:
+    """A name in its folder, whatever it is: a FIFO or a dangling link named cpu.toml is there to be
+    refused when read, not passed over for another file of the same name (or called missing)."""
+    return path.is_symlink() or path.exists()
+
+
 def read_small_bytes(
     folder: Path, value: str, field: str, source: object = None, limit: int = MAX_BYTES
 ) -> bytes:

@@ -26,7 +26,7 @@ from pipeline.core.config import (
     validate,
 )
 from pipeline.core.errors import PetalsError
-from pipeline.core.foreign import load_toml
+from pipeline.core.foreign import load_toml, present
 from pipeline.core.options import ConfigOptions
 from pipeline.core.overrides import apply_updates, leaves, parse_overrides, toml_value
 from pipeline.tasks.competitions import load_competition
@@ -47,13 +47,7 @@ def beside_recipe(folder: str, competition: str, recipe: str, given: str) -> tup
     exists or None, every place looked.)"""
     folders = [Path(given).parent] if given.endswith(".toml") else recipe_dirs(competition)
     places = [place / folder / f"{recipe}.toml" for place in folders]
-    return next((p for p in places if _present(p)), None), places
-
-
-def _present(path: Path) -> bool:
-    """A name in its folder, whatever it is: a FIFO or a dangling link named cpu.toml is refused
-    when read (pipeline.core.foreign), not passed over for the task's file of the same name."""
-    return path.is_symlink() or path.exists()
+    return next((p for p in places if present(p)), None), places
 
 
 def recipe_names(competition: str = DEFAULT_COMPETITION) -> list[str]:
@@ -67,8 +61,8 @@ def recipe_path(name: str, competition: str = DEFAULT_COMPETITION) -> Path:
         path = Path(name)
     else:
         candidates = [folder / f"{name}.toml" for folder in recipe_dirs(competition)]
-        path = next((p for p in candidates if _present(p)), candidates[0])
-    if not _present(path):
+        path = next((p for p in candidates if present(p)), candidates[0])
+    if not present(path):
         known = ", ".join(recipe_names(competition))
         raise PetalsError(f"unknown recipe {name!r} for {competition}: no {path} (recipes: {known})")
     return path
