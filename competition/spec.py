@@ -23,7 +23,7 @@ from typing import Any
 from competition.metric import Metric, get_metric
 from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
-from pipeline.core.foreign import load_toml, read_small_text
+from pipeline.core.foreign_files import load_toml, read_small_text
 from pipeline.core.paths import check_name, check_relative, shown
 
 SPEC_DIR = Path(__file__).resolve().parent

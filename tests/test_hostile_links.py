@@ -2,7 +2,7 @@
 
 A competition folder gets shared (`COMPETITION=/x/shared/competition.toml`), and with it its
 recipes, search spaces, candidates and class list. Every one of them is read by one rule
-(pipeline/core/foreign.py): inside its folder once links are resolved, a regular file, at most a
+(pipeline/core/foreign_files.py): inside its folder once links are resolved, a regular file, at most a
 MiB, checked before it is opened; TOML nested past 32 levels and a table where a string belongs
 are one line too. Each case drives the command line in this process (the same parser and one-line
 errors as `python -m pipeline`) and asserts the line, exit 2 and that nothing changed.
@@ -18,7 +18,7 @@ import pytest
 from competition.spec import SPEC_DIR
 from pipeline import cli
 from pipeline.core.errors import PetalsError
-from pipeline.core.foreign import load_toml, read_small_text
+from pipeline.core.foreign_files import load_toml, read_small_text
 from tests.hostile import Tree, one_error_line, record
 
 SECRET = "KAGGLE_KEY=0123456789abcdef0123456789abcdef"  # what a private file outside holds
@@ -134,10 +134,10 @@ def test_a_proc_file_read_in_place_stops_at_the_bound():
 def test_a_folder_swapped_for_a_link_after_the_check_is_caught_where_the_file_is_opened(shared, monkeypatch):
     """A race on a shared disk: recipes/ checked, then swapped for a link to the user's home before
     the file is opened. The open file's real place (Linux's /proc/self/fd) is checked again."""
-    from pipeline.core import foreign
+    from pipeline.core import foreign_files
 
     (shared.private.parent / "mine.toml").write_text(f'key = "{SECRET}"\n')
-    checked = foreign.inside
+    checked = foreign_files.inside
 
     def swapped_after(folder, value, field, source=None):
         path = checked(folder, value, field, source)
@@ -145,7 +145,7 @@ def test_a_folder_swapped_for_a_link_after_the_check_is_caught_where_the_file_is
         shared.recipes.symlink_to(shared.private.parent)
         return path
 
-    monkeypatch.setattr(foreign, "inside", swapped_after)
+    monkeypatch.setattr(foreign_files, "inside", swapped_after)
     with pytest.raises(PetalsError) as refused:
         read_small_text(shared.folder, "recipes/mine.toml", "recipe", shared.folder)
     line = str(refused.value)

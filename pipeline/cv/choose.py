@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.errors import PetalsError
-from pipeline.core.foreign import load_toml, present
+from pipeline.core.foreign_files import load_toml, present
 from pipeline.core.options import CVOptions
 from pipeline.core.rundir import RunDir
 
@@ -93,7 +93,7 @@ def candidates_file(choose: str, competition: str, recipe: str, given: str) -> t
 
 def read_candidates(path: Path, folder: Path | None = None) -> list[Candidate]:
     """The candidates a file lists, in its order; one line for a file that cannot be one. Read
-    inside `folder` (its own by default) by the rule for shared folders (pipeline.core.foreign)."""
+    inside `folder` (its own by default) by the rule for shared folders (pipeline.core.foreign_files)."""
     if not present(path):
         raise PetalsError(f"CHOOSE={path}: no such file")
     folder = path.parent if folder is None else folder

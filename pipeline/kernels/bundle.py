@@ -15,7 +15,7 @@ from pathlib import Path, PurePosixPath
 from typing import NamedTuple
 
 from pipeline.core.errors import PetalsError
-from pipeline.core.foreign import load_toml, read_small_bytes
+from pipeline.core.foreign_files import load_toml, read_small_bytes
 from pipeline.core.git import listed_files
 from pipeline.core.paths import check_relative, inside, shown
 

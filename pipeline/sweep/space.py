@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import PetalsError
-from pipeline.core.foreign import load_toml, present
+from pipeline.core.foreign_files import load_toml, present
 from pipeline.core.paths import shown
 
 FOLDER = "spaces"  # beside a recipe: recipes/spaces/<recipe>.toml
@@ -135,7 +135,7 @@ def _params(table: dict, where: str, prefix: str = "") -> list[Param]:
 
 def read_space(path: Path, folder: Path | None = None) -> list[Param]:
     """The parameters a file lists, in its order; one line for a file that cannot be a space. Read
-    inside `folder` (its own by default) by the rule for shared folders (pipeline.core.foreign)."""
+    inside `folder` (its own by default) by the rule for shared folders (pipeline.core.foreign_files)."""
     if not present(path):
         raise PetalsError(f"SPACE={path}: no such file")
     folder = path.parent if folder is None else folder

@@ -26,7 +26,7 @@ from pipeline.core.config import (
     validate,
 )
 from pipeline.core.errors import PetalsError
-from pipeline.core.foreign import load_toml, present
+from pipeline.core.foreign_files import load_toml, present
 from pipeline.core.options import ConfigOptions
 from pipeline.core.overrides import apply_updates, leaves, parse_overrides, toml_value
 from pipeline.tasks.competitions import load_competition
