@@ -15,8 +15,6 @@ assembles the `Competition`, the spec with its task and format, checked against 
 from __future__ import annotations
 
 import re
-import stat
-import tomllib
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -25,7 +23,8 @@ from typing import Any
 from competition.metric import Metric, get_metric
 from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
-from pipeline.core.paths import check_name, check_relative, inside, shown
+from pipeline.core.foreign_files import load_toml, read_small_text
+from pipeline.core.paths import check_name, check_relative, shown
 
 SPEC_DIR = Path(__file__).resolve().parent
 SPEC_FILE = "competition.toml"
@@ -36,9 +35,6 @@ SUBMISSION_VALUES = ("class", "probability", "labels")
 # How Kaggle takes a submission: a CSV uploaded through the API, or (a code competition) the
 # submission file a notebook version writes, sent with the API's code-submission call.
 SUBMITTED_BY = ("file", "code")
-# A competition file or class list is read whole, so it is bounded first: the largest shipped
-# (flowers' 104 class names) is under 2 KiB; a shared file of a MiB is no competition's.
-MAX_TEXT_BYTES = 2**20
 # Kaggle's competition slugs, as in its URLs: lower-case letters, digits and dashes.
 SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,99}")
 
@@ -89,29 +85,40 @@ class CompetitionSpec:
         return f"val_{self.metric.name}"
 
 
-def read_small_text(path: Path, field: str, value: object) -> str:
-    """A small UTF-8 file read whole; refused before reading when it is not a regular file or is
-    larger than MAX_TEXT_BYTES (`/dev/zero` or a FIFO at once, never read until memory runs out)."""
-    info = path.stat()  # a missing file: the OSError the caller names
-    if not stat.S_ISREG(info.st_mode):
-        raise PetalsError(f"{field} {shown(value)} is not a regular file")
-    with open(path, "rb") as f:
-        data = f.read(MAX_TEXT_BYTES + 1)  # a file growing after its stat still stops here
-    if max(info.st_size, len(data)) > MAX_TEXT_BYTES:
-        raise PetalsError(f"{field} {shown(value)} is larger than {MAX_TEXT_BYTES} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PetalsError(f"{field} {shown(value)} is not UTF-8 text") from None
-
-
 def _read_classes(folder: Path, value: object) -> tuple[str, ...]:
-    path = inside(folder, check_relative(value, "classes_file"), "classes_file")
-    text = read_small_text(path, "classes_file", value)
+    """The class list beside the competition file: read by the rule for shared folders (a link out
+    of the folder, a FIFO or a file of more than a MiB refused before a byte is read)."""
+    text = read_small_text(folder, check_relative(value, "classes_file"), "classes_file")
     names = tuple(line.strip() for line in text.splitlines() if line.strip())
     if len(set(names)) != len(names):
-        raise ValueError(f"{path}: class names are not unique")
+        raise ValueError(f"{folder / value}: class names are not unique")
     return names
+
+
+def _table(raw: dict, key: str, field: str, default: dict | None = None) -> dict:
+    """`raw[key]`, a TOML table (`[data]`): one line naming it otherwise."""
+    value = raw[key] if default is None else raw.get(key, default)
+    if not isinstance(value, dict):
+        raise PetalsError(f"{field} {shown(value)} is not a table")
+    return value
+
+
+def check_text(value: object, field: str) -> str:
+    """`value` if it is a non-empty string: `id_column = {a = 1}` is refused naming the key here,
+    where the file is loaded, not as a TypeError wherever the column is first looked up."""
+    if not isinstance(value, str) or not value:
+        raise PetalsError(f"{field} {shown(value)} is not a string")
+    return value
+
+
+def _text(table: dict, key: str, field: str, default: str | None = None) -> str:
+    return check_text(table[key] if default is None else table.get(key, default), field)
+
+
+def _texts(value: object, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise PetalsError(f"{field} {shown(value)} is not a list of strings")
+    return tuple(value)
 
 
 def _slugs(value: object) -> tuple[str, ...]:
@@ -181,10 +188,13 @@ def _load(name: str) -> CompetitionSpec:
     if not path.is_file():
         known = ", ".join(known_competitions())
         raise ValueError(f"unknown competition {name!r}: no {path} (known: {known})")
+    try:  # read by the rule for shared folders; its line names the file
+        raw = load_toml(path.parent, path.name, "competition file", path.parent)
+    except PetalsError as err:
+        raise ValueError(str(err)) from None
     try:
-        raw = tomllib.loads(read_small_text(path, "competition file", path.name))
         spec = _spec_from(raw, path)
-    except (KeyError, TypeError, OSError, tomllib.TOMLDecodeError) as err:
+    except (KeyError, TypeError) as err:
         key = f"key {err}" if isinstance(err, KeyError) else str(err)
         raise ValueError(f"{path}: not a competition file ({key})") from None
     except PetalsError as err:  # a field refused (pipeline/core/paths.py): the file named first
@@ -196,15 +206,17 @@ def _load(name: str) -> CompetitionSpec:
 
 
 def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
-    data, submission = raw["data"], raw["submission"]
+    """The spec a parsed file describes: each field checked for its type, so a table where a string
+    belongs (`id_column = {a = 1}`) is one line naming the key, never a traceback further on."""
+    data, submission = _table(raw, "data", "[data]"), _table(raw, "submission", "[submission]")
     try:
-        metric = get_metric(raw["metric"])
+        metric = get_metric(_text(raw, "metric", "metric"))
     except ValueError as err:
         raise ValueError(f"{path}: {err}") from None
-    value = submission.get("value", "class")
+    value = _text(submission, "value", "[submission] value", "class")
     if value not in SUBMISSION_VALUES:
         raise ValueError(f"{path}: submission value {value!r} is not one of {', '.join(SUBMISSION_VALUES)}")
-    by = submission.get("by", "file")
+    by = _text(submission, "by", "[submission] by", "file")
     if by not in SUBMITTED_BY:
         raise ValueError(f"{path}: submission by {by!r} is not one of {', '.join(SUBMITTED_BY)}")
     splits = _splits(data["splits"], "[data] splits")
@@ -215,7 +227,7 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         raise ValueError(f"{path}: [data.{form}] is not a table")
     return CompetitionSpec(
         name=check_name(raw["name"], "name"),  # names the leaderboard and the run dirs
-        title=raw["title"],
+        title=_text(raw, "title", "title"),
         slugs=_slugs(raw["slugs"]),
         classes=_read_classes(path.parent, raw.get("classes_file", CLASSES_FILE)),
         metric=metric,
@@ -226,11 +238,13 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         labeled_splits=labeled,
         sample_submission=check_relative(data["sample_submission"], "[data] sample_submission"),
         split_counts=_counts(data["counts"]),
-        id_column=submission["id_column"],
-        label_column=submission["label_column"],
+        id_column=_text(submission, "id_column", "[submission] id_column"),
+        label_column=_text(submission, "label_column", "[submission] label_column"),
         submission_value=value,
         submitted_by=by,
         submission_file=check_name(submission.get("file", "submission.csv"), "[submission] file"),
-        keeps_label=frozenset(raw.get("augment", {}).get("keeps_label", ())),
+        keeps_label=frozenset(
+            _texts(_table(raw, "augment", "[augment]", {}).get("keeps_label", []), "[augment] keeps_label")
+        ),
         file=path,
     )

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from pipeline import api
+from pipeline.core import foreign_files
 from pipeline.core.errors import PetalsError
 from pipeline.core.rundir import RunDir
 from pipeline.cv import choose
@@ -108,8 +109,8 @@ def test_choose_needs_a_file_or_a_recipe_that_has_one(data_dir, tmp_path):
     with pytest.raises(PetalsError, match=r"CHOOSE=.*nothere\.toml: no such file"):
         choose.train(options(data_dir, tmp_path, choose=str(tmp_path / "nothere.toml")), cv_stage.train_folds)
     big = tmp_path / "big.toml"  # a shared competition folder's file: its size is read before it is
-    big.write_bytes(b"#" * (choose.MAX_BYTES + 1))
-    with pytest.raises(PetalsError, match=r"big\.toml: 1048577 bytes, over the 1048576"):
+    big.write_bytes(b"#" * (foreign_files.MAX_BYTES + 1))
+    with pytest.raises(PetalsError, match=r"candidates file 'big\.toml' is larger than 1048576 bytes"):
         choose.read_candidates(big)
 
 

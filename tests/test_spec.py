@@ -120,7 +120,10 @@ def test_a_metric_given_the_wrong_shape_says_so(scored):
             "data format 'folder' is not one of image_csv, image_folder, records, table",
         ),
         (('format = "records"', 'format = "table"'), "not a competition file .key 'table'"),
-        (('task = "image_classification"', 'task = "image_classification"\nclasses_file = "x.txt"'), "not a"),
+        (
+            ('task = "image_classification"', 'task = "image_classification"\nclasses_file = "x.txt"'),
+            "classes_file 'x.txt' cannot be read .No such file",
+        ),
     ],
 )
 def test_a_wrong_competition_file_is_named(tmp_path, edit, message):

@@ -86,8 +86,9 @@ def test_a_bad_space_is_one_line_naming_the_file_and_the_key(tmp_path, text, ref
 def test_the_shipped_space_builds_into_the_cpu_recipe_at_every_extreme():
     from pipeline.tasks import recipe_config
 
-    path = space.space_file("1", "flowers", "cpu", "cpu")
-    params = space.read_space(path)
+    path, folder = space.space_file("1", "flowers", "cpu", "cpu")
+    assert folder == path.parents[1] and folder.name == "image_classification"  # the recipes folder
+    params = space.read_space(path, folder)
     assert {p.key for p in params} >= {"train.lr_max", "train.frozen_epochs", "model.dropout"}
     space.check(params, path, lambda extra: recipe_config.load_config("cpu", extra, "cpu"))
     with pytest.raises(PetalsError, match=r"SPACE=1: recipe 'cnn' has no search space"):

@@ -56,7 +56,10 @@ def inside(root: Path, value: str, field: str, source: object = None) -> Path:
     a shared folder pointing at `/etc` is as much a way out as `../`."""
     check_relative(value, field, source)
     path = Path(root) / value
-    base = Path(root).resolve()
-    if not path.resolve().is_relative_to(base):
+    try:
+        base, resolved = Path(root).resolve(), path.resolve()
+    except (OSError, RuntimeError):  # a link loop: Python 3.11 raises RuntimeError, later ones OSError
+        raise _refuse(field, source, value, "cannot be resolved (a loop of links)") from None
+    if not resolved.is_relative_to(base):
         raise _refuse(field, source, value, f"leaves {root} (a link out of it)")
     return path

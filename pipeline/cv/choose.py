@@ -31,20 +31,19 @@ import hashlib
 import json
 import logging
 import math
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign_files import load_toml, present
 from pipeline.core.options import CVOptions
 from pipeline.core.rundir import RunDir
 
 log = logging.getLogger(__name__)
 
 FOLDER = "candidates"  # beside a recipe: recipes/candidates/<recipe>.toml
-MAX_BYTES = 1 << 20  # a candidates file is a few lines; one from a shared folder is bounded first
 RULE = (
     "the folds' mean at the schedule's end; the first within one standard error (std / sqrt(K)) of the best"
 )
@@ -75,34 +74,30 @@ def _flatten(table: dict, where: str, prefix: str = "") -> list[str]:
     return found
 
 
-def candidates_file(choose: str, competition: str, recipe: str, given: str) -> Path:
+def candidates_file(choose: str, competition: str, recipe: str, given: str) -> tuple[Path, Path]:
     """`CHOOSE=1` (or `recipe`): the recipe's own candidates, beside it (`given`: the recipe as the
-    command line named it, maybe a file's path); anything else: a file's path."""
+    command line named it, maybe a file's path); anything else: a file's path. With the folder it
+    is read inside: the recipes folder it was found in, or a given file's own."""
     from pipeline.tasks import recipe_config
 
     if choose not in ("1", "recipe"):
-        return Path(choose)
+        return Path(choose), Path(choose).parent
     found, places = recipe_config.beside_recipe(FOLDER, competition, recipe, given)
     if found is None:
         raise PetalsError(
             f"CHOOSE=1: recipe {recipe!r} has no candidates ({' or '.join(map(str, places))}); "
             "name a file of your own: CHOOSE=path.toml"
         )
-    return found
+    return found, found.parents[1]  # <recipes>/candidates/<recipe>.toml
 
 
-def read_candidates(path: Path) -> list[Candidate]:
-    """The candidates a file lists, in its order; one line for a file that cannot be one."""
-    if not path.is_file():
+def read_candidates(path: Path, folder: Path | None = None) -> list[Candidate]:
+    """The candidates a file lists, in its order; one line for a file that cannot be one. Read
+    inside `folder` (its own by default) by the rule for shared folders (pipeline.core.foreign_files)."""
+    if not present(path):
         raise PetalsError(f"CHOOSE={path}: no such file")
-    if path.stat().st_size > MAX_BYTES:
-        raise PetalsError(
-            f"{path}: {path.stat().st_size} bytes, over the {MAX_BYTES} a candidates file may hold"
-        )
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise PetalsError(f"{path}: not valid TOML ({err})") from None
+    folder = path.parent if folder is None else folder
+    raw = load_toml(folder, path.relative_to(folder).as_posix(), "candidates file", folder)
     found = []
     for name, table in raw.items():
         if not isinstance(table, dict):
@@ -139,8 +134,8 @@ def _checked(opts: CVOptions, path: Path, found: list[Candidate], device: str) -
 
 
 def _candidates(opts: CVOptions, found) -> tuple[Path, list[Candidate]]:
-    path = candidates_file(opts.choose, found.config.competition, found.config.recipe, opts.recipe)
-    listed = read_candidates(path)
+    path, folder = candidates_file(opts.choose, found.config.competition, found.config.recipe, opts.recipe)
+    listed = read_candidates(path, folder)
     _checked(opts, path, listed, found.platform.device)
     return path, listed
 

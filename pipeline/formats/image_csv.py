@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from competition.spec import check_text
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import check_relative, inside, shown
 from pipeline.formats.base import ImageFiles, layout_of, register
@@ -47,6 +48,8 @@ class ImageCsv(ImageFiles):
             for key in ("folder", "labels", "archive"):  # joined onto the data dir, so inside it
                 if key == "folder" or getattr(own, key) is not None:
                     check_relative(getattr(own, key), f"[data.image_csv.{split}] {key}")
+            for key in ("id_column", "label_column"):  # looked up in a CSV's header
+                check_text(getattr(own, key), f"[data.image_csv.{split}] {key}")
             if (own.labels is not None) != (split in labeled):
                 wanted = "a labels CSV" if split in labeled else "no labels CSV (it is unlabelled)"
                 raise ValueError(f"[data.image_csv.{split}] needs {wanted}")

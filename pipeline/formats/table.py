@@ -3,11 +3,13 @@ labelled splits (IMDB reviews, sentence pairs), quoted as Kaggle quotes it."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.paths import check_relative, inside
+from competition.spec import check_text
+from pipeline.core.paths import check_relative, inside, shown
 from pipeline.formats.base import Examples, FileFormat, layout_of, register
 from pipeline.formats.table_layout import TableLayout
 
@@ -32,17 +34,29 @@ def tables_of(spec) -> TableFilesLayout:
     return layout_of(spec, TableFilesLayout)
 
 
+def _text(own: dict[str, Any], where: str, key: str, many: bool = False) -> Any:
+    """A string of the table (a column name, the separator), or with `many` a list of them:
+    `id_column = {a = 1}` is one line naming the key, not a TypeError in pandas."""
+    value = own[key]
+    if many and not isinstance(value, list):
+        raise ValueError(f"{where} {key} {shown(value)} is not a list of column names")
+    return (
+        tuple(check_text(v, f"{where} {key}") for v in value) if many else check_text(value, f"{where} {key}")
+    )
+
+
 def _table(raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]) -> TableFilesLayout:
     shared = {k: v for k, v in raw.items() if k not in splits}  # separator, columns... for every split
     files = {}
     for split in splits:
         own = {**shared, **raw[split]}
+        text = functools.partial(_text, own, f"[data.table.{split}]")
         layout = TableLayout(
-            separator=own["separator"],
-            id_column=own["id_column"],
-            text_columns=tuple(own["text_columns"]),
-            label_column=own["label_column"] if split in labeled else None,
-            escapechar=own.get("escapechar"),
+            separator=text("separator"),
+            id_column=text("id_column"),
+            text_columns=text("text_columns", many=True),
+            label_column=text("label_column") if split in labeled else None,
+            escapechar=text("escapechar") if own.get("escapechar") is not None else None,
         )
         if not 1 <= len(layout.text_columns) <= 2:
             raise ValueError(

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import io
 import logging
-import tomllib
 import zipfile
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign_files import load_toml, read_small_bytes
 from pipeline.core.git import listed_files
 from pipeline.core.paths import check_relative, inside, shown
 
@@ -42,6 +43,14 @@ WITHOUT_GIT = (
 SHOWN_LEFT_OUT = 3  # untracked files the INFO line names
 
 
+class Carried(NamedTuple):
+    """A file from outside the checkout that the kernel carries: where it was read, and its bytes,
+    read once by the rule for shared folders, so what was checked is what is bundled."""
+
+    path: Path
+    data: bytes
+
+
 def _carried(name: str) -> bool:
     path = PurePosixPath(name)
     return path.suffix in BUNDLED_SUFFIXES and "__pycache__" not in path.parts
@@ -51,12 +60,12 @@ def classes_file(spec_file: Path, root: Path = REPO) -> str | None:
     """The class list `spec_file` (a competition.toml under `root`) names, relative to `root`
     (`classes_file`, default classes.txt); None for a file that does not parse or names a path out
     of its folder (load_spec refuses that file where a stage uses it)."""
-    from competition.spec import CLASSES_FILE, read_small_text
+    from competition.spec import CLASSES_FILE
 
     try:
-        raw = tomllib.loads(read_small_text(spec_file, "competition file", spec_file.name))
+        raw = load_toml(spec_file.parent, spec_file.name, "competition file")
         value = check_relative(raw.get("classes_file", CLASSES_FILE), "classes_file", spec_file)
-    except (OSError, tomllib.TOMLDecodeError, PetalsError):
+    except PetalsError:
         return None
     return PurePosixPath(spec_file.parent.relative_to(root).as_posix(), value).as_posix()
 
@@ -110,11 +119,13 @@ def _untracked(name: str, why: str = "") -> PetalsError:
     )
 
 
-def outside_competition(spec_path: str, name: str, members: list[str]) -> dict[str, Path]:
+def outside_competition(spec_path: str, name: str, members: list[str]) -> dict[str, Carried]:
     """A competition given as a path (`--set competition=/x/leaves/competition.toml`): its file,
-    class list and recipes, {name in the bundle: file}, carried as `competition/<name>/...`, where
-    the kernel looks its competition up by name. One line if the bundle has that name already."""
-    from competition.spec import CLASSES_FILE, SPEC_FILE, read_small_text
+    class list and recipes, {name in the bundle: what is carried}, carried as
+    `competition/<name>/...`, where the kernel looks its competition up by name. One line if the
+    bundle has that name already, or if one of them is not a small regular file inside the folder
+    (a link in a shared folder's recipes/ to ~/.kaggle/kaggle.json, /dev/zero or a /proc file)."""
+    from competition.spec import CLASSES_FILE, SPEC_FILE
 
     folder, carried_as = Path(spec_path).parent, f"competition/{name}"
     if any(member.startswith(carried_as + "/") for member in members):
@@ -122,17 +133,19 @@ def outside_competition(spec_path: str, name: str, members: list[str]) -> dict[s
             f"--set competition={shown(spec_path)}: the kernel already carries a competition named "
             f"{name!r} ({carried_as}/); name yours otherwise, or use --set competition={name}"
         )
-    raw = tomllib.loads(read_small_text(Path(spec_path), "competition file", Path(spec_path).name))
-    own = {
-        SPEC_FILE: Path(spec_path),
-        **{f"recipes/{p.name}": p for p in (folder / "recipes").glob("*.toml")},
+    raw = load_toml(folder, Path(spec_path).name, "competition file", spec_path)
+    own = {  # as carried: (as read in the folder, the field a refusal names)
+        SPEC_FILE: (Path(spec_path).name, "competition file"),
+        raw.get("classes_file", CLASSES_FILE): (raw.get("classes_file", CLASSES_FILE), "classes_file"),
+        **{f"recipes/{p.name}": (f"recipes/{p.name}", "recipe") for p in (folder / "recipes").glob("*.toml")},
     }
-    classes = raw.get("classes_file", CLASSES_FILE)
-    own[classes] = inside(folder, classes, "classes_file", spec_path)
-    return {f"{carried_as}/{relative}": path for relative, path in sorted(own.items())}
+    return {
+        f"{carried_as}/{relative}": Carried(folder / read, read_small_bytes(folder, read, field, folder))
+        for relative, (read, field) in sorted(own.items())
+    }
 
 
-def check_carried(members: list[str], competition: str, recipe: str, root: Path = REPO) -> dict[str, Path]:
+def check_carried(members: list[str], competition: str, recipe: str, root: Path = REPO) -> dict[str, Carried]:
     """The files this generation read that the kernel reads again on Kaggle are among `members`
     (relative to `root`, the checkout holding competition/): the competition's file and class list,
     and the recipe's file, which the kernel finds by name (its competition's recipes/ first, then its
@@ -144,7 +157,7 @@ def check_carried(members: list[str], competition: str, recipe: str, root: Path 
     from pipeline.tasks.recipe_config import recipe_dirs, recipe_path
 
     spec_file = competition_file(competition)
-    extra: dict[str, Path] = {}
+    extra: dict[str, Carried] = {}
     if competition.endswith(".toml"):
         extra = outside_competition(competition, load_spec(competition).name, members)
     else:
@@ -153,7 +166,7 @@ def check_carried(members: list[str], competition: str, recipe: str, root: Path 
                 raise _untracked(name)
     if recipe == DEFAULT_RECIPE:
         return extra
-    carried_extra = {path.resolve(): name for name, path in extra.items()}
+    carried_extra = {carried.path.resolve(): name for name, carried in extra.items()}
 
     def carried(path: Path) -> str | None:  # its name in the bundle, if the kernel could carry it
         path = path.resolve()
@@ -181,15 +194,18 @@ def check_carried(members: list[str], competition: str, recipe: str, root: Path 
 
 
 def bundle(
-    root: Path = REPO, members: list[str] | None = None, extra: dict[str, Path] | None = None
+    root: Path = REPO, members: list[str] | None = None, extra: dict[str, Carried] | None = None
 ) -> bytes:
     """The bundled packages as a zip with fixed timestamps: the same sources give the same bytes.
+    Each member is read by the rule for shared folders (inside the checkout, a small regular file).
     `extra`: files from elsewhere, by their name in the bundle (a competition given as a path)."""
-    files = {name: root / name for name in (bundle_members(root) if members is None else members)}
+    names = bundle_members(root) if members is None else members
+    files = {name: read_small_bytes(root, name, "bundled file") for name in names}
+    files.update({name: carried.data for name, carried in (extra or {}).items()})
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, path in sorted({**files, **(extra or {})}.items()):
+        for name, data in sorted(files.items()):
             info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
             info.compress_type = zipfile.ZIP_DEFLATED
-            archive.writestr(info, path.read_bytes())
+            archive.writestr(info, data)
     return buffer.getvalue()

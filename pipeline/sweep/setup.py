@@ -43,8 +43,8 @@ def setup(opts: SweepOptions, device: str) -> Setup:
         raise PetalsError(
             "train.merge_val=true: a trial would keep no val split to be judged on (FOLDS=K: out of fold)"
         )
-    path = space.space_file(opts.space, base.competition, base.recipe, opts.recipe)
-    params = space.read_space(path)
+    path, folder = space.space_file(opts.space, base.competition, base.recipe, opts.recipe)
+    params = space.read_space(path, folder)
 
     def build(extra):
         given = dataclasses.replace(opts, overrides=(*opts.overrides, *extra))

@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tomllib
 from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign_files import load_toml, present
 from pipeline.core.paths import shown
 
 FOLDER = "spaces"  # beside a recipe: recipes/spaces/<recipe>.toml
-MAX_BYTES = 1 << 20  # a space is a few lines; one from a shared folder is bounded before it is read
 FIELDS = {"low", "high", "log", "step", "choices"}
 # What every trial shares, or their scores would not compare: the data, its folds and val split.
 SHARED = ("competition", "train.folds", "train.fold", "train.fold_seed", "train.folds_keep_val",
@@ -67,20 +66,21 @@ def override(key: str, value: Any) -> str:
     return f"{key}={value}"
 
 
-def space_file(space: str, competition: str, recipe: str, given: str) -> Path:
+def space_file(space: str, competition: str, recipe: str, given: str) -> tuple[Path, Path]:
     """`SPACE=1`: the recipe's own space, beside it (`given`: the recipe as the command line named
-    it, maybe a file's path); anything else: a file's path."""
+    it, maybe a file's path); anything else: a file's path. With the folder it is read inside: the
+    recipes folder it was found in, or a given file's own."""
     from pipeline.tasks import recipe_config
 
     if space != "1":
-        return Path(space)
+        return Path(space), Path(space).parent
     found, places = recipe_config.beside_recipe(FOLDER, competition, recipe, given)
     if found is None:
         raise PetalsError(
             f"SPACE=1: recipe {recipe!r} has no search space ({' or '.join(map(str, places))}); "
             "name a file of your own: SPACE=path.toml"
         )
-    return found
+    return found, found.parents[1]  # <recipes>/spaces/<recipe>.toml
 
 
 def _shown(value: Any) -> str:
@@ -133,16 +133,13 @@ def _params(table: dict, where: str, prefix: str = "") -> list[Param]:
     return found
 
 
-def read_space(path: Path) -> list[Param]:
-    """The parameters a file lists, in its order; one line for a file that cannot be a space."""
-    if not path.is_file():
+def read_space(path: Path, folder: Path | None = None) -> list[Param]:
+    """The parameters a file lists, in its order; one line for a file that cannot be a space. Read
+    inside `folder` (its own by default) by the rule for shared folders (pipeline.core.foreign_files)."""
+    if not present(path):
         raise PetalsError(f"SPACE={path}: no such file")
-    if path.stat().st_size > MAX_BYTES:
-        raise PetalsError(f"{path}: {path.stat().st_size} bytes, over the {MAX_BYTES} a space file may hold")
-    try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise PetalsError(f"{path}: not valid TOML ({err})") from None
+    folder = path.parent if folder is None else folder
+    raw = load_toml(folder, path.relative_to(folder).as_posix(), "search space", folder)
     params = _params(raw, str(path))
     if not params:
         raise PetalsError(f"{path}: no parameter to search")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from pipeline.core.config import (
     validate,
 )
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign_files import load_toml, present
 from pipeline.core.options import ConfigOptions
 from pipeline.core.overrides import apply_updates, leaves, parse_overrides, toml_value
 from pipeline.tasks.competitions import load_competition
@@ -47,7 +47,7 @@ def beside_recipe(folder: str, competition: str, recipe: str, given: str) -> tup
     exists or None, every place looked.)"""
     folders = [Path(given).parent] if given.endswith(".toml") else recipe_dirs(competition)
     places = [place / folder / f"{recipe}.toml" for place in folders]
-    return next((p for p in places if p.is_file()), None), places
+    return next((p for p in places if present(p)), None), places
 
 
 def recipe_names(competition: str = DEFAULT_COMPETITION) -> list[str]:
@@ -61,8 +61,8 @@ def recipe_path(name: str, competition: str = DEFAULT_COMPETITION) -> Path:
         path = Path(name)
     else:
         candidates = [folder / f"{name}.toml" for folder in recipe_dirs(competition)]
-        path = next((p for p in candidates if p.is_file()), candidates[0])
-    if not path.is_file():
+        path = next((p for p in candidates if present(p)), candidates[0])
+    if not present(path):
         known = ", ".join(recipe_names(competition))
         raise PetalsError(f"unknown recipe {name!r} for {competition}: no {path} (recipes: {known})")
     return path
@@ -81,10 +81,9 @@ def _recipe_values(recipe: str, competition: str) -> tuple[Path | None, dict[str
     if recipe == DEFAULT_RECIPE:
         return None, {}
     path = recipe_path(recipe, competition)
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise PetalsError(f"{path}: not valid TOML ({err})") from None
+    # Read inside the folder it was found in (a recipes/ folder, or the given file's own): a link in
+    # a shared competition's recipes/ to a file elsewhere, a FIFO or a huge file is one line.
+    raw = load_toml(path.parent, path.name, "recipe", path.parent)
     raw.pop("recipe", None)
     return path, raw
 
