@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import listed
 from pipeline.core.paths import check_relative, inside, shown
 from pipeline.formats.base import ImageFiles, layout_of, register
 
@@ -136,6 +137,6 @@ def _name_list(spec, label, where):
     row = np.zeros(spec.num_classes, np.int32)
     for name in str(label).split():
         if name not in spec.classes:
-            raise PetalsError(f"{where}: label {shown(name)} is not a class ({', '.join(spec.classes)})")
+            raise PetalsError(f"{where}: label {shown(name)} is not a class ({listed(spec.classes)})")
         row[spec.classes.index(name)] = 1
     return row
