@@ -22,6 +22,7 @@ import requests
 import requests.adapters
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import listed, quoted, text
 from pipeline.core.paths import check_name
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,11 @@ CREDENTIALS_HELP = (
 
 class UploadIncomplete(requests.ConnectionError):
     """The client's file upload stopped short; retried like a dropped connection."""
+
+
+class UnreadableAnswer(PetalsError):
+    """Kaggle answered something the client cannot read: not JSON, a status it does not know, a
+    field of the wrong type."""
 
 
 def is_production() -> bool:
@@ -191,6 +197,38 @@ def _timeouts() -> Any:
         adapter.send = send
 
 
+@contextlib.contextmanager
+def _answers_checked(action: str) -> Any:
+    """Every answer read inside that the client cannot turn into its objects becomes one line,
+    UnreadableAnswer, naming what it choked on (shown safely). kagglesdk reads an answer's JSON into
+    typed fields: a status it has no name for raises KeyError, a list where a string belongs a
+    TypeError or AttributeError, a body that is not JSON a ValueError, a deeply nested one a
+    RecursionError; each would otherwise reach the user as a traceback."""
+    from kagglesdk.kaggle_http_client import KaggleHttpClient
+
+    prepare = KaggleHttpClient._prepare_response
+
+    def prepare_checked(self, response_type, http_response):
+        try:
+            return prepare(self, response_type, http_response)
+        except requests.HTTPError:
+            raise
+        except KeyError as err:  # an enum's unknown name: the value itself is the argument
+            said = f"a value it does not know, {quoted(err.args[0] if err.args else '')} (a new status?)"
+        except (ValueError, TypeError, AttributeError, RecursionError) as err:
+            said = f"{type(err).__name__}: {text(err, 120)}"
+        raise UnreadableAnswer(
+            f"Kaggle's answer while {action} is not one this kaggle client can read ({said}); "
+            "rerun later, and if it stays so, upgrade the kaggle package"
+        )
+
+    KaggleHttpClient._prepare_response = prepare_checked
+    try:
+        yield
+    finally:
+        KaggleHttpClient._prepare_response = prepare
+
+
 def call_with_retries(
     fn: Callable[[], T],
     *,
@@ -207,7 +245,7 @@ def call_with_retries(
     """
     for attempt in range(1, retries + 1):
         try:
-            with _timeouts():
+            with _timeouts(), _answers_checked(action):
                 return fn()
         except requests.HTTPError as err:
             status = err.response.status_code if err.response is not None else 0
@@ -309,7 +347,7 @@ def push_kernel(folder: Path, slug: str, kernel: str, timeout: int | None, accel
         action=f"pushing kernel {kernel}",
     )
     if answer.error:
-        raise PetalsError(f"Kaggle refused kernel {kernel}: {answer.error}")
+        raise PetalsError(f"Kaggle refused kernel {kernel}: {text(answer.error)}")
     rejected = (
         answer.invalid_competition_sources
         or answer.invalid_dataset_sources
@@ -317,8 +355,9 @@ def push_kernel(folder: Path, slug: str, kernel: str, timeout: int | None, accel
         or answer.invalid_model_sources
     )
     if rejected:
+        sources = listed(rejected if isinstance(rejected, list) else [rejected])
         raise PetalsError(
-            f"Kaggle rejected the sources {rejected} of kernel {kernel}: check the slugs in its metadata"
+            f"Kaggle rejected the sources {sources} of kernel {kernel}: check the slugs in its metadata"
         )
     if not answer.version_number:
         raise PetalsError(f"Kaggle accepted kernel {kernel} but named no version number; rerun the push")
@@ -368,7 +407,7 @@ def kernel_call(fn: Callable[[Any], T], kernel: str, action: str) -> T:
     try:
         return with_client(fn, slug=kernel, action=action, explain=explain_kernel_error)
     except ValueError as err:  # the client's own words for 401/403 on a kernel
-        raise PetalsError(f"cannot see kernel {kernel}: check the owner and the slug ({err})") from None
+        raise PetalsError(f"cannot see kernel {kernel}: check the owner and the slug ({text(err)})") from None
 
 
 def kernel_status(kernel: str) -> Any:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import text
 from pipeline.core.kaggle_client import explain_http_error, with_client
 
 PAGE_SIZE = 200
@@ -53,7 +54,9 @@ def dataset_files(dataset: str) -> dict[str, int] | None:
                 request.page_size, request.page_token = PAGE_SIZE, token
                 answer = kaggle.datasets.dataset_api_client.list_dataset_files(request)
                 if answer.error_message:
-                    raise PetalsError(f"Kaggle could not list dataset {dataset}: {answer.error_message}")
+                    raise PetalsError(
+                        f"Kaggle could not list dataset {dataset}: {text(answer.error_message)}"
+                    )
                 files.update({str(f.name): int(f.total_bytes or 0) for f in answer.dataset_files or []})
                 token = answer.next_page_token
                 if not token:
@@ -86,7 +89,7 @@ def upload(folder: Path, dataset: str, notes: str | None) -> None:
     # second time (the title in use), a version uploaded twice; the rerun lists the dataset first.
     answer = with_client(create, slug=dataset, action=action, explain=explain_dataset_error, retries=1)
     if getattr(answer, "error", None):
-        raise PetalsError(f"Kaggle refused dataset {dataset}: {answer.error}")
+        raise PetalsError(f"Kaggle refused dataset {dataset}: {text(answer.error)}")
 
 
 def status(dataset: str) -> str:
