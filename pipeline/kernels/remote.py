@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import text
 from pipeline.core.paths import inside
 from pipeline.kernels.metadata import (
     SUMMARY,
@@ -48,7 +49,7 @@ def status(folder: Path) -> str:
 
     kernel = read_metadata(folder)["id"]
     answer = kaggle_client.kernel_status(kernel)
-    failure = f": {answer.failure_message}" if answer.failure_message else ""
+    failure = f": {text(answer.failure_message)}" if answer.failure_message else ""
     return f"kernel {kernel}: {kernel_state(answer).lower()}{failure}"
 
 
@@ -229,7 +230,7 @@ def wait_for_kernel(
         if state == KERNEL_FINISHED:
             return
         if state in KERNEL_FAILED:
-            why = f" ({answer.failure_message})" if answer.failure_message else ""
+            why = f" ({text(answer.failure_message)})" if answer.failure_message else ""
             raise KernelFailed(
                 f"kernel {kernel} version {version} ended {state.lower().replace('_', ' ')}{why}: "
                 f"nothing was submitted; its log is at https://www.kaggle.com/code/{kernel}; "

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pipeline.core import options
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import text
 from pipeline.core.options import SubmitOptions
 from pipeline.kernels.metadata import CODE_COMPETITION_ACCELERATOR, DEFAULT_ACCELERATOR
 from pipeline.runs import sent, submission_files
@@ -230,7 +231,7 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
         log.info("submit: uploading %s (credentials from %s)", what, credentials)
         write_json(intent, {"sha256": digest, "slug": slug, "message": message, "started": leaderboard.now()})
         answer = kaggle_client.submit_file(path, slug, message, retries=opts.retries)
-        ref, said = answer.ref, answer.message or "accepted"
+        ref, said = text(answer.ref, 40), text(answer.message or "accepted")
     sent.recorded(board, entry, str(path), ref, digest, intent)
     print(
         f"UPLOADED {path} to {slug!r}: {said} (ref {ref}); "
