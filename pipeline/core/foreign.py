@@ -87,10 +87,15 @@ def cell(value: object) -> object:
 def safe_cells(frame):
     """A copy of a pandas DataFrame whose text cells (and text index) cannot start a formula (`cell`),
     for a CSV written with foreign strings in it: class names, a downloaded summary's fields."""
+    from pandas.api.types import is_object_dtype, is_string_dtype
+
+    def texts(values) -> bool:  # object columns, and pandas 3's own string dtype
+        return is_object_dtype(values.dtype) or is_string_dtype(values.dtype)
+
     frame = frame.copy()
     for name in frame.columns:
-        if frame[name].dtype == object:
+        if texts(frame[name]):
             frame[name] = frame[name].map(cell)
-    if frame.index.dtype == object:
+    if texts(frame.index):
         frame.index = frame.index.map(cell)
     return frame
