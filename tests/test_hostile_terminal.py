@@ -18,6 +18,7 @@ from PIL import Image
 
 from competition.spec import SPEC_DIR
 from pipeline import cli
+from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import cell, listed, quoted, text
 from pipeline.kernels.metadata import METADATA, SUMMARY
 from pipeline.runs import leaderboard
@@ -323,3 +324,14 @@ def test_a_summary_of_the_wrong_shape_is_one_line(tmp_path, in_kaggle_env, capsy
     record(
         f"kernel summary: {case}", f"{SUMMARY}: {case}", line, 2, "its download in output/; no leaderboard"
     )
+
+
+def test_an_error_line_is_escaped_whatever_built_it(capsys):
+    """The last guard: a PetalsError whose maker forgot to show a foreign value safely."""
+
+    def stage() -> None:
+        raise PetalsError(f"label {ESCAPES} is odd\nforged: all good")
+
+    assert cli.run_stage("fetch", stage) == 2
+    err = capsys.readouterr().err
+    assert err == f"petals fetch: error: label {ESCAPES_SHOWN} is odd\\nforged: all good\n"
