@@ -309,13 +309,44 @@ def download_competition(slug: str, dest: Path, *, retries: int = 3, quiet: bool
     return archives[0]
 
 
-def find_submission(slug: str, file_name: str, message: str) -> Any | None:
-    """Your submission to `slug` of `file_name` with this description, newest first, or None."""
+def list_submissions(slug: str) -> list[Any]:
+    """Your submissions to `slug`, newest first, each checked to be of the shape petals reads: the
+    client reads the list's scalars untyped, so a ref that is not a whole number or a file name or
+    description that is not text is one line naming it (the status is the client's to read)."""
     submissions = with_client(
         lambda client: client.competition_submissions(slug, page_size=100) or [],
         slug=slug,
         action=f"listing your submissions to {slug!r}",
     )
+    if not isinstance(submissions, list):
+        raise PetalsError(f"Kaggle's list of your submissions to {slug!r} is not a list")
+    for number, sub in enumerate(submissions, 1):
+        defect = _submission_defect(sub)
+        if defect is not None:
+            field, value, what = defect
+            raise PetalsError(
+                f"Kaggle's list of your submissions to {slug!r}: submission {number} has {field} "
+                f"{quoted(value)}, not {what}"
+            )
+    return submissions
+
+
+def _submission_defect(sub: Any) -> tuple[str, object, str] | None:
+    """The first field of one listed submission that is not what petals reads: (field, value, what
+    it should be); None when the submission is fine."""
+    ref = sub.ref
+    whole = isinstance(ref, int) and not isinstance(ref, bool)
+    if not (whole or (isinstance(ref, str) and ref.isascii() and ref.isdigit())) or len(str(ref)) > 20:
+        return "ref", ref, "a whole number"
+    for field, value in (("fileName", sub.file_name), ("description", sub.description)):
+        if value is not None and not isinstance(value, str):
+            return field, value, "text"
+    return None
+
+
+def find_submission(slug: str, file_name: str, message: str) -> Any | None:
+    """Your submission to `slug` of `file_name` with this description, newest first, or None."""
+    submissions = list_submissions(slug)
     return next(
         (s for s in submissions if (s.file_name or "") == file_name and (s.description or "") == message),
         None,
@@ -359,9 +390,15 @@ def push_kernel(folder: Path, slug: str, kernel: str, timeout: int | None, accel
         raise PetalsError(
             f"Kaggle rejected the sources {sources} of kernel {kernel}: check the slugs in its metadata"
         )
-    if not answer.version_number:
+    version = answer.version_number
+    if not version:
         raise PetalsError(f"Kaggle accepted kernel {kernel} but named no version number; rerun the push")
-    return int(answer.version_number)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:  # read untyped
+        raise PetalsError(
+            f"Kaggle accepted kernel {kernel} but named version {quoted(version)}, not a whole number; "
+            "`make kernel-status` says where it stands"
+        )
+    return version
 
 
 def submit_code(

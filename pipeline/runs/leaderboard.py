@@ -348,11 +348,7 @@ def sync(board: Path, slug: str) -> int:
     """Pull your submissions' scores on `slug` and write them onto the rows they came from."""
     from pipeline.core import kaggle_client
 
-    submissions = kaggle_client.with_client(
-        lambda client: client.competition_submissions(slug, page_size=100) or [],
-        slug=slug,
-        action=f"listing your submissions to {slug!r}",
-    )
+    submissions = kaggle_client.list_submissions(slug)  # each one's shape checked
     table = read(board)
     matched = 0
     for sub in submissions:
