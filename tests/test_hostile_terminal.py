@@ -335,3 +335,60 @@ def test_an_error_line_is_escaped_whatever_built_it(capsys):
     assert cli.run_stage("fetch", stage) == 2
     err = capsys.readouterr().err
     assert err == f"petals fetch: error: label {ESCAPES_SHOWN} is odd\\nforged: all good\n"
+
+
+@pytest.mark.parametrize(
+    ("case", "submission", "expected"),
+    [
+        (
+            "a formula as ref",
+            {"ref": '=HYPERLINK("http://x","y")'},
+            'submission 1 has ref \'=HYPERLINK("http://x","y")\', not a whole number',
+        ),
+        ("a list as ref", {"ref": [1, 2]}, "submission 1 has ref '[1, 2]', not a whole number"),
+        (
+            "a number as description",
+            {"ref": 1001, "description": 7},
+            "submission 1 has description '7', not text",
+        ),
+        (
+            "an object as fileName",
+            {"ref": 1001, "fileName": {"a": 1}},
+            "submission 1 has fileName \"{'a': 1}\", not text",
+        ),
+    ],
+)
+def test_a_submission_list_of_the_wrong_shape_is_one_line(
+    tmp_path, in_kaggle_env, capsys, case, submission, expected
+):
+    """The client reads the list's scalars untyped: a ref, file name or description of another type
+    is one line naming it, before any row is matched or written."""
+    subs = tmp_path / "subs"
+    board = leaderboard.board_file(subs, "flowers")
+    leaderboard.update(board, "run-a", kind="run", submission_ref="1001")
+    tree = Tree(tmp_path, (tmp_path / "home",))
+    with KaggleTestServer(Behaviour(submissions=[{"status": "COMPLETE", **submission}])):
+        code = cli.main(["leaderboard", "--sync", "--competition", "flowers", "--submissions-dir", str(subs)])
+    line = one_error_line(capsys.readouterr().err)
+    assert code == 2
+    assert f"Kaggle's list of your submissions to 'tpu-getting-started': {expected}" in line, line
+    assert tree.changes() == []
+    record(f"leaderboard-sync: {case}", f"ListSubmissions answers {json.dumps(submission)}", line, 2,
+           "board untouched")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("field", "answer"), [("log", {"kernel_log": ["a"]}), ("nextPageToken", {"kernel_page_token": {"x": 1}})]
+)
+def test_an_output_listing_of_the_wrong_shape_is_one_line(tmp_path, in_kaggle_env, capsys, field, answer):
+    _kernel_folder(tmp_path)
+    tree = Tree(tmp_path, (tmp_path / "home",))
+    with KaggleTestServer(Behaviour(kernel_files={SUMMARY: _summary()}, **answer)):
+        code = cli.main(_kernel("output", tmp_path))
+    line = one_error_line(capsys.readouterr().err)
+    value = quoted(next(iter(answer.values())))
+    assert code == 2
+    assert f"kernel {KERNEL}: Kaggle's listing of its outputs has {field} {value}, not text" in line, line
+    assert tree.changes() == [] and not (tmp_path / "kernels" / "petals-tiny" / "output").exists()
+    record(f"kernel output: {field} not text", f"ListKernelSessionOutput's {field} {value}", line, 2,
+           "nothing written")  # fmt: skip
