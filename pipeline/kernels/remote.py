@@ -171,7 +171,9 @@ def place_trials(
     summary = read_trials_summary(target / SUMMARY, kernel)
     asked = only if only is not None else sorted(int(n) for n in summary["trial_runs"])
     runs, failed = summary["trial_runs"], summary["trial_failed"]
-    outcome = {n: failed.get(str(n)) or "the kernel finished no run of it (its time limit?)" for n in asked}
+    unfinished = "the kernel finished no run of it (its time limit?)"
+    # the kernel's own words on a failed trial: printed by the sweep, so shown escaped
+    outcome = {n: text(failed[str(n)], 300) if failed.get(str(n)) else unfinished for n in asked}
     if summary.get("folds"):
         merge_folds(kernel, target, data_dir, runs_dir, submissions_dir)
         for number in asked:
