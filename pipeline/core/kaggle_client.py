@@ -331,13 +331,19 @@ def list_submissions(slug: str) -> list[Any]:
     return submissions
 
 
+def whole_number(value: object) -> bool:
+    """True for a whole number, 0 or more, as Kaggle's JSON may carry one: an int (not a bool), or
+    up to 20 ASCII digits (an int64 written as text)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value >= 0
+    return isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20
+
+
 def _submission_defect(sub: Any) -> tuple[str, object, str] | None:
     """The first field of one listed submission that is not what petals reads: (field, value, what
     it should be); None when the submission is fine."""
-    ref = sub.ref
-    whole = isinstance(ref, int) and not isinstance(ref, bool)
-    if not (whole or (isinstance(ref, str) and ref.isascii() and ref.isdigit())) or len(str(ref)) > 20:
-        return "ref", ref, "a whole number"
+    if not whole_number(sub.ref):
+        return "ref", sub.ref, "a whole number"
     for field, value in (("fileName", sub.file_name), ("description", sub.description)):
         if value is not None and not isinstance(value, str):
             return field, value, "text"
@@ -393,12 +399,12 @@ def push_kernel(folder: Path, slug: str, kernel: str, timeout: int | None, accel
     version = answer.version_number
     if not version:
         raise PetalsError(f"Kaggle accepted kernel {kernel} but named no version number; rerun the push")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 1:  # read untyped
+    if not whole_number(version):  # read untyped
         raise PetalsError(
             f"Kaggle accepted kernel {kernel} but named version {quoted(version)}, not a whole number; "
             "`make kernel-status` says where it stands"
         )
-    return version
+    return int(version)
 
 
 def submit_code(
