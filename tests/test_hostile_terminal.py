@@ -392,3 +392,25 @@ def test_an_output_listing_of_the_wrong_shape_is_one_line(tmp_path, in_kaggle_en
     assert tree.changes() == [] and not (tmp_path / "kernels" / "petals-tiny" / "output").exists()
     record(f"kernel output: {field} not text", f"ListKernelSessionOutput's {field} {value}", line, 2,
            "nothing written")  # fmt: skip
+
+
+def test_class_names_in_the_per_class_tables_cannot_start_a_formula(tmp_path):
+    """evaluate's per_class.csv and confusions.csv carry the competition's class names."""
+    import dataclasses
+
+    from competition import load_spec
+    from pipeline.core.rundir import RunDir
+    from pipeline.tasks import single_label_report
+
+    spec = dataclasses.replace(load_spec("dogs-vs-cats"), classes=("=cmd|' /C calc'!A0", "\x1b[31mdog"))
+    labels = np.array([0, 1, 1, 0])
+    probabilities = np.array([[0.2, 0.8], [0.9, 0.1], [0.3, 0.7], [0.6, 0.4]])
+    result = single_label_report.evaluation(labels, probabilities, spec)
+    for name in (RunDir.PER_CLASS, RunDir.CONFUSIONS):
+        result.files[name](tmp_path / name)
+    per_class = list(csv.DictReader((tmp_path / RunDir.PER_CLASS).open()))
+    assert [row["class"] for row in per_class] == ["'=cmd|' /C calc'!A0", "\x1b[31mdog"]
+    confusions = list(csv.DictReader((tmp_path / RunDir.CONFUSIONS).open()))
+    assert {row["true"] for row in confusions} == {"'=cmd|' /C calc'!A0", "\x1b[31mdog"}
+    lines = "\n".join(single_label_report.summary_lines(result.fields))
+    assert not _raw_in(lines) and "\\x1b[31mdog" in lines and "=cmd|' /C calc'!A0" in lines
