@@ -82,11 +82,11 @@ class KernelVersion:
         if submitting_before:  # stopped while submitting: Kaggle may have it already
             found = kaggle_client.find_submission(self.slug, self.file_name, self.message)
             if found is not None:
-                return text(found.ref, 40), "found on Kaggle, not sent again"
+                return str(found.ref), "found on Kaggle, not sent again"  # a whole number, checked
         write_json(
             self.intent, {**self.record, "version": version, "submitting": True, "started": leaderboard.now()}
         )
         answer = kaggle_client.submit_code(
             self.slug, self.kernel, version, self.file_name, self.message, retries=retries
         )
-        return text(answer.ref, 40), text(answer.message or "accepted")
+        return answer.ref, text(answer.message or "accepted")  # the ref is shown escaped where printed

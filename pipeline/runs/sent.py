@@ -9,8 +9,6 @@ import json
 import logging
 from pathlib import Path
 
-from pipeline.core.foreign import text
-
 log = logging.getLogger(__name__)
 
 
@@ -63,6 +61,5 @@ def already_submitted(intent: Path, path: Path, digest: str, slug: str, message:
     found = kaggle_client.find_submission(slug, path.name, message)
     if found is None:
         return None
-    ref = text(found.ref, 40)
-    log.info("submit: an earlier submit of %s was stopped after Kaggle accepted it (ref %s)", path, ref)
-    return ref
+    log.info("submit: an earlier submit of %s was stopped after Kaggle accepted it (ref %s)", path, found.ref)
+    return str(found.ref)
