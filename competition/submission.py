@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from competition.spec import CompetitionSpec
+from pipeline.core.foreign import quoted
 
 
 class SubmissionError(ValueError):
@@ -35,7 +36,7 @@ def submission_frame(spec: CompetitionSpec, ids: Iterable[str], column: Iterable
 
 
 def _ids(values: pd.Series, limit: int = 3) -> str:
-    shown = ", ".join(repr(v) for v in values[:limit])
+    shown = ", ".join(quoted(v) for v in values[:limit])
     return shown + (f" and {len(values) - limit} more" if len(values) > limit else "")
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from pipeline.core.children import die_with_launcher
 from pipeline.core.errors import EXIT_ERROR, EXIT_PREEMPTED, PetalsError, Preempted, describe_os_error
+from pipeline.core.foreign import text
 from pipeline.core.machine import engine_environment
 from pipeline.core.native_log import filter_tensorflow_start_up
 
@@ -159,18 +160,23 @@ def set_up_logging(quiet: bool = False) -> None:
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
 
 
+ERROR_LINE = 4000  # characters of an error line shown; each is written to name one value, cut short
+
+
 def run_stage(stage: str, function: Callable[..., Any], *arguments: Any) -> int:
     """`function(*arguments)` (a stage's `run`, or a `pipeline.api` function), its failures turned
-    into one line and an exit code: 0, EXIT_ERROR, EXIT_PREEMPTED (the rerun resumes) or 130."""
+    into one line and an exit code: 0, EXIT_ERROR, EXIT_PREEMPTED (the rerun resumes) or 130. The
+    line goes through `foreign.text` whatever built it: a foreign value its maker forgot to show
+    safely still cannot act on the terminal or make a second line."""
     try:
         function(*arguments)
     except PetalsError as err:
-        print(f"petals {stage}: error: {err}", file=sys.stderr)
+        print(f"petals {stage}: error: {text(err, ERROR_LINE)}", file=sys.stderr)
         return EXIT_ERROR
     except OSError as err:  # a full disk, a read-only or forbidden folder, a file gone mid-run
         if err.errno not in FILE_SYSTEM_ERRORS:
             raise  # not the file system's: a bug, keep its traceback
-        print(f"petals {stage}: error: {describe_os_error(err)}", file=sys.stderr)
+        print(f"petals {stage}: error: {text(describe_os_error(err), ERROR_LINE)}", file=sys.stderr)
         return EXIT_ERROR
     except Preempted as err:
         print(f"petals {stage}: {err}", file=sys.stderr)

@@ -22,6 +22,7 @@ import requests
 import requests.adapters
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import listed, quoted, text
 from pipeline.core.paths import check_name
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,11 @@ CREDENTIALS_HELP = (
 
 class UploadIncomplete(requests.ConnectionError):
     """The client's file upload stopped short; retried like a dropped connection."""
+
+
+class UnreadableAnswer(PetalsError):
+    """Kaggle answered something the client cannot read: not JSON, a status it does not know, a
+    field of the wrong type."""
 
 
 def is_production() -> bool:
@@ -191,6 +197,38 @@ def _timeouts() -> Any:
         adapter.send = send
 
 
+@contextlib.contextmanager
+def _answers_checked(action: str) -> Any:
+    """Every answer read inside that the client cannot turn into its objects becomes one line,
+    UnreadableAnswer, naming what it choked on (shown safely). kagglesdk reads an answer's JSON into
+    typed fields: a status it has no name for raises KeyError, a list where a string belongs a
+    TypeError or AttributeError, a body that is not JSON a ValueError, a deeply nested one a
+    RecursionError; each would otherwise reach the user as a traceback."""
+    from kagglesdk.kaggle_http_client import KaggleHttpClient
+
+    prepare = KaggleHttpClient._prepare_response
+
+    def prepare_checked(self, response_type, http_response):
+        try:
+            return prepare(self, response_type, http_response)
+        except requests.HTTPError:
+            raise
+        except KeyError as err:  # an enum's unknown name: the value itself is the argument
+            said = f"a value it does not know, {quoted(err.args[0] if err.args else '')} (a new status?)"
+        except (ValueError, TypeError, AttributeError, RecursionError) as err:
+            said = f"{type(err).__name__}: {text(err, 120)}"
+        raise UnreadableAnswer(
+            f"Kaggle's answer while {action} is not one this kaggle client can read ({said}); "
+            "rerun later, and if it stays so, upgrade the kaggle package"
+        )
+
+    KaggleHttpClient._prepare_response = prepare_checked
+    try:
+        yield
+    finally:
+        KaggleHttpClient._prepare_response = prepare
+
+
 def call_with_retries(
     fn: Callable[[], T],
     *,
@@ -207,7 +245,7 @@ def call_with_retries(
     """
     for attempt in range(1, retries + 1):
         try:
-            with _timeouts():
+            with _timeouts(), _answers_checked(action):
                 return fn()
         except requests.HTTPError as err:
             status = err.response.status_code if err.response is not None else 0
@@ -271,13 +309,50 @@ def download_competition(slug: str, dest: Path, *, retries: int = 3, quiet: bool
     return archives[0]
 
 
-def find_submission(slug: str, file_name: str, message: str) -> Any | None:
-    """Your submission to `slug` of `file_name` with this description, newest first, or None."""
+def list_submissions(slug: str) -> list[Any]:
+    """Your submissions to `slug`, newest first, each checked to be of the shape petals reads: the
+    client reads the list's scalars untyped, so a ref that is not a whole number or a file name or
+    description that is not text is one line naming it (the status is the client's to read)."""
     submissions = with_client(
         lambda client: client.competition_submissions(slug, page_size=100) or [],
         slug=slug,
         action=f"listing your submissions to {slug!r}",
     )
+    if not isinstance(submissions, list):
+        raise PetalsError(f"Kaggle's list of your submissions to {slug!r} is not a list")
+    for number, sub in enumerate(submissions, 1):
+        defect = _submission_defect(sub)
+        if defect is not None:
+            field, value, what = defect
+            raise PetalsError(
+                f"Kaggle's list of your submissions to {slug!r}: submission {number} has {field} "
+                f"{quoted(value)}, not {what}"
+            )
+    return submissions
+
+
+def whole_number(value: object) -> bool:
+    """True for a whole number, 0 or more, as Kaggle's JSON may carry one: an int (not a bool), or
+    up to 20 ASCII digits (an int64 written as text)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value >= 0
+    return isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20
+
+
+def _submission_defect(sub: Any) -> tuple[str, object, str] | None:
+    """The first field of one listed submission that is not what petals reads: (field, value, what
+    it should be); None when the submission is fine."""
+    if not whole_number(sub.ref):
+        return "ref", sub.ref, "a whole number"
+    for field, value in (("fileName", sub.file_name), ("description", sub.description)):
+        if value is not None and not isinstance(value, str):
+            return field, value, "text"
+    return None
+
+
+def find_submission(slug: str, file_name: str, message: str) -> Any | None:
+    """Your submission to `slug` of `file_name` with this description, newest first, or None."""
+    submissions = list_submissions(slug)
     return next(
         (s for s in submissions if (s.file_name or "") == file_name and (s.description or "") == message),
         None,
@@ -309,7 +384,7 @@ def push_kernel(folder: Path, slug: str, kernel: str, timeout: int | None, accel
         action=f"pushing kernel {kernel}",
     )
     if answer.error:
-        raise PetalsError(f"Kaggle refused kernel {kernel}: {answer.error}")
+        raise PetalsError(f"Kaggle refused kernel {kernel}: {text(answer.error)}")
     rejected = (
         answer.invalid_competition_sources
         or answer.invalid_dataset_sources
@@ -317,12 +392,19 @@ def push_kernel(folder: Path, slug: str, kernel: str, timeout: int | None, accel
         or answer.invalid_model_sources
     )
     if rejected:
+        sources = listed(rejected if isinstance(rejected, list) else [rejected])
         raise PetalsError(
-            f"Kaggle rejected the sources {rejected} of kernel {kernel}: check the slugs in its metadata"
+            f"Kaggle rejected the sources {sources} of kernel {kernel}: check the slugs in its metadata"
         )
-    if not answer.version_number:
+    version = answer.version_number
+    if not version:
         raise PetalsError(f"Kaggle accepted kernel {kernel} but named no version number; rerun the push")
-    return int(answer.version_number)
+    if not whole_number(version):  # read untyped
+        raise PetalsError(
+            f"Kaggle accepted kernel {kernel} but named version {quoted(version)}, not a whole number; "
+            "`make kernel-status` says where it stands"
+        )
+    return int(version)
 
 
 def submit_code(
@@ -368,7 +450,7 @@ def kernel_call(fn: Callable[[Any], T], kernel: str, action: str) -> T:
     try:
         return with_client(fn, slug=kernel, action=action, explain=explain_kernel_error)
     except ValueError as err:  # the client's own words for 401/403 on a kernel
-        raise PetalsError(f"cannot see kernel {kernel}: check the owner and the slug ({err})") from None
+        raise PetalsError(f"cannot see kernel {kernel}: check the owner and the slug ({text(err)})") from None
 
 
 def kernel_status(kernel: str) -> Any:

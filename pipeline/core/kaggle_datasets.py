@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
-from pipeline.core.kaggle_client import explain_http_error, with_client
+from pipeline.core.foreign import quoted, text
+from pipeline.core.kaggle_client import explain_http_error, whole_number, with_client
 
 PAGE_SIZE = 200
 MAX_LISTING_PAGES = 100  # 20,000 files: a listing still going on past that never ends
@@ -53,9 +54,22 @@ def dataset_files(dataset: str) -> dict[str, int] | None:
                 request.page_size, request.page_token = PAGE_SIZE, token
                 answer = kaggle.datasets.dataset_api_client.list_dataset_files(request)
                 if answer.error_message:
-                    raise PetalsError(f"Kaggle could not list dataset {dataset}: {answer.error_message}")
-                files.update({str(f.name): int(f.total_bytes or 0) for f in answer.dataset_files or []})
-                token = answer.next_page_token
+                    raise PetalsError(
+                        f"Kaggle could not list dataset {dataset}: {text(answer.error_message)}"
+                    )
+                for item in answer.dataset_files or []:  # the client reads these untyped
+                    size = item.total_bytes or 0  # a whole number; JSON may carry an int64 as text
+                    if not whole_number(size):
+                        raise PetalsError(
+                            f"Kaggle's listing of dataset {dataset}: file {quoted(item.name)} has size "
+                            f"{quoted(size)}, not a whole number"
+                        )
+                    files[str(item.name)] = int(size)
+                token = answer.next_page_token or ""
+                if not isinstance(token, str):
+                    raise PetalsError(
+                        f"Kaggle's listing of dataset {dataset} has page token {quoted(token)}, not text"
+                    )
                 if not token:
                     return files
         raise PetalsError(f"Kaggle's listing of dataset {dataset} goes on past {MAX_LISTING_PAGES} pages")
@@ -86,7 +100,7 @@ def upload(folder: Path, dataset: str, notes: str | None) -> None:
     # second time (the title in use), a version uploaded twice; the rerun lists the dataset first.
     answer = with_client(create, slug=dataset, action=action, explain=explain_dataset_error, retries=1)
     if getattr(answer, "error", None):
-        raise PetalsError(f"Kaggle refused dataset {dataset}: {answer.error}")
+        raise PetalsError(f"Kaggle refused dataset {dataset}: {text(answer.error)}")
 
 
 def status(dataset: str) -> str:
@@ -97,7 +111,7 @@ def status(dataset: str) -> str:
         action=f"asking for the status of dataset {dataset}",
         explain=explain_dataset_error,
     )
-    return str(answer).upper()
+    return text(answer, 60).upper()  # Kaggle's word, shown in lines
 
 
 def wait_ready(dataset: str, *, limit_seconds: float = 1800.0) -> None:

@@ -47,8 +47,14 @@ def _output_listing(kernel: str) -> tuple[list[tuple[object, object]], str]:
                 request.page_size, request.page_token = PAGE_SIZE, token
                 response = kaggle.kernels.kernels_api_client.list_kernel_session_output(request)
                 files += [(item.file_name, item.url) for item in response.files or []]
-                log_text = log_text or response.log or ""
-                token = response.next_page_token
+                log, token = response.log or "", response.next_page_token or ""
+                for field, value in (("log", log), ("nextPageToken", token)):
+                    if not isinstance(value, str):  # the client reads these untyped
+                        raise PetalsError(
+                            f"kernel {kernel}: Kaggle's listing of its outputs has {field} "
+                            f"{shown(value)}, not text; nothing downloaded"
+                        )
+                log_text = log_text or log
                 if not token:
                     return files, log_text
         raise PetalsError(

@@ -14,6 +14,7 @@ import re
 from pathlib import Path, PurePosixPath
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import quoted
 
 # Letters, digits, dot, dash and underscore; not starting with a dot or dash (no hidden files, no
 # option look-alikes); at most 100 characters (Kaggle's slugs are shorter).
@@ -22,9 +23,9 @@ SHOWN = 60  # characters of a refused value the line shows
 
 
 def shown(value: object) -> str:
-    """A refused value as the line shows it: repr'd (control characters visible), cut short."""
-    text = repr(str(value))
-    return text if len(text) <= SHOWN else text[: SHOWN - 4] + "...'"
+    """A refused value as the line shows it: repr'd (control characters visible), cut short with a
+    count of the rest (`pipeline.core.foreign.quoted`)."""
+    return quoted(value, SHOWN)
 
 
 def _refuse(field: str, source: object, value: object, why: str) -> PetalsError:

@@ -213,11 +213,12 @@ class ImageFiles(FileFormat):
         """A label as the example's target: the class id of a class name (a subclass reads other
         cells: class ids, lists of names)."""
         from pipeline.core.errors import PetalsError
+        from pipeline.core.foreign import listed
         from pipeline.core.paths import shown
 
         if label in spec.classes:
             return spec.classes.index(label)
-        raise PetalsError(f"{where}: label {shown(label)} is not a class ({', '.join(spec.classes)})")
+        raise PetalsError(f"{where}: label {shown(label)} is not a class ({listed(spec.classes)})")
 
     def examples(self, root: Path, spec, split: str):
         from pipeline.core.errors import PetalsError

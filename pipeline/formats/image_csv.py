@@ -15,6 +15,7 @@ from typing import Any
 
 from competition.spec import check_text
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import listed
 from pipeline.core.paths import check_relative, inside, shown
 from pipeline.formats.base import ImageFiles, layout_of, register
 
@@ -139,6 +140,6 @@ def _name_list(spec, label, where):
     row = np.zeros(spec.num_classes, np.int32)
     for name in str(label).split():
         if name not in spec.classes:
-            raise PetalsError(f"{where}: label {shown(name)} is not a class ({', '.join(spec.classes)})")
+            raise PetalsError(f"{where}: label {shown(name)} is not a class ({listed(spec.classes)})")
         row[spec.classes.index(name)] = 1
     return row

@@ -17,6 +17,7 @@ import pandas as pd
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
+from pipeline.core.paths import shown
 from pipeline.formats.table_layout import TableLayout
 
 
@@ -92,7 +93,9 @@ def _labels(path: Path, values: pd.Series, num_classes: int | None) -> pd.Series
     if bad.any():
         where = bad.idxmax()
         allowed = f" (classes are 0..{num_classes - 1})" if num_classes is not None else ""
-        raise PetalsError(f"{path}: label {values[where]!r} on line {_row(where)} is not a class{allowed}")
+        raise PetalsError(
+            f"{path}: label {shown(values[where])} on line {_row(where)} is not a class{allowed}"
+        )
     return numbers.astype("int64")
 
 

@@ -124,14 +124,46 @@ def check_kernel(kernel: object, source: object) -> str:
     return kernel
 
 
+# A metadata file or a summary nests a few levels; one deeper is not petals' own, and one deep
+# enough (a few thousand levels) makes Python's JSON reader raise RecursionError instead of reading it.
+MAX_DEPTH = 32
+TEXT_LIMIT = 200  # characters of a summary's text field the leaderboard records (a backbone, a commit)
+
+
+def _depth(value: object) -> int:
+    """How deep JSON arrays and objects nest in `value` (a scalar: 0), without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth + 1)
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def _json_object(path: Path) -> dict[str, Any]:
     try:
         value = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise PetalsError(f"{path}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise PetalsError(f"{path}: nested deeper than {MAX_DEPTH} levels (a hostile file?)") from None
     if not isinstance(value, dict):
         raise PetalsError(f"{path}: not a JSON object")
+    if _depth(value) > MAX_DEPTH:
+        raise PetalsError(f"{path}: nested deeper than {MAX_DEPTH} levels (a hostile file?)")
     return value
+
+
+def _check_texts(fields: dict[str, Any], names: tuple[str, ...], where: str, source: str) -> None:
+    """Each of `names` in `fields` absent, null or a string of at most TEXT_LIMIT characters: what
+    the leaderboard records of them is text (its escapes are the printing's to show safely)."""
+    for name in names:
+        value = fields.get(name)
+        if value is not None and not (isinstance(value, str) and len(value) <= TEXT_LIMIT):
+            raise PetalsError(
+                f"{source}: {where}{name} {shown(value)} is not a text of at most {TEXT_LIMIT} characters"
+            )
 
 
 def read_summary(path: Path, kernel: str) -> dict[str, Any]:
@@ -147,6 +179,8 @@ def read_summary(path: Path, kernel: str) -> dict[str, Any]:
     if not isinstance(metrics, dict) or not isinstance(metrics.setdefault("evaluation", {}), dict):
         raise PetalsError(f"{source}: metrics is not a JSON object with an evaluation object")
     metric = check_name(metrics.setdefault("metric", "macro_f1"), "metrics.metric", source)
+    _check_texts(summary, ("finished", "petals_commit", "data_source", "data_fingerprint"), "", source)
+    _check_texts(metrics, ("recipe", "backbone"), "metrics.", source)
     # What goes on the leaderboard; other numbers (a diverged run's NaN loss) are the kernel's own.
     recorded = {"val_accuracy", f"val_{metric}", "train_seconds", "image_size", "epochs", "tta"}
     for where, numbers in (("metrics", metrics), ("metrics.evaluation", metrics["evaluation"])):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import text
 from pipeline.core.paths import inside
 from pipeline.kernels.metadata import (
     SUMMARY,
@@ -48,7 +49,7 @@ def status(folder: Path) -> str:
 
     kernel = read_metadata(folder)["id"]
     answer = kaggle_client.kernel_status(kernel)
-    failure = f": {answer.failure_message}" if answer.failure_message else ""
+    failure = f": {text(answer.failure_message)}" if answer.failure_message else ""
     return f"kernel {kernel}: {kernel_state(answer).lower()}{failure}"
 
 
@@ -170,7 +171,9 @@ def place_trials(
     summary = read_trials_summary(target / SUMMARY, kernel)
     asked = only if only is not None else sorted(int(n) for n in summary["trial_runs"])
     runs, failed = summary["trial_runs"], summary["trial_failed"]
-    outcome = {n: failed.get(str(n)) or "the kernel finished no run of it (its time limit?)" for n in asked}
+    unfinished = "the kernel finished no run of it (its time limit?)"
+    # the kernel's own words on a failed trial: printed by the sweep, so shown escaped
+    outcome = {n: text(failed[str(n)], 300) if failed.get(str(n)) else unfinished for n in asked}
     if summary.get("folds"):
         merge_folds(kernel, target, data_dir, runs_dir, submissions_dir)
         for number in asked:
@@ -229,7 +232,7 @@ def wait_for_kernel(
         if state == KERNEL_FINISHED:
             return
         if state in KERNEL_FAILED:
-            why = f" ({answer.failure_message})" if answer.failure_message else ""
+            why = f" ({text(answer.failure_message)})" if answer.failure_message else ""
             raise KernelFailed(
                 f"kernel {kernel} version {version} ended {state.lower().replace('_', ' ')}{why}: "
                 f"nothing was submitted; its log is at https://www.kaggle.com/code/{kernel}; "

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import text
 from pipeline.core.paths import check_name, shown
 from pipeline.kernels.metadata import check_kernel
 
@@ -118,6 +119,7 @@ def is_state(share: Share, count: int) -> bool:
     )
 
 
-def one_line(text: str) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= MAX_WHY else line[: MAX_WHY - 1] + "…"
+def one_line(said: str) -> str:
+    """A reason (often Kaggle's words) for the state file and the lines: one line, escaped, cut
+    with a count (`pipeline.core.foreign.text`), within MAX_WHY."""
+    return text(" ".join(said.split()), MAX_WHY - 40)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pipeline.core import kaggle_client
 from pipeline.core.files import write_json
+from pipeline.core.foreign import text
 from pipeline.kernels import remote
 from pipeline.kernels.check import check
 from pipeline.runs import leaderboard
@@ -81,11 +82,11 @@ class KernelVersion:
         if submitting_before:  # stopped while submitting: Kaggle may have it already
             found = kaggle_client.find_submission(self.slug, self.file_name, self.message)
             if found is not None:
-                return str(found.ref), "found on Kaggle, not sent again"
+                return str(found.ref), "found on Kaggle, not sent again"  # a whole number, checked
         write_json(
             self.intent, {**self.record, "version": version, "submitting": True, "started": leaderboard.now()}
         )
         answer = kaggle_client.submit_code(
             self.slug, self.kernel, version, self.file_name, self.message, retries=retries
         )
-        return answer.ref, answer.message or "accepted"
+        return answer.ref, text(answer.message or "accepted")  # the ref is shown escaped where printed

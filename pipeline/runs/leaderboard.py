@@ -30,6 +30,7 @@ import pandas as pd
 from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure, write_atomically
+from pipeline.core.foreign import safe_cells, text
 from pipeline.core.paths import check_name
 from pipeline.core.rundir import RunDir
 
@@ -129,7 +130,8 @@ def read(board: Path) -> pd.DataFrame:
 
 def update(board: Path, entry: str, defaults: dict[str, Any] | None = None, **fields: Any) -> None:
     """Insert or update the row `entry`; fields given as None leave the stored value alone, and
-    `defaults` fill a row only when it is new (under the same lock, so no writer slips between)."""
+    `defaults` fill a row only when it is new (under the same lock, so no writer slips between).
+    Rows hold foreign text (a downloaded summary's fields): no cell is written as a formula."""
     defaults = defaults or {}
     unknown = {k for k in (set(fields) | set(defaults)) - set(COLUMNS) if not k.startswith("val_")}
     if unknown:
@@ -147,7 +149,7 @@ def update(board: Path, entry: str, defaults: dict[str, Any] | None = None, **fi
             new = {k: v for k, v in defaults.items() if v is not None}
             row = pd.DataFrame([{"entry": entry, **new, **values}], columns=table.columns)
             table = row if table.empty else pd.concat([table, row], ignore_index=True)
-        write_atomically(board, lambda tmp: table.to_csv(tmp, index=False))
+        write_atomically(board, lambda tmp: safe_cells(table).to_csv(tmp, index=False))
 
 
 # ----------------------------------------------------------------------------- what a row says
@@ -173,6 +175,8 @@ def run_fields(run: RunDir) -> dict[str, Any]:
         "train_seconds": round(metrics["train_seconds"], 1) if "train_seconds" in metrics else None,
     }
 
+
+SHOWN_CELL = 60  # characters of a cell the printed board shows
 
 # How a row was judged: a CV score on every labelled example out of fold, or one val split. Both are
 # the competition's metric, so one ranking holds them, but they are not equally trustworthy.
@@ -254,12 +258,13 @@ def ranked(table: pd.DataFrame, competition: str = DEFAULT_COMPETITION) -> pd.Da
 
 def board_text(table: pd.DataFrame, competition: str = DEFAULT_COMPETITION, top: int = 20) -> str:
     """The printed board: its best `top` rows, and a footer when single-split rows are among them
-    (their scores look as good as CV's and are not as trustworthy)."""
+    (their scores look as good as CV's and are not as trustworthy). A row's text may have come from a
+    downloaded summary: each cell is shown escaped and cut (`pipeline.core.foreign.text`)."""
     shown = ranked(table, competition).head(top)
-    text = shown.to_string(index=False)
+    board = shown.map(lambda v: text(v, SHOWN_CELL) if isinstance(v, str) else v).to_string(index=False)
     if (shown["judged"] == SINGLE_SPLIT).any():
-        text += "\n" + FOOTER.format(metric=score_column(competition)[1].title)
-    return text
+        board += "\n" + FOOTER.format(metric=score_column(competition)[1].title)
+    return board
 
 
 # Markers: by kind over time; by how the score was judged against the public score.
@@ -343,11 +348,7 @@ def sync(board: Path, slug: str) -> int:
     """Pull your submissions' scores on `slug` and write them onto the rows they came from."""
     from pipeline.core import kaggle_client
 
-    submissions = kaggle_client.with_client(
-        lambda client: client.competition_submissions(slug, page_size=100) or [],
-        slug=slug,
-        action=f"listing your submissions to {slug!r}",
-    )
+    submissions = kaggle_client.list_submissions(slug)  # each one's shape checked
     table = read(board)
     matched = 0
     for sub in submissions:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline.core.foreign import text
+
 
 def closing_summary(
     submissions_dir: Path,
@@ -35,13 +37,14 @@ def closing_summary(
         if row["kind"] == "run":  # columns may be empty (a row from an older petals): shown as "?"
             size, epochs = (_whole(row[c]) for c in ("image_size", "epochs"))
             at = "" if size == "?" else f" at {size} px"  # texts have no size
-            what = f"recipe {row['recipe']}: {row['backbone']}{at}, {epochs} epochs on {row['backend']}"
+            recipe, backbone, backend = (text(row[c], 60) for c in ("recipe", "backbone", "backend"))
+            what = f"recipe {recipe}: {backbone}{at}, {epochs} epochs on {backend}"
         elif row["kind"] == "cv":  # members: "5 folds: <fold runs>"
-            what = f"CV group of {row['members']}"
+            what = f"CV group of {text(row['members'], 1000)}"
         elif row["kind"] == "refit":  # members: "refit of <group> to epoch N"
-            what = str(row["members"])
+            what = text(row["members"], 1000)
         else:
-            what = f"ensemble of {row['members']}"
+            what = f"ensemble of {text(row['members'], 1000)}"
         lines.append(f"  ran      {what}")
         judged = table.loc[table["entry"] == entry, "judged"].iloc[0]
         if judged and judged != leaderboard.SINGLE_SPLIT:  # its CV score (± the folds' spread), not val

@@ -19,6 +19,7 @@ from pipeline.core import device
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
+from pipeline.core.foreign import EACH, safe_cells, text
 from pipeline.stages import arguments
 from pipeline.tasks import recipe_config
 
@@ -67,7 +68,7 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
 
     counts = class_counts(labeled, spec, config)
     counts_path = out / "class_counts.csv"
-    write_atomically(counts_path, lambda tmp: counts.to_csv(tmp, index_label="class"))
+    write_atomically(counts_path, lambda tmp: safe_cells(counts).to_csv(tmp, index_label="class"))
     _print_counts(counts, spec)
 
     batch_path = competition.task.show_batch(train, spec, config, out, images, where)
@@ -101,7 +102,8 @@ def _print_counts(counts: pd.DataFrame, spec: CompetitionSpec) -> None:
         )
     rarest = counts.nsmallest(5, "train")
     lines.append(
-        "rarest in train: " + ", ".join(f"{row['name']} ({row['train']})" for _, row in rarest.iterrows())
+        "rarest in train: "
+        + ", ".join(f"{text(row['name'], EACH)} ({row['train']})" for _, row in rarest.iterrows())
     )
     for split in splits:
         absent = counts.index[counts[split] == 0].tolist()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pipeline.core import options
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import text
 from pipeline.core.options import SubmitOptions
 from pipeline.kernels.metadata import CODE_COMPETITION_ACCELERATOR, DEFAULT_ACCELERATOR
 from pipeline.runs import sent, submission_files
@@ -230,10 +231,10 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
         log.info("submit: uploading %s (credentials from %s)", what, credentials)
         write_json(intent, {"sha256": digest, "slug": slug, "message": message, "started": leaderboard.now()})
         answer = kaggle_client.submit_file(path, slug, message, retries=opts.retries)
-        ref, said = answer.ref, answer.message or "accepted"
+        ref, said = answer.ref, text(answer.message or "accepted")
     sent.recorded(board, entry, str(path), ref, digest, intent)
     print(
-        f"UPLOADED {path} to {slug!r}: {said} (ref {ref}); "
+        f"UPLOADED {path} to {slug!r}: {said} (ref {text(ref, 40)}); "
         "`make leaderboard-sync` fetches its public score once Kaggle has scored it"
     )
     print(
@@ -305,7 +306,8 @@ def submit_kernel(opts: SubmitOptions, spec, checked: Checked) -> None:
     number, ref, said = version.run(opts.force, opts.poll_seconds, opts.wait_seconds, opts.retries)
     sent.recorded(board, checked.entry, f"{kernel} version {number}", ref, digest, version.intent)
     print(
-        f"SUBMITTED {file_name} of kernel {kernel} version {number} to {slug!r}: {said} (ref {ref}); "
+        f"SUBMITTED {file_name} of kernel {kernel} version {number} to {slug!r}: {said} "
+        f"(ref {text(ref, 40)}); "
         f"`make leaderboard-sync COMPETITION={spec.name}` fetches its public score once Kaggle has scored it"
     )
     print(finished(f"{slug} as kernel {kernel} version {number}"))

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.core.files import write_atomically
+from pipeline.core.foreign import EACH, listed, safe_cells, text
 from pipeline.core.rundir import RunDir
 from pipeline.tasks import multi_label_decision
 from pipeline.tasks.base import Evaluation
@@ -33,7 +34,9 @@ def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec) -> Evaluatio
         "worst_classes": per_label.nsmallest(3, "f1")["class"].tolist(),
     }
     files = {
-        RunDir.PER_CLASS: lambda path: write_atomically(path, lambda tmp: per_label.to_csv(tmp, index=False))
+        RunDir.PER_CLASS: lambda path: write_atomically(
+            path, lambda tmp: safe_cells(per_label).to_csv(tmp, index=False)
+        )
     }
     return Evaluation(fields, files, score=fields[f"{spec.score_key}_thresholded"])
 
@@ -59,11 +62,11 @@ def per_label_table(truth: np.ndarray, decided: np.ndarray, thresholds, classes)
 def summary_lines(evaluation: dict) -> list[str]:
     """The thresholds, the score they give out of fold, and the weakest labels, for the terminal."""
     scored = next(k for k in evaluation if k.endswith("_thresholded"))
-    chosen = ", ".join(f"{name} {t:.2f}" for name, t in evaluation["thresholds"].items())
+    chosen = ", ".join(f"{text(name, EACH)} {t:.2f}" for name, t in evaluation["thresholds"].items())
     return [
         f"  thresholds chosen on val: {chosen}",
         f"  with them, cross-fitted over two halves of val: {evaluation[scored]:.4f}"
         f" (at 0.5: {evaluation[scored.replace('_thresholded', '_at_half')]:.4f};"
         f" micro F1 at 0.5: {evaluation['val_micro_f1']:.4f})",
-        "  weakest labels: " + ", ".join(evaluation["worst_classes"]),
+        "  weakest labels: " + listed(evaluation["worst_classes"]),
     ]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from competition.submission import SubmissionError, SubmissionSummary
+from pipeline.core.foreign import listed, quoted
 
 
 def check(path: Path, ids: pd.Series, cells: pd.Series, spec) -> SubmissionSummary:
@@ -18,10 +19,11 @@ def check(path: Path, ids: pd.Series, cells: pd.Series, spec) -> SubmissionSumma
         names = cell.split(" ") if cell else []
         bad = next((n for n in names if n not in known), None)
         if bad is not None or len(set(names)) < len(names):
-            why = f"{bad!r} is not a label" if bad is not None else "a label is listed twice"
+            why = f"{quoted(bad)} is not a label" if bad is not None else "a label is listed twice"
             raise SubmissionError(
-                f"{path}: {spec.label_column} {cell!r} for id {ids[row]!r} (line {row + 2}): {why} "
-                f"(labels: {', '.join(spec.classes)}, separated by single spaces)"
+                f"{path}: {spec.label_column} {quoted(cell)} for id {quoted(ids[row])} (line {row + 2}): "
+                f"{why} "
+                f"(labels: {listed(spec.classes)}, separated by single spaces)"
             )
         used.update(names)
     return SubmissionSummary(rows=len(cells), classes_used=len(used), bytes=path.stat().st_size)

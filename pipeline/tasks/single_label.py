@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from pipeline.core.foreign import EACH, text
 from pipeline.tasks.base import Task
 
 
@@ -70,7 +71,7 @@ class SingleLabel(Task):
 
     def describe_submission(self, spec, summary) -> str:
         if spec.submission_value == "probability":
-            return f"P({spec.classes[1]}) per row"
+            return f"P({text(spec.classes[1], EACH)}) per row"  # a class name, from the competition's files
         return f"{summary.classes_used} classes predicted"
 
     def submission_values(self, probabilities, spec, val=None):

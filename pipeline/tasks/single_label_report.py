@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.core.files import pyplot, save_figure, write_atomically
+from pipeline.core.foreign import EACH, listed, safe_cells, text
 from pipeline.core.rundir import RunDir
 from pipeline.tasks.base import Evaluation
 
@@ -30,9 +31,11 @@ def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec) -> Evaluatio
         "top_confusions": confusions.head(TOP_CONFUSIONS).to_dict(orient="records"),
     }
     files = {
-        RunDir.PER_CLASS: lambda path: write_atomically(path, lambda tmp: per_class.to_csv(tmp, index=False)),
+        RunDir.PER_CLASS: lambda path: write_atomically(
+            path, lambda tmp: safe_cells(per_class).to_csv(tmp, index=False)
+        ),
         RunDir.CONFUSIONS: lambda path: write_atomically(
-            path, lambda tmp: confusions.to_csv(tmp, index=False)
+            path, lambda tmp: safe_cells(confusions).to_csv(tmp, index=False)
         ),
         RunDir.CONFUSION_PLOT: lambda path: plot_confusion(matrix, classes, path),
     }
@@ -40,17 +43,18 @@ def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec) -> Evaluatio
 
 
 def _csv(table: pd.DataFrame):
-    return lambda path: write_atomically(path, lambda tmp: table.to_csv(tmp, index=False))
+    return lambda path: write_atomically(path, lambda tmp: safe_cells(table).to_csv(tmp, index=False))
 
 
 def summary_lines(evaluation: dict) -> list[str]:
     """The weakest classes and the top confusions, for the terminal."""
     lines = [
-        "  weakest classes: " + ", ".join(evaluation["worst_classes"]),
+        "  weakest classes: " + listed(evaluation["worst_classes"]),
         "  top confusions (true -> predicted, count):",
     ]
     return lines + [
-        f"    {c['true']} -> {c['predicted']}: {c['count']}" for c in evaluation["top_confusions"][:5]
+        f"    {text(c['true'], EACH)} -> {text(c['predicted'], EACH)}: {c['count']}"
+        for c in evaluation["top_confusions"][:5]
     ]
 
 

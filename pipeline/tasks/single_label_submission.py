@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from competition.submission import SubmissionError, SubmissionSummary
+from pipeline.core.foreign import quoted
 
 _INTEGER = r"^-?[0-9]+$"
 
@@ -32,7 +33,7 @@ def _class_ids(path: Path, ids: pd.Series, labels: pd.Series, spec) -> Submissio
     if len(bad):
         row = bad.index[0]
         raise SubmissionError(
-            f"{path}: label {bad.iloc[0]!r} for id {ids[row]!r} (line {row + 2}) "
+            f"{path}: label {quoted(bad.iloc[0])} for id {quoted(ids[row])} (line {row + 2}) "
             "is not an integer class index"
         )
     values = labels.astype(np.int64)
@@ -40,7 +41,7 @@ def _class_ids(path: Path, ids: pd.Series, labels: pd.Series, spec) -> Submissio
     if len(outside):
         row = outside.index[0]
         raise SubmissionError(
-            f"{path}: label {outside.iloc[0]} for id {ids[row]!r} (line {row + 2}) "
+            f"{path}: label {outside.iloc[0]} for id {quoted(ids[row])} (line {row + 2}) "
             f"is outside 0..{spec.num_classes - 1}"
         )
     return SubmissionSummary(rows=len(labels), classes_used=int(values.nunique()), bytes=path.stat().st_size)
@@ -52,7 +53,7 @@ def _probabilities(path: Path, ids: pd.Series, values: pd.Series, spec) -> Submi
     if len(bad):
         row = bad.index[0]
         raise SubmissionError(
-            f"{path}: {spec.label_column} {bad.iloc[0]!r} for id {ids[row]!r} (line {row + 2}) "
+            f"{path}: {spec.label_column} {quoted(bad.iloc[0])} for id {quoted(ids[row])} (line {row + 2}) "
             "is not a probability in [0, 1]"
         )
     return SubmissionSummary(

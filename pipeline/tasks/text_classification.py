@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import safe_cells, text
 from pipeline.formats.table import tables_of
 from pipeline.tasks.base import register
 from pipeline.tasks.single_label import SingleLabel
@@ -89,8 +90,9 @@ class TextClassification(SingleLabel):
             table[name] = column[rows]
             table[f"{name}_words"] = [len(t.split()) for t in column[rows]]
         path = out / "batch.csv"
-        write_atomically(path, lambda tmp: table.to_csv(tmp, index=False))
-        print(table.head(5).to_string(index=False, max_colwidth=90))
+        write_atomically(path, lambda tmp: safe_cells(table).to_csv(tmp, index=False))
+        shown = table.head(5).map(lambda v: text(v, 90) if isinstance(v, str) else v)
+        print(shown.to_string(index=False, max_colwidth=90))
         return path
 
 
