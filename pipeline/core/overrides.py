@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.paths import shown
 
 
 def coerce(key: str, value: Any, hint: Any) -> Any:
@@ -26,27 +27,27 @@ def coerce(key: str, value: Any, hint: Any) -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "1", "yes", "false", "0", "no"):
             return value.lower() in ("true", "1", "yes")
-        raise PetalsError(f"{key}: expected true or false, got {value!r}")
+        raise PetalsError(f"{key}: expected true or false, got {shown(value)}")
     if hint is int:
         if isinstance(value, bool):
-            raise PetalsError(f"{key}: expected an integer, got {value!r}")
+            raise PetalsError(f"{key}: expected an integer, got {shown(value)}")
         try:
             number = int(value) if isinstance(value, str) else value
         except ValueError:
-            raise PetalsError(f"{key}: expected an integer, got {value!r}") from None
+            raise PetalsError(f"{key}: expected an integer, got {shown(value)}") from None
         if not isinstance(number, int):
-            raise PetalsError(f"{key}: expected an integer, got {value!r}")
+            raise PetalsError(f"{key}: expected an integer, got {shown(value)}")
         return number
     if hint is float:
         if isinstance(value, bool):
-            raise PetalsError(f"{key}: expected a number, got {value!r}")
+            raise PetalsError(f"{key}: expected a number, got {shown(value)}")
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise PetalsError(f"{key}: expected a number, got {value!r}") from None
+            raise PetalsError(f"{key}: expected a number, got {shown(value)}") from None
     if hint is str:
         if not isinstance(value, str):
-            raise PetalsError(f"{key}: expected a string, got {value!r}")
+            raise PetalsError(f"{key}: expected a string, got {shown(value)}")
         return value
     raise TypeError(f"{key}: unsupported config type {hint}")  # a bug in the config, not in input
 
@@ -67,7 +68,7 @@ def apply_updates(
         full = f"{prefix}{key}"
         if key not in names:
             known = ", ".join(f"{prefix}{n}" for n in sorted(names))
-            raise PetalsError(f"{where}: unknown key {full!r} (known: {known})")
+            raise PetalsError(f"{where}: unknown key {shown(full)} (known: {known})")
         current = getattr(obj, key)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
@@ -79,7 +80,7 @@ def apply_updates(
             except PetalsError as err:
                 raise PetalsError(f"{where}: {err}") from None
             if full in choices and changes[key] not in choices[full]:
-                raise PetalsError(f"{where}: {full}: {value!r} is not one of {', '.join(choices[full])}")
+                raise PetalsError(f"{where}: {full}: {shown(value)} is not one of {', '.join(choices[full])}")
     return dataclasses.replace(obj, **changes)
 
 
@@ -89,13 +90,13 @@ def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise PetalsError(f"--set {item!r}: expected key=value, e.g. augment.cutmix=0.5")
+            raise PetalsError(f"--set {shown(item)}: expected key=value, e.g. augment.cutmix=0.5")
         node = nested
         *parents, leaf = key.strip().split(".")
         for part in parents:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise PetalsError(f"--set {item!r}: {part} is set twice, as a value and as a section")
+                raise PetalsError(f"--set {shown(item)}: {part} is set twice, as a value and as a section")
         node[leaf] = value.strip()
     return nested
 
