@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import struct
 
+import pytest
+
 from pipeline import cli
 from pipeline.data import records
 from pipeline.formats.records import records_of
@@ -50,3 +52,32 @@ def test_a_record_declaring_an_exabyte_is_refused_by_fetch_before_tensorflow_rea
         2,
         "nothing written",
     )
+
+
+# ----------------------------------------------------------------------------- recipe values
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refused"),
+    [
+        (
+            ["data.image_size=8192"],
+            "data.image_size=8192: must be in 1..1024 (twice Kaggle's largest TFRecords)",
+        ),
+        (["data.batch_size=5000"], "data.batch_size=5000: must be in 1..4096"),
+        (["train.feature_views=1000"], "train.feature_views=1000: must be in 1..32"),
+        (
+            ["data.image_size=1024", "data.batch_size=512"],
+            "data.batch_size=512 at 1024 px: 6.0 GiB of float32 images a batch, more than 1 GiB",
+        ),
+    ],
+)
+def test_a_size_past_its_bound_is_refused_before_the_stage_starts(tmp_path, capsys, overrides, refused):
+    """data.image_size=8192 took make train past 6 GB in 53 s: every size key has a declared range."""
+    tree = Tree(tmp_path)
+    sets = [arg for value in overrides for arg in ("--set", value)]
+    code = cli.main(["train", "--print-config", "--data-dir", str(tmp_path / "data"), *sets])
+    line = one_error_line(capsys.readouterr().err)
+    assert code == 2 and refused in line, line
+    assert tree.changes() == []
+    record(f"recipe: {' '.join(overrides)}", f"--set {' --set '.join(overrides)}", line, 2, "nothing written")
