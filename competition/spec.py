@@ -105,12 +105,21 @@ def read_small_text(path: Path, field: str, value: object) -> str:
         raise PetalsError(f"{field} {shown(value)} is not UTF-8 text") from None
 
 
+# Classes a competition may have: the head, the probabilities and the reports grow with them.
+# Kaggle's largest are Google Landmarks (81,313), Herbarium 2021 (64,500) and iNaturalist (10,000).
+MAX_CLASSES = 100_000
+
+
 def _read_classes(folder: Path, value: object) -> tuple[str, ...]:
     path = inside(folder, check_relative(value, "classes_file"), "classes_file")
     text = read_small_text(path, "classes_file", value)
     names = tuple(line.strip() for line in text.splitlines() if line.strip())
     if len(set(names)) != len(names):
         raise ValueError(f"{path}: class names are not unique")
+    if len(names) > MAX_CLASSES:
+        raise ValueError(
+            f"{path}: {len(names)} classes, more than {MAX_CLASSES} (no Kaggle competition has more)"
+        )
     return names
 
 
