@@ -13,12 +13,18 @@ import os
 import struct
 import subprocess
 import sys
+import time
+import tracemalloc
+from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
+from competition import load_spec
 from competition.spec import MAX_CLASSES, SPEC_DIR
 from pipeline import cli
+from pipeline.core.errors import PetalsError
 from pipeline.data import records
 from pipeline.formats.records import records_of
 from tests.conftest import TINY_SIZE
@@ -151,3 +157,98 @@ def test_a_class_list_of_100001_names_is_refused(tmp_path, capsys):
     assert f"classes.txt: {MAX_CLASSES + 1} classes, more than {MAX_CLASSES} (no Kaggle competition" in line
     assert tree.changes() == []
     record("classes: 100,001", "a classes.txt of 100,001 names (0.8 MB)", line, 2, "nothing written")
+
+
+# ----------------------------------------------------------------------------- label CSVs
+
+
+def _cassava_source(folder: Path, train_csv: bytes) -> Path:
+    """A cassava download as `fetch --source dir --from` takes it, with this train.csv."""
+    for name in ("train_images/1.jpg", "train_images/2.jpg", "test_images/3.jpg"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(folder / name)
+    (folder / "train.csv").write_bytes(train_csv)
+    (folder / "sample_submission.csv").write_text("image_id,label\n3.jpg,4\n")
+    return folder
+
+
+def _cassava_fetch(source: Path, data: Path) -> list[str]:
+    return ["fetch", "--no-progress", "--competition", "cassava", "--source", "dir", "--from", str(source),
+            "--data-dir", str(data)]  # fmt: skip
+
+
+def test_a_label_csv_of_two_million_rows_is_refused_after_its_declared_count(tmp_path):
+    """It took 4 minutes and 2 GB before its refusal: now the rows are counted as they stream, and
+    the file is refused after twice cassava's declared 21,397 (and a thousand). The stage runs as
+    make runs it, in a child, so its peak memory (ru_maxrss) and time are its own: about 1 GB (most
+    of it TensorFlow's import) and 4 s."""
+    rows = b"".join(b"%d.jpg,%d\n" % (i, i % 5) for i in range(2_000_000))
+    source = _cassava_source(tmp_path / "source", b"image_id,label\n" + rows)
+    tree = Tree(tmp_path)
+    started = time.monotonic()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", *_cassava_fetch(source, tmp_path / "data")],
+        cwd=CHECKOUT,
+        env={**os.environ, "PYTHONPATH": CHECKOUT},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stderr = child.stderr.read()
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds, peak_mb = time.monotonic() - started, usage.ru_maxrss / 1024
+    line = one_error_line(stderr)
+    assert os.waitstatus_to_exitcode(status) == 2
+    assert "train.csv: more than 43794 rows, where its split declares 21397 ([data.counts])" in line, line
+    assert peak_mb < 2048 and seconds < 60, (peak_mb, seconds)  # the issue's bar; TensorFlow alone is 0.75 GB
+    assert tree.changes() == []
+    record(
+        "label CSV: 2 million rows",
+        f"cassava's train.csv of 2,000,000 rows ({len(rows) >> 20} MB; 21,397 declared)",
+        f"{line} (peak {peak_mb:.0f} MB, {seconds:.0f} s)",
+        2,
+        "nothing written",
+    )
+
+
+def test_an_id_of_5000_characters_is_refused_in_one_line(tmp_path, capsys):
+    """It ended in a traceback: the id, a file name, was longer than the file system allows."""
+    long_id = "a" * 4996 + ".jpg"
+    source = _cassava_source(tmp_path / "source", f"image_id,label\n1.jpg,0\n{long_id},1\n".encode())
+    tree = Tree(tmp_path)
+    code = cli.main(_cassava_fetch(source, tmp_path / "data"))
+    line = one_error_line(capsys.readouterr().err)
+    assert code == 2
+    assert (
+        "train.csv: line 3: image_id 'aaaa" in line
+        and "is longer than 255 bytes (a file name's limit)" in line
+    )
+    assert len(line) < 400, line  # the value cut short
+    assert tree.changes() == []
+    record(
+        "label CSV: a 5,000-character id", "one train.csv id of 5,000 characters", line, 2, "nothing written"
+    )
+
+
+def test_a_text_of_300_mb_is_refused_before_it_is_read(tmp_path):
+    """One 300 MB field took 2.3 GB: the stream stops a line at twice a text's bound (16 MiB). The
+    field is a hole in a sparse file: 300 MB to read, nothing on disk."""
+    from pipeline.formats.base import layout_of
+    from pipeline.formats.tables import read_table
+
+    table = layout_of(load_spec("imdb")).splits["train"]
+    path = tmp_path / table.file
+    with path.open("wb") as f:
+        f.write(b'"id"\t"sentiment"\t"review"\n"1_1"\t1\t"')
+        f.seek(300 << 20, os.SEEK_CUR)  # the hole reads as NUL characters
+        f.write(b'"\n')
+    tree = Tree(tmp_path, allowed=(path,))  # a snapshot would read the 300 MB whole
+    tracemalloc.start()
+    with pytest.raises(PetalsError) as refused:
+        read_table(path, table.layout, 2, 25000)
+    peak_mb = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    line = str(refused.value)
+    assert f"{path}: line 2 is longer than 32 MiB (a field may hold 16 MiB); not read further" == line
+    assert peak_mb < 300, peak_mb
+    assert tree.changes() == []
+    record("table: a 300 MB text", "one review of 300 MB (a sparse file)", line, None, "nothing written")
