@@ -94,6 +94,26 @@ def test_a_size_past_its_bound_is_refused_before_the_stage_starts(tmp_path, caps
     record(f"recipe: {' '.join(overrides)}", f"--set {' --set '.join(overrides)}", line, 2, "nothing written")
 
 
+@pytest.mark.parametrize(
+    ("option", "refused"),
+    [
+        (["--size", "8192"], "--size=8192: must be in 1..1024"),
+        (["--scale", "1000"], "synthetic scale 1000.0: must be in (0, 16]"),
+    ],
+)
+def test_an_embedded_dataset_past_its_size_is_refused_before_it_is_drawn(tmp_path, capsys, option, refused):
+    """`make fetch SIZE=8192` would draw every flower at 8192 px: the size recipes read is bounded
+    where the embedded dataset is drawn too, and so is its scale."""
+    tree = Tree(tmp_path)
+    code = cli.main(
+        ["fetch", "--no-progress", "--source", "synthetic", "--data-dir", str(tmp_path / "data"), *option]
+    )
+    line = one_error_line(capsys.readouterr().err)
+    assert code == 2 and refused in line, line
+    assert tree.changes() == []
+    record(f"fetch: {' '.join(option)}", f"make fetch {' '.join(option)}", line, 2, "nothing written")
+
+
 # ----------------------------------------------------------------------------- classes
 
 _REPORT_OF_1500_CLASSES = """

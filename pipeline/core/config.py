@@ -224,12 +224,12 @@ RANGES: dict[str, tuple[int, int, str]] = {
 BATCH_BYTES = 1 << 30
 
 
-def check_range(key: str, value: int) -> None:
-    """Refuse a size past its declared bound (RANGES), in one line naming the key and the bound."""
+def check_range(key: str, value: int, given_as: str | None = None) -> None:
+    """Refuse a size past its declared bound (RANGES), in one line naming the key (or the option
+    it was `given_as`, e.g. `--size`) and the bound."""
     low, high, why = RANGES[key]
     if not low <= value <= high:
-        name = "--tta" if key == "tta" else key
-        raise PetalsError(f"{name}={value}: must be in {low}..{high} ({why})")
+        raise PetalsError(f"{given_as or key}={value}: must be in {low}..{high} ({why})")
 
 
 def resolve_recipe(recipe: str, device: str | None) -> str:
