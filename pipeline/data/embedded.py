@@ -58,11 +58,11 @@ def draw(
 ) -> dict[str, int]:
     """Write the competition's embedded dataset under `out_dir`; images or rows per split.
     `size` is the flower renderer's image size (the others draw photos of varied sizes, or text)."""
-    check_range("data.image_size", size, "--size")  # the size recipes read, bounded as theirs is
     if not 0 < scale <= MAX_SCALE:
         raise PetalsError(f"synthetic scale {scale}: must be in (0, {MAX_SCALE:g}]")
     renderer = RENDERED.get(format_of(spec).read_by)
     if renderer is not None:
+        check_range("data.image_size", size, "--size")  # the size recipes read, bounded as theirs is
         return renderer.write_dataset(
             out_dir, spec, size=size, seed=seed, scale=scale, workers=workers, progress=progress
         )
