@@ -5,6 +5,7 @@ Paths may be local or any `tf.io.gfile` URL (`gs://...`).
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 from collections.abc import Iterable, Sequence
@@ -64,8 +65,9 @@ def check_record_lengths(path: str, limit: int = MAX_RECORD_BYTES) -> None:
     Only a length whose own checksum holds is believed; at a header that does not check out or a
     length past the file's end, the scan stops and TensorFlow's reader says what is wrong (it
     refuses a bad checksum before allocating, and a truncated record costs at most `limit`)."""
-    with tf.io.gfile.GFile(path, "rb") as f:
-        end, offset = f.size(), 0
+    local = "://" not in path  # Python's own file: 0.05 s for 16,000 records, GFile's 0.23 s
+    with open(path, "rb") if local else tf.io.gfile.GFile(path, "rb") as f:
+        end, offset = (os.fstat(f.fileno()).st_size if local else f.size()), 0
         while offset + _HEADER.size <= end:
             f.seek(offset)
             header = f.read(_HEADER.size)
