@@ -272,3 +272,28 @@ def test_a_text_of_300_mb_is_refused_before_it_is_read(tmp_path):
     assert peak_mb < 300, peak_mb
     assert tree.changes() == []
     record("table: a 300 MB text", "one review of 300 MB (a sparse file)", line, None, "nothing written")
+
+
+def test_a_crafted_record_put_in_the_data_dir_after_fetch_is_refused_before_tf_data_reads_it(tiny_copy, spec):
+    """tf.data would read it at train, predict or evaluate: the split's shards are scanned as they
+    are listed."""
+    from pipeline.data import datasets
+
+    shard = sorted((tiny_copy / records_of(spec).record_dir(TINY_SIZE) / "train").glob("*.tfrec"))[0]
+    offset = shard.stat().st_size
+    with shard.open("ab") as f:
+        f.write(_crafted_header(1 << 40) + bytes(16))
+    tree = Tree(tiny_copy)
+    with pytest.raises(PetalsError) as refused:
+        datasets.shard_files(str(tiny_copy), spec, TINY_SIZE, "train")
+    line = str(refused.value)
+    refusal = f"{shard.name}: the record at byte {offset} declares {1 << 40} bytes, more than 64 MiB a record"
+    assert line.endswith(f"{refusal}; not read (a crafted or damaged shard)"), line
+    assert tree.changes() == []
+    record(
+        "record: 2**40 bytes, after fetch",
+        "a shard in the data dir given a header claiming 2**40 bytes",
+        line,
+        None,
+        "nothing written",
+    )
