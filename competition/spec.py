@@ -85,13 +85,24 @@ class CompetitionSpec:
         return f"val_{self.metric.name}"
 
 
+# Classes a competition may have: the head, the probabilities and the reports grow with them.
+# Kaggle's largest are Google Landmarks (81,313), Herbarium 2021 (64,500) and iNaturalist (10,000).
+MAX_CLASSES = 100_000
+# Their list is read whole: 100,000 names of up to ~80 characters (Herbarium's are species names).
+MAX_CLASSES_BYTES = 8 * 2**20
+
+
 def _read_classes(folder: Path, value: object) -> tuple[str, ...]:
     """The class list beside the competition file: read by the rule for shared folders (a link out
-    of the folder, a FIFO or a file of more than a MiB refused before a byte is read)."""
-    text = read_small_text(folder, check_relative(value, "classes_file"), "classes_file")
+    of the folder, a FIFO or a file over MAX_CLASSES_BYTES refused before a byte is read)."""
+    relative = check_relative(value, "classes_file")
+    text = read_small_text(folder, relative, "classes_file", limit=MAX_CLASSES_BYTES)
     names = tuple(line.strip() for line in text.splitlines() if line.strip())
     if len(set(names)) != len(names):
         raise ValueError(f"{folder / value}: class names are not unique")
+    if len(names) > MAX_CLASSES:
+        many = f"{len(names)} classes, more than {MAX_CLASSES}"
+        raise ValueError(f"{folder / value}: {many} (no Kaggle competition has more)")
     return names
 
 

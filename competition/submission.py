@@ -15,6 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from competition.spec import CompetitionSpec
+from pipeline.core.csv_bounds import LABEL_CSV, check_csv
+from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import quoted
 
 
@@ -49,6 +51,10 @@ def check_submission(
     path = Path(path)
     if not path.is_file():
         raise SubmissionError(f"{path}: no such file")
+    try:
+        check_csv(path, LABEL_CSV, id_column=spec.id_column)  # bounded before pandas reads it whole
+    except PetalsError as err:
+        raise SubmissionError(str(err)) from None
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:

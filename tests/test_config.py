@@ -132,3 +132,34 @@ def test_a_competition_naming_an_unknown_transform_is_refused(tmp_path):
 
 def test_flowers_keeps_every_default_transform():
     assert load_config(overrides=["competition=flowers"]).augment == AugmentConfig()
+
+
+def test_every_size_range_names_a_config_key_and_every_shipped_recipe_is_inside_them():
+    """RANGES is the one place sizes are bounded: each key is a config key (or `tta`, an option),
+    and no recipe petals ships reaches a bound (a bound a real recipe hits is a bug)."""
+    from pipeline.core.config import RANGES, validate
+    from pipeline.tasks.recipe_config import recipe_names
+
+    defaults = Config()
+    for key, (low, high, why) in RANGES.items():
+        section, _, name = key.partition(".")
+        assert key == "tta" or hasattr(getattr(defaults, section), name), key
+        assert low < high and why, key
+    for competition in ("flowers", "dogs-vs-cats", "cassava", "plant-pathology-2021", "imdb", "watson"):
+        for recipe in recipe_names(competition):
+            validate(load_config(recipe, [f"competition={competition}"]))
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("data.image_size=1025", "data.image_size=1025: must be in 1..1024"),
+        ("data.sequence_length=5000", "data.sequence_length=5000: must be in 2..4096"),
+        ("data.vocabulary_size=600000", "data.vocabulary_size=600000: must be in 3..500000"),
+        ("train.epochs=1001", "train.epochs=1001: must be in 1..1000"),
+        ("train.folds=51", "train.folds=51: must be in 0..50"),
+    ],
+)
+def test_a_size_past_its_range_is_refused_naming_the_key_and_the_bound(override, message):
+    with pytest.raises(PetalsError, match=message.replace(".", r"\.")):
+        load_config(overrides=[override])

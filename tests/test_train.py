@@ -156,7 +156,7 @@ def _train_here(capsys, *args) -> tuple[int, list[str]]:
     [
         ("model.backbone=efficientnet-b9", "unknown backbone 'efficientnet-b9'"),
         ("data.image_size=512", "no tfrecords-jpeg-512x512/train shards"),
-        ("data.batch_size=100000", "is more than the"),
+        ("data.batch_size=4000", "is more than the"),
         ("model.bakbone=cnn", "unknown key 'model.bakbone'"),
     ],
 )

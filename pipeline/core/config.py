@@ -186,6 +186,52 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Every value with a size meaning, bounded: (lowest, highest, why the highest). A recipe or `--set`
+# past a bound is refused in `validate` before anything of that size is allocated
+# (data.image_size=8192 took train past 6 GB in 53 s). Each highest is far above what a shipped
+# recipe or test uses (in brackets) and within what one host's process can hold.
+RANGES: dict[str, tuple[int, int, str]] = {
+    # A 1024 px image is 12 MiB as float32; Kaggle's TFRecords stop at 512 px (shipped: 32-512).
+    "data.image_size": (1, 1024, "twice Kaggle's largest TFRecords"),
+    "data.input_size": (0, 1024, "as data.image_size"),
+    # BERT reads 512 tokens and its positions stop there (shipped: 64-1024).
+    "data.sequence_length": (2, 4096, "8 x BERT's 512 positions"),
+    # BERT's WordPiece holds 30k, GPT-2's 50k; 500k x 128 floats is a 256 MB embedding (shipped: 300-20k).
+    "data.vocabulary_size": (3, 500_000, "10 x GPT-2's vocabulary"),
+    # Per replica; the public kernels use 16-128 (shipped: 8-64). See also BATCH_BYTES.
+    "data.batch_size": (1, 4096, "32 x the public kernels' largest"),
+    # Decoded images held for shuffling: 2,048 (the default) at 512 px is 1.6 GB already.
+    "data.shuffle_buffer": (1, 65536, "32 x the default"),
+    # Time, not memory, but each epoch keeps a history line and a schedule entry (shipped: 2-20).
+    "train.epochs": (1, 1000, "50 x the longest shipped recipe"),
+    "train.steps_per_epoch": (0, 1_000_000, "an epoch of 10**6 steps is days"),
+    "train.min_steps_per_epoch": (0, 1_000_000, "as train.steps_per_epoch"),
+    "train.steps_per_execution": (0, 10_000, "Keras on a TPU uses tens to hundreds"),
+    "train.val_every": (1, 1000, "as train.epochs"),
+    "train.frozen_epochs": (0, 1000, "as train.epochs"),
+    "train.lr_ramp_epochs": (0, 1000, "as train.epochs"),
+    "train.lr_sustain_epochs": (0, 1000, "as train.epochs"),
+    # Each view is a forward pass of every training image, cached in the run (shipped: 2).
+    "train.feature_views": (1, 32, "each view caches every training image's features"),
+    # Each fold is a run and a model to keep; Kaggle's CV uses 5-10 (shipped: up to 5).
+    "train.folds": (0, 50, "5 x the usual 10"),
+    "train.fold": (0, 49, "as train.folds"),
+    # Test-time passes, each a prediction of the whole split (ScoreOptions.tta; shipped: 1-2).
+    "tta": (1, 64, "each pass predicts the whole split"),
+}
+# The float32 images of one replica's batch: batch x side x side x 3 colours x 4 bytes. 16 images
+# at 512 px (the TPU recipes) are 50 MB; 1 GiB leaves the model and tf.data room in 2 GB.
+BATCH_BYTES = 1 << 30
+
+
+def check_range(key: str, value: int, given_as: str | None = None) -> None:
+    """Refuse a size past its declared bound (RANGES), in one line naming the key (or the option
+    it was `given_as`, e.g. `--size`) and the bound."""
+    low, high, why = RANGES[key]
+    if not low <= value <= high:
+        raise PetalsError(f"{given_as or key}={value}: must be in {low}..{high} ({why})")
+
+
 def resolve_recipe(recipe: str, device: str | None) -> str:
     """`auto` -> the recipe for the device the replicas run on (TPU, GPU or CPU); others as given."""
     if recipe != AUTO_RECIPE:
@@ -305,3 +351,20 @@ def validate(config: Config) -> None:
             raise PetalsError(
                 f"augment.{name}={getattr(aug, name)}: a magnitude, must be >= 0 (0 turns it off)"
             )
+    _check_sizes(config)
+
+
+def _check_sizes(config: Config) -> None:
+    """Every size in RANGES within its bounds, and one batch's images within BATCH_BYTES."""
+    for key in RANGES:
+        section, _, name = key.partition(".")
+        if name:
+            check_range(key, getattr(getattr(config, section), name))
+    data = config.data
+    side = max(data.image_size, data.input_size)
+    batch_bytes = data.batch_size * side * side * 3 * 4
+    if batch_bytes > BATCH_BYTES:
+        raise PetalsError(
+            f"data.batch_size={data.batch_size} at {side} px: {batch_bytes / 2**30:.1f} GiB of float32 "
+            f"images a batch, more than {BATCH_BYTES >> 30} GiB; lower data.batch_size or data.image_size"
+        )

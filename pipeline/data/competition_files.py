@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from competition import CompetitionSpec
+from pipeline.core.csv_bounds import LABEL_CSV, check_csv
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import WORK_MARKER, Budget, check_members, extract_members, sha256
 from pipeline.core.paths import inside, shown
@@ -124,6 +125,7 @@ def verify(root: Path, spec: CompetitionSpec) -> dict[str, dict[str, int]]:
 def _check_sample_submission(path: Path, spec: CompetitionSpec, test_ids: list[str]) -> None:
     if not path.is_file():
         raise PetalsError(f"{path}: missing")
+    check_csv(path, LABEL_CSV, id_column=spec.id_column)
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     if list(frame.columns) != [spec.id_column, spec.label_column]:
         raise PetalsError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from competition import CompetitionSpec
+from pipeline.core.config import check_range
 from pipeline.core.errors import PetalsError
 from pipeline.data import (
     synthetic,
@@ -35,6 +36,11 @@ BY_COMPETITION = {
 RENDERED = {"shards": synthetic}
 
 
+# The most an embedded dataset may be scaled: 4 x the flowers' default (4.0, 16,000 images) is
+# 256,000 images, ten times the real flowers' 24,000; each one is drawn, encoded and written.
+MAX_SCALE = 16.0
+
+
 def default_scale(spec: CompetitionSpec) -> float:
     renderer = RENDERED.get(format_of(spec).read_by)
     return renderer.DEFAULT_SCALE if renderer is not None else 1.0
@@ -52,8 +58,11 @@ def draw(
 ) -> dict[str, int]:
     """Write the competition's embedded dataset under `out_dir`; images or rows per split.
     `size` is the flower renderer's image size (the others draw photos of varied sizes, or text)."""
+    if not 0 < scale <= MAX_SCALE:
+        raise PetalsError(f"synthetic scale {scale}: must be in (0, {MAX_SCALE:g}]")
     renderer = RENDERED.get(format_of(spec).read_by)
     if renderer is not None:
+        check_range("data.image_size", size, "--size")  # the size recipes read, bounded as theirs is
         return renderer.write_dataset(
             out_dir, spec, size=size, seed=seed, scale=scale, workers=workers, progress=progress
         )
@@ -63,8 +72,6 @@ def draw(
             f"competition {spec.name} has no embedded dataset (those of {', '.join(BY_COMPETITION)} do); "
             "fetch its data with SOURCE=kaggle or SOURCE=dir"
         )
-    if not scale > 0:
-        raise PetalsError(f"synthetic scale {scale} must be positive")
     counts = {split: max(2, round(n * scale)) for split, n in module.DEFAULT_COUNTS.items()}
     written = module.write_dataset(out_dir, counts, seed=seed)
     return {split: written[split] for split in spec.splits}

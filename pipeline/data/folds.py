@@ -21,6 +21,7 @@ import numpy as np
 
 from competition import CompetitionSpec
 from pipeline.core.config import Config
+from pipeline.core.csv_bounds import MAX_LABEL_FIELD, CsvBounds, check_csv
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
 from pipeline.data import targets
@@ -225,6 +226,7 @@ def read_table(path: Path, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
     if path.stat().st_size > MAX_TABLE_BYTES:
         raise PetalsError(f"{path}: {path.stat().st_size} bytes, more than a fold table's {MAX_TABLE_BYTES}")
+    check_csv(path, CsvBounds(MAX_TABLE_BYTES, MAX_LABEL_FIELD), id_column="id")  # ids and fields too
     try:
         # Every id as written: pandas would read an id "NA", "null" or "nan" as a missing value.
         frame = pd.read_csv(

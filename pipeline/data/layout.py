@@ -10,6 +10,7 @@ import pandas as pd
 import tensorflow as tf
 
 from competition import CompetitionSpec
+from pipeline.core.csv_bounds import LABEL_CSV, check_csv_stream
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.data import competition_files, records
 from pipeline.formats.records import records_of
@@ -105,6 +106,8 @@ def _check_sample_submission(root: str, spec: CompetitionSpec, counts: dict) -> 
     path = f"{root.rstrip('/')}/{spec.sample_submission}"
     if not tf.io.gfile.exists(path):
         raise PetalsError(f"{path}: missing")
+    with tf.io.gfile.GFile(path, "rb") as f:  # bounded before pandas reads it whole
+        check_csv_stream(f, path, f.size(), LABEL_CSV, spec.id_column)
     with tf.io.gfile.GFile(path) as f:
         frame = pd.read_csv(f, dtype=str)
     if list(frame.columns) != [spec.id_column, spec.label_column]:

@@ -5,13 +5,16 @@ Paths may be local or any `tf.io.gfile` URL (`gs://...`).
 
 from __future__ import annotations
 
+import os
 import re
+import struct
 from collections.abc import Iterable, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from competition import CompetitionSpec
+from pipeline.core.errors import PetalsError
 from pipeline.formats.records import RecordSchema, records_of
 
 # Kaggle's shard names end in `-<count>.tfrec`; public kernels count images with this.
@@ -24,8 +27,67 @@ def count_from_name(path: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+# The largest record a shard may declare. TensorFlow's reader allocates a record's declared length
+# before reading it (a crafted header claiming 2**60 bytes ends the process in a segfault), so
+# every header is read first. The largest real record, a 512 x 512 JPEG example, is under 1 MiB;
+# 64 MiB holds an 8192 px JPEG (MAX_IMAGE_SIDE) at any quality.
+MAX_RECORD_BYTES = 64 << 20
+_HEADER = struct.Struct("<QI")  # a record: length (uint64 LE), masked crc32c of the length, data, crc
+
+
+def _crc32c_table() -> tuple[int, ...]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+        table.append(crc)
+    return tuple(table)
+
+
+_CRC32C = _crc32c_table()
+
+
+def masked_crc32c(data: bytes) -> int:
+    """TFRecord's checksum: crc32c (Castagnoli), rotated and offset (TensorFlow's `crc32c::Mask`);
+    table-driven in Python, as only 8-byte lengths are checked here."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def check_record_lengths(path: str, limit: int = MAX_RECORD_BYTES) -> None:
+    """Refuse a shard with a record whose header declares more than `limit` bytes, before
+    TensorFlow reads it: each 12-byte header is read and the data seeked over, never read.
+
+    Only a length whose own checksum holds is believed; at a header that does not check out or a
+    length past the file's end, the scan stops and TensorFlow's reader says what is wrong (it
+    refuses a bad checksum before allocating, and a truncated record costs at most `limit`)."""
+    local = "://" not in path  # Python's own file: 0.05 s for 16,000 records, GFile's 0.23 s
+    with open(path, "rb") if local else tf.io.gfile.GFile(path, "rb") as f:
+        end, offset = (os.fstat(f.fileno()).st_size if local else f.size()), 0
+        while offset + _HEADER.size <= end:
+            f.seek(offset)
+            header = f.read(_HEADER.size)
+            length, crc = _HEADER.unpack(header)
+            if crc != masked_crc32c(header[:8]):
+                return
+            if length > limit:
+                raise PetalsError(
+                    f"{path}: the record at byte {offset} declares {length} bytes, more than "
+                    f"{limit >> 20} MiB a record; not read (a crafted or damaged shard)"
+                )
+            offset += _HEADER.size + length + 4
+            if offset > end:
+                return
+
+
 def count_records(path: str) -> int:
-    """Count records by reading the whole shard (also verifies every record's checksums)."""
+    """Count records by reading the whole shard (also verifies every record's checksums); each
+    record's declared length is checked first (`check_record_lengths`)."""
+    check_record_lengths(path)
     dataset = tf.data.TFRecordDataset(path)
     return int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1).numpy())
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from competition.spec import check_text
+from pipeline.core.csv_bounds import LABEL_CSV, check_csv
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import listed
 from pipeline.core.paths import check_relative, inside, shown
@@ -90,6 +91,8 @@ class ImageCsv(ImageFiles):
         import pandas as pd
 
         path = inside(root, own.labels, f"[data.image_csv.{split}] labels")
+        # its bytes, rows (the split's declared count) and ids bounded before pandas reads it whole
+        check_csv(path, LABEL_CSV.declaring(spec.split_counts.get(split)), id_column=own.id_column)
         try:
             rows = pd.read_csv(path, dtype=str, keep_default_na=False)
         except (OSError, ValueError) as err:

@@ -91,6 +91,7 @@ class Table(FileFormat):
             inside(root, table.file, f"[data.table.{split}] file"),
             table.layout,
             spec.num_classes if spec.is_labeled(split) else None,
+            spec.split_counts.get(split) if spec.is_labeled(split) else None,  # a hidden test set is larger
         )
 
     def verify_split(self, root: Path, spec, split: str) -> tuple[int, list[str]]:

@@ -15,19 +15,27 @@ from pathlib import Path
 
 import pandas as pd
 
+from pipeline.core.csv_bounds import TEXT_TABLE, check_csv
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
 from pipeline.core.paths import shown
 from pipeline.formats.table_layout import TableLayout
 
 
-def read_table(path: Path, layout: TableLayout, num_classes: int | None = None) -> pd.DataFrame:
+def read_table(
+    path: Path, layout: TableLayout, num_classes: int | None = None, declared_rows: int | None = None
+) -> pd.DataFrame:
     """The file's rows with string ids and texts (and int labels in [0, num_classes) where the
     layout has labels). Raises PetalsError naming the file, and the row or value, for a file
     that does not parse as laid out, a missing column, an empty or repeated id, an empty text,
-    or a label outside the classes."""
+    or a label outside the classes; and, before it is read whole, for one past TEXT_TABLE's bytes
+    or a text's length, more rows than `declared_rows` allow, or an id past MAX_ID_BYTES."""
     if not path.is_file():
         raise PetalsError(f"{path}: no such file")
+    bounds = TEXT_TABLE.declaring(declared_rows)
+    check_csv(
+        path, bounds, id_column=layout.id_column, separator=layout.separator, escapechar=layout.escapechar
+    )
     try:
         table = pd.read_csv(
             path,

@@ -12,6 +12,7 @@ import numpy as np
 
 from competition import CompetitionSpec
 from pipeline.core.config import DEFAULT_COMPETITION
+from pipeline.core.csv_bounds import LABEL_CSV, check_csv, check_csv_stream
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import sha256, write_atomically, write_json
 
@@ -23,6 +24,7 @@ def sample_ids(data_dir: Path, spec: CompetitionSpec) -> list[str]:
 
     path = f"{locate_data(data_dir).rstrip('/')}/{spec.sample_submission}"
     if "://" not in path:  # a local file: no TensorFlow import (submit starts in a second)
+        check_csv(Path(path), LABEL_CSV, id_column=spec.id_column)  # read whole below: bounded first
         try:
             text = Path(path).read_text()
         except OSError as err:
@@ -31,6 +33,8 @@ def sample_ids(data_dir: Path, spec: CompetitionSpec) -> list[str]:
         import tensorflow as tf
 
         try:
+            with tf.io.gfile.GFile(path, "rb") as f:
+                check_csv_stream(f, path, f.size(), LABEL_CSV, spec.id_column)
             with tf.io.gfile.GFile(path) as f:
                 text = f.read()
         except tf.errors.OpError as err:

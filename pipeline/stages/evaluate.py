@@ -4,8 +4,9 @@ reports of the predictions, optionally with TTA.
 Predicts the val split with the run's best weights and writes, into the run dir:
 `val_predictions.npz` (ids, labels, probabilities; `val_predictions-ttaN.npz` with TTA) and the
 task's files (one class an example: `per_class.csv`, precision, recall, F1 and support of every
-class; `confusion.png`, the row-normalised confusion matrix, every class named; `confusions.csv`,
-the most frequent mistakes by name: pipeline/tasks/single_label_report.py); `metrics.json` gains
+class; `confusion.png`, the row-normalised confusion matrix, every class named (past 200 classes,
+those with the most mistakes); `confusions.csv`, the most frequent mistakes by name:
+pipeline/tasks/single_label_report.py); `metrics.json` gains
 an `evaluation` section, and the run gets its row on the offline leaderboard.
 """
 

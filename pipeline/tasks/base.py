@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from pipeline.core.config import check_range
 from pipeline.core.errors import PetalsError
 from pipeline.core.named import Registry
 
@@ -69,6 +70,7 @@ class Task(ABC):
         """`tta` test-time passes make sense for this competition; else one line."""
         if tta < 1:
             raise PetalsError(f"--tta {tta}: the number of passes must be at least 1")
+        check_range("tta", tta, "--tta")
         if tta > 1 and "flip" not in spec.keeps_label:  # the extra views are mirrored
             raise PetalsError(
                 f"--tta {tta}: competition {spec.name} does not keep the label under a mirror "

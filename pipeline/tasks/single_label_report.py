@@ -1,6 +1,11 @@
 """What evaluate reports of a single-label run's val predictions: scikit-learn's per-class
 precision, recall, F1 and support, the confusion matrix drawn with every class named, and the most
-frequent mistakes by name (`SingleLabel.evaluate`)."""
+frequent mistakes by name (`SingleLabel.evaluate`).
+
+What grows with the classes is bounded: mistakes are counted by pair, never in a classes x classes
+matrix (100,000 classes would be 80 GB of counts); past MAX_PLOTTED_CLASSES the plot draws only
+the classes with the most mistakes, and the table keeps the MAX_CONFUSION_ROWS most frequent
+pairs, each cut said in its title or in the terminal's lines."""
 
 from __future__ import annotations
 
@@ -15,21 +20,30 @@ from pipeline.core.rundir import RunDir
 from pipeline.tasks.base import Evaluation
 
 TOP_CONFUSIONS = 10
+# The plot's side grows 0.16 inch a class (names stay legible): 1,500 classes drew a 24,000 px
+# square, 2.3 GB of pixels, and took evaluate past 6 GB; 200 classes are 3,200 px, 40 MB. Flowers'
+# 104 classes are all drawn.
+MAX_PLOTTED_CLASSES = 200
+# The (true, predicted) pairs confusions.csv lists, most frequent first: a reader's table, and
+# a few MB however many classes and val examples there are.
+MAX_CONFUSION_ROWS = 10_000
 
 
 def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec) -> Evaluation:
-    from sklearn.metrics import confusion_matrix
-
     classes = spec.classes
     predicted = probabilities.argmax(axis=1)
-    matrix = confusion_matrix(labels, predicted, labels=np.arange(len(classes)))
     per_class = per_class_table(labels, predicted, classes)
-    confusions = top_confusions(matrix, classes)
+    pairs = mistaken_pairs(labels, predicted, len(classes))
+    confusions = top_confusions(pairs, classes, per_class["support"].to_numpy())
     fields = {
         "val_accuracy": float((predicted == labels).mean()),
         "worst_classes": per_class.nsmallest(5, "f1")["class"].tolist(),
         "top_confusions": confusions.head(TOP_CONFUSIONS).to_dict(orient="records"),
     }
+    if len(pairs[0]) > MAX_CONFUSION_ROWS:
+        fields["confusions_kept"] = (
+            f"the {MAX_CONFUSION_ROWS} most frequent of {len(pairs[0])} mistaken pairs"
+        )
     files = {
         RunDir.PER_CLASS: lambda path: write_atomically(
             path, lambda tmp: safe_cells(per_class).to_csv(tmp, index=False)
@@ -37,7 +51,7 @@ def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec) -> Evaluatio
         RunDir.CONFUSIONS: lambda path: write_atomically(
             path, lambda tmp: safe_cells(confusions).to_csv(tmp, index=False)
         ),
-        RunDir.CONFUSION_PLOT: lambda path: plot_confusion(matrix, classes, path),
+        RunDir.CONFUSION_PLOT: lambda path: plot_confusion(labels, predicted, classes, path),
     }
     return Evaluation(fields, files, score=spec.metric.score(labels, probabilities))  # argmax decides
 
@@ -52,10 +66,13 @@ def summary_lines(evaluation: dict) -> list[str]:
         "  weakest classes: " + listed(evaluation["worst_classes"]),
         "  top confusions (true -> predicted, count):",
     ]
-    return lines + [
+    lines += [
         f"    {text(c['true'], EACH)} -> {text(c['predicted'], EACH)}: {c['count']}"
         for c in evaluation["top_confusions"][:5]
     ]
+    if "confusions_kept" in evaluation:
+        lines.append(f"  confusions.csv lists {evaluation['confusions_kept']}")
+    return lines
 
 
 def per_class_table(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str, ...]) -> pd.DataFrame:
@@ -77,42 +94,71 @@ def per_class_table(labels: np.ndarray, predicted: np.ndarray, classes: tuple[st
     )
 
 
-def top_confusions(matrix: np.ndarray, classes: tuple[str, ...]) -> pd.DataFrame:
-    """Every (true, predicted) mistake of a confusion matrix (counts) by name, most frequent first,
-    with its share of the true class."""
-    support = matrix.sum(axis=1)
-    mistakes = matrix.copy()
-    np.fill_diagonal(mistakes, 0)
-    true, wrong = np.nonzero(mistakes)
-    counts = mistakes[true, wrong]
-    table = pd.DataFrame(
+def mistaken_pairs(labels: np.ndarray, predicted: np.ndarray, n: int) -> tuple[np.ndarray, ...]:
+    """(true, predicted, count) of every mistaken pair, counted per pair: memory grows with the
+    examples, never with the square of the classes."""
+    wrong = labels != predicted
+    codes, counts = np.unique(labels[wrong].astype(np.int64) * n + predicted[wrong], return_counts=True)
+    return codes // n, codes % n, counts
+
+
+def top_confusions(
+    pairs: tuple[np.ndarray, ...], classes: tuple[str, ...], support: np.ndarray
+) -> pd.DataFrame:
+    """The most frequent (true, predicted) mistakes by name (MAX_CONFUSION_ROWS at most), with each
+    one's share of the true class."""
+    true, wrong, counts = pairs
+    share = (counts / np.maximum(support[true], 1)).round(3)
+    kept = np.lexsort((-share, -counts))[:MAX_CONFUSION_ROWS]  # count, then share, descending
+    return pd.DataFrame(
         {
-            "true": [classes[i] for i in true],
-            "predicted": [classes[j] for j in wrong],
-            "count": counts,
-            "share_of_true": (counts / np.maximum(support[true], 1)).round(3),
+            "true": [classes[i] for i in true[kept]],
+            "predicted": [classes[j] for j in wrong[kept]],
+            "count": counts[kept],
+            "share_of_true": share[kept],
         }
     )
-    return table.sort_values(["count", "share_of_true"], ascending=False, kind="stable").reset_index(
-        drop=True
-    )
 
 
-def plot_confusion(matrix: np.ndarray, classes: tuple[str, ...], path: Path) -> None:
-    """The confusion matrix (counts) normalised by row, large enough that 104 class names stay legible."""
+def plotted_classes(labels: np.ndarray, predicted: np.ndarray, n: int) -> np.ndarray:
+    """The classes the plot draws: all of them up to MAX_PLOTTED_CLASSES, else those in the most
+    mistakes (as the true class or the predicted one), in label order."""
+    if n <= MAX_PLOTTED_CLASSES:
+        return np.arange(n)
+    wrong = labels != predicted
+    involved = np.bincount(labels[wrong], minlength=n) + np.bincount(predicted[wrong], minlength=n)
+    return np.sort(np.argsort(-involved, kind="stable")[:MAX_PLOTTED_CLASSES])
+
+
+def plot_confusion(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str, ...], path: Path) -> None:
+    """The confusion matrix (counts) normalised by row, large enough that 200 class names stay
+    legible; past MAX_PLOTTED_CLASSES, only the classes with the most mistakes (the title says so)."""
     plt = pyplot()
 
-    n = len(classes)
-    shares = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1)
+    drawn = plotted_classes(labels, predicted, len(classes))
+    n = len(drawn)
+    position = np.full(len(classes), -1)
+    position[drawn] = np.arange(n)
+    support = np.bincount(labels, minlength=len(classes))[drawn]
+    matrix = np.zeros((n, n), np.int64)
+    both = (position[labels] >= 0) & (position[predicted] >= 0)
+    np.add.at(matrix, (position[labels[both]], position[predicted[both]]), 1)
+    shares = matrix / np.maximum(support[:, None], 1)  # of the whole true class, drawn or not
     side = max(6.0, n * 0.16)  # ~0.16 inch per class: 6-point names do not overlap
     fig, axis = plt.subplots(figsize=(side + 1.5, side))
     shown = np.ma.masked_equal(shares, 0)  # empty cells stay white, so mistakes stand out
     image = axis.imshow(shown, cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
-    axis.set_xticks(np.arange(n), [f"{c} {i}" for i, c in enumerate(classes)], rotation=90, fontsize=6)
-    axis.set_yticks(np.arange(n), [f"{i} {c}" for i, c in enumerate(classes)], fontsize=6)
+    names = [classes[i] for i in drawn]
+    axis.set_xticks(
+        np.arange(n), [f"{c} {i}" for i, c in zip(drawn, names, strict=True)], rotation=90, fontsize=6
+    )
+    axis.set_yticks(np.arange(n), [f"{i} {c}" for i, c in zip(drawn, names, strict=True)], fontsize=6)
     axis.set_xlabel("predicted")
     axis.set_ylabel("true")
-    axis.set_title("confusion matrix (share of each true class)")
+    title = "confusion matrix (share of each true class)"
+    if n < len(classes):
+        title += f"\nthe {n} of {len(classes)} classes with the most mistakes"
+    axis.set_title(title)
     fig.colorbar(image, ax=axis, fraction=0.03)
     fig.tight_layout()
     save_figure(fig, path, dpi=100)
