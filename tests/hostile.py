@@ -16,6 +16,8 @@ import hashlib
 import json
 import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,3 +98,24 @@ def record(case: str, given: str, seen: str, code: int | None, left: str) -> Non
     seen = TMP_PATH.sub("<tmp>", seen).replace(CHECKOUT, "<checkout>")
     row = {"case": case, "input": given, "seen": seen, "exit": code, "left": left}
     Path(folder, f"{safe}.json").write_text(json.dumps(row))
+
+
+# A child's peak memory, as its own: a process this test worker starts inherits the worker's own
+# peak in ru_maxrss (Linux records the old address space's high-water mark at exec, and a large
+# worker's is a GB), so the command runs as the child of a small Python that measures it.
+_MEASURED = """import os, subprocess, sys
+child = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(child.pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def run_measured(args: list[str], **kwargs) -> tuple[subprocess.CompletedProcess, float]:
+    """`args` run to its end (`kwargs` as subprocess.run's), and its peak resident memory in MB."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:  # outside any Tree a case snapshots
+        out = Path(folder) / "peak"
+        done = subprocess.run([sys.executable, "-c", _MEASURED, str(out), *args], check=False, **kwargs)
+        return done, int(out.read_text()) / 1024

@@ -286,3 +286,47 @@ def test_a_table_in_a_formats_table_is_one_line_naming_the_key(shared, capsys, c
     code, line = _leaderboard(shared, capsys)
     assert f"{shared.spec}: {said}" in line
     record(f"links: spec {case} of the wrong type", new.splitlines()[0], line, code, "nothing written")
+
+
+# ----------------------------------------------------------------------------- a run from a kernel
+# `make kernel-output` brings a kernel's runs back (their config.json, metrics.json, history.csv):
+# every JSON file of a run is read by the same rule, and nested past 32 levels is one line.
+
+
+def _deep_json(path: Path) -> None:
+    path.write_text('{"a": ' * 10_000 + "1" + "}" * 10_000)
+
+
+def _huge_json(path: Path) -> None:
+    with open(path, "wb") as f:
+        f.truncate(2**30)  # sparse: a GiB of a downloaded output, refused by its size
+
+
+def _linked_json(path: Path) -> None:
+    path.symlink_to(path.parents[2] / "home" / "private.json")
+
+
+@pytest.mark.parametrize(
+    ("make", "given", "said"),
+    [
+        (_deep_json, "metrics.json nested 10,000 deep", "metrics.json: nested deeper than 32 levels"),
+        (_huge_json, "metrics.json of 1 GiB (sparse)", "run file 'metrics.json' is larger than 16777216"),
+        (_linked_json, "metrics.json a link to ~/private.json", "run file 'metrics.json' leaves"),
+    ],
+    ids=["deep", "huge", "link"],
+)  # fmt: skip
+def test_a_run_file_from_a_kernels_output_is_read_by_the_rule(tmp_path, make, given, said):
+    from pipeline.core.rundir import RunDir
+
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "private.json").write_text('{"key": "' + SECRET + '"}')
+    run = RunDir(tmp_path / "runs" / "kernel-run")
+    run.path.mkdir(parents=True)
+    make(run.path / "metrics.json")
+    tree = Tree(tmp_path)
+    with pytest.raises(PetalsError) as refused:
+        run.metrics()
+    line = str(refused.value)
+    assert said in line and SECRET not in line and "\n" not in line
+    assert tree.changes() == []
+    record(f"run file from a kernel ({given.split(' ', 1)[1]})", given, line, None, "nothing read or written")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import struct
-import subprocess
 import sys
 import time
 import tracemalloc
@@ -28,7 +27,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.data import records
 from pipeline.formats.records import records_of
 from tests.conftest import TINY_SIZE
-from tests.hostile import CHECKOUT, Tree, one_error_line, record
+from tests.hostile import CHECKOUT, Tree, one_error_line, record, run_measured
 
 # ----------------------------------------------------------------------------- TFRecord lengths
 
@@ -137,20 +136,18 @@ print(evaluation.fields["confusions_kept"] if "confusions_kept" in evaluation.fi
 def test_a_report_of_1500_classes_plots_200_and_stays_under_a_gigabyte(tmp_path):
     """classes.txt of 1,500 names (9 KB) took make evaluate past 6 GB: the plot grew with the
     square of the classes. Now it draws the 200 classes with the most mistakes. The report runs in
-    a child, so its peak memory (ru_maxrss, KiB on Linux) is its own: 0.6 GB and 4 s, where the
+    a child (`run_measured`), so its peak memory is its own: 0.6 GB and 4 s, where the
     whole matrix drawn took 21.7 GB and 108 s."""
     out = tmp_path / "run"
     out.mkdir()
-    child = subprocess.Popen(
+    done, peak_mb = run_measured(
         [sys.executable, "-c", _REPORT_OF_1500_CLASSES, str(out)],
         cwd=CHECKOUT,
         env={**os.environ, "PYTHONPATH": CHECKOUT},  # this checkout's petals, not an installed one
-        stdout=subprocess.PIPE,
+        capture_output=True,
+        text=True,
     )
-    _, status, usage = os.wait4(child.pid, 0)
-    said = child.stdout.read().decode()
-    assert os.waitstatus_to_exitcode(status) == 0, said
-    peak_mb = usage.ru_maxrss / 1024
+    assert done.returncode == 0, done.stderr[-2000:]
     assert peak_mb < 1024, f"{peak_mb:.0f} MB"
     assert sorted(p.name for p in out.iterdir()) == ["confusion.png", "confusions.csv", "per_class.csv"]
     with Image.open(out / "confusion.png") as plot:
@@ -200,24 +197,22 @@ def _cassava_fetch(source: Path, data: Path) -> list[str]:
 def test_a_label_csv_of_two_million_rows_is_refused_after_its_declared_count(tmp_path):
     """It took 4 minutes and 2 GB before its refusal: now the rows are counted as they stream, and
     the file is refused after twice cassava's declared 21,397 (and a thousand). The stage runs as
-    make runs it, in a child, so its peak memory (ru_maxrss) and time are its own: about 1 GB (most
+    make runs it, in a child (`run_measured`), so its peak memory and time are its own: about 1 GB (most
     of it TensorFlow's import) and 4 s."""
     rows = b"".join(b"%d.jpg,%d\n" % (i, i % 5) for i in range(2_000_000))
     source = _cassava_source(tmp_path / "source", b"image_id,label\n" + rows)
     tree = Tree(tmp_path)
     started = time.monotonic()
-    child = subprocess.Popen(
+    done, peak_mb = run_measured(
         [sys.executable, "-m", "pipeline", *_cassava_fetch(source, tmp_path / "data")],
         cwd=CHECKOUT,
         env={**os.environ, "PYTHONPATH": CHECKOUT},
-        stderr=subprocess.PIPE,
+        capture_output=True,
         text=True,
     )
-    stderr = child.stderr.read()
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds, peak_mb = time.monotonic() - started, usage.ru_maxrss / 1024
+    seconds, stderr, status = time.monotonic() - started, done.stderr, done.returncode
     line = one_error_line(stderr)
-    assert os.waitstatus_to_exitcode(status) == 2
+    assert status == 2
     assert "train.csv: more than 43794 rows, where its split declares 21397 ([data.counts])" in line, line
     assert peak_mb < 2048 and seconds < 60, (peak_mb, seconds)  # the issue's bar; TensorFlow alone is 0.75 GB
     assert tree.changes() == []

@@ -12,6 +12,7 @@ A refusal is a PetalsError: one line naming the field, the value (cut short) and
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -130,6 +131,28 @@ def load_toml(folder: Path, value: str, field: str, source: object = None) -> di
     if _deeper_than(raw, MAX_DEPTH):
         raise PetalsError(f"{where}: nested deeper than {MAX_DEPTH} levels of tables and arrays")
     return raw
+
+
+# A run's JSON files and a kernel's summary hold a few KiB (a fold group's summary names its runs;
+# an evaluation lists the weakest classes, not every class): 16 MiB is far past any of them.
+MAX_JSON_BYTES = 16 * 2**20
+
+
+def load_json(folder: Path, value: str, field: str, source: object = None, limit: int = MAX_JSON_BYTES):
+    """The JSON of a file read by the rule above (a run's files and a kernel's summary come back in
+    its downloaded output): one line naming the file for one that is not JSON or nests deeper than
+    MAX_DEPTH (json's decoder recurses once per bracket: 10,000 are a RecursionError)."""
+    text = read_small_text(folder, value, field, source, limit)
+    where = Path(folder) / value
+    try:
+        found = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise PetalsError(f"{where}: not valid JSON ({err})") from None
+    except RecursionError:
+        raise PetalsError(f"{where}: nested deeper than {MAX_DEPTH} levels (a hostile file?)") from None
+    if _deeper_than(found, MAX_DEPTH):
+        raise PetalsError(f"{where}: nested deeper than {MAX_DEPTH} levels (a hostile file?)")
+    return found
 
 
 def _deeper_than(value: object, bound: int) -> bool:

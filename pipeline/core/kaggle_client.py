@@ -23,6 +23,7 @@ import requests.adapters
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import listed, quoted, text
+from pipeline.core.kaggle_answers import answers_checked, check_submissions, whole_number
 from pipeline.core.paths import check_name
 
 log = logging.getLogger(__name__)
@@ -36,11 +37,6 @@ CREDENTIALS_HELP = (
 
 class UploadIncomplete(requests.ConnectionError):
     """The client's file upload stopped short; retried like a dropped connection."""
-
-
-class UnreadableAnswer(PetalsError):
-    """Kaggle answered something the client cannot read: not JSON, a status it does not know, a
-    field of the wrong type."""
 
 
 def is_production() -> bool:
@@ -197,38 +193,6 @@ def _timeouts() -> Any:
         adapter.send = send
 
 
-@contextlib.contextmanager
-def _answers_checked(action: str) -> Any:
-    """Every answer read inside that the client cannot turn into its objects becomes one line,
-    UnreadableAnswer, naming what it choked on (shown safely). kagglesdk reads an answer's JSON into
-    typed fields: a status it has no name for raises KeyError, a list where a string belongs a
-    TypeError or AttributeError, a body that is not JSON a ValueError, a deeply nested one a
-    RecursionError; each would otherwise reach the user as a traceback."""
-    from kagglesdk.kaggle_http_client import KaggleHttpClient
-
-    prepare = KaggleHttpClient._prepare_response
-
-    def prepare_checked(self, response_type, http_response):
-        try:
-            return prepare(self, response_type, http_response)
-        except requests.HTTPError:
-            raise
-        except KeyError as err:  # an enum's unknown name: the value itself is the argument
-            said = f"a value it does not know, {quoted(err.args[0] if err.args else '')} (a new status?)"
-        except (ValueError, TypeError, AttributeError, RecursionError) as err:
-            said = f"{type(err).__name__}: {text(err, 120)}"
-        raise UnreadableAnswer(
-            f"Kaggle's answer while {action} is not one this kaggle client can read ({said}); "
-            "rerun later, and if it stays so, upgrade the kaggle package"
-        )
-
-    KaggleHttpClient._prepare_response = prepare_checked
-    try:
-        yield
-    finally:
-        KaggleHttpClient._prepare_response = prepare
-
-
 def call_with_retries(
     fn: Callable[[], T],
     *,
@@ -245,7 +209,7 @@ def call_with_retries(
     """
     for attempt in range(1, retries + 1):
         try:
-            with _timeouts(), _answers_checked(action):
+            with _timeouts(), answers_checked(action):
                 return fn()
         except requests.HTTPError as err:
             status = err.response.status_code if err.response is not None else 0
@@ -318,36 +282,8 @@ def list_submissions(slug: str) -> list[Any]:
         slug=slug,
         action=f"listing your submissions to {slug!r}",
     )
-    if not isinstance(submissions, list):
-        raise PetalsError(f"Kaggle's list of your submissions to {slug!r} is not a list")
-    for number, sub in enumerate(submissions, 1):
-        defect = _submission_defect(sub)
-        if defect is not None:
-            field, value, what = defect
-            raise PetalsError(
-                f"Kaggle's list of your submissions to {slug!r}: submission {number} has {field} "
-                f"{quoted(value)}, not {what}"
-            )
+    check_submissions(submissions, slug)
     return submissions
-
-
-def whole_number(value: object) -> bool:
-    """True for a whole number, 0 or more, as Kaggle's JSON may carry one: an int (not a bool), or
-    up to 20 ASCII digits (an int64 written as text)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value >= 0
-    return isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20
-
-
-def _submission_defect(sub: Any) -> tuple[str, object, str] | None:
-    """The first field of one listed submission that is not what petals reads: (field, value, what
-    it should be); None when the submission is fine."""
-    if not whole_number(sub.ref):
-        return "ref", sub.ref, "a whole number"
-    for field, value in (("fileName", sub.file_name), ("description", sub.description)):
-        if value is not None and not isinstance(value, str):
-            return field, value, "text"
-    return None
 
 
 def find_submission(slug: str, file_name: str, message: str) -> Any | None:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import quoted, text
-from pipeline.core.kaggle_client import explain_http_error, whole_number, with_client
+from pipeline.core.kaggle_answers import whole_number
+from pipeline.core.kaggle_client import explain_http_error, with_client
 
 PAGE_SIZE = 200
 MAX_LISTING_PAGES = 100  # 20,000 files: a listing still going on past that never ends

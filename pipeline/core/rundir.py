@@ -13,8 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.core.errors import PetalsError
+from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import write_json
+from pipeline.core.foreign_files import load_json
+
+# An epoch table is a row an epoch of a few numbers: 1,000 epochs (the bound on train.epochs) of
+# 40 columns are under 1 MiB.
+HISTORY_BYTES = 4 * 2**20
+HISTORY_FIELD = 1024
 
 
 class RunDir:
@@ -118,10 +124,28 @@ class RunDir:
             if default is not None:
                 return default
             raise PetalsError(f"{path}: missing; train the run first")
+        # A run may come back in a kernel's downloaded output: read by the rule for foreign files
+        # (inside the run, regular, bounded, not nested past reason), never a traceback.
         try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise PetalsError(f"{path}: not valid JSON ({err}); train the run again (--force)") from None
+            found = load_json(self.path, name, "run file")
+        except PetalsError as err:
+            raise PetalsError(f"{err}; train the run again (--force)") from None
+        if not isinstance(found, dict):
+            raise PetalsError(f"{path}: not a JSON object; train the run again (--force)")
+        return found
+
+    def read_history(self):
+        """The run's epoch table (a pandas DataFrame). A run may come back in a kernel's output:
+        its size and its fields are bounded before pandas reads it (a row an epoch: a few KiB)."""
+        import pandas as pd
+
+        from pipeline.core.csv_bounds import CsvBounds, check_csv
+
+        check_csv(self.history_file, CsvBounds(HISTORY_BYTES, HISTORY_FIELD))
+        try:
+            return pd.read_csv(self.history_file)
+        except (ValueError, pd.errors.ParserError) as err:
+            raise PetalsError(f"{self.history_file}: not an epoch table ({first_line(err)})") from None
 
     def write_json(self, name: str, payload: dict[str, Any]) -> None:
         write_json(self.path / name, payload)

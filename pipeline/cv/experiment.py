@@ -131,7 +131,6 @@ def _all_finished(found: Setup, opts: CVOptions, runs: dict) -> bool:
 
 def _group_metrics(found: Setup, opts: CVOptions, runs: dict, oof) -> dict:
     """The group's metrics.json: the out-of-fold scores, each fold's, and the epoch CV chose."""
-    import pandas as pd
 
     from pipeline.cv.group import KIND, cv_epoch, last_scores, score_at_epoch, scores
     from pipeline.tasks.competitions import task_of
@@ -143,7 +142,7 @@ def _group_metrics(found: Setup, opts: CVOptions, runs: dict, oof) -> dict:
     evaluation = task_of(spec).evaluate(found.table.labels, oof.probabilities, spec)
     judged = {**scores(spec, found.table, oof), "cv_score": evaluation.score}
     evaluated = evaluation.fields
-    histories = [pd.read_csv(run.history_file) for run in runs.values()]
+    histories = [run.read_history() for run in runs.values()]
     fold_metrics = [run.metrics() for run in runs.values()]
     chosen = cv_epoch(histories, key, spec.metric.greater_is_better)
     return {

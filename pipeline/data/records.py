@@ -84,6 +84,15 @@ def check_record_lengths(path: str, limit: int = MAX_RECORD_BYTES) -> None:
                 return
 
 
+def check_local_shards(paths: Sequence[str]) -> None:
+    """`check_record_lengths` of each local shard a stage is about to read: one put in the data dir
+    since fetch verified it is caught here (0.05 s for the embedded flowers). Not on gs://, where
+    each seek would be a request: there fetch's verification is the check."""
+    for path in paths:
+        if "://" not in path:
+            check_record_lengths(path)
+
+
 def count_records(path: str) -> int:
     """Count records by reading the whole shard (also verifies every record's checksums); each
     record's declared length is checked first (`check_record_lengths`)."""

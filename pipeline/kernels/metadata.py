@@ -6,7 +6,6 @@ where a kernel folder is: shared by generation, the pre-push checks, `make submi
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
@@ -15,6 +14,7 @@ from typing import Any
 
 from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign_files import load_json
 from pipeline.core.paths import check_name, check_relative, shown
 
 METADATA = "kernel-metadata.json"
@@ -124,34 +124,15 @@ def check_kernel(kernel: object, source: object) -> str:
     return kernel
 
 
-# A metadata file or a summary nests a few levels; one deeper is not petals' own, and one deep
-# enough (a few thousand levels) makes Python's JSON reader raise RecursionError instead of reading it.
-MAX_DEPTH = 32
 TEXT_LIMIT = 200  # characters of a summary's text field the leaderboard records (a backbone, a commit)
 
 
-def _depth(value: object) -> int:
-    """How deep JSON arrays and objects nest in `value` (a scalar: 0), without recursion."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
-            deepest = max(deepest, depth + 1)
-            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
-    return deepest
-
-
 def _json_object(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise PetalsError(f"{path}: not valid JSON ({err})") from None
-    except RecursionError:
-        raise PetalsError(f"{path}: nested deeper than {MAX_DEPTH} levels (a hostile file?)") from None
+    """A JSON object from a kernel's folder (its metadata, a downloaded summary), read by the rule
+    for foreign files: bounded, not nested past reason, one line if not."""
+    value = load_json(path.parent, path.name, "file")
     if not isinstance(value, dict):
         raise PetalsError(f"{path}: not a JSON object")
-    if _depth(value) > MAX_DEPTH:
-        raise PetalsError(f"{path}: nested deeper than {MAX_DEPTH} levels (a hostile file?)")
     return value
 
 

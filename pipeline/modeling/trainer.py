@@ -320,7 +320,7 @@ class Trainer:
     def _history(self, start: int) -> pd.DataFrame:
         path = self.run.history_file
         if start and path.is_file():
-            return pd.read_csv(path).query("epoch <= @start")  # rows past the checkpoint are redone
+            return self.run.read_history().query("epoch <= @start")  # rows past the checkpoint are redone
         return pd.DataFrame()
 
     def _save_weights(self, row: dict) -> None:

@@ -78,14 +78,13 @@ def shared_hash(base, params: list, opts: SweepOptions) -> str:
 def judged_score(runs_dir: Path, folds: int, spec, metrics: dict) -> float:
     """What the study compares: the score at the schedule's end, not at the best epoch, which was
     chosen on the same rows and leans high (a CV group: its folds' mean there, as CHOOSE judges)."""
-    import pandas as pd
 
     from pipeline.core.rundir import RunDir
     from pipeline.cv import choose
 
     if folds:
         return choose.judged(metrics)[0]
-    history = pd.read_csv(RunDir(runs_dir / metrics["run"]).history_file)
+    history = RunDir(runs_dir / metrics["run"]).read_history()
     scored = history[spec.score_key].dropna() if spec.score_key in history else []
     if not len(scored):
         raise PetalsError(f"{metrics['run']}: scored no epoch on val (train.val_every)")
