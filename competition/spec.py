@@ -62,6 +62,15 @@ class CompetitionSpec:
     # mirrored flower is the same flower, a mirrored digit or sentence may not be.
     keeps_label: frozenset[str]
     file: Path = field(hash=False, compare=False)  # the competition file, named in its errors
+    # What groups the labelled rows (one patient's photos, one document's passages): held-out parts
+    # never split a group. A column of the label CSV or table (`[data] group_column`), or the id's
+    # text before its last separator (`[data] group_by_id = "_"`: `doc7_3` is in group `doc7`).
+    group_column: str | None = None
+    group_by_id: str | None = None
+
+    @property
+    def grouped(self) -> bool:
+        return self.group_column is not None or self.group_by_id is not None
 
     @property
     def code_competition(self) -> bool:
@@ -158,6 +167,25 @@ def _splits(value: object, field: str) -> tuple[str, ...]:
     if not isinstance(value, list):
         raise PetalsError(f"{field} {shown(value)} is not a list of split names")
     return tuple(check_name(split, field) for split in value)
+
+
+# A separator the id is cut at: a few characters (`_`, `-`, `/`), never a pattern (a regular
+# expression from a shared file could take exponential time on an id).
+MAX_SEPARATOR = 8
+
+
+def _grouping(data: dict) -> dict[str, str | None]:
+    """`[data] group_column` or `group_by_id`, at most one, each a string."""
+    column, separator = data.get("group_column"), data.get("group_by_id")
+    if column is not None and separator is not None:
+        raise PetalsError("[data] group_column and group_by_id: name one way the rows are grouped")
+    if column is not None:
+        check_text(column, "[data] group_column")
+    if separator is not None and not (isinstance(separator, str) and 0 < len(separator) <= MAX_SEPARATOR):
+        raise PetalsError(
+            f"[data] group_by_id {shown(separator)} is not a separator of 1 to {MAX_SEPARATOR} characters"
+        )
+    return {"group_column": column, "group_by_id": separator}
 
 
 def competition_file(name: str) -> Path:
@@ -258,4 +286,5 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
             _texts(_table(raw, "augment", "[augment]", {}).get("keeps_label", []), "[augment] keeps_label")
         ),
         file=path,
+        **_grouping(data),
     )

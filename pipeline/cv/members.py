@@ -94,7 +94,7 @@ def shared_folds(groups: list[Group], data_dir: Path, spec) -> np.ndarray:
     from pipeline.data import folds
 
     config = group_config(groups[0])
-    path = folds.table_path(data_dir, config)
+    path = folds.stored_path(data_dir, spec, config)
     table = stored_table(path, config) if path.is_file() else folds.fold_table(data_dir, spec, config)
     if table.digest != groups[0].info.get("fold_table"):
         raise PetalsError(

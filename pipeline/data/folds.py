@@ -24,7 +24,8 @@ from pipeline.core.config import Config
 from pipeline.core.csv_bounds import MAX_LABEL_FIELD, CsvBounds, check_csv
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
-from pipeline.data import targets
+from pipeline.core.paths import shown
+from pipeline.data import groups, targets
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +62,19 @@ class FoldTable:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def check_folds(k: int, labels: np.ndarray, classes: tuple[str, ...]) -> None:
-    """One line when K folds cannot be stratified over these targets: a class with fewer examples
-    than folds (for rows of labels, a label; a rarer combination of labels is dealt as it comes)."""
+def check_folds(
+    k: int, labels: np.ndarray, classes: tuple[str, ...], grouped: np.ndarray | None = None
+) -> None:
+    """One line when K folds cannot be stratified over these targets: fewer groups than folds, a
+    class with fewer examples than folds (for rows of labels, a label; a rarer combination of
+    labels is dealt as it comes)."""
     if k < 2:
         raise PetalsError(f"train.folds={k} (FOLDS={k}): cross-validation needs at least 2 folds")
+    if grouped is not None and len(set(grouped)) < k:
+        raise PetalsError(
+            f"train.folds={k} (FOLDS={k}): the labelled examples form {len(set(grouped))} groups, fewer "
+            "than the folds: each fold holds whole groups"
+        )
     counts = targets.class_counts(labels, len(classes))
     present = np.flatnonzero(counts)
     smallest = present[np.argmin(counts[present])]
@@ -76,16 +85,24 @@ def check_folds(k: int, labels: np.ndarray, classes: tuple[str, ...]) -> None:
         )
 
 
-def deal(ids: np.ndarray, labels: np.ndarray, k: int, seed: int) -> FoldTable:
+def deal(
+    ids: np.ndarray, labels: np.ndarray, k: int, seed: int, grouped: np.ndarray | None = None
+) -> FoldTable:
     """K stratified folds of the examples, sorted by id first so the deal depends on the data
-    only, never on the order files were listed in."""
-    from sklearn.model_selection import StratifiedKFold
+    only, never on the order files were listed in; with `grouped`, each group whole in one fold
+    (scikit-learn's StratifiedGroupKFold: the classes as even as whole groups allow)."""
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 
     order = np.argsort(ids, kind="stable")
     ids, labels = ids[order], labels[order]
     folds = np.zeros(len(ids), np.int64)
-    dealer = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
-    for fold, (_, held) in enumerate(targets.stratified(dealer, labels)):
+    if grouped is None:
+        dealer = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
+        parts = targets.stratified(dealer, labels)
+    else:
+        dealer = StratifiedGroupKFold(n_splits=k, shuffle=True, random_state=seed)
+        parts = targets.stratified(dealer, labels, grouped[order])
+    for fold, (_, held) in enumerate(parts):
         folds[held] = fold
     return FoldTable(ids, labels, folds, k, seed)
 
@@ -96,15 +113,18 @@ def pooled_splits(spec: CompetitionSpec, config: Config) -> list[str]:
     return ["train"] if keep else ["train", "val"]
 
 
-def labelled(root: str, spec: CompetitionSpec, config: Config) -> tuple[np.ndarray, np.ndarray]:
-    """The ids and labels the folds deal: train, and a labelled val split unless
-    `train.folds_keep_val`; an id twice is refused (its out-of-fold row would be ambiguous)."""
+def labelled(
+    root: str, spec: CompetitionSpec, config: Config
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The ids, labels and groups (None where the competition names none) the folds deal: train,
+    and a labelled val split unless `train.folds_keep_val`; an id twice is refused (its out-of-fold
+    row would be ambiguous)."""
     from pipeline.data.readers import reader_for
 
     splits = pooled_splits(spec, config)
     ids, labels = reader_for(spec).pool(root, spec, config, splits).ids_and_labels()
     unique_ids(ids, splits, root)
-    return ids, labels
+    return ids, labels, groups.group_ids(root, spec, splits, ids)
 
 
 def unique_ids(ids: np.ndarray, splits: list[str], root: str) -> None:
@@ -117,9 +137,24 @@ def unique_ids(ids: np.ndarray, splits: list[str], root: str) -> None:
         )
 
 
-def table_path(data_dir: Path, config: Config) -> Path:
+def table_path(data_dir: Path, config: Config, grouping: str = "") -> Path:
+    """Where the table of `train.folds` and `train.fold_seed` is stored; `grouping`, the digest of
+    the groups it keeps whole (`groups.digest`): a table dealt before a group was named, or by
+    another grouping, is another file and is never taken for this one."""
     keep = "-trainonly" if config.train.folds_keep_val else ""
-    return data_dir / FOLDER / f"k{config.train.folds}-seed{config.train.fold_seed}{keep}.csv"
+    grouped = f"-g{grouping}" if grouping else ""
+    return data_dir / FOLDER / f"k{config.train.folds}-seed{config.train.fold_seed}{keep}{grouped}.csv"
+
+
+def stored_path(data_dir: Path, spec: CompetitionSpec, config: Config) -> Path:
+    """Where this data's table is stored: `table_path`, with the digest of its groups where the
+    competition names them (the labelled examples read to know it)."""
+    if not spec.grouped:
+        return table_path(data_dir, config)
+    from pipeline.data.manifest import locate_data
+
+    ids, _, grouped = labelled(locate_data(data_dir), spec, config)
+    return table_path(data_dir, config, groups.digest(ids, grouped))
 
 
 def fold_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> FoldTable:
@@ -128,15 +163,35 @@ def fold_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> FoldTab
     same data (a kernel's, carried in its script); else dealt now. Stored either way."""
     from pipeline.data.manifest import locate_data
 
-    ids, labels = labelled(locate_data(data_dir), spec, config)
+    root = locate_data(data_dir)
+    ids, labels, grouped = labelled(root, spec, config)
     k = config.train.folds
-    check_folds(k, labels, spec.classes)
-    path = table_path(data_dir, config)
+    check_folds(k, labels, spec.classes, grouped)
+    if grouped is None:
+        groups.warn_if_suspected(root, spec, tuple(pooled_splits(spec, config)), ids, labels)
+    path = table_path(data_dir, config, "" if grouped is None else groups.digest(ids, grouped))
     if path.is_file():
-        return _checked(read_table(path, k), ids, labels, path)
-    table = _carried(path, ids, labels, k) or deal(ids, labels, k, config.train.fold_seed)
-    _write(path, table)
+        table = _checked(read_table(path, k), ids, labels, path)
+    else:
+        table = _carried(path, ids, labels, k) or deal(ids, labels, k, config.train.fold_seed, grouped)
+        _write(path, table)
+    _check_grouped(table, ids, grouped, path)
     return table
+
+
+def _check_grouped(table: FoldTable, ids: np.ndarray, grouped: np.ndarray | None, path: Path) -> None:
+    """No group with rows in two folds (a carried or stored table is checked as a dealt one)."""
+    if grouped is None:
+        return
+    by_id = dict(zip(ids.astype(str), grouped, strict=True))
+    fold_of: dict[object, int] = {}
+    for example, fold in zip(table.ids, table.folds, strict=True):
+        group = by_id[str(example)]
+        if fold_of.setdefault(group, fold) != fold:
+            raise PetalsError(
+                f"{path}: group {shown(group)} has examples in folds {fold_of[group]} and {fold}; delete "
+                "the table to deal the folds again"
+            )
 
 
 # ----------------------------------------------------------------------------- carried to a kernel
@@ -159,10 +214,13 @@ def carried_table(data_dir: Path, spec: CompetitionSpec, config: Config) -> tupl
 
     if read_manifest(data_dir) is None:
         return None, f"no data fetched in {data_dir}"
-    path = table_path(data_dir, config)
     try:
+        path = stored_path(data_dir, spec, config)
         fold_table(data_dir, spec, config)  # a stored table is checked against the data here
     except PetalsError as err:
+        if spec.grouped:  # the grouped formats are plain files: no resolution can be missing
+            return None, str(err)
+        path = table_path(data_dir, config)
         if not path.is_file() or "of other data" in str(err):
             return None, str(err)
         # Only the kernel's resolution is missing here: the stored table's ids are the same.
@@ -182,7 +240,9 @@ def receive_table(data_dir: Path, carried: dict) -> Path:
     import re
 
     name = str(carried.get("name", ""))
-    if not re.fullmatch(r"k\d{1,3}-seed\d{1,10}(-trainonly)?\.csv", name):  # a plain file name, no path
+    if not re.fullmatch(
+        r"k\d{1,3}-seed\d{1,10}(-trainonly)?(-g[0-9a-f]{8})?\.csv", name
+    ):  # a plain file name, no path
         raise PetalsError(f"a carried fold table named {name!r}: not a fold table's name")
     packed = str(carried.get("gzip_base64", ""))
     if len(packed) > MAX_CARRIED_BYTES:

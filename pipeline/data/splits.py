@@ -21,7 +21,7 @@ import numpy as np
 from competition import CompetitionSpec
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
-from pipeline.data import folds, targets
+from pipeline.data import folds, groups, targets
 from pipeline.data.folds import FoldTable
 from pipeline.data.readers import Pool, Split, reader_for
 
@@ -41,22 +41,36 @@ def _fold_parts(root: str, spec: CompetitionSpec, config: Config, table: FoldTab
     return pool.part(table.ids[kept], table.labels[kept]), pool.part(table.ids[held], table.labels[held])
 
 
-def held_out(labels: np.ndarray, folds: int, fold: int) -> tuple[np.ndarray, np.ndarray]:
-    """(kept, held out) rows: fold `fold` of `folds` stratified folds of `labels`, the same on every
-    machine, each in the original order."""
-    from sklearn.model_selection import StratifiedKFold
+def held_out(
+    labels: np.ndarray, folds: int, fold: int, grouped: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(kept, held out) rows: fold `fold` of `folds` stratified folds of `labels` (with `grouped`,
+    each group whole on one side), the same on every machine, each in the original order."""
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 
     if not 0 <= fold < folds:
         raise ValueError(f"held_out needs 0 <= fold < folds, got {fold} of {folds}")  # a caller's bug
-    folding = StratifiedKFold(n_splits=folds, shuffle=True, random_state=0)
-    kept, held = targets.stratified(folding, labels)[fold]
+    if grouped is None:
+        folding = StratifiedKFold(n_splits=folds, shuffle=True, random_state=0)
+    elif len(set(grouped)) < folds:
+        raise PetalsError(
+            f"the labelled examples form {len(set(grouped))} groups: a val split of whole groups needs "
+            f"{folds}, one in {folds} held out"
+        )
+    else:
+        folding = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=0)
+    kept, held = targets.stratified(folding, labels, grouped)[fold]
     return np.sort(kept), np.sort(held)
 
 
-def _held_out_val(pool: Pool) -> tuple[Split, Split]:
-    """(kept, held out): fold 0 of `VAL_FOLDS` of the pool, each part in the pool's order."""
+def _held_out_val(pool: Pool, root: str, spec: CompetitionSpec) -> tuple[Split, Split]:
+    """(kept, held out): fold 0 of `VAL_FOLDS` of the pool, each part in the pool's order, each
+    group of the competition's whole on one side."""
     ids, labels = pool.ids_and_labels()
-    kept, held = held_out(labels, VAL_FOLDS, 0)
+    grouped = groups.group_ids(root, spec, ["train"], ids)
+    if grouped is None:
+        groups.warn_if_suspected(root, spec, ("train",), ids, labels)
+    kept, held = held_out(labels, VAL_FOLDS, 0, grouped)
     return pool.part(ids[kept], labels[kept]), pool.part(ids[held], labels[held])
 
 
@@ -78,7 +92,7 @@ def train_and_val(
     if own_val:
         train_part, val_part = (reader.pool(root, spec, config, [name]) for name in ("train", "val"))
         return train_part.whole(), val_part.whole()
-    return _held_out_val(reader.pool(root, spec, config, ["train"]))
+    return _held_out_val(reader.pool(root, spec, config, ["train"]), root, spec)
 
 
 def split_for(

@@ -50,15 +50,16 @@ def strata(labels: np.ndarray) -> np.ndarray:
     return (labels.astype(np.int64) << np.arange(labels.shape[1], dtype=np.int64)).sum(axis=1)
 
 
-def stratified(folding, labels: np.ndarray) -> list:
-    """`folding.split` (a scikit-learn StratifiedKFold) over the targets' strata: (kept, held) row
-    numbers per fold. A class or combination rarer than the folds is dealt as it comes, unwarned:
-    a combination of labels often is (the callers refuse a class rarer than the folds)."""
+def stratified(folding, labels: np.ndarray, groups: np.ndarray | None = None) -> list:
+    """`folding.split` (a scikit-learn StratifiedKFold, or StratifiedGroupKFold with `groups`) over
+    the targets' strata: (kept, held) row numbers per fold. A class or combination rarer than the
+    folds is dealt as it comes, unwarned: a combination of labels often is (the callers refuse a
+    class rarer than the folds)."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "The least populated class", UserWarning)
-        return list(folding.split(np.zeros(len(labels)), strata(labels)))
+        return list(folding.split(np.zeros(len(labels)), strata(labels), groups))
 
 
 def dense_tf(labels, num_classes: int):

@@ -147,6 +147,12 @@ class Format(ABC):
         192, 224, 331 and 512 px); empty where photos of any size are resized as they are read."""
         return ()
 
+    def columns(self, root: Path, spec, split: str) -> tuple[Path, Any] | None:
+        """(the file, its rows as a pandas DataFrame of strings indexed by id) of a split whose
+        examples are rows of a CSV or a table, every column kept (a group's, one petals does not
+        read); None for a format without one (TFRecord shards, a folder of images)."""
+        return None
+
 
 class FileFormat(Format):
     """Plain files, unpacked into the data dir: what it holds per split, how a split is checked and read."""

@@ -82,21 +82,33 @@ class ImageCsv(ImageFiles):
     def folder(self, root: Path, spec, split: str) -> Path:
         return inside(root, layout_of(spec).splits[split].folder, f"[data.image_csv.{split}] folder")
 
+    def _label_rows(self, root: Path, spec, split: str):
+        """(the split's label CSV, its rows as strings)."""
+        import pandas as pd
+
+        own = layout_of(spec).splits[split]
+        path = inside(root, own.labels, f"[data.image_csv.{split}] labels")
+        # its bytes, rows (the split's declared count) and ids bounded before pandas reads it whole
+        check_csv(path, LABEL_CSV.declaring(spec.split_counts.get(split)), id_column=own.id_column)
+        try:
+            return path, pd.read_csv(path, dtype=str, keep_default_na=False)
+        except (OSError, ValueError) as err:
+            raise PetalsError(f"{path}: not a readable CSV ({err})") from None
+
+    def columns(self, root: Path, spec, split: str):
+        own = layout_of(spec).splits[split]
+        if own.labels is None:
+            return None
+        path, rows = self._label_rows(root, spec, split)
+        return path, rows.set_index(own.id_column, drop=False)
+
     def images(self, root: Path, spec, split: str) -> list[tuple[str, Path, str | None]]:
         own = layout_of(spec).splits[split]
         top = self.folder(root, spec, split)
         if own.labels is None:  # the file names are the ids
             listed = (p.relative_to(top).as_posix() for p in top.rglob("*"))
             return [(i, inside(top, i, "image", top), None) for i in listed if (top / i).is_file()]
-        import pandas as pd
-
-        path = inside(root, own.labels, f"[data.image_csv.{split}] labels")
-        # its bytes, rows (the split's declared count) and ids bounded before pandas reads it whole
-        check_csv(path, LABEL_CSV.declaring(spec.split_counts.get(split)), id_column=own.id_column)
-        try:
-            rows = pd.read_csv(path, dtype=str, keep_default_na=False)
-        except (OSError, ValueError) as err:
-            raise PetalsError(f"{path}: not a readable CSV ({err})") from None
+        path, rows = self._label_rows(root, spec, split)
         missing = {own.id_column, own.label_column} - set(rows.columns)
         if missing:
             raise PetalsError(

@@ -83,16 +83,24 @@ class Table(FileFormat):
     def entries(self, spec) -> dict[str, tuple[str, str | None]]:
         return {split: (table.file, table.archive) for split, table in layout_of(spec).splits.items()}
 
-    def _rows(self, root: Path, spec, split: str):
+    def _rows(self, root: Path, spec, split: str, every_column: bool = False):
         from pipeline.formats.tables import read_table
 
         table = layout_of(spec).splits[split]
         return table.layout, read_table(
-            inside(root, table.file, f"[data.table.{split}] file"),
+            self._file(root, spec, split),
             table.layout,
             spec.num_classes if spec.is_labeled(split) else None,
             spec.split_counts.get(split) if spec.is_labeled(split) else None,  # a hidden test set is larger
+            every_column,
         )
+
+    def _file(self, root: Path, spec, split: str) -> Path:
+        return inside(root, layout_of(spec).splits[split].file, f"[data.table.{split}] file")
+
+    def columns(self, root: Path, spec, split: str):
+        layout, rows = self._rows(root, spec, split, every_column=True)
+        return self._file(root, spec, split), rows.set_index(layout.id_column, drop=False)
 
     def verify_split(self, root: Path, spec, split: str) -> tuple[int, list[str]]:
         layout, rows = self._rows(root, spec, split)

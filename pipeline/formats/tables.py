@@ -23,13 +23,18 @@ from pipeline.formats.table_layout import TableLayout
 
 
 def read_table(
-    path: Path, layout: TableLayout, num_classes: int | None = None, declared_rows: int | None = None
+    path: Path,
+    layout: TableLayout,
+    num_classes: int | None = None,
+    declared_rows: int | None = None,
+    every_column: bool = False,
 ) -> pd.DataFrame:
     """The file's rows with string ids and texts (and int labels in [0, num_classes) where the
-    layout has labels). Raises PetalsError naming the file, and the row or value, for a file
-    that does not parse as laid out, a missing column, an empty or repeated id, an empty text,
-    or a label outside the classes; and, before it is read whole, for one past TEXT_TABLE's bytes
-    or a text's length, more rows than `declared_rows` allow, or an id past MAX_ID_BYTES."""
+    layout has labels; `every_column`: the file's other columns too). Raises PetalsError naming
+    the file, and the row or value, for a file that does not parse as laid out, a missing column,
+    an empty or repeated id, an empty text, or a label outside the classes; and, before it is read
+    whole, for one past TEXT_TABLE's bytes or a text's length, more rows than `declared_rows`
+    allow, or an id past MAX_ID_BYTES."""
     if not path.is_file():
         raise PetalsError(f"{path}: no such file")
     bounds = TEXT_TABLE.declaring(declared_rows)
@@ -60,7 +65,7 @@ def read_table(
         _check_texts(path, table[column], column)
     if layout.label_column:
         table[layout.label_column] = _labels(path, table[layout.label_column], num_classes)
-    return table[wanted].reset_index(drop=True)
+    return (table if every_column else table[wanted]).reset_index(drop=True)
 
 
 def _describe(layout: TableLayout) -> str:

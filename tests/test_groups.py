@@ -1,0 +1,229 @@
+"""Groups: one document's passages never on both sides of a held-out part (issue 65).
+
+A user's own table competition (passages, their class, the document each comes from) is fetched
+as a user would, then every held-out part petals makes is checked: the val split it holds out
+when the data has none, each of K folds, the stored fold table. Each check would fail on a split
+that ignored the groups: the same data dealt without them puts most documents on both sides.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from competition import load_spec
+from pipeline import cli
+from pipeline.core.config import Config
+from pipeline.core.errors import PetalsError
+from pipeline.core.overrides import apply_updates
+from pipeline.data import folds, groups, splits
+from pipeline.data.manifest import locate_data
+from pipeline.data.readers import reader_for
+
+DOCUMENTS, PASSAGES, CLASSES = 60, 5, 3
+SPEC = """
+name = "passages"
+title = "Passages grouped by document"
+slugs = ["passages"]
+task = "text_classification"
+metric = "macro_f1"
+
+[data]
+format = "table"
+splits = ["train", "test"]
+labeled_splits = ["train"]
+sample_submission = "sample_submission.csv"
+{grouping}
+
+[data.counts]
+train = {train}
+test = 10
+
+[data.table]
+separator = ","
+id_column = "id"
+text_columns = ["text"]
+label_column = "label"
+
+[data.table.train]
+file = "train.csv"
+
+[data.table.test]
+file = "test.csv"
+
+[submission]
+id_column = "id"
+label_column = "label"
+
+[augment]
+keeps_label = []
+"""
+
+
+def _competition(tmp_path: Path, grouping: str, name: str = "comp") -> tuple[Path, Path]:
+    """A competition folder and a source folder: DOCUMENTS documents of PASSAGES passages each, a
+    document's passages sharing its class (and, with `grouping`, its group)."""
+    folder, source = tmp_path / name, tmp_path / "source"
+    folder.mkdir()
+    (folder / "classes.txt").write_text("".join(f"topic{c}\n" for c in range(CLASSES)))
+    spec = folder / "competition.toml"
+    spec.write_text(SPEC.format(grouping=grouping, train=DOCUMENTS * PASSAGES))
+    if not source.exists():
+        source.mkdir()
+        rows = [
+            f"doc{d}_{p},words of document {d} passage {p} topic {d % CLASSES},{d % CLASSES},doc{d}\n"
+            for d in range(DOCUMENTS)
+            for p in range(PASSAGES)
+        ]
+        (source / "train.csv").write_text("id,text,label,doc\n" + "".join(rows))
+        (source / "test.csv").write_text(
+            "id,text\n" + "".join(f"t{i},a test passage {i}\n" for i in range(10))
+        )
+        (source / "sample_submission.csv").write_text("id,label\n" + "".join(f"t{i},0\n" for i in range(10)))
+    return spec, source
+
+
+def _fetched(tmp_path: Path, grouping: str, name: str = "comp") -> tuple[object, Path]:
+    spec_file, source = _competition(tmp_path, grouping, name)
+    data = tmp_path / f"data-{name}"
+    code = cli.main(["fetch", "--no-progress", "--competition", str(spec_file), "--source", "dir",
+                     "--from", str(source), "--data-dir", str(data)])  # fmt: skip
+    assert code == 0
+    return load_spec(str(spec_file)), data
+
+
+def _config(spec, **train) -> Config:
+    return apply_updates(Config(), {"competition": str(spec.file), "train": train}, "test", {})
+
+
+def _document(ids) -> np.ndarray:
+    return np.array([str(i).rsplit("_", 1)[0] for i in ids])
+
+
+def _shared_documents(kept_ids, held_ids) -> set[str]:
+    return set(_document(kept_ids)) & set(_document(held_ids))
+
+
+@pytest.fixture
+def grouped(tmp_path):
+    return _fetched(tmp_path, 'group_column = "doc"')
+
+
+def test_every_fold_keeps_each_document_whole(grouped):
+    spec, data = grouped
+    config = _config(spec, folds=5)
+    table = folds.fold_table(data, spec, config)
+    for fold in range(5):
+        held, kept = table.ids[table.held_out(fold)], table.ids[table.kept(fold)]
+        assert len(held) and not _shared_documents(kept, held), fold
+    # what each fold's run trains on and is scored on, as the trainer reads them
+    for fold in range(5):
+        train, val = splits.train_and_val(locate_data(data), spec, _config(spec, folds=5, fold=fold), table)
+        assert not _shared_documents(train.examples.ids, val.examples.ids), fold
+    assert folds.stored_path(data, spec, config).name.startswith("k5-seed0-g")
+
+
+def test_the_val_split_held_out_of_train_keeps_each_document_whole(grouped):
+    spec, data = grouped
+    train, val = splits.train_and_val(locate_data(data), spec, _config(spec))
+    assert len(val.examples) >= PASSAGES and len(train.examples) + len(val.examples) == DOCUMENTS * PASSAGES
+    assert not _shared_documents(train.examples.ids, val.examples.ids)
+
+
+def test_the_same_data_dealt_without_its_groups_splits_documents(tmp_path, grouped):
+    """The checks above have teeth: without the group column, folds and val split documents."""
+    spec, data = _fetched(tmp_path, "", name="plain")
+    table = folds.fold_table(data, spec, _config(spec, folds=5))
+    assert _shared_documents(table.ids[table.kept(0)], table.ids[table.held_out(0)])
+    train, val = splits.train_and_val(locate_data(data), spec, _config(spec))
+    assert _shared_documents(train.examples.ids, val.examples.ids)
+
+
+def test_groups_by_the_id_keep_each_document_whole(tmp_path):
+    spec, data = _fetched(tmp_path, 'group_by_id = "_"')
+    table = folds.fold_table(data, spec, _config(spec, folds=4))
+    for fold in range(4):
+        assert not _shared_documents(table.ids[table.kept(fold)], table.ids[table.held_out(fold)])
+    ids = np.array(["doc1_0", "doc1_1", "plain", "a_b_c"])
+    assert groups.group_ids("", spec, ["train"], ids).tolist() == ["doc1", "doc1", "plain", "a_b"]
+
+
+def test_a_table_dealt_before_the_group_was_named_is_not_taken_for_the_grouped_one(tmp_path):
+    spec, data = _fetched(tmp_path, "")
+    plain = folds.fold_table(data, spec, _config(spec, folds=5))
+    assert _shared_documents(plain.ids[plain.kept(0)], plain.ids[plain.held_out(0)])
+    named, _ = _competition(tmp_path, 'group_column = "doc"', name="named")
+    spec = load_spec(str(named))
+    table = folds.fold_table(data, spec, _config(spec, folds=5))  # the same data dir, its group named
+    assert not _shared_documents(table.ids[table.kept(0)], table.ids[table.held_out(0)])
+    assert {p.name for p in (data / folds.FOLDER).iterdir()} == {
+        "k5-seed0.csv",
+        folds.stored_path(data, spec, _config(spec, folds=5)).name,
+    }
+
+
+def test_a_stored_table_that_splits_a_group_is_refused(grouped):
+    spec, data = grouped
+    config = _config(spec, folds=5)
+    table = folds.fold_table(data, spec, config)
+    path = folds.stored_path(data, spec, config)
+    text = path.read_text().splitlines()
+    first, second = text[1].split(","), text[2].split(",")  # doc0_0 and doc0_1: one document
+    assert _document([first[0]]) == _document([second[0]])
+    second[2] = str((int(first[2]) + 1) % 5)
+    path.write_text("\n".join([text[0], text[1], ",".join(second), *text[3:]]) + "\n")
+    with pytest.raises(PetalsError, match=r"group 'doc0' has examples in folds \d and \d; delete the table"):
+        folds.fold_table(data, spec, config)
+    assert len(table) == DOCUMENTS * PASSAGES
+
+
+def test_rows_that_look_grouped_are_said_in_one_line_when_no_group_is_named(tmp_path, caplog):
+    spec, data = _fetched(tmp_path, "")
+    root = locate_data(data)
+    ids, labels = reader_for(spec).pool(root, spec, _config(spec), ["train"]).ids_and_labels()
+    line = groups.suspected(root, spec, ["train"], ids, labels)
+    assert line.startswith("the labelled rows look grouped: column 'doc' holds 60 values over 300 rows")
+    assert "[data] group_column = 'doc'" in line
+    groups._said.cache_clear()
+    with caplog.at_level(logging.WARNING, logger="pipeline.data.groups"):
+        splits.train_and_val(root, spec, _config(spec))
+    assert [r.getMessage() for r in caplog.records] == [line]
+
+
+def test_exact_repeats_of_a_text_are_said_too(tmp_path):
+    spec, data = _fetched(tmp_path, "")
+    root = locate_data(data)
+    table = root_table = Path(root) / "train.csv"
+    rows = table.read_text().splitlines()
+    body = [
+        ",".join([r.split(",")[0], "the same words", *r.split(",")[2:3], f"x{i}"])
+        for i, r in enumerate(rows[1:])
+    ]
+    root_table.write_text("id,text,label,doc\n" + "\n".join(body) + "\n")
+    ids, labels = reader_for(spec).pool(root, spec, _config(spec), ["train"]).ids_and_labels()
+    line = groups.suspected(root, spec, ["train"], ids, labels)
+    assert line.startswith("the labelled rows look grouped: 300 of 300 texts repeat another's exactly")
+
+
+@pytest.mark.parametrize(
+    ("grouping", "said"),
+    [
+        ('group_column = "doc"\ngroup_by_id = "_"', "name one way the rows are grouped"),
+        ('group_by_id = "__________"', "group_by_id '__________' is not a separator of 1 to 8 characters"),
+        ("group_column = {a = 1}", "[data] group_column \"{'a': 1}\" is not a string"),
+    ],
+)
+def test_a_grouping_petals_cannot_use_is_one_line(tmp_path, grouping, said):
+    spec_file, _ = _competition(tmp_path, grouping)
+    with pytest.raises(PetalsError) as refused:
+        load_spec(str(spec_file))
+    assert said in str(refused.value)
+
+
+def test_a_group_column_the_csv_lacks_is_one_line(tmp_path):
+    spec, data = _fetched(tmp_path, 'group_column = "patient"')
+    with pytest.raises(PetalsError, match=r"train.csv: no column 'patient' \(\[data\] group_column\)"):
+        folds.fold_table(data, spec, _config(spec, folds=5))
