@@ -227,3 +227,36 @@ def test_a_group_column_the_csv_lacks_is_one_line(tmp_path):
     spec, data = _fetched(tmp_path, 'group_column = "patient"')
     with pytest.raises(PetalsError, match=r"train.csv: no column 'patient' \(\[data\] group_column\)"):
         folds.fold_table(data, spec, _config(spec, folds=5))
+
+
+# ----------------------------------------------------------------------------- what a score is worth
+
+
+def test_a_scores_interval_holds_it_and_widens_when_rows_of_a_group_move_together():
+    """Passages of one document are right or wrong together: drawing whole documents gives the
+    honest spread, wider than drawing rows as if each were independent."""
+    from competition.metric import get_metric
+
+    rng = np.random.default_rng(0)
+    documents = np.repeat(np.arange(60), 10)
+    labels = documents % CLASSES
+    right = rng.random(60) < 0.7  # a document's passages are all right, or all wrong
+    predicted = np.where(right[documents], labels, (labels + 1) % CLASSES)
+    probabilities = np.eye(CLASSES)[predicted]
+    metric = get_metric("macro_f1")
+    score = metric.score(labels, probabilities)
+    rows = metric.interval(labels, probabilities)
+    whole = metric.interval(labels, probabilities, documents.astype(str))
+    assert rows[0] < score < rows[1] and whole[0] < score < whole[1]
+    assert whole[1] - whole[0] > 2 * (rows[1] - rows[0])  # ten rows a document: about sqrt(10) wider
+    assert metric.interval(labels, probabilities) == rows  # the same draws for the same predictions
+    assert get_metric("mean_f1").interval(np.eye(3)[labels], probabilities) is None  # a task's thresholds
+
+
+def test_what_a_score_is_worth_reads_in_the_summary():
+    from pipeline.runs.report import worth
+
+    assert worth({"images": 2797, "interval": [0.9512, 0.9655]}) == "on 2,797 rows (95% interval 0.951-0.966)"
+    grouped = {"images": 300, "groups": 60, "interval": [0.5, 0.7]}
+    assert worth(grouped) == "on 300 rows of 60 groups (95% interval 0.500-0.700)"
+    assert worth({"images": 10, "interval": None}) == "on 10 rows"

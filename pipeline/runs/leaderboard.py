@@ -182,8 +182,9 @@ SHOWN_CELL = 60  # characters of a cell the printed board shows
 # the competition's metric, so one ranking holds them, but they are not equally trustworthy.
 SINGLE_SPLIT = "single split"
 FOOTER = (
-    "{metric}: CV rows are scored on out-of-fold predictions of every labelled example (± the folds' "
-    "standard deviation); single-split scores come from one val split and flatter the recipes tuned on it."
+    "{metric}: CV rows, ranked first, are scored on out-of-fold predictions of every labelled example "
+    "(± the folds' standard deviation); single-split scores come from one val split and flatter the "
+    "recipes tuned on it."
 )
 
 
@@ -231,13 +232,18 @@ def _shown_score(score: float, spread: float) -> str:
 
 
 def ranked(table: pd.DataFrame, competition: str = DEFAULT_COMPETITION) -> pd.DataFrame:
-    """The table as printed: one ranking by the competition's metric (CV score where there is one,
-    else val), best first, the metric's column showing the folds' spread beside a CV score, and
-    `judged` saying which of the two each row's score is."""
+    """The table as printed: rows judged by CV first (a CV group, its refit, a blend judged out of
+    fold), then single-split rows, then those not scored, each best first by the competition's
+    metric; the metric's column showing the folds' spread beside a CV score, and `judged` saying
+    how each row's score was judged. A val split of a few hundred rows can flatter a recipe by
+    more than the gap between two recipes: a CV score of every labelled row outranks it."""
     column, metric = score_column(competition)
     table = table.reset_index(drop=True)
     score, spread = board_score(table, column), _numbers(table, "cv_spread")
-    order = score.sort_values(ascending=not metric.greater_is_better, na_position="last", kind="stable")
+    tiers = pd.DataFrame({"tier": _numbers(table, "cv_score").isna().astype(int), "score": score})
+    order = tiers.sort_values(
+        ["tier", "score"], ascending=[True, not metric.greater_is_better], na_position="last", kind="stable"
+    )
     shown = table.reindex(columns=list(dict.fromkeys([*COLUMNS, *table.columns]))).loc[order.index]
     shown = shown.assign(
         judged=judged(table, column)[order.index],

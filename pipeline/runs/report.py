@@ -53,6 +53,9 @@ def closing_summary(
         else:
             score = pd.to_numeric(row[column], errors="coerce")
             scored = f"val {metric.title} {'not scored' if pd.isna(score) else f'{score:.4f}'}"
+            evaluation = _evaluation(provenance.get("run_dir"))
+            if evaluation and not pd.isna(score):
+                scored += f" {worth(evaluation)}"
         lines.append(f"  scored   {scored}, rank {rank} of {len(table)} on the offline leaderboard")
     lines.append(f"  run      {provenance.get('run_dir', entry)}")
     sent, unsent = ("submitted", "NOT SUBMITTED") if code else ("uploaded", "NOT UPLOADED")
@@ -71,6 +74,29 @@ def closing_summary(
         step = f"Kaggle credentials, then `make submit{picked}`; `make leaderboard{picked}` ranks every run"
     lines.append(f"  next     {step}")
     return "\n".join(lines)
+
+
+def worth(evaluation: dict) -> str:
+    """What a val score is worth, in words: `on 2,797 rows (95% interval 0.951-0.966)`."""
+    rows = f"on {evaluation['images']:,} rows"
+    if evaluation.get("groups"):
+        rows += f" of {evaluation['groups']:,} groups"
+    interval = evaluation.get("interval")
+    return rows + (f" (95% interval {interval[0]:.3f}-{interval[1]:.3f})" if interval else "")
+
+
+def _evaluation(run_dir) -> dict | None:
+    """The run's evaluation (metrics.json), where its folder is known and holds one."""
+    from pipeline.core.errors import PetalsError
+    from pipeline.core.rundir import RunDir
+
+    if not run_dir:
+        return None
+    try:
+        found = RunDir(Path(run_dir)).metrics().get("evaluation")
+    except PetalsError:
+        return None
+    return found if isinstance(found, dict) and "images" in found else None
 
 
 def _whole(value) -> str:

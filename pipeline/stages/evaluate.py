@@ -66,11 +66,17 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
     spec = load_spec(config.competition)
     val = predict_split(run, data_dir, "val", tta, platform)
     found = task_of(spec).evaluate(val.labels, val.probabilities, spec)
+    grouped = held_out_groups(data_dir, spec, val.ids)
+    interval = spec.metric.interval(val.labels, val.probabilities, grouped)
     evaluation = {
         "metric": spec.metric.name,
         spec.score_key: found.score,  # what the submission decides (a multi-label run: thresholded)
         "val_accuracy": found.fields["val_accuracy"],
         "images": len(val.labels),
+        # What the score is worth: the groups held out (where the competition names them) and a
+        # 95% bootstrap interval over the held-out rows (whole groups drawn).
+        "groups": None if grouped is None else len(set(grouped)),
+        "interval": None if interval is None else [round(v, 5) for v in interval],
         "tta": tta,
         "evaluated_at": leaderboard.now(),
         **{name: value for name, value in found.fields.items() if name != "val_accuracy"},
@@ -94,15 +100,26 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
     return evaluation
 
 
+def held_out_groups(data_dir: Path, spec, ids):
+    """The group of each held-out example (its labelled splits read), None where none is named."""
+    if not spec.grouped:
+        return None
+    from pipeline.data.groups import group_ids
+    from pipeline.data.manifest import locate_data
+
+    return group_ids(locate_data(data_dir), spec, list(spec.labeled_splits), ids)
+
+
 def summary_text(name: str, evaluation: dict, task) -> str:
     """A few lines for the terminal: the scores, then what the task says of them (for one class an
     example: the weakest classes, the top confusions)."""
     from competition.metric import get_metric
+    from pipeline.runs import report
 
     metric = get_metric(evaluation.get("metric", "macro_f1"))
     accuracy = "" if metric.name == "accuracy" else f", accuracy {evaluation['val_accuracy']:.4f}"
     first = (
         f"{name}: val {metric.title} {evaluation[f'val_{metric.name}']:.4f}{accuracy} "
-        f"on {evaluation['images']} examples (TTA {evaluation['tta']})"
+        f"{report.worth(evaluation)}, TTA {evaluation['tta']}"
     )
     return "\n".join([first, *task.summary_lines(evaluation)])
