@@ -54,7 +54,8 @@ def cats(tmp_path_factory):
 
 def test_folds_pool_train_and_val_are_disjoint_cover_every_example_once_and_are_stratified(data_dir, spec):
     table = splits.fold_table(data_dir, spec, fold_config())
-    ids, _ = folds.labelled(locate_data(data_dir), spec, fold_config())
+    ids, _, grouped = folds.labelled(locate_data(data_dir), spec, fold_config())
+    assert grouped is None  # flowers name no group
     assert len(table) == len(ids) == 232  # train 128 + val 104: the labelled val is pooled
     assert table.ids.tolist() == sorted(ids.tolist())  # id order
     held = [set(table.ids[table.held_out(k)]) for k in range(2)]
@@ -108,7 +109,7 @@ def test_impossible_fold_counts_are_refused_in_one_line(data_dir, spec):
 
 def test_keeping_the_competitions_val_deals_train_only(data_dir, spec):
     config = fold_config(2, 0, "train.folds_keep_val=true")
-    ids, _ = folds.labelled(locate_data(data_dir), spec, config)
+    ids, _, _ = folds.labelled(locate_data(data_dir), spec, config)
     assert len(ids) == 128  # train alone: the 104 val images stay out of every fold
     assert folds.table_path(data_dir, config).name == "k2-seed0-trainonly.csv"
 
