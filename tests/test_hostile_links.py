@@ -298,8 +298,8 @@ def _deep_json(path: Path) -> None:
 
 
 def _huge_json(path: Path) -> None:
-    with open(path, "wb") as f:
-        f.truncate(2**30)  # sparse: a GiB of a downloaded output, refused by its size
+    with open(path, "wb") as f:  # sparse, and just past the bound: the case's snapshot hashes it
+        f.truncate(17 * 2**20)
 
 
 def _linked_json(path: Path) -> None:
@@ -310,7 +310,7 @@ def _linked_json(path: Path) -> None:
     ("make", "given", "said"),
     [
         (_deep_json, "metrics.json nested 10,000 deep", "metrics.json: nested deeper than 32 levels"),
-        (_huge_json, "metrics.json of 1 GiB (sparse)", "run file 'metrics.json' is larger than 16777216"),
+        (_huge_json, "metrics.json of 17 MiB (sparse)", "run file 'metrics.json' is larger than 16777216"),
         (_linked_json, "metrics.json a link to ~/private.json", "run file 'metrics.json' leaves"),
     ],
     ids=["deep", "huge", "link"],
