@@ -260,3 +260,29 @@ def test_what_a_score_is_worth_reads_in_the_summary():
     grouped = {"images": 300, "groups": 60, "interval": [0.5, 0.7]}
     assert worth(grouped) == "on 300 rows of 60 groups (95% interval 0.500-0.700)"
     assert worth({"images": 10, "interval": None}) == "on 10 rows"
+
+
+def test_the_main_jobs_summary_and_the_cv_line_say_what_a_score_is_worth(tmp_path):
+    import json
+
+    from pipeline.cv.experiment import summary_line
+    from pipeline.runs import leaderboard
+    from pipeline.runs.report import closing_summary
+
+    run = tmp_path / "runs" / "cpu-run"
+    run.mkdir(parents=True)
+    evaluation = {"images": 2797, "groups": None, "interval": [0.9512, 0.9655]}
+    (run / "metrics.json").write_text(json.dumps({"evaluation": evaluation}))
+    leaderboard.update(tmp_path / leaderboard.BOARD, "cpu-run", kind="run", val_macro_f1=0.958)
+    provenance = {"entry": "cpu-run", "run_dir": str(run)}
+    lines = closing_summary(tmp_path, "flowers", provenance, tmp_path / "s.csv", 3, None, False).splitlines()
+    assert lines[3] == (
+        "  scored   val macro-F1 0.9580 on 2,797 rows (95% interval 0.951-0.966), rank 1 of 1 on the "
+        "offline leaderboard"
+    )
+    spec = load_spec("flowers")
+    metrics = {"cv_score": 0.9, "examples": 300, "groups": 60, "interval": [0.85, 0.94], "fold_scores": [0.9],
+               "fold_mean": 0.9, "fold_std": 0.0, "cv_epoch": 3}  # fmt: skip
+    assert summary_line("cv5-x", spec, metrics).startswith(
+        "cv5-x: CV macro-F1 0.9000 on 300 out-of-fold examples of 60 groups (95% interval 0.850-0.940); "
+    )

@@ -133,6 +133,7 @@ def _group_metrics(found: Setup, opts: CVOptions, runs: dict, oof) -> dict:
     """The group's metrics.json: the out-of-fold scores, each fold's, and the epoch CV chose."""
 
     from pipeline.cv.group import KIND, cv_epoch, last_scores, score_at_epoch, scores
+    from pipeline.data.groups import held_out_groups
     from pipeline.tasks.competitions import task_of
 
     spec, key = found.spec, found.spec.score_key
@@ -141,6 +142,8 @@ def _group_metrics(found: Setup, opts: CVOptions, runs: dict, oof) -> dict:
     # which is the CV score, as a run's evaluation is its board score.
     evaluation = task_of(spec).evaluate(found.table.labels, oof.probabilities, spec)
     judged = {**scores(spec, found.table, oof), "cv_score": evaluation.score}
+    grouped = held_out_groups(opts.data_dir, spec, found.table.ids)
+    interval = spec.metric.interval(found.table.labels, oof.probabilities, grouped)
     evaluated = evaluation.fields
     histories = [run.read_history() for run in runs.values()]
     fold_metrics = [run.metrics() for run in runs.values()]
@@ -155,6 +158,9 @@ def _group_metrics(found: Setup, opts: CVOptions, runs: dict, oof) -> dict:
         "fold_seed": found.config.train.fold_seed,
         "fold_table": found.table.digest,
         "examples": len(found.table),
+        # what the CV score is worth: its rows' groups, and a 95% bootstrap interval (whole groups)
+        "groups": None if grouped is None else len(set(grouped)),
+        "interval": None if interval is None else [round(v, 5) for v in interval],
         "tta": opts.tta,
         "cv_epoch": chosen,
         "fold_mean_at_cv_epoch": score_at_epoch(histories, key, chosen),
@@ -209,9 +215,12 @@ def summary_line(name: str, spec, metrics: dict) -> str:
         if at_half is not None
         else ""
     )
+    groups = f" of {metrics['groups']:,} groups" if metrics.get("groups") else ""
+    interval = metrics.get("interval")
+    interval = f" (95% interval {interval[0]:.3f}-{interval[1]:.3f})" if interval else ""
     return (
-        f"{name}: CV {spec.metric.title} {metrics['cv_score']:.4f} on {metrics['examples']} out-of-fold "
-        f"examples{thresholded}; folds {folds} (mean {metrics['fold_mean']:.4f} +- "
+        f"{name}: CV {spec.metric.title} {metrics['cv_score']:.4f} on {metrics['examples']:,} out-of-fold "
+        f"examples{groups}{interval}{thresholded}; folds {folds} (mean {metrics['fold_mean']:.4f} +- "
         f"{metrics['fold_std']:.4f}); CV's epoch {metrics['cv_epoch']} (the folds' mean there {at}{end})"
     )
 

@@ -55,6 +55,16 @@ def group_ids(root: str, spec: CompetitionSpec, splits: Sequence[str], ids: np.n
     return np.array([found[str(i)] for i in ids], dtype=object)
 
 
+def held_out_groups(data_dir: Path, spec: CompetitionSpec, ids: np.ndarray) -> np.ndarray | None:
+    """The group of each held-out example of a fetched data dir (its labelled splits read: a val
+    split or out-of-fold rows), None where the competition names none."""
+    if not spec.grouped:
+        return None
+    from pipeline.data.manifest import locate_data
+
+    return group_ids(locate_data(data_dir), spec, list(spec.labeled_splits), ids)
+
+
 def _column(root: str, spec: CompetitionSpec, split: str, column: str) -> dict[str, str]:
     read = format_of(spec).columns(Path(root), spec, split)
     if read is None:

@@ -50,6 +50,9 @@ def closing_summary(
         if judged and judged != leaderboard.SINGLE_SPLIT:  # its CV score (± the folds' spread), not val
             shown = table.loc[table["entry"] == entry, metric.name].iloc[0]
             scored = f"{metric.title} {shown} by {judged}"
+            evaluation = _evaluation(provenance.get("run_dir"))
+            if evaluation and row["kind"] == "cv":
+                scored += f" {worth(evaluation)}"
         else:
             score = pd.to_numeric(row[column], errors="coerce")
             scored = f"val {metric.title} {'not scored' if pd.isna(score) else f'{score:.4f}'}"
@@ -86,16 +89,20 @@ def worth(evaluation: dict) -> str:
 
 
 def _evaluation(run_dir) -> dict | None:
-    """The run's evaluation (metrics.json), where its folder is known and holds one."""
+    """What the run's score is worth (its rows, groups and interval: a run's evaluation, a CV
+    group's out-of-fold rows), where its folder is known and says."""
     from pipeline.core.errors import PetalsError
     from pipeline.core.rundir import RunDir
 
     if not run_dir:
         return None
     try:
-        found = RunDir(Path(run_dir)).metrics().get("evaluation")
+        metrics = RunDir(Path(run_dir)).metrics()
     except PetalsError:
         return None
+    if "examples" in metrics:  # a CV group: its out-of-fold rows
+        return {"images": metrics["examples"], **{k: metrics.get(k) for k in ("groups", "interval")}}
+    found = metrics.get("evaluation")
     return found if isinstance(found, dict) and "images" in found else None
 
 

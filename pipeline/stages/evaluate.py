@@ -54,6 +54,7 @@ def evaluate_run(opts: ScoreOptions) -> dict:
 def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: Path) -> dict:
     """Score the run on its val split, write the report files, record it; return the evaluation."""
     from competition import load_spec
+    from pipeline.data.groups import held_out_groups
     from pipeline.modeling.inference import predict_split
     from pipeline.runs import leaderboard
     from pipeline.tasks.competitions import task_of
@@ -98,16 +99,6 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
         tta=tta,
     )
     return evaluation
-
-
-def held_out_groups(data_dir: Path, spec, ids):
-    """The group of each held-out example (its labelled splits read), None where none is named."""
-    if not spec.grouped:
-        return None
-    from pipeline.data.groups import group_ids
-    from pipeline.data.manifest import locate_data
-
-    return group_ids(locate_data(data_dir), spec, list(spec.labeled_splits), ids)
 
 
 def summary_text(name: str, evaluation: dict, task) -> str:
