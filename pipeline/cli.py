@@ -153,9 +153,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+LOG_LINE = 2000  # characters of a logged line shown
+
+
+class _Shown(logging.Formatter):
+    """A logged line as a terminal may receive it: what a message quotes from a file or a server (a
+    file name, a class name, Kaggle's words) cannot move the cursor, retitle the terminal or reverse
+    the text: control characters and bidi overrides escaped (`foreign.text`), each line cut."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return "\n".join(text(line, LOG_LINE) for line in super().format(record).split("\n"))
+
+
 def set_up_logging(quiet: bool = False) -> None:
     """petals' own lines, bare, from INFO (WARNING with --quiet); once per process."""
-    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, format="%(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_Shown("%(message)s"))
+    logging.basicConfig(level=logging.WARNING if quiet else logging.INFO, handlers=[handler])
     # TensorFlow's INFO lines are not petals' (a multi-worker strategy logs every collective).
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
 

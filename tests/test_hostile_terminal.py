@@ -414,3 +414,17 @@ def test_class_names_in_the_per_class_tables_cannot_start_a_formula(tmp_path):
     assert {row["true"] for row in confusions} == {"'=cmd|' /C calc'!A0", "\x1b[31mdog"}
     lines = "\n".join(single_label_report.summary_lines(result.fields))
     assert not _raw_in(lines) and "\\x1b[31mdog" in lines and "=cmd|' /C calc'!A0" in lines
+
+
+def test_a_logged_line_quoting_a_foreign_value_reaches_the_terminal_escaped():
+    """A log line names files and Kaggle's words: its escapes are shown, not acted on."""
+    import logging
+
+    from pipeline.cli import _Shown
+
+    record = logging.LogRecord(
+        "pipeline", logging.INFO, __file__, 1, "fetch: %s", ("\x1b]0;pwned\x07\u202eevil",), None
+    )
+    line = _Shown("%(message)s").format(record)
+    assert line == "fetch: \\x1b]0;pwned\\x07\\u202eevil"
+    assert not any(c in line for c in RAW)
