@@ -133,7 +133,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR)
 
-.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-lite-parity bench-hosts fault-table security-table clean clean-data always
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -388,6 +388,9 @@ fault-table: $(STAMP) ## run the fault-injection suite (5 random kill moments pe
 
 security-table: $(STAMP) ## run the hostile-input suite (tests/test_hostile*.py) and write its table into docs/SECURITY.md
 	$(PY) benchmarks/security_table.py
+
+bench-bounds: $(DATA)/manifest.json ## what the checks on untrusted input cost (TFRecord headers, the CSV pass) and a score's 95% interval, against the work they guard
+	$(PY) benchmarks/bench_bounds.py --data-dir $(call q,DATA)
 
 # The reference needs torch, which the project's .venv never carries: the benchmark makes its own
 # virtualenv, .venv-parity/, once (its docstring says how and why).
