@@ -259,3 +259,61 @@ def test_a_kernel_on_a_keras_hub_family_attaches_its_preset(capsys, tmp_path):
         meta = json.loads((folder / "kernel-metadata.json").read_text())
         assert meta["model_sources"] == [handle]
         assert f"kernel: attaches the Kaggle model {handle}" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # the train stage on the tiny flowers, about 10 s
+def test_the_train_stage_fine_tunes_a_keras_hub_family_and_inference_rebuilds_it_from_the_run(
+    presets, cpu, tiny_data_dir, tmp_path
+):
+    from pipeline.modeling.inference import load_inference_model
+    from pipeline.stages import train
+    from tests.conftest import TINY
+
+    overrides = [
+        *TINY,
+        "model.backbone=dinov2",
+        f"model.weights={presets['dinov2']}",
+        "train.frozen_epochs=1",
+    ]
+    job = train.prepare(load_config(overrides=overrides), cpu, tiny_data_dir, tmp_path, None, None)
+    metrics = train.fit(job, verbose=0)
+    assert np.isfinite(metrics["val_macro_f1"])
+    moved = presets["dinov2"].rename(presets["dinov2"].with_name("moved"))  # the preset is gone
+    try:
+        net = load_inference_model(job.run_dir, weights="best")
+        probabilities = np.asarray(net(_pixels().astype("float32")))
+    finally:
+        moved.rename(presets["dinov2"])
+    assert probabilities.shape == (2, 104) and np.isfinite(probabilities).all()
+
+
+@pytest.mark.heavy  # a JAX process compiling a transformer, about 25 s
+def test_a_keras_hub_family_trains_on_jax_and_its_run_predicts_on_tensorflow(
+    presets, tiny_data_dir, tmp_path
+):
+    import subprocess
+    import sys
+
+    from pipeline.modeling.inference import load_inference_model
+    from tests.conftest import REPO, TINY
+
+    overrides = [*TINY, "model.backbone=swin", f"model.weights={presets['swin']}", "train.epochs=1"]
+    sets = [a for o in overrides for a in ("--set", o)]
+    folders = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "pipeline",
+        "train",
+        "--backend",
+        "jax",
+        *folders,
+        "--recipe",
+        "default",
+        *sets,
+    ]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    net = load_inference_model(run_dir, weights="best")  # pytest's Keras: TensorFlow
+    assert np.asarray(net(_pixels().astype("float32"))).shape == (2, 104)
