@@ -261,29 +261,33 @@ def test_a_kernel_on_a_keras_hub_family_attaches_its_preset(capsys, tmp_path):
         assert f"kernel: attaches the Kaggle model {handle}" in capsys.readouterr().out
 
 
-@pytest.mark.slow  # the train stage on the tiny flowers, about 10 s
+@pytest.mark.slow  # the train stage on the tiny flowers, about 10 s each
+@pytest.mark.parametrize(
+    ("name", "policy"),
+    [
+        ("hgnetv2", ["train.frozen_epochs=1", "train.unfrozen_layers=1"]),  # warm-up, then its last stage
+        # A probe: the head alone on DINOv2's cached features (`features.cut`).
+        ("dinov2", ["train.feature_cache=true", "train.frozen_epochs=2", "train.feature_views=2",
+                    "train.steps_per_epoch=0"]),
+    ],
+)  # fmt: skip
 def test_the_train_stage_fine_tunes_a_keras_hub_family_and_inference_rebuilds_it_from_the_run(
-    presets, cpu, tiny_data_dir, tmp_path
+    name, policy, presets, cpu, tiny_data_dir, tmp_path
 ):
     from pipeline.modeling.inference import load_inference_model
     from pipeline.stages import train
     from tests.conftest import TINY
 
-    overrides = [
-        *TINY,
-        "model.backbone=dinov2",
-        f"model.weights={presets['dinov2']}",
-        "train.frozen_epochs=1",
-    ]
+    overrides = [*TINY, f"model.backbone={name}", f"model.weights={presets[name]}", *policy]
     job = train.prepare(load_config(overrides=overrides), cpu, tiny_data_dir, tmp_path, None, None)
     metrics = train.fit(job, verbose=0)
     assert np.isfinite(metrics["val_macro_f1"])
-    moved = presets["dinov2"].rename(presets["dinov2"].with_name("moved"))  # the preset is gone
+    moved = presets[name].rename(presets[name].with_name("moved"))  # inference needs no preset
     try:
         net = load_inference_model(job.run_dir, weights="best")
         probabilities = np.asarray(net(_pixels().astype("float32")))
     finally:
-        moved.rename(presets["dinov2"])
+        moved.rename(presets[name])
     assert probabilities.shape == (2, 104) and np.isfinite(probabilities).all()
 
 

@@ -193,8 +193,11 @@ def converter_layers(converter, size: int, backbone) -> list[layers.Layer]:
 
 
 def _body(entry: HubBackbone, backbone, size: int):
-    """The part a frozen warm-up freezes, as one layer: the backbone, or a two-tower family's vision
-    tower with its pooling and projection (its text tower is left out)."""
+    """The part a frozen warm-up freezes, as one layer with one output (what the feature cache cuts):
+    the backbone, or a two-tower family's vision tower with its pooling and projection (its text
+    tower is left out)."""
+    if isinstance(backbone.output, dict):  # HGNetV2: a feature map a stage; its task pools the last
+        return keras.Model(backbone.input, backbone.output[backbone.stage_names[-1]])
     if entry.pooling != "embedding":
         return backbone
     side = fixed_size(backbone) or size
@@ -204,8 +207,6 @@ def _body(entry: HubBackbone, backbone, size: int):
 
 def pooled(entry: HubBackbone, body, features):
     """One vector an image, as the family's own task pools (`POOLING`)."""
-    if isinstance(features, dict):  # HGNetV2: a feature map a stage; its task pools the last
-        features = features[body.stage_names[-1]]
     if entry.pooling == "avg":
         return layers.GlobalAveragePooling2D(name="pool")(features)
     if entry.pooling == "token":
