@@ -321,3 +321,20 @@ def test_a_keras_hub_family_trains_on_jax_and_its_run_predicts_on_tensorflow(
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     net = load_inference_model(run_dir, weights="best")  # pytest's Keras: TensorFlow
     assert np.asarray(net(_pixels().astype("float32"))).shape == (2, 104)
+
+
+@pytest.mark.parametrize(
+    ("competition", "recipe", "session", "handle"),
+    [
+        ("flowers", "swin", "tpu", "keras/swin-transformer/keras/swin_base_patch4_window12_384/1"),
+        ("flowers", "dinov2-probe", "gpu", "keras/dinov2/keras/dinov2_base/1"),
+        ("watson", "xlm-roberta", "gpu", "keras/xlm_roberta/keras/xlm_roberta_base_multi/3"),
+        ("imdb", "deberta-v3", "gpu", "keras/deberta_v3/keras/deberta_v3_base_en/3"),
+    ],
+)
+def test_the_shipped_recipes_on_keras_hub_families_attach_their_presets_and_pass_the_kernel_checks(
+    competition, recipe, session, handle
+):
+    config = load_config(recipe, [f"competition={competition}"])
+    assert preset_model(config) == handle
+    check_recipe(config, load_spec(competition), session, internet=False, datasets=[handle])
