@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -53,10 +53,10 @@ class HubBackbone(Network):
     native_size: int  # the resolution its smallest main preset was trained at
     pooling: str  # a key of POOLING
     backends: tuple[str, ...] = ("tensorflow", "jax")
-    weights: tuple[str, ...] = field(default=())
 
-    def __post_init__(self):
-        object.__setattr__(self, "weights", (PRESET_WEIGHTS, *self.handles))
+    @property
+    def weights(self) -> tuple[str, ...]:
+        return (PRESET_WEIGHTS, *self.handles)
 
     def packages(self, weights: str) -> dict[str, list[str]]:
         from pipeline.networks import bert
@@ -128,11 +128,12 @@ def _holds_preset(family: str):
     def holds(folder: Path) -> bool:
         config = folder / "config.json"
         try:
-            return config.is_file() and f"{family}Backbone" in json.loads(config.read_text()).get(
-                "registered_name", ""
-            )
+            described = json.loads(config.read_text()) if config.is_file() else {}
         except (OSError, ValueError):
             return False
+        return (
+            isinstance(described, dict) and described.get("registered_name") == f"keras_hub>{family}Backbone"
+        )
 
     return holds
 
@@ -196,13 +197,13 @@ def _body(entry: HubBackbone, backbone, size: int):
     """The part a frozen warm-up freezes, as one layer with one output (what the feature cache cuts):
     the backbone, or a two-tower family's vision tower with its pooling and projection (its text
     tower is left out)."""
+    if entry.pooling == "embedding":
+        side = fixed_size(backbone) or size
+        images = keras.Input(shape=(side, side, 3), name="images")
+        return keras.Model(images, backbone.get_vision_embeddings(images))
     if isinstance(backbone.output, dict):  # HGNetV2: a feature map a stage; its task pools the last
         return keras.Model(backbone.input, backbone.output[backbone.stage_names[-1]])
-    if entry.pooling != "embedding":
-        return backbone
-    side = fixed_size(backbone) or size
-    images = keras.Input(shape=(side, side, 3), name="images")
-    return keras.Model(images, backbone.get_vision_embeddings(images))
+    return backbone
 
 
 def pooled(entry: HubBackbone, body, features):
