@@ -66,7 +66,8 @@ def _pixels(size=SIZE, n=2):
 
 
 def _one_step_then_predict(net, x, y):
-    net.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy(True))
+    # networks.build puts the task's softmax on: probabilities, not logits.
+    net.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy())
     history = net.fit(x, y, batch_size=2, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
     return np.asarray(net.predict(x, verbose=0))

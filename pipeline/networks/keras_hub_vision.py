@@ -248,7 +248,9 @@ def classifier(
     configs = {part: keras.saving.serialize_keras_object(obj) for part, obj in parts.items()}
     body.name = "backbone"  # one nested layer: freezing it is one switch
     body.preset_configs = configs  # what `keep_architecture` writes
-    features = layers.Dropout(dropout, name="head_dropout")(pooled(entry, body, body(x)))
+    named = body.input if isinstance(body.input, dict) else None  # DINO's backbones take {name: pixels}
+    features = body({next(iter(named)): x} if named else x)
+    features = layers.Dropout(dropout, name="head_dropout")(pooled(entry, body, features))
     logits = layers.Dense(num_classes, name="logits")(features)
     return keras.Model(inputs, logits, name=f"{entry.name}-{size}")
 
