@@ -339,3 +339,15 @@ def test_the_shipped_recipes_on_keras_hub_families_attach_their_presets_and_pass
     config = load_config(recipe, [f"competition={competition}"])
     assert preset_model(config) == handle
     check_recipe(config, load_spec(competition), session, internet=False, datasets=[handle])
+
+
+def test_each_family_says_what_unfrozen_layers_unfreezes_and_it_does(presets):
+    from pipeline.modeling.classifier import set_backbone_trainable
+
+    assert all(entry.unfreeze for entry in keras_hub_vision.BACKBONES.values())
+    config = load_config(overrides=[f"data.image_size={SIZE}"])
+    for name, last in (("vit", "ViTEncoder"), ("dinov2", "LayerNormalization")):
+        net = keras_hub_vision.BACKBONES[name].build_classifier(config, 3, weights=str(presets[name]))
+        set_backbone_trainable(net, True, freeze_batchnorm=False, unfrozen_layers=1)
+        trainable = [layer for layer in net.get_layer("backbone").layers if layer.trainable]
+        assert [type(layer).__name__ for layer in trainable if layer.weights] == [last], name

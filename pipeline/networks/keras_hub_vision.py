@@ -58,6 +58,11 @@ class HubBackbone(Network):
     def weights(self) -> tuple[str, ...]:
         return (PRESET_WEIGHTS, *self.handles)
 
+    @property
+    def unfreeze(self) -> str:
+        """What train.unfrozen_layers=N unfreezes in this family (`UNFREEZE`)."""
+        return UNFREEZE[self.name]
+
     def packages(self, weights: str) -> dict[str, list[str]]:
         from pipeline.networks import bert
 
@@ -297,6 +302,24 @@ hub-xception Xception xception 299 avg
 vgg VGG vgg 224 avg
     vgg_16_imagenet/3 vgg_19_imagenet/3
 """
+
+
+# What `train.unfrozen_layers=N` can unfreeze: the backbone layer's own top-level layers, counted
+# back from its output (pipeline/modeling/classifier.py), which keras-hub cuts differently a family.
+_WHOLE_ENCODER = "the whole encoder is one layer: fine-tune it whole (train.frozen_epochs, then all)"
+UNFREEZE = {
+    **dict.fromkeys(("dinov2", "dinov3"), "1: the final LayerNorm; 2: it and the whole encoder"),
+    **dict.fromkeys(("vit", "deit"), "1: " + _WHOLE_ENCODER),
+    "siglip": "1: the whole vision tower, its attention-pooling head included",
+    **dict.fromkeys(("clip", "metaclip2"), "1: the projection; 2: and the pooler; then the whole encoder"),
+    "swin": "a stage at a time from the top (the final LayerNorm first)",
+    "hgnetv2": "1: every stage (its encoder is one layer)",
+    **dict.fromkeys(("mobilenetv3", "mobilenetv5"), "a block at a time from the top"),
+    **dict.fromkeys(
+        ("hub-efficientnet", "hub-resnet", "hub-densenet", "cspnet", "hub-xception", "vgg"),
+        "layer by layer from the top, rounded up to a block boundary by the feature cache",
+    ),
+}
 
 
 def _entries(table: str) -> Iterator[HubBackbone]:
