@@ -214,6 +214,10 @@ def test_a_preset_named_by_name_is_found_where_kaggle_mounts_it_and_never_downlo
         shutil.rmtree(root / "dinov2", ignore_errors=True)
         shutil.copytree(presets["dinov2"], root / mount)
         assert keras_hub_vision.preset_folder(entry, "dinov2_small", root) == root / mount
+    # Two presets of the family attached: each found under its own variation.
+    shutil.copytree(presets["dinov2"], root / "dinov2/keras/dinov2_base/1")
+    assert keras_hub_vision.preset_folder(entry, "dinov2_base", root) == root / "dinov2/keras/dinov2_base/1"
+    assert keras_hub_vision.preset_folder(entry, "dinov2_small", root) == root / mount
     with pytest.raises(PetalsError, match=r"loads a keras-hub preset: a folder holding its config.json"):
         keras_hub_vision.preset_folder(entry, str(tmp_path / "nowhere"))
     with pytest.raises(PetalsError, match=r"loads a keras-hub preset"):

@@ -149,7 +149,10 @@ def preset_folder(entry: HubBackbone, weights: str, root: Path | None = None) ->
     from pipeline.core import kaggle_input
 
     if weights in entry.handles:
-        handle, holds = entry.handles[weights], _holds_preset(entry.family)
+        handle, family = entry.handles[weights], _holds_preset(entry.family)
+        # Kaggle mounts a model under its variation's name (.../<variation>/<version>): another preset
+        # of the family attached beside it is not taken for it.
+        holds = lambda folder: weights in folder.parts and family(folder)  # noqa: E731
         root = kaggle_input.KAGGLE_INPUT if root is None else root
         found = kaggle_input.find("model", handle, holds, f"a {entry.family} preset", root)
         if found is None:
