@@ -32,7 +32,7 @@ from pipeline.networks.text_networks import TextNetwork
 PAIR_INPUTS = ("token_ids", "padding_mask")  # RoBERTa-like families have no segment ids
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashable by identity: its handles are a dict
 class HubTextNetwork(TextNetwork):
     """One keras-hub text encoder family, loaded from a preset."""
 

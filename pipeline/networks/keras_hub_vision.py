@@ -41,7 +41,7 @@ POOLING = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # hashable by identity: its handles are a dict
 class HubBackbone(Network):
     """One keras-hub image family: its classes, presets, native size and pooling."""
 
