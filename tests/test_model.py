@@ -27,9 +27,12 @@ def test_the_registry_lists_what_the_recipes_need():
 
 
 def _larger_sibling(name: str) -> bool:
-    """A scaled-up member of a family whose smallest member `make test` builds (B1-B7, V2-B1..L):
-    built in the heavy tier, where the whole registry is swept."""
-    return re.fullmatch(r"(keras-)?efficientnet-b[1-7]|keras-efficientnetv2-(b[1-3]|s|m|l)", name) is not None
+    """A scaled-up member of a family whose smallest member `make test` builds (B1-B7, V2-B1..L,
+    ConvNeXt Small..XLarge): built in the heavy tier, where the whole registry is swept."""
+    larger = (
+        r"(keras-)?efficientnet-b[1-7]|keras-efficientnetv2-(b[1-3]|s|m|l)|convnext-(small|base|large|xlarge)"
+    )
+    return re.fullmatch(larger, name) is not None
 
 
 @pytest.mark.slow

@@ -10,17 +10,18 @@ import pytest
 
 from pipeline import networks
 from pipeline.core.errors import PetalsError
-from pipeline.networks import bert, registry, text_networks
+from pipeline.networks import bert, keras_hub_text, keras_hub_vision, registry, text_networks
 from pipeline.networks.base import Network
 from pipeline.tasks.competitions import check_network
 from pipeline.tasks.recipe_config import load_config
 
 
 def test_the_lookup_holds_every_image_backbone_and_text_network_once():
-    assert len(networks.NETWORKS) == len(registry.BACKBONES) + len(text_networks.NETWORKS)
+    kinds = (registry.BACKBONES, keras_hub_vision.BACKBONES, text_networks.NETWORKS, keras_hub_text.NETWORKS)
+    assert len(networks.NETWORKS) == sum(map(len, kinds))
     assert networks.TEXT_NETWORKS[:2] == ("bilstm", "ngrams")
-    assert networks.TEXT_NETWORKS[2:] == bert.NAMES
-    assert {networks.get(name).modality for name in registry.BACKBONES} == {"image"}
+    assert networks.TEXT_NETWORKS[2:] == (*bert.NAMES, *keras_hub_text.NETWORKS)
+    assert {networks.get(name).modality for name in networks.IMAGE_BACKBONES} == {"image"}
     assert {networks.get(name).modality for name in networks.TEXT_NETWORKS} == {"text"}
 
 
@@ -109,7 +110,11 @@ def test_a_text_task_checks_the_network_through_its_entry():
     from competition import load_spec
 
     pairs = load_config("cpu", ["competition=watson", "model.backbone=bilstm"])
-    with pytest.raises(PetalsError, match=r"reads pairs: bert, bert-tiny, bert-small\)$"):
+    with pytest.raises(
+        PetalsError,
+        match=r"reads pairs: bert, bert-tiny, bert-small, deberta-v3, roberta, xlm-roberta, distil-bert, "
+        r"albert\)$",
+    ):
         check_network(pairs, load_spec("watson"), "tensorflow")
     warm_up = load_config("cpu", ["competition=watson", "model.backbone=bert-tiny", "train.frozen_epochs=1"])
     check_network(warm_up, load_spec("watson"), "jax")  # BERT reads pairs and has a part to freeze

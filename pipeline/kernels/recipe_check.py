@@ -30,14 +30,19 @@ KERAS_OWNER = "keras"  # Keras's own presets on Kaggle Models: kaggle.com/models
 
 def preset_model(config) -> str | None:
     """The Kaggle Models handle (owner/model/framework/variation/version) of the keras-hub preset a
-    recipe's weights name where Kaggle mounts it, /kaggle/input/<model>/<framework>/<variation>/<version>:
-    Keras's own, which a kernel attaches unless MODELS= names another. None for other weights."""
+    recipe's weights name: a preset of the entry's by name (keras-hub's image families), or where Kaggle
+    mounts it, /kaggle/input/<model>/<framework>/<variation>/<version>: Keras's own, which a kernel
+    attaches unless MODELS= names another. None for other weights."""
     from pipeline import networks
-    from pipeline.networks import text_networks
+    from pipeline.networks.base import PRESET_WEIGHTS
 
     weights = config.model.weights
-    if text_networks.PRESET_WEIGHTS not in networks.get(config.model.backbone).weights:
+    entry = networks.get(config.model.backbone)
+    if PRESET_WEIGHTS not in entry.weights:
         return None
+    named = entry.kaggle_model(weights)  # a preset the entry names: its handle in keras-hub's tables
+    if named is not None:
+        return named
     parts = weights.removeprefix("/kaggle/input/").strip("/").split("/")
     framework = parts[1] if len(parts) == 4 else None
     if not weights.startswith("/kaggle/input/") or framework != "keras":  # Keras's presets are its own
@@ -83,8 +88,10 @@ def check_recipe(
             "the kernel cannot run this recipe"
         )
     backbone = config.model.backbone
-    if text_networks.PRESET_WEIGHTS in networks.get(backbone).weights:  # its weights: a preset folder
-        if not config.model.weights.startswith("/kaggle/input/"):
+    entry = networks.get(backbone)
+    if text_networks.PRESET_WEIGHTS in entry.weights:  # its weights: a preset folder, or a preset's name
+        named = entry.kaggle_model(config.model.weights) is not None  # found where Kaggle mounts it
+        if not named and not config.model.weights.startswith("/kaggle/input/"):
             raise PetalsError(
                 f"model.weights={config.model.weights!r} is a folder on this machine, which the kernel "
                 "cannot see: attach the model (MODELS=keras/bert/keras/bert_base_multi/2) and set "
@@ -97,7 +104,8 @@ def check_recipe(
                 f"model.weights={config.model.weights}: no model or dataset is attached to hold it; "
                 f"attach it: MODELS=<owner>/{handle} (keras for Keras's own presets), or DATASETS=owner/slug"
             )
-        return
+        if entry.modality == "text":
+            return
     if session == "tpu":  # Kaggle's TPU image has a CPU-only TensorFlow: Keras trains on JAX there
         try:
             check_network(config, spec, "jax")
@@ -105,6 +113,8 @@ def check_recipe(
             raise PetalsError(f"{err}; Kaggle's TPU image trains on JAX") from None
     else:
         check_network(config, spec, "tensorflow")
+    if text_networks.PRESET_WEIGHTS in entry.weights:  # a keras-hub image family's preset: checked above
+        return
     weights = config.model.weights
     if weights not in registry.WEIGHT_CHOICES and not weights.startswith("/kaggle/input/"):
         raise PetalsError(

@@ -1,10 +1,11 @@
 """Every network a config can name, by one name (`NETWORKS`, `get`), and what is done with it.
 
 An entry is an image backbone (`registry.BACKBONES`, built into a classifier by
-`registry.build_classifier`) or a text network (`text_networks.NETWORKS`: the LSTM and the bag of
-n-grams of `text`, which read token ids of a vocabulary adapted on the training texts, and BERT,
-which reads its tokenizer's ids). Each answers the same questions: its modality, the backends it
-builds on, the packages it needs, its pretrained weights, its preprocessing, a line for
+`registry.build_classifier`; keras-hub's families, `keras_hub_vision.BACKBONES`) or a text network
+(`text_networks.NETWORKS`: the LSTM and the bag of n-grams of `text`, which read token ids of a
+vocabulary adapted on the training texts, and BERT, which reads its tokenizer's ids; keras-hub's
+encoders, `keras_hub_text.NETWORKS`). Each answers the same questions: its modality, the backends
+it builds on, the packages it needs, its pretrained weights, its preprocessing, a line for
 `train --list-backbones` (`describe_all`): one shape, `base.Network`, so the functions here ask
 the entry and never which kind it is. A text run
 keeps its tokenization in its run dir (`text_inputs`), so it predicts with the ids it trained on;
@@ -21,10 +22,11 @@ from pathlib import Path
 
 import keras
 
-from pipeline.networks import registry, text_networks
+from pipeline.networks import keras_hub_text, keras_hub_vision, registry, text_networks
 from pipeline.networks.base import Network, RunFiles, TextInputs
 
-NETWORKS: dict[str, Network] = {**registry.BACKBONES, **text_networks.NETWORKS}
+IMAGE_BACKBONES: dict[str, Network] = {**registry.BACKBONES, **keras_hub_vision.BACKBONES}
+NETWORKS: dict[str, Network] = {**IMAGE_BACKBONES, **text_networks.NETWORKS, **keras_hub_text.NETWORKS}
 TEXT_NETWORKS = tuple(name for name, entry in NETWORKS.items() if entry.modality == "text")
 
 
@@ -106,7 +108,8 @@ def encoded(config, split, run_dir: Path):
 
 
 def keep_architecture(config, net: keras.Model, run_dir: Path) -> None:
-    """What a run dir needs to rebuild its network besides the config: BERT's backbone architecture."""
+    """What a run dir needs to rebuild its network besides the config: a keras-hub backbone's
+    architecture (BERT's, an image family's with its converter)."""
     get(config.model.backbone).keep_architecture(net, run_dir, _files())
 
 

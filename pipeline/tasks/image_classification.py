@@ -22,16 +22,23 @@ class ImageClassification(SingleLabel):
         return config.data.input_size or config.data.image_size
 
     def check_network(self, config, spec, backend: str) -> None:
-        from pipeline.networks import registry, text_networks
+        from pipeline import networks
+        from pipeline.networks import keras_hub_vision, registry
 
-        # A text network's entry (pipeline/networks/text_networks.py) reads another modality.
-        entry = text_networks.NETWORKS.get(config.model.backbone)
+        # A text network's entry (text_networks.py, keras_hub_text.py) reads another modality.
+        entry = networks.NETWORKS.get(config.model.backbone)
         if entry is not None and entry.modality != self.modality:
             raise PetalsError(
                 f"model.backbone={config.model.backbone} reads texts; competition {spec.name} has images "
                 f"(python -m pipeline train --list-backbones)"
             )
-        registry.check_backbone(config.model.backbone, backend)
+        hub = keras_hub_vision.BACKBONES.get(config.model.backbone)  # keras-hub's families
+        if hub is not None and backend not in hub.backends:
+            raise PetalsError(
+                f"backbone {hub.name} builds on {', '.join(hub.backends)} only, not on {backend}"
+            )
+        if hub is None:
+            registry.check_backbone(config.model.backbone, backend)
 
     def test_view(self, config, spec):
         """Pass 0 the images, 1 mirrored, then random views of the recipe's geometric and colour

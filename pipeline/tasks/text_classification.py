@@ -33,9 +33,10 @@ class TextClassification(SingleLabel):
     def check_network(self, config, spec, backend: str) -> None:
         """Through the network's entry (pipeline/networks/text_networks.py): it reads texts, as many
         an example as this task has, and has a pretrained part where a warm-up freezes one."""
-        from pipeline.networks import text_networks
+        from pipeline import networks
 
-        name, entries = config.model.backbone, text_networks.NETWORKS
+        name = config.model.backbone
+        entries = {n: networks.NETWORKS[n] for n in networks.TEXT_NETWORKS}  # text_networks', keras-hub's
         entry = entries.get(name)
         if entry is None:
             raise PetalsError(

@@ -1,0 +1,160 @@
+"""keras-hub's text encoders by name: DeBERTa-v3, RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT (BERT is
+`bert`).
+
+Each entry names its keras-hub family, its main presets with their Kaggle Models handles (from
+keras-hub's own preset tables; a test holds them to the installed tables), the inputs its
+preprocessor gives, and how its output is pooled as the family's own TextClassifier pools it
+before its head: the start token's vector (RoBERTa, XLM-R, DeBERTa-v3, DistilBERT) or the pooled
+output (ALBERT). petals' head on it is BERT's: dropout and a dense layer's logits. `model.weights`
+names a preset folder anywhere, or a preset of the entry's found where Kaggle mounts the attached
+model (`keras_hub_vision.preset_folder`: never a download). Texts are tokenized up front by the
+family's own TextClassifierPreprocessor (`bert.Encoder`), pairs joined as the family joins them;
+a run keeps its tokenizer and backbone architecture as a BERT run does. DeBERTa-v3, XLM-R and
+ALBERT tokenize with SentencePiece and RoBERTa with byte-pair merges, which keras-hub runs
+through tensorflow-text: Kaggle's GPU image has it; where it is missing they stop in one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import keras
+from keras import layers
+
+from pipeline.core.errors import PetalsError
+from pipeline.networks import bert, keras_hub_vision
+from pipeline.networks.base import PRESET_WEIGHTS, RunFiles, TextInputs
+from pipeline.networks.text_networks import TextNetwork
+
+PAIR_INPUTS = ("token_ids", "padding_mask")  # RoBERTa-like families have no segment ids
+
+
+@dataclass(frozen=True, eq=False)  # hashable by identity: its handles are a dict
+class HubTextNetwork(TextNetwork):
+    """One keras-hub text encoder family, loaded from a preset."""
+
+    reads_pairs: ClassVar[bool] = True
+    has_backbone: ClassVar[bool] = True
+    name: str
+    family: str  # keras_hub.models.<family>Backbone, <family>Tokenizer, <family>TextClassifierPreprocessor
+    handles: dict[str, str]  # preset -> Kaggle Models handle
+    preprocess: str  # how texts become ids: sentencepiece | byte-pair | wordpiece
+    inputs: tuple[str, ...] = PAIR_INPUTS
+    pooling: str = "start"  # "start": the start token's vector; "pooled": the backbone's pooled output
+
+    @property
+    def weights(self) -> tuple[str, ...]:
+        return (PRESET_WEIGHTS, *self.handles)
+
+    def packages(self, weights: str) -> dict[str, list[str]]:
+        return {"keras_hub": list(bert.PIP_INSTALL)}
+
+    def kaggle_model(self, weights: str) -> str | None:
+        return self.handles.get(weights)
+
+    def check(self, config) -> None:
+        """model.weights names a preset: a folder, or one of the entry's (found once attached)."""
+        if config.model.weights not in self.handles:
+            keras_hub_vision.preset_folder(self, config.model.weights)
+
+    def input_shape(self, config, batch_size: int | None = None):
+        return {name: (batch_size, config.data.sequence_length) for name in self.inputs}
+
+    def _class(self, kind: str):
+        return getattr(bert._keras_hub().models, f"{self.family}{kind}")
+
+    def _classifier(self, config, num_classes, vocabulary_size, batch_size, run_dir, files) -> keras.Model:
+        """Given a trained run's dir, the architecture it kept, not the preset's."""
+        if run_dir is not None:
+            backbone = bert.backbone_from_config(run_dir / files.backbone)
+        else:
+            folder = keras_hub_vision.preset_folder(self, config.model.weights)
+            backbone = self._class("Backbone").from_preset(str(folder))
+        return classifier(self, backbone, num_classes, config.data.sequence_length, config.model.dropout,
+                          batch_size=batch_size)  # fmt: skip
+
+    def text_inputs(self, config, run_dir, files, train_columns=None, fresh=False) -> TextInputs:
+        folder = run_dir / files.tokenizer
+        if train_columns is None or ((folder / "tokenizer.json").is_file() and not fresh):
+            tokenizer = bert.load_tokenizer(folder)
+        else:
+            preset = keras_hub_vision.preset_folder(self, config.model.weights)
+            tokenizer = tokenizer_from(self, preset)
+        return TextInputs(
+            encode=bert.Encoder(tokenizer, config.data.sequence_length, self.family, self.inputs),
+            vocabulary_size=tokenizer.vocabulary_size(),
+            save=lambda run: bert.save_tokenizer(tokenizer, run / files.tokenizer),
+        )
+
+    def keep_architecture(self, net: keras.Model, run_dir: Path, files: RunFiles) -> None:
+        bert.save_backbone_config(net.get_layer("backbone"), run_dir / files.backbone)
+
+
+def tokenizer_from(entry: HubTextNetwork, folder: Path):
+    """The preset's own tokenizer; one line where keras-hub cannot run it here (tensorflow-text)."""
+    try:
+        return entry._class("Tokenizer").from_preset(str(folder))
+    except (ImportError, AttributeError, TypeError) as err:
+        raise PetalsError(
+            f"{entry.name}'s {entry.preprocess} tokenizer did not load ({str(err)[:120]}): keras-hub runs it "
+            "through tensorflow-text, which Kaggle's GPU image has; install it here (pip install "
+            "tensorflow-text matching TensorFlow) or use bert"
+        ) from None
+
+
+def classifier(entry: HubTextNetwork, backbone, num_classes: int, sequence_length: int, dropout: float,
+               batch_size=None) -> keras.Model:  # fmt: skip
+    """The family's inputs -> logits: the pooled vector (`pooling`), dropout, a dense layer."""
+    inputs = {
+        name: keras.Input(shape=(sequence_length,), batch_size=batch_size, dtype="int32", name=name)
+        for name in entry.inputs
+    }
+    backbone.name = "backbone"  # one nested layer: freezing it is one switch
+    out = backbone(inputs)
+    if entry.pooling == "pooled":
+        pooled = out["pooled_output"]
+    else:
+        start = backbone.start_token_index if hasattr(backbone, "start_token_index") else 0
+        pooled = layers.Lambda(lambda x: x[:, start, :], name="pool")(out)
+    features = layers.Dropout(dropout, name="head_dropout")(pooled)
+    logits = layers.Dense(num_classes, name="logits")(features)
+    return keras.Model(inputs, logits, name=f"{entry.name}-classifier")
+
+
+# One family a line: petals' name, keras-hub's family, its Kaggle model, its tokenization; then its
+# main presets, smallest first, as preset/version (keras-hub's own tables).
+FAMILIES = """
+deberta-v3 DebertaV3 deberta_v3 sentencepiece
+    deberta_v3_extra_small_en/3 deberta_v3_small_en/3 deberta_v3_base_en/3 deberta_v3_large_en/3
+    deberta_v3_base_multi/3
+roberta Roberta roberta byte-pair
+    roberta_base_en/3 roberta_large_en/3
+xlm-roberta XLMRoberta xlm_roberta sentencepiece
+    xlm_roberta_base_multi/3 xlm_roberta_large_multi/3
+distil-bert DistilBert distil_bert wordpiece
+    distil_bert_base_en_uncased/3 distil_bert_base_en/3 distil_bert_base_multi/3
+albert Albert albert sentencepiece
+    albert_base_en_uncased/5 albert_large_en_uncased/3
+"""
+THREE_INPUTS = {"Albert": "pooled"}  # families with segment ids, and how they pool
+
+
+def _entries(table: str) -> Iterator[HubTextNetwork]:
+    rows: list[list[str]] = []
+    for line in table.strip().splitlines():
+        if line.startswith(" "):
+            rows[-1] += line.split()
+        else:
+            rows.append(line.split())
+    for name, family, model, tokens, *presets in rows:
+        handles = {p.split("/")[0]: f"keras/{model}/keras/{p}" for p in presets}
+        if family in THREE_INPUTS:
+            yield HubTextNetwork(name, family, handles, tokens, bert.INPUTS, THREE_INPUTS[family])
+        else:
+            yield HubTextNetwork(name, family, handles, tokens)
+
+
+NETWORKS: dict[str, HubTextNetwork] = {entry.name: entry for entry in _entries(FAMILIES)}
