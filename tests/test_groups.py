@@ -286,3 +286,30 @@ def test_the_main_jobs_summary_and_the_cv_line_say_what_a_score_is_worth(tmp_pat
     assert summary_line("cv5-x", spec, metrics).startswith(
         "cv5-x: CV macro-F1 0.9000 on 300 out-of-fold examples of 60 groups (95% interval 0.850-0.940); "
     )
+
+
+def test_thresholds_are_judged_on_other_groups_than_they_were_chosen_on(monkeypatch):
+    """A multi-label task chooses its thresholds on one half of the held-out rows and judges them
+    on the other: with groups, each half is whole groups, so no group judges a threshold it chose."""
+    from pipeline.tasks import multi_label_decision
+
+    halves: list[np.ndarray] = []
+    choose = multi_label_decision.choose
+
+    def recorded(labels, probabilities):
+        halves.append(probabilities[:, 0].copy())  # which rows chose: their first probability
+        return choose(labels, probabilities)
+
+    monkeypatch.setattr(multi_label_decision, "choose", recorded)
+    rng = np.random.default_rng(0)
+    groups_ = np.repeat(np.arange(20), 3).astype(str)
+    rng.shuffle(groups_)  # a group's rows are not next to each other
+    probabilities = rng.random((60, 4))
+    labels = (rng.random((60, 4)) < 0.5).astype(np.int32)
+    multi_label_decision.cross_fitted(labels, probabilities, groups_)
+    chose = [np.isin(probabilities[:, 0], half) for half in halves]
+    assert not set(groups_[chose[0]]) & set(groups_[chose[1]])  # no group in both halves
+    halves.clear()
+    multi_label_decision.cross_fitted(labels, probabilities)  # without: alternate rows split groups
+    chose = [np.isin(probabilities[:, 0], half) for half in halves]
+    assert set(groups_[chose[0]]) & set(groups_[chose[1]])

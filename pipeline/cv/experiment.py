@@ -140,9 +140,9 @@ def _group_metrics(found: Setup, opts: CVOptions, runs: dict, oof) -> dict:
     # What evaluate reports of a run's val, of the out-of-fold rows: a multi-label group's thresholds
     # chosen on them (what its fold mean's submission uses) and the score they earn cross-fitted,
     # which is the CV score, as a run's evaluation is its board score.
-    evaluation = task_of(spec).evaluate(found.table.labels, oof.probabilities, spec)
-    judged = {**scores(spec, found.table, oof), "cv_score": evaluation.score}
     grouped = held_out_groups(opts.data_dir, spec, found.table.ids)
+    evaluation = task_of(spec).evaluate(found.table.labels, oof.probabilities, spec, grouped)
+    judged = {**scores(spec, found.table, oof), "cv_score": evaluation.score}
     interval = spec.metric.interval(found.table.labels, oof.probabilities, grouped)
     evaluated = evaluation.fields
     histories = [run.read_history() for run in runs.values()]

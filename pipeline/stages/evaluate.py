@@ -66,8 +66,8 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
         )
     spec = load_spec(config.competition)
     val = predict_split(run, data_dir, "val", tta, platform)
-    found = task_of(spec).evaluate(val.labels, val.probabilities, spec)
     grouped = held_out_groups(data_dir, spec, val.ids)
+    found = task_of(spec).evaluate(val.labels, val.probabilities, spec, grouped)
     interval = spec.metric.interval(val.labels, val.probabilities, grouped)
     evaluation = {
         "metric": spec.metric.name,

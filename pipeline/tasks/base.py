@@ -119,9 +119,11 @@ class Task(ABC):
         what a run's history and metrics carry beside the competition's metric."""
 
     @abstractmethod
-    def evaluate(self, labels, probabilities, spec: CompetitionSpec):
+    def evaluate(self, labels, probabilities, spec: CompetitionSpec, groups=None):
         """What evaluate reports beside the metric: an `Evaluation` (fields recorded in the run's
-        metrics, with `val_accuracy` among them, and the files it writes into the run dir)."""
+        metrics, with `val_accuracy` among them, and the files it writes into the run dir).
+        `groups`: each row's group, where the competition names them: whatever the task chooses on
+        some rows and judges on others keeps a group on one side."""
 
     @abstractmethod
     def summary_lines(self, evaluation: dict) -> list[str]:

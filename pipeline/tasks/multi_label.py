@@ -69,11 +69,12 @@ class MultiLabel(Task):
         losses = -(labels * np.log(p) + (1 - labels) * np.log(1 - p)).mean(axis=1)
         return {"loss": float(losses.mean()), "accuracy": float(((outputs > 0.5) == (labels > 0.5)).mean())}
 
-    def evaluate(self, labels, probabilities, spec):
-        """Per-label scores at the chosen thresholds and the score they give out of fold."""
+    def evaluate(self, labels, probabilities, spec, groups=None):
+        """Per-label scores at the chosen thresholds and the score they give out of fold (out of
+        group too: the thresholds are judged on the other half's groups)."""
         from pipeline.tasks import multi_label_report
 
-        return multi_label_report.evaluation(labels, probabilities, spec)
+        return multi_label_report.evaluation(labels, probabilities, spec, groups)
 
     def summary_lines(self, evaluation: dict) -> list[str]:
         from pipeline.tasks import multi_label_report

@@ -41,10 +41,11 @@ def decide(probabilities: np.ndarray, decision: dict) -> np.ndarray:
     return decided.astype(np.int32)
 
 
-def cross_fitted(labels: np.ndarray, probabilities: np.ndarray) -> np.ndarray:
-    """Rows of 0/1 where each half of the rows (alternate rows) is decided by thresholds chosen on
-    the other half: what the thresholds earn on rows they were not chosen on."""
-    rows = np.arange(len(labels))
+def cross_fitted(labels: np.ndarray, probabilities: np.ndarray, groups=None) -> np.ndarray:
+    """Rows of 0/1 where each half of the rows (alternate rows; with `groups`, alternate groups, so
+    a group is all in one half) is decided by thresholds chosen on the other half: what the
+    thresholds earn on rows, and groups, they were not chosen on."""
+    rows = np.arange(len(labels)) if groups is None else np.unique(groups, return_inverse=True)[1]
     decided = np.zeros(np.shape(probabilities), np.int32)
     for judged in (rows % 2 == 0, rows % 2 == 1):
         decision = choose(labels[~judged], probabilities[~judged])

@@ -16,12 +16,12 @@ from pipeline.tasks import multi_label_decision
 from pipeline.tasks.base import Evaluation
 
 
-def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec) -> Evaluation:
+def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec, groups=None) -> Evaluation:
     from sklearn.metrics import f1_score
 
     truth = (np.asarray(labels) > 0.5).astype(np.int32)
     decision = multi_label_decision.choose(truth, probabilities)
-    judged = multi_label_decision.cross_fitted(truth, probabilities)
+    judged = multi_label_decision.cross_fitted(truth, probabilities, groups)
     per_label = per_label_table(truth, judged, decision["thresholds"], spec.classes)
     at_half = (probabilities >= 0.5).astype(np.int32)
     fields = {

@@ -48,7 +48,7 @@ class SingleLabel(Task):
         losses = -np.log(np.clip(outputs[np.arange(len(labels)), labels], 1e-7, 1.0))
         return {"loss": float(losses.mean()), "accuracy": float((outputs.argmax(axis=1) == labels).mean())}
 
-    def evaluate(self, labels, probabilities, spec):
+    def evaluate(self, labels, probabilities, spec, groups=None):
         """Per-class scores, the confusion matrix and the top confusions (single_label_report.py)."""
         from pipeline.tasks import single_label_report
 
