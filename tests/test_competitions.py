@@ -139,7 +139,11 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "DRY RUN, NOT UPLOADED" in result.stdout
-    assert f"scored   val {spec.metric.title} {evaluation[key]:.4f}, rank 1 of 1" in result.stdout
+    # ... and says what the score is worth: its held-out rows and a 95% interval around the score
+    worth = f"on {evaluation['images']:,} rows (95% interval "
+    assert f"scored   val {spec.metric.title} {evaluation[key]:.4f} {worth}" in result.stdout
+    low, high = evaluation["interval"]
+    assert low <= evaluation[key] <= high and f"{low:.3f}-{high:.3f}), rank 1 of 1" in result.stdout
 
 
 @pytest.mark.slow
