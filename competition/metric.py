@@ -98,14 +98,18 @@ class Metric:
         on another draw of as many held-out rows (of whole groups, with `groups`: rows of one group
         move together, as they would between a val split and the test set). None where the metric
         reads decided labels (a task's thresholds decide them) or no draw can be scored."""
-        if self.reads == "labels":
+        if self.reads == "labels" or len(labels) == 0:
             return None
         labels, probabilities = np.asarray(labels), np.asarray(probabilities)
-        if self.reads == "class":  # the argmax once, not at every draw
-            probabilities = np.eye(probabilities.shape[1], dtype=np.int8)[probabilities.argmax(axis=1)]
+        if self.reads == "class":  # the argmax once, not at every draw (as one-hot rows, no C x C matrix)
+            decided = np.zeros(probabilities.shape, np.int8)
+            decided[np.arange(len(decided)), probabilities.argmax(axis=1)] = 1
+            probabilities = decided
         rng = np.random.default_rng(0)  # the same interval for the same predictions
         keys = np.arange(len(labels)) if groups is None else np.unique(groups, return_inverse=True)[1]
-        members = [np.flatnonzero(keys == k) for k in range(keys.max() + 1)] if groups is not None else None
+        members = None
+        if groups is not None:  # each group's rows, from one sort
+            members = np.split(np.argsort(keys, kind="stable"), np.cumsum(np.bincount(keys))[:-1])
         scores = []
         for _ in range(draws):
             drawn = rng.integers(0, keys.max() + 1, keys.max() + 1)

@@ -161,8 +161,8 @@ class _Shown(logging.Formatter):
     file name, a class name, Kaggle's words) cannot move the cursor, retitle the terminal or reverse
     the text: control characters and bidi overrides escaped (`foreign.text`), each line cut."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        return "\n".join(text(line, LOG_LINE) for line in super().format(record).split("\n"))
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return text(super().formatMessage(record), LOG_LINE)
 
 
 def set_up_logging(quiet: bool = False) -> None:

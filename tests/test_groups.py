@@ -313,3 +313,39 @@ def test_thresholds_are_judged_on_other_groups_than_they_were_chosen_on(monkeypa
     multi_label_decision.cross_fitted(labels, probabilities)  # without: alternate rows split groups
     chose = [np.isin(probabilities[:, 0], half) for half in halves]
     assert set(groups_[chose[0]]) & set(groups_[chose[1]])
+
+
+def test_a_competitions_own_val_split_sharing_a_group_with_train_is_refused(tmp_path):
+    """Kaggle's val split is the competition's to give: where it shares a named group with train,
+    its score counts groups the model trained on, and petals says so before training."""
+    spec_file, source = _competition(tmp_path, 'group_column = "doc"')
+    text = spec_file.read_text().replace('splits = ["train", "test"]', 'splits = ["train", "val", "test"]')
+    text = text.replace('labeled_splits = ["train"]', 'labeled_splits = ["train", "val"]')
+    text = text.replace("test = 10\n", "test = 10\nval = 2\n")
+    text = text.replace("[data.table.test]", '[data.table.val]\nfile = "val.csv"\n\n[data.table.test]')
+    spec_file.write_text(text)
+    (source / "val.csv").write_text("id,text,label,doc\nv1,more of document 0,0,doc0\nv2,another,1,docX\n")
+    spec, data = load_spec(str(spec_file)), tmp_path / "data-val"
+    assert cli.main(["fetch", "--no-progress", "--competition", str(spec_file), "--source", "dir",
+                     "--from", str(source), "--data-dir", str(data)]) == 0  # fmt: skip
+    with pytest.raises(PetalsError, match=r"val split shares 1 groups with train \(e\.g\. 'doc0'\)"):
+        splits.train_and_val(locate_data(data), spec, _config(spec))
+
+
+def test_what_a_score_is_worth_is_said_only_of_values_of_its_shape():
+    """A run's metrics.json may come from a kernel's output: odd values are not shown, never a crash."""
+    from pipeline.runs.report import _worth_shaped
+
+    assert _worth_shaped({"images": 10, "groups": None, "interval": [0.1, 0.2]})
+    for odd in ({"images": "12"}, {"images": 10, "interval": [0.5]}, {"images": 10, "groups": True},
+                {"images": 10, "interval": [0.1, float("nan")]}, ["images"], None):  # fmt: skip
+        assert not _worth_shaped(odd), odd
+
+
+def test_an_interval_of_no_rows_is_none_and_one_of_rows_each_its_own_class_is_a_point():
+    from competition.metric import get_metric
+
+    metric = get_metric("macro_f1")
+    assert metric.interval(np.array([], np.int64), np.zeros((0, 3))) is None
+    labels = np.arange(2_000)  # 2,000 classes, each row right: every draw scores 1
+    assert metric.interval(labels, np.eye(2_000, dtype=np.float32), draws=4) == (1.0, 1.0)

@@ -422,9 +422,8 @@ def test_a_logged_line_quoting_a_foreign_value_reaches_the_terminal_escaped():
 
     from pipeline.cli import _Shown
 
-    record = logging.LogRecord(
-        "pipeline", logging.INFO, __file__, 1, "fetch: %s", ("\x1b]0;pwned\x07\u202eevil",), None
-    )
+    quoted = ("\x1b]0;pwned\x07\u202eevil\nFAKE: petals ok",)  # a newline would forge a second line
+    record = logging.LogRecord("pipeline", logging.INFO, __file__, 1, "fetch: %s", quoted, None)
     line = _Shown("%(message)s").format(record)
-    assert line == "fetch: \\x1b]0;pwned\\x07\\u202eevil"
+    assert line == "fetch: \\x1b]0;pwned\\x07\\u202eevil\\nFAKE: petals ok"
     assert not any(c in line for c in RAW)

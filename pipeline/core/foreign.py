@@ -59,7 +59,8 @@ def quoted(value: object, limit: int = EACH) -> str:
         return whole
     _, left = _cut(value, limit - 5)  # room for the quotes and the dots
     # repr of what was kept: the same quoting and escapes as a value shown whole
-    return f"{repr(value[: len(value) - left])[:-1]}...'{_more(left, 'characters')}"
+    kept = repr(value[: len(value) - left])
+    return f"{kept[:-1]}...{kept[-1]}{_more(left, 'characters')}"  # closed by the quote it opened with
 
 
 def listed(values: Iterable[object], limit: int = ITEMS, each: int = EACH) -> str:

@@ -105,12 +105,18 @@ def _said(line: str) -> None:
 def warn_if_suspected(
     root: str, spec: CompetitionSpec, splits: tuple[str, ...], ids: np.ndarray, labels: np.ndarray
 ) -> None:
-    """One warning line where the labelled rows look grouped and no group is named."""
-    if spec.grouped:
+    """One warning line where the labelled rows look grouped and no group is named; looked for once
+    a process for a data dir's splits (train, evaluate and predict each make the val split)."""
+    key = (root, str(spec.file), tuple(splits))
+    if spec.grouped or key in _LOOKED:
         return
+    _LOOKED.add(key)
     line = suspected(root, spec, splits, ids, labels)
     if line:
         _said(line)
+
+
+_LOOKED: set[tuple[str, str, tuple[str, ...]]] = set()
 
 
 def suspected(
@@ -125,7 +131,8 @@ def suspected(
 
         rows = pd.concat([read[1] for read in reads]).loc[ids.astype(str)]  # in the examples' order
         own = _own_columns(spec, splits)
-        return _suspected_column(rows.drop(columns=own), labels) or _repeated_texts(rows, spec, splits)
+        found = _suspected_column(rows.drop(columns=own), labels) or _repeated_texts(rows, spec, splits)
+        return found or _repeated_images(root, spec, splits)  # a label CSV beside image files
     return _repeated_images(root, spec, splits)
 
 

@@ -21,6 +21,7 @@ import numpy as np
 from competition import CompetitionSpec
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
+from pipeline.core.paths import shown
 from pipeline.data import folds, groups, targets
 from pipeline.data.folds import FoldTable
 from pipeline.data.readers import Pool, Split, reader_for
@@ -74,6 +75,23 @@ def _held_out_val(pool: Pool, root: str, spec: CompetitionSpec) -> tuple[Split, 
     return pool.part(ids[kept], labels[kept]), pool.part(ids[held], labels[held])
 
 
+def _check_own_val(root: str, spec: CompetitionSpec, train: Pool, val: Pool) -> None:
+    """One line where the competition names groups and its own val split shares one with train: a
+    score on that val counts rows of groups the model trained on."""
+    if not spec.grouped:
+        return
+    ids = [pool.ids_and_labels()[0] for pool in (train, val)]
+    found = groups.group_ids(root, spec, ["train", "val"], np.concatenate(ids))
+    kept, held = np.arange(len(ids[0])), len(ids[0]) + np.arange(len(ids[1]))
+    shared = groups.split_groups(held, kept, found)
+    if shared:
+        raise PetalsError(
+            f"{root}: the competition's val split shares {len(shared)} groups with train (e.g. "
+            f"{shown(shared[0])}): its score would count groups the model trained on; merge them "
+            "(train.merge_val=true) and hold out whole groups with FOLDS=5"
+        )
+
+
 def train_and_val(
     root: str, spec: CompetitionSpec, config: Config, table: FoldTable | None = None
 ) -> tuple[Split, Split | None]:
@@ -91,6 +109,7 @@ def train_and_val(
         return reader.pool(root, spec, config, ["train", "val"] if own_val else ["train"]).whole(), None
     if own_val:
         train_part, val_part = (reader.pool(root, spec, config, [name]) for name in ("train", "val"))
+        _check_own_val(root, spec, train_part, val_part)
         return train_part.whole(), val_part.whole()
     return _held_out_val(reader.pool(root, spec, config, ["train"]), root, spec)
 

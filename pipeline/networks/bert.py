@@ -23,6 +23,7 @@ import numpy as np
 from keras import layers
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign_files import load_json
 
 PRESET = "bert"  # model.backbone for a keras-hub preset directory in model.weights
 SIZES = {  # from random weights: (layers, heads, hidden, intermediate), BERT-Tiny and -Small's shapes
@@ -96,12 +97,12 @@ def save_tokenizer(tokenizer, folder: Path) -> None:
 def load_tokenizer(folder: Path):
     """A tokenizer `save_tokenizer` wrote: its config, then its vocabulary (keras-hub's own way of
     loading a preset's tokenizer; `from_preset` wants a whole model's preset)."""
-    import json
 
     if not (folder / "tokenizer.json").is_file():
         raise PetalsError(f"{folder}: missing; a BERT run keeps its tokenizer there, train it again")
     _keras_hub()  # registers keras-hub's classes for deserialization
-    tokenizer = keras.saving.deserialize_keras_object(json.loads((folder / "tokenizer.json").read_text()))
+    kept = load_json(folder, "tokenizer.json", "run file")  # a run may come from a kernel's output
+    tokenizer = keras.saving.deserialize_keras_object(kept)
     tokenizer.load_assets(str(folder / "assets" / "tokenizer"))
     return tokenizer
 
@@ -198,14 +199,13 @@ def save_backbone_config(backbone, path: Path) -> None:
 
 def backbone_from_config(path: Path):
     """A backbone `save_backbone_config` described, with random weights."""
-    import json
 
     if not path.is_file():
         raise PetalsError(
             f"{path}: missing; a BERT run keeps its backbone's architecture there, train it again"
         )
     _keras_hub()  # registers keras-hub's classes for deserialization
-    return keras.saving.deserialize_keras_object(json.loads(path.read_text()))
+    return keras.saving.deserialize_keras_object(load_json(path.parent, path.name, "run file"))
 
 
 def classifier(backbone, num_classes: int, sequence_length: int, dropout: float, batch_size=None):

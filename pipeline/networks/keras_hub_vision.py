@@ -27,6 +27,7 @@ import keras
 from keras import layers
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign_files import load_json
 from pipeline.networks.base import PRESET_WEIGHTS, Network, RunFiles
 
 log = logging.getLogger(__name__)
@@ -132,9 +133,9 @@ def _holds_preset(family: str):
 
     def holds(folder: Path) -> bool:
         config = folder / "config.json"
-        try:
-            described = json.loads(config.read_text()) if config.is_file() else {}
-        except (OSError, ValueError):
+        try:  # a folder Kaggle mounts, or anyone's: read by the rule for foreign files
+            described = load_json(folder, "config.json", "preset config") if config.is_file() else {}
+        except PetalsError:
             return False
         return (
             isinstance(described, dict) and described.get("registered_name") == f"keras_hub>{family}Backbone"
@@ -176,7 +177,7 @@ def architecture_from(path: Path, entry: HubBackbone):
     if not path.is_file():
         raise PetalsError(f"{path}: missing; a {entry.name} run keeps its architecture there, train it again")
     _keras_hub()  # registers keras-hub's classes for deserialization
-    kept = json.loads(path.read_text())
+    kept = load_json(path.parent, path.name, "run file")  # a run may come from a kernel's output
     return tuple(keras.saving.deserialize_keras_object(kept[part]) for part in ("backbone", "converter"))
 
 

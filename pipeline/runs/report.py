@@ -101,9 +101,27 @@ def _evaluation(run_dir) -> dict | None:
     except PetalsError:
         return None
     if "examples" in metrics:  # a CV group: its out-of-fold rows
-        return {"images": metrics["examples"], **{k: metrics.get(k) for k in ("groups", "interval")}}
-    found = metrics.get("evaluation")
-    return found if isinstance(found, dict) and "images" in found else None
+        found = {"images": metrics["examples"], **{k: metrics.get(k) for k in ("groups", "interval")}}
+    else:
+        found = metrics.get("evaluation")
+    return found if _worth_shaped(found) else None
+
+
+def _worth_shaped(found: object) -> bool:
+    """Whether `found` holds what `worth` reads, of the right types: a run may come back in a
+    kernel's downloaded output, whose metrics.json says anything."""
+    import math
+
+    if not isinstance(found, dict):
+        return False
+    whole = [found.get("images"), *([found["groups"]] if found.get("groups") is not None else [])]
+    interval = found.get("interval")
+    numbers = interval is None or (
+        isinstance(interval, list)
+        and len(interval) == 2
+        and all(isinstance(v, float | int) and math.isfinite(v) for v in interval)
+    )
+    return all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in whole) and numbers
 
 
 def _whole(value) -> str:

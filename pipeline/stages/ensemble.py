@@ -117,6 +117,7 @@ def chosen_method(opts: EnsembleOptions) -> str:
 def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
     """Blend single runs on their val split (the weights searched there when `search`)."""
     from pipeline.core import device
+    from pipeline.data.groups import held_out_groups
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
@@ -129,13 +130,14 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
     # Each scored as its submission decides, the way evaluate scores a run (a multi-label blend: its
     # thresholds, cross-fitted on val), so members, blend and board rows read alike.
     task = task_of(spec)
+    grouped = held_out_groups(opts.data_dir, spec, val[0].ids)  # thresholds judged out of group
     members = {
-        d.name: task.evaluate(v.labels, v.probabilities, spec).score
+        d.name: task.evaluate(v.labels, v.probabilities, spec, grouped).score
         for d, v in zip(run_dirs, val, strict=True)
     }
     val_blend = Predictions(val[0].ids, blend([v.probabilities for v in val], weights), val[0].labels)
     test_blend = Predictions(test[0].ids, blend([t.probabilities for t in test], weights))
-    score = task.evaluate(val_blend.labels, val_blend.probabilities, spec).score
+    score = task.evaluate(val_blend.labels, val_blend.probabilities, spec, grouped).score
     accuracy = task_of(spec).scores(val_blend.probabilities, val_blend.labels)["accuracy"]
     name = opts.name or ensemble_id([d.name for d in run_dirs], weights)
     described = " ".join(f"{d.name}:{w:.3f}" for d, w in zip(run_dirs, weights, strict=True))

@@ -53,7 +53,10 @@ def predict(opts: ScoreOptions) -> Path:
     metrics = run.metrics()
     score = metrics.get("evaluation", metrics).get(spec.score_key)
     if val is not None and "evaluation" not in metrics:  # what evaluate would say of this decision
-        score = task.evaluate(val.labels, val.probabilities, spec).score
+        from pipeline.data.groups import held_out_groups
+
+        grouped = held_out_groups(opts.data_dir, spec, val.ids)  # thresholds judged out of group
+        score = task.evaluate(val.labels, val.probabilities, spec, grouped).score
     path = write_submission(
         opts.submissions_dir,
         run.name,
