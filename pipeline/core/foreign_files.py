@@ -120,17 +120,10 @@ def load_toml(folder: Path, value: str, field: str, source: object = None) -> di
     where = Path(folder) / value
     # tomllib's time grows with the square of a dotted name's parts (32,000 of them: 15 s),
     # so that nesting is refused before it parses; brackets and braces raise RecursionError instead.
+    nested = " of tables and arrays"
     if DOTTED.search(STRINGS_AND_COMMENTS.sub("s", text)):
-        raise PetalsError(f"{where}: nested deeper than {MAX_DEPTH} levels of tables and arrays")
-    try:
-        raw = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise PetalsError(f"{where}: not valid TOML ({err})") from None
-    except RecursionError:
-        raise PetalsError(f"{where}: nested deeper than {MAX_DEPTH} levels of tables and arrays") from None
-    if _deeper_than(raw, MAX_DEPTH):
-        raise PetalsError(f"{where}: nested deeper than {MAX_DEPTH} levels of tables and arrays")
-    return raw
+        raise PetalsError(f"{where}: nested deeper than {MAX_DEPTH} levels{nested}")
+    return _parsed(where, text, tomllib.loads, tomllib.TOMLDecodeError, "TOML", nested)
 
 
 # A run's JSON files and a kernel's summary hold a few KiB (a fold group's summary names its runs;
@@ -144,14 +137,21 @@ def load_json(folder: Path, value: str, field: str, source: object = None, limit
     MAX_DEPTH (json's decoder recurses once per bracket: 10,000 are a RecursionError)."""
     text = read_small_text(folder, value, field, source, limit)
     where = Path(folder) / value
+    return _parsed(where, text, json.loads, json.JSONDecodeError, "JSON", " (a hostile file?)")
+
+
+def _parsed(where: Path, text: str, parse, error: type[Exception], kind: str, nested: str):
+    """`parse(text)`: a file that does not parse, or nests deeper than MAX_DEPTH (the parsers recurse
+    once per bracket: thousands are a RecursionError), is one line naming `where`."""
+    deep = PetalsError(f"{where}: nested deeper than {MAX_DEPTH} levels{nested}")
     try:
-        found = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise PetalsError(f"{where}: not valid JSON ({err})") from None
+        found = parse(text)
+    except error as err:
+        raise PetalsError(f"{where}: not valid {kind} ({err})") from None
     except RecursionError:
-        raise PetalsError(f"{where}: nested deeper than {MAX_DEPTH} levels (a hostile file?)") from None
+        raise deep from None
     if _deeper_than(found, MAX_DEPTH):
-        raise PetalsError(f"{where}: nested deeper than {MAX_DEPTH} levels (a hostile file?)")
+        raise deep
     return found
 
 
