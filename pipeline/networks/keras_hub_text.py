@@ -143,14 +143,8 @@ THREE_INPUTS = {"Albert": "pooled"}  # families with segment ids, and how they p
 
 
 def _entries(table: str) -> Iterator[HubTextNetwork]:
-    rows: list[list[str]] = []
-    for line in table.strip().splitlines():
-        if line.startswith(" "):
-            rows[-1] += line.split()
-        else:
-            rows.append(line.split())
-    for name, family, model, tokens, *presets in rows:
-        handles = {p.split("/")[0]: f"keras/{model}/keras/{p}" for p in presets}
+    for name, family, model, tokens, *presets in keras_hub_vision.table_rows(table):
+        handles = keras_hub_vision.handles(model, presets)
         if family in THREE_INPUTS:
             yield HubTextNetwork(name, family, handles, tokens, bert.INPUTS, THREE_INPUTS[family])
         else:

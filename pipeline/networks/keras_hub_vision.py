@@ -326,18 +326,27 @@ UNFREEZE = {
 }
 
 
-def _entries(table: str) -> Iterator[HubBackbone]:
-    """The families of `table` (`FAMILIES`'s layout), each with {preset: Kaggle Models handle}."""
+def table_rows(table: str) -> list[list[str]]:
+    """The rows of a table of families (`FAMILIES`'s layout): a family a row, its presets continued
+    on indented lines."""
     rows: list[list[str]] = []
     for line in table.strip().splitlines():
         if line.startswith(" "):
             rows[-1] += line.split()
         else:
             rows.append(line.split())
-    for name, family, model, size, pooling, *presets in rows:
-        # Keras's own presets on Kaggle Models: keras/<model>/keras/<preset>/<version>
-        handles = {p.split("/")[0]: f"keras/{model}/keras/{p}" for p in presets}
-        yield HubBackbone(name, family, handles, int(size), pooling)
+    return rows
+
+
+def handles(model: str, presets: list[str]) -> dict[str, str]:
+    """{preset: its Kaggle Models handle}: Keras's own presets, keras/<model>/keras/<preset>/<version>."""
+    return {p.split("/")[0]: f"keras/{model}/keras/{p}" for p in presets}
+
+
+def _entries(table: str) -> Iterator[HubBackbone]:
+    """The families of `table` (`FAMILIES`'s layout), each with {preset: Kaggle Models handle}."""
+    for name, family, model, size, pooling, *presets in table_rows(table):
+        yield HubBackbone(name, family, handles(model, presets), int(size), pooling)
 
 
 BACKBONES: dict[str, HubBackbone] = {entry.name: entry for entry in _entries(FAMILIES)}
