@@ -143,6 +143,11 @@ class TrainConfig:
     # forward pass of every image, and on real sets of 1,437 images and more the second one did not
     # raise the test score (benchmarks/bench_views.py). 0: views past the first at every size.
     feature_views_up_to: int = 0
+    # How the head is fitted: "sgd" (the optimizer, epoch by epoch) or "logistic": once, by
+    # scikit-learn's logistic regression on the cached features, C by an inner CV over whole
+    # examples and groups: the linear probe as a run (pipeline/modeling/probe.py; feature cache on,
+    # one epoch, the backbone frozen).
+    head_solver: str = "sgd"
     merge_val: bool = False  # final run: train on train + val (no validation score)
     # K-fold cross-validation (pipeline/data/folds.py): the fold table deals every labelled
     # example (train + a labelled val) into `folds` stratified folds from `fold_seed`; this run
@@ -181,6 +186,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "augment.interpolation": ("bilinear", "nearest"),
     "augment.fill_mode": ("reflect", "nearest", "constant"),
     "train.loop": ("fit", "custom"),
+    "train.head_solver": ("sgd", "logistic"),
     "train.precision": ("auto", "float32", "mixed_float16", "mixed_bfloat16"),
     "train.jit_compile": ("auto", "on", "off"),
 }

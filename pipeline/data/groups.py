@@ -55,6 +55,19 @@ def group_ids(root: str, spec: CompetitionSpec, splits: Sequence[str], ids: np.n
     return np.array([found[str(i)] for i in ids], dtype=object)
 
 
+def training_groups(root: str, spec: CompetitionSpec, ids: np.ndarray) -> np.ndarray:
+    """The group of each training example, for a split inside the training part (an inner CV): an
+    example the group column does not list (a pseudo-labelled test example) is a group of its own."""
+    if spec.group_by_id is None and spec.group_column is None:
+        return np.asarray(ids, dtype=object)
+    if spec.group_by_id is not None:
+        return group_ids(root, spec, (), ids)
+    found: dict[str, str] = {}
+    for split in spec.labeled_splits:
+        found.update(_column(root, spec, split, spec.group_column))
+    return np.array([found.get(str(i), f"example {i}") for i in ids], dtype=object)
+
+
 def held_out_groups(data_dir: Path, spec: CompetitionSpec, ids: np.ndarray) -> np.ndarray | None:
     """The group of each held-out example of a fetched data dir (its labelled splits read: a val
     split or out-of-fold rows), None where the competition names none."""

@@ -23,7 +23,7 @@ from pipeline.core import device, hosts
 from pipeline.core.files import write_atomically
 from pipeline.core.options import TrainOptions
 from pipeline.data import augment, datasets, passes, targets
-from pipeline.modeling import custom_loop, cut_predict, features, host_predict, policy, preemption
+from pipeline.modeling import custom_loop, cut_predict, features, host_predict, policy, preemption, probe
 from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
 from pipeline.modeling.epoch_lines import epoch_header, epoch_line
@@ -96,11 +96,8 @@ class Trainer:
                 shift_scale=datasets.shift_scale(config),
                 images=not ids,
             )
-            self.classifier.build(  # stateless calls need it built
-                networks.input_shape(config)
-                if self.cut is None
-                else (None, *self.cut.bottom.output.shape[1:])
-            )
+            inputs = (None, *self.cut.bottom.output.shape[1:]) if self.cut else networks.input_shape(config)
+            self.classifier.build(inputs)  # stateless calls need it built
             self.optimizer = make_optimizer(
                 config.train.lr_start,
                 config.train.ema,
@@ -216,7 +213,8 @@ class Trainer:
         self._trainable = None
         self.stop.deferring = True  # from here a signal is noted, and the loops save at their step
         try:
-            (self._fit if self.config.train.loop == "fit" else self._custom_loop)(start)
+            loops = {"fit": self._fit, "custom": self._custom_loop, "probe": partial(probe.train_head, self)}
+            loops["probe" if self.config.train.head_solver == probe.SOLVER else self.config.train.loop](start)
         finally:
             self.stop.deferring = False
         return self.history

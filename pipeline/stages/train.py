@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import sys
 from dataclasses import dataclass
@@ -147,6 +148,8 @@ class Job:
     finished: dict | None  # a finished run's metrics
     pseudo: Any = None  # cv.pseudo.PseudoLabels the training part holds besides its fold, if any
     fold_table: str | None = None  # a fold run's table (its digest): which examples its val part held
+    # ids -> their groups, for splits inside the training part (the probe's inner CV); None: ungrouped
+    groups_of: Any = None
 
     @property
     def run_dir(self) -> Path:
@@ -165,13 +168,15 @@ def prepare(
     config: Config, platform, data_dir: Path, runs_dir: Path, name: str | None, checkpoint_dir: str | None
 ) -> Job:
     """Check the config against the data, the replicas and the backend; nothing is written here."""
-    from pipeline.data import augment, datasets, splits
+    from pipeline.data import augment, datasets, groups, splits
     from pipeline.data.manifest import locate_data, read_manifest
+    from pipeline.modeling import probe
     from pipeline.tasks.competitions import check_network, load_competition
 
     competition = load_competition(config.competition)
     spec = competition.spec
     check_network(config, spec, platform.backend)  # before any work
+    probe.check(config, competition.task)
     if platform.kind == "multi-worker" and config.train.loop == "fit":
         # Keras 3's fit hands the strategy's per-replica batches to ops that want one tensor
         # ("Attempt to convert a value (PerReplica...)"); the custom loop runs them itself.
@@ -218,6 +223,7 @@ def prepare(
         finished=shared.metrics() if shared.finished else None,
         pseudo=pseudo,
         fold_table=table.digest if table is not None else None,
+        groups_of=functools.partial(groups.training_groups, root, spec) if spec.grouped else None,
     )
 
 

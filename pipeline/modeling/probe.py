@@ -1,0 +1,147 @@
+"""The linear probe as a run: the head fitted by scikit-learn's logistic regression, not by SGD.
+
+On a few hundred real photos every way of training the network (the recipe's last block, the head
+alone, a bigger backbone) scored what frozen pooled features and a regularised logistic regression
+score: the data cannot support more than a linear map on good features, and SGD on a head that
+memorises its examples in one epoch has no principled place to stop. Logistic regression does:
+its L2 penalty C is chosen by an inner cross-validation on the training rows alone.
+
+`train.head_solver = "logistic"` (with the feature cache, the backbone frozen, one epoch) takes
+each cached view's features at the input of the `logits` layer (every registry network ends
+`... -> head_dropout -> logits`), fits `LogisticRegressionCV` on them (standardised; every view of
+an example, and every example of a named group, in one inner fold, so C is never chosen on rows
+whose example or group trained it), and writes the fitted map into `logits`: scaling folded into
+the kernel, classes a fold never saw at a logit far below the rest. What is saved is an ordinary
+network: evaluate, predict, TTA, CV, blends and kernels read it like any other.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import keras
+import numpy as np
+from sklearn.linear_model import LogisticRegressionCV
+from sklearn.model_selection import StratifiedGroupKFold
+
+from pipeline.core.errors import PetalsError
+
+log = logging.getLogger(__name__)
+
+SOLVER = "logistic"
+# The inverse penalties tried, 1e-4 .. 1e2: on standardised features of a few hundred examples the
+# choice fell inside this range on every real set measured (benchmarks/bench_realdata.py).
+CS = np.logspace(-4, 2, 13)
+INNER_FOLDS = 5
+UNSEEN_LOGIT = -30.0  # a class the fold never trained on: probability ~1e-13 beside the others
+BATCH = 256
+
+
+def check(config, task) -> None:
+    """One line for a config the probe cannot run with (before anything trains)."""
+    train = config.train
+    if train.head_solver != SOLVER:
+        return
+    wrong = [
+        what
+        for what, bad in (
+            ("train.feature_cache=true", not train.feature_cache),
+            ("train.epochs=1", train.epochs != 1),
+            ("train.frozen_epochs=1 (the backbone frozen)", train.frozen_epochs != train.epochs),
+            ("a task of one class per example", task.activation != "softmax"),
+        )
+        if bad
+    ]
+    if wrong:
+        raise PetalsError(
+            f"train.head_solver={SOLVER} fits the head once on frozen features: it needs {', '.join(wrong)}"
+        )
+
+
+def pooled(top: keras.Model, features: np.ndarray) -> np.ndarray:
+    """[views, examples, ...] cached activations -> [views, examples, d] at the input of `logits`:
+    the layers of `top` below it (a chain: pooling and dropout, idle outside training)."""
+    names = [layer.name for layer in top.layers]
+    below = top.layers[1 : names.index("logits")]
+    views = []
+    for view in features:
+        parts = []
+        for i in range(0, len(view), BATCH):
+            x = view[i : i + BATCH].astype(np.float32)
+            for layer in below:
+                x = layer(x)
+            parts.append(np.asarray(x, dtype=np.float64))
+        views.append(np.concatenate(parts))
+    return np.stack(views)
+
+
+def inner_folds(labels: np.ndarray, groups: np.ndarray, views: int, seed: int) -> list:
+    """Inner CV splits over the stacked views: an example's views (and a group's examples) together."""
+    smallest = min(np.unique(groups[labels == c]).size for c in np.unique(labels))
+    folds = min(INNER_FOLDS, smallest)
+    if folds < 2:
+        return []
+    # A group's examples share one class or not (a patient's photos need not): stratify what can be.
+    splitter = StratifiedGroupKFold(folds, shuffle=True, random_state=seed)
+    count = len(labels)
+    splits = []
+    for train, held in splitter.split(np.zeros(count), labels, groups):
+        splits.append((np.concatenate([train + v * count for v in range(views)]),
+                       np.concatenate([held + v * count for v in range(views)])))  # fmt: skip
+    return splits
+
+
+def fit(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, num_classes: int, seed: int):
+    """Pooled features [views, examples, d] -> (kernel [d, classes], bias [classes], C, inner folds)."""
+    views, count, _ = features.shape
+    x = features.reshape(views * count, -1)
+    y = np.tile(labels, views)
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale == 0] = 1.0
+    splits = inner_folds(labels, groups, views, seed)
+    model = LogisticRegressionCV(
+        Cs=CS if splits else [1.0],
+        cv=splits or [(np.arange(len(y)), np.arange(len(y)))],  # too few to split: C = 1, said below
+        scoring="neg_log_loss",
+        max_iter=2000,
+        random_state=seed,
+    )
+    with warnings.catch_warnings():  # scikit-learn 1.8 announces 1.10's arguments; Kaggle's is older
+        warnings.simplefilter("ignore", FutureWarning)
+        model.fit((x - mean) / scale, y)
+    coef, intercept = model.coef_, model.intercept_
+    if len(model.classes_) == 2:  # one logit z for class 1: softmax([-z/2, z/2]) = sigmoid(z)
+        coef, intercept = np.stack([-coef[0], coef[0]]) / 2, np.array([-intercept[0], intercept[0]]) / 2
+    kernel = np.zeros((x.shape[1], num_classes))
+    bias = np.full(num_classes, UNSEEN_LOGIT + float(intercept.min()))
+    for column, cls in enumerate(model.classes_):
+        kernel[:, cls] = coef[column] / scale
+        bias[cls] = intercept[column] - float(np.sum(coef[column] * mean / scale))
+    return kernel, bias, float(model.C_[0]), len(splits)
+
+
+def train_head(trainer, start: int) -> None:
+    """The probe's one epoch: fit on the cached training views, write `logits`, score and save."""
+    job, config = trainer.job, trainer.config
+    if start >= config.train.epochs:
+        return
+    trainer._begin_epoch(0)
+    split = job.train
+    ids = np.asarray(split.ids, dtype=str)
+    features = pooled(trainer.cut.top, split.features)
+    groups = job.groups_of(ids) if job.groups_of is not None else ids
+    labels = split.labels.astype(int)
+    kernel, bias, c, folds = fit(features, labels, groups, job.spec.num_classes, config.seed)
+    logits = trainer.net.get_layer("logits")
+    logits.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
+    said = f"C={c:g} by a {folds}-fold inner CV over whole examples" if folds else "C=1: too few to split"
+    log.info("train: the head fitted by logistic regression on %d examples x %d views (%s)",
+             len(ids), len(features), said)  # fmt: skip
+    x = features.reshape(-1, features.shape[-1])
+    z = x @ kernel + bias
+    z -= z.max(axis=1, keepdims=True)
+    log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    y = np.tile(labels, len(features))
+    logs = {"loss": float(-log_p[np.arange(len(y)), y].mean()), "accuracy": float((z.argmax(1) == y).mean())}
+    trainer._finish_epoch(0, logs)  # its seconds count from _begin_epoch: the fit included
