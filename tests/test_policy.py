@@ -43,6 +43,16 @@ def test_steps_per_epoch_covers_the_data_once_and_can_be_fixed():
     assert policy.steps_per_epoch(TrainConfig(steps_per_epoch=7), images=2404, global_batch=128) == 7
 
 
+def test_a_floor_of_steps_is_bounded_in_passes_over_small_data():
+    floored = TrainConfig(min_steps_per_epoch=100, max_passes_per_epoch=4)
+    assert policy.steps_per_epoch(floored, images=187, global_batch=64) == 12  # 4 passes, not 34
+    assert policy.steps_per_epoch(floored, images=1077, global_batch=64) == 68  # 4 passes of 16.8
+    assert policy.steps_per_epoch(floored, images=9607, global_batch=64) == 150  # one pass: above the floor
+    assert policy.steps_per_epoch(floored, images=30, global_batch=64) == 2  # under a batch: 4 passes
+    unbounded = TrainConfig(min_steps_per_epoch=100)
+    assert policy.steps_per_epoch(unbounded, images=187, global_batch=64) == 100
+
+
 def test_backbone_is_frozen_only_for_the_warm_up_epochs():
     train = TrainConfig(frozen_epochs=2)
     assert [policy.backbone_trainable(e, train) for e in range(4)] == [False, False, True, True]

@@ -108,6 +108,9 @@ class TrainConfig:
     # At least this many steps an epoch: a small dataset is shown several times an epoch, so one
     # recipe's epochs train a few hundred photos as long as thousands (the LR still steps per epoch).
     min_steps_per_epoch: int = 1
+    # ... and at most this many passes over the training examples: the floor above made an epoch of
+    # 187 photos 34 passes, which memorised them in the first epoch. 0: no bound.
+    max_passes_per_epoch: float = 0.0
     # Score val after every N-th epoch, the first and the last: each scoring predicts the whole
     # val split (on 2 CPU cores, 2 s of an 18 s epoch). The best weights are the best scored.
     val_every: int = 1
@@ -212,6 +215,7 @@ RANGES: dict[str, tuple[int, int, str]] = {
     "train.epochs": (1, 1000, "50 x the longest shipped recipe"),
     "train.steps_per_epoch": (0, 1_000_000, "an epoch of 10**6 steps is days"),
     "train.min_steps_per_epoch": (0, 1_000_000, "as train.steps_per_epoch"),
+    "train.max_passes_per_epoch": (0, 1_000, "an epoch of a thousand passes is no epoch"),
     "train.steps_per_execution": (0, 10_000, "Keras on a TPU uses tens to hundreds"),
     "train.val_every": (1, 1000, "as train.epochs"),
     "train.frozen_epochs": (0, 1000, "as train.epochs"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pipeline.core.config import TrainConfig
 
 
@@ -20,8 +22,15 @@ def learning_rate(epoch: int, train: TrainConfig, replicas: int) -> float:
 
 
 def steps_per_epoch(train: TrainConfig, images: int, global_batch: int) -> int:
-    """Steps that see every training image about once, and at least `train.min_steps_per_epoch`."""
-    return train.steps_per_epoch or max(1, train.min_steps_per_epoch, images // global_batch)
+    """Steps that see every training image about once, at least `train.min_steps_per_epoch`, and
+    at most `train.max_passes_per_epoch` passes over the training images (0: no such bound)."""
+    if train.steps_per_epoch:
+        return train.steps_per_epoch
+    one_pass = max(1, images // global_batch)
+    steps = max(one_pass, train.min_steps_per_epoch)
+    if train.max_passes_per_epoch:
+        steps = min(steps, max(one_pass, math.ceil(train.max_passes_per_epoch * images / global_batch)))
+    return steps
 
 
 def backbone_trainable(epoch: int, train: TrainConfig) -> bool:

