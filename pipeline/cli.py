@@ -147,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Only the stage asked for is imported ("" for none: `--help`, or a name argparse will refuse).
         args = build_parser(only=name if name in STAGES else "").parse_args(given)
         set_up_logging(args.quiet)
-        code = run_stage(args.stage, args.run, args)
+        code = run_stage(args.stage, by_size(args), args)
         if code:
             return code
     return 0
@@ -199,6 +199,16 @@ def run_stage(stage: str, function: Callable[..., Any], *arguments: Any) -> int:
         print(f"petals {stage}: interrupted; rerun the same command to resume", file=sys.stderr)
         return 130
     return 0
+
+
+def by_size(args: argparse.Namespace) -> Callable[..., Any]:
+    """What runs a stage: its own `run`; train, evaluate and predict through the CV stage, which
+    takes them over on data their recipe calls small (pipeline/cv/auto.py)."""
+    if args.stage not in ("train", "evaluate", "predict"):
+        return args.run
+    from pipeline.stages import cv
+
+    return cv.by_size(args.stage, args.run)
 
 
 def leave(code: int | None) -> None:

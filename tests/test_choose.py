@@ -65,12 +65,13 @@ def test_the_shipped_candidates_are_valid_configs_of_their_recipe(data_dir, tmp_
 
     path = REPO / "pipeline/tasks/recipes/image_classification/candidates/cpu.toml"
     listed = choose.read_candidates(path)
-    assert [c.name for c in listed] == ["probe", "head", "recipe"]  # the simplest first
+    assert [c.name for c in listed] == ["trio", "recipe"]  # the simplest first
     for candidate in listed:
         config = recipe_config.load_config("cpu", [*candidate.overrides, "train.folds=5"], device="cpu")
         assert config.train.feature_cache
-    head = recipe_config.load_config("cpu", listed[1].overrides, device="cpu")
-    assert head.train.frozen_epochs == head.train.epochs  # a head on frozen features, every epoch
+    trio = recipe_config.load_config("cpu", listed[0].overrides, device="cpu")
+    assert trio.train.head_solver == "logistic" and trio.train.frozen_epochs == trio.train.epochs == 1
+    assert trio.model.backbone == "efficientnet-lite-trio" and trio.data.image_size == 260
 
 
 @pytest.mark.parametrize(

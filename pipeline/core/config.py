@@ -151,6 +151,10 @@ class TrainConfig:
     # examples and groups: the linear probe as a run (pipeline/modeling/probe.py; feature cache on,
     # one epoch, the backbone frozen).
     head_solver: str = "sgd"
+    # Small data: where the labelled examples are at most this many, `make train` (evaluate,
+    # predict) trains the recipe's candidates as K-fold CV groups and takes the one CV prefers,
+    # as FOLDS=5 CHOOSE=1 (pipeline/cv/auto.py). 0: the recipe alone at every size.
+    choose_up_to: int = 0
     merge_val: bool = False  # final run: train on train + val (no validation score)
     # K-fold cross-validation (pipeline/data/folds.py): the fold table deals every labelled
     # example (train + a labelled val) into `folds` stratified folds from `fold_seed`; this run
@@ -216,6 +220,7 @@ RANGES: dict[str, tuple[int, int, str]] = {
     "train.steps_per_epoch": (0, 1_000_000, "an epoch of 10**6 steps is days"),
     "train.min_steps_per_epoch": (0, 1_000_000, "as train.steps_per_epoch"),
     "train.max_passes_per_epoch": (0, 1_000, "an epoch of a thousand passes is no epoch"),
+    "train.choose_up_to": (0, 10_000_000, "a count of examples, not a size: ten million is every set here"),
     "train.steps_per_execution": (0, 10_000, "Keras on a TPU uses tens to hundreds"),
     "train.val_every": (1, 1000, "as train.epochs"),
     "train.frozen_epochs": (0, 1000, "as train.epochs"),

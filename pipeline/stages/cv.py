@@ -19,7 +19,9 @@ import argparse
 import dataclasses
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from pipeline.core import options
 from pipeline.core.errors import PetalsError
@@ -76,6 +78,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> None:
     opts = options.from_args(CVOptions, args, progress_bar=not args.quiet and sys.stdout.isatty())
     {"train": train, "evaluate": evaluate, "predict": predict}[args.step](opts)
+
+
+def by_size(step: str, run: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], Any]:
+    """The train, evaluate or predict stage's `run`, or, on data its recipe calls small, this
+    stage's same step over the recipe's candidates, as FOLDS=5 CHOOSE=1 (pipeline.cv.auto)."""
+
+    def decide(args: argparse.Namespace) -> Any:
+        opts = small_data(step, args)
+        steps = {"train": train, "evaluate": evaluate, "predict": predict}
+        return run(args) if opts is None else steps[step](opts)
+
+    return decide
+
+
+def small_data(step: str, args: argparse.Namespace) -> CVOptions | None:
+    """The CV options a stage's command line becomes where its recipe's `train.choose_up_to` covers
+    the data; None where it trains or scores one run (a run named, checkpoints elsewhere, ...)."""
+    one_run = ("run_id", "checkpoint_dir", "list_backbones", "print_config")
+    if any(getattr(args, key, None) for key in one_run):
+        return None
+    from pipeline.core import device
+    from pipeline.cv import auto, choose
+    from pipeline.tasks.competitions import load_competition
+
+    opts = options.from_args(
+        CVOptions, args, folds=auto.FOLDS, choose="1", progress_bar=not args.quiet and sys.stdout.isatty()
+    )
+    platform = device.pick_from_args(opts)
+    config = recipe_config.config_from_args(opts, platform.device)
+    if not config.train.choose_up_to:
+        return None
+    count = auto.labelled_examples(opts.data_dir, load_competition(config.competition).spec)
+    found, _ = recipe_config.beside_recipe(choose.FOLDER, config.competition, config.recipe, opts.recipe)
+    if not auto.applies(config, count, found is not None):
+        return None
+    names = [c.name for c in choose.read_candidates(found, found.parents[1])]
+    log.info("%s: %s", step, auto.said(count, config, names))
+    return opts
 
 
 def checked(opts: CVOptions) -> CVOptions:

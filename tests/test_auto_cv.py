@@ -1,0 +1,96 @@
+"""Small data: `make train` (evaluate, predict) becomes the CV choice among the recipe's
+candidates where the recipe's `train.choose_up_to` covers the labelled examples, and stays one
+run everywhere else."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from pipeline.cli import build_parser
+from pipeline.cv import auto
+from pipeline.stages import cv as cv_stage
+from tests.conftest import TINY, run_cli
+
+# The tiny data: 128 train and 104 val images, every one labelled.
+LABELLED = 232
+
+
+@pytest.fixture
+def data_dir(tiny_data_dir, tmp_path):
+    copy = tmp_path / "data"
+    shutil.copytree(tiny_data_dir, copy)
+    return copy
+
+
+def recipe(tmp_path, up_to: int, candidates: bool = True):
+    """A recipe file of the tiny settings, CV by default up to `up_to`, with two cheap candidates."""
+    folder = tmp_path / "recipes"
+    (folder / "candidates").mkdir(parents=True, exist_ok=True)
+    lines = [line.split("=", 1) for line in [*TINY, "augment.where=host", f"train.choose_up_to={up_to}"]]
+    sections: dict[str, list[str]] = {}
+    for key, value in lines:
+        section, name = key.split(".", 1)
+        sections.setdefault(section, []).append(f"{name} = {value if value[0].isdigit() else repr(value)}")
+    text = "\n".join(f"[{s}]\n" + "\n".join(v) for s, v in sections.items())
+    path = folder / "mine.toml"
+    path.write_text(text.replace("'", '"') + "\n")
+    if candidates:
+        (folder / "candidates" / "mine.toml").write_text("[short.train]\nepochs = 1\n\n[recipe]\n")
+    return path
+
+
+def args_of(step: str, data_dir, tmp_path, recipe_path, *more: str):
+    line = [step, "--data-dir", str(data_dir), "--runs-dir", str(tmp_path / "runs"),
+            "--recipe", str(recipe_path), "--backend", "tensorflow", *more]  # fmt: skip
+    if step != "train":
+        line += ["--submissions-dir", str(tmp_path / "subs")]
+    return build_parser(only=step).parse_args(line)
+
+
+def test_the_labelled_examples_are_counted_from_the_manifest(data_dir, spec):
+    assert auto.labelled_examples(data_dir, spec) == LABELLED
+    assert auto.labelled_examples(data_dir / "nowhere", spec) is None
+
+
+@pytest.mark.parametrize("step", ["train", "evaluate", "predict"])
+def test_small_data_takes_the_cv_choice_and_says_so(step, data_dir, tmp_path, caplog):
+    caplog.set_level("INFO")
+    opts = cv_stage.small_data(step, args_of(step, data_dir, tmp_path, recipe(tmp_path, LABELLED)))
+    assert opts is not None and opts.folds == auto.FOLDS and opts.choose == "1"
+    assert f"{step}: 232 labelled examples, at most the recipe's train.choose_up_to (232)" in caplog.text
+    assert "among its candidates (short, recipe)" in caplog.text and "train.choose_up_to=0" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("up_to", "candidates", "more"),
+    [
+        (LABELLED - 1, True, []),  # more data than the recipe calls small
+        (0, True, []),  # the recipe never chooses
+        (LABELLED, False, []),  # nothing to choose between
+        (LABELLED, True, ["--run", "mine"]),  # a run asked for by name
+        (LABELLED, True, ["--set", "train.merge_val=true"]),  # no val, no folds
+        (LABELLED, True, ["--set", "train.choose_up_to=0"]),  # the way out the line names
+    ],
+)
+def test_everywhere_else_one_run_trains(up_to, candidates, more, data_dir, tmp_path):
+    path = recipe(tmp_path, up_to, candidates)
+    assert cv_stage.small_data("train", args_of("train", data_dir, tmp_path, path, *more)) is None
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # a whole chain: two candidates' five folds, then evaluate and predict
+def test_make_trains_evaluates_and_predicts_the_chosen_group_on_small_data(data_dir, tmp_path):
+    path = recipe(tmp_path, 10_000)
+    common = ["--data-dir", str(data_dir), "--runs-dir", str(tmp_path / "runs"), "--recipe", str(path),
+              "--backend", "tensorflow"]  # fmt: skip
+    done = run_cli("train", *common, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (choice_dir,) = (tmp_path / "runs").glob("choose-mine-*")
+    choice = json.loads((choice_dir / "choice.json").read_text())
+    assert [row["candidate"] for row in choice["rows"]] == ["short", "recipe"]
+    scored = run_cli("evaluate,predict", *common, "--submissions-dir", str(tmp_path / "subs"), timeout=600)
+    assert scored.returncode == 0, scored.stderr[-2000:]
+    assert (tmp_path / "subs" / f"{choice['group']}.csv").is_file()  # the chosen group's fold mean
