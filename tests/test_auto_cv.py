@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
 import pytest
 
 from pipeline.cli import build_parser
@@ -50,6 +51,14 @@ def args_of(step: str, data_dir, tmp_path, recipe_path, *more: str):
     return build_parser(only=step).parse_args(line)
 
 
+def test_folds_are_fewer_where_a_class_or_the_groups_are_few():
+    labels = np.repeat([0, 1, 2], [9, 3, 7])
+    assert auto.folds_for(labels, 4, None) == 3  # class 1 has three; class 3 none (absent)
+    assert auto.folds_for(np.repeat([0, 1], 10), 2, None) == auto.FOLDS
+    assert auto.folds_for(np.repeat([0, 1], 10), 2, np.arange(20) % 4) == 4  # four groups
+    assert auto.folds_for(np.array([0, 1, 1]), 2, None) == 1  # too few: the recipe alone
+
+
 def test_the_labelled_examples_are_counted_from_the_manifest(data_dir, spec):
     assert auto.labelled_examples(data_dir, spec) == LABELLED
     assert auto.labelled_examples(data_dir / "nowhere", spec) is None
@@ -59,8 +68,10 @@ def test_the_labelled_examples_are_counted_from_the_manifest(data_dir, spec):
 def test_small_data_takes_the_cv_choice_and_says_so(step, data_dir, tmp_path, caplog):
     caplog.set_level("INFO")
     opts = cv_stage.small_data(step, args_of(step, data_dir, tmp_path, recipe(tmp_path, LABELLED)))
-    assert opts is not None and opts.folds == auto.FOLDS and opts.choose == "1"
-    assert f"{step}: 232 labelled examples, at most the recipe's train.choose_up_to (232)" in caplog.text
+    # The tiny data's rarest class has 2 labelled examples: 2 folds, not 5.
+    assert opts is not None and opts.folds == 2 and opts.choose == "1"
+    said = f"{step}: 232 labelled examples, at most the recipe's train.choose_up_to (232): 2-fold CV"
+    assert said in caplog.text
     assert "among its candidates (short, recipe)" in caplog.text and "train.choose_up_to=0" in caplog.text
 
 
@@ -81,7 +92,8 @@ def test_everywhere_else_one_run_trains(up_to, candidates, more, data_dir, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # a whole chain: two candidates' five folds, then evaluate and predict
+@pytest.mark.heavy  # a whole chain: two candidates' folds, then evaluate and predict, in fresh processes
+@pytest.mark.timeout(600)  # about a minute alone; each process starts TensorFlow
 def test_make_trains_evaluates_and_predicts_the_chosen_group_on_small_data(data_dir, tmp_path):
     path = recipe(tmp_path, 10_000)
     common = ["--data-dir", str(data_dir), "--runs-dir", str(tmp_path / "runs"), "--recipe", str(path),

@@ -12,7 +12,10 @@ the recipe trains alone as before.
 
 from __future__ import annotations
 
+import numpy as np
+
 from pipeline.core.config import Config
+from pipeline.data import targets
 from pipeline.data.manifest import read_manifest
 
 FOLDS = 5
@@ -49,10 +52,20 @@ def applies(config: Config, count: int | None, has_candidates: bool) -> bool:
     )
 
 
-def said(count: int, config: Config, names: list[str]) -> str:
+def folds_for(labels: np.ndarray, num_classes: int, grouped: np.ndarray | None) -> int:
+    """FOLDS, or fewer where a class has fewer labelled examples (or the data fewer groups): each
+    fold holds some of every class, and whole groups."""
+    counts = targets.class_counts(labels, num_classes)
+    most = int(counts[counts > 0].min()) if counts.any() else 0
+    if grouped is not None:
+        most = min(most, len(set(grouped)))
+    return min(FOLDS, most)
+
+
+def said(count: int, folds: int, config: Config, names: list[str]) -> str:
     return (
         f"{count:,} labelled examples, at most the recipe's train.choose_up_to "
         f"({config.train.choose_up_to:,}): "
-        f"{FOLDS}-fold CV chooses among its candidates ({', '.join(names)}), as FOLDS={FOLDS} CHOOSE=1; "
+        f"{folds}-fold CV chooses among its candidates ({', '.join(names)}), as FOLDS={folds} CHOOSE=1; "
         "SET=train.choose_up_to=0 trains the recipe alone"
     )

@@ -109,13 +109,22 @@ def small_data(step: str, args: argparse.Namespace) -> CVOptions | None:
     config = recipe_config.config_from_args(opts, platform.device)
     if not config.train.choose_up_to:
         return None
-    count = auto.labelled_examples(opts.data_dir, load_competition(config.competition).spec)
+    spec = load_competition(config.competition).spec
+    count = auto.labelled_examples(opts.data_dir, spec)
     found, _ = recipe_config.beside_recipe(choose.FOLDER, config.competition, config.recipe, opts.recipe)
     if not auto.applies(config, count, found is not None):
         return None
+    from pipeline.data import folds
+    from pipeline.data.manifest import locate_data
+
+    _, labels, grouped = folds.labelled(locate_data(opts.data_dir), spec, config)
+    k = auto.folds_for(labels, spec.num_classes, grouped)
+    if k < 2:
+        log.info("%s: too few examples of a class (or groups) for CV: the recipe alone", step)
+        return None
     names = [c.name for c in choose.read_candidates(found, found.parents[1])]
-    log.info("%s: %s", step, auto.said(count, config, names))
-    return opts
+    log.info("%s: %s", step, auto.said(count, k, config, names))
+    return dataclasses.replace(opts, folds=k)
 
 
 def checked(opts: CVOptions) -> CVOptions:
