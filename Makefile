@@ -133,7 +133,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR)
 
-.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-probes bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -354,6 +354,12 @@ bench-images-real: | $(STAMP) ## the CPU recipes on real images (sklearn's digit
 
 bench-choose: | $(STAMP) ## CHOOSE=1 on real images (Tux Paint stamps, digits and Fashion-MNIST at 30 a class): what CV chooses, its test score against the linear probe and the recipe as written
 	$(PY) benchmarks/bench_choose.py
+
+bench-passes: | $(STAMP) ## the CPU recipe's epoch bounded at 1 or 4 passes over its training images against the 100-step floor alone, on real images of 118 to 3,000: test macro-F1, val, seconds
+	$(PY) benchmarks/bench_passes.py
+
+bench-probes: | $(STAMP) ## linear probes on real small image sets: Lite0's pooled features at 192 and 224 px against Lite0/1/2 side by side, one view or two: test macro-F1
+	$(PY) benchmarks/bench_probes.py
 
 bench-views: | $(STAMP) ## the CPU recipe's cached views, 1 against 2, on real images of 118 to 8,000 (stamps, digits, Fashion-MNIST): test macro-F1 and seconds of each
 	$(PY) benchmarks/bench_views.py
