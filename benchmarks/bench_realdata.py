@@ -78,9 +78,10 @@ def baseline(data: realdata.RealSet) -> dict:
 
 def reported(metrics: dict, score_key: str) -> dict:
     """What petals said its submission's score is: a CV group's out-of-fold score, or the run's val
-    score (evaluate's, else train's best epoch), with the rows and groups behind it."""
+    score (evaluate's, else train's best epoch), with the rows and groups behind it, under petals'
+    own names (a CV group's `examples`, an evaluation's `images`, which counts a text's rows too)."""
     if "cv_score" in metrics:
-        said = {"kind": "cv", "score": metrics["cv_score"], "rows": metrics.get("examples")}
+        said = {"kind": "cv", "score": metrics["cv_score"], "examples": metrics.get("examples")}
         return {**said, "groups": metrics.get("groups"), "interval": metrics.get("interval")}
     evaluation = metrics.get("evaluation", {})
     said = {"kind": "val", "score": evaluation.get(score_key, metrics.get(score_key))}
