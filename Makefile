@@ -68,7 +68,7 @@ KNOBS := DATA SOURCE DATA_FROM COMPETITION GCS_PATH SIZE SEED SCALE FORCE RECIPE
 	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TTA FOLDS FOLD REFIT CHOOSE RUNS WEIGHTS \
 	SPACE TRIALS TRIALS_PER_KERNEL STORAGE PRUNER \
 	SEARCH STACK SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
-	TIMEOUT RESUME_FROM CONCURRENT PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS VERBOSE
+	TIMEOUT RESUME_FROM CONCURRENT PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS REALDATA VERBOSE
 # make kernel-fanout fans out a sweep's trials only when TRIALS is given on its command line (an
 # exported TRIALS is make sweep's default, not a request to fan trials out).
 trials_given := $(filter command,$(firstword $(origin TRIALS)))
@@ -133,7 +133,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR)
 
-.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-probes bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-probes bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -372,6 +372,10 @@ bench-sweep: | $(STAMP) ## a 20-trial sweep of the CPU recipe on real digits (te
 
 bench-cv: | $(STAMP) ## 5-fold CV on real images (digits, Tux Paint stamps, Fashion-MNIST, 30 a class): CV vs val against held-out test, fold mean vs refit, blends, pseudo-labels, the linear probe
 	$(PY) benchmarks/bench_cv.py
+
+REALDATA    ?=#                  bench-realdata: the sets to run (default all), e.g. REALDATA="stamps faces manpages"
+bench-realdata: | $(STAMP) ## petals' default (make train predict, recipe auto) on 7 real sets from packages (images, texts; icons, man pages and Amazon reviews grouped), each test part scored once: test vs its reported val/CV, against the frozen-feature probe or TF-IDF + LR (benchmarks/realdata.json)
+	$(PY) benchmarks/bench_realdata.py $(if $(REALDATA),--sets $(call qs,REALDATA))
 
 bench-transfer: $(DATA)/manifest.json ## the pretrained CPU recipe vs the cnn, the feature cache's speed-up, Lite0's img/s on both backends
 	$(PY) benchmarks/bench_transfer.py --data-dir $(call q,DATA)

@@ -1,0 +1,194 @@
+"""Real data, judged honestly: petals' default on real sets against the best baseline (issue 65).
+
+Each set of `realdata` (images and texts found in packages, two or more grouped) is written as a
+user's own competition, its test labels kept outside it. petals then runs as `make train predict`
+would for that competition: `fetch --source dir`, `train` and `evaluate,predict`, each in a fresh
+process, with the recipe `auto` and the device `auto` (the CPU here), and no override: whatever
+the default is at this commit is what is measured. The submission `make submit` would upload (the
+newest CSV) is scored once against the held-back labels (macro-F1, scikit-learn's), beside what
+petals reported for it: the CV group's out-of-fold score where the default ran CV, else its val
+score. The gap |reported - test| says whether the report can be believed.
+
+The baselines, on the same split, C chosen on the dev part alone by 5-fold CV (grouped folds for a
+grouped set): images, EfficientNet-Lite0's frozen pooled features + LogisticRegression
+(cv_data.fit_probe); texts, TF-IDF word 1-2 grams + LogisticRegression (bench_text_real).
+
+Usage: python benchmarks/bench_realdata.py [--sets stamps faces ...] [--baselines-only] [--quick]
+Each set's entry in benchmarks/realdata.json (its sizes; `baseline` and `default`, each with the
+commit it was measured at) is replaced as it finishes; other sets' entries are kept. `--quick`
+cuts each set to ~150 dev and ~100 test rows (whole groups) to check the harness end to end, and
+records nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks import bench_text_real, cv_data, realdata  # noqa: E402
+from benchmarks.bench_cv import commit  # noqa: E402
+from benchmarks.bench_fetch import machine  # noqa: E402
+from benchmarks.bench_images_real import stage  # noqa: E402  (a stage in a fresh process, exits on failure)
+from pipeline.core.files import write_json  # noqa: E402  (atomic)
+
+RESULTS = REPO / "benchmarks" / "realdata.json"
+DEVICE = ["--backend", "auto", "--strategy", "auto", "--cpu-replicas", "0"]  # make's defaults
+
+
+def macro_f1(truth: np.ndarray, predicted: np.ndarray) -> dict:
+    """Test macro-F1 and its 95% bootstrap interval over test rows."""
+    from sklearn.metrics import f1_score
+
+    return {
+        "test_macro_f1": round(float(f1_score(truth, predicted, average="macro")), 4),
+        "test_95": cv_data.bootstrap_interval(truth, predicted),
+    }
+
+
+def baseline(data: realdata.RealSet) -> dict:
+    """The best baseline of the set's kind, fitted on dev (C by (grouped) CV there), scored on test."""
+    started = time.perf_counter()
+    if data.kind == "image":
+        dev, test = cv_data.probe_features(data.dev.items), cv_data.probe_features(data.test.items)
+        probabilities, c = cv_data.fit_probe(dev, data.dev.labels, test, data.dev.groups)
+        predicted, name = probabilities.argmax(axis=1), "Lite0 frozen features + LogisticRegression"
+    else:
+        search = bench_text_real.tfidf_logreg(data.dev.items, data.dev.labels, "f1_macro", data.dev.groups)
+        predicted, name = search.predict(data.test.items), "TF-IDF 1-2 grams + LogisticRegression"
+        c = float(search.best_params_["logisticregression__C"])
+    return {
+        "model": name,
+        "C": c,
+        "cv": "5-fold, grouped" if data.grouped else "5-fold",
+        **macro_f1(data.test.labels, predicted),
+        "seconds": round(time.perf_counter() - started, 1),
+        "commit": commit(),
+    }
+
+
+def reported(metrics: dict, score_key: str) -> dict:
+    """What petals said its submission's score is: a CV group's out-of-fold score, or the run's val
+    score (evaluate's, else train's best epoch), with the rows and groups behind it, under petals'
+    own names (a CV group's `examples`, an evaluation's `images`, which counts a text's rows too)."""
+    if "cv_score" in metrics:
+        said = {"kind": "cv", "score": metrics["cv_score"], "examples": metrics.get("examples")}
+        return {**said, "groups": metrics.get("groups"), "interval": metrics.get("interval")}
+    evaluation = metrics.get("evaluation", {})
+    said = {"kind": "val", "score": evaluation.get(score_key, metrics.get(score_key))}
+    return {**said, **{k: evaluation.get(k) for k in ("images", "groups", "interval")}}
+
+
+def default(spec: Path, download: Path, truth: dict, work: Path) -> dict:
+    """`make train predict` for the competition `spec`, stage by stage; the newest submission scored."""
+    import pandas as pd
+
+    from competition import load_spec
+    from pipeline.core.rundir import RunDir
+    from pipeline.runs.submission_files import newest_submission
+
+    data, runs, subs = work / "data", work / "runs", work / "submissions"
+    config = ["--recipe", "auto", "--set", f"competition={spec}"]
+    where = ["--data-dir", str(data), "--runs-dir", str(runs), *DEVICE, *config]
+    seconds = {"fetch": stage("fetch", "--source", "dir", "--from", str(download), "--data-dir", str(data),
+                              "--competition", str(spec), "--seed", "0")}  # fmt: skip
+    seconds["train"] = stage("train", *where)
+    seconds["evaluate_predict"] = stage(
+        "evaluate,predict", *where, "--submissions-dir", str(subs), "--tta", "1"
+    )
+    loaded = load_spec(str(spec))
+    csv = newest_submission(subs, loaded.name)
+    made = json.loads(csv.with_suffix(".json").read_text())
+    metrics = RunDir(Path(made["run_dir"])).metrics()
+    said = reported(metrics, loaded.score_key)
+    frame = pd.read_csv(csv, dtype=str)
+    predicted = dict(zip(frame.iloc[:, 0], frame.iloc[:, 1].astype(int), strict=True))  # id, class
+    ids = sorted(truth)
+    scored = macro_f1(np.array([truth[i] for i in ids]), np.array([predicted[i] for i in ids]))
+    return {
+        "run": Path(made["run_dir"]).name,
+        "backbone": metrics.get("backbone"),
+        "reported": said,
+        **scored,
+        "gap": None if said["score"] is None else round(abs(said["score"] - scored["test_macro_f1"]), 4),
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "commit": commit(),
+    }
+
+
+def sizes(data: realdata.RealSet) -> dict:
+    found = {"kind": data.kind, "classes": len(data.classes), "dev": len(data.dev.labels)}
+    found["test"] = len(data.test.labels)
+    if data.grouped:
+        found["groups"] = {"dev": len(set(data.dev.groups)), "test": len(set(data.test.groups))}
+    return found
+
+
+def run_set(name: str, quick: bool, run_default: bool) -> dict:
+    data = realdata.load(name, quick)
+    result = {**sizes(data), "baseline": baseline(data)}
+    print(f"{name}: {json.dumps(result)}", flush=True)
+    if run_default:
+        with tempfile.TemporaryDirectory() as tmp:
+            spec, download, truth = realdata.write_competition(data, Path(tmp) / "set")
+            result["default"] = default(spec, download, truth, Path(tmp) / "work")
+        print(f"{name} default: {json.dumps(result['default'])}", flush=True)
+    return result
+
+
+def cpu() -> str:
+    models = [
+        line.split(":", 1)[1].strip()
+        for line in Path("/proc/cpuinfo").read_text().splitlines()
+        if line.startswith("model name")
+    ]
+    return models[0] if models else platform.processor()
+
+
+def table(results: dict) -> str:
+    """One line a set: sizes, the default's test and reported scores and their gap, the baseline."""
+    lines = [f"{'set':<10} {'dev':>5} {'test':>5} {'default':>8} {'reported':>12} {'gap':>6} {'baseline':>9}"]
+    for name, found in results.items():
+        run = found.get("default") or {}
+        said = run.get("reported") or {}
+        shown = f"{said['score']:.4f} {said['kind']}" if said.get("score") is not None else "-"
+        lines.append(
+            f"{name:<10} {found['dev']:>5} {found['test']:>5} {run.get('test_macro_f1', '-'):>8} "
+            f"{shown:>12} {run.get('gap', '-'):>6} {found['baseline']['test_macro_f1']:>9}"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sets", nargs="+", default=list(realdata.SETS), choices=realdata.SETS)
+    parser.add_argument("--baselines-only", action="store_true", help="the baselines, not petals' default")
+    parser.add_argument("--quick", action="store_true", help="~150 dev rows a set; nothing recorded")
+    args = parser.parse_args()
+    stored = json.loads(RESULTS.read_text())["sets"] if RESULTS.is_file() else {}
+    results = {}
+    for name in args.sets:
+        found = run_set(name, args.quick, not args.baselines_only)
+        results[name] = found
+        if not args.quick:  # a set's sizes, its baseline, and its default measured now or kept
+            kept = stored.get(name, {}).get("default")  # a default measured before, with its commit
+            stored[name] = {**found, **({"default": kept} if kept and "default" not in found else {})}
+            write_json(RESULTS, {"machine": f"{machine()}, {cpu()}, no GPU", "sets": stored})
+    print(table(results if args.quick else {name: stored[name] for name in args.sets}))  # as recorded
+    if args.quick:
+        print("(--quick: smaller sets, nothing recorded)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""`make bench-realdata`'s split and competitions (benchmarks/realdata.py), on tiny fake data.
+
+The benchmark is only honest if no group sits on both sides of the dev/test split, the test
+labels never reach the competition's folders, and every set stays within the issue's bounds; each
+check below fails on a split or a writer that broke that. Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import realdata
+from competition import load_spec
+from pipeline import cli
+
+GROUPS, ROWS, CLASSES = 60, 3, 3  # each group's rows share its class, as one man page's passages
+
+
+def _grouped_rows() -> tuple[np.ndarray, np.ndarray]:
+    groups = np.repeat([f"g{g}" for g in range(GROUPS)], ROWS)
+    labels = np.repeat(np.arange(GROUPS) % CLASSES, ROWS)
+    return labels, groups
+
+
+def _fake(kind: str, grouped: bool) -> realdata.RealSet:
+    labels, groups = _grouped_rows()
+    rng = np.random.default_rng(0)
+    if kind == "text":
+        items = [
+            f"passage {i} of {g}, on topic {c}" for i, (g, c) in enumerate(zip(groups, labels, strict=True))
+        ]
+    else:
+        items = [rng.integers(0, 255, (8, 8, 3), dtype=np.uint8) for _ in labels]
+    return realdata.made("fake", kind, [f"c{c}" for c in range(CLASSES)], items, labels,
+                         groups if grouped else None, 3, ("flip",))  # fmt: skip
+
+
+def test_a_grouped_split_puts_each_group_on_one_side_only():
+    labels, groups = _grouped_rows()
+    dev, test = realdata.split_once(labels, groups, 3)
+    assert not set(groups[dev]) & set(groups[test])
+    assert sorted([*dev, *test]) == list(range(len(labels)))  # every row once
+    assert len(test) == pytest.approx(len(labels) / 3, abs=ROWS)
+    assert set(labels[test]) == set(labels[dev]) == set(range(CLASSES))  # stratified
+    # the same rows dealt without their groups would split groups: the check has teeth
+    dev, test = realdata.split_once(labels, None, 3)
+    assert set(groups[dev]) & set(groups[test])
+
+
+def test_the_split_is_dealt_once_the_same_way():
+    labels, groups = _grouped_rows()
+    first, second = realdata.split_once(labels, groups, 3), realdata.split_once(labels, groups, 3)
+    assert all(np.array_equal(a, b) for a, b in zip(first, second, strict=True))
+
+
+def test_sizes_are_bounded_and_quick_sets_keep_groups_whole():
+    data = _fake("text", grouped=True)
+    assert realdata.check_sizes(data) is data  # 120 dev rows
+    too_few = realdata.RealSet("small", "text", data.classes, data.dev.take(np.arange(99)), data.test)
+    with pytest.raises(ValueError, match="small: 99 development examples, outside 100-10000"):
+        realdata.check_sizes(too_few)
+    cut = realdata.at_most(data.dev, 50)
+    assert 45 <= len(cut.labels) <= 50 and set(cut.labels) == set(range(CLASSES))
+    kept = set(cut.groups)
+    assert all(np.sum(cut.groups == g) == np.sum(data.dev.groups == g) for g in kept)  # whole groups
+
+
+def _files_with_test_labels(root: Path, truth: dict) -> list[Path]:
+    """Files under the competition's folders that pair a test id with its true label."""
+    found = []
+    for path in [*root.glob("competition/**/*"), *root.glob("download/**/*")]:
+        if path.suffix != ".csv":
+            continue
+        frame = pd.read_csv(path, dtype=str)
+        ids, labels = frame.iloc[:, 0], frame.get("label")
+        if labels is not None and any(ids.isin(truth)):
+            true = [str(truth[i]) for i in ids if i in truth]
+            if [v for i, v in zip(ids, labels, strict=True) if i in truth] == true and len(set(true)) > 1:
+                found.append(path)
+    return found
+
+
+@pytest.mark.parametrize("kind", ["text", "image"])
+def test_the_competition_holds_the_dev_part_and_names_its_group_never_the_test_labels(tmp_path, kind):
+    data = _fake(kind, grouped=True)
+    spec_file, download, truth = realdata.write_competition(data, tmp_path / "set")
+    assert len(truth) == len(data.test.labels) and (tmp_path / "set" / "test_labels.csv").is_file()
+    assert not _files_with_test_labels(tmp_path / "set", truth)  # its teeth: the last test
+    spec = load_spec(str(spec_file))
+    assert spec.group_column == realdata.GROUP_COLUMN
+    train = pd.read_csv(download / "train.csv", dtype=str)
+    assert train[realdata.GROUP_COLUMN].tolist() == list(data.dev.groups)
+    assert not set(train[realdata.GROUP_COLUMN]) & set(data.test.groups)
+    code = cli.main(["fetch", "--no-progress", "--competition", str(spec_file), "--source", "dir",
+                     "--from", str(download), "--data-dir", str(tmp_path / "data")])  # fmt: skip
+    assert code == 0  # petals takes it as a user's competition
+
+
+def test_an_ungrouped_text_set_names_no_group(tmp_path):
+    spec_file, download, _ = realdata.write_competition(_fake("text", grouped=False), tmp_path / "set")
+    assert load_spec(str(spec_file)).group_column is None
+    assert list(pd.read_csv(download / "train.csv").columns) == ["id", "text", "label"]
+    assert list(pd.read_csv(download / "test.csv").columns) == ["id", "text"]
+
+
+def test_the_teeth_of_the_test_label_check(tmp_path):
+    """A writer that left the test labels in the sample submission would be caught."""
+    data = _fake("text", grouped=True)
+    _, download, truth = realdata.write_competition(data, tmp_path / "set")
+    sample = pd.read_csv(download / "sample_submission.csv", dtype=str)
+    sample["label"] = sample["id"].map(lambda i: str(truth[i]))
+    sample.to_csv(download / "sample_submission.csv", index=False)
+    assert _files_with_test_labels(tmp_path / "set", truth) == [download / "sample_submission.csv"]
