@@ -121,6 +121,11 @@ class Metric:
         if len(scores) < draws // 2:
             return None
         low, high = np.percentile(scores, [2.5, 97.5])
+        if self.greater_is_better and low == high == 1.0:
+            # Every row (group) right: no draw can hold an error, and the bootstrap says [1, 1]. The
+            # rule of three bounds what the rows allow: with no error in n of them, an error rate
+            # of 3/n or more is ruled out at 95% only (Hanley & Lippman-Hand 1983).
+            low = max(0.0, 1.0 - 3.0 / (keys.max() + 1))
         return float(low), float(high)
 
     def better(self, a: float, b: float) -> bool:

@@ -251,6 +251,11 @@ def test_a_scores_interval_holds_it_and_widens_when_rows_of_a_group_move_togethe
     assert whole[1] - whole[0] > 2 * (rows[1] - rows[0])  # ten rows a document: about sqrt(10) wider
     assert metric.interval(labels, probabilities) == rows  # the same draws for the same predictions
     assert get_metric("mean_f1").interval(np.eye(3)[labels], probabilities) is None  # a task's thresholds
+    # Sixteen val rows all right: not [1, 1], but what sixteen rows can rule out (1 - 3/16).
+    perfect = np.eye(4)[np.arange(16) % 4]
+    assert metric.interval(np.arange(16) % 4, perfect) == (pytest.approx(1 - 3 / 16), 1.0)
+    pairs = (np.arange(16) // 2).astype(str)  # eight groups of two
+    assert metric.interval(np.arange(16) % 4, perfect, pairs)[0] == pytest.approx(1 - 3 / 8)
 
 
 def test_what_a_score_is_worth_reads_in_the_summary():
@@ -342,10 +347,10 @@ def test_what_a_score_is_worth_is_said_only_of_values_of_its_shape():
         assert not _worth_shaped(odd), odd
 
 
-def test_an_interval_of_no_rows_is_none_and_one_of_rows_each_its_own_class_is_a_point():
+def test_an_interval_of_no_rows_is_none_and_one_of_rows_all_right_is_what_they_rule_out():
     from competition.metric import get_metric
 
     metric = get_metric("macro_f1")
     assert metric.interval(np.array([], np.int64), np.zeros((0, 3))) is None
     labels = np.arange(2_000)  # 2,000 classes, each row right: every draw scores 1
-    assert metric.interval(labels, np.eye(2_000, dtype=np.float32), draws=4) == (1.0, 1.0)
+    assert metric.interval(labels, np.eye(2_000, dtype=np.float32), draws=4) == (1 - 3 / 2_000, 1.0)
