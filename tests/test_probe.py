@@ -119,6 +119,7 @@ def test_a_probe_run_scores_on_images_what_it_scored_on_its_cache(cpu, tiny_data
     assert "the head fitted by logistic regression on 128 examples x 2 views (C=1: too few" in caplog.text
     history = pd.read_csv(job.run.history_file)
     assert history["epoch"].tolist() == [1] and metrics["best_epoch"] == 1
+    assert history["images"].tolist() == [2 * 128]  # the rows fitted: two views of each example
     predictions = predict_split(job.run, tiny_data_dir, "val", 1, cpu, as_scored=False)
     assert job.spec.metric.score(predictions.labels, predictions.probabilities) == pytest.approx(
         history["val_macro_f1"].iloc[0], abs=1e-3

@@ -148,4 +148,4 @@ def train_head(trainer, start: int) -> None:
     log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
     y = np.tile(labels, len(features))
     logs = {"loss": float(-log_p[np.arange(len(y)), y].mean()), "accuracy": float((z.argmax(1) == y).mean())}
-    trainer._finish_epoch(0, logs)  # its seconds count from _begin_epoch: the fit included
+    trainer._finish_epoch(0, logs, images=len(y))  # its seconds count from _begin_epoch: the fit included

@@ -287,10 +287,10 @@ class Trainer:
         self.optimizer.learning_rate.assign(self._lr)
         self._started = time.perf_counter()
 
-    def _finish_epoch(self, epoch: int, logs: dict[str, float], seconds_before: float = 0.0) -> None:
-        """Score, record and checkpoint one finished epoch (both loops)."""
+    def _finish_epoch(self, epoch: int, logs: dict[str, float], seconds_before: float = 0.0, images: int = 0):
+        """Score, record and checkpoint one finished epoch (all loops; `images`: the examples seen)."""
         seconds = seconds_before + time.perf_counter() - self._started
-        images = self.steps * self.job.global_batch
+        images = images or self.steps * self.job.global_batch
         row = {"epoch": epoch + 1, "lr": self._lr, **logs, "seconds": seconds, "images": images}
         row["images_per_second"] = images / seconds
         with averaged_weights(self.optimizer):  # what is scored and saved; training goes on from its own
