@@ -77,7 +77,7 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
     config = load_config("cpu", overrides)
     job = train.prepare(config, cpu, data_dir, tmp_path / "runs", None, None)
     assert not set(job.train.examples.ids) & set(job.val.examples.ids)  # val is held out of train
-    metrics = train.fit(job, verbose=0)
+    metrics = train.fit(job, progress=False)
     if name == "watson":  # the run tokenizes as the preset does, kept in the run
         import keras_hub
 
@@ -322,7 +322,7 @@ def test_an_ensemble_of_two_runs_searches_lower_log_loss_and_submits_probabiliti
     for seed in (0, 1):
         config = load_config("cpu", [f"competition={name}", *TINY[name], *small, f"seed={seed}"])
         job = train.prepare(config, cpu, data_dir, tmp_path / "runs", f"seed{seed}", None)
-        train.fit(job, verbose=0)
+        train.fit(job, progress=False)
         names.append(job.run.name)
     common = [
         "--data-dir",

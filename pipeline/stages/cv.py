@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import sys
 from pathlib import Path
 
 from pipeline.core import options
@@ -74,7 +73,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    opts = options.from_args(CVOptions, args, progress_bar=not args.quiet and sys.stdout.isatty())
+    opts = options.from_args(CVOptions, args, progress=not args.quiet)
     {"train": train, "evaluate": evaluate, "predict": predict}[args.step](opts)
 
 
