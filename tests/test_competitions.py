@@ -3,6 +3,8 @@ with the competition's metric, predict, a submission checked against the sample,
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -102,6 +104,13 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
     assert evaluation[key] == pytest.approx(metrics[key], abs=1e-3 if config.train.feature_cache else 1e-5)
     board = leaderboard.read(leaderboard.board_file(subs, name)).set_index("entry")
     assert board.loc[job.run.name, key] == pytest.approx(evaluation[key], abs=1e-5)
+    shown = evaluation["mistakes"]  # the most confident wrong rows: a grid of images, a table of texts
+    assert shown["wrong"] == int((val.predicted != val.labels).sum())
+    if shown["wrong"]:
+        assert shown["file"] == str(
+            job.run.file("mistakes.csv" if job.task.modality == "text" else "mistakes.png")
+        )
+        assert Path(shown["file"]).is_file()
 
     # Predict: P(class 1) or the class per test id, in the sample submission's order, checked.
     test = predict_split(job.run, data_dir, "test", 1, cpu)

@@ -130,15 +130,18 @@ def _group_of(opts: CVOptions) -> CVOptions:
 
 
 def evaluate(opts: CVOptions) -> dict:
-    """Assemble the group from its finished folds (trained anywhere): its out-of-fold scores."""
+    """Assemble the group from its finished folds (trained anywhere): its out-of-fold scores, and
+    the examples they get most confidently wrong (pipeline/tasks/mistakes.py)."""
     from pipeline.cv import experiment
+    from pipeline.tasks import mistakes
 
     opts = _group_of(opts)
     found = experiment.setup(opts)
     metrics = experiment.assemble(found, opts)
     if metrics is None:
         raise PetalsError(f"{found.group.name}: not every fold is finished; see the line above")
-    print(experiment.summary_line(found.group.name, found.spec, metrics))
+    print("\n".join([experiment.summary_line(found.group.name, found.spec, metrics),
+                     *mistakes.summary_line(metrics.get("mistakes"))]))  # fmt: skip
     return metrics
 
 
