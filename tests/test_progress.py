@@ -89,3 +89,11 @@ def test_disabled_or_empty_steps_say_nothing():
 
 def test_durations_read_as_a_person_writes_them():
     assert [progress.duration(s) for s in (4.6, 200, 7500)] == ["5 s", "3 min 20 s", "2 h 05 min"]
+
+
+def test_quiet_logging_draws_no_bar_either(caplog):
+    caplog.set_level("WARNING", logger="pipeline.core.progress")
+    assert Progress("caching", 50, "img", stream=Terminal()).bar is None
+    caplog.set_level("INFO", logger="pipeline.core.progress")
+    with Progress("caching", 50, "img", stream=Terminal()) as shown:
+        assert shown.bar is not None

@@ -60,6 +60,8 @@ class Progress:
         clock: Callable[[], float] = time.monotonic,
     ):
         self.what, self.total, self.unit, self.bound = what, max(total, 0), unit, bound
+        if report is None and not log.isEnabledFor(logging.INFO):
+            enabled = False  # --quiet: warnings and errors only, no bar either
         self.report = report or log.info
         self.clock = clock
         self.started = clock()
