@@ -32,7 +32,6 @@ from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import write_json
 from pipeline.core.options import KernelOptions
 from pipeline.core.paths import check_name
-from pipeline.core.progress import Progress
 from pipeline.kernels import generate, remote
 from pipeline.kernels.metadata import (
     SESSION_LIMIT,
@@ -151,13 +150,10 @@ def _follow_all(
     shares: list[Share], options: KernelOptions, session: str, plan: Plan, save, report
 ) -> dict[str, int]:
     """Rounds of: ask after each active kernel (collecting those complete), push what waits as far
-    as the limits allow, one progress line when the counts change; until none is active. How long
-    it has waited, of `wait_seconds`, goes on a bar (a terminal) or a line at each tenth (a log)."""
+    as the limits allow, one progress line when the counts change; until none is active."""
     limit = options.timeout or SESSION_LIMIT[session]
     concurrent = options.concurrent or CONCURRENT[session]
-    started, shown_counts = time.monotonic(), None
-    deadline = started + options.wait_seconds
-    waiting = Progress(f"kernel-fanout: {plan.kind}", options.wait_seconds, "s", bound=True, report=report)
+    deadline, shown_counts = time.monotonic() + options.wait_seconds, None
     for share in shares:
         if share.state == "complete":  # its output did not come last time: only collected again
             _collect(share, options, plan, report)
@@ -174,11 +170,9 @@ def _follow_all(
             shown_counts = counts
         active = counts["queued"] + counts["running"]
         if not active and not counts["waiting"]:
-            waiting.close()
             return counts
         if not active and blocked is not None and blocked.until_reset:
             raise PetalsError(f"kernel-fanout: {blocked.words}; rerun `make kernel-fanout` then for the rest")
-        waiting.reach(time.monotonic() - started)
         if time.monotonic() >= deadline:
             held = f"; {blocked.words}" if blocked else ""
             raise PetalsError(
