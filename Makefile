@@ -133,7 +133,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR)
 
-.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-probes bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-probes bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata bench-mistakes
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -389,6 +389,9 @@ bench-onednn: $(STAMP) ## TensorFlow's oneDNN kernels on this CPU: the CPU recip
 
 bench-forward: $(STAMP) ## the feature cache pass's ceiling: Lite0's forward pass on this CPU by batch, threads, processes, allocator
 	$(PY) benchmarks/bench_forward.py
+
+bench-mistakes: $(DATA)/manifest.json ## what evaluate's mistakes grid and the steps' progress updates cost the main job
+	$(PY) benchmarks/bench_mistakes.py --data-dir $(call q,DATA) --repeats 3
 
 bench-pass: $(DATA)/manifest.json ## the feature cache's own pass over the fetched flowers against the ceiling's shipped setting
 	$(PY) benchmarks/bench_forward.py --pass-data $(call q,DATA) --repeats 3

@@ -31,8 +31,8 @@ def train_and_inspect(args: dict) -> dict:
     out = Path(args["out"])
     config = load_config("default", args["overrides"], device=platform.device)
     job = train.prepare(config, platform, Path(args["data_dir"]), out, args["run"], None)
-    metrics = train.fit(job, verbose=0)
-    trainer = Trainer(job, verbose=0)
+    metrics = train.fit(job, progress=False)
+    trainer = Trainer(job, progress=False)
     trainer.build()  # a second build restores the checkpoint: look at what a resumed run holds
     shardings = [v.value.sharding for v in trainer.net.weights]
     size = config.data.image_size
@@ -85,7 +85,7 @@ def same_computation(args: dict) -> dict:
         job = train.prepare(
             config, platform, Path(args["data_dir"]), Path(args["out"]), args["backend"], None
         )
-        trainer = Trainer(job, verbose=0)
+        trainer = Trainer(job, progress=False)
         trainer.build()
         init = Path(args["init"])
         if not init.is_file():  # renamed into place: a side started beside this one waits for it

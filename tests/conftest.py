@@ -134,7 +134,7 @@ def tiny_runs(tmp_path_factory, tiny_data_dir, cpu) -> list[Path]:
     for seed in (0, 1):
         config = load_config(overrides=[*TINY, "train.epochs=3", f"seed={seed}"])
         job = train.prepare(config, cpu, tiny_data_dir, runs_dir, None, None)
-        train.fit(job, verbose=0)
+        train.fit(job, progress=False)
         run_dirs.append(job.run_dir)
     return run_dirs
 

@@ -50,7 +50,7 @@ def test_fit_and_the_custom_loop_follow_the_same_loss_trend(pairs, cpu, tmp_path
             ],
         )
         job = train.prepare(config, cpu, pairs, tmp_path / loop, None, None)
-        train.fit(job, verbose=0)
+        train.fit(job, progress=False)
         losses[loop] = pd.read_csv(job.run_dir / "history.csv")["loss"].to_numpy()
     for loop, trend in losses.items():
         assert trend[-1] < np.log(3) - 0.1, (loop, trend)  # each learns: below a uniform guess
@@ -116,7 +116,7 @@ def test_a_bert_run_checkpoints_to_a_tf_gfile_path_and_resumes_from_it(pairs, cp
     folder = f"ram://petals-test-{tmp_path.name}/checkpoints"
     config = load_config("cpu", [*TINY, "train.epochs=2"])
     job = train.prepare(config, cpu, pairs, tmp_path / "runs", "remote", folder)
-    train.fit(job, verbose=0)
+    train.fit(job, progress=False)
     import tensorflow as tf
 
     assert tf.io.gfile.exists(f"{folder}/latest.json") and not (job.run_dir / "checkpoints").exists()
@@ -125,7 +125,7 @@ def test_a_bert_run_checkpoints_to_a_tf_gfile_path_and_resumes_from_it(pairs, cp
     again = train.prepare(longer, cpu, pairs, tmp_path / "runs", "remote", folder)
     (again.run_dir / "metrics.json").unlink()  # the same run, asked for one epoch more
     with caplog.at_level("INFO"):
-        train.fit(again, verbose=0)
+        train.fit(again, progress=False)
     assert "resuming" in caplog.text and "after epoch 2" in caplog.text
     assert pd.read_csv(again.run_dir / "history.csv")["epoch"].tolist() == [1, 2, 3]
     # The resumed run tokenizes with the tokenizer it started with.

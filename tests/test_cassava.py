@@ -139,7 +139,7 @@ def test_the_image_task_cpu_recipe_learns_the_leaves(cpu, tmp_path):
     fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=0.25, progress=False), SPEC)
     config = load_config("cpu", ["competition=cassava", "data.image_size=64", "train.epochs=2"])
     job = train.prepare(config, cpu, data_dir, tmp_path / "runs", None, None)
-    score = train.fit(job, verbose=0)[SPEC.score_key]
+    score = train.fit(job, progress=False)[SPEC.score_key]
     assert score >= 0.8, f"val accuracy {score:.3f}"
 
 

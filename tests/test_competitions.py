@@ -3,6 +3,8 @@ with the competition's metric, predict, a submission checked against the sample,
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -77,7 +79,7 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
     config = load_config("cpu", overrides)
     job = train.prepare(config, cpu, data_dir, tmp_path / "runs", None, None)
     assert not set(job.train.examples.ids) & set(job.val.examples.ids)  # val is held out of train
-    metrics = train.fit(job, verbose=0)
+    metrics = train.fit(job, progress=False)
     if name == "watson":  # the run tokenizes as the preset does, kept in the run
         import keras_hub
 
@@ -102,6 +104,13 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
     assert evaluation[key] == pytest.approx(metrics[key], abs=1e-3 if config.train.feature_cache else 1e-5)
     board = leaderboard.read(leaderboard.board_file(subs, name)).set_index("entry")
     assert board.loc[job.run.name, key] == pytest.approx(evaluation[key], abs=1e-5)
+    shown = evaluation["mistakes"]  # the most confident wrong rows: a grid of images, a table of texts
+    assert shown["wrong"] == int((val.predicted != val.labels).sum())
+    if shown["wrong"]:
+        assert shown["file"] == str(
+            job.run.file("mistakes.csv" if job.task.modality == "text" else "mistakes.png")
+        )
+        assert Path(shown["file"]).is_file()
 
     # Predict: P(class 1) or the class per test id, in the sample submission's order, checked.
     test = predict_split(job.run, data_dir, "test", 1, cpu)
@@ -322,7 +331,7 @@ def test_an_ensemble_of_two_runs_searches_lower_log_loss_and_submits_probabiliti
     for seed in (0, 1):
         config = load_config("cpu", [f"competition={name}", *TINY[name], *small, f"seed={seed}"])
         job = train.prepare(config, cpu, data_dir, tmp_path / "runs", f"seed{seed}", None)
-        train.fit(job, verbose=0)
+        train.fit(job, progress=False)
         names.append(job.run.name)
     common = [
         "--data-dir",

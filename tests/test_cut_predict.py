@@ -137,7 +137,7 @@ def test_a_single_runs_evaluate_reads_the_val_predictions_training_scored_with_i
 
     config = load_config(overrides=list(OVERRIDES))
     job = train.prepare(config, cpu, data_dir, tmp_path / "runs", None, None)
-    train.fit(job, verbose=0)
+    train.fit(job, progress=False)
     run = RunDir(job.run_dir)
     kept = Predictions.load(run.predictions("val"))
     best = pd.read_csv(run.history_file)[spec.score_key].max()

@@ -84,6 +84,9 @@ def test_folds_trained_in_two_processes_make_one_group_of_every_labelled_example
     metrics = group.metrics()
     assert metrics["examples"] == 232 and len(metrics["fold_scores"]) == 2
     assert metrics["cv_score"] == pytest.approx(spec.metric.score(table.labels, oof.probabilities))
+    wrong = int((oof.predicted != oof.labels).sum())  # the out-of-fold rows' mistakes, shown
+    assert metrics["mistakes"]["wrong"] == wrong and metrics["mistakes"]["of"] == 232
+    assert (group.path / "mistakes.png").is_file()
 
     cv_stage.train_folds(options(data_dir, tmp_path))  # all folds in this process: nothing to train
     assert np.array_equal(Predictions.load(group.predictions("oof")).probabilities, oof.probabilities)

@@ -8,6 +8,7 @@ import shutil
 import numpy as np
 import pandas as pd
 import pytest
+from PIL import Image
 from sklearn.metrics import f1_score
 
 from pipeline import cli
@@ -16,6 +17,7 @@ from pipeline.modeling.inference import Predictions
 from pipeline.runs import leaderboard
 from pipeline.runs.submission_files import sample_ids
 from pipeline.stages import ensemble
+from pipeline.tasks import mistakes
 from pipeline.tasks.competitions import check_submission
 
 pytestmark = pytest.mark.slow
@@ -54,8 +56,17 @@ def test_evaluate_reports_scikit_learns_macro_f1_and_writes_its_files(runs, tiny
     assert confusions["count"].sum() == int((val.predicted != val.labels).sum())
     assert set(confusions["true"]) <= set(spec.classes)
     assert (run_dir / "confusion.png").stat().st_size > 10_000
+    # The most confident mistakes: as many as the grid holds, drawn, and named in the summary.
+    wrong = int((val.predicted != val.labels).sum())
+    shown = min(wrong, mistakes.MAX_IMAGES)
+    assert evaluation["mistakes"] == {
+        "wrong": wrong, "of": len(val.ids), "shown": shown, "file": str(run_dir / "mistakes.png")
+    }  # fmt: skip
+    with Image.open(run_dir / "mistakes.png") as grid:
+        assert grid.size[0] <= 1300 and grid.size[1] <= 1600  # 6 x 6 images at most, downscaled
     out = capsys.readouterr().out
     assert f"val macro-F1 {expected:.4f}" in out and "top confusions" in out
+    assert f"mistakes: the {shown} most confident of {wrong} wrong (of {len(val.ids)}) in {run_dir}" in out
     row = leaderboard.read(subs / leaderboard.BOARD).set_index("entry").loc[name]
     manifest = json.loads((tiny_data_dir / "manifest.json").read_text())
     assert row["kind"] == "run" and row["backbone"] == "cnn"

@@ -270,14 +270,14 @@ def test_a_stop_mid_epoch_saves_the_step_and_the_rerun_finishes_the_epoch(cpu, t
     # fit asks once before its phase and after each step; the custom loop before each epoch and
     # between steps: the 9th question falls after step 2 of epoch 2 in both.
     with pytest.raises(Preempted, match=r"stopped by a test stop at epoch 2, step 2 of 6"):
-        train.fit(job, verbose=0, stop=StopAfter(9))
+        train.fit(job, progress=False, stop=StopAfter(9))
     index = _index(tmp_path / "stopped")
     assert (index["epoch"], index["step"]) == (1, 2)
     assert [c["name"] for c in index["checkpoints"]] == ["ckpt-1.npz", "ckpt-1-step2.npz"]
     assert _history(tmp_path / "stopped") == [1]
 
     job = train.prepare(load_config(overrides=overrides), cpu, tiny_data_dir, tmp_path, "stopped", None)
-    metrics = train.fit(job, verbose=0)
+    metrics = train.fit(job, progress=False)
     history = pd.read_csv(tmp_path / "stopped" / "history.csv")
     assert history["epoch"].tolist() == [1, 2, 3] and metrics["epochs"] == 3
     assert history["images"].tolist() == [6 * 8] * 3  # the stopped epoch counts its steps once
@@ -373,11 +373,11 @@ def test_both_loops_stop_and_resume_mid_epoch_on_jax(tiny_data_dir, tmp_path):
             overrides = {TINY!r} + ["train.epochs=2", "train.steps_per_epoch=6", "train.loop=" + loop]
             job = train.prepare(load_config(overrides=overrides), platform, data, runs, loop, None)
             try:
-                train.fit(job, verbose=0, stop=StopAfter(9))
+                train.fit(job, progress=False, stop=StopAfter(9))
             except Preempted as err:
                 stopped = str(err)
             job = train.prepare(load_config(overrides=overrides), platform, data, runs, loop, None)
-            out[loop] = [stopped, train.fit(job, verbose=0)["epochs"]]
+            out[loop] = [stopped, train.fit(job, progress=False)["epochs"]]
         print(json.dumps(out))
         """,
         env={"KERAS_BACKEND": "jax"},

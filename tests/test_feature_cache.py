@@ -235,7 +235,7 @@ def test_two_fold_runs_train_on_one_pooled_cache_that_outlives_them(cpu, data_di
     caplog.set_level("INFO")
     for fold in (0, 1):
         job = train.prepare(fold_config(fold), cpu, data_dir, tmp_path, None, None)
-        metrics = train.fit(job, verbose=0)
+        metrics = train.fit(job, progress=False)
         assert metrics["epochs"] == 2 and not (job.run_dir / features.FOLDER).exists()
     assert caplog.text.count("cached pooled features: 3 views x") == 1
     assert "pooled features cached already" in caplog.text
@@ -278,7 +278,7 @@ def test_a_sigterm_during_the_pass_keeps_its_pieces_for_the_rerun(cpu, spec, dat
     with preemption.watching(preemption.StopRequest()) as stop, pytest.raises(Preempted, match=stopped):
         train.fit(train.prepare(config, cpu, data_dir, tmp_path, None, None), 0, stop=stop)
     assert len(calls) == 1 and len(list(tmp_path.glob("features-*/pooled-0-0.npz"))) == 1
-    metrics = train.fit(train.prepare(config, cpu, data_dir, tmp_path, None, None), verbose=0)
+    metrics = train.fit(train.prepare(config, cpu, data_dir, tmp_path, None, None), progress=False)
     pieces = -(-len(splits.fold_table(data_dir, spec, config)) // 32)
     assert metrics["epochs"] == 2 and len(calls) == 3 * pieces  # the first piece was not computed again
 

@@ -76,7 +76,7 @@ def test_a_run_on_cached_views_scores_the_same_when_evaluated_on_images(cpu, tin
     caplog.set_level("INFO")
     config = load_config(overrides=TRANSFER)
     job = train.prepare(config, cpu, tiny_data_dir, tmp_path, None, None)
-    metrics = train.fit(job, verbose=0)
+    metrics = train.fit(job, progress=False)
     log = caplog.text
     assert "the network below block15_expand_conv runs once per example and view" in log
     assert "cached train features: 2 views x" in log and "cached val features: 1 views x" in log
@@ -120,7 +120,7 @@ def test_an_interrupted_cached_run_resumes_from_its_cache(cpu, tiny_data_dir, tm
         )
     assert (tmp_path / "cached" / features.FOLDER / "train.npz").is_file()
     caplog.set_level("INFO")
-    train.fit(train.prepare(config, cpu, tiny_data_dir, tmp_path, "cached", None), verbose=0)
+    train.fit(train.prepare(config, cpu, tiny_data_dir, tmp_path, "cached", None), progress=False)
     assert "train features cached already" in caplog.text and "resuming" in caplog.text
     assert pd.read_csv(tmp_path / "cached" / "history.csv")["epoch"].tolist() == [1, 2, 3]
 
@@ -137,7 +137,7 @@ def test_the_feature_cache_trains_under_jax(tiny_data_dir, tmp_path):
         platform = device.pick("jax", "cpu")
         config = load_config(overrides={TRANSFER!r})
         job = train.prepare(config, platform, Path("{tiny_data_dir}"), Path("{tmp_path}"), "jax", None)
-        metrics = train.fit(job, verbose=0)
+        metrics = train.fit(job, progress=False)
         print("val", metrics["val_macro_f1"], metrics["epochs"])
         """,
         env={"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"},

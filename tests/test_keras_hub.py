@@ -285,7 +285,7 @@ def test_the_train_stage_fine_tunes_a_keras_hub_family_and_inference_rebuilds_it
 
     overrides = [*TINY, f"model.backbone={name}", f"model.weights={presets[name]}", *policy]
     job = train.prepare(load_config(overrides=overrides), cpu, tiny_data_dir, tmp_path, None, None)
-    metrics = train.fit(job, verbose=0)
+    metrics = train.fit(job, progress=False)
     assert np.isfinite(metrics["val_macro_f1"])
     moved = presets[name].rename(presets[name].with_name("moved"))  # inference needs no preset
     try:

@@ -43,7 +43,7 @@ def test_the_cpu_recipe_beats_chance_by_a_clear_margin(name, cpu, tmp_path):
     fetch(options if size is None else replace(options, synthetic_size=size), spec)
     config = load_config("cpu", [f"competition={name}", *overrides])
     job = train.prepare(config, cpu, data_dir, tmp_path / "runs", None, None)
-    score = train.fit(job, verbose=0)[spec.score_key]
+    score = train.fit(job, progress=False)[spec.score_key]
     if spec.metric.greater_is_better:
         assert score >= must_pass > chance, f"{name}: val {spec.metric.title} {score:.4f}"
     else:

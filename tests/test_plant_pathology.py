@@ -229,6 +229,9 @@ def test_the_image_cpu_recipe_learns_several_labels_a_leaf(cpu, tmp_path):
     )
     [row] = leaderboard.read(leaderboard.board_file(tmp_path / "s", SPEC.name)).to_dict("records")
     assert row["val_mean_f1"] == round(evaluation["val_mean_f1_thresholded"], 5)
+    shown = evaluation["mistakes"]  # rows decided wrong on some label, shown as a grid of leaves
+    assert shown["of"] == len(val["labels"]) and (shown["file"] is None) == (shown["wrong"] == 0)
+    assert shown["file"] is None or (run / "mistakes.png").is_file()
     path = api.predict(
         api.ScoreOptions(data_dir=data_dir, overrides=overrides, submissions_dir=tmp_path / "s", **where)
     )

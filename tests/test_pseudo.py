@@ -213,7 +213,7 @@ def test_the_train_stage_trains_on_them_and_writes_them_down(data_dir, spec, tea
     job = train_stage.prepare(config, cpu, data_dir, runs_dir, None, None)
     assert job.val.only.tolist() == table.ids[table.held_out(1)].tolist()
     assert job.train.count == len(table.kept(1)) + len(job.pseudo)
-    train_stage.fit(job, verbose=0)
+    train_stage.fit(job, progress=False)
     written = pd.read_csv(job.run.file(RunDir.PSEUDO_LABELS), dtype={"id": str})
     assert written["id"].tolist() == job.pseudo.ids.tolist()
     assert written["label"].tolist() == job.pseudo.labels.tolist()

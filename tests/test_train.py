@@ -40,7 +40,7 @@ def _train_args(data_dir, runs_dir, *extra):
 def test_a_run_directory_holds_everything_and_reruns_are_no_ops(cpu, tiny_data_dir, tmp_path, caplog):
     config = load_config(overrides=TINY)
     job = train.prepare(config, cpu, tiny_data_dir, tmp_path, None, None)
-    metrics = train.fit(job, verbose=0)
+    metrics = train.fit(job, progress=False)
     run_dir = job.run_dir
     for name in ("config.json", "data_manifest.json", "run.json", "history.csv", "best.weights.h5",
                  "last.weights.h5", "curves.png", "metrics.json"):  # fmt: skip
@@ -119,7 +119,7 @@ def test_the_weight_average_is_scored_and_saved_while_training_goes_on_from_the_
     )
     picked = cpu
     job = train.prepare(config, picked, tiny_data_dir, tmp_path, "ema", None)
-    trainer = Trainer(job, verbose=0)
+    trainer = Trainer(job, progress=False)
     trainer.build()
     job.run_dir.mkdir(parents=True)
     write_json(job.run_dir / "config.json", config.to_dict())  # what `train.fit` writes first
@@ -138,7 +138,7 @@ def test_the_weight_average_is_scored_and_saved_while_training_goes_on_from_the_
     val = predict_split(job.run_dir, tiny_data_dir, "val", 1, picked)
     assert macro_f1(val.labels, val.probabilities.argmax(1)) == pytest.approx(history["val_macro_f1"].max())
     # The checkpoint holds the average, so a resumed run averages on from where it stopped.
-    resumed = Trainer(job, verbose=0)
+    resumed = Trainer(job, progress=False)
     resumed.build()
     assert resumed.start == 4
     kept = averaging(resumed.optimizer)._model_variables_moving_average
@@ -266,7 +266,7 @@ def test_merging_val_into_train_trains_without_a_val_split(cpu, tiny_data_dir, t
     config = load_config(overrides=[*TINY, "train.merge_val=true"])
     job = train.prepare(config, cpu, tiny_data_dir, tmp_path, "merged", None)
     assert job.val is None and len(job.train.files) == 32
-    metrics = train.fit(job, verbose=0)
+    metrics = train.fit(job, progress=False)
     assert (job.run_dir / "best.weights.h5").is_file() and metrics["epochs"] == 2
     assert "val_macro_f1" not in pd.read_csv(job.run_dir / "history.csv").columns
 
@@ -275,7 +275,7 @@ def test_merging_val_into_train_trains_without_a_val_split(cpu, tiny_data_dir, t
 def test_a_frozen_warm_up_then_fine_tuning_trains_every_epoch_once(cpu, tiny_data_dir, tmp_path):
     config = load_config(overrides=[*TINY, "train.epochs=3", "train.frozen_epochs=1"])
     job = train.prepare(config, cpu, tiny_data_dir, tmp_path, "warm", None)
-    trainer = Trainer(job, verbose=0)
+    trainer = Trainer(job, progress=False)
     trainer.build()
     job.run_dir.mkdir(parents=True)
     assert trainer._phases(0) == [(0, 1), (1, 3)] and trainer._phases(2) == [(2, 3)]

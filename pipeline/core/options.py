@@ -78,7 +78,7 @@ class TrainOptions(ConfigOptions, DeviceOptions):
     force: bool = False  # train again over a finished run
     time_limit: float | None = None  # seconds: stop with a checkpoint once reached; a rerun resumes
     keep_checkpoints: int = 2
-    progress_bar: bool = False  # Keras's per-step bar (a terminal's); each epoch's line says the same
+    progress: bool = True  # each epoch's steps: a bar on a terminal, a line every tenth in a log
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ class RunDir:
     PER_CLASS = "per_class.csv"
     CONFUSIONS = "confusions.csv"
     CONFUSION_PLOT = "confusion.png"
+    MISTAKES_PLOT = "mistakes.png"  # the most confident wrong val images (pipeline/tasks/mistakes.py)
+    MISTAKES = "mistakes.csv"  # the most confident wrong val texts
     VOCABULARY = "vocabulary.txt"  # a word-level text run's words, one a line: token id = line number + 2
     TOKENIZER = "tokenizer"  # a BERT run's tokenizer, a keras-hub preset folder
     BACKBONE = "backbone.json"  # a BERT run's backbone architecture (keras-hub's config)
@@ -47,7 +49,8 @@ class RunDir:
     PSEUDO_LABELS = "pseudo_labels.csv"  # a fold run's pseudo-labelled test examples (pipeline/cv/pseudo.py)
     # The small files worth keeping beside a submission (a kernel copies these to its output).
     SMALL_FILES = (CONFIG, DATA_MANIFEST, RUN_INFO, METRICS, HISTORY, CURVES, PER_CLASS, CONFUSIONS,
-                   CONFUSION_PLOT, VOCABULARY, BACKBONE, GROUP, REFIT, PSEUDO_LABELS)  # fmt: skip
+                   CONFUSION_PLOT, MISTAKES_PLOT, MISTAKES, VOCABULARY, BACKBONE, GROUP, REFIT,
+                   PSEUDO_LABELS)  # fmt: skip
 
     def __init__(self, path: Path | str):
         self.path = Path(path)

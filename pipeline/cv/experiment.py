@@ -84,6 +84,7 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
     """The group's out-of-fold predictions, scores and leaderboard row from its finished folds."""
     from pipeline.cv.group import check_dealt, out_of_fold
     from pipeline.cv.held import held_predictions  # saved ones for a fold whose weights stayed away
+    from pipeline.tasks import mistakes
 
     runs = {fold: found.fold_run(fold) for fold in range(opts.folds)}
     _write_group(found, runs)
@@ -100,6 +101,7 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
     if not found.platform.hosts.writer:
         return metrics
     oof.save(found.group.predictions("oof"))
+    metrics["mistakes"] = mistakes.write(found.group.path, opts.data_dir, found.config, found.spec, oof)
     found.group.write_json(RunDir.METRICS, metrics)
     # Every fold is trained: the pooled activations are done with (CHOOSE: once every candidate is,
     # since the next candidate may cut the network where this one did).

@@ -12,6 +12,7 @@ from pathlib import Path
 from competition import CompetitionSpec
 from pipeline.core.config import check_range
 from pipeline.core.errors import PetalsError
+from pipeline.core.progress import Progress
 from pipeline.data import (
     synthetic,
     synthetic_apple_leaves,
@@ -30,6 +31,10 @@ BY_COMPETITION = {
     "plant-pathology-2021": synthetic_apple_leaves,
     "watson": synthetic_pairs,
 }
+
+
+# Those drawn image by image, seconds to minutes (scaled): they report their progress.
+DRAWN_IMAGES = (synthetic_leaves, synthetic_apple_leaves, synthetic_pets)
 
 
 # Any competition read as TFRecord shards, whatever its classes: the flower renderer, at the size asked.
@@ -73,5 +78,10 @@ def draw(
             "fetch its data with SOURCE=kaggle or SOURCE=dir"
         )
     counts = {split: max(2, round(n * scale)) for split, n in module.DEFAULT_COUNTS.items()}
-    written = module.write_dataset(out_dir, counts, seed=seed)
+    if module not in DRAWN_IMAGES:
+        written = module.write_dataset(out_dir, counts, seed=seed)
+    else:
+        what = f"drawing the {spec.name} images"
+        with Progress(what, sum(counts.values()), "img", enabled=progress) as bar:
+            written = module.write_dataset(out_dir, counts, seed=seed, tick=bar.advance)
     return {split: written[split] for split in spec.splits}

@@ -124,3 +124,16 @@ def split_for(
             raise PetalsError("train.merge_val=true: the run trained on its val split, none is held out")
         return val
     return reader_for(spec).pool(root, spec, config, [split]).whole()
+
+
+def shown_again(
+    root: str, spec: CompetitionSpec, config: Config, ids: np.ndarray, labels: np.ndarray
+) -> Split:
+    """The labelled examples `ids` (targets `labels`) read again from the splits a val split or a
+    fold table draws them from: to show them (evaluate's mistakes). A text split keeps the order
+    of `ids`; shards keep theirs, so a caller pairs what it reads with the ids it reads with."""
+    if config.train.folds:
+        names = folds.pooled_splits(spec, config)
+    else:
+        names = ["val"] if "val" in spec.labeled_splits else ["train"]
+    return reader_for(spec).pool(root, spec, config, names).part(ids, labels)

@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from PIL import Image
-from tqdm import tqdm
 
 from competition import CompetitionSpec
 from pipeline.core.children import die_with_parent
+from pipeline.core.progress import Progress
 from pipeline.data.synthetic_flowers import (
     background,  # noqa: F401  synthetic_pets draws it from here
     class_traits,
@@ -154,15 +154,12 @@ def write_dataset(
                 f"fewer than {records_of(spec).shards_per_split} shards"
             )
     counts: dict[str, int] = {}
-    # tqdm's disable=None: a bar on a terminal, none in a log file (16,009 redraws there)
     context = multiprocessing.get_context("spawn")  # never fork a process that has loaded TensorFlow
     with (
         ProcessPoolExecutor(
             workers, mp_context=context, initializer=start_worker, initargs=(os.getpid(),)
         ) as pool,
-        tqdm(
-            total=total, unit="img", desc=f"drawing {size}px flowers", disable=None if progress else True
-        ) as bar,
+        Progress(f"drawing {size}px flowers", total, "img", enabled=progress) as bar,
     ):
         for split_index, plan in enumerate(plans):
             split_dir = out_dir / records_of(spec).record_dir(size) / plan.split
@@ -177,7 +174,7 @@ def write_dataset(
             jpegs: list[bytes] = []
             for batch in pool.map(render_batch, tasks):
                 jpegs.extend(batch)
-                bar.update(len(batch))
+                bar.advance(len(batch))
             for index, shard in enumerate(bounds):
                 serialized = [
                     records.serialize_example(

@@ -20,6 +20,7 @@ leaf with scab and frog eye leaf spot shows both:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -169,9 +170,12 @@ _SIGNS = {
 }
 
 
-def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int = 0) -> dict[str, int]:
+def write_dataset(
+    out_dir: Path, counts: dict[str, int] | None = None, seed: int = 0, tick: Callable[[], object] = int
+) -> dict[str, int]:
     """Write `train_images/`, `train.csv`, `test_images/` and `sample_submission.csv` under
-    `out_dir` (each CSV renamed into place when whole); returns images per split."""
+    `out_dir` (each CSV renamed into place when whole); returns images per split. `tick()` after
+    each image drawn (pipeline/core/progress.py counts them)."""
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     rng = np.random.default_rng(seed)
     splits = layout_of(SPEC).splits
@@ -190,6 +194,7 @@ def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int
         for k, name in enumerate(names[split]):
             string = strings[drawn[k] if split == "train" else rng.choice(len(strings), p=SHARES)]
             (folder / name).write_bytes(encode_jpeg(render_leaf(set(string.split()), rng)))
+            tick()
     train = pd.DataFrame({"image": names["train"], "labels": [strings[d] for d in drawn]}).sort_values(
         "image"
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import colorsys
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -143,9 +144,12 @@ def _disease(draw, label, severity, shape, cx, cy, hue, rng) -> None:
                 draw.ellipse([x - r, y - r, x + r, y + r], fill=_colour(0.08, 0.6, 0.35))
 
 
-def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int = 0) -> dict[str, int]:
+def write_dataset(
+    out_dir: Path, counts: dict[str, int] | None = None, seed: int = 0, tick: Callable[[], object] = int
+) -> dict[str, int]:
     """Write `train_images/`, `train.csv`, `test_images/` and `sample_submission.csv` under
-    `out_dir` (each CSV renamed into place when whole); returns images per split."""
+    `out_dir` (each CSV renamed into place when whole); returns images per split. `tick()` after
+    each image drawn (pipeline/core/progress.py counts them)."""
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     rng = np.random.default_rng(seed)
     splits = layout_of(SPEC).splits
@@ -161,6 +165,7 @@ def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int
         for k, name in enumerate(names[split]):
             label = int(labels[k]) if split == "train" else int(rng.choice(len(SHARES), p=SHARES))
             (folder / name).write_bytes(encode_jpeg(render_leaf(label, rng)))
+            tick()
     train = pd.DataFrame({"image_id": names["train"], "label": labels}).sort_values("image_id")
     write_atomically(out_dir / splits["train"].labels, lambda path: train.to_csv(path, index=False))
     sample = pd.DataFrame({SPEC.id_column: sorted(names["test"]), SPEC.label_column: 4})

@@ -13,6 +13,7 @@ occlusion are shared, so no single trait or colour gives the answer.
 from __future__ import annotations
 
 import colorsys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -115,10 +116,13 @@ def _box(rng: np.random.Generator, size: int) -> tuple[float, float, float, floa
     return x, y, x + size * rng.uniform(0.1, 0.3), y + size * rng.uniform(0.1, 0.3)
 
 
-def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int = 0) -> dict[str, int]:
+def write_dataset(
+    out_dir: Path, counts: dict[str, int] | None = None, seed: int = 0, tick: Callable[[], object] = int
+) -> dict[str, int]:
     """Write `train.zip`, `test.zip` and `sample_submission.csv` under `out_dir`, as the
     competition's download holds them (each file renamed into place when whole); returns images
-    per split. Train is half cats, half dogs, numbered per kind from 0 as Kaggle's are."""
+    per split. Train is half cats, half dogs, numbered per kind from 0 as Kaggle's are. `tick()`
+    after each image drawn (pipeline/core/progress.py counts them)."""
     counts = {**DEFAULT_COUNTS, **(counts or {})}
     rng = np.random.default_rng(seed)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -129,11 +133,12 @@ def write_dataset(out_dir: Path, counts: dict[str, int] | None = None, seed: int
         kind = KINDS[int(label)]
         name = folders["train"].member(label=kind, number=numbers[kind])
         train.append((name, encode_jpeg(render_pet(kind, rng))))
+        tick()
         numbers[kind] += 1
-    test = [
-        (folders["test"].member(id=n), encode_jpeg(render_pet(KINDS[int(rng.integers(2))], rng)))
-        for n in range(1, counts["test"] + 1)
-    ]
+    test = []
+    for n in range(1, counts["test"] + 1):
+        test.append((folders["test"].member(id=n), encode_jpeg(render_pet(KINDS[int(rng.integers(2))], rng))))
+        tick()
     for split, members in (("train", train), ("test", test)):
         write_zip(out_dir / folders[split].archive, members)
     sample = pd.DataFrame({SPEC.id_column: range(1, counts["test"] + 1), SPEC.label_column: 0.5})

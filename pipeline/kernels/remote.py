@@ -14,6 +14,7 @@ from typing import Any
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import text
 from pipeline.core.paths import inside
+from pipeline.core.progress import Progress
 from pipeline.kernels.metadata import (
     SUMMARY,
     read_folds_summary,
@@ -219,30 +220,40 @@ def wait_for_kernel(
 ) -> None:
     """Poll the kernel's status until its newest version (`version`, just pushed) completes; each
     change of state is reported in one line. PetalsError in one line when it ends in an error or is
-    cancelled, or is still not done after `limit_seconds`."""
+    cancelled, or is still not done after `limit_seconds`. How long it has waited goes on a bar on
+    a terminal, in a line at every tenth of the limit elsewhere."""
+    started, seen = time.monotonic(), None
+    what = f"kernel {kernel} version {version}"
+    with Progress(what, limit_seconds, "s", bound=True, report=report) as waiting:
+        while True:
+            state = _poll(kernel, version, seen, report)
+            if state == KERNEL_FINISHED:
+                return
+            seen = state
+            waited = time.monotonic() - started
+            waiting.reach(waited)
+            if waited >= limit_seconds:
+                raise PetalsError(
+                    f"kernel {kernel} version {version} is still {state.lower()} after {waited:.0f} s: "
+                    "nothing was submitted; rerun `make submit` to go on waiting for this version "
+                    "(it is not pushed again)"
+                )
+            time.sleep(min(poll_seconds, max(limit_seconds - waited, 0.0)))
+
+
+def _poll(kernel: str, version: int, seen: str | None, report: Callable[[str], None]) -> str:
+    """The kernel's state now, reported in a line when it changed; KernelFailed where it failed."""
     from pipeline.core import kaggle_client
 
-    started, seen = time.monotonic(), None
-    while True:
-        answer = kaggle_client.kernel_status(kernel)
-        state = kernel_state(answer)
-        if state != seen:
-            report(f"kernel {kernel} version {version}: {state.lower().replace('_', ' ')}")
-            seen = state
-        if state == KERNEL_FINISHED:
-            return
-        if state in KERNEL_FAILED:
-            why = f" ({text(answer.failure_message)})" if answer.failure_message else ""
-            raise KernelFailed(
-                f"kernel {kernel} version {version} ended {state.lower().replace('_', ' ')}{why}: "
-                f"nothing was submitted; its log is at https://www.kaggle.com/code/{kernel}; "
-                "fix, then `make submit` again"
-            )
-        waited = time.monotonic() - started
-        if waited >= limit_seconds:
-            raise PetalsError(
-                f"kernel {kernel} version {version} is still {state.lower()} after {waited:.0f} s: "
-                "nothing was submitted; rerun `make submit` to go on waiting for this version "
-                "(it is not pushed again)"
-            )
-        time.sleep(min(poll_seconds, max(limit_seconds - waited, 0.0)))
+    answer = kaggle_client.kernel_status(kernel)
+    state = kernel_state(answer)
+    if state != seen:
+        report(f"kernel {kernel} version {version}: {state.lower().replace('_', ' ')}")
+    if state in KERNEL_FAILED:
+        why = f" ({text(answer.failure_message)})" if answer.failure_message else ""
+        raise KernelFailed(
+            f"kernel {kernel} version {version} ended {state.lower().replace('_', ' ')}{why}: "
+            f"nothing was submitted; its log is at https://www.kaggle.com/code/{kernel}; "
+            "fix, then `make submit` again"
+        )
+    return state

@@ -83,6 +83,7 @@ class TensorFlowLoop:
             except tf.errors.UnavailableError:  # TF_CONFIG workers: one went away mid-collective
                 raise PetalsError(f"{PEER_GONE} mid-step; its own output says why") from None
             done += n
+            trainer.bar.reach(done)
         return done, trainer.classifier.get_metrics_result()  # the steps' mean loss and accuracy
 
     def _build(self):
@@ -140,6 +141,7 @@ class JaxLoop:
             batch = keras.tree.map_structure(self._on_devices, next(self._batches))
             _, state = self._step(state, batch)  # device values: no host round trip per step
             done += 1
+            trainer.bar.reach(done)
         for group, values in zip(variables, state, strict=True):
             for variable, value in zip(group, values, strict=True):
                 variable.assign(value)

@@ -1,4 +1,5 @@
-"""One epoch as a line a person reads: fixed columns under a header, a dash where val was not scored."""
+"""One epoch as a line a person reads: fixed columns under a header, a dash where val was not scored;
+and its steps' progress while it runs."""
 
 from __future__ import annotations
 
@@ -35,3 +36,17 @@ def epoch_line(row: dict, epochs: int, score_key: str) -> str:
         f"{row['seconds']:.1f}",
     )
     return " ".join(f"{cell:>{width}}" for cell, (_, width) in zip(cells, EPOCH_COLUMNS, strict=True))
+
+
+def epoch_progress(trainer, epoch: int):
+    """The progress of the epoch's steps (those left of it, resumed): a bar on a terminal, a line
+    every tenth in a log once it has run a while, nothing for a short epoch (pipeline/core/progress.py).
+    Keras' own bar is off: its lines are the engine's, and each epoch's line says the rest."""
+    from pipeline.core.progress import Progress
+
+    return Progress(
+        f"train: epoch {epoch + 1}/{trainer.config.train.epochs}",
+        trainer.steps - trainer._first_step(epoch),
+        "steps",
+        enabled=trainer.progress and trainer.job.platform.hosts.writer,
+    )

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
+from pipeline.core.progress import Progress
 from pipeline.modeling.feature_cache import Rows, cached, keep_held, save, stop_if_asked
 
 log = logging.getLogger(__name__)
@@ -129,24 +130,27 @@ def agreed(platform, value: int) -> int:
 
 
 def _view_rows(name, split, view_index, view, bottom, config, folder, platform, signature_, stop,
-               labeled) -> Rows:  # fmt: skip
-    """One view of a split: its saved pieces, then the rest computed piece by piece."""
+               labeled, bar) -> Rows:  # fmt: skip
+    """One view of a split: its saved pieces, then the rest computed piece by piece (each batch
+    counted on `bar` as it goes in)."""
     from pipeline.data import datasets, passes
 
     found, done = _pieces_found(folder, name, view_index, signature_)
     never = 2**31  # a finished view's count, above any start
     start = agreed(platform, never if done else len(found))
+    found = found[:start]  # all of them when the view is done
+    bar.advance(sum(len(p.ids) for p in found))
     if start < never:
-        found = found[:start]
         tf.random.set_seed(config.seed * 1000 + view_index)  # each random view the same on a rerun
         batches = split.eval_dataset(config, EXTRACT_BATCH, labeled=labeled, with_ids=True)
         # The view's random draws run for the skipped batches too (only the network is skipped):
         # the pieces computed now are those an uninterrupted pass computes.
         batches = batches.map(lambda images, *tags: (view(images), *tags))
         batches = passes.untuned(batches.skip(start * PIECE_BATCHES).prefetch(datasets.AUTOTUNE))
+        batches = _counted(batches.as_numpy_iterator(), bar)
         with (
             split.naming_bad(labeled=labeled),
-            contextlib.closing(_pieces(bottom, batches.as_numpy_iterator(), platform)) as pieces,
+            contextlib.closing(_pieces(bottom, batches, platform)) as pieces,
         ):
             for index, (piece, final) in enumerate(pieces, start):
                 stamp = _piece_signature(signature_, view_index, index, final)
@@ -167,6 +171,19 @@ def _view_rows(name, split, view_index, view, bottom, config, folder, platform, 
     )
 
 
+def _counted(batches: Iterator, bar: Progress) -> Iterator:
+    """The batches as they come, each counted on `bar` once taken."""
+    for batch in batches:
+        yield batch
+        bar.advance(len(batch[0]))
+
+
+def _examples(split) -> int:
+    """The examples a split's eval dataset reads: pseudo-labelled ones are trained on, not cached."""
+    pseudo = split.pseudo_part()
+    return split.count - (pseudo.count if pseudo is not None else 0)
+
+
 def rows_of(name: str, split, views: list, bottom, config: Config, folder: Path, platform, signature_: dict,
             stop=None, by_id: bool = False, labeled: bool = True, hold: bool = False) -> Rows:  # fmt: skip
     """The cached views of one split (`folder/<name>.npz`), computed (in pieces) unless saved
@@ -182,10 +199,12 @@ def rows_of(name: str, split, views: list, bottom, config: Config, folder: Path,
             keep_held(path, signature_, saved)
         return saved
     started = time.perf_counter()
-    per_view = [
-        _view_rows(name, split, k, view, bottom, config, folder, platform, signature_, stop, labeled)
-        for k, view in enumerate(views)
-    ]
+    total = len(views) * _examples(split)
+    with Progress(f"feature cache, {name}", total, "img", enabled=platform.hosts.writer) as bar:
+        per_view = [
+            _view_rows(name, split, k, view, bottom, config, folder, platform, signature_, stop, labeled, bar)
+            for k, view in enumerate(views)
+        ]
     first = per_view[0]
     if any(not np.array_equal(first.ids, v.ids) for v in per_view):
         raise RuntimeError(f"{name}: views came in different orders")  # a reader's bug

@@ -37,6 +37,7 @@ class EpochHooks(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self.steps = batch + 1  # `batch` is the last step of the call (steps_per_execution)
+        self.trainer.bar.reach(self.steps)
         if self.trainer.stop():
             self.model.stop_training = True  # `fit` ends the epoch here; on_epoch_end saves the step
 

@@ -24,12 +24,14 @@ from pipeline.core.hosts import Hosts
 _HERE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def predict_shared(model, batches, platform) -> np.ndarray:
+def predict_shared(model, batches, platform, bar=None) -> np.ndarray:
     """`model`'s outputs for every batch of `batches` (all of one size but the last), each batch
-    predicted by one process only."""
+    predicted by one process only; `bar` (pipeline/core/progress.py) counts this process's
+    batches as the whole's share."""
     hosts = platform.hosts
     gather = partial(allgather, platform)
-    outputs = predict_here(model, batches.shard(hosts.count, hosts.index))
+    count = (lambda n: bar.advance(n * hosts.count)) if bar is not None else None
+    outputs = predict_here(model, batches.shard(hosts.count, hosts.index), count)
     # The batch size: process 0's first batch is the dataset's first (the largest of the first ones).
     rows = int(np.max(gather(np.asarray([len(outputs[0]) if outputs else 0]))))
     # float32 on every process (an empty share is; mixed precision's outputs are not): one dtype to gather
@@ -69,7 +71,7 @@ def in_order(mine: np.ndarray, hosts: Hosts, rows: int, gather: Callable) -> np.
     return out
 
 
-def predict_here(model, batches) -> list[np.ndarray]:
+def predict_here(model, batches, count: Callable[[int], None] | None = None) -> list[np.ndarray]:
     """`model`'s outputs for each batch, from a copy of it outside the multi-host distribution, on
     this process's first device (every variable of a data-parallel mesh has a replica here to
     copy). The copy is made once per model and takes its weights anew at each call: each epoch's
@@ -83,6 +85,11 @@ def predict_here(model, batches) -> list[np.ndarray]:
             _HERE[model] = keras.models.clone_model(model)
         copy = _HERE[model]
         copy.set_weights(model.get_weights())
-        return [np.asarray(copy.predict_on_batch(x)) for x in batches.as_numpy_iterator()]
+        outputs = []
+        for x in batches.as_numpy_iterator():
+            outputs.append(np.asarray(copy.predict_on_batch(x)))
+            if count is not None:
+                count(len(outputs[-1]))
+        return outputs
     finally:
         keras.distribution.set_distribution(distribution)

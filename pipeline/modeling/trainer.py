@@ -26,7 +26,7 @@ from pipeline.data import augment, datasets, passes, targets
 from pipeline.modeling import custom_loop, cut_predict, features, host_predict, policy, preemption, probe
 from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
-from pipeline.modeling.epoch_lines import epoch_header, epoch_line
+from pipeline.modeling.epoch_lines import epoch_header, epoch_line, epoch_progress
 from pipeline.modeling.fit_hooks import EpochHooks
 from pipeline.modeling.inference import predict_batches, val_scores
 from pipeline.modeling.optimizer import averaged_weights, make_optimizer
@@ -44,13 +44,12 @@ def save_weights(net: keras.Model, path) -> None:
 class Trainer:
     """One run: builds everything on the platform, restores, trains the remaining epochs."""
 
-    def __init__(self, job, verbose: int = 1, restart: bool = False, stop=None, keep_checkpoints: int = KEPT):
+    def __init__(self, job, progress: bool = True, restart: bool = False, stop=None, keep_checkpoints=KEPT):
         self.job = job
         self.stop = stop or preemption.StopRequest()  # asked between steps: SIGTERM, the time limit
         self.keep_checkpoints = keep_checkpoints
         self.config = job.config
-        self.verbose = verbose
-        self.restart = restart
+        self.progress, self.restart = progress, restart  # progress: of each epoch's steps (epoch_progress)
         self.run = job.run
         platform, train = job.platform, self.config.train
         self.precision = device.pick_precision(platform, train.precision)
@@ -60,9 +59,8 @@ class Trainer:
         self.size = datasets.input_size(self.config)
         # Where augmentation runs here (host or device); the datasets read it from this config.
         where = augment.placement(self.config.augment.where, platform.backend, platform.device)
-        self.data_config = dataclasses.replace(
-            self.config, augment=dataclasses.replace(self.config.augment, where=where)
-        )
+        aug = dataclasses.replace(self.config.augment, where=where)
+        self.data_config = dataclasses.replace(self.config, augment=aug)
         self._custom = None  # the custom loop's compiled steps and data, made when first needed
 
     # ------------------------------------------------------------------ building
@@ -226,6 +224,7 @@ class Trainer:
     def _end_steps(self, epoch: int, steps: int, means: dict[str, float]) -> None:
         """After a run of `steps` steps (both loops) whose loss and accuracy averaged `means`:
         finish the epoch, or, stopped short of its end, checkpoint the step reached and stop."""
+        self.bar.close()
         done = self._first_step(epoch) + steps
         sums = {  # what a preempted epoch's checkpoint carries to the rerun that finishes it
             "loss_sum": float(means.get("loss", 0.0)) * steps,
@@ -286,6 +285,7 @@ class Trainer:
         self._lr = policy.learning_rate(epoch, self.config.train, self.job.platform.replicas)
         self.optimizer.learning_rate.assign(self._lr)
         self._started = time.perf_counter()
+        self.bar = epoch_progress(self, epoch)  # the loops count their steps on it
 
     def _finish_epoch(self, epoch: int, logs: dict[str, float], seconds_before: float = 0.0, images: int = 0):
         """Score, record and checkpoint one finished epoch (all loops; `images`: the examples seen)."""
@@ -382,7 +382,7 @@ class Trainer:
                     initial_epoch=a,
                     steps_per_epoch=steps,
                     callbacks=[epochs],
-                    verbose=self.verbose,
+                    verbose=0,  # petals' own progress (epoch_progress) and epoch lines
                 )
                 # Stopped at an epoch's end (`fit` returns early): that epoch's checkpoint is written.
                 self._stop_if_asked(int(self.history["epoch"].max()) if len(self.history) else a, 0)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -76,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    opts = options.from_args(CVOptions, args, progress_bar=not args.quiet and sys.stdout.isatty())
+    opts = options.from_args(CVOptions, args, progress=not args.quiet)
     {"train": train, "evaluate": evaluate, "predict": predict}[args.step](opts)
 
 
@@ -102,9 +101,7 @@ def small_data(step: str, args: argparse.Namespace) -> CVOptions | None:
     from pipeline.cv import auto, choose
     from pipeline.tasks.competitions import load_competition
 
-    opts = options.from_args(
-        CVOptions, args, folds=auto.FOLDS, choose="1", progress_bar=not args.quiet and sys.stdout.isatty()
-    )
+    opts = options.from_args(CVOptions, args, folds=auto.FOLDS, choose="1", progress=not args.quiet)
     platform = device.pick_from_args(opts)
     config = recipe_config.config_from_args(opts, platform.device)
     if not config.train.choose_up_to:
@@ -180,15 +177,18 @@ def _group_of(opts: CVOptions) -> CVOptions:
 
 
 def evaluate(opts: CVOptions) -> dict:
-    """Assemble the group from its finished folds (trained anywhere): its out-of-fold scores."""
+    """Assemble the group from its finished folds (trained anywhere): its out-of-fold scores, and
+    the examples they get most confidently wrong (pipeline/tasks/mistakes.py)."""
     from pipeline.cv import experiment
+    from pipeline.tasks import mistakes
 
     opts = _group_of(opts)
     found = experiment.setup(opts)
     metrics = experiment.assemble(found, opts)
     if metrics is None:
         raise PetalsError(f"{found.group.name}: not every fold is finished; see the line above")
-    print(experiment.summary_line(found.group.name, found.spec, metrics))
+    print("\n".join([experiment.summary_line(found.group.name, found.spec, metrics),
+                     *mistakes.summary_line(metrics.get("mistakes"))]))  # fmt: skip
     return metrics
 
 

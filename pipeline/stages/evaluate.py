@@ -6,8 +6,9 @@ Predicts the val split with the run's best weights and writes, into the run dir:
 task's files (one class an example: `per_class.csv`, precision, recall, F1 and support of every
 class; `confusion.png`, the row-normalised confusion matrix, every class named (past 200 classes,
 those with the most mistakes); `confusions.csv`, the most frequent mistakes by name:
-pipeline/tasks/single_label_report.py); `metrics.json` gains
-an `evaluation` section, and the run gets its row on the offline leaderboard.
+pipeline/tasks/single_label_report.py); the examples it gets most confidently wrong
+(`mistakes.png`, a grid of images; `mistakes.csv`, a table of texts: pipeline/tasks/mistakes.py);
+`metrics.json` gains an `evaluation` section, and the run gets its row on the offline leaderboard.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
     from pipeline.data.groups import held_out_groups
     from pipeline.modeling.inference import predict_split
     from pipeline.runs import leaderboard
+    from pipeline.tasks import mistakes
     from pipeline.tasks.competitions import task_of
 
     config = run.read_config()
@@ -85,6 +87,7 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
     if not platform.hosts.writer:  # every process scored the same predictions; process 0 writes
         return evaluation
     found.write(run)
+    evaluation["mistakes"] = mistakes.write(run.path, data_dir, config, spec, val)
     run.write_json(RunDir.METRICS, {**run.metrics(), "evaluation": evaluation})
     leaderboard.update(
         leaderboard.board_file(submissions_dir, spec.name),
@@ -103,9 +106,10 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
 
 def summary_text(name: str, evaluation: dict, task) -> str:
     """A few lines for the terminal: the scores, then what the task says of them (for one class an
-    example: the weakest classes, the top confusions)."""
+    example: the weakest classes, the top confusions), and where its mistakes are shown."""
     from competition.metric import get_metric
     from pipeline.runs import report
+    from pipeline.tasks import mistakes
 
     metric = get_metric(evaluation.get("metric", "macro_f1"))
     accuracy = "" if metric.name == "accuracy" else f", accuracy {evaluation['val_accuracy']:.4f}"
@@ -113,4 +117,6 @@ def summary_text(name: str, evaluation: dict, task) -> str:
         f"{name}: val {metric.title} {evaluation[f'val_{metric.name}']:.4f}{accuracy} "
         f"{report.worth(evaluation)}, TTA {evaluation['tta']}"
     )
-    return "\n".join([first, *task.summary_lines(evaluation)])
+    return "\n".join(
+        [first, *task.summary_lines(evaluation), *mistakes.summary_line(evaluation.get("mistakes"))]
+    )

@@ -14,7 +14,6 @@ import argparse
 import contextlib
 import functools
 import logging
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,9 +78,7 @@ def run(args: argparse.Namespace) -> None:
 
         print("\n".join(networks.describe_all()))
         return
-    # Keras's progress bar only on a terminal: in a log it is escape codes, and each epoch's own
-    # line says the same.
-    train(options.from_args(TrainOptions, args, progress_bar=not args.quiet and sys.stdout.isatty()))
+    train(options.from_args(TrainOptions, args, progress=not args.quiet))
 
 
 def train(opts: TrainOptions, judge=None) -> dict | None:
@@ -109,7 +106,7 @@ def train(opts: TrainOptions, judge=None) -> dict | None:
     with preemption.watching(preemption.StopRequest(opts.time_limit, agreed=agreed, judge=judge)) as stop:
         metrics = fit(
             job,
-            verbose=int(opts.progress_bar),
+            progress=opts.progress,
             restart=opts.force,
             stop=stop,
             keep_checkpoints=opts.keep_checkpoints,
@@ -277,7 +274,7 @@ def plot_curves(history, path: Path, score_key: str = "val_macro_f1") -> None:
 
 def fit(
     job: Job,
-    verbose: int = 1,
+    progress: bool = True,
     restart: bool = False,
     stop=None,
     keep_checkpoints: int = TrainOptions.keep_checkpoints,
@@ -286,7 +283,7 @@ def fit(
     `stop` (a preemption.StopRequest) ends it early, with a checkpoint at the step reached."""
     try:
         with _only_writer(job.run):
-            return _fit(job, verbose, restart, stop, keep_checkpoints)
+            return _fit(job, progress, restart, stop, keep_checkpoints)
     finally:
         if job.run.path.parent.name.startswith(SCRATCH):  # process 0 kept what matters
             import shutil
@@ -321,12 +318,12 @@ def _only_writer(run: RunDir):
             folder.rmdir()
 
 
-def _fit(job: Job, verbose: int, restart: bool, stop, keep_checkpoints: int) -> dict:
+def _fit(job: Job, progress: bool, restart: bool, stop, keep_checkpoints: int) -> dict:
     from pipeline import networks
     from pipeline.modeling.trainer import Trainer
 
     config, run, platform = job.config, job.run, job.platform
-    trainer = Trainer(job, verbose=verbose, restart=restart, stop=stop, keep_checkpoints=keep_checkpoints)
+    trainer = Trainer(job, progress=progress, restart=restart, stop=stop, keep_checkpoints=keep_checkpoints)
     trainer.build()  # weights downloaded or loaded: a failure here leaves no run behind
     run.write_json(RunDir.CONFIG, config.to_dict())
     run.write_json(RunDir.DATA_MANIFEST, job.manifest)

@@ -126,6 +126,18 @@ class Task(ABC):
         some rows and judges on others keeps a group on one side."""
 
     @abstractmethod
+    def mistakes(self, labels, probabilities, spec: CompetitionSpec):
+        """Every wrong row of labelled predictions, the most confidently wrong first, as a pandas
+        DataFrame: `row` (its index), `true` and `predicted` (in class names), and one score saying
+        how wrong (pipeline/tasks/mistakes.py shows the first few)."""
+
+    @abstractmethod
+    def show_mistakes(self, split, shown, config, folder: Path) -> Path:
+        """The examples of `shown` (`mistakes`' first rows, with an `id` column) read from `split`
+        (pipeline/data/splits.py's `shown_again`), written into `folder` as the input shows best
+        (a grid of images, a table of texts); its path."""
+
+    @abstractmethod
     def summary_lines(self, evaluation: dict) -> list[str]:
         """What the terminal shows of an evaluation after its scores."""
 

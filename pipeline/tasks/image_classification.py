@@ -60,7 +60,24 @@ class ImageClassification(SingleLabel):
         with train.naming_bad(labeled=True):
             images, labels = _one_augmented_batch(train, config, size)
         path = out / "batch.png"
-        save_figure(_grid(images, labels, partial(self.label_text, spec=spec), config, where), path, dpi=80)
+        heading = (
+            f"one training batch, recipe {config.recipe}, {images.shape[1]} px, augmentation on the {where}"
+        )
+        titles = [self.label_text(label, spec) for label in labels]
+        save_figure(image_grid(images, titles, heading), path, dpi=80)
+        return path
+
+    def show_mistakes(self, split, shown, config, folder: Path) -> Path:
+        """The images of `shown` as a grid (at most mistakes.MAX_IMAGES, each downscaled to
+        mistakes.THUMBNAIL px), each titled with its true and predicted classes and its score."""
+        from pipeline.core.files import save_figure
+        from pipeline.core.rundir import RunDir
+        from pipeline.tasks import mistakes
+
+        images = mistakes.images_by_id(split, config, shown["id"].to_numpy())
+        heading = f"the {len(shown)} most confident mistakes on val, worst first ({config.recipe} recipe)"
+        path = folder / RunDir.MISTAKES_PLOT
+        save_figure(image_grid(images, mistakes.captions(shown), heading, cols=6), path, dpi=80)
         return path
 
 
@@ -88,23 +105,33 @@ def _one_augmented_batch(train, config, images: int):
     return batch[0].numpy(), batch[1].numpy()
 
 
-def _grid(images: np.ndarray, labels: np.ndarray, title, config, where: str):
-    """The batch as a grid of images, each titled with its target (`title(label)`)."""
+# The grid's measures in inches: each image's square, the gap beside it, a title line's height
+# (8 points and leading), the heading's band. Laid out by hand: matplotlib's tight_layout measured
+# every title again and took about as long as drawing the 36 images of evaluate's mistakes.
+CELL, GAP, TITLE_LINE, HEADING = 2.4, 0.2, 0.16, 0.5
+
+
+def image_grid(images: np.ndarray, titles: list[str], heading: str, cols: int = 5):
+    """Images (0-255) as a grid, each under its title, the whole under `heading`: `make inspect`'s
+    batch, evaluate's mistakes. The titles are drawn as plain text (a `$` in a class name is no
+    formula to matplotlib); what they quote from files the caller makes safe (foreign.text)."""
     from pipeline.core.files import pyplot
 
     plt = pyplot()
     n = len(images)
-    cols = min(n, 5)
+    cols = min(n, cols)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(cols * 2.6, rows * 2.9), squeeze=False)
-    for ax in axes.flat:
+    lines = max((t.count("\n") + 1 for t in titles), default=1)
+    band = lines * TITLE_LINE + 0.1  # above each image: its title
+    width, height = cols * (CELL + GAP), HEADING + rows * (band + CELL) + GAP / 2
+    fig = plt.figure(figsize=(width, height))
+    for k, (image, title) in enumerate(zip(images, titles, strict=False)):
+        row, col = divmod(k, cols)
+        left = col * (CELL + GAP) + GAP / 2
+        bottom = height - HEADING - row * (band + CELL) - band - CELL
+        ax = fig.add_axes((left / width, bottom / height, CELL / width, CELL / height))
         ax.axis("off")
-    for ax, image, label in zip(axes.flat, images, labels, strict=False):
-        ax.imshow(np.clip(image / 255.0, 0.0, 1.0))
-        ax.set_title(title(label), fontsize=8)
-    fig.suptitle(
-        f"one training batch, recipe {config.recipe}, {images.shape[1]} px, augmentation on the {where}",
-        fontsize=10,
-    )
-    fig.tight_layout(rect=(0, 0, 1, 0.97))
+        ax.imshow(np.clip(image / 255.0, 0.0, 1.0), interpolation="nearest")
+        ax.set_title(title, fontsize=8, parse_math=False)
+    fig.text(0.5, 1 - 0.15 / height, heading, ha="center", va="top", fontsize=10, parse_math=False)
     return fig

@@ -76,6 +76,13 @@ class MultiLabel(Task):
 
         return multi_label_report.evaluation(labels, probabilities, spec, groups)
 
+    def mistakes(self, labels, probabilities, spec):
+        """Rows decided wrong on some label at the thresholds chosen on val, ranked by their largest
+        error on one label (multi_label_report.mistakes)."""
+        from pipeline.tasks import multi_label_report
+
+        return multi_label_report.mistakes(labels, probabilities, spec.classes)
+
     def summary_lines(self, evaluation: dict) -> list[str]:
         from pipeline.tasks import multi_label_report
 

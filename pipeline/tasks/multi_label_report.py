@@ -70,3 +70,27 @@ def summary_lines(evaluation: dict) -> list[str]:
         f" micro F1 at 0.5: {evaluation['val_micro_f1']:.4f})",
         "  weakest labels: " + listed(evaluation["worst_classes"]),
     ]
+
+
+def mistakes(labels: np.ndarray, probabilities: np.ndarray, classes: tuple[str, ...]) -> pd.DataFrame:
+    """Every row whose decision at the thresholds chosen on val (what a submission holds) differs
+    from its labels on some label, ranked by its error: the largest |probability - truth| over its
+    labels, how sure the model was of its worst label (1.0: certain and wrong)."""
+    truth = (np.asarray(labels) > 0.5).astype(np.int32)
+    decided = multi_label_decision.decide(probabilities, multi_label_decision.choose(truth, probabilities))
+    rows = np.flatnonzero((decided != truth).any(axis=1))
+    error = np.abs(probabilities - truth).max(axis=1)[rows]
+    order = np.argsort(-error, kind="stable")
+    rows, error = rows[order], error[order]
+
+    def names(row) -> str:
+        return " ".join(classes[k] for k in np.flatnonzero(row)) or "(none)"
+
+    return pd.DataFrame(
+        {
+            "row": rows,
+            "true": [names(truth[r]) for r in rows],
+            "predicted": [names(decided[r]) for r in rows],
+            "error": error.astype(np.float64).round(4),
+        }
+    )

@@ -54,6 +54,12 @@ class SingleLabel(Task):
 
         return single_label_report.evaluation(labels, probabilities, spec)
 
+    def mistakes(self, labels, probabilities, spec):
+        """Rows whose largest probability is on another class, ranked by that probability."""
+        from pipeline.tasks import single_label_report
+
+        return single_label_report.mistakes(labels, probabilities, spec.classes)
+
     def summary_lines(self, evaluation: dict) -> list[str]:
         from pipeline.tasks import single_label_report
 

@@ -162,3 +162,21 @@ def plot_confusion(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str
     fig.colorbar(image, ax=axis, fraction=0.03)
     fig.tight_layout()
     save_figure(fig, path, dpi=100)
+
+
+def mistakes(labels: np.ndarray, probabilities: np.ndarray, classes: tuple[str, ...]) -> pd.DataFrame:
+    """Every row whose largest probability is on another class than its own, the most confident
+    first: its row, true and predicted classes, and the probability given to the wrong one."""
+    predicted = probabilities.argmax(axis=1)
+    rows = np.flatnonzero(predicted != labels)
+    given = probabilities[rows, predicted[rows]]
+    order = np.argsort(-given, kind="stable")
+    rows, given = rows[order], given[order]
+    return pd.DataFrame(
+        {
+            "row": rows,
+            "true": [classes[i] for i in labels[rows]],
+            "predicted": [classes[j] for j in predicted[rows]],
+            "probability": given.astype(np.float64).round(4),
+        }
+    )

@@ -96,6 +96,24 @@ class TextClassification(SingleLabel):
         print(shown.to_string(index=False, max_colwidth=90))
         return path
 
+    def show_mistakes(self, split, shown, config, folder: Path) -> Path:
+        """`shown` with each example's text(s) beside it, cut to mistakes.TEXT characters and escaped
+        (foreign.text), as a CSV whose cells cannot start a formula (`mistakes.csv`)."""
+        from pipeline.core.files import write_atomically
+        from pipeline.core.rundir import RunDir
+        from pipeline.tasks import mistakes
+
+        examples = split.examples
+        where = {key: i for i, key in enumerate(examples.ids.astype(str))}
+        rows = [where[key] for key in shown["id"]]
+        table = shown.copy()
+        for k, column in enumerate(examples.inputs):
+            name = "text" if len(examples.inputs) == 1 else f"text_{k + 1}"
+            table[name] = [text(t, mistakes.TEXT) for t in column[rows]]
+        path = folder / RunDir.MISTAKES
+        write_atomically(path, lambda tmp: safe_cells(table).to_csv(tmp, index=False))
+        return path
+
 
 @register
 class TextPairClassification(TextClassification):

@@ -1,0 +1,121 @@
+"""What evaluate's mistakes and the steps' progress cost the main job (pipeline/tasks/mistakes.py,
+pipeline/core/progress.py).
+
+1. Progress: one update (`advance`) as the feature cache's pass, prediction and each epoch make
+   it once a batch, timed over many calls for a log (lines) and disabled; times the main job's
+   updates (its batches, counted from the data and the CPU recipe).
+2. Mistakes: `mistakes.write` over the data dir's val split as the CPU recipe reads it (ids and
+   labels from the split; predictions drawn so that about one row in twenty is wrong, as the
+   main job's 0.96), into a temporary folder: the val shards scanned for the ids, the images
+   decoded, the 6 x 6 grid drawn and saved.
+
+Usage: python benchmarks/bench_mistakes.py [--data-dir data-flowers] [--repeats 3]
+(`make bench-mistakes`; the data dir is the main job's: `make fetch` draws it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+
+def progress_seconds(calls: int = 200_000) -> dict:
+    """Seconds per `advance` of a step logged by lines (nothing written: the step is short), and of
+    a disabled one."""
+    from pipeline.core.progress import Progress
+
+    found = {}
+    for name, enabled in (("lines", True), ("disabled", False)):
+        step = Progress("bench", calls, "img", enabled=enabled, report=lambda line: None)
+        started = time.perf_counter()
+        for _ in range(calls):
+            step.advance()
+        found[name] = (time.perf_counter() - started) / calls
+        step.close()
+    return found
+
+
+def main_job_updates(config, train_images: int, val_images: int, test_images: int) -> int:
+    """The progress updates the main job makes: a batch each in the cache pass (train's views, val)
+    and the test pass, and a step each of every epoch."""
+    from pipeline.modeling import feature_pass, policy
+
+    batch = feature_pass.EXTRACT_BATCH
+    views = config.train.feature_views or 1
+    passes = -(-train_images * views // batch) + -(-val_images // batch) + -(-test_images // batch)
+    steps = policy.steps_per_epoch(config.train, train_images * views, config.data.batch_size)
+    return passes + steps * config.train.epochs
+
+
+def mistakes_seconds(data_dir: Path, repeats: int) -> tuple[list[float], dict]:
+    from competition import load_spec
+    from pipeline.data import splits
+    from pipeline.data.manifest import locate_data
+    from pipeline.modeling.inference import Predictions
+    from pipeline.tasks import mistakes
+    from pipeline.tasks.recipe_config import load_config
+
+    config = load_config("cpu")
+    spec = load_spec(config.competition)
+    val = splits.train_and_val(locate_data(data_dir), spec, config)[1]
+    batches = val.eval_dataset(config, 256, labeled=True, with_ids=True).map(lambda x, y, i: (y, i))
+    labels, ids = (np.concatenate(c) for c in zip(*batches.as_numpy_iterator(), strict=True))
+    rng = np.random.default_rng(0)
+    probabilities = rng.dirichlet(np.ones(spec.num_classes) * 0.1, len(labels)).astype(np.float32)
+    right = rng.random(len(labels)) > 0.05
+    probabilities[right, labels[right]] += 2.0
+    probabilities /= probabilities.sum(axis=1, keepdims=True)
+    predictions = Predictions(ids.astype(str), probabilities, labels)
+    seconds, entry = [], {}
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as folder:
+            started = time.perf_counter()
+            entry = mistakes.write(Path(folder), data_dir, config, spec, predictions)
+            seconds.append(time.perf_counter() - started)
+    return seconds, entry
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, default=REPO / "data-flowers")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+
+    from pipeline.core.git import git_commit
+    from pipeline.data.manifest import read_manifest
+    from pipeline.tasks.recipe_config import load_config
+
+    config = load_config("cpu")
+    sizes = (read_manifest(args.data_dir) or {}).get("sizes", {}).get(str(config.data.image_size), {})
+    counts = [sizes.get(split, {}).get("images", 0) for split in ("train", "val", "test")]
+    per_call = progress_seconds()
+    updates = main_job_updates(config, *counts)
+    seconds, entry = mistakes_seconds(args.data_dir, args.repeats)
+    print(
+        json.dumps(
+            {
+                "commit": git_commit(),
+                "progress_us_per_update": {k: round(v * 1e6, 3) for k, v in per_call.items()},
+                "main_job_updates": updates,
+                "main_job_progress_ms": round(updates * per_call["lines"] * 1e3, 2),
+                "mistakes_seconds": [round(s, 2) for s in seconds],
+                "mistakes_median_seconds": round(statistics.median(seconds), 2),
+                "mistakes": entry,
+            },
+            indent=1,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,128 @@
+"""Progress of a long step with an estimate of the time left: a bar on a terminal, a log line at
+every tenth elsewhere (a log file, a Kaggle kernel, CI), nothing at all for a short step.
+
+Every step that can take more than a few seconds (drawing the embedded data, the feature cache's
+pass, an epoch, a prediction, a wait for a kernel) reports through here, so each says the same
+things the same way. On a terminal the bar (tqdm's) is drawn only once the step has run
+`BAR_AFTER` seconds and is wiped when it ends: the lines a stage prints stay as they were. In a
+log a line costs a reader's attention, so none is written before the step has run `LINES_AFTER`
+seconds, and then one at each tenth reached, never at the end (the step's own line says it is
+done). An update is a clock read and a comparison: cheap enough for every batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import TextIO
+
+log = logging.getLogger(__name__)
+
+BAR_AFTER = 2.0  # seconds before a terminal's bar appears: a short step draws none
+LINES_AFTER = 10.0  # seconds before a log's first line: a short step writes none
+MARKS = 10  # a log line at every tenth of the step
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a person reads them: `45 s`, `3 min 20 s`, `2 h 05 min`."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def on_terminal(stream: TextIO) -> bool:
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+class Progress:
+    """`done` of `total` units of the step `what`: `advance(n)` or `reach(done)` as it goes, then
+    `close()` (or use it as a context manager). `bound=True`: `total` is a limit, not a plan (a
+    wait for a kernel): the lines say what is left at most, never an estimate."""
+
+    def __init__(
+        self,
+        what: str,
+        total: float,
+        unit: str = "",
+        *,
+        bound: bool = False,
+        enabled: bool = True,
+        stream: TextIO | None = None,
+        report: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.what, self.total, self.unit, self.bound = what, max(total, 0), unit, bound
+        if report is None and not log.isEnabledFor(logging.INFO):
+            enabled = False  # --quiet: warnings and errors only, no bar either
+        self.report = report or log.info
+        self.clock = clock
+        self.started = clock()
+        self.done = 0
+        self.mark = 0  # the last tenth a line was written at
+        stream = stream or sys.stderr
+        self.bar = None
+        if enabled and self.total > 0 and on_terminal(stream):
+            self.bar = _bar(what, self.total, unit, stream)
+        self.lines = enabled and self.total > 0 and self.bar is None
+
+    def advance(self, n: float = 1) -> None:
+        self.reach(self.done + n)
+
+    def reach(self, done: float) -> None:
+        """`done` units of the total are done (a count that only grows: steps, examples, seconds)."""
+        step, self.done = done - self.done, min(done, self.total)
+        if self.bar is not None:
+            self.bar.update(step)
+        elif self.lines:
+            mark = int(MARKS * self.done / self.total)
+            if mark > self.mark and mark < MARKS:
+                self.mark = mark
+                elapsed = self.clock() - self.started
+                if elapsed >= LINES_AFTER:
+                    self.report(self.line(elapsed))
+
+    def line(self, elapsed: float) -> str:
+        """`what: 40% (400/1,000 img), 1 min 10 s, about 1 min 45 s left`; a wait's,
+        `what: 1 h 20 min so far, at most 10 h 40 min left`."""
+        if self.bound:  # a wait: its limit is the most it can take, not a plan
+            return f"{self.what}: {duration(elapsed)} so far, at most {duration(self.total - self.done)} left"
+        share = self.done / self.total
+        counted = f"{self.done:,.0f}/{self.total:,.0f}{' ' + self.unit if self.unit else ''}"
+        left = duration(elapsed * (1 - share) / max(share, 1e-9))
+        return f"{self.what}: {share:.0%} ({counted}), {duration(elapsed)}, about {left} left"
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        self.lines = False
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _bar(what: str, total: float, unit: str, stream: TextIO):
+    """tqdm's bar on `stream`: shown after BAR_AFTER seconds, gone when closed."""
+    from tqdm import tqdm
+
+    return tqdm(
+        total=total,
+        desc=what,
+        unit=unit or "it",
+        file=stream,
+        leave=False,
+        delay=BAR_AFTER,
+        dynamic_ncols=True,
+        mininterval=0.5,
+    )
