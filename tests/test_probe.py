@@ -114,7 +114,7 @@ def test_a_config_the_probe_cannot_run_is_one_line(overrides, message):
 def test_a_probe_run_scores_on_images_what_it_scored_on_its_cache(cpu, tiny_data_dir, tmp_path, caplog):
     caplog.set_level("INFO")
     job = train.prepare(load_config(overrides=PROBE), cpu, tiny_data_dir, tmp_path, None, None)
-    metrics = train.fit(job, verbose=0)
+    metrics = train.fit(job, progress=False)
     # 128 tiny images of 104 classes: too few of any class for an inner CV, and it says so.
     assert "the head fitted by logistic regression on 128 examples x 2 views (C=1: too few" in caplog.text
     history = pd.read_csv(job.run.history_file)
