@@ -12,7 +12,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.rundir import RunDir
 from pipeline.runs import leaderboard, mlflow_runs, tracking
 from pipeline.runs.tensorboard import scalar_tag
-from tests.conftest import TINY
+from tests.conftest import TINY, run_python
 
 
 def _events(folder) -> dict[str, list[tuple[int, np.ndarray]]]:
@@ -58,6 +58,25 @@ def test_a_runs_event_files_hold_its_history_config_and_evaluation(tiny_data_dir
     for picture in ("evaluate/confusion_matrix", "evaluate/per_class_scores"):
         [(_, image)] = events[picture]  # width, height, then the PNG's bytes
         assert int(image[0]) > 100 and image[2].startswith(b"\x89PNG")
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # a JAX process compiling: 36 s here beside other work, the heavy tier's kind
+def test_a_run_on_jax_writes_its_events_too(tiny_data_dir, tmp_path):
+    """tf.summary writes the files whatever Keras' backend: a JAX run's events are its history's."""
+    args = ["train", "--data-dir", str(tiny_data_dir), "--runs-dir", str(tmp_path), "--run", "on-jax",
+            "--recipe", "default", "--backend", "jax", "--strategy", "cpu"]  # fmt: skip
+    for override in TINY:
+        args += ["--set", override]
+    done = run_python(f"from pipeline import cli\nassert cli.main({args!r}) == 0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = RunDir(tmp_path / "on-jax")
+    assert run.read_json(RunDir.RUN_INFO)["backend"] == "jax"
+    events, history = _events(run.file(RunDir.TENSORBOARD) / "run"), run.read_history()
+    for column in ("loss", "val_macro_f1", "lr", "images_per_second"):
+        np.testing.assert_allclose(
+            [float(v) for _, v in events[scalar_tag(column)]], history[column], rtol=1e-6
+        )
 
 
 @pytest.mark.slow

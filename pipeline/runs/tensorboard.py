@@ -137,11 +137,13 @@ def per_class_png(per_class) -> bytes | None:
         if column in shown:
             axes.barh([p + offset for p in places], shown[column], height=0.27, label=column)
     axes.set_yticks(list(places), [str(name)[:40] for name in shown["class"]], fontsize=6)
+    axes.set_ylim(-0.6, len(shown) - 0.4)
     axes.set_xlim(0, 1)
     cut = f", the {len(shown)} weakest of {len(per_class)}" if len(shown) < len(per_class) else ""
     axes.set_title(f"per-class scores on val{cut}", fontsize=8)
     axes.legend(fontsize=6, loc="lower right")
-    fig.tight_layout()
+    inch = 1 / fig.get_figheight()  # fixed margins: tight_layout measures every label first
+    fig.subplots_adjust(left=0.32, right=0.97, top=1 - 0.3 * inch, bottom=0.4 * inch)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=80)
     plt.close(fig)
