@@ -12,20 +12,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.rundir import RunDir
 from pipeline.runs import leaderboard, mlflow_runs, tracking
 from pipeline.runs.tensorboard import scalar_tag
-from tests.conftest import TINY, run_python
-
-
-def _events(folder) -> dict[str, list[tuple[int, np.ndarray]]]:
-    """Every summary in a folder of event files, by tag: (step, value) in order, as TensorBoard reads them."""
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-    from tensorboard.util.tensor_util import make_ndarray
-
-    reader = EventAccumulator(str(folder), size_guidance={"tensors": 0})
-    reader.Reload()
-    return {
-        tag: [(e.step, make_ndarray(e.tensor_proto)) for e in reader.Tensors(tag)]
-        for tag in reader.Tags()["tensors"]
-    }
+from tests.conftest import TINY, run_python, tensorboard_events
 
 
 def _train(tmp_path, tiny_data_dir, track: str = "none") -> tuple[RunDir, dict]:
@@ -42,7 +29,7 @@ def _train(tmp_path, tiny_data_dir, track: str = "none") -> tuple[RunDir, dict]:
 def test_a_runs_event_files_hold_its_history_config_and_evaluation(tiny_data_dir, tmp_path):
     run, _ = _train(tmp_path, tiny_data_dir)
     assert not (tmp_path / "runs" / mlflow_runs.DATABASE).exists()  # MLflow only when asked
-    events = _events(run.file(RunDir.TENSORBOARD) / "run")
+    events = tensorboard_events(run.file(RunDir.TENSORBOARD) / "run")
     history = run.read_history()
     columns = [c for c in history.columns if c != "epoch"]
     assert {"loss", "accuracy", "lr", "images_per_second", "val_macro_f1", "val_accuracy"} <= set(columns)
@@ -72,7 +59,7 @@ def test_a_run_on_jax_writes_its_events_too(tiny_data_dir, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     run = RunDir(tmp_path / "on-jax")
     assert run.read_json(RunDir.RUN_INFO)["backend"] == "jax"
-    events, history = _events(run.file(RunDir.TENSORBOARD) / "run"), run.read_history()
+    events, history = tensorboard_events(run.file(RunDir.TENSORBOARD) / "run"), run.read_history()
     for column in ("loss", "val_macro_f1", "lr", "images_per_second"):
         np.testing.assert_allclose(
             [float(v) for _, v in events[scalar_tag(column)]], history[column], rtol=1e-6

@@ -50,12 +50,14 @@ class MlflowRun:
     def __init__(self, runs_dir: Path, competition: str, name: str, tags: dict[str, str], new: bool = False):
         """`new`: a fresh MLflow run (train's start), else the newest of this petals run, or a fresh
         one if there is none. Tags with a `petals.study` make the run a child of that study's run."""
+        level = logging.getLogger("mlflow").level  # quiet unless VERBOSE (pipeline.cli.hush)
         try:
             from mlflow.tracking import MlflowClient
         except ImportError:
             raise PetalsError(
                 "TRACK=mlflow: mlflow is not installed; `make install` installs it (the `track` extra)"
             ) from None
+        logging.getLogger("mlflow").setLevel(level)  # its import sets INFO: "Creating initial ... tables"
         self.uri = tracking_uri(runs_dir)
         self.where = shown_url(self.uri)
         try:
