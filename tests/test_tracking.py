@@ -129,3 +129,31 @@ def test_the_per_class_picture_draws_the_weakest_classes(tmp_path):
     png = per_class_png(table)
     assert png.startswith(b"\x89PNG") and MAX_CLASSES_DRAWN < 250
     assert per_class_png(pd.DataFrame({"label": [0], "threshold": [0.5]})) is None
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # a whole sweep, 45 s here beside other work; MlflowRun's nesting is tested above
+def test_a_sweeps_trials_are_tracked_as_children_of_its_study(tiny_data_dir, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.core.options import SweepOptions
+    from pipeline.stages.sweep import sweep
+
+    monkeypatch.delenv(mlflow_runs.URI_VARIABLE, raising=False)  # the default: SQLite in the runs dir
+    space = tmp_path / "space.toml"
+    space.write_text("[train.lr_max]\nlow = 1e-4\nhigh = 1e-2\nlog = true\n")  # two trials, two values
+    where = {"data_dir": tiny_data_dir, "runs_dir": tmp_path / "runs", "submissions_dir": tmp_path / "subs"}
+    config = {"recipe": "default", "overrides": (*TINY, "augment.where=host"), "space": str(space)}
+    opts = SweepOptions(**where, **config, strategy="cpu", trials=2, pruner="none", track="mlflow")
+    sweep(opts)
+    client = MlflowClient(mlflow_runs.tracking_uri(opts.runs_dir))
+    experiment = client.get_experiment_by_name("petals-flowers").experiment_id
+    [parent] = client.search_runs([experiment], f"tags.`{mlflow_runs.KIND_TAG}` = 'study'")
+    study = parent.data.tags[mlflow_runs.STUDY_TAG]
+    trials = client.search_runs([experiment], f"tags.`{mlflow_runs.PARENT_TAG}` = '{parent.info.run_id}'")
+    assert sorted(t.data.tags["trial"] for t in trials) == ["0", "1"]
+    for trial in trials:  # each trial's events are named by its study and number: TensorBoard's filter
+        run = RunDir(opts.runs_dir / trial.data.tags[mlflow_runs.RUN_TAG])
+        place = f"{study}-trial{trial.data.tags['trial']}"
+        assert tensorboard_events(run.file(RunDir.TENSORBOARD) / place)["train/loss"]
+        assert 1e-4 <= float(trial.data.params["train.lr_max"]) <= 1e-2
