@@ -45,7 +45,7 @@ def main() -> None:
     )
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--recipe", default="auto")
-    parser.add_argument("--track", choices=("none", "mlflow"), default="none")
+    parser.add_argument("--track", choices=("none", "mlflow"), default="none")  # options.TRACKS
     parser.add_argument("--set", dest="overrides", action="append", default=[])
     args = parser.parse_args()
 

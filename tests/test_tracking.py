@@ -109,6 +109,8 @@ def test_a_sweeps_trials_are_children_of_their_studys_run_and_grouped_by_name(tm
     assert (tmp_path / mlflow_runs.DATABASE).is_file()  # the default store: SQLite in the runs dir
     label = tracking.place_label({"study": "s", "trial": 3, "cv_group": "cv5-x", "fold": 2})
     assert label == "s-trial3-cv5-x-fold2" and tracking.place_label({}) == "run"
+    with pytest.raises(PetalsError, match=r"track='mlfow': one of none, mlflow"):  # the API's, unparsed
+        tracking.mlflow_asked("mlfow")
 
 
 def test_an_unreachable_tracking_server_is_one_line_without_its_password(tmp_path, monkeypatch):

@@ -27,9 +27,9 @@ SUBMISSIONS_DIR = Path("submissions")  # submission CSVs and the offline leaderb
 KERNELS_DIR = Path("kernels")  # generated Kaggle kernels
 TTA = 1  # test-time augmentation passes (1: the input as it is)
 RETRIES = 3  # attempts on Kaggle's server errors and timeouts
-TRACK = (
-    "none"  # none | mlflow: where runs are tracked besides their TensorBoard events (pipeline.runs.tracking)
-)
+# Where runs are tracked besides their TensorBoard events (pipeline.runs.tracking); none by default.
+TRACKS = ("none", "mlflow")
+TRACK = "none"
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,20 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.errors import PetalsError
+from pipeline.core.options import TRACKS
 from pipeline.core.rundir import RunDir
 from pipeline.runs import tensorboard
 
 log = logging.getLogger(__name__)
 
-TRACKS = ("none", "mlflow")  # TRACK=: where runs go besides TensorBoard's event files
+
+def mlflow_asked(track: str) -> bool:
+    """Whether `track` asks for MLflow; a value that is none of TRACKS (the API's options are not
+    parsed: a typo would track nothing) is one line."""
+    if track not in TRACKS:
+        raise PetalsError(f"track={track!r}: one of {', '.join(TRACKS)}")
+    return track == "mlflow"
 
 
 def place_label(tags: dict[str, Any]) -> str:
@@ -60,13 +68,14 @@ class Tracker:
     """One `train` process's tracking of its run."""
 
     def __init__(self, run: RunDir, config: dict, tags: dict[str, Any], track: str, new: bool):
+        asked = mlflow_asked(track)
         self.run, self.tags = run, tags
         run.write_json(RunDir.TAGS, tags)
         self.events = tensorboard.EventLog(event_folder(run, tags), restart=True)
         params = tensorboard.flat_params(config, tags)
         self.events.hparams(params, run.name)
         self.mlflow = None
-        if track == "mlflow":
+        if asked:
             from pipeline.runs import mlflow_runs
 
             competition = config.get("competition", "")
@@ -118,6 +127,7 @@ def evaluated(run: RunDir, evaluation: dict[str, Any], board: Path, track: str) 
     MLflow, the run's leaderboard row and the report files."""
     import pandas as pd
 
+    asked = mlflow_asked(track)
     step = int(run.metrics().get("epochs", 0))
     events = tensorboard.EventLog(event_folder(run, _tags(run)))
     scores = {k: v for k, v in evaluation.items() if k.startswith("val_") and tensorboard.finite(v)}
@@ -131,7 +141,7 @@ def evaluated(run: RunDir, evaluation: dict[str, Any], board: Path, track: str) 
             pngs["evaluate/per_class_scores"] = drawn
     events.images(pngs, step)
     events.close()
-    if track == "mlflow":
+    if asked:
         _mirror_row(
             run, board, [run.file(n) for n in (RunDir.CONFUSION_PLOT, RunDir.PER_CLASS, RunDir.CONFUSIONS)]
         )
@@ -139,5 +149,5 @@ def evaluated(run: RunDir, evaluation: dict[str, Any], board: Path, track: str) 
 
 def predicted(run: RunDir, submission: Path, board: Path, track: str) -> None:
     """With MLflow: the run's leaderboard row again (predict may have made it) and the submission."""
-    if track == "mlflow":
+    if mlflow_asked(track):
         _mirror_row(run, board, [submission], "submission")

@@ -65,7 +65,7 @@ def add_tta(parser: argparse.ArgumentParser) -> None:
 def add_track(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--track",
-        choices=("none", "mlflow"),
+        choices=options.TRACKS,
         default=options.TRACK,
         help="mlflow: also track the run in MLflow ($MLFLOW_TRACKING_URI, else SQLite in the runs dir)",
     )
