@@ -107,6 +107,15 @@ def test_a_sweeps_trials_are_children_of_their_studys_run_and_grouped_by_name(tm
     [parent] = parents
     assert first.client.get_run(parent).data.tags[mlflow_runs.KIND_TAG] == "study"
     assert (tmp_path / mlflow_runs.DATABASE).is_file()  # the default store: SQLite in the runs dir
+    best = {"trial": 1, "score": 0.75, "params": {"train.lr_max": 0.003}, "run": "run-b"}
+    tracking.study_finished(
+        tmp_path, "flowers", {"study": tags[mlflow_runs.STUDY_TAG], "best": best}, "mlflow"
+    )
+    study = first.client.get_run(parent).data
+    assert (
+        study.metrics == {"best_score": 0.75, "best_trial": 1.0}
+        and study.tags["best.train.lr_max"] == "0.003"
+    )
     label = tracking.place_label({"study": "s", "trial": 3, "cv_group": "cv5-x", "fold": 2})
     assert label == "s-trial3-cv5-x-fold2" and tracking.place_label({}) == "run"
     with pytest.raises(PetalsError, match=r"track='mlfow': one of none, mlflow"):  # the API's, unparsed
@@ -152,6 +161,7 @@ def test_a_sweeps_trials_are_tracked_as_children_of_its_study(tiny_data_dir, tmp
     experiment = client.get_experiment_by_name("petals-flowers").experiment_id
     [parent] = client.search_runs([experiment], f"tags.`{mlflow_runs.KIND_TAG}` = 'study'")
     study = parent.data.tags[mlflow_runs.STUDY_TAG]
+    assert parent.data.metrics["best_trial"] in (0, 1) and 0 <= parent.data.metrics["best_score"] <= 1
     trials = client.search_runs([experiment], f"tags.`{mlflow_runs.PARENT_TAG}` = '{parent.info.run_id}'")
     assert sorted(t.data.tags["trial"] for t in trials) == ["0", "1"]
     for trial in trials:  # each trial's events are named by its study and number: TensorBoard's filter

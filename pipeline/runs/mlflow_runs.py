@@ -87,13 +87,9 @@ class MlflowRun:
     def _create(self, name: str, tags: dict[str, str]) -> str:
         tags = {**tags, RUN_TAG: name}
         study = tags.get(STUDY_TAG)
-        if study:  # a trial: the child of its study's run, made by the first trial that needs it
-            parent = self._newest({STUDY_TAG: study, KIND_TAG: "study"})
-            if parent is None:
-                parent = self.client.create_run(
-                    self.experiment, tags={STUDY_TAG: study, KIND_TAG: "study"}, run_name=study
-                ).info.run_id
-            tags[PARENT_TAG] = parent
+        if study and tags.get(KIND_TAG) != "study":  # a trial: the child of its study's run
+            parent = {STUDY_TAG: study, KIND_TAG: "study"}  # made by the first trial that needs it
+            tags[PARENT_TAG] = self._newest(parent) or self._create(study, parent)
         return self.client.create_run(self.experiment, tags=tags, run_name=name).info.run_id
 
     # ------------------------------------------------------------------ logging, guarded

@@ -44,6 +44,13 @@ def event_folder(run: RunDir, tags: dict[str, Any]) -> Path:
     return run.file(RunDir.TENSORBOARD) / place_label(tags)
 
 
+def _competition(run: RunDir) -> str:
+    """The run's competition by its name (its config may hold a competition file's path)."""
+    from competition import load_spec
+
+    return load_spec(run.competition()).name
+
+
 def _mlflow_tags(run: RunDir, tags: dict[str, Any]) -> dict[str, str]:
     """The MLflow run's tags: what the leaderboard says of the run's data and code, and its place."""
     from pipeline.runs import mlflow_runs
@@ -51,7 +58,7 @@ def _mlflow_tags(run: RunDir, tags: dict[str, Any]) -> dict[str, str]:
     config = run.read_json(RunDir.CONFIG, default={})
     manifest = run.read_json(RunDir.DATA_MANIFEST, default={})
     found = {
-        "competition": config.get("competition"),
+        "competition": _competition(run),
         "recipe": config.get("recipe"),
         "backbone": config.get("model", {}).get("backbone"),
         "git_commit": run.read_json(RunDir.RUN_INFO, default={}).get("git_commit"),
@@ -78,8 +85,7 @@ class Tracker:
         if asked:
             from pipeline.runs import mlflow_runs
 
-            competition = config.get("competition", "")
-            self.mlflow = mlflow_runs.MlflowRun(run.path.parent, competition, run.name,
+            self.mlflow = mlflow_runs.MlflowRun(run.path.parent, _competition(run), run.name,
                                                 _mlflow_tags(run, tags), new=new)  # fmt: skip
             self.mlflow.params(params)
         self.logged = 0  # the last epoch MLflow has
@@ -116,7 +122,7 @@ def _mirror_row(run: RunDir, board: Path, files: list[Path], folder: str | None 
 
     table = leaderboard.read(board)
     rows = table[table["entry"] == run.name].to_dict("records")
-    found = mlflow_runs.MlflowRun(run.path.parent, run.competition(), run.name, _mlflow_tags(run, _tags(run)))
+    found = mlflow_runs.MlflowRun(run.path.parent, _competition(run), run.name, _mlflow_tags(run, _tags(run)))
     if rows:
         found.metrics({k: v for k, v in rows[0].items() if tensorboard.finite(v)})
     found.artifacts(files, folder)
@@ -145,6 +151,21 @@ def evaluated(run: RunDir, evaluation: dict[str, Any], board: Path, track: str) 
         _mirror_row(
             run, board, [run.file(n) for n in (RunDir.CONFUSION_PLOT, RunDir.PER_CLASS, RunDir.CONFUSIONS)]
         )
+
+
+def study_finished(runs_dir: Path, competition: str, summary: dict[str, Any], track: str) -> None:
+    """With MLflow: the study's run (its trials' parent) gets the best trial's score, number, run and
+    values, as the sweep's closing line says them."""
+    best = summary.get("best")
+    if not mlflow_asked(track) or best is None:
+        return
+    from pipeline.runs import mlflow_runs
+
+    study = summary["study"]
+    found = mlflow_runs.MlflowRun(runs_dir, competition, study, {mlflow_runs.STUDY_TAG: study,
+                                                                 mlflow_runs.KIND_TAG: "study"})  # fmt: skip
+    found.metrics({"best_score": best["score"], "best_trial": best["trial"]})
+    found.tags({"best_run": best.get("run"), **{f"best.{k}": v for k, v in best["params"].items()}})
 
 
 def predicted(run: RunDir, submission: Path, board: Path, track: str) -> None:

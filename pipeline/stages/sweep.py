@@ -114,6 +114,7 @@ def sweep(opts: SweepOptions) -> dict:
     import optuna
 
     from pipeline.core import device
+    from pipeline.runs import tracking
     from pipeline.sweep import space, study, turns
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
@@ -156,7 +157,9 @@ def sweep(opts: SweepOptions) -> dict:
         return float(score)
 
     turns.run_share(found, objective, opts.trials, opts.timeout, url, catch=(Duplicate,))
-    return study.summary(found, spec, url, opts.runs_dir)
+    summary = study.summary(found, spec, url, opts.runs_dir)
+    tracking.study_finished(opts.runs_dir, spec.name, summary, opts.track)  # MLflow's study run, if asked
+    return summary
 
 
 def _run_trial(opts: SweepOptions, judged: Trial) -> dict:
