@@ -166,17 +166,35 @@ $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 ifeq ($(INSTALLER),uv)
 	$(PIP_INSTALL) uv
-	{ $(UV_INSTALL) -e ".[$(TF_EXTRA)dev,track]" && $(UV_INSTALL) --no-deps $(NO_DEPS); } || \
+	{ $(UV_INSTALL) -e ".[$(TF_EXTRA)dev]" && $(UV_INSTALL) --no-deps $(NO_DEPS); } || \
 		{ echo "petals: uv could not install the project; pip installs it"; $(PIP_INSTALL) --upgrade pip && \
-		$(PIP_INSTALL) -e ".[$(TF_EXTRA)dev,track]" && $(PIP_INSTALL) --no-deps $(NO_DEPS); }
+		$(PIP_INSTALL) -e ".[$(TF_EXTRA)dev]" && $(PIP_INSTALL) --no-deps $(NO_DEPS); }
 else
 	$(PIP_INSTALL) --upgrade pip
-	$(PIP_INSTALL) -e ".[$(TF_EXTRA)dev,track]"
+	$(PIP_INSTALL) -e ".[$(TF_EXTRA)dev]"
 	$(PIP_INSTALL) --no-deps $(NO_DEPS)
 endif
 	@touch $@
 
 install: $(STAMP) ## build the project virtualenv (.venv/); reruns only when setup.cfg changes
+
+# MLflow's client (setup.cfg's `track` extra, mlflow-skinny and its dependencies) goes in where it is
+# used, once: for TRACK=mlflow (`make install TRACK=mlflow`, or the first `make train TRACK=mlflow`)
+# and for the tests, which track runs into a scratch store. The main job's install does not carry it.
+TRACK_STAMP := $(VENV)/.installed-track
+$(TRACK_STAMP): $(STAMP)
+ifeq ($(INSTALLER),uv)
+	$(UV_INSTALL) -e ".[track]" || { echo "petals: uv could not install the track extra; pip installs it"; \
+		$(PIP_INSTALL) -e ".[track]"; }
+else
+	$(PIP_INSTALL) -e ".[track]"
+endif
+	@touch $@
+
+ifeq ($(TRACK),mlflow)
+install train sweep evaluate predict: | $(TRACK_STAMP)
+endif
+test test-heavy test-fast: | $(TRACK_STAMP)
 
 # The stage leaves a complete manifest untouched when there is nothing to do; the touch
 # records that it was checked against the current arguments.

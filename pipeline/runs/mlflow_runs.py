@@ -55,7 +55,8 @@ class MlflowRun:
             from mlflow.tracking import MlflowClient
         except ImportError:
             raise PetalsError(
-                "TRACK=mlflow: mlflow is not installed; `make install` installs it (the `track` extra)"
+                "TRACK=mlflow: mlflow is not installed; `make install TRACK=mlflow` installs it "
+                "(the `track` extra)"
             ) from None
         logging.getLogger("mlflow").setLevel(level)  # its import sets INFO: "Creating initial ... tables"
         self.uri = tracking_uri(runs_dir)
