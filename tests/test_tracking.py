@@ -72,6 +72,7 @@ def test_track_mlflow_mirrors_the_run_and_its_leaderboard_row(tiny_data_dir, tmp
 
     uri = f"sqlite:///{tmp_path / 'store.db'}"
     monkeypatch.setenv(mlflow_runs.URI_VARIABLE, uri)
+    monkeypatch.chdir(tmp_path)  # a given store keeps its artifacts in ./mlruns, as MLflow does
     run, metrics = _train(tmp_path, tiny_data_dir, track="mlflow")
     client = MlflowClient(uri)
     [found] = client.search_runs(
@@ -90,6 +91,7 @@ def test_track_mlflow_mirrors_the_run_and_its_leaderboard_row(tiny_data_dir, tmp
     manifest = run.trained_on()
     assert found.data.tags["data_fingerprint"] == manifest["fingerprint"]
     assert found.data.tags["competition"] == "flowers" and found.data.tags["recipe"] == "default"
+    assert (tmp_path / "mlruns").is_dir()
     stored = {a.path for a in client.list_artifacts(found.info.run_id)}
     assert {"curves.png", "history.csv", "confusion.png", "per_class.csv", "submission"} <= stored
     [submission] = client.list_artifacts(found.info.run_id, "submission")
