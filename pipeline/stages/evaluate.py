@@ -52,7 +52,7 @@ def evaluate_run(opts: ScoreOptions) -> dict:
 
 
 def evaluate(
-    run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: Path, track: str = "none"
+    run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: Path, track: str = ScoreOptions.track
 ) -> dict:
     """Score the run on its val split, write the report files, record it (the leaderboard; the
     run's TensorBoard events; MLflow with `track`); return the evaluation."""
