@@ -27,6 +27,8 @@ CPU_REPLICAS ?= 0#               split the CPU into N replicas (tests multi-repl
 HOSTS       ?= 1#                train, evaluate, predict: N local processes as a slice's hosts (pipeline/launch.py; JAX, or TF_CONFIG workers with BACKEND=tensorflow), e.g. HOSTS=2 CPU_REPLICAS=4; slice: one host of a TPU slice
 device_ARGS = --backend $(call q,BACKEND) --strategy $(call q,STRATEGY) --cpu-replicas $(call q,CPU_REPLICAS)
 RETRAIN     ?=#                  RETRAIN=1 trains again over a finished run
+TRACK       ?=#                  TRACK=mlflow: train, evaluate, predict, sweep also track runs in MLflow ($$MLFLOW_TRACKING_URI, else SQLite in RUNS_DIR/mlflow.db); TensorBoard's event files are always written
+PORT        ?= 6006#             make tensorboard: the port it serves on (localhost only)
 TTA         ?= 1#                test-time augmentation passes for evaluate, predict and ensemble
 FOLDS       ?=#                  train, evaluate, predict: K-fold cross-validation over every labelled example (a CV group; ensemble: RUNS are CV groups)
 FOLD        ?=#                  FOLDS=K: train only these folds, e.g. FOLD=0,1 (a kernel's or a second machine's share)
@@ -65,7 +67,7 @@ ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 # What the user typed is taken as written ($(value)): Make would otherwise run a `$(shell ...)`
 # in it, and turn `$5` in a message into nothing.
 KNOBS := DATA SOURCE DATA_FROM COMPETITION GCS_PATH SIZE SEED SCALE FORCE RECIPE SET INSPECT_DIR \
-	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TTA FOLDS FOLD REFIT CHOOSE RUNS WEIGHTS \
+	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TRACK PORT TTA FOLDS FOLD REFIT CHOOSE RUNS WEIGHTS \
 	SPACE TRIALS TRIALS_PER_KERNEL STORAGE PRUNER \
 	SEARCH STACK SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
 	TIMEOUT RESUME_FROM CONCURRENT PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS REALDATA VERBOSE
@@ -131,9 +133,9 @@ fetch_ARGS := --source $(call q,SOURCE) --data-dir $(call q,DATA) --competition 
 config_ARGS := --recipe $(call q,RECIPE) --set competition=$(call q,COMPETITION) $(foreach s,$(SET),--set $(call q,s))
 inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_ARGS) $(config_ARGS)
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
-	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR)
+	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR) $(call opt,--track,TRACK)
 
-.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-probes bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata bench-mistakes
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-probes bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata bench-mistakes tensorboard
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -176,6 +178,24 @@ endif
 
 install: $(STAMP) ## build the project virtualenv (.venv/); reruns only when setup.cfg changes
 
+# MLflow's client (setup.cfg's `track` extra, mlflow-skinny and its dependencies) goes in where it is
+# used, once: for TRACK=mlflow (`make install TRACK=mlflow`, or the first `make train TRACK=mlflow`)
+# and for the tests, which track runs into a scratch store. The main job's install does not carry it.
+TRACK_STAMP := $(VENV)/.installed-track
+$(TRACK_STAMP): $(STAMP)
+ifeq ($(INSTALLER),uv)
+	$(UV_INSTALL) -e ".[track]" || { echo "petals: uv could not install the track extra; pip installs it"; \
+		$(PIP_INSTALL) -e ".[track]"; }
+else
+	$(PIP_INSTALL) -e ".[track]"
+endif
+	@touch $@
+
+ifeq ($(TRACK),mlflow)
+install train sweep evaluate predict: | $(TRACK_STAMP)
+endif
+test test-heavy test-fast: | $(TRACK_STAMP)
+
 # The stage leaves a complete manifest untouched when there is nothing to do; the touch
 # records that it was checked against the current arguments.
 $(DATA)/manifest.json: $(ARGS_DIR)/fetch.args | $(STAMP)
@@ -201,7 +221,7 @@ hosts_PY = $(if $(filter slice,$(HOSTS)),PETALS_HOSTS=slice $(PY) -m pipeline.la
 # FOLDS=K: the CV stage, the same knobs; each fold is a run of its own (RUN and CHECKPOINT_DIR name one run).
 cv_ARGS = --folds $(call q,FOLDS) $(call opt,--fold,FOLD) $(if $(REFIT),--refit) $(call opt,--choose,CHOOSE) --data-dir $(call q,DATA) \
 	--runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) $(if $(RETRAIN),--force) \
-	--submissions-dir $(call q,SUBMISSIONS) --tta $(call q,TTA)
+	--submissions-dir $(call q,SUBMISSIONS) --tta $(call q,TTA) $(call opt,--track,TRACK)
 
 # CHOOSE, REFIT and FOLD are about CV groups: without FOLDS they would be dropped without a word.
 cv_only = $(if $(FOLDS),,$(foreach k,CHOOSE REFIT FOLD,$(if $($(k)),$(error $(k)=$($(k)) needs FOLDS=K (cross-validation), e.g. FOLDS=5 $(k)=$($(k))))))
@@ -215,7 +235,8 @@ sweep kernel-fanout: export PETALS_STORAGE = $(STORAGE)
 sweep: $(DATA)/manifest.json ## Optuna search over RECIPE's space (SPACE=): TRIALS=20 runs, or FOLDS=5 CV groups, pruned (PRUNER=), in RUNS_DIR/sweeps/ (STORAGE= to share); a rerun continues
 	$(PY) -m pipeline sweep --space $(call q,SPACE) --trials $(call q,TRIALS) $(call opt,--timeout,TIMEOUT) \
 	--pruner $(call q,PRUNER) $(call opt,--folds,FOLDS) --data-dir $(call q,DATA) \
-	--runs-dir $(call q,RUNS_DIR) --submissions-dir $(call q,SUBMISSIONS) $(device_ARGS) $(config_ARGS)
+	--runs-dir $(call q,RUNS_DIR) --submissions-dir $(call q,SUBMISSIONS) $(device_ARGS) $(config_ARGS) \
+	$(call opt,--track,TRACK)
 
 config: | $(STAMP) ## print the config `make train` resolves (RECIPE, SET, the device), each value with its source
 	@$(PY) -m pipeline --quiet train $(train_ARGS) --print-config
@@ -225,7 +246,7 @@ config: | $(STAMP) ## print the config `make train` resolves (RECIPE, SET, the d
 CHAIN := $(filter train,$(MAKECMDGOALS))
 comma := ,
 run_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
-	$(call opt,--run,RUN) --submissions-dir $(call q,SUBMISSIONS)
+	$(call opt,--run,RUN) --submissions-dir $(call q,SUBMISSIONS) $(call opt,--track,TRACK)
 
 # In the chain, where predict runs after evaluate, the two run in one process (`evaluate,predict`):
 # the engine starts once for both. Alone, or with FOLDS, each is its own command as before.
@@ -251,6 +272,10 @@ submit: $(if $(and $(CHAIN),$(if $(FILE),,1)),predict) | $(STAMP) ## check and u
 leaderboard_ARGS := --competition $(call q,COMPETITION) --submissions-dir $(call q,SUBMISSIONS) $(call opt,--slug,SLUG)
 leaderboard: | $(STAMP) ## print the offline leaderboard and plot it (SUBMISSIONS/leaderboard-<COMPETITION>.png)
 	$(PY) -m pipeline leaderboard $(leaderboard_ARGS)
+
+# Every run writes its event files into runs/<run-id>/tensorboard/<place>/ (pipeline/runs/tensorboard.py).
+tensorboard: | $(STAMP) ## serve RUNS_DIR's TensorBoard events on localhost:PORT: each run's curves, config (HPARAMS), evaluate's pictures; filter runs by a CV group's or a study's name
+	$(VENV)/bin/tensorboard --logdir $(call q,RUNS_DIR) --host localhost --port $(call q,PORT)
 
 leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into the leaderboard, then print it
 	$(PY) -m pipeline leaderboard --sync $(leaderboard_ARGS)

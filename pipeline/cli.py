@@ -27,7 +27,16 @@ from pipeline.core.native_log import filter_tensorflow_start_up
 # building its font cache on a fresh machine, the Kaggle clients' progress), hidden unless
 # --verbose / VERBOSE=1: what matters to the user among them (a fallback, a skipped file) petals
 # says itself, once, in its own words.
-CHATTY_LOGGERS = ("absl", "jax._src.xla_bridge", "kagglehub", "urllib3", "h5py", "matplotlib")
+CHATTY_LOGGERS = (
+    "absl",
+    "jax._src.xla_bridge",
+    "kagglehub",
+    "urllib3",
+    "h5py",
+    "matplotlib",
+    "mlflow",
+    "alembic",
+)
 
 
 def verbose_asked() -> bool:

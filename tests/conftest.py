@@ -202,6 +202,20 @@ def run_python(
     )
 
 
+def tensorboard_events(folder: Path) -> dict:
+    """Every summary in a folder of event files by tag, (step, value) in order, as TensorBoard's own
+    reader loads them (tf.summary's scalars and images are tensors to it)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    reader = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+    reader.Reload()
+    return {
+        tag: [(e.step, make_ndarray(e.tensor_proto)) for e in reader.Tensors(tag)]
+        for tag in reader.Tags()["tensors"]
+    }
+
+
 def kill_at_first_checkpoint(command: list[str], env: dict[str, str], run_dir: Path) -> None:
     """Start a train command and kill -9 it as soon as its first checkpoint is complete (the
     checkpoint index names it), as a machine lost mid-run would; fails if none came in 240 s."""

@@ -13,7 +13,7 @@ import pytest
 from pipeline import cli
 from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.tasks import recipe_config
-from tests.conftest import REPO, foreign_lines
+from tests.conftest import REPO, foreign_lines, tensorboard_events
 
 
 def test_every_stage_answers_help_with_each_default_once_and_true(capsys):
@@ -117,6 +117,8 @@ def test_make_fetch_then_the_main_job_end_in_a_checked_dry_run(tmp_path):
     assert stages == ["train", "evaluate,predict", "submit"]  # evaluate and predict: one engine start
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert (run_dir / "metrics.json").is_file() and run_dir.name.startswith("default-cnn-32-")
+    events = tensorboard_events(run_dir / "tensorboard" / "run")  # the main job's, as TensorBoard reads them
+    assert [step for step, _ in events["train/loss"]] == [1] and "evaluate/confusion_matrix" in events
     assert f"DRY RUN, NOT UPLOADED: would upload {subs / run_dir.name}.csv" in done.stdout
     summary = done.stdout.split("petals: done.\n", 1)[1]
     assert f"  run      {tmp_path / 'runs' / run_dir.name}\n" in summary and "  next     " in summary

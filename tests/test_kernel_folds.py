@@ -71,6 +71,9 @@ def kernel_output(folder, data_dir, spec, table, folds_trained, manifest=None, o
         )
         run.write_json(RunDir.METRICS, {"metric": spec.metric.name, key: 0.3, "best_epoch": 2,
                                         "epochs": 2, "train_seconds": 10.0 + fold})  # fmt: skip
+        events = run.file(RunDir.TENSORBOARD) / f"fold{fold}"  # TensorBoard's, in the kernel's output
+        events.mkdir(parents=True)
+        (events / "events.out.tfevents.1.kaggle.v2").write_bytes(b"events")
         rng = np.random.default_rng(fold)
         rows = table.held_out(fold)
         source = json.dumps(
@@ -123,6 +126,7 @@ def test_folds_from_two_sessions_make_the_group_the_same_fold_runs_make_placed_h
     group = group_id(load_config(overrides=OVERRIDES), identity)
     assert placed == sorted([*_names(first), *_names(second), group])
     assert not list((tmp_path / "runs").glob("*/*.weights.h5"))
+    assert len(list((tmp_path / "runs").glob("*/tensorboard/fold*/events.out.tfevents.*"))) == K  # carried
 
     # The same fold runs placed here by hand, assembled by the CV stage: the same group.
     by_hand = tmp_path / "by-hand"

@@ -27,6 +27,9 @@ SUBMISSIONS_DIR = Path("submissions")  # submission CSVs and the offline leaderb
 KERNELS_DIR = Path("kernels")  # generated Kaggle kernels
 TTA = 1  # test-time augmentation passes (1: the input as it is)
 RETRIES = 3  # attempts on Kaggle's server errors and timeouts
+# Where runs are tracked besides their TensorBoard events (pipeline.runs.tracking); none by default.
+TRACKS = ("none", "mlflow")
+TRACK = "none"
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class TrainOptions(ConfigOptions, DeviceOptions):
     time_limit: float | None = None  # seconds: stop with a checkpoint once reached; a rerun resumes
     keep_checkpoints: int = 2
     progress: bool = True  # each epoch's steps: a bar on a terminal, a line every tenth in a log
+    track: str = TRACK
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,7 @@ class ScoreOptions(ConfigOptions, DeviceOptions):
     run_id: str | None = None  # an id or a run dir; None: the run `train` makes of the same config
     tta: int = TTA
     submissions_dir: Path = SUBMISSIONS_DIR
+    track: str = TRACK
 
 
 @dataclass(frozen=True)

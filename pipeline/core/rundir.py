@@ -47,10 +47,12 @@ class RunDir:
     GROUP = "group.json"  # a CV group's folds, fold table and recipe (pipeline/cv/group.py)
     REFIT = "refit.json"  # a refit run's CV group: the evidence for its epochs
     PSEUDO_LABELS = "pseudo_labels.csv"  # a fold run's pseudo-labelled test examples (pipeline/cv/pseudo.py)
+    TENSORBOARD = "tensorboard"  # event files, a folder per place (pipeline/runs/tensorboard.py)
+    TAGS = "tags.json"  # its CV group and fold, its study and trial (pipeline/runs/tracking.py)
     # The small files worth keeping beside a submission (a kernel copies these to its output).
     SMALL_FILES = (CONFIG, DATA_MANIFEST, RUN_INFO, METRICS, HISTORY, CURVES, PER_CLASS, CONFUSIONS,
                    CONFUSION_PLOT, MISTAKES_PLOT, MISTAKES, VOCABULARY, BACKBONE, GROUP, REFIT,
-                   PSEUDO_LABELS)  # fmt: skip
+                   PSEUDO_LABELS, TENSORBOARD, TAGS)  # fmt: skip
 
     def __init__(self, path: Path | str):
         self.path = Path(path)

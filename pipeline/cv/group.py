@@ -38,6 +38,11 @@ def group_id(config: Config, identity: str) -> str:
     return f"{KIND}{config.train.folds}-{config.recipe}-{config.model.backbone}-{digest[:8]}"
 
 
+def fold_tags(config: Config, identity: str) -> dict:
+    """A fold run's tags in its tracking (pipeline/runs/tracking.py): its group and fold."""
+    return {"cv_group": group_id(config, identity), "fold": config.train.fold}
+
+
 def missing(table: FoldTable, held: dict[int, Predictions]) -> list[int]:
     return [fold for fold in range(table.k) if fold not in held]
 

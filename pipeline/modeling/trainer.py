@@ -163,9 +163,7 @@ class Trainer:
         """The first epoch still to train: 0, or the one after the last checkpoint. A checkpoint
         taken mid-epoch (a preemption) also gives the steps of that epoch already done."""
         self.start_step, self.partial = 0, {}
-        if self.restart:
-            return 0
-        saved = self.checkpoint.restore()
+        saved = None if self.restart else self.checkpoint.restore()
         if saved is None:
             return 0
         self.best_score = saved.best_score
@@ -316,8 +314,7 @@ class Trainer:
             self._custom.trainability_changed()
 
     def _history(self, start: int) -> pd.DataFrame:
-        path = self.run.history_file
-        if start and path.is_file():
+        if start and self.run.history_file.is_file():
             return self.run.read_history().query("epoch <= @start")  # rows past the checkpoint are redone
         return pd.DataFrame()
 
@@ -337,6 +334,8 @@ class Trainer:
 
     def _end_epoch(self, epoch: int, row: dict, history: pd.DataFrame) -> None:
         write_atomically(self.run.history_file, lambda tmp: history.to_csv(tmp, index=False))
+        if self.job.tracker is not None:  # TensorBoard's events, MLflow's metrics (pipeline/runs/tracking.py)
+            self.job.tracker.epoch(history)
         self.checkpoint.save(epoch + 1, self.best_score)  # last, so a checkpoint implies its outputs
         if self._header_due:
             log.info("train: %s", epoch_header(self.job.spec.metric.title, self.job.task.unit))

@@ -62,6 +62,15 @@ def add_tta(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_track(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--track",
+        choices=options.TRACKS,
+        default=options.TRACK,
+        help="mlflow: also track the run in MLflow ($MLFLOW_TRACKING_URI, else SQLite in the runs dir)",
+    )
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """How the stages that work on a finished run find it: by id or path, or the way `train` names it."""
     from pipeline.core import device
@@ -76,4 +85,5 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="run id or run dir (default: the run `train` makes of the same --recipe and --set)",
     )
     device.add_arguments(parser, tpu=False)
+    add_track(parser)
     recipe_config.add_config_arguments(parser)

@@ -71,6 +71,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--keep-checkpoints", type=int, default=CVOptions.keep_checkpoints, help="checkpoints kept per fold"
     )
+    arguments.add_track(parser)
     recipe_config.add_config_arguments(parser)
 
 
@@ -139,10 +140,11 @@ def train(opts: CVOptions) -> dict | None:
     return choose.train(opts, train_folds) if opts.choose else train_folds(opts)
 
 
-def train_folds(opts: CVOptions, after_fold=None) -> dict | None:
+def train_folds(opts: CVOptions, after_fold=None, tags: dict | None = None) -> dict | None:
     """Train the folds asked for (each resumes where it stopped), then the group's scores once every
     fold is finished; the group's metrics, or None while folds are missing. `after_fold(fold,
-    metrics)` (a sweep's trial) sees each fold's metrics and may stop the group there."""
+    metrics)` (a sweep's trial) sees each fold's metrics and may stop the group there; `tags` (its
+    study and trial) join each fold's in its tracking."""
     from pipeline.cv import experiment
     from pipeline.stages import train as train_stage
 
@@ -152,8 +154,8 @@ def train_folds(opts: CVOptions, after_fold=None) -> dict | None:
         overrides = (*opts.overrides, f"train.folds={opts.folds}", f"train.fold={fold}")
         fold_opts = dataclasses.replace(as_options(TrainOptions, opts), overrides=overrides, run_id=None)
         if after_fold is None:
-            train_stage.train(fold_opts)
-        elif after_fold(fold, train_stage.train(fold_opts, judge=_never)):
+            train_stage.train(fold_opts, tags=tags)
+        elif after_fold(fold, train_stage.train(fold_opts, judge=_never, tags=tags)):
             return None
     metrics = experiment.assemble(found, opts)
     return None if metrics is None else {**metrics, "group": found.group.name}

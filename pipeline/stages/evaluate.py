@@ -46,18 +46,21 @@ def evaluate_run(opts: ScoreOptions) -> dict:
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
     run = find_run(opts, platform)
-    report = evaluate(run, opts.data_dir, opts.tta, platform, opts.submissions_dir)
+    report = evaluate(run, opts.data_dir, opts.tta, platform, opts.submissions_dir, opts.track)
     task = task_of(load_spec(run.read_config().competition))
     print(summary_text(run.name, report, task))
     return report
 
 
-def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: Path) -> dict:
-    """Score the run on its val split, write the report files, record it; return the evaluation."""
+def evaluate(
+    run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: Path, track: str = ScoreOptions.track
+) -> dict:
+    """Score the run on its val split, write the report files, record it (the leaderboard; the
+    run's TensorBoard events; MLflow with `track`); return the evaluation."""
     from competition import load_spec
     from pipeline.data.groups import held_out_groups
     from pipeline.modeling.inference import predict_split
-    from pipeline.runs import leaderboard
+    from pipeline.runs import leaderboard, tracking
     from pipeline.tasks import mistakes
     from pipeline.tasks.competitions import task_of
 
@@ -89,8 +92,9 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
     found.write(run)
     evaluation["mistakes"] = mistakes.write(run.path, data_dir, config, spec, val)
     run.write_json(RunDir.METRICS, {**run.metrics(), "evaluation": evaluation})
+    board = leaderboard.board_file(submissions_dir, spec.name)
     leaderboard.update(
-        leaderboard.board_file(submissions_dir, spec.name),
+        board,
         run.name,
         **leaderboard.run_fields(run),
         time=evaluation["evaluated_at"],
@@ -101,6 +105,7 @@ def evaluate(run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: P
         },
         tta=tta,
     )
+    tracking.evaluated(run, evaluation, board, track)
     return evaluation
 
 

@@ -38,7 +38,7 @@ def predict(opts: ScoreOptions) -> Path:
     from competition import load_spec
     from pipeline.core import device
     from pipeline.modeling.inference import check_same_data, find_run, predict_split
-    from pipeline.runs import leaderboard
+    from pipeline.runs import leaderboard, tracking
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
@@ -68,8 +68,9 @@ def predict(opts: ScoreOptions) -> Path:
         score,
         run.path,
     )
+    board = leaderboard.board_file(opts.submissions_dir, spec.name)
     leaderboard.update(
-        leaderboard.board_file(opts.submissions_dir, spec.name),
+        board,
         run.name,
         # A run predicted before it was evaluated: its training scores until evaluate runs.
         defaults={
@@ -80,5 +81,6 @@ def predict(opts: ScoreOptions) -> Path:
         **leaderboard.run_fields(run),
         submission=str(path),
     )
+    tracking.predicted(run, path, board, opts.track)
     print(f"{run.name}: {len(test.ids)} test predictions (TTA {opts.tta}) -> {path}")
     return path

@@ -51,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     arguments.add_runs_dir(parser)
     arguments.add_submissions_dir(parser)
     device.add_arguments(parser)
+    arguments.add_track(parser)
     recipe_config.add_config_arguments(parser)
 
 
@@ -75,6 +76,11 @@ class Trial:
         if step < self.last and self.trial.should_prune():
             self.pruned = f"the sweep's pruner (trial {self.trial.number}, step {step}: {score:.4f})"
         return self.pruned
+
+    @property
+    def tags(self) -> dict:
+        """The trial's runs' tags in their tracking: its study and number (pipeline/runs/tracking.py)."""
+        return {"study": self.trial.study.study_name, "trial": self.trial.number}
 
     def epoch(self, epoch: int, row: dict) -> str | None:
         return self.report(epoch, row.get(self.score_key))
@@ -108,6 +114,7 @@ def sweep(opts: SweepOptions) -> dict:
     import optuna
 
     from pipeline.core import device
+    from pipeline.runs import tracking
     from pipeline.sweep import space, study, turns
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
@@ -150,7 +157,9 @@ def sweep(opts: SweepOptions) -> dict:
         return float(score)
 
     turns.run_share(found, objective, opts.trials, opts.timeout, url, catch=(Duplicate,))
-    return study.summary(found, spec, url, opts.runs_dir)
+    summary = study.summary(found, spec, url, opts.runs_dir)
+    tracking.study_finished(opts.runs_dir, spec.name, summary, opts.track)  # MLflow's study run, if asked
+    return summary
 
 
 def _run_trial(opts: SweepOptions, judged: Trial) -> dict:
@@ -160,8 +169,11 @@ def _run_trial(opts: SweepOptions, judged: Trial) -> dict:
 
     try:
         if opts.folds:
-            return cv.train_folds(cv.checked(cv.as_options(CVOptions, opts)), after_fold=judged.fold) or {}
-        return train_stage.train(cv.as_options(TrainOptions, opts), judge=judged.epoch) or {}
+            folds = cv.checked(cv.as_options(CVOptions, opts))
+            return cv.train_folds(folds, after_fold=judged.fold, tags=judged.tags) or {}
+        return (
+            train_stage.train(cv.as_options(TrainOptions, opts), judge=judged.epoch, tags=judged.tags) or {}
+        )
     except Preempted:
         if judged.pruned is None:  # a signal or the time limit: the sweep stops, the trial fails
             raise

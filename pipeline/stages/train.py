@@ -14,7 +14,10 @@ import argparse
 import contextlib
 import functools
 import logging
-from dataclasses import dataclass
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--list-backbones", action="store_true", help="list the network registry (images, texts) and exit"
     )
+    arguments.add_track(parser)
     recipe_config.add_config_arguments(parser)
 
 
@@ -81,9 +85,9 @@ def run(args: argparse.Namespace) -> None:
     train(options.from_args(TrainOptions, args, progress=not args.quiet))
 
 
-def train(opts: TrainOptions, judge=None) -> dict | None:
+def train(opts: TrainOptions, judge=None, tags: dict | None = None) -> dict | None:
     """Train the run `opts` names (or resume it); its metrics (and its name, `run`), or None when it
-    was finished before.
+    was finished before. `tags` (a sweep's study and trial) join the run's own in its tracking.
     `judge(epoch, row)`, a sweep's trial, sees each epoch's history row and may stop the run there
     (a reason in words); it gets the metrics of a run finished before."""
     from pipeline.core import device
@@ -92,25 +96,17 @@ def train(opts: TrainOptions, judge=None) -> dict | None:
     config = recipe_config.config_from_args(opts, platform.device)
     log.info("device: %s", platform.describe(device.pick_precision(platform, config.train.precision)))
     job = prepare(config, platform, opts.data_dir, opts.runs_dir, opts.run_id, opts.checkpoint_dir)
+    job.tags, job.track = {**job.tags, **(tags or {})}, opts.track
     if job.finished and not opts.force:
-        log.info(
-            "train: %s is finished (val %s %s); --force to train again",
-            job.run,
-            job.spec.metric.title,
-            job.finished.get(job.spec.score_key),
-        )
+        log.info("train: %s is finished (val %s %s); --force to train again",
+                 job.run, job.spec.metric.title, job.finished.get(job.spec.score_key))  # fmt: skip
         return {**job.finished, "run": job.run.name} if judge is not None else None
     from pipeline.modeling import preemption
 
     agreed = preemption_sync_jax(platform.hosts) if platform.backend == "jax" else None
     with preemption.watching(preemption.StopRequest(opts.time_limit, agreed=agreed, judge=judge)) as stop:
-        metrics = fit(
-            job,
-            progress=opts.progress,
-            restart=opts.force,
-            stop=stop,
-            keep_checkpoints=opts.keep_checkpoints,
-        )
+        metrics = fit(job, progress=opts.progress, restart=opts.force, stop=stop,
+                      keep_checkpoints=opts.keep_checkpoints)  # fmt: skip
     metric = job.spec.metric
     accuracy = "" if metric.name == "accuracy" else f", accuracy {metrics['val_accuracy']:.4f}"
     log.info(
@@ -147,6 +143,9 @@ class Job:
     fold_table: str | None = None  # a fold run's table (its digest): which examples its val part held
     # ids -> their groups, for splits inside the training part (the probe's inner CV); None: ungrouped
     groups_of: Any = None
+    tags: dict = field(default_factory=dict)  # its CV group and fold, a sweep's study and trial
+    track: str = TrainOptions.track  # where it is tracked besides its TensorBoard events
+    tracker: Any = None  # pipeline.runs.tracking.Tracker while `fit` trains it (process 0)
 
     @property
     def run_dir(self) -> Path:
@@ -165,6 +164,7 @@ def prepare(
     config: Config, platform, data_dir: Path, runs_dir: Path, name: str | None, checkpoint_dir: str | None
 ) -> Job:
     """Check the config against the data, the replicas and the backend; nothing is written here."""
+    from pipeline.cv.group import fold_tags
     from pipeline.data import augment, datasets, groups, splits
     from pipeline.data.manifest import locate_data, read_manifest
     from pipeline.modeling import probe
@@ -221,6 +221,7 @@ def prepare(
         pseudo=pseudo,
         fold_table=table.digest if table is not None else None,
         groups_of=functools.partial(groups.training_groups, root, spec) if spec.grouped else None,
+        tags=fold_tags(config, rundir.data_identity(manifest)) if config.train.folds else {},
     )
 
 
@@ -230,9 +231,6 @@ def _own_run_dir(run: RunDir, hosts) -> RunDir:
     hosts, `--checkpoint-dir gs://...`) and agree with it on the run id and the epoch."""
     if not hosts.several or hosts.writer:
         return run
-    import os
-    import tempfile
-
     return RunDir(Path(tempfile.gettempdir()) / f"{SCRATCH}{hosts.index}-{os.getpid()}" / run.name)
 
 
@@ -286,8 +284,6 @@ def fit(
             return _fit(job, progress, restart, stop, keep_checkpoints)
     finally:
         if job.run.path.parent.name.startswith(SCRATCH):  # process 0 kept what matters
-            import shutil
-
             shutil.rmtree(job.run.path.parent, ignore_errors=True)
 
 
@@ -321,6 +317,7 @@ def _only_writer(run: RunDir):
 def _fit(job: Job, progress: bool, restart: bool, stop, keep_checkpoints: int) -> dict:
     from pipeline import networks
     from pipeline.modeling.trainer import Trainer
+    from pipeline.runs.tracking import Tracker
 
     config, run, platform = job.config, job.run, job.platform
     trainer = Trainer(job, progress=progress, restart=restart, stop=stop, keep_checkpoints=keep_checkpoints)
@@ -356,6 +353,8 @@ def _fit(job: Job, progress: bool, restart: bool, stop, keep_checkpoints: int) -
     networks.keep_architecture(config, trainer.net, run.path)
     if restart:
         run.metrics_file.unlink(missing_ok=True)
+    if platform.hosts.writer:  # the others' run dirs are scratch
+        job.tracker = Tracker(run, config.to_dict(), job.tags, job.track, new=restart or not trainer.start)
     with contextlib.ExitStack() as reading:  # a data file gone mid-run is named in one line
         for split in (job.train, job.val):
             if split is not None:
@@ -388,6 +387,8 @@ def _fit(job: Job, progress: bool, restart: bool, stop, keep_checkpoints: int) -
         "loop": config.train.loop,
     }
     run.write_json(RunDir.METRICS, metrics)  # last: its presence means the run is finished
+    if job.tracker is not None:
+        job.tracker.trained(metrics)
     if config.train.feature_cache:
         from pipeline.modeling import features
 

@@ -62,7 +62,7 @@ class _DatabaseTurn:
     def __init__(self, url: str, kind: str, study: str):
         import sqlalchemy
 
-        from pipeline.sweep.study import hidden, shown_url
+        from pipeline.core.urls import hidden, shown_url
 
         digest = hashlib.sha256(f"petals-sweep/{study}".encode()).digest()
         # PostgreSQL names its locks by a 64-bit number, MySQL by a string of at most 64 characters.

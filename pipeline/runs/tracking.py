@@ -1,0 +1,174 @@
+"""What a run tells the tools a competitor already runs: TensorBoard always, MLflow when asked.
+
+`train` opens a `Tracker` once the run dir is written: the config as hyperparameters, then each
+epoch's history row (the trainer calls `epoch`), then the run's metrics and curves. `evaluate` adds
+its scores, the confusion matrix and the per-class scores; `predict` the submission (MLflow). The
+run's tags (its CV group and fold, its sweep's study and trial) are written once, to
+`runs/<run-id>/tags.json`, so the later stages tag what they add the same way. Nothing here decides
+a score: every number is one the run dir or the leaderboard already holds.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from pipeline.core.errors import PetalsError
+from pipeline.core.options import TRACKS
+from pipeline.core.rundir import RunDir
+from pipeline.runs import tensorboard
+
+log = logging.getLogger(__name__)
+
+
+def mlflow_asked(track: str) -> bool:
+    """Whether `track` asks for MLflow; a value that is none of TRACKS (the API's options are not
+    parsed: a typo would track nothing) is one line."""
+    if track not in TRACKS:
+        raise PetalsError(f"track={track!r}: one of {', '.join(TRACKS)}")
+    return track == "mlflow"
+
+
+def place_label(tags: dict[str, Any]) -> str:
+    """The event folder's name: where the run stands, so TensorBoard's run filter groups it."""
+    parts = []
+    if tags.get("study") is not None:
+        parts.append(f"{tags['study']}-trial{tags['trial']}")
+    if tags.get("cv_group") is not None:
+        parts.append(f"{tags['cv_group']}-fold{tags['fold']}")
+    return "-".join(parts) or "run"
+
+
+def event_folder(run: RunDir, tags: dict[str, Any]) -> Path:
+    return run.file(RunDir.TENSORBOARD) / place_label(tags)
+
+
+def _competition(run: RunDir) -> str:
+    """The run's competition by its name (its config may hold a competition file's path)."""
+    from competition import load_spec
+
+    return load_spec(run.competition()).name
+
+
+def _mlflow_tags(run: RunDir, tags: dict[str, Any]) -> dict[str, str]:
+    """The MLflow run's tags: what the leaderboard says of the run's data and code, and its place."""
+    from pipeline.runs import mlflow_runs
+
+    config = run.read_json(RunDir.CONFIG, default={})
+    manifest = run.read_json(RunDir.DATA_MANIFEST, default={})
+    found = {
+        "competition": _competition(run),
+        "recipe": config.get("recipe"),
+        "backbone": config.get("model", {}).get("backbone"),
+        "git_commit": run.read_json(RunDir.RUN_INFO, default={}).get("git_commit"),
+        "data_fingerprint": manifest.get("fingerprint"),
+        "cv_group": tags.get("cv_group"),
+        "fold": tags.get("fold"),
+        mlflow_runs.STUDY_TAG: tags.get("study"),
+        "trial": tags.get("trial"),
+    }
+    return {key: str(value) for key, value in found.items() if value is not None}
+
+
+class Tracker:
+    """One `train` process's tracking of its run."""
+
+    def __init__(self, run: RunDir, config: dict, tags: dict[str, Any], track: str, new: bool):
+        asked = mlflow_asked(track)
+        self.run, self.tags = run, tags
+        run.write_json(RunDir.TAGS, tags)
+        self.events = tensorboard.EventLog(event_folder(run, tags), restart=True)
+        params = tensorboard.flat_params(config, tags)
+        self.events.hparams(params, run.name)
+        self.mlflow = None
+        if asked:
+            from pipeline.runs import mlflow_runs
+
+            self.mlflow = mlflow_runs.MlflowRun(run.path.parent, _competition(run), run.name,
+                                                _mlflow_tags(run, tags), new=new)  # fmt: skip
+            self.mlflow.params(params)
+        self.logged = 0  # the last epoch MLflow has
+
+    def epoch(self, history) -> None:
+        """The history rows not written yet (on a resume, the restored ones first)."""
+        self.events.epochs(history)
+        if self.mlflow is not None:
+            for row in history[history["epoch"] > self.logged].to_dict("records"):
+                step = int(row["epoch"])
+                self.mlflow.metrics({tensorboard.scalar_tag(k): v for k, v in row.items()
+                                     if k != "epoch" and tensorboard.finite(v)}, step)  # fmt: skip
+                self.logged = step
+
+    def trained(self, metrics: dict[str, Any]) -> None:
+        """The run's own numbers (metrics.json's, as `run/<key>`: the plain names are the
+        leaderboard's) and its curves; the event file closed."""
+        self.events.close()
+        if self.mlflow is not None:
+            numbers = {f"run/{k}": v for k, v in metrics.items() if tensorboard.finite(v)}
+            self.mlflow.metrics(numbers, int(metrics.get("epochs", 0)))
+            self.mlflow.artifacts([self.run.file(RunDir.CURVES), self.run.history_file])
+            self.mlflow.finished()
+
+
+def _tags(run: RunDir) -> dict[str, Any]:
+    return run.read_json(RunDir.TAGS, default={})
+
+
+def _mirror_row(run: RunDir, board: Path, files: list[Path], folder: str | None = None) -> None:
+    """The run's leaderboard row, its numbers as the MLflow run's metrics under the board's column
+    names (read back from the board: the same values, rounded as it rounds them), and `files`."""
+    from pipeline.runs import leaderboard, mlflow_runs
+
+    table = leaderboard.read(board)
+    rows = table[table["entry"] == run.name].to_dict("records")
+    found = mlflow_runs.MlflowRun(run.path.parent, _competition(run), run.name, _mlflow_tags(run, _tags(run)))
+    if rows:
+        found.metrics({k: v for k, v in rows[0].items() if tensorboard.finite(v)})
+    found.artifacts(files, folder)
+
+
+def evaluated(run: RunDir, evaluation: dict[str, Any], board: Path, track: str) -> None:
+    """Evaluate's scores (at step = the run's epochs) and its pictures in the run's events; with
+    MLflow, the run's leaderboard row and the report files."""
+    import pandas as pd
+
+    asked = mlflow_asked(track)
+    step = int(run.metrics().get("epochs", 0))
+    events = tensorboard.EventLog(event_folder(run, _tags(run)))
+    scores = {k: v for k, v in evaluation.items() if k.startswith("val_") and tensorboard.finite(v)}
+    events.scalars({f"evaluate/{k[4:]}": v for k, v in scores.items()}, step)
+    pngs = {}
+    if run.file(RunDir.CONFUSION_PLOT).is_file():
+        pngs["evaluate/confusion_matrix"] = run.file(RunDir.CONFUSION_PLOT).read_bytes()
+    if run.file(RunDir.PER_CLASS).is_file():
+        drawn = tensorboard.per_class_png(pd.read_csv(run.file(RunDir.PER_CLASS)))
+        if drawn is not None:
+            pngs["evaluate/per_class_scores"] = drawn
+    events.images(pngs, step)
+    events.close()
+    if asked:
+        _mirror_row(
+            run, board, [run.file(n) for n in (RunDir.CONFUSION_PLOT, RunDir.PER_CLASS, RunDir.CONFUSIONS)]
+        )
+
+
+def study_finished(runs_dir: Path, competition: str, summary: dict[str, Any], track: str) -> None:
+    """With MLflow: the study's run (its trials' parent) gets the best trial's score, number, run and
+    values, as the sweep's closing line says them."""
+    best = summary.get("best")
+    if not mlflow_asked(track) or best is None:
+        return
+    from pipeline.runs import mlflow_runs
+
+    study = summary["study"]
+    found = mlflow_runs.MlflowRun(runs_dir, competition, study, {mlflow_runs.STUDY_TAG: study,
+                                                                 mlflow_runs.KIND_TAG: "study"})  # fmt: skip
+    found.metrics({"best_score": best["score"], "best_trial": best["trial"]})
+    found.tags({"best_run": best.get("run"), **{f"best.{k}": v for k, v in best["params"].items()}})
+
+
+def predicted(run: RunDir, submission: Path, board: Path, track: str) -> None:
+    """With MLflow: the run's leaderboard row again (predict may have made it) and the submission."""
+    if mlflow_asked(track):
+        _mirror_row(run, board, [submission], "submission")

@@ -1,0 +1,173 @@
+"""Every run's TensorBoard events read back by TensorBoard's own reader, and TRACK=mlflow's run read
+back by MLflow's client: the numbers are history.csv's and the leaderboard's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline import api
+from pipeline.core.errors import PetalsError
+from pipeline.core.rundir import RunDir
+from pipeline.runs import leaderboard, mlflow_runs, tracking
+from pipeline.runs.tensorboard import scalar_tag
+from tests.conftest import TINY, run_python, tensorboard_events
+
+
+def _train(tmp_path, tiny_data_dir, track: str = "none") -> tuple[RunDir, dict]:
+    where = {"data_dir": tiny_data_dir, "runs_dir": tmp_path / "runs", "strategy": "cpu", "track": track}
+    config = {"recipe": "default", "overrides": (*TINY, "train.epochs=3", "train.val_every=2")}
+    metrics = api.train(api.TrainOptions(**where, **config))
+    scoring = api.ScoreOptions(**where, **config, submissions_dir=tmp_path / "subs")
+    api.evaluate(scoring)
+    api.predict(scoring)
+    return RunDir(tmp_path / "runs" / metrics["run"]), metrics
+
+
+@pytest.mark.slow
+def test_a_runs_event_files_hold_its_history_config_and_evaluation(tiny_data_dir, tmp_path):
+    run, _ = _train(tmp_path, tiny_data_dir)
+    assert not (tmp_path / "runs" / mlflow_runs.DATABASE).exists()  # MLflow only when asked
+    events = tensorboard_events(run.file(RunDir.TENSORBOARD) / "run")
+    history = run.read_history()
+    columns = [c for c in history.columns if c != "epoch"]
+    assert {"loss", "accuracy", "lr", "images_per_second", "val_macro_f1", "val_accuracy"} <= set(columns)
+    for column in columns:
+        scored = history.dropna(subset=[column])  # val is scored after epochs 1, 2 and 3 (the last)
+        read = events[scalar_tag(column)]
+        assert [step for step, _ in read] == scored["epoch"].tolist(), column
+        np.testing.assert_allclose([float(v) for _, v in read], scored[column], rtol=1e-6, err_msg=column)
+    assert "_hparams_/session_start_info" in events  # the config, as the HParams plugin reads it
+    evaluation = run.metrics()["evaluation"]
+    [(step, value)] = events["evaluate/macro_f1"]
+    assert step == 3 and float(value) == pytest.approx(evaluation["val_macro_f1"])
+    for picture in ("evaluate/confusion_matrix", "evaluate/per_class_scores"):
+        [(_, image)] = events[picture]  # width, height, then the PNG's bytes
+        assert int(image[0]) > 100 and image[2].startswith(b"\x89PNG")
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # a JAX process compiling: 36 s here beside other work, the heavy tier's kind
+def test_a_run_on_jax_writes_its_events_too(tiny_data_dir, tmp_path):
+    """tf.summary writes the files whatever Keras' backend: a JAX run's events are its history's."""
+    args = ["train", "--data-dir", str(tiny_data_dir), "--runs-dir", str(tmp_path), "--run", "on-jax",
+            "--recipe", "default", "--backend", "jax", "--strategy", "cpu"]  # fmt: skip
+    for override in TINY:
+        args += ["--set", override]
+    done = run_python(f"from pipeline import cli\nassert cli.main({args!r}) == 0")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = RunDir(tmp_path / "on-jax")
+    assert run.read_json(RunDir.RUN_INFO)["backend"] == "jax"
+    events, history = tensorboard_events(run.file(RunDir.TENSORBOARD) / "run"), run.read_history()
+    for column in ("loss", "val_macro_f1", "lr", "images_per_second"):
+        np.testing.assert_allclose(
+            [float(v) for _, v in events[scalar_tag(column)]], history[column], rtol=1e-6
+        )
+
+
+@pytest.mark.slow
+def test_track_mlflow_mirrors_the_run_and_its_leaderboard_row(tiny_data_dir, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    monkeypatch.setenv(mlflow_runs.URI_VARIABLE, uri)
+    monkeypatch.chdir(tmp_path)  # a given store keeps its artifacts in ./mlruns, as MLflow does
+    run, metrics = _train(tmp_path, tiny_data_dir, track="mlflow")
+    client = MlflowClient(uri)
+    [found] = client.search_runs(
+        [client.get_experiment_by_name("petals-flowers").experiment_id], f"tags.`petals.run` = '{run.name}'"
+    )
+    board = leaderboard.read(leaderboard.board_file(tmp_path / "subs", "flowers"))
+    row = board[board["entry"] == run.name].iloc[0]
+    for column in ("val_macro_f1", "val_accuracy", "tta", "train_seconds", "epochs", "image_size"):
+        assert found.data.metrics[column] == pytest.approx(float(row[column]), abs=0), column
+    assert found.data.metrics["run/train_seconds"] == pytest.approx(metrics["train_seconds"])
+    curve = client.get_metric_history(found.info.run_id, "val/macro_f1")
+    history = run.read_history()
+    assert [m.step for m in curve] == history["epoch"].tolist()
+    np.testing.assert_allclose([m.value for m in curve], history["val_macro_f1"], rtol=1e-6)
+    assert found.data.params["train.epochs"] == "3" and found.data.params["model.backbone"] == "cnn"
+    manifest = run.trained_on()
+    assert found.data.tags["data_fingerprint"] == manifest["fingerprint"]
+    assert found.data.tags["competition"] == "flowers" and found.data.tags["recipe"] == "default"
+    assert (tmp_path / "mlruns").is_dir()
+    stored = {a.path for a in client.list_artifacts(found.info.run_id)}
+    assert {"curves.png", "history.csv", "confusion.png", "per_class.csv", "submission"} <= stored
+    [submission] = client.list_artifacts(found.info.run_id, "submission")
+    assert submission.path == f"submission/{run.name}.csv"
+
+
+def test_a_sweeps_trials_are_children_of_their_studys_run_and_grouped_by_name(tmp_path, monkeypatch):
+    monkeypatch.delenv(mlflow_runs.URI_VARIABLE, raising=False)
+    tags = {mlflow_runs.STUDY_TAG: "flowers-default-space-1234", "trial": "0"}
+    first = mlflow_runs.MlflowRun(tmp_path, "flowers", "run-a", tags, new=True)
+    second = mlflow_runs.MlflowRun(tmp_path, "flowers", "run-b", {**tags, "trial": "1"}, new=True)
+    again = mlflow_runs.MlflowRun(tmp_path, "flowers", "run-a", tags)  # evaluate finds train's run
+    assert again.id == first.id != second.id
+    parents = {first.client.get_run(r.id).data.tags[mlflow_runs.PARENT_TAG] for r in (first, second)}
+    [parent] = parents
+    assert first.client.get_run(parent).data.tags[mlflow_runs.KIND_TAG] == "study"
+    assert (tmp_path / mlflow_runs.DATABASE).is_file()  # the default store: SQLite in the runs dir
+    best = {"trial": 1, "score": 0.75, "params": {"train.lr_max": 0.003}, "run": "run-b"}
+    tracking.study_finished(
+        tmp_path, "flowers", {"study": tags[mlflow_runs.STUDY_TAG], "best": best}, "mlflow"
+    )
+    study = first.client.get_run(parent).data
+    assert (
+        study.metrics == {"best_score": 0.75, "best_trial": 1.0}
+        and study.tags["best.train.lr_max"] == "0.003"
+    )
+    label = tracking.place_label({"study": "s", "trial": 3, "cv_group": "cv5-x", "fold": 2})
+    assert label == "s-trial3-cv5-x-fold2" and tracking.place_label({}) == "run"
+    with pytest.raises(PetalsError, match=r"track='mlfow': one of none, mlflow"):  # the API's, unparsed
+        tracking.mlflow_asked("mlfow")
+
+
+def test_an_unreachable_tracking_server_is_one_line_without_its_password(tmp_path, monkeypatch):
+    monkeypatch.setenv(mlflow_runs.URI_VARIABLE, "http://me:hunter2@127.0.0.1:1")  # nothing listens there
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # MLflow's own retries take minutes
+    with pytest.raises(PetalsError) as refused:
+        mlflow_runs.MlflowRun(tmp_path, "flowers", "run-a", {}, new=True)
+    line = str(refused.value)
+    assert line.startswith("TRACK=mlflow: http://me:***@127.0.0.1:1: ") and "Connection refused" in line
+    assert "hunter2" not in line and "\n" not in line
+
+
+def test_the_per_class_picture_draws_the_weakest_classes(tmp_path):
+    from pipeline.runs.tensorboard import MAX_CLASSES_DRAWN, per_class_png
+
+    table = pd.DataFrame({"class": [f"c{i}" for i in range(250)], "precision": 0.5, "recall": 0.5,
+                          "f1": np.linspace(0, 1, 250)})  # fmt: skip
+    png = per_class_png(table)
+    assert png.startswith(b"\x89PNG") and MAX_CLASSES_DRAWN < 250
+    assert per_class_png(pd.DataFrame({"label": [0], "threshold": [0.5]})) is None
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # a whole sweep, 45 s here beside other work; MlflowRun's nesting is tested above
+def test_a_sweeps_trials_are_tracked_as_children_of_its_study(tiny_data_dir, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.core.options import SweepOptions
+    from pipeline.stages.sweep import sweep
+
+    monkeypatch.delenv(mlflow_runs.URI_VARIABLE, raising=False)  # the default: SQLite in the runs dir
+    space = tmp_path / "space.toml"
+    space.write_text("[train.lr_max]\nlow = 1e-4\nhigh = 1e-2\nlog = true\n")  # two trials, two values
+    where = {"data_dir": tiny_data_dir, "runs_dir": tmp_path / "runs", "submissions_dir": tmp_path / "subs"}
+    config = {"recipe": "default", "overrides": (*TINY, "augment.where=host"), "space": str(space)}
+    opts = SweepOptions(**where, **config, strategy="cpu", trials=2, pruner="none", track="mlflow")
+    sweep(opts)
+    client = MlflowClient(mlflow_runs.tracking_uri(opts.runs_dir))
+    experiment = client.get_experiment_by_name("petals-flowers").experiment_id
+    [parent] = client.search_runs([experiment], f"tags.`{mlflow_runs.KIND_TAG}` = 'study'")
+    study = parent.data.tags[mlflow_runs.STUDY_TAG]
+    assert parent.data.metrics["best_trial"] in (0, 1) and 0 <= parent.data.metrics["best_score"] <= 1
+    trials = client.search_runs([experiment], f"tags.`{mlflow_runs.PARENT_TAG}` = '{parent.info.run_id}'")
+    assert sorted(t.data.tags["trial"] for t in trials) == ["0", "1"]
+    for trial in trials:  # each trial's events are named by its study and number: TensorBoard's filter
+        run = RunDir(opts.runs_dir / trial.data.tags[mlflow_runs.RUN_TAG])
+        place = f"{study}-trial{trial.data.tags['trial']}"
+        assert tensorboard_events(run.file(RunDir.TENSORBOARD) / place)["train/loss"]
+        assert 1e-4 <= float(trial.data.params["train.lr_max"]) <= 1e-2
