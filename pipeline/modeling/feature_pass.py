@@ -179,8 +179,9 @@ def _counted(batches: Iterator, bar: Progress) -> Iterator:
 
 
 def _examples(split) -> int:
-    """The examples a split's eval dataset reads: pseudo-labelled ones are trained on, not cached."""
-    pseudo = split.pseudo_part()
+    """The examples a split's eval dataset reads: pseudo-labelled ones are trained on, not cached
+    (a split of pseudo-labelled examples alone, cached in its fold's folder, has no such part)."""
+    pseudo = split.pseudo_part() if hasattr(split, "pseudo_part") else None
     return split.count - (pseudo.count if pseudo is not None else 0)
 
 
