@@ -122,3 +122,20 @@ def test_a_tfidf_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cpu
         recorded, abs=1e-4
     )
     assert recorded > 0.7  # the reviews' words tell their sentiment
+
+
+def test_the_shipped_text_candidates_are_tfidf_first_then_the_recipe_and_the_probe_runs_them():
+    from pipeline.cv import choose
+    from pipeline.tasks import recipe_config
+
+    path, _ = recipe_config.beside_recipe(choose.FOLDER, "imdb", "cpu", "cpu")
+    assert path is not None and path.parts[-3:] == ("text_classification", "candidates", "cpu.toml")
+    listed = choose.read_candidates(path)
+    assert [c.name for c in listed] == ["tfidf", "recipe"]  # the simplest first
+    task = type("Task", (), {"activation": "softmax"})()
+    for candidate in listed:
+        config = recipe_config.load_config("cpu", ["competition=imdb", *candidate.overrides], device="cpu")
+        probe.check(config, task)
+        assert config.train.choose_up_to == 20000
+    tfidf = recipe_config.load_config("cpu", ["competition=imdb", *listed[0].overrides], device="cpu")
+    assert tfidf.model.backbone == "tfidf" and tfidf.train.head_solver == "logistic"
