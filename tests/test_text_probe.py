@@ -139,3 +139,12 @@ def test_the_shipped_text_candidates_are_tfidf_first_then_the_recipe_and_the_pro
         assert config.train.choose_up_to == 20000
     tfidf = recipe_config.load_config("cpu", ["competition=imdb", *listed[0].overrides], device="cpu")
     assert tfidf.model.backbone == "tfidf" and tfidf.train.head_solver == "logistic"
+
+
+def test_text_pairs_are_refused_in_one_line():
+    from competition import load_spec
+    from pipeline.tasks.competitions import check_network
+
+    config = load_config("cpu", ["competition=watson", "model.backbone=tfidf", "train.head_solver=logistic"])
+    with pytest.raises(PetalsError, match=r"^model\.backbone=tfidf reads one text; competition watson has 2"):
+        check_network(config, load_spec("watson"), "tensorflow")
