@@ -85,6 +85,7 @@ def test_the_fitted_networks_softmax_is_logistic_regressions_predict_proba(class
         text_probe.counts(text_probe.feature_ids(net, encode((held_out,))), net.get_layer("logits").rows),
         net.get_layer("tfidf").get_weights()[0].astype(np.float64),
     )
+    assert not text_probe.feature_ids(net, encode((held_out,)))[:, 0].any()  # the start id: no feature
     got = softmax(np.asarray(net.predict(encode((held_out,)), verbose=0)))
     np.testing.assert_allclose(got, model.predict_proba(unseen[:, used]), atol=2e-3)
     assert (got.argmax(1) == np.arange(classes).repeat(4)).mean() > 0.8  # it learned the words

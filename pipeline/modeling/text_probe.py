@@ -6,7 +6,7 @@ become sparse TF-IDF rows: sublinear tf (1 + ln count), smooth IDF (ln((1 + n) /
 each row scaled to unit length: scikit-learn's `TfidfVectorizer(sublinear_tf=True)` on those ids.
 How that differs from a `TfidfVectorizer` on the raw texts: the words are the run's vocabulary
 (`data.vocabulary_size` most frequent, the rest one unknown id), the bigrams hashed into 2**18
-buckets, a text cut at `data.sequence_length` - 1 words, and its start id counts as a word.
+buckets, a text cut at `data.sequence_length` - 1 words.
 `LogisticRegressionCV` is fitted on them as the image probe fits it (C by an inner CV over whole
 examples and groups, `logistic.inner_folds`), and the IDF, the coefficients and the intercepts are
 written into the network: its softmax is the fitted model's `predict_proba`.
@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import warnings
 
+import keras
 import numpy as np
 from scipy import sparse
 from sklearn.linear_model import LogisticRegressionCV
@@ -34,10 +35,10 @@ CS = np.logspace(-2, 3, 11)
 
 
 def feature_ids(net, tokens: np.ndarray) -> np.ndarray:
-    """The run's word ids [n, length] -> the feature ids the network weighs: its `ngram_ids` layer."""
-    to_ids = net.get_layer("ngram_ids")
+    """The run's word ids [n, length] -> the feature ids the network weighs: its `ngram_ids` output."""
+    to_ids = keras.Model(net.input, net.get_layer("ngram_ids").output)
     parts = [np.asarray(to_ids(tokens[i : i + BATCH])) for i in range(0, len(tokens), BATCH)]
-    return np.concatenate(parts) if parts else np.zeros((0, 0), np.int32)
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros((0, 0), np.int64)
 
 
 def counts(ids: np.ndarray, rows: int) -> sparse.csr_matrix:

@@ -1,7 +1,8 @@
 """TF-IDF + logistic regression as a Keras network (`tfidf`): what a linear model on sparse features
 scores, in the form every run saves, evaluates, predicts and ships in a kernel.
 
-Words and hashed word bigrams (`NgramIds` on `Vectorizer`'s ids, as `ngrams` hashes them), each
+Words and hashed word bigrams (`NgramIds` on `Vectorizer`'s ids, as `ngrams` hashes them; the
+start id dropped), each
 id's count c in the text made sublinear (1 + ln c) and scaled by the id's IDF, the vector scaled to
 unit length, then one linear map to the classes: scikit-learn's
 `TfidfVectorizer(sublinear_tf=True)` and a `LogisticRegression` on its output, computed on ids.
@@ -22,6 +23,18 @@ from pipeline.networks.text import NgramIds
 
 NGRAM_BUCKETS = 2**18  # word bigrams hash into this many rows, as `ngrams`' do
 ORDER = 2  # words and word bigrams: what the baseline TF-IDF + LR scored on real texts
+
+
+@keras.saving.register_keras_serializable(package="petals")
+class WithoutStart(layers.Layer):
+    """Token ids [batch, length] -> the same with the start id (every text's first) as padding: in
+    every text, it is no word; as a feature its unit-length share told a text's length, and
+    dropping it was worth 0.007 and 0.017 test macro-F1 on two real sets
+    (benchmarks/bench_tfidf_tokens.py)."""
+
+    def call(self, tokens):
+        tokens = ops.cast(tokens, "int32")
+        return ops.concatenate([ops.zeros_like(tokens[:, :1]), tokens[:, 1:]], axis=1)
 
 
 @keras.saving.register_keras_serializable(package="petals")
@@ -83,12 +96,13 @@ def tfidf_classifier(
     dropout: float = 0.0,
     ngram_buckets: int = NGRAM_BUCKETS,
 ) -> keras.Model:
-    """`Vectorizer`'s ids -> words and hashed word bigrams (`ngram_ids`) -> TF-IDF weights (`tfidf`)
+    """`Vectorizer`'s ids -> its words (`words`: the start id dropped) -> words and hashed word
+    bigrams (`ngram_ids`) -> TF-IDF weights (`tfidf`)
     -> class scores (`logits`). No dropout: its weights are fitted, not trained (`dropout` is taken
     and unused, as every word network's builder takes it)."""
     tokens = keras.Input(shape=(sequence_length,), batch_size=batch_size, dtype="int32", name="tokens")
     to_ids = NgramIds(vocabulary_size, 0, ngram_buckets, ORDER, name="ngram_ids")
-    ids = to_ids(tokens)
+    ids = to_ids(WithoutStart(name="words")(tokens))
     weights = TfidfWeights(to_ids.rows, dtype="float32", name="tfidf")(ids)
     logits = BagLogits(to_ids.rows, num_classes, dtype="float32", name="logits")(ids, weights)
     return keras.Model(tokens, logits, name="tfidf")
