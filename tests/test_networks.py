@@ -19,8 +19,8 @@ from pipeline.tasks.recipe_config import load_config
 def test_the_lookup_holds_every_image_backbone_and_text_network_once():
     kinds = (registry.BACKBONES, keras_hub_vision.BACKBONES, text_networks.NETWORKS, keras_hub_text.NETWORKS)
     assert len(networks.NETWORKS) == sum(map(len, kinds))
-    assert networks.TEXT_NETWORKS[:2] == ("bilstm", "ngrams")
-    assert networks.TEXT_NETWORKS[2:] == (*bert.NAMES, *keras_hub_text.NETWORKS)
+    assert networks.TEXT_NETWORKS[:3] == ("bilstm", "ngrams", "tfidf")
+    assert networks.TEXT_NETWORKS[3:] == (*bert.NAMES, *keras_hub_text.NETWORKS)
     assert {networks.get(name).modality for name in networks.IMAGE_BACKBONES} == {"image"}
     assert {networks.get(name).modality for name in networks.TEXT_NETWORKS} == {"text"}
 
@@ -69,6 +69,7 @@ def test_the_text_entries_say_how_they_tokenize_and_what_they_read():
     assert {name: e.preprocess for name, e in entries.items()} == {
         "bilstm": "words",
         "ngrams": "subwords",
+        "tfidf": "words",
         **dict.fromkeys(bert.NAMES, "wordpiece"),
     }
     assert [name for name, e in entries.items() if e.reads_pairs] == list(bert.NAMES)

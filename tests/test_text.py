@@ -96,7 +96,8 @@ def test_word_bigrams_are_hashed_from_consecutive_word_ids_only():
     assert _ngram_ids() == [row + pairs for row, pairs in zip(HAND_MADE, bigrams, strict=True)]
 
 
-SMALL = {"bilstm": {"units": 16}, "ngrams": {"ngram_buckets": 4096}}  # each network at a tiny size
+# each network at a tiny size
+SMALL = {"bilstm": {"units": 16}, "ngrams": {"ngram_buckets": 4096}, "tfidf": {"ngram_buckets": 4096}}
 
 
 def _static_then_variable(network: str = "bilstm") -> dict:
@@ -121,7 +122,8 @@ def _static_then_variable(network: str = "bilstm") -> dict:
         len(vocabulary) + 2, LENGTH, 2, batch_size=STATIC_BATCH, **SMALL[network]
     )
     assert model.inputs[0].shape[0] == STATIC_BATCH
-    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="sparse_categorical_crossentropy")
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)  # headless: logits
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=loss)
     data = tf.data.Dataset.from_tensor_slices((tokens, labels)).batch(STATIC_BATCH, drop_remainder=True)
     model.fit(data.repeat(), steps_per_epoch=10, epochs=1, verbose=0)
     serving = serving_copy(model)
@@ -155,6 +157,8 @@ def _on_backend(backend: str, helper: str, *args) -> dict:
     [
         ("ngrams", "tensorflow"),
         pytest.param("ngrams", "jax", marks=pytest.mark.heavy),  # a JAX process: the heavy tier
+        ("tfidf", "tensorflow"),
+        pytest.param("tfidf", "jax", marks=pytest.mark.heavy),
         # The BiLSTM is no competition's recipe any more (imdb's is the bag of n-grams): the heavy tier.
         pytest.param("bilstm", "tensorflow", marks=[pytest.mark.slow, pytest.mark.heavy]),
         # JAX compiles the LSTM's scan at about a quarter of TensorFlow's speed here: the heavy tier.

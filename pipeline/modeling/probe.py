@@ -23,10 +23,10 @@ import warnings
 import keras
 import numpy as np
 from sklearn.linear_model import LogisticRegressionCV
-from sklearn.model_selection import StratifiedGroupKFold
 from threadpoolctl import threadpool_limits
 
 from pipeline.core.errors import PetalsError
+from pipeline.modeling.logistic import as_logits, inner_folds, training_logs
 
 log = logging.getLogger(__name__)
 
@@ -34,30 +34,49 @@ SOLVER = "logistic"
 # The inverse penalties tried, 1e-4 .. 1e2 in half-decades: on real sets of 118 to 3,000 images the
 # baseline probes' choices fell between 1e-3 and 1e2 (benchmarks/probes.json, realdata.json).
 CS = np.logspace(-4, 2, 13)
-INNER_FOLDS = 5
-UNSEEN_LOGIT = -30.0  # a class the fold never trained on: probability ~1e-13 beside the others
 BATCH = 256
 
 
 def check(config, task) -> None:
-    """One line for a config the probe cannot run with (before anything trains)."""
+    """One line for a config the probe cannot run with (before anything trains): on images frozen
+    cached features, on texts the network whose fitted form is TF-IDF + logistic regression."""
+    from pipeline import networks
+    from pipeline.modeling import text_probe
+
     train = config.train
     if train.head_solver != SOLVER:
         return
+    backbone = config.model.backbone
+    texts = networks.get(backbone).reads_ids
+    needs = (
+        (
+            (
+                "model.backbone=tfidf (a network whose fitted form is TF-IDF + LR)",
+                backbone != text_probe.NETWORK,
+            ),
+        )
+        if texts
+        else (
+            ("train.feature_cache=true", not train.feature_cache),
+            ("train.frozen_epochs=1 (the backbone frozen)", train.frozen_epochs != train.epochs),
+        )
+    )
     wrong = [
         what
         for what, bad in (
-            ("train.feature_cache=true", not train.feature_cache),
+            *needs,
             ("train.epochs=1", train.epochs != 1),
-            ("train.frozen_epochs=1 (the backbone frozen)", train.frozen_epochs != train.epochs),
             ("a task of one class per example", task.activation != "softmax"),
         )
         if bad
     ]
     if wrong:
-        raise PetalsError(
-            f"train.head_solver={SOLVER} fits the head once on frozen features: it needs {', '.join(wrong)}"
+        fits = (
+            "fits the network once on its training texts"
+            if texts
+            else "fits the head once on frozen features"
         )
+        raise PetalsError(f"train.head_solver={SOLVER} {fits}: it needs {', '.join(wrong)}")
 
 
 def pooled(top: keras.Model, features: np.ndarray) -> np.ndarray:
@@ -75,22 +94,6 @@ def pooled(top: keras.Model, features: np.ndarray) -> np.ndarray:
             parts.append(np.asarray(x, dtype=np.float64))
         views.append(np.concatenate(parts))
     return np.stack(views)
-
-
-def inner_folds(labels: np.ndarray, groups: np.ndarray, views: int, seed: int) -> list:
-    """Inner CV splits over the stacked views: an example's views (and a group's examples) together."""
-    smallest = min(np.unique(groups[labels == c]).size for c in np.unique(labels))
-    folds = min(INNER_FOLDS, smallest)
-    if folds < 2:
-        return []
-    # A group's examples share one class or not (a patient's photos need not): stratify what can be.
-    splitter = StratifiedGroupKFold(folds, shuffle=True, random_state=seed)
-    count = len(labels)
-    splits = []
-    for train, held in splitter.split(np.zeros(count), labels, groups):
-        splits.append((np.concatenate([train + v * count for v in range(views)]),
-                       np.concatenate([held + v * count for v in range(views)])))  # fmt: skip
-    return splits
 
 
 def fit(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, num_classes: int, seed: int):
@@ -113,23 +116,30 @@ def fit(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, num_classe
     with threadpool_limits(1), warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         model.fit((x - mean) / scale, y)
-    coef, intercept = model.coef_, model.intercept_
-    if len(model.classes_) == 2:  # one logit z for class 1: softmax([-z/2, z/2]) = sigmoid(z)
-        coef, intercept = np.stack([-coef[0], coef[0]]) / 2, np.array([-intercept[0], intercept[0]]) / 2
-    kernel = np.zeros((x.shape[1], num_classes))
-    bias = np.full(num_classes, UNSEEN_LOGIT + float(intercept.min()))
-    for column, cls in enumerate(model.classes_):
-        kernel[:, cls] = coef[column] / scale
-        bias[cls] = intercept[column] - float(np.sum(coef[column] * mean / scale))
+    weights, intercept = as_logits(model, num_classes)  # on standardised features: fold the scaling in
+    kernel = weights / scale[:, None]
+    bias = intercept - (mean / scale) @ weights
     return kernel, bias, float(model.C_[0]), len(splits)
 
 
 def train_head(trainer, start: int) -> None:
-    """The probe's one epoch: fit on the cached training views, write `logits`, score and save."""
-    job, config = trainer.job, trainer.config
-    if start >= config.train.epochs:
+    """The probe's one epoch: fit on the training texts, or the cached training views, write the
+    fitted map into the network, score and save."""
+    if start >= trainer.config.train.epochs:
         return
     trainer._begin_epoch(0)
+    if trainer.text_inputs is not None:
+        from pipeline.modeling import text_probe
+
+        logs, rows = text_probe.train_head(trainer), trainer.job.train.count
+    else:
+        logs, rows = _fit_views(trainer)
+    trainer._finish_epoch(0, logs, images=rows)  # its seconds count from _begin_epoch: the fit included
+
+
+def _fit_views(trainer) -> tuple[dict[str, float], int]:
+    """The head fitted on the cached views: its training logs and the rows it was fitted on."""
+    job, config = trainer.job, trainer.config
     split = job.train
     ids = np.asarray(split.ids, dtype=str)
     features = pooled(trainer.cut.top, split.features)
@@ -143,9 +153,4 @@ def train_head(trainer, start: int) -> None:
     log.info("train: the head fitted by logistic regression on %d examples x %d views (%s)",
              len(ids), len(features), said)  # fmt: skip
     x = features.reshape(-1, features.shape[-1])
-    z = x @ kernel + bias
-    z -= z.max(axis=1, keepdims=True)
-    log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-    y = np.tile(labels, len(features))
-    logs = {"loss": float(-log_p[np.arange(len(y)), y].mean()), "accuracy": float((z.argmax(1) == y).mean())}
-    trainer._finish_epoch(0, logs, images=len(y))  # its seconds count from _begin_epoch: the fit included
+    return training_logs(x @ kernel + bias, np.tile(labels, len(features))), len(x)

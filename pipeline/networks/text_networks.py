@@ -4,8 +4,8 @@ Each entry is a `Network` (base.py), the shape of every entry: how its texts bec
 (`preprocess`), its inputs' shape, the classifier built on it, the run's tokenization
 (`TextInputs`) and what the run dir keeps of its architecture. A text entry also says whether it
 reads text pairs and whether it has a pretrained part a frozen warm-up freezes, and checks a
-config's weights. Two kinds: the word models (`text`: ids of a vocabulary adapted on the training
-texts) and BERT (`bert`: its tokenizer's ids). `pipeline.networks` looks these entries and the
+config's weights. Two kinds: the word models (`text`, `tfidf`: ids of a vocabulary adapted on the
+training texts) and BERT (`bert`: its tokenizer's ids). `pipeline.networks` looks these entries and the
 image backbones up by one name; it hands in the run dir's file names (`RunFiles`).
 """
 
@@ -20,7 +20,7 @@ from typing import ClassVar
 import keras
 
 from pipeline.core.errors import PetalsError
-from pipeline.networks import bert, text
+from pipeline.networks import bert, text, tfidf
 from pipeline.networks.base import PRESET_WEIGHTS, Network, RunFiles, TextInputs
 
 
@@ -173,6 +173,7 @@ NETWORKS: dict[str, TextNetwork] = {
     for entry in (
         WordNetwork("bilstm", "words", text.lstm_classifier, text.Vectorizer),
         WordNetwork("ngrams", "subwords", text.ngram_classifier, text.SubwordVectorizer),
+        WordNetwork("tfidf", "words", tfidf.tfidf_classifier, text.Vectorizer),
         *(BertNetwork(name, (PRESET_WEIGHTS,) if name == bert.PRESET else ()) for name in bert.NAMES),
     )
 }

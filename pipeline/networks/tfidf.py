@@ -1,0 +1,108 @@
+"""TF-IDF + logistic regression as a Keras network (`tfidf`): what a linear model on sparse features
+scores, in the form every run saves, evaluates, predicts and ships in a kernel.
+
+Words and hashed word bigrams (`NgramIds` on `Vectorizer`'s ids, as `ngrams` hashes them; the
+start id dropped), each
+id's count c in the text made sublinear (1 + ln c) and scaled by the id's IDF, the vector scaled to
+unit length, then one linear map to the classes: scikit-learn's
+`TfidfVectorizer(sublinear_tf=True)` and a `LogisticRegression` on its output, computed on ids.
+A linear map of a sparse vector is a sum over the text's ids of a per-id row of class scores, so
+the map is an Embedding of width num_classes (`BagLogits`, the layer `logits`) weighted per
+position by the TF-IDF value (`TfidfWeights`): an id at c positions gets (1 + ln c) / c at each,
+which sums to the sublinear count. Its weights are set by `train.head_solver = "logistic"`
+(pipeline/modeling/text_probe.py), the IDF a fixed table it writes (1 everywhere until then: SGD
+trains a sublinear bag of words). Integer ops and sums only: TensorFlow and JAX alike.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import layers, ops
+
+from pipeline.networks.text import NgramIds
+
+NGRAM_BUCKETS = 2**18  # word bigrams hash into this many rows, as `ngrams`' do
+ORDER = 2  # words and word bigrams: what the baseline TF-IDF + LR scored on real texts
+
+
+@keras.saving.register_keras_serializable(package="petals")
+class WithoutStart(layers.Layer):
+    """Token ids [batch, length] -> the same with the start id (every text's first) as padding: in
+    every text, it is no word; as a feature its unit-length share told a text's length, and
+    dropping it was worth 0.007 and 0.017 test macro-F1 on two real sets at C=32
+    (benchmarks/bench_tfidf_tokens.py at e181a79 and 858884d)."""
+
+    def call(self, tokens):
+        tokens = ops.cast(tokens, "int32")
+        return ops.concatenate([ops.zeros_like(tokens[:, :1]), tokens[:, 1:]], axis=1)
+
+
+@keras.saving.register_keras_serializable(package="petals")
+class TfidfWeights(layers.Layer):
+    """Feature ids [batch, n] (0: padding) -> each position's share of the text's unit TF-IDF
+    vector [batch, n]: (1 + ln c) / c x idf / norm, c the id's count in the text, so the positions
+    of one id add up to its TF-IDF value. The IDF is a fixed weight (`idf`), 0 for an id the
+    training texts never held: it counts in neither the score nor the norm, as a word out of a
+    fitted vectorizer's vocabulary counts in neither."""
+
+    def __init__(self, rows: int, **kwargs):
+        super().__init__(**kwargs)
+        self.rows = rows
+        self.idf = self.add_weight(shape=(rows,), initializer="ones", trainable=False, name="idf")
+
+    def call(self, ids):
+        ids = ops.cast(ids, "int32")  # NgramIds' output is typed float32 in the graph, ids in value
+        present = ops.cast(ids > 0, "float32")
+        # An id's count at each of its positions: O(n^2) a text, which 511 ids (255 words and their
+        # bigrams) keep to a quarter million compares; a sort would be O(n log n) but no simpler.
+        same = ops.cast(ops.equal(ops.expand_dims(ids, 2), ops.expand_dims(ids, 1)), "float32")
+        counts = ops.maximum(ops.sum(same, axis=2), 1.0)
+        share = present * (1.0 + ops.log(counts)) / counts * ops.take(self.idf, ids)
+        norm = ops.sqrt(ops.sum(share * share * counts, axis=1, keepdims=True))
+        return share / ops.maximum(norm, 1e-12)
+
+    def get_config(self):
+        return {**super().get_config(), "rows": self.rows}
+
+
+@keras.saving.register_keras_serializable(package="petals")
+class BagLogits(layers.Layer):
+    """(feature ids [batch, n], their weights [batch, n]) -> logits [batch, classes]: the weighted
+    sum of each id's row of class scores (`table`), plus `bias`."""
+
+    def __init__(self, rows: int, num_classes: int, **kwargs):
+        super().__init__(**kwargs)
+        self.rows, self.num_classes = rows, num_classes
+        self.table = self.add_weight(shape=(rows, num_classes), initializer="zeros", name="table")
+        self.bias = self.add_weight(shape=(num_classes,), initializer="zeros", name="bias")
+
+    def call(self, ids, weights):
+        ids = ops.cast(ids, "int32")
+        scores = ops.take(self.table, ids, axis=0)  # [batch, n, classes]
+        return ops.sum(scores * ops.expand_dims(weights, -1), axis=1) + self.bias
+
+    def compute_output_shape(self, ids_shape, weights_shape):
+        return (ids_shape[0], self.num_classes)
+
+    def get_config(self):
+        return {**super().get_config(), "rows": self.rows, "num_classes": self.num_classes}
+
+
+def tfidf_classifier(
+    vocabulary_size: int,
+    sequence_length: int,
+    num_classes: int,
+    batch_size: int | None = None,
+    dropout: float = 0.0,
+    ngram_buckets: int = NGRAM_BUCKETS,
+) -> keras.Model:
+    """`Vectorizer`'s ids -> its words (`words`: the start id dropped) -> words and hashed word
+    bigrams (`ngram_ids`) -> TF-IDF weights (`tfidf`)
+    -> class scores (`logits`). No dropout: its weights are fitted, not trained (`dropout` is taken
+    and unused, as every word network's builder takes it)."""
+    tokens = keras.Input(shape=(sequence_length,), batch_size=batch_size, dtype="int32", name="tokens")
+    to_ids = NgramIds(vocabulary_size, 0, ngram_buckets, ORDER, name="ngram_ids")
+    ids = to_ids(WithoutStart(name="words")(tokens))
+    weights = TfidfWeights(to_ids.rows, dtype="float32", name="tfidf")(ids)
+    logits = BagLogits(to_ids.rows, num_classes, dtype="float32", name="logits")(ids, weights)
+    return keras.Model(tokens, logits, name="tfidf")
