@@ -91,6 +91,17 @@ def test_everywhere_else_one_run_trains(up_to, candidates, more, data_dir, tmp_p
     assert cv_stage.small_data("train", args_of("train", data_dir, tmp_path, path, *more)) is None
 
 
+def test_a_candidate_that_cannot_train_here_leaves_the_recipe_alone(data_dir, tmp_path, caplog):
+    # As the image probe on a multi-label competition: a candidate this task or config refuses.
+    path = recipe(tmp_path, LABELLED)
+    candidates = path.parent / "candidates" / "mine.toml"
+    candidates.write_text("[probe.train]\nhead_solver = 'logistic'\n\n[recipe]\n")
+    caplog.set_level("INFO")
+    assert cv_stage.small_data("train", args_of("train", data_dir, tmp_path, path)) is None
+    assert "small data, but a candidate cannot train here ([probe] train.head_solver=logistic" in caplog.text
+    assert "the recipe alone" in caplog.text
+
+
 @pytest.mark.slow
 @pytest.mark.heavy  # a whole chain: two candidates' folds, then evaluate and predict, in fresh processes
 @pytest.mark.timeout(600)  # about a minute alone; each process starts TensorFlow

@@ -133,6 +133,20 @@ def _checked(opts: CVOptions, path: Path, found: list[Candidate], device: str) -
             raise PetalsError(f"{path} [{candidate.name}]: {err}") from None
 
 
+def cannot_run(opts: CVOptions, listed: list[Candidate], device: str, task) -> str | None:
+    """Why a candidate cannot train on this competition (its config, or its task: a probe fits one
+    class per example), else None: small data's default falls back to the recipe alone on it."""
+    from pipeline.modeling import probe
+    from pipeline.tasks import recipe_config
+
+    for candidate in listed:
+        try:
+            probe.check(recipe_config.config_from_args(_options(opts, candidate), device), task)
+        except PetalsError as err:
+            return f"[{candidate.name}] {err}"
+    return None
+
+
 def _candidates(opts: CVOptions, found) -> tuple[Path, list[Candidate]]:
     path, folder = candidates_file(opts.choose, found.config.competition, found.config.recipe, opts.recipe)
     listed = read_candidates(path, folder)

@@ -107,7 +107,8 @@ def small_data(step: str, args: argparse.Namespace) -> CVOptions | None:
     config = recipe_config.config_from_args(opts, platform.device)
     if not config.train.choose_up_to:
         return None
-    spec = load_competition(config.competition).spec
+    competition = load_competition(config.competition)
+    spec = competition.spec
     count = auto.labelled_examples(opts.data_dir, spec)
     found, _ = recipe_config.beside_recipe(choose.FOLDER, config.competition, config.recipe, opts.recipe)
     if not auto.applies(config, count, found is not None):
@@ -120,8 +121,12 @@ def small_data(step: str, args: argparse.Namespace) -> CVOptions | None:
     if k < 2:
         log.info("%s: too few examples of a class (or groups) for CV: the recipe alone", step)
         return None
-    names = [c.name for c in choose.read_candidates(found, found.parents[1])]
-    log.info("%s: %s", step, auto.said(count, k, config, names))
+    listed = choose.read_candidates(found, found.parents[1])
+    reason = choose.cannot_run(opts, listed, platform.device, competition.task)
+    if reason is not None:
+        log.info("%s: small data, but a candidate cannot train here (%s): the recipe alone", step, reason)
+        return None
+    log.info("%s: %s", step, auto.said(count, k, config, [c.name for c in listed]))
     return dataclasses.replace(opts, folds=k)
 
 
