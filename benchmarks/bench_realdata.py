@@ -117,12 +117,24 @@ def default(spec: Path, download: Path, truth: dict, work: Path) -> dict:
     return {
         "run": Path(made["run_dir"]).name,
         "backbone": metrics.get("backbone"),
+        "choice": choice_rows(runs),
         "reported": said,
         **scored,
         "gap": None if said["score"] is None else round(abs(said["score"] - scored["test_macro_f1"]), 4),
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
         "commit": commit(),
     }
+
+
+def choice_rows(runs: Path) -> list[dict] | None:
+    """Each candidate's figures where the default was small data's CV choice (choice.json): what
+    the choice saw, so a chosen candidate's test score can be read beside the ones passed over."""
+    found = sorted(runs.glob("choose-*/choice.json"))
+    if not found:
+        return None
+    rows = json.loads(found[-1].read_text())["rows"]
+    keys = ("candidate", "score", "spread", "cv_score", "cv_epoch")
+    return [{k: round(r[k], 4) if isinstance(r.get(k), float) else r.get(k) for k in keys} for r in rows]
 
 
 def sizes(data: realdata.RealSet) -> dict:

@@ -118,3 +118,18 @@ def test_the_teeth_of_the_test_label_check(tmp_path):
     sample["label"] = sample["id"].map(lambda i: str(truth[i]))
     sample.to_csv(download / "sample_submission.csv", index=False)
     assert _files_with_test_labels(tmp_path / "set", truth) == [download / "sample_submission.csv"]
+
+
+def test_the_default_records_what_its_cv_choice_saw_of_each_candidate(tmp_path):
+    import json
+
+    from benchmarks.bench_realdata import choice_rows
+
+    assert choice_rows(tmp_path) is None  # one run: no choice made
+    (tmp_path / "choose-cpu-1").mkdir()
+    figures = [("trio", 0.912345, 0.05, 0.9, 1), ("recipe", 0.8, 0.1, 0.85, 4)]
+    keys = ("candidate", "score", "spread", "cv_score", "cv_epoch")
+    rows = [{**dict(zip(keys, row, strict=True)), "group": "g"} for row in figures]
+    (tmp_path / "choose-cpu-1" / "choice.json").write_text(json.dumps({"rows": rows}))
+    found = choice_rows(tmp_path)
+    assert [r["candidate"] for r in found] == ["trio", "recipe"] and found[0]["score"] == 0.9123
