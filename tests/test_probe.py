@@ -124,3 +124,30 @@ def test_a_probe_run_scores_on_images_what_it_scored_on_its_cache(cpu, tiny_data
     assert job.spec.metric.score(predictions.labels, predictions.probabilities) == pytest.approx(
         history["val_macro_f1"].iloc[0], abs=1e-3
     )
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # JAX compiles Lite0 below the cut
+def test_a_probe_run_under_jax_scores_on_images_what_it_scored_on_its_cache(tiny_data_dir, tmp_path):
+    from tests.conftest import run_python
+
+    done = run_python(
+        f"""
+        from pathlib import Path
+        from pipeline.core import device
+        from pipeline.modeling.inference import predict_split
+        from pipeline.tasks.recipe_config import load_config
+        from pipeline.stages import train
+        platform = device.pick("jax", "cpu")
+        job = train.prepare(load_config(overrides={PROBE!r}), platform, Path("{tiny_data_dir}"),
+                            Path("{tmp_path}"), "jax", None)
+        metrics = train.fit(job, progress=False)
+        seen = predict_split(job.run, Path("{tiny_data_dir}"), "val", 1, platform, as_scored=False)
+        print("scores", metrics["val_macro_f1"], job.spec.metric.score(seen.labels, seen.probabilities))
+        """,
+        env={"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    cached, on_images = map(float, done.stdout.split()[-2:])
+    assert on_images == pytest.approx(cached, abs=1e-3)
