@@ -7,38 +7,38 @@ SHELL := /bin/bash
 
 # ---- knobs (override on the command line: make fetch SOURCE=kaggle DATA=/data/mine)
 DATA        ?= data-$(COMPETITION)#  data dir: the data, or a manifest pointing at it
-SOURCE      ?= auto#             auto | kaggle | dir | gcs | kaggle-input | synthetic
+SOURCE      ?=#                  auto (default) | kaggle | dir | gcs | kaggle-input | synthetic
 DATA_FROM   ?=#                  SOURCE=dir: your copy of the competition (its zip as Kaggle serves it, or a folder)
 COMPETITION ?= flowers#          competition/<COMPETITION>/: its file, classes and recipes
 GCS_PATH    ?=#                  gs:// folder of the competition's files, for SOURCE=gcs
 SIZE        ?=#                 synthetic image size in pixels (empty: the recipes' image size, 192)
-SEED        ?= 0#                synthetic dataset seed
+SEED        ?=#                  synthetic dataset seed (default 0)
 SCALE       ?=#                  synthetic dataset size multiplier (default: each dataset's own)
 FORCE       ?=#                  FORCE=1 fetches again over a complete data dir; make submit: uploads a file already uploaded
-RECIPE      ?= auto#             recipe: competition/<COMPETITION>/recipes/<RECIPE>.toml, else its task's; auto: tpu, gpu or cpu by accelerator
+RECIPE      ?=#                  recipe: competition/<COMPETITION>/recipes/<RECIPE>.toml, else its task's; auto (default): tpu, gpu or cpu by accelerator
 SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 data.batch_size=32"
 INSPECT_DIR ?= runs/inspect-$(COMPETITION)#     where `make inspect` writes batch.png and class_counts.csv
 RUNS_DIR    ?= runs#             run directories (make train)
 RUN         ?=#                  run id (default: recipe, backbone, size and a config hash)
 CHECKPOINT_DIR ?=#               make train: this run's checkpoints elsewhere, one folder per run, e.g. gs://bucket/petals/flowers-tpu (every host of a slice must read them)
-BACKEND     ?= auto#             Keras backend: auto (TensorFlow, or JAX where only JAX drives the TPU) | tensorflow | jax
-STRATEGY    ?= auto#             auto | tpu | mirrored | multi-worker | gpu | cpu
-CPU_REPLICAS ?= 0#               split the CPU into N replicas (tests multi-replica code on either backend)
+BACKEND     ?=#                  Keras backend: auto (default: TensorFlow, or JAX where only JAX drives the TPU) | tensorflow | jax
+STRATEGY    ?=#                  auto (default) | tpu | mirrored | multi-worker | gpu | cpu
+CPU_REPLICAS ?=#                split the CPU into N replicas (default 0: none) (tests multi-replica code on either backend)
 HOSTS       ?= 1#                train, evaluate, predict: N local processes as a slice's hosts (pipeline/launch.py; JAX, or TF_CONFIG workers with BACKEND=tensorflow), e.g. HOSTS=2 CPU_REPLICAS=4; slice: one host of a TPU slice
-device_ARGS = --backend $(call q,BACKEND) --strategy $(call q,STRATEGY) --cpu-replicas $(call q,CPU_REPLICAS)
+device_ARGS = $(call opt,--backend,BACKEND) $(call opt,--strategy,STRATEGY) $(call opt,--cpu-replicas,CPU_REPLICAS)
 RETRAIN     ?=#                  RETRAIN=1 trains again over a finished run
 TRACK       ?=#                  TRACK=mlflow: train, evaluate, predict, sweep also track runs in MLflow ($$MLFLOW_TRACKING_URI, else SQLite in RUNS_DIR/mlflow.db); TensorBoard's event files are always written
-PORT        ?= 6006#             make tensorboard: the port it serves on (localhost only)
-TTA         ?= 1#                test-time augmentation passes for evaluate, predict and ensemble
+PORT        ?=#                  make tensorboard: the port it serves on (localhost only; default TensorBoard's, 6006)
+TTA         ?=#                  test-time augmentation passes for evaluate, predict and ensemble (default 1: none)
 FOLDS       ?=#                  train, evaluate, predict: K-fold cross-validation over every labelled example (a CV group; ensemble: RUNS are CV groups)
 FOLD        ?=#                  FOLDS=K: train only these folds, e.g. FOLD=0,1 (a kernel's or a second machine's share)
 REFIT       ?=#                  FOLDS=K: REFIT=1 predicts with one model trained on all the labelled data to CV's epoch, not the fold mean
 CHOOSE      ?=#                  FOLDS=K: CHOOSE=1 trains the recipe's candidates (recipes/candidates/<recipe>.toml; or CHOOSE=file.toml) and CV picks one; evaluate and predict use it
-SPACE       ?= 1#                make sweep: the search space (1: the recipe's, recipes/spaces/<recipe>.toml; or a .toml file)
-TRIALS      ?= 20#               make sweep: the study's trials in all, however many processes share it
+SPACE       ?=#                  make sweep: the search space (1, the default: the recipe's, recipes/spaces/<recipe>.toml; or a .toml file)
+TRIALS      ?=#                  make sweep: the study's trials in all, however many processes share it (default 20)
 STORAGE     ?=#                  make sweep: the study's database URL (default: SQLite in RUNS_DIR/sweeps/), e.g. postgresql://user@host/petals to share it between machines
-TRIALS_PER_KERNEL ?= 1#          make kernel-fanout TRIALS=N: the trials one kernel runs
-PRUNER      ?= median#           make sweep: median | hyperband | none (stops a trial that trails the others at the same epoch or fold)
+TRIALS_PER_KERNEL ?=#           make kernel-fanout TRIALS=N: the trials one kernel runs (default 1)
+PRUNER      ?=#                  make sweep: median (default) | hyperband | none (stops a trial that trails the others at the same epoch or fold)
 RUNS        ?=#                  make ensemble: the run ids to blend, RUNS="a b" (or CV group ids: blended out of fold)
 WEIGHTS     ?=#                  make ensemble: one weight per run (default equal)
 SEARCH      ?=#                  make ensemble: SEARCH=1 picks the weights on val macro-F1 (CV groups: out of fold)
@@ -50,7 +50,7 @@ SLUG        ?=#                  Kaggle competition slug (default: the data's)
 KERNEL      ?=#                  kernel folder and slug under kernels/ (default: petals-<COMPETITION>-<recipe>)
 OWNER       ?=#                  Kaggle user owning the kernel (default: the credentials' username)
 ACCELERATOR ?=#                  kernel accelerator: TpuV5E8 (default) TpuV6E8 NvidiaTeslaT4 (default for a code competition) NvidiaL4 NvidiaH100 ... None (CPU)
-KERNEL_TYPE ?= script#           script | notebook
+KERNEL_TYPE ?=#                  script (default) | notebook
 INTERNET    ?=#                  the kernel's internet: on | off (default on; off for a code competition: packages Kaggle lacks go as your private dataset petals-wheels)
 DATASETS    ?=#                  datasets to attach, e.g. DATASETS="me/b7-weights"
 MODELS      ?=#                  Kaggle models to attach, e.g. MODELS="keras/bert/keras/bert_base_multi/2"
@@ -126,11 +126,11 @@ else
   TF_EXTRA     ?= cpu,
 endif
 
-fetch_ARGS := --source $(call q,SOURCE) --data-dir $(call q,DATA) --competition $(call q,COMPETITION) \
-	$(call opt,--size,SIZE) --seed $(call q,SEED) $(call opt,--scale,SCALE) $(call opt,--from,DATA_FROM) \
+fetch_ARGS := $(call opt,--source,SOURCE) --data-dir $(call q,DATA) --competition $(call q,COMPETITION) \
+	$(call opt,--size,SIZE) $(call opt,--seed,SEED) $(call opt,--scale,SCALE) $(call opt,--from,DATA_FROM) \
 	$(call opt,--gcs-path,GCS_PATH) $(if $(FORCE),--force)
 
-config_ARGS := --recipe $(call q,RECIPE) --set competition=$(call q,COMPETITION) $(foreach s,$(SET),--set $(call q,s))
+config_ARGS := $(call opt,--recipe,RECIPE) --set competition=$(call q,COMPETITION) $(foreach s,$(SET),--set $(call q,s))
 inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_ARGS) $(config_ARGS)
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR) $(call opt,--track,TRACK)
@@ -147,7 +147,8 @@ $(ARGS_DIR)/%.args: always
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
-	@printf '  knobs: DATA=%s SOURCE=%s COMPETITION=%s SIZE=%s SEED=%s FORCE=%s\n' $(foreach k,DATA SOURCE COMPETITION SIZE SEED FORCE,$(call q,$(k)))
+	@echo '  knobs (empty: the stage default, written once in pipeline/core/options.py):'
+	@printf '  DATA=%s SOURCE=%s COMPETITION=%s SIZE=%s SEED=%s FORCE=%s\n' $(foreach k,DATA SOURCE COMPETITION SIZE SEED FORCE,$(call q,$(k)))
 	@printf '         RECIPE=%s SET="%s" BACKEND=%s STRATEGY=%s RUNS_DIR=%s RUN=%s RETRAIN=%s\n' \
 		$(foreach k,RECIPE SET BACKEND STRATEGY RUNS_DIR RUN RETRAIN,$(call q,$(k)))
 
@@ -221,7 +222,7 @@ hosts_PY = $(if $(filter slice,$(HOSTS)),PETALS_HOSTS=slice $(PY) -m pipeline.la
 # FOLDS=K: the CV stage, the same knobs; each fold is a run of its own (RUN and CHECKPOINT_DIR name one run).
 cv_ARGS = --folds $(call q,FOLDS) $(call opt,--fold,FOLD) $(if $(REFIT),--refit) $(call opt,--choose,CHOOSE) --data-dir $(call q,DATA) \
 	--runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) $(if $(RETRAIN),--force) \
-	--submissions-dir $(call q,SUBMISSIONS) --tta $(call q,TTA) $(call opt,--track,TRACK)
+	--submissions-dir $(call q,SUBMISSIONS) $(call opt,--tta,TTA) $(call opt,--track,TRACK)
 
 # CHOOSE, REFIT and FOLD are about CV groups: without FOLDS they would be dropped without a word.
 cv_only = $(if $(FOLDS),,$(foreach k,CHOOSE REFIT FOLD,$(if $($(k)),$(error $(k)=$($(k)) needs FOLDS=K (cross-validation), e.g. FOLDS=5 $(k)=$($(k))))))
@@ -233,8 +234,8 @@ train: $(DATA)/manifest.json ## train RECIPE into runs/<run-id>/ (resumes an int
 # echo, never on the command line, which Make echoes and `ps` shows.
 sweep kernel-fanout: export PETALS_STORAGE = $(STORAGE)
 sweep: $(DATA)/manifest.json ## Optuna search over RECIPE's space (SPACE=): TRIALS=20 runs, or FOLDS=5 CV groups, pruned (PRUNER=), in RUNS_DIR/sweeps/ (STORAGE= to share); a rerun continues
-	$(PY) -m pipeline sweep --space $(call q,SPACE) --trials $(call q,TRIALS) $(call opt,--timeout,TIMEOUT) \
-	--pruner $(call q,PRUNER) $(call opt,--folds,FOLDS) --data-dir $(call q,DATA) \
+	$(PY) -m pipeline sweep $(call opt,--space,SPACE) $(call opt,--trials,TRIALS) $(call opt,--timeout,TIMEOUT) \
+	$(call opt,--pruner,PRUNER) $(call opt,--folds,FOLDS) --data-dir $(call q,DATA) \
 	--runs-dir $(call q,RUNS_DIR) --submissions-dir $(call q,SUBMISSIONS) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--track,TRACK)
 
@@ -252,19 +253,19 @@ run_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARG
 # the engine starts once for both. Alone, or with FOLDS, each is its own command as before.
 ONE_PROCESS := $(and $(CHAIN),$(or $(filter predict,$(MAKECMDGOALS)),$(and $(filter submit,$(MAKECMDGOALS)),$(if $(FILE),,1))))
 evaluate: $(DATA)/manifest.json $(CHAIN) ## score RUN (default: RECIPE's run) on val: macro-F1, per class, confusions (TTA=); FOLDS=5: the CV group's out-of-fold score
-	$(cv_only)$(if $(FOLDS),$(hosts_PY) cv evaluate $(cv_ARGS),$(if $(ONE_PROCESS),@:,$(hosts_PY) evaluate $(run_ARGS) --tta $(call q,TTA)))
+	$(cv_only)$(if $(FOLDS),$(hosts_PY) cv evaluate $(cv_ARGS),$(if $(ONE_PROCESS),@:,$(hosts_PY) evaluate $(run_ARGS) $(call opt,--tta,TTA)))
 
 predict: $(DATA)/manifest.json $(if $(CHAIN),evaluate) ## test predictions of RUN (TTA=) -> SUBMISSIONS/<run-id>.csv; FOLDS=5: the folds' mean (REFIT=1: a refit on all data)
-	$(cv_only)$(if $(FOLDS),$(hosts_PY) cv predict $(cv_ARGS),$(hosts_PY) $(if $(ONE_PROCESS),evaluate$(comma))predict $(run_ARGS) --tta $(call q,TTA))
+	$(cv_only)$(if $(FOLDS),$(hosts_PY) cv predict $(cv_ARGS),$(hosts_PY) $(if $(ONE_PROCESS),evaluate$(comma))predict $(run_ARGS) $(call opt,--tta,TTA))
 
 ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1, CV groups: STACK=1): a score and a submission
 	$(PY) -m pipeline ensemble --runs $(call qs,RUNS) $(if $(WEIGHTS),--weights $(call qs,WEIGHTS)) $(if $(SEARCH),--search) \
 		$(if $(STACK),--method stack) \
-		--tta $(call q,TTA) --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) --submissions-dir $(call q,SUBMISSIONS) \
+		$(call opt,--tta,TTA) --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) --submissions-dir $(call q,SUBMISSIONS) \
 		$(device_ARGS)
 
 submit_ARGS := --competition $(call q,COMPETITION) --data-dir $(call q,DATA) --submissions-dir $(call q,SUBMISSIONS) \
-	$(call opt,--file,FILE) --kernels-dir kernels --recipe $(call q,RECIPE) $(call opt,--accelerator,ACCELERATOR) \
+	$(call opt,--file,FILE) $(call opt,--recipe,RECIPE) $(call opt,--accelerator,ACCELERATOR) \
 	$(call opt,--kernel,KERNEL) $(call opt,--message,MESSAGE) $(call opt,--slug,SLUG) $(if $(FORCE),--force)
 submit: $(if $(and $(CHAIN),$(if $(FILE),,1)),predict) | $(STAMP) ## check and upload FILE (default: the newest CSV); a code competition: push the kernel, wait, submit its output; a dry run without credentials
 	$(PY) -m pipeline submit $(submit_ARGS)
@@ -275,15 +276,15 @@ leaderboard: | $(STAMP) ## print the offline leaderboard and plot it (SUBMISSION
 
 # Every run writes its event files into runs/<run-id>/tensorboard/<place>/ (pipeline/runs/tensorboard.py).
 tensorboard: | $(STAMP) ## serve RUNS_DIR's TensorBoard events on localhost:PORT: each run's curves, config (HPARAMS), evaluate's pictures; filter runs by a CV group's or a study's name
-	$(VENV)/bin/tensorboard --logdir $(call q,RUNS_DIR) --host localhost --port $(call q,PORT)
+	$(VENV)/bin/tensorboard --logdir $(call q,RUNS_DIR) --host localhost $(call opt,--port,PORT)
 
 leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into the leaderboard, then print it
 	$(PY) -m pipeline leaderboard --sync $(leaderboard_ARGS)
 
 kernel_ARGS := $(config_ARGS) $(call opt,--name,KERNEL) $(call opt,--owner,OWNER) \
-	$(call opt,--accelerator,ACCELERATOR) --kernel-type $(call q,KERNEL_TYPE) $(call opt,--internet,INTERNET) \
+	$(call opt,--accelerator,ACCELERATOR) $(call opt,--kernel-type,KERNEL_TYPE) $(call opt,--internet,INTERNET) \
 	$(foreach d,$(DATASETS),--dataset $(call q,d)) $(foreach m,$(MODELS),--model $(call q,m)) \
-	$(foreach k,$(RESUME_FROM),--resume-from $(call q,k)) --tta $(call q,TTA) $(call opt,--slug,SLUG) \
+	$(foreach k,$(RESUME_FROM),--resume-from $(call q,k)) $(call opt,--tta,TTA) $(call opt,--slug,SLUG) \
 	--submissions-dir $(call q,SUBMISSIONS) $(call opt,--timeout,TIMEOUT) $(call opt,--folds,FOLDS) \
 	$(call opt,--fold,FOLD) --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR)
 
@@ -298,8 +299,8 @@ kernel-status: | $(STAMP) ## the pushed kernel's status (queued, running, comple
 
 kernel-fanout: | $(STAMP) ## FOLDS=5: one kernel per fold (TRIALS=N: kernels of a sweep's trials, TRIALS_PER_KERNEL each), pushed within Kaggle's session and quota limits, followed and collected into RUNS_DIR (their CV group, their study); a rerun goes on (CONCURRENT=)
 	$(PY) -m pipeline kernel fanout $(kernel_ARGS) $(call opt,--concurrent,CONCURRENT) \
-	$(if $(trials_given),--trials $(call q,TRIALS) --trials-per-kernel $(call q,TRIALS_PER_KERNEL) \
-	--space $(call q,SPACE))
+	$(if $(trials_given),--trials $(call q,TRIALS) $(call opt,--trials-per-kernel,TRIALS_PER_KERNEL) \
+	$(call opt,--space,SPACE))
 
 kernel-output: | $(STAMP) ## download the kernel's outputs and record its run on the leaderboard as a Kaggle run; FOLDS=: merge its folds into RUNS_DIR and their CV group
 	$(PY) -m pipeline kernel output $(kernel_ARGS)
@@ -347,7 +348,7 @@ format: $(STAMP) ## reformat the code with ruff
 bench: bench-fetch bench-input bench-train bench-submit bench-kernel ## the main benchmarks (fetch, input, train, submit, kernel); figures go to benchmarks/latest.json
 
 bench-fetch: $(STAMP) ## fetch stage: synthetic generation time, verification, size, counts
-	$(PY) benchmarks/bench_fetch.py $(call opt,--size,SIZE) --seed $(call q,SEED) $(call opt,--scale,SCALE)
+	$(PY) benchmarks/bench_fetch.py $(call opt,--size,SIZE) $(call opt,--seed,SEED) $(call opt,--scale,SCALE)
 
 bench-input: $(DATA)/manifest.json ## input pipeline: images/s and peak memory, petals vs decode-only vs starter kernel
 	$(PY) benchmarks/bench_input.py --data-dir $(call q,DATA) $(call opt,--size,SIZE)

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from pipeline import cli
+from pipeline.core import options
 from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.tasks import recipe_config
 from tests.conftest import REPO, foreign_lines, tensorboard_events
@@ -177,3 +178,32 @@ def test_a_kernel_resolves_auto_for_its_accelerator():
 
     for accelerator, recipe in (("TpuV5E8", "tpu"), ("NvidiaTeslaT4", "gpu"), ("None", "cpu")):
         assert generate.kernel_recipe(KernelOptions(accelerator=accelerator)) == recipe
+
+
+# Knobs Make itself needs a value of: the files it tracks (DATA names the manifest, INSPECT_DIR
+# batch.png, ARGS_DIR the .args), what DATA's name is made of, the folders `make tensorboard` and
+# the benches read, and the number of local processes `hosts_PY` branches on.
+MAKE_OWN_DEFAULTS = {
+    "COMPETITION": DEFAULT_COMPETITION,
+    "RUNS_DIR": str(options.RUNS_DIR),
+    "SUBMISSIONS": str(options.SUBMISSIONS_DIR),
+    "DATA": "data-$(COMPETITION)",
+    "INSPECT_DIR": f"{options.RUNS_DIR}/inspect-$(COMPETITION)",
+    "ARGS_DIR": ".make",
+    "HOSTS": "1",
+    "TEST_WORKERS": "3",  # pytest's, not a stage's
+    "BENCH_EPOCHS": "0",  # a bench's, not a stage's
+}
+
+
+def test_make_passes_what_the_user_typed_and_each_default_lives_in_python():
+    """A knob with a default in pipeline/core/options.py is empty in the Makefile and passed only
+    when typed, so changing a default is one edit; the few Make needs itself equal Python's."""
+    defaults = {}
+    for line in (REPO / "Makefile").read_text().splitlines():
+        match = re.match(r"^([A-Z_]+)\s*\?=([^#]*)#", line)
+        if match:
+            defaults[match.group(1)] = match.group(2).strip()
+    assert "SOURCE" in defaults and "TTA" in defaults  # the pattern still reads the knob lines
+    set_in_make = {name: value for name, value in defaults.items() if value}
+    assert set_in_make == MAKE_OWN_DEFAULTS
