@@ -4,7 +4,8 @@ run from an empty home folder (no credentials: the submission is a checked dry r
 
 The page's files are what is tested, so a wrong key or a layout the file does not read fails
 here. The test changes only what makes a run tiny: the counts (to the tiny data's), the make
-knobs that keep every file in the test's folder, and SET's epochs and sizes."""
+knobs that keep every file in the test's folder, and SET's epochs and sizes (small data's CV choice
+off: it trains five folds of each candidate)."""
 
 from __future__ import annotations
 
