@@ -164,6 +164,17 @@ def test_each_quick_start_file_reads_the_layout_its_page_shows(heading, tmp_path
     assert manifest["source"] == "dir" and manifest["competition"] == folder
 
 
+@pytest.mark.parametrize("heading", list(JOBS))
+def test_each_quick_start_file_takes_its_tasks_cpu_gpu_and_tpu_recipes(heading, tmp_path):
+    """The transforms a file keeps cover what each device's recipe turns on (one line otherwise)."""
+    from pipeline.tasks import recipe_config
+
+    folder, _ = set_up(tmp_path, heading)
+    competition = f"competition={tmp_path / folder / 'competition.toml'}"
+    for recipe in ("cpu", "gpu", "tpu"):
+        assert recipe_config.load_config(recipe, (competition,), recipe.upper()).recipe == recipe
+
+
 @pytest.mark.slow
 @pytest.mark.heavy  # the whole chain through make: fetch, train, evaluate and predict, submit
 @pytest.mark.parametrize("heading", list(JOBS))
