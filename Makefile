@@ -6,10 +6,12 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 # ---- knobs (override on the command line: make fetch SOURCE=kaggle DATA=/data/mine)
-DATA        ?= data-$(COMPETITION)#  data dir: the data, or a manifest pointing at it
+# A competition given by its file (COMPETITION=~/mine/competition.toml) is named by its folder.
+competition_name = $(if $(filter %.toml,$(COMPETITION)),$(notdir $(patsubst %/,%,$(dir $(COMPETITION)))),$(COMPETITION))
+DATA        ?= data-$(competition_name)#  data dir: the data, or a manifest pointing at it
 SOURCE      ?=#                  auto (default) | kaggle | dir | gcs | kaggle-input | synthetic
 DATA_FROM   ?=#                  SOURCE=dir: your copy of the competition (its zip as Kaggle serves it, or a folder)
-COMPETITION ?= flowers#          competition/<COMPETITION>/: its file, classes and recipes
+COMPETITION ?= flowers#          competition/<COMPETITION>/: its file, classes and recipes; or a competition.toml's path (your own)
 GCS_PATH    ?=#                  gs:// folder of the competition's files, for SOURCE=gcs
 SIZE        ?=#                 synthetic image size in pixels (empty: the recipes' image size, 192)
 SEED        ?=#                  synthetic dataset seed (default 0)
@@ -17,7 +19,7 @@ SCALE       ?=#                  synthetic dataset size multiplier (default: eac
 FORCE       ?=#                  FORCE=1 fetches again over a complete data dir; make submit: uploads a file already uploaded
 RECIPE      ?=#                  recipe: competition/<COMPETITION>/recipes/<RECIPE>.toml, else its task's; auto (default): tpu, gpu or cpu by accelerator
 SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 data.batch_size=32"
-INSPECT_DIR ?= runs/inspect-$(COMPETITION)#     where `make inspect` writes batch.png and class_counts.csv
+INSPECT_DIR ?= runs/inspect-$(competition_name)#     where `make inspect` writes batch.png and class_counts.csv
 RUNS_DIR    ?= runs#             run directories (make train)
 RUN         ?=#                  run id (default: recipe, backbone, size and a config hash)
 CHECKPOINT_DIR ?=#               make train: this run's checkpoints elsewhere, one folder per run, e.g. gs://bucket/petals/flowers-tpu (every host of a slice must read them)
@@ -83,7 +85,7 @@ define newline
 
 
 endef
-PATH_KNOBS := DATA DATA_FROM INSPECT_DIR RUNS_DIR CHECKPOINT_DIR SUBMISSIONS FILE ARGS_DIR
+PATH_KNOBS := COMPETITION DATA DATA_FROM INSPECT_DIR RUNS_DIR CHECKPOINT_DIR SUBMISSIONS FILE ARGS_DIR
 home = $(subst $(newline),,$(subst $(newline)~/,$(HOME)/,$(subst $(newline)~$(newline),$(HOME),$(newline)$($(1))$(newline))))
 $(foreach k,$(PATH_KNOBS),$(eval override $(k) := $$(call home,$(k))))
 
@@ -390,7 +392,7 @@ bench-probes: | $(STAMP) ## linear probes on real small image sets: Lite0's pool
 bench-views: | $(STAMP) ## the CPU recipe's cached views, 1 against 2, on real images of 118 to 8,000 (stamps, digits, Fashion-MNIST): test macro-F1 and seconds of each
 	$(PY) benchmarks/bench_views.py
 
-bench-folds: ## on a fresh clone: `make train submit` against `make train submit FOLDS=5`, wall and CPU seconds (issue 43's at most twice; PAIRS=N benchmarks/time_fresh_clone.sh for more pairs)
+bench-folds: ## on a fresh clone: `make train submit` against `make train submit FOLDS=5`, wall and CPU seconds (FOLDS=5 should cost at most twice the single run; PAIRS=N benchmarks/time_fresh_clone.sh for more pairs)
 	PAIRS=1 benchmarks/time_fresh_clone.sh
 
 bench-sweep: | $(STAMP) ## a 20-trial sweep of the CPU recipe on real digits (test part held out), pruned (median) against not: seconds, best trial, its test score against the recipe's

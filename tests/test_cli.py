@@ -187,8 +187,8 @@ MAKE_OWN_DEFAULTS = {
     "COMPETITION": DEFAULT_COMPETITION,
     "RUNS_DIR": str(options.RUNS_DIR),
     "SUBMISSIONS": str(options.SUBMISSIONS_DIR),
-    "DATA": "data-$(COMPETITION)",
-    "INSPECT_DIR": f"{options.RUNS_DIR}/inspect-$(COMPETITION)",
+    "DATA": "data-$(competition_name)",
+    "INSPECT_DIR": f"{options.RUNS_DIR}/inspect-$(competition_name)",
     "ARGS_DIR": ".make",
     "HOSTS": "1",
     "TEST_WORKERS": "3",  # pytest's, not a stage's

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from competition import load_spec
+from pipeline.core.errors import PetalsError
 from pipeline.data import file_examples, splits
 from pipeline.stages.fetch import FetchOptions, fetch
 
@@ -52,6 +53,15 @@ def test_the_held_out_val_fold_is_stratified_fixed_and_disjoint(fetched):
     assert train.ids[again].tolist() == kept.ids.tolist() and not set(val.ids) & set(train.ids[other_val])
     held = np.concatenate([train.ids[splits.held_out(train.labels, 5, k)[1]] for k in range(5)])
     assert sorted(held) == sorted(train.ids)  # the folds cover train once
+
+
+def test_a_val_split_that_cannot_be_stratified_is_refused_in_one_line():
+    """Eight photos of each class cannot be dealt into ten stratified parts: one line, never
+    scikit-learn's traceback (a user's first small folder of photos)."""
+    with pytest.raises(PetalsError, match=r"24 labelled examples, at most 8 of a class: .* needs 10"):
+        splits.held_out(np.arange(24) % 3, 10, 0)
+    kept, held = splits.held_out(np.arange(30) % 3, 10, 0)
+    assert len(held) == 3 and len(kept) == 27
 
 
 def test_photos_of_any_size_come_out_as_static_square_batches(fetched):

@@ -91,7 +91,8 @@ def test_the_shipped_space_builds_into_the_cpu_recipe_at_every_extreme():
     params = space.read_space(path, folder)
     assert {p.key for p in params} >= {"train.lr_max", "train.frozen_epochs", "model.dropout"}
     space.check(params, path, lambda extra: recipe_config.load_config("cpu", extra, "cpu"))
-    with pytest.raises(PetalsError, match=r"SPACE=1: recipe 'cnn' has no search space"):
+    no_space = r"SPACE=1: recipe .cnn. has no search space.*to start from: .*cpu\.toml"
+    with pytest.raises(PetalsError, match=no_space):
         space.space_file("1", "flowers", "cnn", "cnn")
 
 
@@ -272,3 +273,33 @@ def test_a_trial_with_the_values_of_another_is_not_trained_twice():
     late.suggest_categorical("model.dropout", [0.0, 0.3])
     with pytest.raises(sweep.Duplicate, match=r"trial 1: trial 0 is running the same values"):
         sweep._same_values(other, late)
+
+
+def shipped_recipes() -> list[tuple[str, str]]:
+    from competition.spec import known_competitions
+    from pipeline.tasks import recipe_config
+
+    return [
+        (competition, recipe)
+        for competition in known_competitions()
+        for recipe in recipe_config.recipe_names(competition)
+        if recipe != "default"
+    ]
+
+
+@pytest.mark.parametrize(("competition", "recipe"), shipped_recipes())
+def test_every_shipped_recipe_has_a_space_that_builds_or_refuses_with_the_way_out(competition, recipe):
+    """`make sweep RECIPE=<recipe> COMPETITION=<competition>`: its space (the competition's or the
+    task's) builds into the recipe at every extreme; a recipe without one is one line naming a
+    shipped space to start from. The cpu, gpu and tpu recipes (what RECIPE=auto trains) have one."""
+    from pipeline.tasks import recipe_config
+
+    try:
+        path, folder = space.space_file("1", competition, recipe, recipe)
+    except PetalsError as err:
+        assert recipe not in ("cpu", "gpu", "tpu") and "\n" not in str(err)
+        assert "SPACE=path.toml (to start from: " in str(err) and "spaces/" in str(err)
+        return
+    device = recipe.upper() if recipe in ("cpu", "gpu", "tpu") else "CPU"
+    build = lambda extra: recipe_config.load_config(recipe, (f"competition={competition}", *extra), device)  # noqa: E731
+    space.check(space.read_space(path, folder), path, build)

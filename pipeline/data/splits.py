@@ -51,6 +51,12 @@ def held_out(
 
     if not 0 <= fold < folds:
         raise ValueError(f"held_out needs 0 <= fold < folds, got {fold} of {folds}")  # a caller's bug
+    most = int(np.unique(targets.strata(labels), return_counts=True)[1].max(initial=0))
+    if most < folds:  # scikit-learn's own refusal is a traceback
+        raise PetalsError(
+            f"{len(labels)} labelled examples, at most {most} of a class: a stratified val split of "
+            f"one in {folds} needs {folds} examples of some class; add examples"
+        )
     if grouped is None:
         folding = StratifiedKFold(n_splits=folds, shuffle=True, random_state=0)
     elif len(set(grouped)) < folds:

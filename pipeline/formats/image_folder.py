@@ -1,6 +1,6 @@
-"""Image folders with the label in each file's name: a zip per split of image files, the label in
-each name for labelled splits and the id for the others (dogs vs cats: `train/cat.0.jpg`,
-`test/1.jpg`)."""
+"""Image folders with the label in each file's path: a folder per split (or the zip Kaggle ships
+it in), the label in each path for labelled splits and the id for the others (dogs vs cats:
+`train/cat.0.jpg`, `test/1.jpg`; a folder per class: `train/{label}/{number}.jpg`)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ _FIELD = re.compile(r"\{(label|number|id)\}")
 
 @dataclass(frozen=True)
 class ImageFolder:
-    """One split: a zip whose members match a name pattern such as `train/{label}.{number}.jpg`."""
+    """One split: files (or a zip's members) that match a pattern such as `train/{label}.{number}.jpg`."""
 
-    archive: str
     members: str
+    archive: str | None = None  # the zip the split may come in; None: a folder only
 
     @property
     def folder(self) -> str:
@@ -62,7 +62,8 @@ def _image_folder(
 ) -> ImageFolderLayout:
     folders = {split: ImageFolder(**raw[split]) for split in splits}
     for split, folder in folders.items():
-        check_relative(folder.archive, f"[data.image_folder.{split}] archive")
+        if folder.archive is not None:
+            check_relative(folder.archive, f"[data.image_folder.{split}] archive")
         check_relative(folder.members, f"[data.image_folder.{split}] members")
         if set("{}") & set(_FIELD.sub("", folder.members)):  # str.format would read anything in braces
             raise ValueError(

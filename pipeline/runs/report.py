@@ -63,7 +63,7 @@ def closing_summary(
     lines.append(f"  run      {provenance.get('run_dir', entry)}")
     sent, unsent = ("submitted", "NOT SUBMITTED") if code else ("uploaded", "NOT UPLOADED")
     status = f"{sent} to {uploaded}" if uploaded else f"{unsent} (dry run)"
-    picked = f" COMPETITION={name}"
+    picked = f" COMPETITION={competition}"  # as it was given: a name, or your own file's path
     lines.append(f"  wrote    {path} ({rows} rows), {status}")
     if uploaded:
         step = (

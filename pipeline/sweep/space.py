@@ -76,9 +76,11 @@ def space_file(space: str, competition: str, recipe: str, given: str) -> tuple[P
         return Path(space), Path(space).parent
     found, places = recipe_config.beside_recipe(FOLDER, competition, recipe, given)
     if found is None:
+        shipped = sorted(p for place in places for p in place.parent.glob("*.toml"))
+        start = f" (to start from: {shipped[0]})" if shipped else ""
         raise PetalsError(
             f"SPACE=1: recipe {recipe!r} has no search space ({' or '.join(map(str, places))}); "
-            "name a file of your own: SPACE=path.toml"
+            f"name a file of your own: SPACE=path.toml{start}"
         )
     return found, found.parents[1]  # <recipes>/spaces/<recipe>.toml
 
