@@ -179,8 +179,12 @@ def test_every_competition_file_loads_and_agrees_with_itself(name):
             parsed = folder.parse(folder.member(**fields))
             assert parsed == {k: str(v) for k, v in fields.items()}, split
     elif spec.format == "table":
-        for split, table in tables_of(spec).splits.items():
-            assert (table.layout.label_column is not None) == spec.is_labeled(split), split
+        for split, table in tables_of(spec).splits.items():  # a label column, or [data] label_columns
+            labelled = table.layout.label_column is not None or bool(spec.label_columns)
+            assert labelled >= spec.is_labeled(split) and (
+                table.layout.label_column is None or spec.is_labeled(split)
+            )
+        assert competition.format.label_reading(spec, competition.layout).columns
     with pytest.raises(ValueError, match=f"competition {name} has {spec.format} data"):
         (tables_of(spec) if spec.format == "records" else records_of(spec))
 
