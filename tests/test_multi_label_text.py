@@ -250,3 +250,32 @@ def test_an_image_csv_with_a_column_per_label_reads_as_its_name_lists(tmp_path):
     columns = file_examples.examples(tmp_path / "data", spec, "train")
     lists = file_examples.examples(leaves, plants, "train")
     assert columns.labels.tolist() == lists.labels.tolist() and len(columns) >= 5
+
+
+@pytest.mark.parametrize(
+    ("submission", "columns", "refused"),
+    [
+        ("", TAGS, None),  # the data's label columns
+        (
+            'label_columns = ["p", "s", "w", "m"]',
+            ("p", "s", "w", "m"),
+            None,
+        ),  # named as the submission names them
+        ('label_columns = ["p", "s"]', None, r"\[submission\] label_columns name 2 columns for 4 labels"),
+    ],
+)
+def test_a_probability_per_label_column_submission_names_its_columns(tmp_path, submission, columns, refused):
+    spec_file, _ = _competition(
+        tmp_path, metric="mean_column_roc_auc", data=f"label_columns = {list(TAGS)!r}", labels=""
+    )
+    text = spec_file.read_text().replace(
+        'label_column = "tags"\nvalue = "labels"', 'value = "label_probabilities"'
+    )
+    spec_file.write_text(text.replace("[augment]", f"{submission}\n\n[augment]"))
+    if refused:
+        with pytest.raises(PetalsError, match=refused):
+            load_spec(str(spec_file))
+        return
+    spec = load_spec(str(spec_file))
+    assert spec.submission_columns == columns and spec.column_per_label
+    assert load_competition(str(spec_file)).task.submission_kinds == ("labels", "label_probabilities")
