@@ -163,3 +163,18 @@ def test_the_cpu_recipe_learns_every_label_above_chance(comments, cpu, tmp_path)
     written = pd.read_csv(path, dtype={"id": str})
     assert list(written.columns) == ["id", *LABELS] and len(written) == 500
     assert written[list(LABELS)].to_numpy().min() >= 0 and written[list(LABELS)].to_numpy().max() <= 1
+
+
+def test_evaluate_reports_each_labels_roc_auc_and_scores_the_probabilities_undecided(tmp_path):
+    rng = np.random.default_rng(2)
+    truth = (rng.random((200, 6)) < 0.2).astype(np.int32)
+    scores = np.clip(truth * rng.uniform(0.0, 0.6, 6) + rng.random(truth.shape) * 0.5, 0, 1)
+    evaluation = TASK.evaluate(truth, scores, SPEC)
+    assert evaluation.score == pytest.approx(roc_auc_score(truth, scores, average="macro"))
+    assert not any(key.endswith("_thresholded") for key in evaluation.fields)  # nothing decided
+    evaluation.files["per_class.csv"](tmp_path / "per_class.csv")
+    table = pd.read_csv(tmp_path / "per_class.csv")
+    expected = [roc_auc_score(truth[:, k], scores[:, k]) for k in range(6)]
+    assert table["roc_auc"].tolist() == pytest.approx(expected, abs=1e-4)
+    assert evaluation.fields["worst_classes"] == [LABELS[k] for k in np.argsort(expected)[:3]]
+    assert "micro F1 at 0.5" in TASK.summary_lines(evaluation.fields)[1]

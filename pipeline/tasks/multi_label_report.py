@@ -37,10 +37,22 @@ def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec, groups=None)
         )
     }
     if spec.metric.reads == "label_probabilities":  # scored on the probabilities: nothing decided
+        per_label["roc_auc"] = column_roc_auc(truth, probabilities).round(4)
+        fields["worst_classes"] = per_label.nsmallest(3, "roc_auc")["class"].tolist()
         return Evaluation(fields, files, score=spec.metric.score(truth, probabilities))
     fields[f"{spec.score_key}_thresholded"] = spec.metric.score_decided(truth, judged)
     fields[f"{spec.score_key}_at_half"] = spec.metric.score_decided(truth, at_half)  # training's reading
     return Evaluation(fields, files, score=fields[f"{spec.score_key}_thresholded"])
+
+
+def column_roc_auc(truth: np.ndarray, probabilities: np.ndarray) -> np.ndarray:
+    """Each label's ROC AUC (scikit-learn's); NaN for a label all of one value in these rows."""
+    from sklearn.metrics import roc_auc_score
+
+    both = truth.any(axis=0) & ~truth.all(axis=0)
+    return np.array(
+        [roc_auc_score(truth[:, k], probabilities[:, k]) if both[k] else np.nan for k in range(len(both))]
+    )
 
 
 def per_label_table(truth: np.ndarray, decided: np.ndarray, thresholds, classes) -> pd.DataFrame:
