@@ -178,3 +178,19 @@ def test_evaluate_reports_each_labels_roc_auc_and_scores_the_probabilities_undec
     assert table["roc_auc"].tolist() == pytest.approx(expected, abs=1e-4)
     assert evaluation.fields["worst_classes"] == [LABELS[k] for k in np.argsort(expected)[:3]]
     assert "micro F1 at 0.5" in TASK.summary_lines(evaluation.fields)[1]
+
+
+def test_the_competitions_zip_of_zips_is_fetched_and_test_labels_left_out(tmp_path):
+    """Kaggle's download holds the four zips; petals unpacks the three it reads."""
+    synthetic_comments.write_dataset(tmp_path / "download", {"train": 50, "test": 20}, seed=2)
+    archive = tmp_path / "jigsaw-toxic-comment-classification-challenge.zip"
+    with zipfile.ZipFile(archive, "w") as opened:
+        for path in sorted((tmp_path / "download").iterdir()):
+            opened.write(path, path.name)
+    manifest = fetch(
+        FetchOptions(source="dir", data_from=archive, data_dir=tmp_path / "data", progress=False), SPEC
+    )
+    assert manifest["splits"] == {"train": {"rows": 50}, "test": {"rows": 20}}
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == [
+        "manifest.json", "sample_submission.csv", "test.csv", "train.csv",
+    ]  # fmt: skip
