@@ -306,8 +306,8 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
     labeled = _splits(data["labeled_splits"], "[data] labeled_splits")
     form = check_name(data["format"], "[data] format")
     label_columns = _texts(data["label_columns"], "[data] label_columns") if "label_columns" in data else ()
-    if len(set(label_columns)) != len(label_columns):
-        raise ValueError(f"{path}: [data] label_columns name a column twice")
+    if len(set(label_columns)) != len(label_columns) or len(label_columns) > MAX_CLASSES:
+        raise ValueError(f"{path}: [data] label_columns name a column twice, or more than {MAX_CLASSES}")
     columns = _submission_columns(submission, value, label_columns)
     table = data.get(form)  # the format reads it (pipeline.formats.layout_of), and names what is missing
     if table is not None and not isinstance(table, dict):
