@@ -29,9 +29,10 @@ from pipeline.core.paths import check_name, check_relative, shown
 SPEC_DIR = Path(__file__).resolve().parent
 SPEC_FILE = "competition.toml"
 CLASSES_FILE = "classes.txt"
-# A class id per row, the probability of class 1, or the labels a row holds ("scab rust"); the
+# A class id per row, the probability of class 1, the labels a row holds ("scab rust"), or a
+# probability per label, one column each (Jigsaw's `id,toxic,...,identity_hate`); the
 # competition's task says which it writes (`Task.submission_kinds`).
-SUBMISSION_VALUES = ("class", "probability", "labels")
+SUBMISSION_VALUES = ("class", "probability", "labels", "label_probabilities")
 # How Kaggle takes a submission: a CSV uploaded through the API, or (a code competition) the
 # submission file a notebook version writes, sent with the API's code-submission call.
 SUBMITTED_BY = ("file", "code")
@@ -52,6 +53,7 @@ class CompetitionSpec:
     splits: tuple[str, ...]
     labeled_splits: tuple[str, ...]
     sample_submission: str
+    sample_submission_archive: str | None  # the zip Kaggle ships it in (sample_submission.csv.zip)
     split_counts: dict[str, int] = field(hash=False)
     id_column: str
     label_column: str
@@ -67,10 +69,21 @@ class CompetitionSpec:
     # text before its last separator (`[data] group_by_id = "_"`: `doc7_3` is in group `doc7`).
     group_column: str | None = None
     group_by_id: str | None = None
+    # One 0/1 column per label in the labelled rows (`[data] label_columns`): the classes are these
+    # columns, in order (pipeline/formats/labels.py reads them, whatever the format).
+    label_columns: tuple[str, ...] = ()
+    # A submission's value columns after the id: `[submission] label_columns`, or the label columns
+    # for a probability per label, else the one `label_column`.
+    submission_columns: tuple[str, ...] = ()
 
     @property
     def grouped(self) -> bool:
         return self.group_column is not None or self.group_by_id is not None
+
+    @property
+    def column_per_label(self) -> bool:
+        """A submission row holds a value per label, each in its own column (Jigsaw's)."""
+        return self.submission_value == "label_probabilities"
 
     @property
     def code_competition(self) -> bool:
@@ -113,6 +126,32 @@ def _read_classes(folder: Path, value: object) -> tuple[str, ...]:
         many = f"{len(names)} classes, more than {MAX_CLASSES}"
         raise ValueError(f"{folder / value}: {many} (no Kaggle competition has more)")
     return names
+
+
+def _classes(folder: Path, raw: dict, label_columns: tuple[str, ...]) -> tuple[str, ...]:
+    """The class list: classes.txt; or, for data with a column per label, those columns, in order,
+    where the file is omitted (one it names, or one beside it, must list the same)."""
+    if label_columns and "classes_file" not in raw and not (folder / CLASSES_FILE).exists():
+        return label_columns
+    classes = _read_classes(folder, raw.get("classes_file", CLASSES_FILE))
+    if label_columns and classes != label_columns:
+        raise ValueError(
+            f"{folder / raw.get('classes_file', CLASSES_FILE)}: lists {', '.join(classes)}; [data] "
+            f"label_columns are {', '.join(label_columns)} (the same, in order, or omit the file)"
+        )
+    return classes
+
+
+def _submission_columns(submission: dict, value: str, label_columns: tuple[str, ...]) -> tuple[str, ...]:
+    """A submission's value columns: a column per label for `label_probabilities` (named in
+    `[submission] label_columns`, else the data's), else `label_column`."""
+    if value != "label_probabilities":
+        return (_text(submission, "label_column", "[submission] label_column"),)
+    if "label_columns" in submission:
+        return _texts(submission["label_columns"], "[submission] label_columns")
+    if not label_columns:
+        raise PetalsError("[submission] value label_probabilities needs label_columns ([data]'s or its own)")
+    return label_columns
 
 
 def _table(raw: dict, key: str, field: str, default: dict | None = None) -> dict:
@@ -238,6 +277,11 @@ def _load(name: str) -> CompetitionSpec:
         raise ValueError(f"{path}: not a competition file ({key})") from None
     except PetalsError as err:  # a field refused (pipeline/core/paths.py): the file named first
         raise ValueError(f"{path}: {err}") from None
+    if spec.column_per_label and len(spec.submission_columns) != spec.num_classes:
+        raise ValueError(
+            f"{path}: [submission] label_columns name {len(spec.submission_columns)} columns for "
+            f"{spec.num_classes} labels"
+        )
     unknown = set(spec.labeled_splits) - set(spec.splits)
     if unknown:
         raise ValueError(f"{path}: labeled_splits {sorted(unknown)} are not among splits")
@@ -261,6 +305,10 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
     splits = _splits(data["splits"], "[data] splits")
     labeled = _splits(data["labeled_splits"], "[data] labeled_splits")
     form = check_name(data["format"], "[data] format")
+    label_columns = _texts(data["label_columns"], "[data] label_columns") if "label_columns" in data else ()
+    if len(set(label_columns)) != len(label_columns) or len(label_columns) > MAX_CLASSES:
+        raise ValueError(f"{path}: [data] label_columns name a column twice, or more than {MAX_CLASSES}")
+    columns = _submission_columns(submission, value, label_columns)
     table = data.get(form)  # the format reads it (pipeline.formats.layout_of), and names what is missing
     if table is not None and not isinstance(table, dict):
         raise ValueError(f"{path}: [data.{form}] is not a table")
@@ -268,7 +316,7 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         name=check_name(raw["name"], "name"),  # names the leaderboard and the run dirs
         title=_text(raw, "title", "title"),
         slugs=_slugs(raw["slugs"]),
-        classes=_read_classes(path.parent, raw.get("classes_file", CLASSES_FILE)),
+        classes=_classes(path.parent, raw, label_columns),
         metric=metric,
         task=check_name(raw["task"], "task"),
         format=form,
@@ -276,9 +324,12 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         splits=splits,
         labeled_splits=labeled,
         sample_submission=check_relative(data["sample_submission"], "[data] sample_submission"),
+        sample_submission_archive=None
+        if data.get("sample_submission_archive") is None
+        else check_relative(data["sample_submission_archive"], "[data] sample_submission_archive"),
         split_counts=_counts(data["counts"]),
         id_column=_text(submission, "id_column", "[submission] id_column"),
-        label_column=_text(submission, "label_column", "[submission] label_column"),
+        label_column=columns[0],  # the one value column, or the first label's (named in errors)
         submission_value=value,
         submitted_by=by,
         submission_file=check_name(submission.get("file", "submission.csv"), "[submission] file"),
@@ -287,4 +338,6 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         ),
         file=path,
         **_grouping(data),
+        label_columns=label_columns,
+        submission_columns=columns,
     )

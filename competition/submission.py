@@ -1,5 +1,6 @@
-"""The submission format: `id,<label column>`, every test id exactly once, and per row what the
-competition's task writes there (pipeline/tasks/: a class id in range, P(class 1) in [0, 1], ...).
+"""The submission format: `id,<label column>` (or a column per label, Jigsaw's `id,toxic,...`),
+every test id exactly once, and per row what the competition's task writes there
+(pipeline/tasks/: a class id in range, P(class 1) in [0, 1], ...).
 
 `check_submission` is what Kaggle would reject, caught before an upload: it reads the file
 as text (so `3.0`, ` 7` or an empty cell are seen as written) and names the first defect
@@ -32,9 +33,14 @@ class SubmissionSummary:
 
 
 def submission_frame(spec: CompetitionSpec, ids: Iterable[str], column: Iterable) -> pd.DataFrame:
-    """The two-column frame Kaggle expects, ids in the order given; `column` as the task writes its
-    values (`Task.submission_column`)."""
-    return pd.DataFrame({spec.id_column: list(ids), spec.label_column: list(column)})
+    """The frame Kaggle expects, ids in the order given; `column` as the task writes its values
+    (`Task.submission_column`): a value a row, or a row of values where a label has a column."""
+    frame = pd.DataFrame({spec.id_column: list(ids)})
+    if not spec.column_per_label:
+        frame[spec.label_column] = list(column)
+        return frame
+    values = pd.DataFrame(list(column), columns=list(spec.submission_columns), index=frame.index)
+    return pd.concat([frame, values], axis=1)
 
 
 def _ids(values: pd.Series, limit: int = 3) -> str:
@@ -60,10 +66,12 @@ def check_submission(
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
         reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise SubmissionError(f"{path}: not a readable CSV ({reason})") from None
-    header = [spec.id_column, spec.label_column]
+    header = [spec.id_column, *spec.submission_columns]
     if list(frame.columns) != header:
         raise SubmissionError(f"{path}: header is {','.join(frame.columns)!r}, expected {','.join(header)!r}")
-    ids, labels = frame[spec.id_column], frame[spec.label_column]
+    ids = frame[spec.id_column]
+    # one column's values, or (a column per label) the frame of them
+    labels = frame[list(spec.submission_columns)] if spec.column_per_label else frame[spec.label_column]
     duplicated = ids[ids.duplicated()].unique()
     if len(duplicated):
         raise SubmissionError(f"{path}: {len(duplicated)} duplicate id(s): {_ids(duplicated)}")

@@ -171,7 +171,7 @@ def _label_outside(copy: Path) -> None:
         ("dogs-vs-cats", _stray_file, r"test/notes\.txt: not a test image name \(test/\{id\}\.jpg\)$"),
         ("imdb", _garbled_review, r"labeledTrainData\.tsv: "),
         ("watson", _missing_column, r"train\.csv: no column 'hypothesis'"),
-        ("watson", _label_outside, r"train\.csv: label '3' on line 6 is not a class \(classes are 0\.\.2\)$"),
+        ("watson", _label_outside, r"train\.csv: line 6: label '3' is not a class id \(0 to 2\)$"),
     ],
 )
 def test_bad_files_are_one_line_exit_2_and_nothing_is_written(

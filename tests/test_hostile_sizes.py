@@ -259,7 +259,7 @@ def test_a_text_of_300_mb_is_refused_before_it_is_read(tmp_path):
     tree = Tree(tmp_path, allowed=(path,))  # a snapshot would read the 300 MB whole
     tracemalloc.start()
     with pytest.raises(PetalsError) as refused:
-        read_table(path, table.layout, 2, 25000)
+        read_table(path, table.layout, None, 25000)
     peak_mb = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
     line = str(refused.value)

@@ -79,7 +79,7 @@ def test_every_metric_is_scikit_learns_on_classes_or_probabilities(scored):
         "log_loss": sk.log_loss(labels, p),
         "roc_auc": sk.roc_auc_score(labels, p, multi_class="ovr"),
     }
-    assert set(METRICS) == set(expected) | {"mean_f1"}
+    assert set(METRICS) == set(expected) | {"mean_f1", "mean_column_roc_auc"}  # rows: their own tests
     for name, value in expected.items():
         assert METRICS[name].score(labels, p) == pytest.approx(value, rel=1e-12), name
     # Rows of labels, each held at 0.5 or more: scikit-learn's F1 per row, averaged over rows.
@@ -101,7 +101,7 @@ def test_a_metric_given_the_wrong_shape_says_so(scored):
     with pytest.raises(ValueError, match=r"log_loss: probabilities of shape \(300,\) for 300 labels"):
         get_metric("log_loss").score(labels, p[:, 0])
     with pytest.raises(
-        ValueError, match=r"unknown metric 'auc' \(known: macro_f1, accuracy, log_loss, roc_auc, mean_f1\)"
+        ValueError, match=r"unknown metric 'auc' \(known: macro_f1, accuracy, log_loss, roc_auc, mean_f1, "
     ):
         get_metric("auc")
 
@@ -179,8 +179,12 @@ def test_every_competition_file_loads_and_agrees_with_itself(name):
             parsed = folder.parse(folder.member(**fields))
             assert parsed == {k: str(v) for k, v in fields.items()}, split
     elif spec.format == "table":
-        for split, table in tables_of(spec).splits.items():
-            assert (table.layout.label_column is not None) == spec.is_labeled(split), split
+        for split, table in tables_of(spec).splits.items():  # a label column, or [data] label_columns
+            labelled = table.layout.label_column is not None or bool(spec.label_columns)
+            assert labelled >= spec.is_labeled(split) and (
+                table.layout.label_column is None or spec.is_labeled(split)
+            )
+        assert competition.format.label_reading(spec, competition.layout).columns
     with pytest.raises(ValueError, match=f"competition {name} has {spec.format} data"):
         (tables_of(spec) if spec.format == "records" else records_of(spec))
 
@@ -199,7 +203,7 @@ def test_an_image_folder_member_name_gives_its_label_or_id():
         (
             ('task = "image_classification"', 'task = "segmentation"'),
             "task 'segmentation' is not one of image_classification, multi_label_image_classification, "
-            "text_classification, text_pair_classification",
+            "multi_label_text_classification, text_classification, text_pair_classification",
         ),
         (
             ('task = "image_classification"', 'task = "text_classification"'),

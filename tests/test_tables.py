@@ -10,9 +10,11 @@ import pytest
 
 from pipeline.core.errors import PetalsError
 from pipeline.data import synthetic_reviews
+from pipeline.formats.labels import LabelReading
 from pipeline.formats.tables import TableLayout, read_table, write_table
 
 REVIEWS = synthetic_reviews.LAYOUT
+SENTIMENT = LabelReading("ids", ("sentiment",), ("negative", "positive"))  # how imdb reads its labels
 TRICKY = [  # what real reviews hold: escaped quotes, a backslash, tags, a tab, a review reading NA
     {
         "id": "12311_10",
@@ -28,7 +30,7 @@ def test_what_is_written_in_kaggles_quoting_reads_back_exactly(tmp_path):
     path = tmp_path / "labeledTrainData.tsv"
     write_table(path, TRICKY, ["id", "sentiment", "review"], REVIEWS)
     assert path.read_text().splitlines()[1].startswith('"12311_10"\t1\t"He said \\"wow\\" and left.')
-    table = read_table(path, REVIEWS, num_classes=2)
+    table = read_table(path, REVIEWS, SENTIMENT)
     assert table.to_dict("records") == TRICKY
 
 
@@ -49,7 +51,7 @@ def test_the_embedded_reviews_are_kaggles_files_and_pandas_defaults_garble_them(
     assert names == [
         "labeledTrainData.tsv.zip", "sampleSubmission.csv", "testData.tsv.zip", "unlabeledTrainData.tsv.zip",
     ]  # fmt: skip
-    train = read_table(root / "labeledTrainData.tsv", REVIEWS, num_classes=2)
+    train = read_table(root / "labeledTrainData.tsv", REVIEWS, SENTIMENT)
     assert len(train) == counts["train"] == 600
     ratings = train["id"].str.split("_").str[1].astype(int)
     assert train["sentiment"].tolist() == (ratings >= 7).astype(int).tolist()  # the real data's rule
@@ -73,7 +75,7 @@ def test_the_embedded_reviews_are_learnable_but_not_solved(reviews):
     from sklearn.metrics import roc_auc_score
 
     root, _, _ = reviews
-    train = read_table(root / "labeledTrainData.tsv", REVIEWS, num_classes=2)
+    train = read_table(root / "labeledTrainData.tsv", REVIEWS, SENTIMENT)
     test = read_table(root / "testData.tsv", synthetic_reviews.UNLABELED)
     truth = (test["id"].str.split("_").str[1].astype(int) >= 7).astype(int)
     words = TfidfVectorizer(ngram_range=(1, 2)).fit(train["review"])
@@ -97,8 +99,8 @@ H = "id\tsentiment\treview\n"  # the labelled file's header
     [
         (H + '"1_9"\t1\t"fine"\n"2_1"\t0\t"cut short\n"3_8"\t1\t"ok"\n', "does not parse as a tab-sep"),
         ('id\treview\n"1_9"\t"no label column"\n', r"no column 'sentiment' \(columns: id, review\)"),
-        (H + '"1_9"\t1\t"fine"\n"2_1"\t2\t"two"\n', r"label '2' on line 3 is not a class \(classes"),
-        (H + '"1_9"\tpositive\t"fine"\n', r"label 'positive' on line 2 is not a class"),
+        (H + '"1_9"\t1\t"fine"\n"2_1"\t2\t"two"\n', r"line 3: label '2' is not a class id \(0 to 1\)"),
+        (H + '"1_9"\tpositive\t"fine"\n', r"line 2: label 'positive' is not a class id"),
         (H + '"1_9"\t1\t"fine"\n"1_9"\t1\t"again"\n', r"id '1_9' appears more than once"),
         (H + '""\t1\t"no id"\n', r"empty id on line 2"),
         (H + '"1_9"\t1\t""\n', r"empty review on line 2"),
@@ -109,7 +111,7 @@ def test_a_bad_table_is_one_line_naming_the_file(tmp_path, content, message):
     path = tmp_path / "labeledTrainData.tsv"
     path.write_text(content)
     with pytest.raises(PetalsError, match=message) as raised:
-        read_table(path, REVIEWS, num_classes=2)
+        read_table(path, REVIEWS, SENTIMENT)
     assert str(raised.value).startswith(f"{path}: ") and "\n" not in str(raised.value)
 
 
@@ -130,7 +132,9 @@ def test_pairs_of_texts_in_a_comma_separated_table(tmp_path):
     ]  # fmt: skip
     path = tmp_path / "train.csv"
     write_table(path, rows, ["id", "premise", "hypothesis", "label"], layout)
-    assert read_table(path, layout, num_classes=3).to_dict("records") == rows
+    assert (
+        read_table(path, layout, LabelReading("ids", ("label",), ("e", "n", "c"))).to_dict("records") == rows
+    )
 
 
 def test_the_embedded_sentence_pairs_need_both_sentences(tmp_path):
@@ -147,7 +151,9 @@ def test_the_embedded_sentence_pairs_need_both_sentences(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sample_submission.csv", "test.csv", "train.csv"]
     header = (tmp_path / "train.csv").read_text().splitlines()[0]
     assert header == "id,premise,hypothesis,lang_abv,language,label"
-    train = read_table(tmp_path / "train.csv", synthetic_pairs.LAYOUT, num_classes=3)
+    train = read_table(
+        tmp_path / "train.csv", synthetic_pairs.LAYOUT, LabelReading("ids", ("label",), ("e", "n", "c"))
+    )
     assert train["id"].str.fullmatch(r"[0-9a-f]{10}").all()
     raw = pd.read_csv(tmp_path / "train.csv")  # standard CSV: pandas' defaults read it
     assert raw["premise"].tolist() == train["premise"].tolist() and raw["premise"].str.contains('"|,').any()

@@ -32,7 +32,10 @@ from pipeline.formats.base import format_of
 def _entries(spec: CompetitionSpec) -> dict[str, tuple[str, str | None]]:
     """Per split (and the sample submission): what the data dir holds (a folder or a file) and
     the zip Kaggle may ship it in."""
-    return {**format_of(spec).entries(spec), "sample submission": (spec.sample_submission, None)}
+    return {
+        **format_of(spec).entries(spec),
+        "sample submission": (spec.sample_submission, spec.sample_submission_archive),
+    }
 
 
 def markers(spec: CompetitionSpec) -> str:
@@ -127,10 +130,9 @@ def _check_sample_submission(path: Path, spec: CompetitionSpec, test_ids: list[s
         raise PetalsError(f"{path}: missing")
     check_csv(path, LABEL_CSV, id_column=spec.id_column)
     frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    if list(frame.columns) != [spec.id_column, spec.label_column]:
-        raise PetalsError(
-            f"{path}: header is {list(frame.columns)}, expected {spec.id_column},{spec.label_column}"
-        )
+    header = [spec.id_column, *spec.submission_columns]
+    if list(frame.columns) != header:
+        raise PetalsError(f"{path}: header is {list(frame.columns)}, expected {','.join(header)}")
     if len(frame) != len(test_ids) or set(frame[spec.id_column]) != set(map(str, test_ids)):
         raise PetalsError(f"{path}: its {len(frame)} ids are not the test split's {len(test_ids)}")
 

@@ -16,6 +16,7 @@ from pipeline.core.progress import Progress
 from pipeline.data import (
     synthetic,
     synthetic_apple_leaves,
+    synthetic_comments,
     synthetic_leaves,
     synthetic_pairs,
     synthetic_pets,
@@ -28,6 +29,7 @@ BY_COMPETITION = {
     "cassava": synthetic_leaves,
     "dogs-vs-cats": synthetic_pets,
     "imdb": synthetic_reviews,
+    "jigsaw-toxic": synthetic_comments,
     "plant-pathology-2021": synthetic_apple_leaves,
     "watson": synthetic_pairs,
 }

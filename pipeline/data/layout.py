@@ -110,10 +110,9 @@ def _check_sample_submission(root: str, spec: CompetitionSpec, counts: dict) -> 
         check_csv_stream(f, path, f.size(), LABEL_CSV, spec.id_column)
     with tf.io.gfile.GFile(path) as f:
         frame = pd.read_csv(f, dtype=str)
-    if list(frame.columns) != [spec.id_column, spec.label_column]:
-        raise PetalsError(
-            f"{path}: header is {list(frame.columns)}, expected {spec.id_column},{spec.label_column}"
-        )
+    header = [spec.id_column, *spec.submission_columns]
+    if list(frame.columns) != header:
+        raise PetalsError(f"{path}: header is {list(frame.columns)}, expected {','.join(header)}")
     test = next(s for s in spec.splits if not spec.is_labeled(s))
     for size, splits in counts.items():
         images = splits[test]["images"]

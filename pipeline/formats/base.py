@@ -136,11 +136,17 @@ class Format(ABC):
     def layout(self, raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]) -> Any:
         """`[data.<format>]` as this format's layout; ValueError naming what is wrong."""
 
-    def label_rank(self, layout) -> int:
-        """What a label becomes: 0, one class id an example; 1, a row of 0/1 over the classes
-        (several labels an example). The competition's task must read the same
-        (pipeline/tasks/competitions.py checks the two agree)."""
-        return 0
+    def label_reading(self, spec, layout):
+        """How the labelled rows give their targets (pipeline/formats/labels.py's LabelReading): its
+        `rank` says what a label becomes, 0 one class id an example, 1 a row of 0/1 over the classes.
+        The competition's task must read the same (pipeline/tasks/competitions.py checks the two
+        agree). By default one class an example, in the format's own way (a shard's id, a folder's
+        name); ValueError where the competition names a column per label."""
+        from pipeline.formats.labels import LabelReading
+
+        if spec.label_columns:
+            raise ValueError(f"data format {self.name} reads one class an example, not [data] label_columns")
+        return LabelReading("ids", (), spec.classes)
 
     def resolutions(self, layout) -> tuple[int, ...]:
         """The image sizes the competition's files come at, one copy each (TFRecord shards at

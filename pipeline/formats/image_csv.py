@@ -2,9 +2,9 @@
 Pathology, RANZCR...). A labelled split is a folder of images beside a CSV naming each image
 and its label (`train.csv`: `image_id,label` over `train_images/*.jpg`); an unlabelled split is
 a folder whose file names are the ids the submission uses (`test_images/2216849948.jpg`).
-Labels are class ids (`labels_are = "ids"`: 0..n-1 in classes.txt's order), class names, or
-lists of class names separated by spaces, one list an image (`"name_lists"`: several labels an
-image, Plant Pathology's `scab frog_eye_leaf_spot`), read as a row of 0/1 over the classes.
+Labels are class ids (`labels_are = "ids"`: 0..n-1 in classes.txt's order), class names, lists
+of class names separated by spaces (`"name_lists"`: Plant Pathology's `scab frog_eye_leaf_spot`),
+or a 0/1 column per label (`[data] label_columns`), read by pipeline/formats/labels.py.
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ from typing import Any
 from competition.spec import check_text
 from pipeline.core.csv_bounds import LABEL_CSV, check_csv
 from pipeline.core.errors import PetalsError
-from pipeline.core.foreign import listed
 from pipeline.core.paths import check_relative, inside, shown
+from pipeline.formats import labels
 from pipeline.formats.base import ImageFiles, layout_of, register
-
-LABELS = ("ids", "names", "name_lists")
 
 
 @dataclass(frozen=True)
@@ -29,7 +27,7 @@ class ImageCsvSplit:
     labels: str | None = None  # the label CSV of a labelled split, e.g. `train.csv`
     id_column: str = "image_id"  # the image's file name, relative to `folder`
     label_column: str = "label"
-    labels_are: str = "ids"  # one of LABELS
+    labels_are: str = "ids"  # one of labels.CELLS (unread where [data] label_columns are named)
     archive: str | None = None  # a zip Kaggle may ship the folder in
 
 
@@ -55,11 +53,7 @@ class ImageCsv(ImageFiles):
             if (own.labels is not None) != (split in labeled):
                 wanted = "a labels CSV" if split in labeled else "no labels CSV (it is unlabelled)"
                 raise ValueError(f"[data.image_csv.{split}] needs {wanted}")
-            if own.labels_are not in LABELS:
-                known = ", ".join(LABELS)
-                raise ValueError(
-                    f"[data.image_csv.{split}] labels_are {own.labels_are!r} is not one of: {known}"
-                )
+            labels.check_kind(own.labels_are, f"[data.image_csv.{split}]")
         read = {own.labels_are for own in layout.splits.values() if own.labels is not None}
         if len(read) > 1:  # one way to read a label, whichever split it is in
             raise ValueError(
@@ -67,9 +61,9 @@ class ImageCsv(ImageFiles):
             )
         return layout
 
-    def label_rank(self, layout: ImageCsvLayout) -> int:
-        labelled = [s for s in layout.splits.values() if s.labels is not None]
-        return int(any(s.labels_are == "name_lists" for s in labelled))
+    def label_reading(self, spec, layout: ImageCsvLayout) -> labels.LabelReading:
+        own = next(s for s in layout.splits.values() if s.labels is not None)  # read one way (layout)
+        return labels.reading(spec, own.label_column, own.labels_are)
 
     def entries(self, spec) -> dict[str, tuple[str, str | None]]:
         entries = {}
@@ -109,17 +103,24 @@ class ImageCsv(ImageFiles):
             listed = (p.relative_to(top).as_posix() for p in top.rglob("*"))
             return [(i, inside(top, i, "image", top), None) for i in listed if (top / i).is_file()]
         path, rows = self._label_rows(root, spec, split)
-        missing = {own.id_column, own.label_column} - set(rows.columns)
+        read = self.label_reading(spec, layout_of(spec))
+        missing = {own.id_column, *read.columns} - set(rows.columns)
         if missing:
             raise PetalsError(
                 f"{path}: no column {', '.join(sorted(missing))} (columns: {shown(', '.join(rows.columns))})"
             )
         # Each id names a file inside the split's folder, never another split's or one outside
-        # the data dir (a link out included); row n is the CSV's line n + 2, after its header.
+        # the data dir (a link out included); row n is the CSV's line n + 2, after its header. A
+        # label is its cell, or its cells where a label has a column.
         ids = rows[own.id_column]
+        cells = (
+            rows[list(read.columns)].itertuples(index=False, name=None)
+            if read.kind == "columns"
+            else rows[read.columns[0]]
+        )
         found = [
             (i, inside(top, i, f"line {n + 2} {own.id_column}", path), label)
-            for n, (i, label) in enumerate(zip(ids, rows[own.label_column], strict=True))
+            for n, (i, label) in enumerate(zip(ids, cells, strict=True))
         ]
         twice = ids[ids.duplicated()]
         if len(twice):
@@ -135,26 +136,4 @@ class ImageCsv(ImageFiles):
         return found
 
     def target(self, spec, label, where):
-        own = next(s for s in layout_of(spec).splits.values() if s.labels is not None)
-        if own.labels_are == "names":
-            return super().target(spec, label, where)
-        if own.labels_are == "name_lists":
-            return _name_list(spec, label, where)
-        # ASCII digits only, and few of them: int() refuses '²' and numbers of 4300 digits
-        digits = isinstance(label, str) and label.isascii() and label.isdigit() and len(label) <= 6
-        if digits and int(label) < spec.num_classes:
-            return int(label)
-        raise PetalsError(f"{where}: label {shown(label)} is not a class id (0 to {spec.num_classes - 1})")
-
-
-def _name_list(spec, label, where):
-    """A cell listing class names separated by spaces, as a row of 0/1 over the classes; an empty
-    cell is an image with no label."""
-    import numpy as np
-
-    row = np.zeros(spec.num_classes, np.int32)
-    for name in str(label).split():
-        if name not in spec.classes:
-            raise PetalsError(f"{where}: label {shown(name)} is not a class ({listed(spec.classes)})")
-        row[spec.classes.index(name)] = 1
-    return row
+        return labels.target(self.label_reading(spec, layout_of(spec)), label, where)

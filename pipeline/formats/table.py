@@ -1,5 +1,7 @@
 """Tables: a CSV or TSV per split, each row an id, one text or a pair of texts, and a label for
-labelled splits (IMDB reviews, sentence pairs), quoted as Kaggle quotes it."""
+labelled splits (IMDB reviews, sentence pairs), quoted as Kaggle quotes it. A label is a class id,
+a class name, a list of names (`labels_are`), or a 0/1 column per label (`[data] label_columns`,
+Jigsaw's comments): pipeline/formats/labels.py reads them."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from typing import Any
 
 from competition.spec import check_text
 from pipeline.core.paths import check_relative, inside, shown
+from pipeline.formats import labels
 from pipeline.formats.base import Examples, FileFormat, layout_of, register
 from pipeline.formats.table_layout import TableLayout
 
@@ -55,8 +58,10 @@ def _table(raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...
             separator=text("separator"),
             id_column=text("id_column"),
             text_columns=text("text_columns", many=True),
-            label_column=text("label_column") if split in labeled else None,
+            # a labelled split's one label column; none where a label has a column ([data] label_columns)
+            label_column=text("label_column") if split in labeled and "label_column" in own else None,
             escapechar=text("escapechar") if own.get("escapechar") is not None else None,
+            labels_are=labels.check_kind(own.get("labels_are", "ids"), f"[data.table.{split}]"),
         )
         if not 1 <= len(layout.text_columns) <= 2:
             raise ValueError(
@@ -83,6 +88,13 @@ class Table(FileFormat):
     def entries(self, spec) -> dict[str, tuple[str, str | None]]:
         return {split: (table.file, table.archive) for split, table in layout_of(spec).splits.items()}
 
+    def label_reading(self, spec, layout: TableFilesLayout) -> labels.LabelReading:
+        labelled = [t.layout for s, t in layout.splits.items() if s in spec.labeled_splits]
+        read = {(t.label_column, t.labels_are) for t in labelled}
+        if len(read) > 1:  # one way to read a label, whichever split it is in
+            raise ValueError(f"[data.table] the labelled splits read labels {len(read)} ways")
+        return labels.reading(spec, *next(iter(read), (None, "ids")))
+
     def _rows(self, root: Path, spec, split: str, every_column: bool = False):
         from pipeline.formats.tables import read_table
 
@@ -90,7 +102,7 @@ class Table(FileFormat):
         return table.layout, read_table(
             self._file(root, spec, split),
             table.layout,
-            spec.num_classes if spec.is_labeled(split) else None,
+            self.label_reading(spec, layout_of(spec)) if spec.is_labeled(split) else None,
             spec.split_counts.get(split) if spec.is_labeled(split) else None,  # a hidden test set is larger
             every_column,
         )
@@ -107,12 +119,19 @@ class Table(FileFormat):
         return len(rows), rows[layout.id_column].tolist()
 
     def examples(self, root: Path, spec, split: str):
-        import numpy as np
-
         layout, rows = self._rows(root, spec, split)
-        label = layout.label_column
+        read = self.label_reading(spec, layout_of(spec)) if spec.is_labeled(split) else None
         return Examples(
             ids=rows[layout.id_column].to_numpy(str),
             inputs=tuple(rows[column].to_numpy(str) for column in layout.text_columns),
-            labels=rows[label].to_numpy(np.int64) if label else None,
+            labels=None if read is None else self._targets(read, rows, self._file(root, spec, split)),
         )
+
+    @staticmethod
+    def _targets(read: labels.LabelReading, rows, path: Path):
+        """The rows' targets: class ids as read_table made them, else read from their cells."""
+        import numpy as np
+
+        if read.kind == "ids":
+            return rows[read.columns[0]].to_numpy(np.int64)
+        return labels.targets(read, rows, path)

@@ -13,5 +13,6 @@ class TableLayout:
     separator: str
     id_column: str
     text_columns: tuple[str, ...]  # one text, or a pair (premise, hypothesis)
-    label_column: str | None  # None for a split without labels
+    label_column: str | None  # None for a split without labels, or one with a column per label
     escapechar: str | None = None  # "\\" where inner quotes are written \"
+    labels_are: str = "ids"  # how the label column's cells read (pipeline/formats/labels.py's CELLS)

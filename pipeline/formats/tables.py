@@ -18,23 +18,25 @@ import pandas as pd
 from pipeline.core.csv_bounds import TEXT_TABLE, check_csv
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
-from pipeline.core.paths import shown
+from pipeline.formats import labels
+from pipeline.formats.labels import LabelReading
 from pipeline.formats.table_layout import TableLayout
 
 
 def read_table(
     path: Path,
     layout: TableLayout,
-    num_classes: int | None = None,
+    reading: LabelReading | None = None,
     declared_rows: int | None = None,
     every_column: bool = False,
 ) -> pd.DataFrame:
-    """The file's rows with string ids and texts (and int labels in [0, num_classes) where the
-    layout has labels; `every_column`: the file's other columns too). Raises PetalsError naming
-    the file, and the row or value, for a file that does not parse as laid out, a missing column,
-    an empty or repeated id, an empty text, or a label outside the classes; and, before it is read
-    whole, for one past TEXT_TABLE's bytes or a text's length, more rows than `declared_rows`
-    allow, or an id past MAX_ID_BYTES."""
+    """The file's rows with string ids and texts, and for a labelled split (`reading`, labels.py)
+    its label cells checked: a class id column made int, label names and 0/1 columns kept as
+    written (`labels.targets` reads them); `every_column`: the file's other columns too. Raises
+    PetalsError naming the file, and the row or value, for a file that does not parse as laid out,
+    a missing column, an empty or repeated id, an empty text, or a label that is not one; and,
+    before it is read whole, for one past TEXT_TABLE's bytes or a text's length, more rows than
+    `declared_rows` allow, or an id past MAX_ID_BYTES."""
     if not path.is_file():
         raise PetalsError(f"{path}: no such file")
     bounds = TEXT_TABLE.declaring(declared_rows)
@@ -56,15 +58,17 @@ def read_table(
         raise PetalsError(f"{path}: does not parse as a {_describe(layout)} table ({_reason(err)})") from None
     except pd.errors.EmptyDataError:
         raise PetalsError(f"{path}: empty file") from None
-    wanted = [layout.id_column, *layout.text_columns, *([layout.label_column] if layout.label_column else [])]
+    wanted = [layout.id_column, *layout.text_columns, *(reading.columns if reading else ())]
     missing = [column for column in wanted if column not in table.columns]
     if missing:
         raise PetalsError(f"{path}: no column {missing[0]!r} (columns: {', '.join(map(str, table.columns))})")
     _check_ids(path, table[layout.id_column])
     for column in layout.text_columns:
         _check_texts(path, table[column], column)
-    if layout.label_column:
-        table[layout.label_column] = _labels(path, table[layout.label_column], num_classes)
+    if reading is not None:
+        found = labels.targets(reading, table, path)  # every cell checked
+        if reading.kind == "ids":
+            table[reading.columns[0]] = found
     return (table if every_column else table[wanted]).reset_index(drop=True)
 
 
@@ -96,20 +100,6 @@ def _check_texts(path: Path, texts: pd.Series, column: str) -> None:
     empty = texts.index[texts.str.strip() == ""]
     if len(empty):
         raise PetalsError(f"{path}: empty {column} on line {_row(empty[0])}")
-
-
-def _labels(path: Path, values: pd.Series, num_classes: int | None) -> pd.Series:
-    numbers = pd.to_numeric(values, errors="coerce")
-    bad = numbers.isna() | (numbers != numbers.round())
-    if num_classes is not None:
-        bad |= (numbers < 0) | (numbers >= num_classes)
-    if bad.any():
-        where = bad.idxmax()
-        allowed = f" (classes are 0..{num_classes - 1})" if num_classes is not None else ""
-        raise PetalsError(
-            f"{path}: label {shown(values[where])} on line {_row(where)} is not a class{allowed}"
-        )
-    return numbers.astype("int64")
 
 
 def write_table(

@@ -134,9 +134,12 @@ def outside_competition(spec_path: str, name: str, members: list[str]) -> dict[s
             f"{name!r} ({carried_as}/); name yours otherwise, or use --set competition={name}"
         )
     raw = load_toml(folder, Path(spec_path).name, "competition file", spec_path)
+    classes = raw.get("classes_file", CLASSES_FILE)
+    # a competition whose classes are its label columns may have no class list (competition/spec.py)
+    omitted = "classes_file" not in raw and not (folder / CLASSES_FILE).exists()
     own = {  # as carried: (as read in the folder, the field a refusal names)
         SPEC_FILE: (Path(spec_path).name, "competition file"),
-        raw.get("classes_file", CLASSES_FILE): (raw.get("classes_file", CLASSES_FILE), "classes_file"),
+        **({} if omitted else {classes: (classes, "classes_file")}),
         **{f"recipes/{p.name}": (f"recipes/{p.name}", "recipe") for p in (folder / "recipes").glob("*.toml")},
     }
     return {

@@ -11,6 +11,6 @@ Importing this package stays cheap (no TensorFlow): the competition spec loads i
 from pipeline.tasks.base import TASKS, Task, get_task, register
 
 # The shipped tasks register themselves on import.
-from pipeline.tasks import image_classification, multi_label_image, text_classification  # noqa: F401  isort: skip
+from pipeline.tasks import image_classification, multi_label_image, multi_label_text, text_classification  # noqa: F401  isort: skip
 
 __all__ = ["TASKS", "Task", "get_task", "register"]

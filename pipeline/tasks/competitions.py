@@ -88,7 +88,7 @@ def check_fits(task: Task, form: Format, layout, spec: CompetitionSpec) -> None:
         raise ValueError(
             f"task {task.name} reads {task.modality}s; data format {form.name} holds {form.holds}s"
         )
-    rank = form.label_rank(layout)
+    rank = form.label_reading(spec, layout).rank
     if task.label_rank != rank:
         kinds = ("one class an example", "several labels an example")
         raise ValueError(
@@ -99,7 +99,7 @@ def check_fits(task: Task, form: Format, layout, spec: CompetitionSpec) -> None:
             f"task {task.name} writes a submission's {' or '.join(task.submission_kinds)}, "
             f"not {spec.submission_value}"
         )
-    if (spec.metric.reads == "labels") != (task.label_rank == 1):
-        reads = "rows of labels" if spec.metric.reads == "labels" else "one class an example"
+    if spec.metric.reads_rows != (task.label_rank == 1):
+        reads = "rows of labels" if spec.metric.reads_rows else "one class an example"
         raise ValueError(f"metric {spec.metric.name} scores {reads}; task {task.name} does not")
     task.check_spec(spec)

@@ -3,7 +3,9 @@
 A target is a row of 0/1 over the labels (soft under CutMix and MixUp), the network's logits go
 through a sigmoid each, the loss is binary cross-entropy (label-smoothed), and a submission row
 lists the labels whose probability clears that label's threshold, separated by spaces, the way
-Kaggle's multi-label competitions take them (Plant Pathology 2021's `scab frog_eye_leaf_spot`).
+Kaggle's multi-label competitions take them (Plant Pathology 2021's `scab frog_eye_leaf_spot`);
+or, where the metric scores probabilities (Jigsaw's mean column ROC AUC), a submission row holds
+each label's probability in its own column (`submission.value = "label_probabilities"`).
 
 The thresholds are chosen on the val predictions (`multi_label_decision.py`, out of fold under
 CV); evaluate judges them cross-fitted, each half of val decided by thresholds chosen on the other.
@@ -25,7 +27,7 @@ class MultiLabel(Task):
     activation: ClassVar[str] = "sigmoid"
     label_rank: ClassVar[int] = 1
     decides_on_val: ClassVar[bool] = True
-    submission_kinds: ClassVar[tuple[str, ...]] = ("labels",)
+    submission_kinds: ClassVar[tuple[str, ...]] = ("labels", "label_probabilities")
 
     def check_recipe(self, config, spec) -> None:
         """What this task does not train yet, refused in one line before any work."""
@@ -38,7 +40,7 @@ class MultiLabel(Task):
         for key, value in refused.items():
             if value:
                 raise PetalsError(
-                    f"{key}={value}: competition {spec.name} has several labels an image, "
+                    f"{key}={value}: competition {spec.name} has several labels an example, "
                     "which this does not serve yet; leave it out"
                 )
 
@@ -89,7 +91,10 @@ class MultiLabel(Task):
         return multi_label_report.summary_lines(evaluation)
 
     def submission_column(self, values, spec) -> list:
-        """Each row's labels, their names separated by spaces (values: rows of 0/1)."""
+        """Each row's labels, their names separated by spaces (values: rows of 0/1); or each row's
+        probabilities, one a label column, with 6 decimals."""
+        if spec.submission_value == "label_probabilities":
+            return [[f"{p:.6f}" for p in row] for row in np.asarray(list(values), np.float64)]
         return [" ".join(c for c, on in zip(spec.classes, row, strict=True) if on) for row in values]
 
     def check_values(self, spec):
@@ -97,16 +102,23 @@ class MultiLabel(Task):
 
         from pipeline.tasks import multi_label_submission
 
+        if spec.submission_value == "label_probabilities":
+            return partial(multi_label_submission.check_columns, spec=spec)
         return partial(multi_label_submission.check, spec=spec)
 
     def describe_submission(self, spec, summary) -> str:
+        if spec.submission_value == "label_probabilities":
+            return f"a probability for each of {len(spec.submission_columns)} labels per row"
         return f"{summary.classes_used} labels predicted"
 
     def submission_values(self, probabilities, spec, val=None):
         """Rows of 0/1: the labels over their thresholds, chosen on `val` (predictions with labels);
-        a row left empty takes its likeliest label when no val example was without one."""
+        a row left empty takes its likeliest label when no val example was without one. Where a
+        label has a column, its probabilities as they are (nothing is decided)."""
         from pipeline.tasks import multi_label_decision
 
+        if spec.submission_value == "label_probabilities":
+            return probabilities
         if val is None or val.labels is None:
             raise ValueError("a multi-label submission needs the val predictions to choose its thresholds")
         decision = multi_label_decision.choose(val.labels, val.probabilities)

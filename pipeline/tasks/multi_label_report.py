@@ -28,8 +28,6 @@ def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec, groups=None)
         "val_accuracy": float((at_half == truth).mean()),  # labels decided right at 0.5
         "thresholds": dict(zip(spec.classes, decision["thresholds"], strict=True)),
         "fill_empty": decision["fill_empty"],
-        f"{spec.score_key}_thresholded": spec.metric.score_decided(truth, judged),
-        f"{spec.score_key}_at_half": spec.metric.score_decided(truth, at_half),  # training's reading
         "val_micro_f1": float(f1_score(truth, at_half, average="micro", zero_division=0)),
         "worst_classes": per_label.nsmallest(3, "f1")["class"].tolist(),
     }
@@ -38,7 +36,23 @@ def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec, groups=None)
             path, lambda tmp: safe_cells(per_label).to_csv(tmp, index=False)
         )
     }
+    if spec.metric.reads == "label_probabilities":  # scored on the probabilities: nothing decided
+        per_label["roc_auc"] = column_roc_auc(truth, probabilities).round(4)
+        fields["worst_classes"] = per_label.nsmallest(3, "roc_auc")["class"].tolist()
+        return Evaluation(fields, files, score=spec.metric.score(truth, probabilities))
+    fields[f"{spec.score_key}_thresholded"] = spec.metric.score_decided(truth, judged)
+    fields[f"{spec.score_key}_at_half"] = spec.metric.score_decided(truth, at_half)  # training's reading
     return Evaluation(fields, files, score=fields[f"{spec.score_key}_thresholded"])
+
+
+def column_roc_auc(truth: np.ndarray, probabilities: np.ndarray) -> np.ndarray:
+    """Each label's ROC AUC (scikit-learn's); NaN for a label all of one value in these rows."""
+    from sklearn.metrics import roc_auc_score
+
+    both = truth.any(axis=0) & ~truth.all(axis=0)
+    return np.array(
+        [roc_auc_score(truth[:, k], probabilities[:, k]) if both[k] else np.nan for k in range(len(both))]
+    )
 
 
 def per_label_table(truth: np.ndarray, decided: np.ndarray, thresholds, classes) -> pd.DataFrame:
@@ -61,13 +75,18 @@ def per_label_table(truth: np.ndarray, decided: np.ndarray, thresholds, classes)
 
 def summary_lines(evaluation: dict) -> list[str]:
     """The thresholds, the score they give out of fold, and the weakest labels, for the terminal."""
-    scored = next(k for k in evaluation if k.endswith("_thresholded"))
+    scored = next((k for k in evaluation if k.endswith("_thresholded")), None)
     chosen = ", ".join(f"{text(name, EACH)} {t:.2f}" for name, t in evaluation["thresholds"].items())
-    return [
-        f"  thresholds chosen on val: {chosen}",
+    judged = (
         f"  with them, cross-fitted over two halves of val: {evaluation[scored]:.4f}"
         f" (at 0.5: {evaluation[scored.replace('_thresholded', '_at_half')]:.4f};"
-        f" micro F1 at 0.5: {evaluation['val_micro_f1']:.4f})",
+        f" micro F1 at 0.5: {evaluation['val_micro_f1']:.4f})"
+        if scored  # the metric scores decided labels; else it scores the probabilities themselves
+        else f"  micro F1 at 0.5: {evaluation['val_micro_f1']:.4f}"
+    )
+    return [
+        f"  thresholds chosen on val (each label's best F1): {chosen}",
+        judged,
         "  weakest labels: " + listed(evaluation["worst_classes"]),
     ]
 

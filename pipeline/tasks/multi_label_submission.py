@@ -1,6 +1,7 @@
 """A multi-label submission's values, read as written: each cell lists label names separated by
 single spaces (`scab frog_eye_leaf_spot`), each a label of the competition's, none twice. An empty
-cell is a row with no label: Kaggle's format allows it and scores it as such."""
+cell is a row with no label: Kaggle's format allows it and scores it as such. Or, a column per
+label (Jigsaw's `id,toxic,...`), each cell a probability in [0, 1]."""
 
 from __future__ import annotations
 
@@ -27,3 +28,20 @@ def check(path: Path, ids: pd.Series, cells: pd.Series, spec) -> SubmissionSumma
             )
         used.update(names)
     return SubmissionSummary(rows=len(cells), classes_used=len(used), bytes=path.stat().st_size)
+
+
+def check_columns(path: Path, ids: pd.Series, columns: pd.DataFrame, spec) -> SubmissionSummary:
+    """The first cell of a column per label that is not a probability in [0, 1] (an empty cell,
+    `nan`, `1.2`), as a SubmissionError naming its column and row."""
+    for column in columns.columns:
+        values = columns[column]
+        numbers = pd.to_numeric(values, errors="coerce")
+        bad = values[numbers.isna() | (numbers < 0) | (numbers > 1)]
+        if len(bad):
+            row = bad.index[0]
+            raise SubmissionError(
+                f"{path}: {column} {quoted(bad.iloc[0])} for id {quoted(ids[row])} (line {row + 2}) "
+                "is not a probability in [0, 1]"
+            )
+    held = columns.apply(pd.to_numeric).ge(0.5).any(axis=0)
+    return SubmissionSummary(rows=len(columns), classes_used=int(held.sum()), bytes=path.stat().st_size)

@@ -72,8 +72,8 @@ class TextClassification(SingleLabel):
         return {"image_size": None, "sequence_length": config.data.sequence_length}
 
     def show_batch(self, train, spec, config, out: Path, size: int, where: str) -> Path:
-        """`size` training texts drawn with the config's seed, with their class names and lengths in
-        words (`batch.csv`); the first five printed."""
+        """`size` training texts drawn with the config's seed, with their labels (a class name, or the
+        labels held) and lengths in words (`batch.csv`); the first five printed."""
         import numpy as np
         import pandas as pd
 
@@ -84,7 +84,10 @@ class TextClassification(SingleLabel):
             len(examples), min(size, len(examples)), replace=False
         )
         table = pd.DataFrame(
-            {"id": examples.ids[rows], "label": [spec.classes[i] for i in examples.labels[rows]]}
+            {
+                "id": examples.ids[rows],
+                "label": [self.label_text(label, spec) for label in examples.labels[rows]],
+            }
         )
         for k, column in enumerate(examples.inputs):
             name = "text" if len(examples.inputs) == 1 else f"text_{k + 1}"

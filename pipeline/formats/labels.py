@@ -1,0 +1,109 @@
+"""Labels as the competitions write them, read the same whatever the format (a table of texts, a
+CSV beside images): the one home of what a label cell means.
+
+A labelled row gives its target in one of four ways:
+- `ids`: one column of class ids, 0..n-1 in classes.txt's order (IMDB's `sentiment`);
+- `names`: one column of class names (Cassava written with its disease names);
+- `name_lists`: one column listing class names separated by spaces, any number a row (Plant
+  Pathology's `scab frog_eye_leaf_spot`; an empty cell is a row with no label);
+- `columns`: one 0/1 column per label (`[data] label_columns`, Jigsaw's `toxic,...,identity_hate`);
+  the classes are those columns, in order.
+The first two give a class id (label rank 0), the last two a row of 0/1 over the classes (rank 1).
+A value that is none of these is refused in one line naming the file and the row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import listed
+from pipeline.core.paths import shown
+
+# How a single label column's cells are read (`labels_are`); `columns` is chosen by naming them.
+CELLS = ("ids", "names", "name_lists")
+KINDS = (*CELLS, "columns")
+# A class id's digits: ASCII only, and few (int() reads '²', and takes long on 4,300 digits).
+MAX_ID_DIGITS = 6
+
+
+@dataclass(frozen=True)
+class LabelReading:
+    """How a labelled split's rows give their targets: `kind` (one of KINDS) over `columns`."""
+
+    kind: str
+    columns: tuple[str, ...]
+    classes: tuple[str, ...]
+
+    @property
+    def rank(self) -> int:
+        """0: a class id an example; 1: a row of 0/1 over the classes (`Task.label_rank`)."""
+        return int(self.kind in ("name_lists", "columns"))
+
+
+def check_kind(labels_are: object, where: str) -> str:
+    """`labels_are` as a format's table writes it, one of CELLS; else a ValueError naming it."""
+    if labels_are not in CELLS:
+        raise ValueError(f"{where} labels_are {shown(labels_are)} is not one of: {', '.join(CELLS)}")
+    return labels_are  # type: ignore[return-value]
+
+
+def reading(spec, label_column: str | None, labels_are: str = "ids") -> LabelReading:
+    """The competition's way: its `[data] label_columns` where it names them, else the format's one
+    label column read as `labels_are`; ValueError for a labelled split that names neither."""
+    if spec.label_columns:
+        return LabelReading("columns", spec.label_columns, spec.classes)
+    if label_column is None:
+        raise ValueError("a labelled split names no label_column (nor [data] label_columns)")
+    return LabelReading(labels_are, (label_column,), spec.classes)
+
+
+def target(read: LabelReading, cells, where: str):
+    """One row's target from its label cells (a string, or for `columns` one string a column):
+    an int class id, or an int32 row of 0/1. PetalsError naming `where` (the file and its row)."""
+    if read.kind == "columns":
+        return _flags(read, cells, where)
+    if read.kind == "name_lists":
+        return _name_list(read, cells, where)
+    if read.kind == "names":
+        if cells in read.classes:
+            return read.classes.index(cells)
+        raise PetalsError(f"{where}: label {shown(cells)} is not a class ({listed(read.classes)})")
+    digits = isinstance(cells, str) and cells.isascii() and cells.isdigit() and len(cells) <= MAX_ID_DIGITS
+    if digits and int(cells) < len(read.classes):
+        return int(cells)
+    raise PetalsError(f"{where}: label {shown(cells)} is not a class id (0 to {len(read.classes) - 1})")
+
+
+def targets(read: LabelReading, rows, path) -> np.ndarray:
+    """Every row's target of a table (a pandas DataFrame of strings with the reading's columns, its
+    row n on the file's line n + 2): class ids [n], or rows of 0/1 [n, classes]."""
+    where = [f"{path}: line {n + 2}" for n in range(len(rows))]
+    if read.kind == "columns":
+        cells = rows[list(read.columns)].itertuples(index=False, name=None)
+    else:
+        cells = rows[read.columns[0]]
+    found = [target(read, c, w) for c, w in zip(cells, where, strict=True)]
+    if read.rank == 1:
+        return np.array(found, np.int32).reshape(len(found), len(read.classes))
+    return np.array(found, np.int64)
+
+
+def _name_list(read: LabelReading, cell, where: str) -> np.ndarray:
+    """Class names separated by spaces as a row of 0/1; an empty cell is an example with no label."""
+    row = np.zeros(len(read.classes), np.int32)
+    for name in str(cell).split():
+        if name not in read.classes:
+            raise PetalsError(f"{where}: label {shown(name)} is not a class ({listed(read.classes)})")
+        row[read.classes.index(name)] = 1
+    return row
+
+
+def _flags(read: LabelReading, cells: tuple, where: str) -> np.ndarray:
+    """A row's 0/1 cells, one a label column, as written: `1.0`, `-1` or an empty cell refused."""
+    for column, cell in zip(read.columns, cells, strict=True):
+        if cell not in ("0", "1"):
+            raise PetalsError(f"{where}: {column} {shown(cell)} is not 0 or 1")
+    return np.array([cell == "1" for cell in cells], np.int32)
