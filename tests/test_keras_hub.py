@@ -182,7 +182,7 @@ def test_each_text_family_trains_a_step_on_pairs_and_predicts(name, presets, tmp
         x = inputs.encode((premises, hypotheses))
         assert x["token_ids"][0][:8].tolist() == [2, 5, 6, 7, 3, 8, 6, 3]
         vocabulary = inputs.vocabulary_size
-    else:  # SentencePiece and byte-pair run through tensorflow-text in keras-hub: ids given
+    else:  # ids given: their tokenizers from real texts in tests/test_keras_hub_tokenizers.py
         x = {n: np.ones((2, LENGTH), "int32") for n in entry.inputs}
         vocabulary = len(VOCABULARY)
     assert set(x) == set(entry.inputs)
