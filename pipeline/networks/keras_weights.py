@@ -28,6 +28,7 @@ class KerasFile:
 
     name: str
     file_hash: str | None
+    subdir: str = "models"  # get_file's cache_subdir: where under Keras's home it keeps the file
 
 
 class _Asked(Exception):
@@ -53,14 +54,17 @@ def imagenet_file(backbone) -> KerasFile | None:
     if "name" not in asked:
         return None
     name = check_name(asked["name"], f"keras.applications' weights file for {backbone.name}")
-    return KerasFile(name, asked.get("file_hash"))
+    subdir = check_name(
+        asked.get("cache_subdir", "models"), f"keras.applications' cache folder for {backbone.name}"
+    )
+    return KerasFile(name, asked.get("file_hash"), subdir)
 
 
-def cache_folder() -> Path:
+def cache_folder(subdir: str = "models") -> Path:
     """Where `get_file` keeps what it downloaded: `$KERAS_HOME/models` (~/.keras/models by default)."""
     from keras.src.backend import config
 
-    return Path(config.keras_home()) / "models"
+    return Path(config.keras_home()) / subdir
 
 
 def cached(backbone) -> Path | None:
@@ -70,7 +74,7 @@ def cached(backbone) -> Path | None:
     from keras.src.utils import file_utils
 
     wanted = imagenet_file(backbone)
-    path = cache_folder() / wanted.name if wanted is not None else None
+    path = cache_folder(wanted.subdir) / wanted.name if wanted is not None else None
     if path is None or not path.is_file():
         return None
     check_size(path)
