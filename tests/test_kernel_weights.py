@@ -26,6 +26,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.kernels import metadata as kernel
 from pipeline.kernels import private_datasets, weights
 from pipeline.networks import keras_weights, registry
+from pipeline.tasks.recipe_config import load_config
 from tests.conftest import error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer
 
@@ -74,7 +75,8 @@ def _as_keras_publishes(path: Path, monkeypatch) -> Path:
     return path
 
 
-@pytest.mark.slow  # builds six keras.applications networks
+@pytest.mark.slow
+@pytest.mark.heavy  # builds six keras.applications networks, DenseNet201 and Xception among them
 def test_the_imagenet_file_is_asked_of_keras_applications_for_each_backbone_it_builds():
     named = {
         "convnext-tiny": "convnext_tiny_notop.h5",
@@ -111,12 +113,9 @@ def test_an_offline_kernel_ships_the_cached_file_once_under_its_hash(
         "dataset": DATASET, "file": file, "bytes": cached.stat().st_size, "sha256": digest,
     }  # fmt: skip
     assert f"attaches the private dataset {DATASET} holding {file}" in capsys.readouterr().out
-    # Online, Kaggle downloads it: nothing is shipped.
-    assert (
-        _generate(tmp_path / "online", "--internet", "on", *CONVNEXT, "--set", "model.weights=imagenet") == 0
-    )
-    assert json.loads((tmp_path / "online" / NAME / kernel.METADATA).read_text())["dataset_sources"] == []
-    assert _settings(tmp_path / "online")["shipped_weights"] is None
+    # Online, Kaggle downloads it: nothing to ship.
+    config = load_config(overrides=["model.backbone=convnext-tiny", "model.weights=imagenet"])
+    assert weights.needed(config, internet=True) is None and weights.needed(config, internet=False) == cached
 
 
 @pytest.mark.slow  # kernel generation (as test_kernel_wheels)
@@ -248,7 +247,8 @@ def _random_convnext_file(path: Path) -> keras.Model:
     return model
 
 
-@pytest.mark.slow  # a 110 MB file through generate, the loopback upload and the kernel's loader: ~15 s
+@pytest.mark.slow
+@pytest.mark.heavy  # a 110 MB file through generate, the loopback upload and the kernel's loader: 30 s
 def test_a_convnext_kernel_without_internet_builds_its_backbone_from_the_mounted_file(
     keras_cache, tmp_path, monkeypatch, in_kaggle_env
 ):
