@@ -133,6 +133,19 @@ def provide_offline(args: argparse.Namespace, keras_home: Path) -> list[str]:
     return done
 
 
+def use_shipped_weights(args: argparse.Namespace) -> list[str]:
+    """The backbone's weights file petals shipped as a private dataset (`kernels/weights.py`), found
+    where Kaggle mounted it and checked there, becomes model.weights: built from it, never downloaded."""
+    shipped = SETTINGS.get("shipped_weights")
+    if not shipped:
+        return []
+    from pipeline.kernels import weights
+
+    path = weights.mounted(shipped, args.input)
+    args.extra.insert(0, f"model.weights={path}")  # after the recipe's overrides, before the script's --set
+    return [f"weights {path} (model.weights, sha256 checked)"]
+
+
 def restore_runs(args: argparse.Namespace, runs: Path) -> list[str]:
     """An earlier version's runs (its output attached through kernel_sources), and those an attached
     dataset holds in its petals_runs/, copied into `runs`: train resumes an interrupted run instead of
@@ -279,6 +292,7 @@ def set_up(args: argparse.Namespace, root: Path):
     (args.working / RUNS).mkdir(exist_ok=True)
     for line in [
         *provide_offline(args, Path(os.environ["KERAS_HOME"])),
+        *use_shipped_weights(args),
         *restore_runs(args, args.working / RUNS),
     ]:
         print(f"petals kernel: {line}", flush=True)

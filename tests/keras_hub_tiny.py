@@ -148,3 +148,18 @@ def vision_config(family: str) -> dict:
     if family == "VGG":
         return {"stackwise_num_repeats": [1, 1], "stackwise_num_filters": [8, 16]}
     raise KeyError(family)
+
+
+def write_vision_preset(entry, folder, scale=None, offset=None):
+    """A tiny random preset of `entry`'s family in `folder`: its backbone and its own ImageConverter
+    at 32 px (`scale`/`offset`: the converter's, keras-hub's defaults when None), both saved with
+    keras-hub's `save_to_preset`; the folder."""
+    import keras_hub
+
+    backbone = getattr(keras_hub.models, f"{entry.family}Backbone")(**vision_config(entry.family))
+    converter = getattr(keras_hub.layers, f"{entry.family}ImageConverter")(
+        image_size=(SIZE, SIZE), scale=scale, offset=offset
+    )
+    backbone.save_to_preset(str(folder))
+    converter.save_to_preset(str(folder))  # the preprocessor's converter, the family's own class
+    return folder

@@ -86,7 +86,7 @@ def generate(root: Path) -> Path:
 def generate_cpu(root: Path) -> Path:
     """The default recipe's CPU kernel, offline; its wheels dataset mounted as Kaggle mounts it."""
     from pipeline import cli
-    from pipeline.kernels import wheels
+    from pipeline.kernels import private_datasets, wheels
 
     kernels = root / "kernels"
     args = ["kernel", "generate", "--kernels-dir", str(kernels), "--owner", OWNER, "--name", CPU_NAME,
@@ -98,7 +98,7 @@ def generate_cpu(root: Path) -> Path:
         raise Failed(f"the offline CPU kernel attaches {meta['dataset_sources']}, not its wheels dataset")
     mounted = root / "input" / "datasets" / OWNER / wheels.SLUG
     mounted.mkdir(parents=True)
-    for name in wheels.files_of(wheels.folder_for(kernels)):
+    for name in private_datasets.files_of(wheels.folder_for(kernels)):
         shutil.copy(wheels.folder_for(kernels) / name, mounted / name)
     return kernels / CPU_NAME / "petals_kernel.py"
 

@@ -20,7 +20,7 @@ from pipeline.kernels.metadata import MODEL_SOURCE
 from pipeline.kernels.recipe_check import check_recipe, preset_model
 from pipeline.networks import keras_hub_text, keras_hub_vision
 from pipeline.tasks.recipe_config import load_config
-from tests.keras_hub_tiny import SIZE, vision_config
+from tests.keras_hub_tiny import SIZE, write_vision_preset
 
 keras_hub = pytest.importorskip("keras_hub")
 
@@ -33,22 +33,15 @@ VOCABULARY = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat",
 LENGTH = 16  # tokens
 
 
-def _write_vision_preset(entry, folder):
-    backbone = getattr(keras_hub.models, f"{entry.family}Backbone")(**vision_config(entry.family))
-    converter = getattr(keras_hub.layers, f"{entry.family}ImageConverter")(
-        image_size=(SIZE, SIZE), scale=SCALE, offset=OFFSET
-    )
-    backbone.save_to_preset(str(folder))
-    converter.save_to_preset(str(folder))  # the preprocessor's converter, the family's own class
-    return folder
-
-
 @pytest.fixture(scope="module")
 def presets(tmp_path_factory):
     """{entry name: a tiny random preset folder of its family}, written once for the module."""
     root = tmp_path_factory.mktemp("presets")
     keras.utils.set_random_seed(0)
-    written = {name: _write_vision_preset(e, root / name) for name, e in keras_hub_vision.BACKBONES.items()}
+    written = {
+        name: write_vision_preset(e, root / name, SCALE, OFFSET)
+        for name, e in keras_hub_vision.BACKBONES.items()
+    }
     for name, entry in keras_hub_text.NETWORKS.items():
         kwargs = {"vocabulary_size": len(VOCABULARY), "num_layers": 1, "num_heads": 2, "hidden_dim": 16,
                   "intermediate_dim": 32, "max_sequence_length": LENGTH}  # fmt: skip
@@ -182,7 +175,7 @@ def test_each_text_family_trains_a_step_on_pairs_and_predicts(name, presets, tmp
         x = inputs.encode((premises, hypotheses))
         assert x["token_ids"][0][:8].tolist() == [2, 5, 6, 7, 3, 8, 6, 3]
         vocabulary = inputs.vocabulary_size
-    else:  # SentencePiece and byte-pair run through tensorflow-text in keras-hub: ids given
+    else:  # ids given: their tokenizers from real texts in tests/test_keras_hub_tokenizers.py
         x = {n: np.ones((2, LENGTH), "int32") for n in entry.inputs}
         vocabulary = len(VOCABULARY)
     assert set(x) == set(entry.inputs)

@@ -173,7 +173,7 @@ def test_status_reports_the_kernels_state(generated, in_kaggle_env, capsys):
     ("extra", "message"),
     [
         (["--owner", "me", "--set", "data.image_size=32"], "Kaggle ships 192, 224, 331, 512 px records only"),
-        (["--owner", "me", "--set", "model.weights=/home/me/b7.h5"], "which the kernel cannot see"),
+        (["--owner", "me", "--set", "model.weights=/home/me/b7.h5"], "no such file on this machine to ship"),
         (
             ["--owner", "me", "--internet", "off", "--set", "model.weights=imagenet"],
             "the kernel has no internet",

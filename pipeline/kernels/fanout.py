@@ -279,10 +279,11 @@ def _push_waiting(shares, options, session: str, limit: int, concurrent: int, sa
 def _push(share: Share, options: KernelOptions, report) -> Blocked | None:
     """Push the share's kernel: None once pushed, else what Kaggle's refusal says holds it back."""
     from pipeline.core import kaggle_client
-    from pipeline.kernels import wheels
+    from pipeline.kernels import weights, wheels
 
     folder = options.kernels_dir / share.name
     wheels.publish(folder, report)  # uploaded once; each later share finds it there
+    weights.publish(folder, report)
     meta = read_metadata(folder)
     slug = (meta.get("competition_sources") or [""])[0]
     try:

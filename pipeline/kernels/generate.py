@@ -24,7 +24,7 @@ from pipeline.core.files import write_json
 from pipeline.core.options import KernelOptions
 from pipeline.core.paths import check_name, shown
 from pipeline.formats.base import resolutions_of
-from pipeline.kernels import wheels
+from pipeline.kernels import weights, wheels
 from pipeline.kernels.bundle import REPO, bundle, bundle_members, check_carried
 from pipeline.kernels.metadata import (
     ACCELERATORS,
@@ -46,6 +46,7 @@ from pipeline.kernels.metadata import (
     resume_sources,
 )
 from pipeline.kernels.recipe_check import check_recipe, kernel_internet, preset_model, weights_file
+from pipeline.networks.registry import WEIGHT_CHOICES
 
 
 def kernel_spec(options: KernelOptions):
@@ -97,7 +98,9 @@ def kernel_recipe(options: KernelOptions) -> str:
 # ----------------------------------------------------------------------------- generate
 
 
-def kernel_settings(options: KernelOptions, config, spec, kernel_id: str) -> dict[str, Any]:
+def kernel_settings(
+    options: KernelOptions, config, spec, kernel_id: str, shipped: dict | None = None
+) -> dict[str, Any]:
     from pipeline import networks
     from pipeline.core.git import git_commit
 
@@ -116,6 +119,7 @@ def kernel_settings(options: KernelOptions, config, spec, kernel_id: str) -> dic
         "code_competition": spec.code_competition,
         "submission_file": spec.submission_file,  # written in the working folder, checked first
         "weights_file": weights_file(config.model.backbone, config.model.weights),
+        "shipped_weights": shipped,  # {dataset, file, bytes, sha256}: the backbone's file, `weights.py`
         "packages": networks.packages(config),
         "resume_from": resume_sources(options.resume_from, kernel_id),
         "datasets": list(options.dataset),  # one may hold trained runs (petals_runs/) to predict with
@@ -185,7 +189,12 @@ def generate(options: KernelOptions) -> Path:
     attached = [*options.dataset, *options.model]
     # A dataset given may hold the wheels (trusted); an attached model does not.
     requirements = [] if options.dataset else wheels.needed(config, options.internet == "on")
-    check_recipe(config, spec, session, options.internet == "on", attached, wheels=bool(requirements))
+    # The backbone's weights file, when the kernel could not reach it: a given dataset may hold
+    # ImageNet's (trusted), not a file that is only on this machine.
+    trusted = options.dataset and config.model.weights in WEIGHT_CHOICES
+    source = None if trusted else weights.needed(config, options.internet == "on")
+    check_recipe(config, spec, session, options.internet == "on", attached, wheels=bool(requirements),
+                 shipped=source is not None)  # fmt: skip
     check_tta(spec, options.tta)  # the kernel would train first and only then stop at evaluate
     check_folds(options, spec, config)
     check_trials(options, spec, session)
@@ -195,8 +204,11 @@ def generate(options: KernelOptions) -> Path:
     if requirements:  # what the image lacks, as Kaggle does it: wheels in a private dataset it attaches
         dataset = wheels.build(options.kernels_dir, requirements, owner)
         options = dataclasses.replace(options, dataset=(*options.dataset, dataset))
-        meta = metadata(options, owner, name, slug)
-    settings = kernel_settings(options, config, spec, meta["id"])
+    shipped = weights.ship(options.kernels_dir, source, owner) if source is not None else None
+    if shipped is not None:  # the backbone's weights file, the same way
+        options = dataclasses.replace(options, dataset=(*options.dataset, shipped["dataset"]))
+    meta = metadata(options, owner, name, slug)
+    settings = kernel_settings(options, config, spec, meta["id"], shipped)
     text = script_text(settings, bundle(REPO, members, extra), notebook=options.kernel_type == "notebook")
     return place_checked(options.kernels_dir / name, text, meta)
 

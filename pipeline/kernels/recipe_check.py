@@ -71,11 +71,13 @@ def _offline(spec) -> str:
 
 
 def check_recipe(
-    config, spec, session: str, internet: bool, datasets: list[str], wheels: bool = False
-) -> None:
+    config, spec, session: str, internet: bool, datasets: list[str], wheels: bool = False,
+    shipped: bool = False,
+) -> None:  # fmt: skip
     """What a kernel cannot run: a resolution Kaggle does not ship, a backbone its image cannot build,
     weights or packages it cannot reach (`datasets`: the attached datasets and models; `wheels`: the
-    packages' wheels come attached, `wheels.py`). One line, with the way out."""
+    packages' wheels come attached, `wheels.py`; `shipped`: the weights file does, `weights.py`).
+    One line, with the way out."""
     from pipeline import networks
     from pipeline.networks import registry, text_networks
     from pipeline.tasks.competitions import check_network
@@ -116,6 +118,8 @@ def check_recipe(
     if text_networks.PRESET_WEIGHTS in entry.weights:  # a keras-hub image family's preset: checked above
         return
     weights = config.model.weights
+    if shipped:  # its weights file goes up as a private dataset the kernel attaches
+        weights = "none"
     if weights not in registry.WEIGHT_CHOICES and not weights.startswith("/kaggle/input/"):
         raise PetalsError(
             f"model.weights={weights!r} is a file on this machine, which the kernel cannot see: "
@@ -138,5 +142,17 @@ def check_recipe(
         needed = weights_file(backbone, weights) or f"the {weights} weights file of {backbone}"
         raise PetalsError(
             f"model.weights={weights} downloads {needed}, but {_offline(spec)}: attach a "
-            f"dataset holding it (DATASETS=owner/slug){online}"
+            f"dataset holding it (DATASETS=owner/slug){online}{_cache_hint(backbone, weights)}"
         )
+
+
+def _cache_hint(backbone: str, weights: str) -> str:
+    """How petals ships a keras.applications backbone's ImageNet file itself (`weights.py`)."""
+    from pipeline.networks import keras_weights, registry
+
+    if weights != "imagenet" or keras_weights.imagenet_file(registry.get_backbone(backbone)) is None:
+        return ""
+    return (
+        f"; or let petals ship it: build {backbone} once with imagenet weights where there is internet "
+        f"(Keras keeps the file in {keras_weights.cache_folder()}), or pass it with model.weights=/path"
+    )

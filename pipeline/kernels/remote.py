@@ -26,12 +26,13 @@ from pipeline.kernels.metadata import (
 
 
 def push(folder: Path, timeout: int | None = None) -> int:
-    """Push the folder as a new version of its kernel, after the wheels dataset it attaches (if any)
-    is on Kaggle; the version number Kaggle gave it."""
+    """Push the folder as a new version of its kernel, once the wheels and weights datasets it attaches
+    (if any) are on Kaggle; the version number Kaggle gave it."""
     from pipeline.core import kaggle_client
-    from pipeline.kernels import wheels
+    from pipeline.kernels import weights, wheels
 
     wheels.publish(folder)
+    weights.publish(folder)
     meta = read_metadata(folder)
     slug = (meta.get("competition_sources") or [""])[0]
     accelerator = meta.get("machine_shape")  # None for a CPU kernel: the client sends no accelerator

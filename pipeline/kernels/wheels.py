@@ -25,12 +25,17 @@ from pathlib import Path
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
-from pipeline.kernels.metadata import read_metadata
+from pipeline.kernels import private_datasets
 
 SLUG = "petals-wheels"  # <owner>/petals-wheels: one per Kaggle account, shared by its kernels
-DATASETS = "_datasets"  # kernels/_datasets/: datasets petals builds (no kernel name starts with "_")
 MANIFEST = "petals-wheels.json"  # beside the folder, not uploaded: the requirements it holds wheels of
-DATASET_METADATA = "dataset-metadata.json"  # the official client's; not uploaded as a file
+KIND = private_datasets.Private(
+    SLUG,
+    "wheel(s)",
+    lambda name: name.endswith(".whl"),
+    "Wheels for petals kernels that run without internet, made by `make kernel`.",
+    "regenerate it (make kernel) to download them",
+)
 # Kaggle's Pythons. The TPU image: 3.12 (docker-python tpu/config.txt). The CPU and GPU image is
 # built on Colab's (docker-python#1444, 2024-11), which went to 3.12 in 2025-08 (colabtools#5483)
 # and 3.13 in 2026-08 (#6081). A binary wheel is downloaded for each; a pure-Python one serves all.
@@ -49,7 +54,7 @@ PIP_TIMEOUT_S = 900
 
 
 def folder_for(kernels_dir: Path) -> Path:
-    return kernels_dir / DATASETS / SLUG
+    return KIND.folder(kernels_dir)
 
 
 def needed(config, internet: bool) -> list[list[str]]:
@@ -142,7 +147,7 @@ def build(kernels_dir: Path, requirements: list[list[str]], owner: str) -> str:
             shutil.rmtree(staging, ignore_errors=True)
         write_json(manifest_of(folder), {"requirements": sorted([*held, *map(_requirement, missing)])})
     dataset = f"{owner}/{SLUG}"
-    _write_metadata(folder, dataset)
+    KIND.write_metadata(folder, dataset)
     wheels = sorted(p.name for p in folder.glob("*.whl"))
     print(
         f"kernel: attaches the private dataset {dataset} ({len(wheels)} wheel(s) in {folder}, for "
@@ -153,87 +158,6 @@ def build(kernels_dir: Path, requirements: list[list[str]], owner: str) -> str:
     return dataset
 
 
-def _write_metadata(folder: Path, dataset: str) -> None:
-    """The official client's dataset-metadata.json for `dataset` (its owner: the kernel's)."""
-    write_json(
-        folder / DATASET_METADATA,
-        {
-            "title": SLUG.replace("-", " "),
-            "id": dataset,
-            "licenses": [{"name": "other"}],  # each wheel keeps its own project's licence
-            "description": "Wheels for petals kernels that run without internet, made by `make kernel`.",
-        },
-    )
-
-
-def files_of(folder: Path) -> dict[str, int]:
-    """{file name: bytes} of what an upload of `folder` sends: its files but the metadata."""
-    return {
-        p.name: p.stat().st_size
-        for p in sorted(folder.iterdir())
-        if p.is_file() and p.name != DATASET_METADATA
-    }
-
-
 def publish(kernel_folder: Path, report=print) -> str | None:
-    """Before a kernel is pushed: the wheels dataset petals built for it, `<owner>/petals-wheels` with
-    the kernel's owner, on Kaggle. Kaggle's newest version, once processed, is reused when it holds
-    every file of the folder (name and size); else the folder goes up (created if absent), is waited
-    for and checked file by file against what was sent. Its handle; None for a kernel attaching no
-    such dataset (another account's `petals-wheels` is the user's own: trusted, never uploaded)."""
-    from pipeline.core import kaggle_datasets
-
-    meta = read_metadata(kernel_folder)
-    dataset = f"{meta['id'].split('/')[0]}/{SLUG}"
-    if dataset not in meta.get("dataset_sources", []):
-        return None
-    folder = folder_for(kernel_folder.parent)
-    ours = (
-        {name: size for name, size in files_of(folder).items() if name.endswith(".whl")}
-        if folder.is_dir()
-        else {}
-    )
-    if not ours:
-        raise PetalsError(
-            f"kernel {meta['id']} attaches {dataset}, but {folder} holds no wheels: "
-            "regenerate it (make kernel) to download them"
-        )
-    theirs = kaggle_datasets.dataset_files(dataset)
-    if theirs is not None:
-        kaggle_datasets.wait_ready(dataset)  # a version still processing: neither reused nor replaced
-        theirs = kaggle_datasets.dataset_files(dataset) or {}
-        if _holds(theirs, ours):
-            report(
-                f"kernel: dataset {dataset} holds these {len(ours)} wheel(s) already: reused, not uploaded"
-            )
-            return dataset
-        only_there = sorted(name for name in theirs if name.endswith(".whl") and name not in ours)
-        if only_there:  # a new version from here would drop them, and the kernels that need them fail
-            raise PetalsError(
-                f"Kaggle's dataset {dataset} holds {len(only_there)} wheel(s) {folder} lacks "
-                f"({', '.join(only_there[:3])}{', ...' if len(only_there) > 3 else ''}), made on another "
-                "machine: a new version from here would drop them; copy that machine's folder here, or "
-                "push from there; nothing was pushed"
-            )
-    _write_metadata(folder, dataset)  # the kernel's owner, whoever generated the folder
-    new = ", ".join(sorted(set(ours) - set(theirs or {}))) or "none"
-    report(f"kernel: {'creating the private' if theirs is None else 'a new version of'} dataset {dataset} "
-           f"({len(ours)} wheel(s), {sum(ours.values()) / 1e6:.1f} MB)")  # fmt: skip
-    kaggle_datasets.upload(
-        folder, dataset, None if theirs is None else f"petals: {len(ours)} wheel(s); new: {new}"
-    )
-    kaggle_datasets.wait_ready(dataset)
-    after = kaggle_datasets.dataset_files(dataset) or {}
-    lost = sorted(name for name in ours if not _holds(after, {name: ours[name]}))
-    if lost:
-        raise PetalsError(
-            f"Kaggle's dataset {dataset} lacks {', '.join(lost[:3])}{', ...' if len(lost) > 3 else ''} after "
-            "the upload: the kernel was not pushed; rerun `make kernel-push`"
-        )
-    report(f"kernel: dataset {dataset} is ready ({len(ours)} wheel(s))")
-    return dataset
-
-
-def _holds(listing: dict[str, int], files: dict[str, int]) -> bool:
-    """Every file in Kaggle's listing by name, and by size where Kaggle gives one."""
-    return all(name in listing and listing[name] in (0, size) for name, size in files.items())
+    """Before a kernel is pushed: `<owner>/petals-wheels` on Kaggle (`private_datasets.publish`)."""
+    return private_datasets.publish(kernel_folder, KIND, report)

@@ -160,7 +160,8 @@ class Encoder:
         todo = list(dict.fromkeys(row for row in rows if row not in memo))
         for start in range(0, len(todo), ENCODE_BATCH):
             chunk = todo[start : start + ENCODE_BATCH]
-            batch = tuple(np.asarray([row[k] for row in chunk]) for k in range(len(columns)))
+            # Lists of str: keras-hub's Python tokenizers (byte-pair's above all) refuse numpy's strings.
+            batch = tuple([row[k] for row in chunk] for k in range(len(columns)))
             encoded = self.preprocessor(x=batch if len(batch) > 1 else batch[0])
             arrays = [keras.ops.convert_to_numpy(encoded[name]).astype(np.int32) for name in self.inputs]
             memo.update((row, tuple(a[i] for a in arrays)) for i, row in enumerate(chunk))

@@ -10,8 +10,9 @@ names a preset folder anywhere, or a preset of the entry's found where Kaggle mo
 model (`keras_hub_vision.preset_folder`: never a download). Texts are tokenized up front by the
 family's own TextClassifierPreprocessor (`bert.Encoder`), pairs joined as the family joins them;
 a run keeps its tokenizer and backbone architecture as a BERT run does. DeBERTa-v3, XLM-R and
-ALBERT tokenize with SentencePiece and RoBERTa with byte-pair merges, which keras-hub runs
-through tensorflow-text: Kaggle's GPU image has it; where it is missing they stop in one line.
+ALBERT tokenize with SentencePiece and RoBERTa with byte-pair merges; outside tf.data keras-hub runs
+them in Python, through the `sentencepiece` and `tokenizers` packages (no tensorflow-text); where
+one is missing they stop in one line.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from pipeline.networks.base import PRESET_WEIGHTS, RunFiles, TextInputs
 from pipeline.networks.text_networks import TextNetwork
 
 PAIR_INPUTS = ("token_ids", "padding_mask")  # RoBERTa-like families have no segment ids
+PACKAGES = {"sentencepiece": "sentencepiece", "byte-pair": "tokenizers"}  # what keras-hub runs them with
 
 
 @dataclass(frozen=True, eq=False)  # hashable by identity: its handles are a dict
@@ -94,14 +96,14 @@ class HubTextNetwork(TextNetwork):
 
 
 def tokenizer_from(entry: HubTextNetwork, folder: Path):
-    """The preset's own tokenizer; one line where keras-hub cannot run it here (tensorflow-text)."""
+    """The preset's own tokenizer; one line where keras-hub cannot run it here (a package missing)."""
     try:
         return entry._class("Tokenizer").from_preset(str(folder))
     except (ImportError, AttributeError, TypeError) as err:
         raise PetalsError(
             f"{entry.name}'s {entry.preprocess} tokenizer did not load ({str(err)[:120]}): keras-hub runs it "
-            "through tensorflow-text, which Kaggle's GPU image has; install it here (pip install "
-            "tensorflow-text matching TensorFlow) or use bert"
+            f"through the {PACKAGES.get(entry.preprocess, 'tokenizers')} package here (pip install it), "
+            "or use bert"
         ) from None
 
 
