@@ -86,7 +86,7 @@ def generate(root: Path) -> Path:
 def generate_cpu(root: Path) -> Path:
     """The default recipe's CPU kernel, offline; its wheels dataset mounted as Kaggle mounts it."""
     from pipeline import cli
-    from pipeline.kernels import private_datasets, wheels
+    from pipeline.kernels.client import private_datasets, wheels
 
     kernels = root / "kernels"
     args = ["kernel", "generate", "--kernels-dir", str(kernels), "--owner", OWNER, "--name", CPU_NAME,

@@ -153,7 +153,7 @@ def test_cv_and_ensemble_refuse_bad_options_given_in_python_in_one_line(tmp_path
 
 def test_the_kernel_runs_the_chain_through_the_api_not_argv_lists():
     """One chain: the generated kernel calls `pipeline.api`, as the command line does."""
-    tree = ast.parse((REPO / "pipeline/kernel_main.py").read_text())
+    tree = ast.parse((REPO / "pipeline/kernels/script/main.py").read_text())
     called = {
         f"{node.func.value.id}.{node.func.attr}"
         for node in ast.walk(tree)

@@ -174,7 +174,7 @@ def test_print_config_names_each_values_source_and_reads_back_as_a_recipe(tmp_pa
 
 def test_a_kernel_resolves_auto_for_its_accelerator():
     from pipeline.core.options import KernelOptions
-    from pipeline.kernels import generate
+    from pipeline.kernels.client import generate
 
     for accelerator, recipe in (("TpuV5E8", "tpu"), ("NvidiaTeslaT4", "gpu"), ("None", "cpu")):
         assert generate.kernel_recipe(KernelOptions(accelerator=accelerator)) == recipe

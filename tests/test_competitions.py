@@ -261,7 +261,7 @@ def test_a_kernel_for_a_table_competition_fetches_its_kaggle_mount_and_writes_a_
 
     from pipeline import cli
     from pipeline.data import embedded
-    from pipeline.kernels import metadata as kernel
+    from pipeline.kernels.client import metadata as kernel
 
     spec = load_spec("imdb")
     mount = tmp_path / "input" / spec.default_slug
@@ -291,8 +291,8 @@ def test_a_kernel_for_a_table_competition_fetches_its_kaggle_mount_and_writes_a_
 
 def test_a_bert_kernel_needs_its_preset_attached_as_a_kaggle_model(tmp_path):
     from pipeline.core.options import KernelOptions
-    from pipeline.kernels import metadata
-    from pipeline.kernels.recipe_check import check_recipe
+    from pipeline.kernels.client import metadata
+    from pipeline.kernels.client.recipe_check import check_recipe
 
     spec = load_spec("watson")
     config = load_config("tpu", ["competition=watson"])  # model.weights=/kaggle/input/bert/...

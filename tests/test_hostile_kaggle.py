@@ -19,7 +19,7 @@ import pytest
 from pipeline import cli
 from pipeline.core import kaggle_client
 from pipeline.core.errors import PetalsError
-from pipeline.kernels.metadata import METADATA, SUMMARY
+from pipeline.kernels.client.metadata import METADATA, SUMMARY
 from tests.conftest import run_cli
 from tests.hostile import Tree, one_error_line, record
 from tests.kaggle_server import Behaviour, KaggleTestServer

@@ -22,8 +22,8 @@ import pytest
 
 from pipeline import cli
 from pipeline.core.errors import PetalsError
-from pipeline.kernels import bundle, generate
-from pipeline.kernels.metadata import SCRIPT
+from pipeline.kernels.client import bundle, generate
+from pipeline.kernels.client.metadata import SCRIPT
 from tests.conftest import REPO
 from tests.hostile import Tree, one_error_line, record
 
@@ -407,7 +407,7 @@ def test_without_git_each_competitions_own_classes_file_is_bundled(clone, monkey
 
 
 def test_a_kernel_script_that_never_answers_help_is_one_line(tmp_path, monkeypatch):
-    from pipeline.kernels import check
+    from pipeline.kernels.client import check
 
     monkeypatch.setattr(check, "HELP_TIMEOUT", 0.5)
     tree = Tree(tmp_path)

@@ -20,7 +20,7 @@ from competition.spec import SPEC_DIR
 from pipeline import cli
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import cell, listed, quoted, text
-from pipeline.kernels.metadata import METADATA, SUMMARY
+from pipeline.kernels.client.metadata import METADATA, SUMMARY
 from pipeline.runs import leaderboard
 from tests.hostile import Tree, one_error_line, record
 from tests.kaggle_server import Behaviour, KaggleTestServer

@@ -16,8 +16,8 @@ import pytest
 from competition import load_spec
 from pipeline import networks
 from pipeline.core.errors import PetalsError
-from pipeline.kernels.metadata import MODEL_SOURCE
-from pipeline.kernels.recipe_check import check_recipe, preset_model
+from pipeline.kernels.client.metadata import MODEL_SOURCE
+from pipeline.kernels.client.recipe_check import check_recipe, preset_model
 from pipeline.networks import keras_hub_text, keras_hub_vision
 from pipeline.tasks.recipe_config import load_config
 from tests.keras_hub_tiny import SIZE, write_vision_preset

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from pipeline import cli
-from pipeline.kernels import metadata as kernel
+from pipeline.kernels.client import metadata as kernel
 from pipeline.runs import leaderboard
 from pipeline.runs.submission_files import sample_ids
 from pipeline.tasks.competitions import check_submission

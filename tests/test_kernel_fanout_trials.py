@@ -17,7 +17,7 @@ import pytest
 
 from pipeline import cli
 from pipeline.core.rundir import RunDir
-from pipeline.kernels import metadata as kernel
+from pipeline.kernels.client import metadata as kernel
 from pipeline.runs import leaderboard
 from tests.conftest import TINY
 from tests.kaggle_server import Behaviour, KaggleTestServer, KernelPlan
@@ -219,8 +219,8 @@ def test_a_state_file_naming_trials_the_study_did_not_give_is_one_line(
 
 
 def test_a_trial_that_fails_in_its_kernel_is_named_and_the_others_go_on(monkeypatch, tmp_path):
-    from pipeline import kernel_shares
     from pipeline.cli import EXIT_PREEMPTED
+    from pipeline.kernels.script import share as kernel_shares
     from pipeline.stages import train as train_stage
 
     monkeypatch.setattr(train_stage, "train", lambda opts, judge=None: {"run": f"run-{opts.overrides[-1]}"})

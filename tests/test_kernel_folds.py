@@ -22,7 +22,7 @@ from pipeline.cv import held, merge
 from pipeline.cv.group import fold_config, group_id
 from pipeline.data import folds
 from pipeline.data.manifest import read_manifest
-from pipeline.kernels import check
+from pipeline.kernels.client import check
 from pipeline.modeling.inference import Predictions
 from pipeline.runs.submission_files import sample_ids
 from pipeline.tasks.competitions import size_of
@@ -299,7 +299,7 @@ def test_a_folds_kernel_run_as_kaggle_runs_it_leaves_its_fold_run_and_prediction
     import subprocess
     import sys
 
-    from pipeline.kernels import metadata
+    from pipeline.kernels.client import metadata
 
     recipe = [arg for o in TINY if not o.startswith("data.image_size") for arg in ("--set", o)]
     args = ["kernel", "generate", "--kernels-dir", str(tmp_path / "k"), "--recipe", "default",

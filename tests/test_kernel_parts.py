@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import kernel_main as template
 from pipeline.core import kaggle_input
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import KernelOptions
-from pipeline.kernels import metadata as kernel
+from pipeline.kernels.client import metadata as kernel
+from pipeline.kernels.script import main as template
 
 
 def _args(accelerator: str, **extra) -> KernelOptions:
@@ -63,7 +63,7 @@ def test_the_pre_push_checks_and_the_kernel_stage_do_not_import_each_other():
     done = run_python(
         """
         import sys
-        import pipeline.kernels.check
+        import pipeline.kernels.client.check
         print("pipeline.stages.kernel" in sys.modules)
         """
     )
@@ -192,7 +192,7 @@ def test_train_gets_the_sessions_limit_less_what_has_passed_and_a_reserve(monkey
 def test_a_kernels_settings_carry_its_session_limit():
     from competition import load_spec
     from pipeline.core.options import KernelOptions
-    from pipeline.kernels import generate
+    from pipeline.kernels.client import generate
     from pipeline.tasks.recipe_config import load_config
 
     config, spec = load_config("cpu"), load_spec("flowers")

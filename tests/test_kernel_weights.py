@@ -20,11 +20,12 @@ import keras
 import numpy as np
 import pytest
 
-from pipeline import cli, kernel_main
+from pipeline import cli
 from pipeline.core import kaggle_datasets
 from pipeline.core.errors import PetalsError
-from pipeline.kernels import metadata as kernel
-from pipeline.kernels import private_datasets, weights
+from pipeline.kernels.client import metadata as kernel
+from pipeline.kernels.client import private_datasets, weights
+from pipeline.kernels.script import main as kernel_main
 from pipeline.networks import keras_weights, registry
 from pipeline.tasks.recipe_config import load_config
 from tests.conftest import error_lines

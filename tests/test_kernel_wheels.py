@@ -14,10 +14,11 @@ import zipfile
 
 import pytest
 
-from pipeline import cli, kernel_main
+from pipeline import cli
 from pipeline.core import kaggle_datasets
-from pipeline.kernels import metadata as kernel
-from pipeline.kernels import private_datasets, wheels
+from pipeline.kernels.client import metadata as kernel
+from pipeline.kernels.client import private_datasets, wheels
+from pipeline.kernels.script import main as kernel_main
 from tests.conftest import error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer
 

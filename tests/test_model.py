@@ -138,7 +138,7 @@ def _on_a_named_preset(competition: str, recipe: str) -> bool:
     """A recipe whose weights are a keras-hub preset by name (a download here): its family builds,
     trains and predicts from a tiny preset, and the recipe attaches its preset and passes the kernel
     checks, in tests/test_keras_hub.py."""
-    from pipeline.kernels.recipe_check import preset_model
+    from pipeline.kernels.client.recipe_check import preset_model
 
     loaded = recipe_config.load_config(recipe, [f"competition={competition}"])
     return loaded.model.backbone != "bert" and preset_model(loaded) is not None

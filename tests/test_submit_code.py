@@ -4,6 +4,7 @@ waits for it to complete and submits the file it wrote, through the real kaggle 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from competition import load_spec
 from competition.submission import submission_frame
 from pipeline import cli
-from pipeline.kernels.metadata import METADATA, SCRIPT, content_digest
+from pipeline.kernels.client.metadata import METADATA, SCRIPT, content_digest
 from pipeline.runs import leaderboard
 from tests.conftest import error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer
@@ -154,7 +155,8 @@ def test_without_credentials_it_checks_the_csv_and_says_what_it_would_push_and_s
     assert f"submit its submission.csv to competition '{SLUG}'" in first and "message 'leaves v1'" in first
     assert checked.startswith(f"  {csv} (5 rows, ") and "passes the checks" in checked
     assert f"  wrote    {csv} (5 rows), NOT SUBMITTED (dry run)" in result.stdout
-    assert "`make submit COMPETITION=leaves`" in result.stdout
+    # the next step names the competition as it was given: here its file's path
+    assert re.search(r"`make submit COMPETITION=\S+/leaves/competition\.toml`", result.stdout)
     assert not leaderboard.board_file(csv.parent, "leaves").exists()
 
 

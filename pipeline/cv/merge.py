@@ -23,7 +23,7 @@ from pipeline.core.paths import check_name
 from pipeline.core.rundir import RunDir
 from pipeline.tasks.competitions import size_of
 
-RUNS = "petals_runs"  # where a kernel writes its runs (kernel_main.RUNS)
+RUNS = "petals_runs"  # where a kernel writes its runs (pipeline/kernels/script/main.py: RUNS)
 PREDICTED = ("val", "test")  # the splits a kernel predicts for each fold it trains
 
 

@@ -1,11 +1,11 @@
 """Kernel stage: a Kaggle kernel that runs a recipe on the accelerators Kaggle offers today.
 
 The command line of `pipeline.kernels` (`api.kernel`): `generate` writes `kernels/<name>/` and
-checks it (`pipeline/kernels/generate.py`), `check` checks it again, `push` uploads it, `status`
+checks it (`pipeline/kernels/client/generate.py`), `check` checks it again, `push` uploads it, `status`
 reports its run, and `output` downloads what it wrote and records the run on the offline leaderboard
-(`pipeline/kernels/remote.py`). With `--folds K --fold 0,1` the kernel trains those folds of the
+(`pipeline/kernels/client/remote.py`). With `--folds K --fold 0,1` the kernel trains those folds of the
 recipe's CV group, and `output` merges its fold runs into --runs-dir (`pipeline/cv/merge.py`).
-`fanout` pushes one kernel per fold (`pipeline/kernels/fanout.py`), or with `--trials N` kernels of
+`fanout` pushes one kernel per fold (`pipeline/kernels/client/fanout.py`), or with `--trials N` kernels of
 a study's trials, drawn here (`pipeline/sweep/fanout.py`).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.core.options import KernelOptions, from_args
-from pipeline.kernels.metadata import (
+from pipeline.kernels.client.metadata import (
     ACCELERATORS,
     CODE_COMPETITION_ACCELERATOR,
     DEFAULT_ACCELERATOR,
@@ -148,8 +148,8 @@ def run(args: argparse.Namespace) -> None:
 
 def kernel(action: str, options: KernelOptions) -> Any:
     """`api.kernel`: the action on the options' kernel (generate, check, push, status, output)."""
-    from pipeline.kernels import generate, remote
-    from pipeline.kernels.check import check
+    from pipeline.kernels.client import generate, remote
+    from pipeline.kernels.client.check import check
 
     generate.check_names(options)
     if action == "generate":
@@ -159,7 +159,7 @@ def kernel(action: str, options: KernelOptions) -> Any:
 
         return trials.fan_out(options)
     if action == "fanout":
-        from pipeline.kernels import fanout
+        from pipeline.kernels.client import fanout
 
         return fanout.fanout(options)
     folder = generate.folder_of(options)

@@ -26,7 +26,7 @@ from pipeline.core import options
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import text
 from pipeline.core.options import SubmitOptions
-from pipeline.kernels.metadata import CODE_COMPETITION_ACCELERATOR, DEFAULT_ACCELERATOR
+from pipeline.kernels.client.metadata import CODE_COMPETITION_ACCELERATOR, DEFAULT_ACCELERATOR
 from pipeline.runs import sent, submission_files
 from pipeline.runs.report import closing_summary
 from pipeline.stages import arguments
@@ -244,16 +244,16 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
 
 def submit_kernel(opts: SubmitOptions, spec, checked: Checked) -> None:
     """A code competition: push the kernel as a new version, wait until it completes, then submit the
-    file it wrote (pipeline/kernels/submission.py, resumable); a dry run without credentials."""
+    file it wrote (pipeline/kernels/client/submission.py, resumable); a dry run without credentials."""
     from pipeline.core import kaggle_client
-    from pipeline.kernels.metadata import (
+    from pipeline.kernels.client.metadata import (
         METADATA,
         code_kernel,
         content_digest,
         kernel_folder,
         resolve_accelerator,
     )
-    from pipeline.kernels.submission import KernelVersion
+    from pipeline.kernels.client.submission import KernelVersion
     from pipeline.runs import leaderboard
 
     slug, file_name = checked.slug, spec.submission_file

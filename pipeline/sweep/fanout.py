@@ -5,7 +5,7 @@ kernel's trials are drawn before it is pushed (TPE, with the trials still out co
 so the drawn points spread), the values written into its settings, and each trial tagged with the
 fan-out and share that hold it, so a fan-out stopped between asking and saving its state finds its
 trials again instead of asking new ones. The kernel trains each trial's run (with FOLDS=K, its CV
-group's folds); once its output is collected here (`pipeline/kernels/fanout.py`), each trial is
+group's folds); once its output is collected here (`pipeline/kernels/client/fanout.py`), each trial is
 told its score, the one `make sweep` compares (the schedule's end; a CV group: its folds' mean
 there), after checking the run carries the trial's values; a trial its kernel did not finish, or
 whose run is not this data's or not its values, is told failed, with why. Kernels cannot prune
@@ -22,9 +22,9 @@ from collections.abc import Callable
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import KernelOptions, SweepOptions
-from pipeline.kernels import fanout, generate, remote
-from pipeline.kernels.metadata import check_accelerator, default_name
-from pipeline.kernels.shares import Share
+from pipeline.kernels.client import fanout, generate, remote
+from pipeline.kernels.client.metadata import check_accelerator, default_name
+from pipeline.kernels.client.shares import Share
 from pipeline.sweep import setup as setups
 from pipeline.sweep import space, study, turns
 

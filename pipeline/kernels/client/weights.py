@@ -22,7 +22,7 @@ from pathlib import Path
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import sha256, write_atomically
 from pipeline.core.paths import check_name, inside
-from pipeline.kernels import private_datasets
+from pipeline.kernels.client import private_datasets
 from pipeline.networks.keras_weights import cached, check_size
 
 SLUG = "petals-weights"  # <owner>/petals-weights: one per Kaggle account, shared by its kernels

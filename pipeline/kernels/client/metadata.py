@@ -21,7 +21,7 @@ METADATA = "kernel-metadata.json"
 SCRIPT = "petals_kernel.py"
 NOTEBOOK = "petals_kernel.ipynb"
 SUMMARY = "petals_summary.json"
-TEMPLATE = Path(__file__).resolve().parents[1] / "kernel_main.py"
+TEMPLATE = Path(__file__).resolve().parents[1] / "script" / "main.py"
 
 # Accelerator ids the official client documents in 2026 (../shared/facts/tpus-in-2026.md) -> what the
 # session has. "None" is a CPU session: no machine_shape and no --accelerator at all.

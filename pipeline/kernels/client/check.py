@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
-from pipeline.kernels.metadata import (
+from pipeline.kernels.client.metadata import (
     DATASET_SOURCE,
     METADATA,
     SCRIPT,

@@ -6,7 +6,7 @@ index. `make kernel` downloads their wheels here, for Kaggle's Pythons, into
 `kernels/_datasets/petals-wheels/`, and attaches `<owner>/petals-wheels`; `make kernel-push` uploads
 that folder as a private dataset with the official client before the kernel: created once, a new
 version when its wheels changed, reused while they have not. The kernel installs from it with
-`pip --no-index --find-links` (`kernel_main.provide_offline`).
+`pip --no-index --find-links` (`pipeline/kernels/script/main.py`: `provide_offline`).
 
 The folder only grows: a kernel generated later with other packages adds its wheels beside the
 earlier ones, so a kernel generated earlier still finds its own in the newest version.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
-from pipeline.kernels import private_datasets
+from pipeline.kernels.client import private_datasets
 
 SLUG = "petals-wheels"  # <owner>/petals-wheels: one per Kaggle account, shared by its kernels
 MANIFEST = "petals-wheels.json"  # beside the folder, not uploaded: the requirements it holds wheels of

@@ -15,7 +15,7 @@ from pathlib import Path
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import text
 from pipeline.core.paths import check_name, shown
-from pipeline.kernels.metadata import check_kernel
+from pipeline.kernels.client.metadata import check_kernel
 
 PUSHES = 2  # a kernel that ends in an error is pushed again once
 # queued and running on Kaggle; complete there, its output not collected yet (a download that

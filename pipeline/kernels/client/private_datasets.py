@@ -16,7 +16,7 @@ from pathlib import Path
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
-from pipeline.kernels.metadata import read_metadata
+from pipeline.kernels.client.metadata import read_metadata
 
 DATASETS = "_datasets"  # kernels/_datasets/: datasets petals builds (no kernel name starts with "_")
 DATASET_METADATA = "dataset-metadata.json"  # the official client's; not uploaded as a file

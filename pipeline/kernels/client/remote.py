@@ -1,6 +1,6 @@
 """A generated kernel on Kaggle: push a new version, follow it, collect its outputs.
 
-Every call goes through `pipeline.core.kaggle_client`; a folder is checked (`pipeline.kernels.check`)
+Every call goes through `pipeline.core.kaggle_client`; a folder is checked (`pipeline.kernels.client.check`)
 by the caller before it is pushed. `wait_for_kernel` follows a pushed version to its end.
 """
 
@@ -15,7 +15,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import text
 from pipeline.core.paths import inside
 from pipeline.core.progress import Progress
-from pipeline.kernels.metadata import (
+from pipeline.kernels.client.metadata import (
     SUMMARY,
     read_folds_summary,
     read_json_object,
@@ -29,7 +29,7 @@ def push(folder: Path, timeout: int | None = None) -> int:
     """Push the folder as a new version of its kernel, once the wheels and weights datasets it attaches
     (if any) are on Kaggle; the version number Kaggle gave it."""
     from pipeline.core import kaggle_client
-    from pipeline.kernels import weights, wheels
+    from pipeline.kernels.client import weights, wheels
 
     wheels.publish(folder)
     weights.publish(folder)

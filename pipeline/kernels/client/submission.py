@@ -15,8 +15,8 @@ from pathlib import Path
 from pipeline.core import kaggle_client
 from pipeline.core.files import write_json
 from pipeline.core.foreign import text
-from pipeline.kernels import remote
-from pipeline.kernels.check import check
+from pipeline.kernels.client import remote
+from pipeline.kernels.client.check import check
 from pipeline.runs import leaderboard
 from pipeline.runs.sent import read_intent
 

@@ -32,14 +32,14 @@ from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import write_json
 from pipeline.core.options import KernelOptions
 from pipeline.core.paths import check_name
-from pipeline.kernels import generate, remote
-from pipeline.kernels.metadata import (
+from pipeline.kernels.client import generate, remote
+from pipeline.kernels.client.metadata import (
     SESSION_LIMIT,
     check_accelerator,
     default_name,
     read_metadata,
 )
-from pipeline.kernels.shares import ACTIVE, PUSHES, STATES, Share, load, one_line
+from pipeline.kernels.client.shares import ACTIVE, PUSHES, STATES, Share, load, one_line
 
 # Batch sessions Kaggle lets one user run at once, as its push refusals name them (2026).
 CONCURRENT = {"tpu": 1, "gpu": 2, "cpu": 5}
@@ -279,7 +279,7 @@ def _push_waiting(shares, options, session: str, limit: int, concurrent: int, sa
 def _push(share: Share, options: KernelOptions, report) -> Blocked | None:
     """Push the share's kernel: None once pushed, else what Kaggle's refusal says holds it back."""
     from pipeline.core import kaggle_client
-    from pipeline.kernels import weights, wheels
+    from pipeline.kernels.client import weights, wheels
 
     folder = options.kernels_dir / share.name
     wheels.publish(folder, report)  # uploaded once; each later share finds it there

@@ -1,6 +1,6 @@
 """A Kaggle kernel generated from a recipe: `kernels/<name>/`, checked before it replaces an earlier one.
 
-The kernel script is `pipeline/kernel_main.py` with the settings below and the files git tracks in
+The kernel script is `pipeline/kernels/script/main.py` with the settings below and the files git tracks in
 `pipeline/` and `competition/` bundled into it, byte for byte (`bundle.py`), beside
 `kernel-metadata.json` (`metadata.py`). What the kernel could not do on Kaggle is refused here, in
 one line (`recipe_check.py`): a retired accelerator, a backbone Kaggle's TPU image cannot build,
@@ -24,9 +24,9 @@ from pipeline.core.files import write_json
 from pipeline.core.options import KernelOptions
 from pipeline.core.paths import check_name, shown
 from pipeline.formats.base import resolutions_of
-from pipeline.kernels import weights, wheels
-from pipeline.kernels.bundle import REPO, bundle, bundle_members, check_carried
-from pipeline.kernels.metadata import (
+from pipeline.kernels.client import weights, wheels
+from pipeline.kernels.client.bundle import REPO, bundle, bundle_members, check_carried
+from pipeline.kernels.client.metadata import (
     ACCELERATORS,
     DATASET_SOURCE,
     KERNEL_STRATEGY,
@@ -45,7 +45,7 @@ from pipeline.kernels.metadata import (
     resolve_accelerator,
     resume_sources,
 )
-from pipeline.kernels.recipe_check import check_recipe, kernel_internet, preset_model, weights_file
+from pipeline.kernels.client.recipe_check import check_recipe, kernel_internet, preset_model, weights_file
 from pipeline.networks.registry import WEIGHT_CHOICES
 
 
@@ -263,7 +263,7 @@ def place_checked(folder: Path, text: str, meta: dict[str, Any]) -> Path:
     """Write the kernel into a temporary folder beside `folder`, check it there, and only then move
     its files into `folder`: a refused kernel (a secret in the bundle) leaves nothing behind, and an
     earlier good generation, with its downloaded output/, stays as it was."""
-    from pipeline.kernels.check import check
+    from pipeline.kernels.client.check import check
 
     made = [p for p in (folder.parent, *folder.parent.parents) if not p.exists()]
     folder.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""What a kernel of a fan-out trains (`pipeline/kernel_main.py` calls it): some folds of a CV group
+"""What a kernel of a fan-out trains (`pipeline/kernels/script/main.py` calls it): some folds of a CV group
 (`make kernel FOLDS=5 FOLD=0,1`, `make kernel-fanout FOLDS=5`), or a share of a study's trials
 (`make kernel-fanout TRIALS=N`), each trial with the values the study fixed before the push, since
 a kernel without internet cannot reach the study's database. No submission: the runs are merged,

@@ -21,7 +21,7 @@ from pipeline.core.paths import check_relative, inside, shown
 
 log = logging.getLogger(__name__)
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BUNDLED = ("pipeline", "competition")  # the packages the kernel carries
 BUNDLED_SUFFIXES = (".py", ".toml", ".txt")
 # What the kernel needs where git cannot say what belongs to the packages (an unpacked sdist, a

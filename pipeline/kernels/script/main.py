@@ -139,7 +139,7 @@ def use_shipped_weights(args: argparse.Namespace) -> list[str]:
     shipped = SETTINGS.get("shipped_weights")
     if not shipped:
         return []
-    from pipeline.kernels import weights
+    from pipeline.kernels.client import weights
 
     path = weights.mounted(shipped, args.input)
     args.extra.insert(0, f"model.weights={path}")  # after the recipe's overrides, before the script's --set
@@ -302,8 +302,9 @@ def set_up(args: argparse.Namespace, root: Path):
 def run(args: argparse.Namespace, root: Path) -> int:
     started = time.perf_counter()
     platform = set_up(args, root)
-    from pipeline import api, cli, kernel_shares
+    from pipeline import api, cli
     from pipeline.data.manifest import read_manifest
+    from pipeline.kernels.script import share
 
     runs, data_dir = args.working / RUNS, args.data_dir or scratch_dir("petals-data-") / "data"
     stage = Stages(started)
@@ -323,7 +324,7 @@ def run(args: argparse.Namespace, root: Path) -> int:
     # the folds' mean, made where every fold is; a trial is told to its study where it was asked.
     shared = SETTINGS.get("folds") or SETTINGS.get("trials")
     done: dict = {"fold_runs": {}, "trial_runs": {}, "trial_failed": {}} if shared else {}
-    work = kernel_shares.Work(
+    work = share.Work(
         SETTINGS, where, tuple(SETTINGS["overrides"]), tuple(args.extra), stage, platform,
         lambda: time_limit(started), now, args.working / SUBMISSIONS,
     )  # fmt: skip
@@ -331,9 +332,9 @@ def run(args: argparse.Namespace, root: Path) -> int:
     try:
         if done:
             if SETTINGS.get("trials"):
-                kernel_shares.train_trials(work, done["fold_runs"], done["trial_runs"], done["trial_failed"])
+                share.train_trials(work, done["fold_runs"], done["trial_runs"], done["trial_failed"])
             else:
-                kernel_shares.train_folds(work, done["fold_runs"])
+                share.train_folds(work, done["fold_runs"])
             write_summary(args, root, stage, read_manifest(data_dir) or {}, **done)
             made = done["fold_runs"] or {f"trial {n}": r for n, r in done["trial_runs"].items()}
             print(f"petals kernel: {' '.join(made)} done -> {runs}")
