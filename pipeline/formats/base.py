@@ -32,7 +32,7 @@ class Examples:
 
     ids: np.ndarray  # str
     inputs: tuple[np.ndarray, ...]
-    labels: np.ndarray | None  # targets: class ids, or rows of 0/1 over the classes (label_rank 1)
+    labels: np.ndarray | None  # targets: class ids, rows of 0/1 over the classes, or rows of numbers
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -141,6 +141,11 @@ class Format(ABC):
         (several labels an example). The competition's task must read the same
         (pipeline/tasks/competitions.py checks the two agree)."""
         return 0
+
+    def numeric_labels(self, layout) -> bool:
+        """Whether a label is a number (a regression's target, a row of one float): the
+        competition's task must read numbers then (pipeline/tasks/competitions.py)."""
+        return False
 
     def resolutions(self, layout) -> tuple[int, ...]:
         """The image sizes the competition's files come at, one copy each (TFRecord shards at

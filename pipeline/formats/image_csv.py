@@ -4,7 +4,8 @@ and its label (`train.csv`: `image_id,label` over `train_images/*.jpg`); an unla
 a folder whose file names are the ids the submission uses (`test_images/2216849948.jpg`).
 Labels are class ids (`labels_are = "ids"`: 0..n-1 in classes.txt's order), class names, or
 lists of class names separated by spaces, one list an image (`"name_lists"`: several labels an
-image, Plant Pathology's `scab frog_eye_leaf_spot`), read as a row of 0/1 over the classes.
+image, Plant Pathology's `scab frog_eye_leaf_spot`), read as a row of 0/1 over the classes; or
+numbers (`"numbers"`: a regression's target, Pawpularity's 1-100 score), read as a row of one float.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pipeline.core.foreign import listed
 from pipeline.core.paths import check_relative, inside, shown
 from pipeline.formats.base import ImageFiles, layout_of, register
 
-LABELS = ("ids", "names", "name_lists")
+LABELS = ("ids", "names", "name_lists", "numbers")
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,8 @@ class ImageCsvSplit:
     label_column: str = "label"
     labels_are: str = "ids"  # one of LABELS
     archive: str | None = None  # a zip Kaggle may ship the folder in
+    # What a file name adds to its id: Pawpularity's `Id` is `0007de18...` for `train/0007de18....jpg`.
+    id_suffix: str = ""
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,8 @@ class ImageCsv(ImageFiles):
             for key in ("folder", "labels", "archive"):  # joined onto the data dir, so inside it
                 if key == "folder" or getattr(own, key) is not None:
                     check_relative(getattr(own, key), f"[data.image_csv.{split}] {key}")
+            if not isinstance(own.id_suffix, str):
+                raise ValueError(f"[data.image_csv.{split}] id_suffix {shown(own.id_suffix)} is not a string")
             for key in ("id_column", "label_column"):  # looked up in a CSV's header
                 check_text(getattr(own, key), f"[data.image_csv.{split}] {key}")
             if (own.labels is not None) != (split in labeled):
@@ -69,7 +74,10 @@ class ImageCsv(ImageFiles):
 
     def label_rank(self, layout: ImageCsvLayout) -> int:
         labelled = [s for s in layout.splits.values() if s.labels is not None]
-        return int(any(s.labels_are == "name_lists" for s in labelled))
+        return int(any(s.labels_are in ("name_lists", "numbers") for s in labelled))
+
+    def numeric_labels(self, layout: ImageCsvLayout) -> bool:
+        return any(s.labels_are == "numbers" for s in layout.splits.values() if s.labels is not None)
 
     def entries(self, spec) -> dict[str, tuple[str, str | None]]:
         entries = {}
@@ -105,9 +113,11 @@ class ImageCsv(ImageFiles):
     def images(self, root: Path, spec, split: str) -> list[tuple[str, Path, str | None]]:
         own = layout_of(spec).splits[split]
         top = self.folder(root, spec, split)
-        if own.labels is None:  # the file names are the ids
+        end = own.id_suffix
+        if own.labels is None:  # the file names are the ids (less the suffix, where one is named)
             listed = (p.relative_to(top).as_posix() for p in top.rglob("*"))
-            return [(i, inside(top, i, "image", top), None) for i in listed if (top / i).is_file()]
+            files = [i for i in listed if (top / i).is_file()]
+            return [(_without(i, end), inside(top, i, "image", top), None) for i in files]
         path, rows = self._label_rows(root, spec, split)
         missing = {own.id_column, own.label_column} - set(rows.columns)
         if missing:
@@ -118,13 +128,13 @@ class ImageCsv(ImageFiles):
         # the data dir (a link out included); row n is the CSV's line n + 2, after its header.
         ids = rows[own.id_column]
         found = [
-            (i, inside(top, i, f"line {n + 2} {own.id_column}", path), label)
+            (i, inside(top, i + end, f"line {n + 2} {own.id_column}", path), label)
             for n, (i, label) in enumerate(zip(ids, rows[own.label_column], strict=True))
         ]
         twice = ids[ids.duplicated()]
         if len(twice):
             raise PetalsError(f"{path}: {own.id_column} {shown(twice.iloc[0])} is listed twice")
-        listed = set(ids)
+        listed = {i + end for i in ids}
         for image_id, image, label in found:
             self.target(spec, label, f"{path} ({shown(image_id)})")  # the CSV's line, named
             if not image.is_file():
@@ -140,11 +150,32 @@ class ImageCsv(ImageFiles):
             return super().target(spec, label, where)
         if own.labels_are == "name_lists":
             return _name_list(spec, label, where)
+        if own.labels_are == "numbers":
+            return number_row(label, where)
         # ASCII digits only, and few of them: int() refuses '²' and numbers of 4300 digits
         digits = isinstance(label, str) and label.isascii() and label.isdigit() and len(label) <= 6
         if digits and int(label) < spec.num_classes:
             return int(label)
         raise PetalsError(f"{where}: label {shown(label)} is not a class id (0 to {spec.num_classes - 1})")
+
+
+def _without(name: str, suffix: str) -> str:
+    """A file's id: its name less `suffix` (the whole name where it does not end so)."""
+    return name[: len(name) - len(suffix)] if suffix and name.endswith(suffix) else name
+
+
+def number_row(label, where):
+    """A cell holding one finite number (`37`, `-1.25`, `3e2`), as a row of one float32; anything
+    else (`n/a`, `inf`, an empty cell) refused in one line naming `where`."""
+    import numpy as np
+
+    try:
+        value = float(label) if isinstance(label, str) and len(label) <= 64 else float("nan")
+    except ValueError:
+        value = float("nan")
+    if not np.isfinite(value):
+        raise PetalsError(f"{where}: label {shown(label)} is not a finite number")
+    return np.array([value], np.float32)
 
 
 def _name_list(spec, label, where):

@@ -13,6 +13,8 @@ from pipeline.core.paths import check_relative, inside, shown
 from pipeline.formats.base import Examples, FileFormat, layout_of, register
 from pipeline.formats.table_layout import TableLayout
 
+LABELS = ("ids", "numbers")  # what a label cell holds: a class id, or a number (a regression's)
+
 
 @dataclass(frozen=True)
 class TableFile:
@@ -57,7 +59,12 @@ def _table(raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...
             text_columns=text("text_columns", many=True),
             label_column=text("label_column") if split in labeled else None,
             escapechar=text("escapechar") if own.get("escapechar") is not None else None,
+            labels_are=text("labels_are") if own.get("labels_are") is not None else "ids",
         )
+        if layout.labels_are not in LABELS:
+            raise ValueError(
+                f"[data.table.{split}] labels_are {layout.labels_are!r} is not one of: {', '.join(LABELS)}"
+            )
         if not 1 <= len(layout.text_columns) <= 2:
             raise ValueError(
                 f"[data.table] text_columns: one text or a pair, got {list(layout.text_columns)}"
@@ -79,6 +86,12 @@ class Table(FileFormat):
         self, raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]
     ) -> TableFilesLayout:
         return _table(raw, splits, labeled)
+
+    def label_rank(self, layout: TableFilesLayout) -> int:
+        return int(self.numeric_labels(layout))  # a number is a row of one float
+
+    def numeric_labels(self, layout: TableFilesLayout) -> bool:
+        return any(t.layout.labels_are == "numbers" for t in layout.splits.values() if t.layout.label_column)
 
     def entries(self, spec) -> dict[str, tuple[str, str | None]]:
         return {split: (table.file, table.archive) for split, table in layout_of(spec).splits.items()}
@@ -107,12 +120,18 @@ class Table(FileFormat):
         return len(rows), rows[layout.id_column].tolist()
 
     def examples(self, root: Path, spec, split: str):
-        import numpy as np
 
         layout, rows = self._rows(root, spec, split)
         label = layout.label_column
         return Examples(
             ids=rows[layout.id_column].to_numpy(str),
             inputs=tuple(rows[column].to_numpy(str) for column in layout.text_columns),
-            labels=rows[label].to_numpy(np.int64) if label else None,
+            labels=None if not label else _targets(rows[label], layout.labels_are),
         )
+
+
+def _targets(cells, labels_are: str):
+    """A labelled table's targets: class ids, or numbers as rows of one float32 (a regression's)."""
+    import numpy as np
+
+    return cells.to_numpy(np.float32)[:, None] if labels_are == "numbers" else cells.to_numpy(np.int64)

@@ -15,3 +15,4 @@ class TableLayout:
     text_columns: tuple[str, ...]  # one text, or a pair (premise, hypothesis)
     label_column: str | None  # None for a split without labels
     escapechar: str | None = None  # "\\" where inner quotes are written \"
+    labels_are: str = "ids"  # class ids 0..n-1, or "numbers" (a regression's target: CommonLit's)

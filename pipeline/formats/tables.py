@@ -13,6 +13,7 @@ import csv
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from pipeline.core.csv_bounds import TEXT_TABLE, check_csv
@@ -30,9 +31,10 @@ def read_table(
     every_column: bool = False,
 ) -> pd.DataFrame:
     """The file's rows with string ids and texts (and int labels in [0, num_classes) where the
-    layout has labels; `every_column`: the file's other columns too). Raises PetalsError naming
-    the file, and the row or value, for a file that does not parse as laid out, a missing column,
-    an empty or repeated id, an empty text, or a label outside the classes; and, before it is read
+    layout has labels, finite numbers where they are numbers; `every_column`: the file's other
+    columns too). Raises PetalsError naming the file, and the row or value, for a file that does
+    not parse as laid out, a missing column, an empty or repeated id, an empty text, or a label
+    outside the classes (not a finite number); and, before it is read
     whole, for one past TEXT_TABLE's bytes or a text's length, more rows than `declared_rows`
     allow, or an id past MAX_ID_BYTES."""
     if not path.is_file():
@@ -63,7 +65,9 @@ def read_table(
     _check_ids(path, table[layout.id_column])
     for column in layout.text_columns:
         _check_texts(path, table[column], column)
-    if layout.label_column:
+    if layout.label_column and layout.labels_are == "numbers":
+        table[layout.label_column] = _numbers(path, table[layout.label_column], layout.label_column)
+    elif layout.label_column:
         table[layout.label_column] = _labels(path, table[layout.label_column], num_classes)
     return (table if every_column else table[wanted]).reset_index(drop=True)
 
@@ -110,6 +114,19 @@ def _labels(path: Path, values: pd.Series, num_classes: int | None) -> pd.Series
             f"{path}: label {shown(values[where])} on line {_row(where)} is not a class{allowed}"
         )
     return numbers.astype("int64")
+
+
+def _numbers(path: Path, values: pd.Series, column: str) -> pd.Series:
+    """A regression's targets: each cell a finite number, else one line naming the file and row."""
+    numbers = pd.to_numeric(values.where(values.str.len() <= 64), errors="coerce")
+    bad = ~np.isfinite(numbers.to_numpy(np.float64))
+    if bad.any():
+        where = int(np.argmax(bad))
+        raise PetalsError(
+            f"{path}: {column} {shown(values.iloc[where])} on line {_row(values.index[where])} "
+            "is not a finite number"
+        )
+    return numbers.astype("float64")
 
 
 def write_table(

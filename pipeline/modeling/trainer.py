@@ -111,9 +111,10 @@ class Trainer:
         )
         # The best val score so far, greater is better (a lower-is-better metric negated; no val: -loss).
         self.best_score = -np.inf
-        self.class_counts = None
+        # The class counts a logit-adjusted loss weighs by; a regression's target mean and std.
+        self.class_counts = job.task.target_summary(job.train, config)
+        job.task.fit_output(self.net, self.class_counts)
         if config.train.logit_adjustment:
-            self.class_counts = job.train.class_counts(config)
             log.info(
                 "train: logit adjustment tau=%g over %d..%d training images per class",
                 config.train.logit_adjustment,
@@ -338,7 +339,12 @@ class Trainer:
             self.job.tracker.epoch(history)
         self.checkpoint.save(epoch + 1, self.best_score)  # last, so a checkpoint implies its outputs
         if self._header_due:
-            log.info("train: %s", epoch_header(self.job.spec.metric.title, self.job.task.unit))
+            log.info(
+                "train: %s",
+                epoch_header(
+                    self.job.spec.metric.title, self.job.task.unit, self.job.task.train_metric_title
+                ),
+            )
             self._header_due = False
         log.info("train: %s", epoch_line(row, self.config.train.epochs, self.job.spec.score_key))
         self.stop.epoch_ended(epoch + 1, row)  # a sweep's judge may stop the run here

@@ -84,7 +84,10 @@ class TextClassification(SingleLabel):
             len(examples), min(size, len(examples)), replace=False
         )
         table = pd.DataFrame(
-            {"id": examples.ids[rows], "label": [spec.classes[i] for i in examples.labels[rows]]}
+            {
+                "id": examples.ids[rows],
+                "label": [self.label_text(label, spec) for label in examples.labels[rows]],
+            }
         )
         for k, column in enumerate(examples.inputs):
             name = "text" if len(examples.inputs) == 1 else f"text_{k + 1}"
