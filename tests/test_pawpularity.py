@@ -119,14 +119,15 @@ def test_a_submission_cell_that_is_not_a_finite_number_is_named_in_one_line(tmp_
 
 @pytest.mark.slow
 def test_a_tiny_network_on_the_embedded_photos_is_well_under_the_mean(cpu, tmp_path):
-    """A small CNN at 32 px, 8 short epochs on half the embedded photos: val RMSE at most 0.8 of
-    predicting the training mean there; its submission holds numbers in 1..100 for every test id."""
+    """A small CNN at 32 px, 3 short epochs on half the embedded photos (about 5 s of training):
+    val RMSE at most 0.8 of predicting the training mean there (0.55 measured); its submission
+    holds numbers in 1..100 for every test id."""
     from pipeline import api
 
     data_dir = tmp_path / "data"
     fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=0.5, progress=False), SPEC)
     overrides = (f"competition={SPEC.name}", "model.backbone=cnn", "data.image_size=32", "data.batch_size=16",
-                 "train.epochs=8", "train.steps_per_epoch=40", "train.lr_start=3e-3", "train.lr_max=3e-3",
+                 "train.epochs=3", "train.steps_per_epoch=30", "train.lr_start=3e-3", "train.lr_max=3e-3",
                  "train.lr_ramp_epochs=0", "train.lr_decay=0.8")  # fmt: skip
     where = {"runs_dir": tmp_path / "runs", "strategy": "cpu", "recipe": "default"}
     api.train(api.TrainOptions(data_dir=data_dir, overrides=overrides, **where))

@@ -6,11 +6,13 @@ digits as Kaggle's are. The photos are the dogs-vs-cats embedded pets (synthetic
 then lit, framed and spoiled as its flags say. Deterministic from one seed.
 
 The score is a function of what is drawn, plus noise, so a model can learn it and a test can
-tell one that did: a brighter photo is more popular (its light alone spans 50 points; every
-photo is brought to one mean pixel first, so the light, not the background, sets it), a near
-pet gains 8, a blurred photo loses 12, an occluded one 6; then N(0, 5) noise, rounded and kept in
-1..100. Predicting the mean scores an RMSE near 16, a model that sees the light and the
-framing under 8. The other flags are drawn at the real train.csv's shares and change nothing.
+tell one that did: a warmer photo is more popular (its colour temperature alone spans 50 points;
+every photo is first balanced to grey and brought to one brightness, so the warmth, not the
+background, sets its red against its blue, and the brightness and contrast jitter the
+competition keeps the label under leave it alone), a near pet gains 8, a blurred photo loses
+12, an occluded one 6; then N(0, 5) noise, rounded and kept in 1..100. Predicting the mean
+scores an RMSE near 16, a model that sees the warmth and the framing under 8. The other flags
+are drawn at the real train.csv's shares and change nothing.
 """
 
 from __future__ import annotations
@@ -34,20 +36,20 @@ FLAGS = {
     "Group": 0.13, "Collage": 0.05, "Human": 0.17, "Occlusion": 0.17, "Info": 0.06, "Blur": 0.07,
 }  # fmt: skip
 DEFAULT_COUNTS = {"train": 600, "test": 30}
-LIGHT = (0.5, 1.3)  # the photo's brightness, a factor on its pixels
-MEAN_PIXEL = 110.0  # each photo's mean pixel before its light: the light is what sets it
+WARMTH = (-1.0, 1.0)  # the photo's colour temperature: red up and blue down by 30% at 1
+MEAN_PIXEL = 110.0  # each channel's mean pixel before the warmth: the warmth is what sets red against blue
 
 
-def score(light: float, flags: dict[str, int], rng: np.random.Generator) -> int:
-    """The Pawpularity of a photo drawn with `light` and `flags`: what a model must learn."""
-    base = 20 + 50 * (light - LIGHT[0]) / (LIGHT[1] - LIGHT[0])
+def score(warmth: float, flags: dict[str, int], rng: np.random.Generator) -> int:
+    """The Pawpularity of a photo drawn with `warmth` and `flags`: what a model must learn."""
+    base = 20 + 50 * (warmth - WARMTH[0]) / (WARMTH[1] - WARMTH[0])
     value = base + 8 * flags["Near"] - 12 * flags["Blur"] - 6 * flags["Occlusion"] + rng.normal(0, 5)
     return int(np.clip(round(value), 1, 100))
 
 
-def render(light: float, flags: dict[str, int], rng: np.random.Generator) -> np.ndarray:
-    """A pet photo, lit by `light`, its pet near (the middle, enlarged), blurred or occluded as
-    `flags` say."""
+def render(warmth: float, flags: dict[str, int], rng: np.random.Generator) -> np.ndarray:
+    """A pet photo of colour temperature `warmth`, its pet near (the middle, enlarged), blurred or
+    occluded as `flags` say."""
     pet = Image.fromarray(render_pet(str(rng.choice(["cat", "dog"])), rng))
     width, height = pet.size
     if flags["Near"]:
@@ -60,8 +62,9 @@ def render(light: float, flags: dict[str, int], rng: np.random.Generator) -> np.
     if flags["Blur"]:
         pet = pet.filter(ImageFilter.GaussianBlur(4))
     pixels = np.asarray(pet, np.float32)
-    pixels *= MEAN_PIXEL / max(float(pixels.mean()), 1.0)  # every photo as bright, before its light
-    return np.clip(pixels * light, 0, 255).astype(np.uint8)
+    pixels *= MEAN_PIXEL / np.maximum(pixels.mean(axis=(0, 1)), 1.0)  # grey-balanced, one brightness
+    pixels *= np.array([1 + 0.3 * warmth, 1.0, 1 - 0.3 * warmth], np.float32)
+    return np.clip(pixels, 0, 255).astype(np.uint8)
 
 
 def _flags(rng: np.random.Generator) -> dict[str, int]:
@@ -82,9 +85,9 @@ def write_dataset(
         rows = []
         for _ in range(counts[split]):
             image_id = "".join(f"{b:02x}" for b in rng.integers(0, 256, 16))
-            flags, light = _flags(rng), float(rng.uniform(*LIGHT))
-            (folder / f"{image_id}.jpg").write_bytes(encode_jpeg(render(light, flags, rng)))
-            rows.append({"Id": image_id, **flags, SPEC.label_column: score(light, flags, rng)})
+            flags, warmth = _flags(rng), float(rng.uniform(*WARMTH))
+            (folder / f"{image_id}.jpg").write_bytes(encode_jpeg(render(warmth, flags, rng)))
+            rows.append({"Id": image_id, **flags, SPEC.label_column: score(warmth, flags, rng)})
             tick()
         table = pd.DataFrame(rows).sort_values("Id")
         tables[split] = table if split == "train" else table.drop(columns=[SPEC.label_column])
