@@ -9,10 +9,11 @@ EPOCH_COLUMNS = (  # (title, width) of each column of an epoch's line
 )  # fmt: skip
 
 
-def epoch_header(metric_title: str, unit: str = "img", acc: str = "acc") -> str:
+def epoch_header(metric_title: str, unit: str = "img", accuracy: str = "accuracy") -> str:
     """The column names above the epoch lines: the metric's as people write it, examples per
-    second in images (`img`) or texts (`ex`), and the task's training metric (`acc`, a
-    regression's `rmse`: `Task.train_metric_title`)."""
+    second in images (`img`) or texts (`ex`), and the task's training metric (`Task.train_metric_title`:
+    accuracy as `acc`, a regression's `rmse`)."""
+    acc = accuracy if len(accuracy) <= 4 else accuracy[:3]  # the column is 7 wide, "val ..." 8
     return " ".join(
         f"{title.format(metric='val ' + metric_title, unit=unit, acc=acc):>{width}}"
         for title, width in EPOCH_COLUMNS

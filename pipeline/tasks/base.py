@@ -54,7 +54,7 @@ class Task(ABC):
     # the stages that write one then pass them to `submission_values`.
     decides_on_val: ClassVar[bool] = False
     # What the training metric ("accuracy" in the logs) is, as the epoch lines and plots title it.
-    train_metric_title: ClassVar[str] = "acc"
+    train_metric_title: ClassVar[str] = "accuracy"
     # What a submission row may hold (competition/spec.py's SUBMISSION_VALUES) for this task.
     submission_kinds: ClassVar[tuple[str, ...]]
 
