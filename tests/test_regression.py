@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import keras
 import numpy as np
+import pandas as pd
 import pytest
 
 from pipeline.core.errors import PetalsError
@@ -94,3 +95,41 @@ def test_a_number_task_metric_or_label_column_that_disagree_are_refused_in_one_l
     (folder / "classes.txt").write_text("low\nhigh\n")
     with pytest.raises(PetalsError, match=refused):
         load_competition(str(toml))
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # four fold runs and a blend: the longest chains run alone (`make test-heavy`)
+def test_cv_groups_of_numbers_give_out_of_fold_numbers_and_blend_into_one_submission(cpu, tmp_path):
+    """Two tiny CV groups on a tenth of the embedded Pawpularity photos: each group's OOF rows are
+    every labelled photo with its score, its CV score the RMSE over them; their equal blend is the
+    mean of their numbers, out of fold and on the test set, and ranks on the board by RMSE."""
+    from pipeline import api
+    from pipeline.modeling.inference import Predictions
+    from pipeline.runs import leaderboard
+    from pipeline.stages.fetch import FetchOptions, fetch
+
+    spec = TASK_SPEC()
+    data_dir = tmp_path / "data"
+    fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=0.1, progress=False), spec)
+    tiny = (f"competition={spec.name}", "model.backbone=cnn", "data.image_size=32", "data.batch_size=8",
+            "train.epochs=1", "train.steps_per_epoch=2")  # fmt: skip
+    where = {"runs_dir": tmp_path / "runs", "submissions_dir": tmp_path / "s", "strategy": "cpu"}
+    groups = []
+    for seed in (0, 1):
+        overrides = (*tiny, f"seed={seed}")
+        options = api.CVOptions(data_dir=data_dir, overrides=overrides, recipe="default", folds=2, **where)
+        metrics = api.cv_train(options)
+        api.cv_predict(options)
+        oof = Predictions.load(tmp_path / "runs" / metrics["group"] / "oof_predictions.npz")
+        assert oof.labels.dtype == np.float32 and oof.probabilities.shape == (60, 1)
+        assert metrics["cv_score"] == pytest.approx(spec.metric.score(oof.labels, oof.probabilities))
+        groups.append((metrics["group"], oof))
+    names = tuple(g for g, _ in groups)
+    path = api.ensemble(api.EnsembleOptions(runs=names, method="equal", data_dir=data_dir, **where))
+    tests = [Predictions.load(tmp_path / "runs" / g / "test_predictions.npz") for g, _ in groups]
+    mean = (tests[0].probabilities[:, 0] + tests[1].probabilities[:, 0]) / 2
+    written = pd.read_csv(path).set_index("Id")["Pawpularity"]
+    assert [written[i] for i in tests[0].ids] == pytest.approx(np.clip(mean, 1, 100), abs=1e-5)
+    board = leaderboard.ranked(leaderboard.read(leaderboard.board_file(tmp_path / "s", spec.name)), spec.name)
+    scores = [float(v.split()[0]) for v in board["rmse"]]
+    assert len(scores) == 3 and scores == sorted(scores)  # lower RMSE first
