@@ -45,7 +45,7 @@ class Task(ABC):
     # softmax over the classes for one class an example, a sigmoid per label for several.
     activation: ClassVar[str]
     # What an example's target is (pipeline/data/targets.py): 0, one class id; 1, a row of 0/1
-    # over the classes. The competition's data format must read its labels the same way.
+    # over the classes, or of numbers. The competition's data format must read its labels the same way.
     label_rank: ClassVar[int]
     # Whether that target is numbers (a regression's: a row of one float), read from a numeric
     # label column (`labels_are = "numbers"`); its metric then reads numbers.
