@@ -10,9 +10,10 @@ tell one that did: a warmer photo is more popular (its colour temperature alone 
 every photo is first balanced to grey and brought to one brightness, so the warmth, not the
 background, sets its red against its blue, and the brightness and contrast jitter the
 competition keeps the label under leave it alone), a near pet gains 8, a blurred photo loses
-12, an occluded one 6; then N(0, 5) noise, rounded and kept in 1..100. Predicting the mean
-scores an RMSE near 16, a model that sees the warmth and the framing under 8. The other flags
-are drawn at the real train.csv's shares and change nothing.
+12, an occluded one 6; then N(0, 5) noise, rounded and kept in 1..100. The scores' standard
+deviation, what predicting the mean scores, is about 16 by construction; a model that reads the
+warmth and the framing is left with the noise's 5. The other flags are drawn at the real
+train.csv's shares and change nothing.
 """
 
 from __future__ import annotations
