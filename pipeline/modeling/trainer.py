@@ -339,10 +339,8 @@ class Trainer:
             self.job.tracker.epoch(history)
         self.checkpoint.save(epoch + 1, self.best_score)  # last, so a checkpoint implies its outputs
         if self._header_due:
-            task = self.job.task
-            log.info(
-                "train: %s", epoch_header(self.job.spec.metric.title, task.unit, task.train_metric_title)
-            )
+            task, title = self.job.task, self.job.spec.metric.title
+            log.info("train: %s", epoch_header(title, task.unit, task.train_metric_title))
             self._header_due = False
         log.info("train: %s", epoch_line(row, self.config.train.epochs, self.job.spec.score_key))
         self.stop.epoch_ended(epoch + 1, row)  # a sweep's judge may stop the run here
