@@ -6,6 +6,7 @@ well under predicting the training mean."""
 from __future__ import annotations
 
 import shutil
+import tomllib
 
 import numpy as np
 import pandas as pd
@@ -40,7 +41,9 @@ def test_a_code_competition_of_one_number_a_photo_scored_by_rmse():
     )  # fmt: skip
     assert SPEC.code_competition and SPEC.default_slug == "petfinder-pawpularity-score"
     assert SPEC.classes == ("Pawpularity",) and SPEC.value_range == (1.0, 100.0)  # no classes.txt
-    assert SPEC.format_table is not None and "metadata_columns" not in SPEC.format_table
+    # The 12 flags are declared (not read yet: the task reads the photo alone), as drawn.
+    declared = tomllib.loads(SPEC.file.read_text())["data"]["metadata_columns"]
+    assert declared == list(FLAGS) and len(declared) == 12
     assert (TASK.activation, TASK.numeric_target, TASK.label_rank) == ("standardised", True, 1)
     assert recipe_path("cpu", SPEC.name) == get_task("image_classification").recipes_dir / "cpu.toml"
 
