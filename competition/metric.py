@@ -3,7 +3,8 @@
 A competition file names one (`metric = "macro_f1"`); `get_metric` turns the name into a
 `Metric` that scores class probabilities against labels. Metrics on classes take the argmax;
 metrics on probabilities take them as they are (a binary task scores P(class 1), the way
-Kaggle's binary log loss and ROC AUC read a submission's one probability column).
+Kaggle's binary log loss and ROC AUC read a submission's one probability column); metrics on
+numbers (RMSE, MAE, MCRMSE: a regression's) take the outputs as the numbers predicted, lower better.
 """
 
 from __future__ import annotations
@@ -24,6 +25,27 @@ def mean_f1(labels: np.ndarray, decided: np.ndarray) -> float:
     """Kaggle's Mean F1-Score of multi-label rows: each row's F1 of its predicted labels against its
     true ones, averaged over the rows (scikit-learn's `average="samples"`)."""
     return float(sk.f1_score(np.asarray(labels), np.asarray(decided), average="samples", zero_division=0))
+
+
+def rmse(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Root mean squared error (Pawpularity's, CommonLit's); of rows of several columns, over
+    every cell."""
+    return float(sk.root_mean_squared_error(np.ravel(y_true), np.ravel(y_pred)))
+
+
+def mae(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Mean absolute error."""
+    return float(sk.mean_absolute_error(np.ravel(y_true), np.ravel(y_pred)))
+
+
+def mcrmse(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Mean column-wise RMSE (Feedback Prize ELL's): each target column's RMSE, averaged over the
+    columns (scikit-learn's `multioutput="raw_values"`, then the mean)."""
+    y_true, y_pred = np.asarray(y_true, np.float64), np.asarray(y_pred, np.float64)
+    columns = sk.root_mean_squared_error(
+        y_true.reshape(len(y_true), -1), y_pred.reshape(len(y_pred), -1), multioutput="raw_values"
+    )
+    return float(np.mean(columns))
 
 
 def _accuracy(labels: np.ndarray, predicted: np.ndarray) -> float:
@@ -75,7 +97,8 @@ class Metric:
     # "class": argmax of the probabilities | "probability": the probabilities | "labels": rows of
     # labels, each label held when its probability is at least 0.5 (a task may decide otherwise
     # and score its decisions with `score_decided`) | "label_probabilities": rows of labels'
-    # probabilities, as they are
+    # probabilities, as they are | "number": the outputs as they are, numbers [n, columns] against
+    # true numbers
     reads: str
     greater_is_better: bool
     _fn: Callable[[np.ndarray, np.ndarray], float]
@@ -97,6 +120,8 @@ class Metric:
             return self._fn(labels, probabilities.argmax(axis=1))
         if self.reads == "labels":
             return self.score_decided(labels, (probabilities >= 0.5).astype(np.int32))
+        if self.reads == "number":  # one column of numbers [n, 1] against [n] or [n, 1] alike
+            return self._fn(labels.reshape(len(labels), -1), probabilities)
         return self._fn(labels, probabilities)
 
     def score_decided(self, labels: np.ndarray, decided: np.ndarray) -> float:
@@ -162,6 +187,9 @@ METRICS: dict[str, Metric] = {
         Metric(
             "mean_column_roc_auc", "mean column ROC AUC", "label_probabilities", True, mean_column_roc_auc
         ),
+        Metric("rmse", "RMSE", "number", False, rmse),
+        Metric("mae", "MAE", "number", False, mae),
+        Metric("mcrmse", "MCRMSE", "number", False, mcrmse),
     )
 }
 

@@ -1,7 +1,8 @@
 """The competition spec: one frozen dataclass loaded from `competition/<name>/competition.toml`.
 
 A competition is its folder: `competition.toml` names its task (pipeline/tasks/) and its data
-format (pipeline/formats/), `classes.txt` lists its classes in id order, and `recipes/`
+format (pipeline/formats/), `classes.txt` lists its classes in id order (a regression, whose
+submission is a number, has none), and `recipes/`
 holds the recipes it overrides (the task's cpu, gpu and tpu recipes serve otherwise). Pipeline
 code reads everything competition-specific from here, so a competition of a known task and
 format needs only its file and class list.
@@ -29,10 +30,11 @@ from pipeline.core.paths import check_name, check_relative, shown
 SPEC_DIR = Path(__file__).resolve().parent
 SPEC_FILE = "competition.toml"
 CLASSES_FILE = "classes.txt"
-# A class id per row, the probability of class 1, the labels a row holds ("scab rust"), or a
-# probability per label, one column each (Jigsaw's `id,toxic,...,identity_hate`); the
-# competition's task says which it writes (`Task.submission_kinds`).
-SUBMISSION_VALUES = ("class", "probability", "labels", "label_probabilities")
+# A class id per row, the probability of class 1, the labels a row holds ("scab rust"), a
+# probability per label, one column each (Jigsaw's `id,toxic,...,identity_hate`), or a number (a
+# regression's: Pawpularity's score); the competition's task says which it writes
+# (`Task.submission_kinds`).
+SUBMISSION_VALUES = ("class", "probability", "labels", "label_probabilities", "number")
 # How Kaggle takes a submission: a CSV uploaded through the API, or (a code competition) the
 # submission file a notebook version writes, sent with the API's code-submission call.
 SUBMITTED_BY = ("file", "code")
@@ -75,6 +77,9 @@ class CompetitionSpec:
     # A submission's value columns after the id: `[submission] label_columns`, or the label columns
     # for a probability per label, else the one `label_column`.
     submission_columns: tuple[str, ...] = ()
+    # A number submission's range as the competition states it (`[submission] range = [1, 100]`:
+    # Pawpularity's scores): predictions are clipped to it; None, to the labelled rows' range.
+    value_range: tuple[float, float] | None = None
 
     @property
     def grouped(self) -> bool:
@@ -128,9 +133,15 @@ def _read_classes(folder: Path, value: object) -> tuple[str, ...]:
     return names
 
 
-def _classes(folder: Path, raw: dict, label_columns: tuple[str, ...]) -> tuple[str, ...]:
+def _classes(
+    folder: Path, raw: dict, label_columns: tuple[str, ...], value: str, submission: dict
+) -> tuple[str, ...]:
     """The class list: classes.txt; or, for data with a column per label, those columns, in order,
-    where the file is omitted (one it names, or one beside it, must list the same)."""
+    where the file is omitted (one it names, or one beside it, must list the same). A competition
+    whose submission is a number has none: its one output column is the target, named as the
+    submission names it (`classes` is then `("Pawpularity",)`)."""
+    if value == "number":
+        return (_text(submission, "label_column", "[submission] label_column"),)
     if label_columns and "classes_file" not in raw and not (folder / CLASSES_FILE).exists():
         return label_columns
     classes = _read_classes(folder, raw.get("classes_file", CLASSES_FILE))
@@ -316,7 +327,7 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         name=check_name(raw["name"], "name"),  # names the leaderboard and the run dirs
         title=_text(raw, "title", "title"),
         slugs=_slugs(raw["slugs"]),
-        classes=_classes(path.parent, raw, label_columns),
+        classes=_classes(path.parent, raw, label_columns, value, submission),
         metric=metric,
         task=check_name(raw["task"], "task"),
         format=form,
@@ -340,4 +351,19 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         **_grouping(data),
         label_columns=label_columns,
         submission_columns=columns,
+        value_range=_range(submission.get("range")),
     )
+
+
+def _range(value: object) -> tuple[float, float] | None:
+    """`[submission] range`: two finite numbers, the first below the second."""
+    if value is None:
+        return None
+    numbers = value if isinstance(value, list) and len(value) == 2 else []
+    if not all(
+        isinstance(v, int | float) and not isinstance(v, bool) and abs(v) < float("inf") for v in numbers
+    ):
+        raise PetalsError(f"[submission] range {shown(value)} is not two finite numbers [low, high]")
+    if not numbers[0] < numbers[1]:
+        raise PetalsError(f"[submission] range {shown(value)}: low must be below high")
+    return float(numbers[0]), float(numbers[1])

@@ -175,3 +175,24 @@ def test_compare_reports_all_three_blends_scored_out_of_fold():
         assert result.test.shape == (5, CLASSES)
         assert result.score == pytest.approx(LOG_LOSS.score(labels, result.oof), rel=1e-6)
         assert len(result.fold_scores) == FOLDS
+
+
+def test_numbers_blend_as_a_mean_and_a_ridge_stack_judged_out_of_fold():
+    """A regression's OOF numbers [n, 1]: the equal blend is their mean, each blend beats the members
+    in RMSE (their errors are independent), and a fold's rows never fit the stack that predicts them."""
+    rng = np.random.default_rng(11)
+    truth = rng.uniform(1, 100, (200, 1)).astype(np.float32)
+    folds = rng.permutation(np.arange(200) % FOLDS)
+    members = [truth + rng.normal(0, 10, truth.shape) for _ in range(2)]
+    rmse = METRICS["rmse"]
+    results = cv_blend.compare(members, truth, folds, rmse, [m[:5] for m in members])
+    assert results["equal"].oof == pytest.approx((members[0] + members[1]) / 2, abs=1e-4)
+    for result in results.values():
+        assert result.oof.shape == (200, 1) and result.test.shape == (5, 1)
+        assert result.score < min(rmse.score(truth, m) for m in members) - 1.0, result.kind
+    changed = truth.copy()
+    changed[folds == 0] = rng.uniform(1, 100, ((folds == 0).sum(), 1))
+    again = cv_blend.stack_oof(members, changed, folds, rmse)
+    held, other = folds == 0, folds == 1
+    assert np.allclose(again.oof[held], results["stack"].oof[held])  # fitted without fold 0's rows
+    assert not np.allclose(again.oof[other], results["stack"].oof[other])  # fitted with them

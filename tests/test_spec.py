@@ -79,7 +79,7 @@ def test_every_metric_is_scikit_learns_on_classes_or_probabilities(scored):
         "log_loss": sk.log_loss(labels, p),
         "roc_auc": sk.roc_auc_score(labels, p, multi_class="ovr"),
     }
-    assert set(METRICS) == set(expected) | {"mean_f1", "mean_column_roc_auc"}  # rows: their own tests
+    assert set(METRICS) == set(expected) | {"mean_f1", "mean_column_roc_auc", "rmse", "mae", "mcrmse"}
     for name, value in expected.items():
         assert METRICS[name].score(labels, p) == pytest.approx(value, rel=1e-12), name
     # Rows of labels, each held at 0.5 or more: scikit-learn's F1 per row, averaged over rows.
@@ -94,6 +94,28 @@ def test_every_metric_is_scikit_learns_on_classes_or_probabilities(scored):
     assert METRICS["log_loss"].better(0.2, 0.3) and METRICS["roc_auc"].better(0.9, 0.8)
 
 
+def test_number_metrics_are_scikit_learns_lower_is_better_and_have_an_interval():
+    from sklearn import metrics as sk
+
+    from competition.metric import METRICS
+
+    rng = np.random.default_rng(2)
+    true = rng.uniform(1, 100, (200, 3))
+    predicted = true + rng.normal(0, 5, true.shape)
+    rmse, mae, mcrmse = METRICS["rmse"], METRICS["mae"], METRICS["mcrmse"]
+    column = true[:, 0], predicted[:, :1]  # one number an example: labels [n], outputs [n, 1]
+    assert rmse.score(*column) == pytest.approx(sk.root_mean_squared_error(true[:, 0], predicted[:, 0]))
+    assert mae.score(*column) == pytest.approx(sk.mean_absolute_error(true[:, 0], predicted[:, 0]))
+    columns = sk.root_mean_squared_error(true, predicted, multioutput="raw_values")
+    assert mcrmse.score(true, predicted) == pytest.approx(columns.mean())  # Feedback Prize ELL's
+    assert mcrmse.score(true[:, :1], predicted[:, :1]) == pytest.approx(rmse.score(*column))
+    assert all(
+        m.reads == "number" and not m.greater_is_better and m.better(4.0, 5.0) for m in (rmse, mae, mcrmse)
+    )
+    low, high = rmse.interval(*column)
+    assert low < rmse.score(*column) < high and high - low < 2
+
+
 def test_a_metric_given_the_wrong_shape_says_so(scored):
     from competition.metric import get_metric
 
@@ -101,7 +123,9 @@ def test_a_metric_given_the_wrong_shape_says_so(scored):
     with pytest.raises(ValueError, match=r"log_loss: probabilities of shape \(300,\) for 300 labels"):
         get_metric("log_loss").score(labels, p[:, 0])
     with pytest.raises(
-        ValueError, match=r"unknown metric 'auc' \(known: macro_f1, accuracy, log_loss, roc_auc, mean_f1, "
+        ValueError,
+        match=r"unknown metric 'auc' \(known: macro_f1, accuracy, log_loss, roc_auc, mean_f1, "
+        r"mean_column_roc_auc, rmse, mae, mcrmse\)",
     ):
         get_metric("auc")
 
@@ -161,7 +185,10 @@ def test_every_competition_file_loads_and_agrees_with_itself(name):
     from pipeline.tasks.recipe_config import recipe_path
 
     spec = load_spec(name)
-    assert spec.name == name and spec.num_classes >= 2
+    assert spec.name == name
+    # a class list of two or more; a number's one output column, named as its submission's
+    assert spec.num_classes >= 2 or spec.classes == (spec.label_column,)
+    assert (spec.num_classes == 1) == (spec.submission_value == "number")
     assert spec.format in FORMATS and spec.task in TASKS  # names: the spec is plain data
     competition = load_competition(name)  # its task takes it: the file as every stage loads it
     assert competition.spec is spec and competition.format is FORMATS[spec.format]
@@ -202,8 +229,9 @@ def test_an_image_folder_member_name_gives_its_label_or_id():
     [
         (
             ('task = "image_classification"', 'task = "segmentation"'),
-            "task 'segmentation' is not one of image_classification, multi_label_image_classification, "
-            "multi_label_text_classification, text_classification, text_pair_classification",
+            "task 'segmentation' is not one of image_classification, image_regression, "
+            "multi_label_image_classification, multi_label_text_classification, text_classification, "
+            "text_pair_classification, text_regression",
         ),
         (
             ('task = "image_classification"', 'task = "text_classification"'),

@@ -1,5 +1,6 @@
-"""Targets of either shape (pipeline/data/targets.py): a class id, or a row of 0/1 over the
-labels. Padding, counts and strata come out the same for class ids as before rows existed."""
+"""Targets of any shape (pipeline/data/targets.py): a class id, or a row of 0/1 over the
+labels, or a row of numbers (a regression's). Padding, counts and strata come out the same for class
+ids as before rows existed."""
 
 from __future__ import annotations
 
@@ -51,3 +52,39 @@ def test_dense_targets_are_one_hot_class_ids_or_the_rows_as_floats():
     one_hot = targets.dense_tf(tf.constant(IDS), 3).numpy()
     assert one_hot.tolist() == np.eye(3)[IDS].tolist()
     assert targets.dense_tf(tf.constant(ROWS), 3).numpy().tolist() == ROWS.astype(np.float32).tolist()
+
+
+NUMBERS = np.array([[37.0], [-1.0], [100.0], [2.5]], np.float32)  # a regression's rows of one number
+
+
+def test_a_number_pads_as_nan_so_a_target_of_minus_one_stays_real():
+    padded = np.concatenate([targets.stored(NUMBERS), targets.padding(NUMBERS, 2)])
+    assert padded.dtype == np.float32 and targets.real(padded).tolist() == [True] * 4 + [False] * 2
+    assert (~datasets.is_padding(tf.constant(padded)).numpy()).tolist() == targets.real(padded).tolist()
+    assert targets.class_counts(NUMBERS, 1).tolist() == [4]  # every example, in its one column
+    assert targets.dense_tf(tf.constant(NUMBERS), 1).numpy().tolist() == NUMBERS.tolist()  # never one-hot
+
+
+def test_numbers_are_stratified_by_equal_count_quantile_bins():
+    rng = np.random.default_rng(0)
+    scores = rng.gamma(2.0, 15.0, (512, 1)).astype(np.float32)  # skewed, as Pawpularity's are
+    bins = targets.strata(scores)
+    assert bins.max() == 9  # Sturges: 1 + log2(512) = 10 bins
+    assert np.bincount(bins).min() >= 50  # about 51 each, however skewed the scores
+    assert (np.diff(bins[np.argsort(scores[:, 0])]) >= 0).all()  # in the order of the scores
+    assert len(set(targets.strata(np.full((6, 1), 3.0, np.float32)).tolist())) == 1  # one value: one bin
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_folds_of_numbers_spread_the_scores_and_keep_groups_whole(grouped):
+    rng = np.random.default_rng(1)
+    scores = rng.uniform(1, 100, (300, 1)).astype(np.float32)
+    ids = np.array([f"{k:03d}" for k in range(300)])
+    groups = np.repeat(np.arange(100), 3) if grouped else None
+    table = folds.deal(ids, scores, 5, seed=0, grouped=groups)
+    bins = targets.strata(scores)
+    for fold in range(5):
+        held = table.held_out(fold)
+        assert 40 <= len(held) <= 80 and len(set(bins[held].tolist())) >= 7  # low to high scores
+        if grouped:
+            assert not set(groups[held]) & set(groups[table.kept(fold)])

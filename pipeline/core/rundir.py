@@ -41,6 +41,9 @@ class RunDir:
     CONFUSION_PLOT = "confusion.png"
     MISTAKES_PLOT = "mistakes.png"  # the most confident wrong val images (pipeline/tasks/mistakes.py)
     MISTAKES = "mistakes.csv"  # the most confident wrong val texts
+    PREDICTED_PLOT = (
+        "predicted_vs_true.png"  # a regression's val numbers (pipeline/tasks/regression_report.py)
+    )
     VOCABULARY = "vocabulary.txt"  # a word-level text run's words, one a line: token id = line number + 2
     TOKENIZER = "tokenizer"  # a BERT run's tokenizer, a keras-hub preset folder
     BACKBONE = "backbone.json"  # a BERT run's backbone architecture (keras-hub's config)
@@ -51,8 +54,8 @@ class RunDir:
     TAGS = "tags.json"  # its CV group and fold, its study and trial (pipeline/runs/tracking.py)
     # The small files worth keeping beside a submission (a kernel copies these to its output).
     SMALL_FILES = (CONFIG, DATA_MANIFEST, RUN_INFO, METRICS, HISTORY, CURVES, PER_CLASS, CONFUSIONS,
-                   CONFUSION_PLOT, MISTAKES_PLOT, MISTAKES, VOCABULARY, BACKBONE, GROUP, REFIT,
-                   PSEUDO_LABELS, TENSORBOARD, TAGS)  # fmt: skip
+                   CONFUSION_PLOT, MISTAKES_PLOT, MISTAKES, PREDICTED_PLOT, VOCABULARY, BACKBONE, GROUP,
+                   REFIT, PSEUDO_LABELS, TENSORBOARD, TAGS)  # fmt: skip
 
     def __init__(self, path: Path | str):
         self.path = Path(path)

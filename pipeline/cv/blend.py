@@ -23,6 +23,7 @@ GRID = np.round(np.arange(0.0, 1.0001, 0.05), 2)  # the values each weight is tr
 CLIP = 1e-7  # log-probabilities of the meta-model's features are clipped here: log(0) is -inf
 STACK_CS = (0.01, 0.1, 1.0, 10.0)  # the meta-model's regularisation, chosen by an inner CV
 INNER_FOLDS = 3
+STACK_ALPHAS = (0.1, 1.0, 10.0, 100.0)  # a numbers stack's ridge penalties, chosen by leave-one-out
 
 
 @dataclass(frozen=True)
@@ -99,13 +100,13 @@ def check_inputs(
         shapes = [np.shape(m) for m in members]
         raise PetalsError(f"blend: the members' OOF probabilities differ in shape {shapes}")
     n, classes = shape
-    if np.ndim(labels) == 2:  # rows of labels: not served yet (the stacker is a softmax over classes)
+    if np.ndim(labels) == 2 and not _numbers(labels):  # rows of labels: the stacker is a softmax
         raise PetalsError(
             "blend: rows of labels (several labels an example): CV groups of one class an example only"
         )
-    if np.shape(labels) != (n,) or np.shape(folds) != (n,):
+    if np.shape(labels)[:1] != (n,) or np.size(labels) != n or np.shape(folds) != (n,):
         raise PetalsError(f"blend: {np.size(labels)} labels and {np.size(folds)} fold ids for {n} OOF rows")
-    if labels.min() < 0 or labels.max() >= classes:
+    if not _numbers(labels) and (labels.min() < 0 or labels.max() >= classes):
         raise PetalsError(f"blend: labels outside 0..{classes - 1} ({labels.min()}..{labels.max()})")
     if not np.issubdtype(folds.dtype, np.integer) or folds.min() < 0:
         raise PetalsError(f"blend: fold ids must be integers 0..K-1, got {np.unique(folds)[:5]}")
@@ -125,6 +126,11 @@ def check_inputs(
 def fold_scores(oof: np.ndarray, labels: np.ndarray, folds: np.ndarray, metric: Metric) -> list[float]:
     """The metric on each fold's rows: their spread is what the CV score's precision looks like."""
     return [float(metric.score(labels[folds == f], oof[folds == f])) for f in range(folds.max() + 1)]
+
+
+def _numbers(labels: np.ndarray) -> bool:
+    """A regression's OOF rows: numbers [n, 1], blended as numbers (a weighted mean, a ridge stack)."""
+    return np.asarray(labels).dtype.kind == "f"
 
 
 def _arrays(members, labels, folds, tests) -> tuple[list, np.ndarray, np.ndarray, list | None]:
@@ -245,6 +251,8 @@ def stack_oof(
     """
     members, labels, folds, tests = _arrays(members, labels, folds, tests)
     k = check_inputs(members, labels, folds, tests)
+    if _numbers(labels):
+        return stack_numbers(members, labels, folds, metric, k, tests)
     classes = members[0].shape[1]
     features = stack_features(members)
     oof = np.zeros(members[0].shape, dtype=np.float32)
@@ -283,3 +291,28 @@ def compare(
             stack_oof(members, labels, folds, metric, tests=tests),
         )
     }
+
+
+def stack_numbers(members, labels, folds, metric: Metric, k: int, tests=None) -> BlendResult:
+    """Numbers stacked by a ridge regression on the members' numbers side by side, judged out of
+    fold as the classes' meta-model is: fold f's rows by a ridge (its alpha by scikit-learn's
+    leave-one-out choice among STACK_ALPHAS) fitted on the other folds; the test set by one
+    fitted on every row."""
+    from sklearn.linear_model import RidgeCV
+
+    features, target = np.concatenate(members, axis=1), np.ravel(labels)
+    oof = np.zeros(members[0].shape, dtype=np.float32)
+    for f in range(k):
+        held = folds == f
+        model = RidgeCV(alphas=STACK_ALPHAS).fit(features[~held], target[~held])
+        oof[held, 0] = model.predict(features[held])
+    model = RidgeCV(alphas=STACK_ALPHAS).fit(features, target)
+    test = None if tests is None else model.predict(np.concatenate(tests, axis=1))[:, None].astype(np.float32)
+    return BlendResult(
+        kind="stack",
+        oof=oof,
+        score=float(metric.score(labels, oof)),
+        fold_scores=fold_scores(oof, labels, folds, metric),
+        test=test,
+        weights=np.asarray(model.coef_, np.float64),
+    )

@@ -91,7 +91,7 @@ def group_config(group: Group):
 def shared_folds(groups: list[Group], data_dir: Path, spec) -> np.ndarray:
     """Each OOF row's fold: the data's fold table, checked to be the one the groups were dealt
     and to list exactly their OOF rows, in order, with their labels."""
-    from pipeline.data import folds
+    from pipeline.data import folds, targets
 
     config = group_config(groups[0])
     path = folds.stored_path(data_dir, spec, config)
@@ -103,7 +103,8 @@ def shared_folds(groups: list[Group], data_dir: Path, spec) -> np.ndarray:
         )
     for group in groups:
         same_ids = np.array_equal(group.oof.ids.astype(str), table.ids)
-        if not same_ids or not np.array_equal(group.oof.labels, table.labels):
+        # the stored table holds each row's stratum (a class id, a number's bin): compare those
+        if not same_ids or not np.array_equal(targets.strata(group.oof.labels), targets.strata(table.labels)):
             raise PetalsError(
                 f"{group.run.name}: its OOF rows are not its fold table's examples in id order: "
                 "assemble it again"

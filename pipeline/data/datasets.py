@@ -272,8 +272,8 @@ def eval_dataset(
 
 
 def is_padding(tags: tf.Tensor) -> tf.Tensor:
-    """True for the padding examples of `eval_dataset(pad_to_batch=True)`: label -1 or empty id."""
-    return targets.padded_tf(tags) if tags.dtype.is_integer else tf.equal(tags, PAD_ID)
+    """True for the padding examples of `eval_dataset(pad_to_batch=True)`: label -1 (NaN) or empty id."""
+    return tf.equal(tags, PAD_ID) if tags.dtype == tf.string else targets.padded_tf(tags)
 
 
 # ----------------------------------------------------------------------------- bad records

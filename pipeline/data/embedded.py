@@ -19,6 +19,7 @@ from pipeline.data import (
     synthetic_comments,
     synthetic_leaves,
     synthetic_pairs,
+    synthetic_pawpularity,
     synthetic_pets,
     synthetic_reviews,
 )
@@ -30,13 +31,14 @@ BY_COMPETITION = {
     "dogs-vs-cats": synthetic_pets,
     "imdb": synthetic_reviews,
     "jigsaw-toxic": synthetic_comments,
+    "petfinder-pawpularity": synthetic_pawpularity,
     "plant-pathology-2021": synthetic_apple_leaves,
     "watson": synthetic_pairs,
 }
 
 
 # Those drawn image by image, seconds to minutes (scaled): they report their progress.
-DRAWN_IMAGES = (synthetic_leaves, synthetic_apple_leaves, synthetic_pets)
+DRAWN_IMAGES = (synthetic_leaves, synthetic_apple_leaves, synthetic_pets, synthetic_pawpularity)
 
 
 # Any competition read as TFRecord shards, whatever its classes: the flower renderer, at the size asked.

@@ -85,7 +85,7 @@ def file_dataset(
     inputs = split.inputs[0] if len(split.inputs) == 1 else tuple(split.inputs)
     if encode is not None:  # tokenized once, up front
         inputs = encode(split.inputs)
-    tags: tuple = () if split.labels is None else (split.labels.astype(np.int32),)
+    tags: tuple = () if split.labels is None else (targets.stored(split.labels),)
     if split.labels is None or with_ids:
         tags += (split.ids.astype(str),)
     if training:
@@ -112,7 +112,7 @@ def file_dataset(
         if not texts:
             blank = tf.zeros([image_size, image_size, 3], tf.uint8)
         padding = tuple(
-            targets.padding(tag, 1)[0] if tag.dtype.kind == "i" else tf.constant(PAD_ID) for tag in tags
+            targets.padding(tag, 1)[0] if tag.dtype.kind in "if" else tf.constant(PAD_ID) for tag in tags
         )
         dataset = dataset.concatenate(tf.data.Dataset.from_tensors((blank, *padding)).repeat(batch_size - 1))
     dataset = dataset.batch(batch_size, drop_remainder=training or pad_to_batch)

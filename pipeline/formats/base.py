@@ -32,7 +32,7 @@ class Examples:
 
     ids: np.ndarray  # str
     inputs: tuple[np.ndarray, ...]
-    labels: np.ndarray | None  # targets: class ids, or rows of 0/1 over the classes (label_rank 1)
+    labels: np.ndarray | None  # targets: class ids, rows of 0/1 over the classes, or rows of numbers
 
     def __len__(self) -> int:
         return len(self.ids)

@@ -4,7 +4,8 @@ and its label (`train.csv`: `image_id,label` over `train_images/*.jpg`); an unla
 a folder whose file names are the ids the submission uses (`test_images/2216849948.jpg`).
 Labels are class ids (`labels_are = "ids"`: 0..n-1 in classes.txt's order), class names, lists
 of class names separated by spaces (`"name_lists"`: Plant Pathology's `scab frog_eye_leaf_spot`),
-or a 0/1 column per label (`[data] label_columns`), read by pipeline/formats/labels.py.
+numbers (`"numbers"`: a regression's target, Pawpularity's 1-100 score), or a 0/1 column per label
+(`[data] label_columns`), read by pipeline/formats/labels.py.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ class ImageCsvSplit:
     label_column: str = "label"
     labels_are: str = "ids"  # one of labels.CELLS (unread where [data] label_columns are named)
     archive: str | None = None  # a zip Kaggle may ship the folder in
+    # What a file name adds to its id: Pawpularity's `Id` is `0007de18...` for `train/0007de18....jpg`.
+    id_suffix: str = ""
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class ImageCsv(ImageFiles):
             for key in ("folder", "labels", "archive"):  # joined onto the data dir, so inside it
                 if key == "folder" or getattr(own, key) is not None:
                     check_relative(getattr(own, key), f"[data.image_csv.{split}] {key}")
+            if not isinstance(own.id_suffix, str):
+                raise ValueError(f"[data.image_csv.{split}] id_suffix {shown(own.id_suffix)} is not a string")
             for key in ("id_column", "label_column"):  # looked up in a CSV's header
                 check_text(getattr(own, key), f"[data.image_csv.{split}] {key}")
             if (own.labels is not None) != (split in labeled):
@@ -99,9 +104,11 @@ class ImageCsv(ImageFiles):
     def images(self, root: Path, spec, split: str) -> list[tuple[str, Path, str | None]]:
         own = layout_of(spec).splits[split]
         top = self.folder(root, spec, split)
-        if own.labels is None:  # the file names are the ids
+        end = own.id_suffix
+        if own.labels is None:  # the file names are the ids (less the suffix, where one is named)
             listed = (p.relative_to(top).as_posix() for p in top.rglob("*"))
-            return [(i, inside(top, i, "image", top), None) for i in listed if (top / i).is_file()]
+            files = [i for i in listed if (top / i).is_file()]
+            return [(_without(i, end), inside(top, i, "image", top), None) for i in files]
         path, rows = self._label_rows(root, spec, split)
         read = self.label_reading(spec, layout_of(spec))
         missing = {own.id_column, *read.columns} - set(rows.columns)
@@ -119,13 +126,13 @@ class ImageCsv(ImageFiles):
             else rows[read.columns[0]]
         )
         found = [
-            (i, inside(top, i, f"line {n + 2} {own.id_column}", path), label)
+            (i, inside(top, i + end, f"line {n + 2} {own.id_column}", path), label)
             for n, (i, label) in enumerate(zip(ids, cells, strict=True))
         ]
         twice = ids[ids.duplicated()]
         if len(twice):
             raise PetalsError(f"{path}: {own.id_column} {shown(twice.iloc[0])} is listed twice")
-        listed = set(ids)
+        listed = {i + end for i in ids}
         for image_id, image, label in found:
             self.target(spec, label, f"{path} ({shown(image_id)})")  # the CSV's line, named
             if not image.is_file():
@@ -137,3 +144,8 @@ class ImageCsv(ImageFiles):
 
     def target(self, spec, label, where):
         return labels.target(self.label_reading(spec, layout_of(spec)), label, where)
+
+
+def _without(name: str, suffix: str) -> str:
+    """A file's id: its name less `suffix` (the whole name where it does not end so)."""
+    return name[: len(name) - len(suffix)] if suffix and name.endswith(suffix) else name

@@ -6,9 +6,12 @@ A labelled row gives its target in one of four ways:
 - `names`: one column of class names (Cassava written with its disease names);
 - `name_lists`: one column listing class names separated by spaces, any number a row (Plant
   Pathology's `scab frog_eye_leaf_spot`; an empty cell is a row with no label);
+- `numbers`: one column of numbers (a regression's target: Pawpularity's 1-100 score, CommonLit's
+  readability), read as a row of one float;
 - `columns`: one 0/1 column per label (`[data] label_columns`, Jigsaw's `toxic,...,identity_hate`);
   the classes are those columns, in order.
-The first two give a class id (label rank 0), the last two a row of 0/1 over the classes (rank 1).
+`ids` and `names` give a class id (label rank 0), `name_lists` and `columns` a row of 0/1 over the
+classes (rank 1), `numbers` a row of one float (rank 1, and `numeric`).
 A value that is none of these is refused in one line naming the file and the row.
 """
 
@@ -23,10 +26,12 @@ from pipeline.core.foreign import listed
 from pipeline.core.paths import shown
 
 # How a single label column's cells are read (`labels_are`); `columns` is chosen by naming them.
-CELLS = ("ids", "names", "name_lists")
+CELLS = ("ids", "names", "name_lists", "numbers")
 KINDS = (*CELLS, "columns")
 # A class id's digits: ASCII only, and few (int() reads '²', and takes long on 4,300 digits).
 MAX_ID_DIGITS = 6
+# A number's text: longer is no number a competition writes (and float() of it costs time).
+MAX_NUMBER_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -39,8 +44,14 @@ class LabelReading:
 
     @property
     def rank(self) -> int:
-        """0: a class id an example; 1: a row of 0/1 over the classes (`Task.label_rank`)."""
-        return int(self.kind in ("name_lists", "columns"))
+        """0: a class id an example; 1: a row, of 0/1 over the classes or of one number
+        (`Task.label_rank`)."""
+        return int(self.kind in ("name_lists", "columns", "numbers"))
+
+    @property
+    def numeric(self) -> bool:
+        """Whether a target is a number (`Task.numeric_target`), not classes or labels."""
+        return self.kind == "numbers"
 
 
 def check_kind(labels_are: object, where: str) -> str:
@@ -62,7 +73,10 @@ def reading(spec, label_column: str | None, labels_are: str = "ids") -> LabelRea
 
 def target(read: LabelReading, cells, where: str):
     """One row's target from its label cells (a string, or for `columns` one string a column):
-    an int class id, or an int32 row of 0/1. PetalsError naming `where` (the file and its row)."""
+    an int class id, an int32 row of 0/1, or a float32 row of one number. PetalsError naming
+    `where` (the file and its row)."""
+    if read.kind == "numbers":
+        return _number(read.columns[0], cells, where)
     if read.kind == "columns":
         return _flags(read, cells, where)
     if read.kind == "name_lists":
@@ -79,13 +93,15 @@ def target(read: LabelReading, cells, where: str):
 
 def targets(read: LabelReading, rows, path) -> np.ndarray:
     """Every row's target of a table (a pandas DataFrame of strings with the reading's columns, its
-    row n on the file's line n + 2): class ids [n], or rows of 0/1 [n, classes]."""
+    row n on the file's line n + 2): class ids [n], rows of 0/1 [n, classes], or numbers [n, 1]."""
     where = [f"{path}: line {n + 2}" for n in range(len(rows))]
     if read.kind == "columns":
         cells = rows[list(read.columns)].itertuples(index=False, name=None)
     else:
         cells = rows[read.columns[0]]
     found = [target(read, c, w) for c, w in zip(cells, where, strict=True)]
+    if read.numeric:
+        return np.array(found, np.float32).reshape(len(found), 1)
     if read.rank == 1:
         return np.array(found, np.int32).reshape(len(found), len(read.classes))
     return np.array(found, np.int64)
@@ -107,3 +123,15 @@ def _flags(read: LabelReading, cells: tuple, where: str) -> np.ndarray:
         if cell not in ("0", "1"):
             raise PetalsError(f"{where}: {column} {shown(cell)} is not 0 or 1")
     return np.array([cell == "1" for cell in cells], np.int32)
+
+
+def _number(column: str, cell, where: str) -> np.ndarray:
+    """A cell holding one finite number (`37`, `-1.25`, `3e2`), as a row of one float32; anything
+    else (`n/a`, `inf`, an empty cell) refused in one line naming `where`."""
+    try:
+        value = float(cell) if isinstance(cell, str) and len(cell) <= MAX_NUMBER_CHARS else float("nan")
+    except ValueError:
+        value = float("nan")
+    if not np.isfinite(value):
+        raise PetalsError(f"{where}: {column} {shown(cell)} is not a finite number")
+    return np.array([value], np.float32)

@@ -4,16 +4,19 @@ and its steps' progress while it runs."""
 from __future__ import annotations
 
 EPOCH_COLUMNS = (  # (title, width) of each column of an epoch's line
-    ("epoch", 7), ("lr", 9), ("loss", 7), ("acc", 7), ("val loss", 9), ("val acc", 8), ("{metric}", 12),
+    ("epoch", 7), ("lr", 9), ("loss", 7), ("{acc}", 7), ("val loss", 9), ("val {acc}", 8), ("{metric}", 12),
     ("{unit}/s", 6), ("s", 6),
 )  # fmt: skip
 
 
-def epoch_header(metric_title: str, unit: str = "img") -> str:
+def epoch_header(metric_title: str, unit: str = "img", accuracy: str = "accuracy") -> str:
     """The column names above the epoch lines: the metric's as people write it, examples per
-    second in images (`img`) or texts (`ex`)."""
+    second in images (`img`) or texts (`ex`), and the task's training metric (`Task.train_metric_title`:
+    accuracy as `acc`, a regression's `rmse`)."""
+    acc = accuracy if len(accuracy) <= 4 else accuracy[:3]  # the column is 7 wide, "val ..." 8
     return " ".join(
-        f"{title.format(metric='val ' + metric_title, unit=unit):>{width}}" for title, width in EPOCH_COLUMNS
+        f"{title.format(metric='val ' + metric_title, unit=unit, acc=acc):>{width}}"
+        for title, width in EPOCH_COLUMNS
     )
 
 

@@ -143,7 +143,7 @@ def float32_batches(
             rows = as_float32(features[start : start + batch_size])
             yield rows if labels is None else (rows, labels[start : start + batch_size])
 
-    signature = spec if labels is None else (spec, tf.TensorSpec((None, *labels.shape[1:]), tf.int32))
+    signature = spec if labels is None else (spec, tf.TensorSpec((None, *labels.shape[1:]), labels.dtype))
     return passes.untuned(tf.data.Dataset.from_generator(batches, output_signature=signature))
 
 

@@ -153,7 +153,7 @@ class FeatureSplit:
                 f"train: {len(rows)} cached training examples per input pipeline, fewer than a batch of "
                 f"{batch_size}: lower data.batch_size"
             )
-        views, features, labels = len(self.features), self.features, self.labels.astype(np.int32)
+        views, features, labels = len(self.features), self.features, targets.stored(self.labels)
         shape = features.shape[2:]
 
         def batches():
@@ -167,7 +167,9 @@ class FeatureSplit:
 
         signature = (
             tf.TensorSpec((batch_size, *shape), tf.float32),
-            tf.TensorSpec((batch_size, *labels.shape[1:]), tf.int32),  # a class id or a row of labels
+            tf.TensorSpec(
+                (batch_size, *labels.shape[1:]), labels.dtype
+            ),  # a class id, a row of labels or numbers
         )
         return passes.untuned(tf.data.Dataset.from_generator(batches, output_signature=signature).prefetch(2))
 
@@ -183,7 +185,7 @@ class FeatureSplit:
         (label -1) fill the last batch with `pad_to_batch`."""
         if not labeled or with_ids:
             raise ValueError("cached features serve training and its val scores only")  # a caller's bug
-        features, labels = self.features[0], self.labels.astype(np.int32)
+        features, labels = self.features[0], targets.stored(self.labels)
         if pad_to_batch and len(labels) % batch_size:
             extra = batch_size - len(labels) % batch_size
             features = np.concatenate([features, np.zeros((extra, *features.shape[1:]), features.dtype)])
@@ -271,7 +273,8 @@ def _fold_part(pool: feature_cache.Rows, part, views: int | None, skip_bad: bool
 
 
 def _split_of(rows: feature_cache.Rows, num_classes: int, seed: int) -> FeatureSplit:
-    return FeatureSplit(rows.features, rows.labels.astype(np.int64), num_classes, seed, rows.ids)
+    labels = rows.labels if targets.numeric(rows.labels) else rows.labels.astype(np.int64)
+    return FeatureSplit(rows.features, labels, num_classes, seed, rows.ids)
 
 
 def _fold_splits(cut_: Cut, train, val, views: list, config: Config, run_dir: Path, platform, source: str,

@@ -25,6 +25,7 @@ from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import sha256, write_atomically
 from pipeline.core.progress import Progress
 from pipeline.core.rundir import RunDir
+from pipeline.data import targets
 from pipeline.modeling import host_predict
 from pipeline.tasks.competitions import size_of, task_of
 
@@ -49,7 +50,7 @@ class Predictions:
     def save(self, path: Path) -> None:
         arrays = {"ids": self.ids.astype(str), "probabilities": self.probabilities.astype(np.float32)}
         if self.labels is not None:
-            arrays["labels"] = self.labels.astype(np.int32)
+            arrays["labels"] = targets.stored(self.labels)  # class ids, rows of labels, or numbers
 
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as f:  # a file object, so numpy adds no `.npz` to the temporary name

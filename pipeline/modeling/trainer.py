@@ -111,14 +111,15 @@ class Trainer:
         )
         # The best val score so far, greater is better (a lower-is-better metric negated; no val: -loss).
         self.best_score = -np.inf
-        self.class_counts = None
+        # The class counts a logit-adjusted loss weighs by; a regression's target mean and std.
+        self.target_summary = job.task.target_summary(job.train, config)
+        job.task.fit_output(self.net, self.target_summary)
         if config.train.logit_adjustment:
-            self.class_counts = job.train.class_counts(config)
             log.info(
                 "train: logit adjustment tau=%g over %d..%d training images per class",
                 config.train.logit_adjustment,
-                self.class_counts.min(),
-                self.class_counts.max(),
+                self.target_summary.min(),
+                self.target_summary.max(),
             )
         self.start = self._restore()  # a checkpoint that does not fit fails here, before any write
         gather = partial(host_predict.allgather, job.platform)  # each process restored on its own:
@@ -338,7 +339,8 @@ class Trainer:
             self.job.tracker.epoch(history)
         self.checkpoint.save(epoch + 1, self.best_score)  # last, so a checkpoint implies its outputs
         if self._header_due:
-            log.info("train: %s", epoch_header(self.job.spec.metric.title, self.job.task.unit))
+            task, title = self.job.task, self.job.spec.metric.title
+            log.info("train: %s", epoch_header(title, task.unit, task.train_metric_title))
             self._header_due = False
         log.info("train: %s", epoch_line(row, self.config.train.epochs, self.job.spec.score_key))
         self.stop.epoch_ended(epoch + 1, row)  # a sweep's judge may stop the run here
@@ -349,7 +351,7 @@ class Trainer:
         """The one training step, `fit`'s and the custom loops': the task's loss and metric."""
         self.classifier.compile(
             optimizer=self.optimizer,
-            loss=self.job.task.loss(self.config.train, self.class_counts),
+            loss=self.job.task.loss(self.config.train, self.target_summary),
             metrics=[self.job.task.train_metric()],
             jit_compile=self.jit_compile,
             steps_per_execution=self.steps_per_execution,

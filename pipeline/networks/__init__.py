@@ -22,7 +22,7 @@ from pathlib import Path
 
 import keras
 
-from pipeline.networks import keras_hub_text, keras_hub_vision, registry, text_networks
+from pipeline.networks import keras_hub_text, keras_hub_vision, numbers, registry, text_networks
 from pipeline.networks.base import Network, RunFiles, TextInputs
 
 IMAGE_BACKBONES: dict[str, Network] = {**registry.BACKBONES, **keras_hub_vision.BACKBONES}
@@ -63,8 +63,12 @@ def input_shape(config, batch_size: int | None = None):
 def with_output(net: keras.Model, activation: str) -> keras.Model:
     """A headless network with the task's output on top: `activation` over its logits ("softmax":
     one class an example; "sigmoid": each label on its own), in float32 whatever the policy. The
-    same layers: weights saved from either load into the other."""
-    outputs = keras.layers.Activation(activation, dtype="float32", name="probabilities")(net.output)
+    same layers: weights saved from either load into the other. A regression's ("standardised"):
+    its logits back in the target's units (numbers.py)."""
+    if activation == numbers.ACTIVATION:
+        outputs = numbers.Unstandardise(dtype="float32", name="probabilities")(net.output)
+    else:
+        outputs = keras.layers.Activation(activation, dtype="float32", name="probabilities")(net.output)
     return keras.Model(net.input, outputs, name=net.name)  # its inputs as it takes them: BERT's by name
 
 

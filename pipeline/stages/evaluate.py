@@ -117,7 +117,9 @@ def summary_text(name: str, evaluation: dict, task) -> str:
     from pipeline.tasks import mistakes
 
     metric = get_metric(evaluation.get("metric", "macro_f1"))
-    accuracy = "" if metric.name == "accuracy" else f", accuracy {evaluation['val_accuracy']:.4f}"
+    # the accuracy slot beside the metric; a regression's is its RMSE, the metric already (or MAE's)
+    shown = metric.name == "accuracy" or metric.reads == "number"
+    accuracy = "" if shown else f", accuracy {evaluation['val_accuracy']:.4f}"
     first = (
         f"{name}: val {metric.title} {evaluation[f'val_{metric.name}']:.4f}{accuracy} "
         f"{report.worth(evaluation)}, TTA {evaluation['tta']}"

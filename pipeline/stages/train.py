@@ -237,7 +237,7 @@ def _own_run_dir(run: RunDir, hosts) -> RunDir:
 # ----------------------------------------------------------------------------- outputs
 
 
-def curves_figure(history, score_key: str = "val_macro_f1"):
+def curves_figure(history, score_key: str = "val_macro_f1", accuracy: str = "accuracy"):
     """Loss on the left, accuracy and the metric on the right; val is drawn where it was scored
     (every `train.val_every`-th epoch), its points joined, not broken by the epochs between."""
     plt = pyplot()
@@ -253,9 +253,9 @@ def curves_figure(history, score_key: str = "val_macro_f1"):
     draw(left, "val_loss", "val loss", **val)
     left.set_xlabel("epoch")
     left.legend()
-    draw(right, "accuracy", "train accuracy")
+    draw(right, "accuracy", f"train {accuracy}")  # the task's training metric: a regression's RMSE
     for column in dict.fromkeys(("val_accuracy", score_key)):
-        draw(right, column, column.replace("_", " "), **val)
+        draw(right, column, column.replace("_", " ").replace("accuracy", accuracy), **val)
     right.set_xlabel("epoch")
     right.set_ylim(bottom=0)  # log loss may pass 1
     right.legend()
@@ -263,8 +263,8 @@ def curves_figure(history, score_key: str = "val_macro_f1"):
     return fig
 
 
-def plot_curves(history, path: Path, score_key: str = "val_macro_f1") -> None:
-    save_figure(curves_figure(history, score_key), path, dpi=80)
+def plot_curves(history, path: Path, score_key: str = "val_macro_f1", accuracy: str = "accuracy") -> None:
+    save_figure(curves_figure(history, score_key, accuracy), path, dpi=80)
 
 
 # ----------------------------------------------------------------------------- training
@@ -360,7 +360,7 @@ def _fit(job: Job, progress: bool, restart: bool, stop, keep_checkpoints: int) -
             if split is not None:
                 reading.enter_context(split.naming_bad(labeled=True))
         history = trainer.run_epochs()
-    plot_curves(history, run.file(RunDir.CURVES), job.spec.score_key)
+    plot_curves(history, run.file(RunDir.CURVES), job.spec.score_key, job.task.train_metric_title)
     key, metric = job.spec.score_key, job.spec.metric
     if job.val is None:
         best = history.iloc[-1]

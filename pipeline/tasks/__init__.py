@@ -12,5 +12,6 @@ from pipeline.tasks.base import TASKS, Task, get_task, register
 
 # The shipped tasks register themselves on import.
 from pipeline.tasks import image_classification, multi_label_image, multi_label_text, text_classification  # noqa: F401  isort: skip
+from pipeline.tasks import image_regression, text_regression  # noqa: F401  isort: skip
 
 __all__ = ["TASKS", "Task", "get_task", "register"]

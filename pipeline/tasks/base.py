@@ -45,11 +45,16 @@ class Task(ABC):
     # softmax over the classes for one class an example, a sigmoid per label for several.
     activation: ClassVar[str]
     # What an example's target is (pipeline/data/targets.py): 0, one class id; 1, a row of 0/1
-    # over the classes. The competition's data format must read its labels the same way.
+    # over the classes, or of numbers. The competition's data format must read its labels the same way.
     label_rank: ClassVar[int]
+    # Whether that target is numbers (a regression's: a row of one float), read from a numeric
+    # label column (`labels_are = "numbers"`); its metric then reads numbers.
+    numeric_target: ClassVar[bool] = False
     # Whether a submission's values are decided with the val predictions (a threshold per label):
     # the stages that write one then pass them to `submission_values`.
     decides_on_val: ClassVar[bool] = False
+    # What the training metric ("accuracy" in the logs) is, as the epoch lines and plots title it.
+    train_metric_title: ClassVar[str] = "accuracy"
     # What a submission row may hold (competition/spec.py's SUBMISSION_VALUES) for this task.
     submission_kinds: ClassVar[tuple[str, ...]]
 
@@ -103,15 +108,28 @@ class Task(ABC):
         """A target as `make inspect` titles it: a class id, a row of labels, or a soft row of
         CutMix and MixUp."""
 
+    def target_summary(self, train, config):
+        """What the loss and the network's output take from the training targets, once before
+        training (`train`: the training split): the class counts a logit-adjusted loss weighs by,
+        None where it is off; a regression's mean and standard deviation."""
+        return train.class_counts(config) if config.train.logit_adjustment else None
+
+    def fit_output(self, net, summary) -> None:
+        """Give the network's output layer what it takes from the training targets (`summary`),
+        before training; nothing for a softmax or a sigmoid."""
+        return
+
     @abstractmethod
     def loss(self, train, class_counts=None):
         """The training loss over the task's outputs and targets (a keras Loss), as `train`
-        (TrainConfig) says; `class_counts` for a loss that weighs the classes."""
+        (TrainConfig) says; `class_counts`: `target_summary`'s, for a loss that weighs the classes
+        (a regression's, for one that standardises)."""
 
     @abstractmethod
     def train_metric(self):
         """The keras metric the training step reports beside the loss (`fit` and the custom loops
-        alike), named "accuracy"."""
+        alike), named "accuracy": the history's second column, whatever it measures (a
+        regression's is RMSE, `train_metric_title` says so where it is shown)."""
 
     @abstractmethod
     def scores(self, outputs, labels) -> dict[str, float]:

@@ -88,7 +88,12 @@ def check_fits(task: Task, form: Format, layout, spec: CompetitionSpec) -> None:
         raise ValueError(
             f"task {task.name} reads {task.modality}s; data format {form.name} holds {form.holds}s"
         )
-    rank = form.label_reading(spec, layout).rank
+    reading = form.label_reading(spec, layout)
+    if task.numeric_target != reading.numeric:
+        gives = "numbers" if reading.numeric else "classes"
+        reads = "numbers" if task.numeric_target else "classes"
+        raise ValueError(f"task {task.name} reads {reads}; the data's labels give {gives}")
+    rank = reading.rank
     if task.label_rank != rank:
         kinds = ("one class an example", "several labels an example")
         raise ValueError(
@@ -99,7 +104,10 @@ def check_fits(task: Task, form: Format, layout, spec: CompetitionSpec) -> None:
             f"task {task.name} writes a submission's {' or '.join(task.submission_kinds)}, "
             f"not {spec.submission_value}"
         )
-    if spec.metric.reads_rows != (task.label_rank == 1):
+    if (spec.metric.reads == "number") != task.numeric_target:
+        reads = "numbers" if spec.metric.reads == "number" else "classes or labels"
+        raise ValueError(f"metric {spec.metric.name} scores {reads}; task {task.name} does not")
+    if spec.metric.reads_rows != (task.label_rank == 1 and not task.numeric_target):
         reads = "rows of labels" if spec.metric.reads_rows else "one class an example"
         raise ValueError(f"metric {spec.metric.name} scores {reads}; task {task.name} does not")
     task.check_spec(spec)

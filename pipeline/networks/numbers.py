@@ -1,0 +1,33 @@
+"""A regression's output: the head's raw output (a standardised number) back in the target's units.
+
+The network learns the standardised target, (y - mean) / std of the training rows: Pawpularity's
+scores run 1-100 around a mean of 38, and a head whose bias starts at zero would spend its first
+epochs climbing to 38 with gradients of tens (a learning rate tuned for logits of a few units
+overshoots); CommonLit's run -3.7 to 1.7. Standardised, a zero-initialised head starts at the
+mean, and the loss starts near 1 whatever the units. The mean and std are this layer's weights
+(not trained), set once from the training rows (`set_scale`) and saved in every weights file and
+checkpoint of the run, so every later stage (evaluate, predict, a fold's OOF rows) un-standardises
+the same way from the weights it loads, and the network's output is the number itself.
+"""
+
+from __future__ import annotations
+
+import keras
+from keras import ops
+
+ACTIVATION = "standardised"  # `Task.activation` of a regression: `networks.with_output` builds this layer
+
+
+class Unstandardise(keras.layers.Layer):
+    """z -> z * std + mean, in float32; mean and std saved with the weights, never trained."""
+
+    def build(self, input_shape) -> None:
+        self.mean = self.add_weight(shape=(), initializer="zeros", trainable=False, name="target_mean")
+        self.std = self.add_weight(shape=(), initializer="ones", trainable=False, name="target_std")
+
+    def call(self, inputs):
+        return ops.cast(inputs, "float32") * self.std + self.mean
+
+    def set_scale(self, mean: float, std: float) -> None:
+        self.mean.assign(float(mean))
+        self.std.assign(float(std))
