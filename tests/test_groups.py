@@ -296,7 +296,7 @@ def test_the_main_jobs_summary_and_the_cv_line_say_what_a_score_is_worth(tmp_pat
 def test_thresholds_are_judged_on_other_groups_than_they_were_chosen_on(monkeypatch):
     """A multi-label task chooses its thresholds on one half of the held-out rows and judges them
     on the other: with groups, each half is whole groups, so no group judges a threshold it chose."""
-    from pipeline.tasks import multi_label_decision
+    from pipeline.tasks.targets import multi_label_decision
 
     halves: list[np.ndarray] = []
     choose = multi_label_decision.choose

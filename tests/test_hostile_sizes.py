@@ -119,7 +119,7 @@ _REPORT_OF_1500_CLASSES = """
 import pathlib, sys, types
 import numpy as np
 from competition import load_spec
-from pipeline.tasks import single_label_report
+from pipeline.tasks.targets import single_label_report
 n, examples = 1500, 6000
 rng = np.random.default_rng(0)
 labels = rng.integers(0, n, examples)

@@ -400,7 +400,7 @@ def test_class_names_in_the_per_class_tables_cannot_start_a_formula(tmp_path):
 
     from competition import load_spec
     from pipeline.core.rundir import RunDir
-    from pipeline.tasks import single_label_report
+    from pipeline.tasks.targets import single_label_report
 
     spec = dataclasses.replace(load_spec("dogs-vs-cats"), classes=("=cmd|' /C calc'!A0", "\x1b[31mdog"))
     labels = np.array([0, 1, 1, 0])

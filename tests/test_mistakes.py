@@ -12,10 +12,11 @@ from pipeline.data import splits
 from pipeline.data.manifest import locate_data
 from pipeline.data.readers.files import FileSplit
 from pipeline.formats.base import Examples
-from pipeline.tasks import mistakes, multi_label_report, single_label_report
+from pipeline.tasks import mistakes
 from pipeline.tasks.competitions import task_of
-from pipeline.tasks.image_classification import image_grid
+from pipeline.tasks.inputs.image import image_grid
 from pipeline.tasks.recipe_config import load_config
+from pipeline.tasks.targets import multi_label_report, single_label_report
 from tests.conftest import TINY
 
 CLASSES = ("rose", "tulip", "iris")

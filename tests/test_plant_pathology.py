@@ -18,9 +18,10 @@ from pipeline.core.errors import PetalsError
 from pipeline.data import file_examples, splits
 from pipeline.runs import leaderboard
 from pipeline.stages.fetch import FetchOptions, fetch
-from pipeline.tasks import get_task, multi_label_decision
+from pipeline.tasks import get_task
 from pipeline.tasks.competitions import check_network, check_submission, load_competition
 from pipeline.tasks.recipe_config import load_config, recipe_path
+from pipeline.tasks.targets import multi_label_decision
 
 SPEC = load_spec("plant-pathology-2021")
 TASK = get_task(SPEC.task)
@@ -248,7 +249,7 @@ def test_folds_deal_by_label_string_and_the_submission_thresholds_are_chosen_out
     thresholds chosen on them."""
     from pipeline import api
     from pipeline.modeling.inference import Predictions
-    from pipeline.tasks import multi_label_decision
+    from pipeline.tasks.targets import multi_label_decision
 
     tiny = (f"competition={SPEC.name}", "model.backbone=cnn", "data.image_size=32", "data.batch_size=8",
             "train.epochs=1", "train.steps_per_epoch=2")  # fmt: skip

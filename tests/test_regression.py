@@ -1,4 +1,4 @@
-"""Regression as a target part (pipeline/tasks/regression.py): the standardised head's scale kept
+"""Regression as a target part (pipeline/tasks/targets/regression.py): the standardised head's scale kept
 with the weights, the loss in standardised units, RMSE as the training metric, and what the
 task and its competition file must agree on, refused in one line."""
 
@@ -12,7 +12,7 @@ import pytest
 from pipeline.core.errors import PetalsError
 from pipeline.networks import numbers
 from pipeline.tasks import get_task
-from pipeline.tasks.regression import TargetScale
+from pipeline.tasks.targets.regression import TargetScale
 
 TASK = get_task("image_regression")
 

@@ -19,8 +19,8 @@ from pipeline.modeling.inference import load_inference_model, predict_split
 from pipeline.modeling.optimizer import averaging
 from pipeline.modeling.trainer import Trainer
 from pipeline.stages import train
-from pipeline.tasks.losses import loss_function
 from pipeline.tasks.recipe_config import load_config
+from pipeline.tasks.targets.losses import loss_function
 from tests.conftest import (
     TINY,
     TINY_SIZE,

@@ -42,7 +42,7 @@ class RunDir:
     MISTAKES_PLOT = "mistakes.png"  # the most confident wrong val images (pipeline/tasks/mistakes.py)
     MISTAKES = "mistakes.csv"  # the most confident wrong val texts
     PREDICTED_PLOT = (
-        "predicted_vs_true.png"  # a regression's val numbers (pipeline/tasks/regression_report.py)
+        "predicted_vs_true.png"  # a regression's val numbers (pipeline/tasks/targets/regression_report.py)
     )
     VOCABULARY = "vocabulary.txt"  # a word-level text run's words, one a line: token id = line number + 2
     TOKENIZER = "tokenizer"  # a BERT run's tokenizer, a keras-hub preset folder

@@ -6,7 +6,7 @@ Predicts the val split with the run's best weights and writes, into the run dir:
 task's files (one class an example: `per_class.csv`, precision, recall, F1 and support of every
 class; `confusion.png`, the row-normalised confusion matrix, every class named (past 200 classes,
 those with the most mistakes); `confusions.csv`, the most frequent mistakes by name:
-pipeline/tasks/single_label_report.py); the examples it gets most confidently wrong
+pipeline/tasks/targets/single_label_report.py); the examples it gets most confidently wrong
 (`mistakes.png`, a grid of images; `mistakes.csv`, a table of texts: pipeline/tasks/mistakes.py);
 `metrics.json` gains an `evaluation` section, and the run gets its row on the offline leaderboard.
 """

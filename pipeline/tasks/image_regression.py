@@ -1,20 +1,12 @@
-"""Image regression: one photo in, one number out (PetFinder's Pawpularity). An image task (its
-networks, views and `make inspect` batch) whose target is a number (regression.py)."""
+"""Image regression: one photo in, one number out (PetFinder's Pawpularity)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from pipeline.tasks.base import RECIPES_DIR, register
-from pipeline.tasks.image_classification import ImageClassification
-from pipeline.tasks.regression import Regression
+from pipeline.tasks.base import register
+from pipeline.tasks.inputs.image import ImageInput
+from pipeline.tasks.targets.regression import Regression
 
 
 @register
-class ImageRegression(Regression, ImageClassification):
+class ImageRegression(Regression, ImageInput):
     name = "image_regression"
-
-    @property
-    def recipes_dir(self) -> Path:
-        """The image classification recipes: a backbone and its schedule serve a number as a class."""
-        return RECIPES_DIR / ImageClassification.name

@@ -1,21 +1,12 @@
-"""Text regression: one text in, one number out (CommonLit's readability of an excerpt). A text
-task (its networks, `make inspect` table and mistakes table) whose target is a number
-(regression.py)."""
+"""Text regression: one text in, one number out (CommonLit's readability of an excerpt)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from pipeline.tasks.base import RECIPES_DIR, register
-from pipeline.tasks.regression import Regression
-from pipeline.tasks.text_classification import TextClassification
+from pipeline.tasks.base import register
+from pipeline.tasks.inputs.text import TextInput
+from pipeline.tasks.targets.regression import Regression
 
 
 @register
-class TextRegression(Regression, TextClassification):
+class TextRegression(Regression, TextInput):
     name = "text_regression"
-
-    @property
-    def recipes_dir(self) -> Path:
-        """The text classification recipes: a text network and its schedule serve a number too."""
-        return RECIPES_DIR / TextClassification.name

@@ -32,7 +32,7 @@ class SingleLabel(Task):
         return "\n".join(f"{spec.classes[i]} {label[i]:.0%}" for i in top if label[i] > 0.005)
 
     def loss(self, train, class_counts=None):
-        from pipeline.tasks.losses import loss_function
+        from pipeline.tasks.targets.losses import loss_function
 
         return loss_function(train, class_counts)
 
@@ -50,28 +50,28 @@ class SingleLabel(Task):
 
     def evaluate(self, labels, probabilities, spec, groups=None):
         """Per-class scores, the confusion matrix and the top confusions (single_label_report.py)."""
-        from pipeline.tasks import single_label_report
+        from pipeline.tasks.targets import single_label_report
 
         return single_label_report.evaluation(labels, probabilities, spec)
 
     def mistakes(self, labels, probabilities, spec):
         """Rows whose largest probability is on another class, ranked by that probability."""
-        from pipeline.tasks import single_label_report
+        from pipeline.tasks.targets import single_label_report
 
         return single_label_report.mistakes(labels, probabilities, spec.classes)
 
     def summary_lines(self, evaluation: dict) -> list[str]:
-        from pipeline.tasks import single_label_report
+        from pipeline.tasks.targets import single_label_report
 
         return single_label_report.summary_lines(evaluation)
 
     def submission_column(self, values, spec) -> list:
-        from pipeline.tasks import single_label_submission
+        from pipeline.tasks.targets import single_label_submission
 
         return single_label_submission.column(values, spec)
 
     def check_values(self, spec):
-        from pipeline.tasks import single_label_submission
+        from pipeline.tasks.targets import single_label_submission
 
         return single_label_submission.checker(spec)
 

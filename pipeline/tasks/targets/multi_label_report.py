@@ -12,8 +12,8 @@ import pandas as pd
 from pipeline.core.files import write_atomically
 from pipeline.core.foreign import EACH, listed, safe_cells, text
 from pipeline.core.rundir import RunDir
-from pipeline.tasks import multi_label_decision
 from pipeline.tasks.base import Evaluation
+from pipeline.tasks.targets import multi_label_decision
 
 
 def evaluation(labels: np.ndarray, probabilities: np.ndarray, spec, groups=None) -> Evaluation:

@@ -74,19 +74,19 @@ class MultiLabel(Task):
     def evaluate(self, labels, probabilities, spec, groups=None):
         """Per-label scores at the chosen thresholds and the score they give out of fold (out of
         group too: the thresholds are judged on the other half's groups)."""
-        from pipeline.tasks import multi_label_report
+        from pipeline.tasks.targets import multi_label_report
 
         return multi_label_report.evaluation(labels, probabilities, spec, groups)
 
     def mistakes(self, labels, probabilities, spec):
         """Rows decided wrong on some label at the thresholds chosen on val, ranked by their largest
         error on one label (multi_label_report.mistakes)."""
-        from pipeline.tasks import multi_label_report
+        from pipeline.tasks.targets import multi_label_report
 
         return multi_label_report.mistakes(labels, probabilities, spec.classes)
 
     def summary_lines(self, evaluation: dict) -> list[str]:
-        from pipeline.tasks import multi_label_report
+        from pipeline.tasks.targets import multi_label_report
 
         return multi_label_report.summary_lines(evaluation)
 
@@ -100,7 +100,7 @@ class MultiLabel(Task):
     def check_values(self, spec):
         from functools import partial
 
-        from pipeline.tasks import multi_label_submission
+        from pipeline.tasks.targets import multi_label_submission
 
         if spec.submission_value == "label_probabilities":
             return partial(multi_label_submission.check_columns, spec=spec)
@@ -115,7 +115,7 @@ class MultiLabel(Task):
         """Rows of 0/1: the labels over their thresholds, chosen on `val` (predictions with labels);
         a row left empty takes its likeliest label when no val example was without one. Where a
         label has a column, its probabilities as they are (nothing is decided)."""
-        from pipeline.tasks import multi_label_decision
+        from pipeline.tasks.targets import multi_label_decision
 
         if spec.submission_value == "label_probabilities":
             return probabilities

@@ -67,7 +67,7 @@ class Regression(Task):
 
     def loss(self, train, class_counts: TargetScale | None = None):
         """The mean squared error of the standardised numbers: the output's error over the std."""
-        from pipeline.tasks.regression_loss import standardised_mse
+        from pipeline.tasks.targets.regression_loss import standardised_mse
 
         return standardised_mse(1.0 if class_counts is None else class_counts.std)
 
@@ -84,30 +84,30 @@ class Regression(Task):
 
     def evaluate(self, labels, probabilities, spec, groups=None):
         """RMSE, MAE and R^2 of the val numbers, and a plot of predicted against true."""
-        from pipeline.tasks import regression_report
+        from pipeline.tasks.targets import regression_report
 
         return regression_report.evaluation(labels, probabilities, spec)
 
     def mistakes(self, labels, probabilities, spec):
         """Every row, the largest absolute error first."""
-        from pipeline.tasks import regression_report
+        from pipeline.tasks.targets import regression_report
 
         return regression_report.mistakes(labels, probabilities)
 
     def summary_lines(self, evaluation: dict) -> list[str]:
-        from pipeline.tasks import regression_report
+        from pipeline.tasks.targets import regression_report
 
         return regression_report.summary_lines(evaluation)
 
     def submission_column(self, values, spec) -> list:
-        from pipeline.tasks import regression_submission
+        from pipeline.tasks.targets import regression_submission
 
         return regression_submission.column(values)
 
     def check_values(self, spec):
         from functools import partial
 
-        from pipeline.tasks import regression_submission
+        from pipeline.tasks.targets import regression_submission
 
         return partial(regression_submission.check, spec=spec)
 
@@ -117,6 +117,6 @@ class Regression(Task):
     def submission_values(self, probabilities, spec, val=None):
         """Each row's number, clipped to the competition's stated range, else to the range of the
         labelled `val` rows (out of fold under CV: every labelled row)."""
-        from pipeline.tasks import regression_submission
+        from pipeline.tasks.targets import regression_submission
 
         return regression_submission.decide(probabilities, spec, val)
