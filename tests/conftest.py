@@ -42,6 +42,22 @@ def pytest_configure(config):
         os.environ["JAX_COMPILATION_CACHE_DIR"] = config.petals_jax_cache
 
 
+# Each collected test's markers by node id, before `-m` or `-k` deselect any: tests/test_tiers.py
+# checks from them that every test lands in exactly one tier CI runs.
+COLLECTED_MARKERS = pytest.StashKey[dict[str, frozenset[str]]]()
+MARKERS_FILE = "PETALS_TEST_MARKERS_FILE"  # where a collection writes them as JSON, when set
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m and -k
+def pytest_collection_modifyitems(config, items):
+    markers = {item.nodeid: frozenset(mark.name for mark in item.iter_markers()) for item in items}
+    config.stash[COLLECTED_MARKERS] = markers
+    if os.environ.get(MARKERS_FILE):
+        Path(os.environ[MARKERS_FILE]).write_text(
+            json.dumps({test: sorted(m) for test, m in markers.items()})
+        )
+
+
 def pytest_unconfigure(config):
     if hasattr(config, "petals_jax_cache"):
         shutil.rmtree(config.petals_jax_cache, ignore_errors=True)
