@@ -126,6 +126,7 @@ def test_five_fold_kernels_one_failing_one_slow_make_the_group_trained_here(
     assert group.metrics()["fold_table"] == local_group.metrics()["fold_table"]
 
 
+@pytest.mark.thorough  # a fan-out repeated over two commands: the failing-twice and quota tests prove one
 def test_two_fold_kernels_across_two_commands_assemble_their_group(
     data_dir, spec, tmp_path, in_kaggle_env, capsys
 ):
