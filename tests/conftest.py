@@ -32,6 +32,18 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config):
+    # Registered here, beside setup.cfg's `slow` and `heavy`: an edit of setup.cfg makes every
+    # checkout's next make reinstall the virtualenv (the Makefile's stamp).
+    config.addinivalue_line(
+        "markers",
+        "thorough: a variant of a path `make test` proves once (the other backbones, families and "
+        "recipes, a second backend or loop, a chain repeated with one thing changed, each further "
+        "refusal of one check): run by `make test-thorough` (not by `make test`; CI runs it)",
+    )
+    _one_jax_cache(config)
+
+
+def _one_jax_cache(config):
     """One JAX compilation cache for the whole run (every xdist worker and the processes tests
     start inherit this environment): a JAX process finds what an earlier one compiled, as stages
     do in use, and a cold cache at each run keeps the suite's timings honest."""

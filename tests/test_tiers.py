@@ -1,8 +1,8 @@
 """The suite's tiers: every test lands in exactly one tier CI runs, so none is dropped.
 
 A tier is a `test*` target of the Makefile and the `-m` expression it hands pytest; CI is
-`.ci/run`. A tier CI does not run (the inner loop, `make test-fast`) must run only tests of one it
-does. The markers are read from this session's own collection when it collected every test file,
+`.ci/run`. A tier CI does not run (the inner loop, `make test-fast`) must run only tests of
+`make test`. The markers are read from this session's own collection when it collected every test file,
 else from a collection of the whole suite in a fresh process.
 """
 
