@@ -944,6 +944,7 @@ def test_a_kaggle_server_failing_is_retried_then_one_line(tmp_path, capsys, capl
     )
 
 
+@pytest.mark.thorough  # retried then one line: proven by the failing server above
 def test_a_kaggle_server_that_stops_answering_times_out_is_retried_then_one_line(
     tmp_path, capsys, caplog, in_kaggle_env, monkeypatch
 ):

@@ -195,6 +195,7 @@ def test_a_kernel_failing_twice_is_named_and_a_rerun_pushes_it_again(
     assert f"fold 0 ({_kernel(0)}) version 3: pushed" in out and len(behaviour.pushed) == 3
 
 
+@pytest.mark.thorough  # a further limit of the fan-out: the session limit below and the failing-twice test
 def test_the_weekly_quota_holds_back_what_it_cannot_cover(data_dir, tmp_path, in_kaggle_env, capsys):
     """A GPU fan-out with 2 h of the weekly quota unreserved and 3 h kernels pushes nothing."""
     behaviour = Behaviour(quota={"gpu": (20.0, 8.0, 30.0), "tpu": (0.0, 0.0, 20.0)})
