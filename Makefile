@@ -339,7 +339,7 @@ test-thorough: $(STAMP) ## the variants of what make test proves once: other bac
 test-heavy: $(STAMP) ## the heavy tier: 8-replica runs, backends side by side, the whole registry, the longest chains; one at a time (CI runs it too)
 	$(PY) -m pytest -m heavy $(PYTEST_ARGS)
 
-test-fast: $(STAMP) ## the inner loop: the tests of make test that train nothing (pytest -m "not slow")
+test-fast: $(STAMP) ## the inner loop: the tests of make test that train nothing and start no process (pytest -m "not slow")
 	$(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal -m "not slow and not heavy and not thorough" $(PYTEST_ARGS)
 
 lint: $(STAMP) ## check style and common bugs with ruff, and the layers with import-linter (.importlinter)
