@@ -157,9 +157,8 @@ def _on_backend(backend: str, helper: str, *args) -> dict:
     [
         ("ngrams", "tensorflow"),
         pytest.param("ngrams", "jax", marks=pytest.mark.heavy),  # a JAX process: the heavy tier
-        pytest.param(
-            "tfidf", "tensorflow", marks=pytest.mark.thorough
-        ),  # the second network: ngrams' proves it
+        # The second network: the thorough tier (the n-grams' case above proves the property).
+        pytest.param("tfidf", "tensorflow", marks=pytest.mark.thorough),
         pytest.param("tfidf", "jax", marks=pytest.mark.heavy),
         # The BiLSTM is no competition's recipe any more (imdb's is the bag of n-grams): the heavy tier.
         pytest.param("bilstm", "tensorflow", marks=[pytest.mark.slow, pytest.mark.heavy]),
