@@ -137,7 +137,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR) $(call opt,--track,TRACK)
 
-.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-probes bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata bench-mistakes tensorboard
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-thorough test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-probes bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata bench-mistakes tensorboard
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -197,7 +197,7 @@ endif
 ifeq ($(TRACK),mlflow)
 install train sweep evaluate predict: | $(TRACK_STAMP)
 endif
-test test-heavy test-fast: | $(TRACK_STAMP)
+test test-thorough test-heavy test-fast: | $(TRACK_STAMP)
 
 # The stage leaves a complete manifest untouched when there is nothing to do; the touch
 # records that it was checked against the current arguments.
@@ -319,8 +319,15 @@ $(TPU_VENV)/.installed: tests/kaggle-tpu-image.txt
 kernel-emulate: $(TPU_VENV)/.installed | $(STAMP) ## run generated kernels as Kaggle would (TPU image pins, /kaggle layout, no network): the TPU kernel on 8 JAX devices, the CPU recipe's offline
 	$(PY) -m tests.kernel_emulate --python $(TPU_VENV)/bin/python
 
-test: $(STAMP) ## run the test suite (what CI runs), all but the heavy tier
-	$(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal -m "not heavy" $(PYTEST_ARGS)
+# The tiers, by what they prove (docs/development.md; tests/test_tiers.py checks that each test
+# is in exactly one of test, test-thorough and test-heavy, and that CI runs each): `make test`
+# proves an install (the unit tests, the chain a first run relies on, one learning check per kind
+# of problem); test-thorough the variants of paths `make test` proves once.
+test: $(STAMP) ## the README's test command: the unit tests, the chain a first run relies on, one learning check per kind of problem (CI runs it)
+	$(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal -m "not heavy and not thorough" $(PYTEST_ARGS)
+
+test-thorough: $(STAMP) ## the variants of what make test proves once: other backbones and families, second backends, repeated chains, each further refusal (CI runs it)
+	$(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal -m "thorough" $(PYTEST_ARGS)
 
 # The heavy tier runs alone, one test at a time, here and in CI: the runs that occupy every core
 # (8 TensorFlow or JAX CPU replicas, whose duration rides on how the OS schedules their threads
@@ -335,8 +342,8 @@ test: $(STAMP) ## run the test suite (what CI runs), all but the heavy tier
 test-heavy: $(STAMP) ## the heavy tier: 8-replica runs, backends side by side, the whole registry, the longest chains; one at a time (CI runs it too)
 	$(PY) -m pytest -m heavy $(PYTEST_ARGS)
 
-test-fast: $(STAMP) ## the inner loop: every test that trains nothing (pytest -m "not slow")
-	$(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal -m "not slow and not heavy" $(PYTEST_ARGS)
+test-fast: $(STAMP) ## the inner loop: the tests of make test that train nothing and start no process (pytest -m "not slow")
+	$(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal -m "not slow and not heavy and not thorough" $(PYTEST_ARGS)
 
 lint: $(STAMP) ## check style and common bugs with ruff, and the layers with import-linter (.importlinter)
 	$(VENV)/bin/ruff check .

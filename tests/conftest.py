@@ -32,6 +32,18 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def pytest_configure(config):
+    # Registered here, beside setup.cfg's `slow` and `heavy`: an edit of setup.cfg makes every
+    # checkout's next make reinstall the virtualenv (the Makefile's stamp).
+    config.addinivalue_line(
+        "markers",
+        "thorough: a variant of a path `make test` proves once (the other backbones, families and "
+        "recipes, a second backend or loop, a chain repeated with one thing changed, each further "
+        "refusal of one check): run by `make test-thorough` (not by `make test`; CI runs it)",
+    )
+    _one_jax_cache(config)
+
+
+def _one_jax_cache(config):
     """One JAX compilation cache for the whole run (every xdist worker and the processes tests
     start inherit this environment): a JAX process finds what an earlier one compiled, as stages
     do in use, and a cold cache at each run keeps the suite's timings honest."""
@@ -40,6 +52,22 @@ def pytest_configure(config):
 
         config.petals_jax_cache = tempfile.mkdtemp(prefix="petals-jax-cache-")
         os.environ["JAX_COMPILATION_CACHE_DIR"] = config.petals_jax_cache
+
+
+# Each collected test's markers by node id, before `-m` or `-k` deselect any: tests/test_tiers.py
+# checks from them that every test lands in exactly one tier CI runs.
+COLLECTED_MARKERS = pytest.StashKey[dict[str, frozenset[str]]]()
+MARKERS_FILE = "PETALS_TEST_MARKERS_FILE"  # where a collection writes them as JSON, when set
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own hook deselects by -m and -k
+def pytest_collection_modifyitems(config, items):
+    markers = {item.nodeid: frozenset(mark.name for mark in item.iter_markers()) for item in items}
+    config.stash[COLLECTED_MARKERS] = markers
+    if os.environ.get(MARKERS_FILE):
+        Path(os.environ[MARKERS_FILE]).write_text(
+            json.dumps({test: sorted(m) for test, m in markers.items()})
+        )
 
 
 def pytest_unconfigure(config):

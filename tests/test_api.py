@@ -13,6 +13,7 @@ from pipeline.core.errors import PetalsError
 from tests.conftest import REPO, TINY
 
 
+@pytest.mark.slow  # the chain
 def test_the_chain_runs_through_the_api(tiny_data_dir, tmp_path, monkeypatch, capsys):
     """train -> evaluate -> predict -> submit's dry run, in one process, with no command line."""
     home = tmp_path / "home"  # no credentials: submit checks the file and says what it would send

@@ -313,6 +313,7 @@ def test_a_bert_kernel_needs_its_preset_attached_as_a_kaggle_model(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.thorough  # the ensemble's search: test_evaluate's, here on log loss
 def test_an_ensemble_of_two_runs_searches_lower_log_loss_and_submits_probabilities(fetched, cpu, tmp_path):
     """dogs-vs-cats: the blend's weights are searched on the competition's metric (log loss, lower
     is better) and its submission holds P(dog)."""

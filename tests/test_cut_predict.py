@@ -115,6 +115,7 @@ def test_folds_predict_out_of_fold_as_scored_and_the_test_set_through_one_bottom
     assert not through(Predictions.load(runs[1].predictions("test")))
 
 
+@pytest.mark.slow  # a Python process
 def test_cv_predict_picks_its_backend_before_anything_imports_keras(data_dir, tmp_path):
     """`cv predict --backend jax` in a fresh process: Keras must not be imported (by the cut's
     module) before the stage picks the backend; here it gets as far as the group's absence."""

@@ -194,6 +194,7 @@ def test_a_bad_record_fails_naming_the_shard(tiny_copy, spec, damage):
 
 
 @pytest.mark.parametrize("damage", ["jpeg", "truncated"])
+@pytest.mark.slow  # rewrites and reads whole shards
 def test_skipping_bad_records_reports_them_per_file(tiny_copy, spec, damage):
     files = _files(tiny_copy, spec, "val")
     victim = tiny_copy / files[5].split(str(tiny_copy) + "/")[1]

@@ -67,6 +67,9 @@ def test_precision_and_compile_defaults_follow_the_hardware():
     assert device.pick_steps_per_execution(tpu, 4) == 4
 
 
+@pytest.mark.slow  # a TensorFlow or JAX process
+# The thorough tier's: TensorFlow's 8-replica split is proven by the second-stage test below.
+@pytest.mark.thorough
 @pytest.mark.parametrize("backend", ["tensorflow", "jax"])
 def test_cpu_replicas_split_the_cpu_on_both_backends(backend):
     done = run_python(
@@ -82,6 +85,7 @@ def test_cpu_replicas_split_the_cpu_on_both_backends(backend):
     assert done.stdout.split()[:4] == [backend, kind, "8", "8"]
 
 
+@pytest.mark.slow  # a TensorFlow or JAX process
 def test_a_second_stage_in_the_process_finds_the_cpu_split_and_another_split_is_one_line():
     done = run_python(
         """
@@ -105,6 +109,7 @@ def test_a_second_stage_in_the_process_finds_the_cpu_split_and_another_split_is_
     )
 
 
+@pytest.mark.slow  # a Python process importing the stages
 def test_stages_import_no_framework_before_the_backend_is_chosen():
     done = run_python(
         """
@@ -125,10 +130,14 @@ def test_stages_import_no_framework_before_the_backend_is_chosen():
         (["--strategy", "tpu"], {}, "--strategy tpu, but no TPU can be used: TensorFlow found no TPU"),
         ([], {"ISTPUVM": "1"}, "this is a TPU machine (ISTPUVM=1), but no TPU can be used: TensorFlow 2.21"
          ".0 is a CPU-only build (tensorflow-cpu), which cannot drive a TPU VM's TPU, and JAX sees no TPU"),
-        (["--backend", "tensorflow"], {"ISTPUVM": "1"}, "CPU-only build (tensorflow-cpu)"),
-        (["--backend", "jax", "--strategy", "tpu"], {}, "JAX sees no TPU"),
+        # Each half of the line above asked for alone: the thorough tier.
+        pytest.param(["--backend", "tensorflow"], {"ISTPUVM": "1"}, "CPU-only build (tensorflow-cpu)",
+                     marks=pytest.mark.thorough),
+        pytest.param(["--backend", "jax", "--strategy", "tpu"], {}, "JAX sees no TPU",
+                     marks=pytest.mark.thorough),
     ],
 )  # fmt: skip
+@pytest.mark.slow  # the train stage's process
 def test_a_tpu_asked_for_but_unreachable_stops_in_one_line_and_writes_nothing(
     tiny_data_dir, tmp_path, args, env, found
 ):
@@ -142,6 +151,7 @@ def test_a_tpu_asked_for_but_unreachable_stops_in_one_line_and_writes_nothing(
     assert not runs.exists()
 
 
+@pytest.mark.thorough  # the JAX TPU stand-in (a second backend): kernel-emulate and the heavy tier use it
 def test_an_emulated_tpu_is_jax_cpu_devices_and_says_so():
     done = run_python(
         """

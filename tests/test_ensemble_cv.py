@@ -109,6 +109,7 @@ def members(setting: Setting, names: list[str]) -> tuple[list[np.ndarray], list[
     return oof, tests
 
 
+@pytest.mark.slow  # the ensemble stage over fold runs
 def test_a_searched_blend_of_groups_reports_its_out_of_fold_score_not_the_in_sample_one(
     tmp_path, cassava, capsys
 ):
@@ -186,6 +187,7 @@ def test_bad_group_ensembles_are_one_line(setting, spec, capsys, runs, extra, me
     assert not setting.subs.exists()
 
 
+@pytest.mark.slow  # the ensemble stage over fold runs
 def test_given_weights_blend_groups_with_nothing_fitted(tmp_path, cassava):
     setting, spec = make_setting(tmp_path, cassava), cassava
     for seed, name in enumerate(["cv3-a", "cv3-b"]):
@@ -199,6 +201,7 @@ def test_given_weights_blend_groups_with_nothing_fitted(tmp_path, cassava):
     assert set(metrics["methods"]) == {"equal", "search", "stack"}
 
 
+@pytest.mark.slow  # the ensemble stage over fold runs
 def test_the_cli_stacks_groups_and_records_every_methods_out_of_fold_score(tmp_path, cassava):
     setting, spec = make_setting(tmp_path, cassava), cassava
     for seed, name in enumerate(["cv3-a", "cv3-b"]):

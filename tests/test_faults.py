@@ -263,7 +263,8 @@ class StopAfter(preemption.StopRequest):
         return self.reason
 
 
-@pytest.mark.parametrize("loop", ["fit", "custom"])
+# The custom loop's stop: the thorough tier (test_bert proves that loop trains like fit).
+@pytest.mark.parametrize("loop", ["fit", pytest.param("custom", marks=pytest.mark.thorough)])
 def test_a_stop_mid_epoch_saves_the_step_and_the_rerun_finishes_the_epoch(cpu, tiny_data_dir, tmp_path, loop):
     overrides = [*TINY, "train.epochs=3", "train.steps_per_epoch=6", f"train.loop={loop}"]
     job = train.prepare(load_config(overrides=overrides), cpu, tiny_data_dir, tmp_path, "stopped", None)
@@ -335,6 +336,7 @@ def test_sigterm_saves_a_checkpoint_at_the_step_and_exits_75(tiny_data_dir, tmp_
     assert _history(tmp_path / "term") == [1, 2]
 
 
+@pytest.mark.thorough  # a stop at a step and its resume: proven by the mid-epoch stop above
 def test_the_time_limit_stops_with_a_checkpoint_and_the_rerun_resumes(tiny_data_dir, tmp_path, capsys):
     args = _train_args(tiny_data_dir, tmp_path, "--run", "limited", "--set", "train.epochs=3")
     code, _, err = _here(capsys, *args, "--time-limit", "0.000001")
@@ -489,6 +491,7 @@ def test_a_read_only_runs_dir_is_one_line_and_writes_nothing(tiny_data_dir, tmp_
 
 
 @pytest.mark.skipif(not shutil.which("unshare"), reason="no unshare here")
+@pytest.mark.thorough  # a folder petals may not write: proven on the runs dir above
 def test_a_data_dir_this_user_may_not_write_is_one_line(tmp_path):
     """fetch as an unprivileged user (root ignores permissions) into a folder it may not write."""
     shared = Path(tempfile.mkdtemp(prefix="petals-perm-"))
@@ -651,6 +654,7 @@ def _children_of(pid: int) -> dict[int, str]:
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").is_file(), reason="finds processes in /proc (Linux)")
+@pytest.mark.thorough  # children dying with their stage: proven by the launcher killed with -9 below
 def test_a_fetch_killed_mid_drawing_takes_its_drawing_workers_with_it(tmp_path):
     """kill -9 of a stage (an OOM kill, Ctrl-\\) must not leave its spawn workers running, children
     of init: each dies with the stage. A worker still starting (importing, before its initializer
@@ -862,6 +866,7 @@ def test_a_predict_killed_at_a_random_moment_reruns_to_the_same_csv(tiny_runs, t
 
 
 @pytest.mark.parametrize("seed", seeds())
+@pytest.mark.thorough  # a submit's rerun after a kill: test_submit's recorded upload and rerun tests
 def test_a_submit_killed_at_a_random_moment_reruns_to_one_recorded_upload(
     tiny_data_dir, spec, tmp_path, kaggle_env, seed
 ):
@@ -939,6 +944,7 @@ def test_a_kaggle_server_failing_is_retried_then_one_line(tmp_path, capsys, capl
     )
 
 
+@pytest.mark.thorough  # retried then one line: proven by the failing server above
 def test_a_kaggle_server_that_stops_answering_times_out_is_retried_then_one_line(
     tmp_path, capsys, caplog, in_kaggle_env, monkeypatch
 ):

@@ -62,6 +62,7 @@ def test_auto_without_anything_draws_the_synthetic_dataset(tmp_path, spec, no_cr
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("data")) == ["data"]
 
 
+@pytest.mark.slow  # draws the data
 def test_second_fetch_is_a_no_op_unless_forced(tmp_path, spec, no_credentials):
     options = _options(tmp_path, source="synthetic")
     first = fetch(options, spec)
@@ -101,6 +102,7 @@ def test_auto_prefers_kaggle_input_then_gcs_then_credentials(tmp_path, spec, no_
     assert fetch_stage.resolve_source(options, spec)[0] == "kaggle-input"
 
 
+@pytest.mark.slow  # draws the data
 def test_interrupted_fetch_leaves_the_data_dir_as_it_was(tmp_path, spec, no_credentials, monkeypatch):
     options = _options(tmp_path, source="synthetic")
     first = fetch(options, spec)

@@ -144,6 +144,7 @@ def test_no_held_out_record_reaches_its_folds_training_reader(data_dir, spec):
         assert images.shape[0] == 8
 
 
+@pytest.mark.slow  # draws and fetches a file competition
 def test_a_file_competitions_fold_parts_are_its_examples_by_id(cats):
     spec = load_spec("dogs-vs-cats")
     all_examples = file_examples.examples(cats, spec, "train")

@@ -78,6 +78,7 @@ def value_after(argv: list[str], option: str) -> list[str]:
     return [argv[i + 1] for i, arg in enumerate(argv) if arg == option]
 
 
+@pytest.mark.slow  # make and the fetch stage's process
 def test_a_hostile_zip_path_reaches_fetch_whole_and_runs_nothing(tmp_path):
     """`DATA_FROM="~/Downloads/tpu (1).zip"`, and worse: the stage gets the exact path and says
     it is not there; the .args file records it as one line."""
@@ -99,6 +100,7 @@ def test_a_hostile_zip_path_reaches_fetch_whole_and_runs_nothing(tmp_path):
     )
 
 
+@pytest.mark.slow  # make and the submit stage's process
 def test_a_hostile_message_and_file_reach_submit_whole(tmp_path):
     """`make submit MESSAGE='x `touch /tmp/p`'` ran the command: now the message and the file are
     values, and submit names the exact file it cannot check."""
@@ -118,6 +120,7 @@ def test_a_hostile_message_and_file_reach_submit_whole(tmp_path):
     )
 
 
+@pytest.mark.slow  # make, once per stage
 def test_every_stage_gets_each_knob_as_one_argument(tmp_path, argv_log):
     """Through fetch, train, submit, kernel, ensemble and leaderboard, each single-value knob is
     one argv element, byte for byte, and each word of a list knob is one."""

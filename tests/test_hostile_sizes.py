@@ -38,6 +38,7 @@ def _crafted_header(length: int) -> bytes:
     return declared + struct.pack("<I", records.masked_crc32c(declared))
 
 
+@pytest.mark.slow  # the fetch stage's process
 def test_a_record_declaring_an_exabyte_is_refused_by_fetch_before_tensorflow_reads_it(
     tiny_copy, spec, tmp_path, capsys
 ):
@@ -133,6 +134,7 @@ print(evaluation.fields["confusions_kept"] if "confusions_kept" in evaluation.fi
 """
 
 
+@pytest.mark.slow  # a stage's process, plots of 1,500 classes
 def test_a_report_of_1500_classes_plots_200_and_stays_under_a_gigabyte(tmp_path):
     """classes.txt of 1,500 names (9 KB) took make evaluate past 6 GB: the plot grew with the
     square of the classes. Now it draws the 200 classes with the most mistakes. The report runs in
@@ -194,6 +196,7 @@ def _cassava_fetch(source: Path, data: Path) -> list[str]:
             "--data-dir", str(data)]  # fmt: skip
 
 
+@pytest.mark.slow  # a stage's process reading two million rows
 def test_a_label_csv_of_two_million_rows_is_refused_after_its_declared_count(tmp_path):
     """It took 4 minutes and 2 GB before its refusal: now the rows are counted as they stream, and
     the file is refused after twice cassava's declared 21,397 (and a thousand). The stage runs as

@@ -89,6 +89,7 @@ def _fetch_in_process(world: World, competition: Path, capsys) -> tuple[int, str
 # ----------------------------------------------------------------------------- through a process
 
 
+@pytest.mark.slow  # the fetch stage's process
 def test_a_sample_submission_of_dotdot_makefile_copies_nothing_over_the_checkout(world, tmp_path):
     evil = _competition(
         tmp_path / "comp", "cassava", 'sample_submission = "sample_submission.csv"',

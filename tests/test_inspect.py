@@ -44,6 +44,7 @@ def _damaged_data_dir(tiny_copy, tmp_path, spec):
 
 
 @pytest.mark.slow
+@pytest.mark.thorough  # bad records named and skipped: test_data's skipping_bad_records; inspect's run: above
 def test_a_corrupt_image_stops_inspect_naming_the_shard_unless_skipped(
     tiny_copy, spec, tmp_path, capsys, caplog
 ):

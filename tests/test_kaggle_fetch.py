@@ -41,6 +41,7 @@ def _fetch_here(tmp_path, capsys, *extra) -> tuple[int, list[str], str]:
     return code, error_lines(captured.err), captured.out + captured.err
 
 
+@pytest.mark.slow  # the fetch stage's process against the loopback server
 def test_download_unpacks_kaggles_layout_and_verifies(tmp_path, kaggle_env, archive, tiny_dataset, spec):
     behaviour = Behaviour(archive=archive)
     with KaggleTestServer(behaviour):
@@ -60,6 +61,7 @@ def test_download_unpacks_kaggles_layout_and_verifies(tmp_path, kaggle_env, arch
     assert foreign_lines(result.stdout + result.stderr) == []  # the client's own lines stay hidden
 
 
+@pytest.mark.slow  # the fetch stage's process, its retries waited out
 def test_server_errors_are_retried(tmp_path, in_kaggle_env, archive, capsys, caplog):
     behaviour = Behaviour(archive=archive, fail_with=[500])
     with KaggleTestServer(behaviour):

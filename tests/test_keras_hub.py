@@ -111,6 +111,7 @@ def test_each_presets_handle_is_keras_hubs_own_in_kaggles_format():
 
 
 @pytest.mark.parametrize("name", VISION)
+@pytest.mark.slow  # builds a keras-hub network from each preset (their folders written once, about 12 s)
 def test_the_preprocessing_is_the_presets_own_converter(name, presets):
     entry = keras_hub_vision.BACKBONES[name]
     config = load_config(overrides=[f"data.image_size={SIZE}", f"model.backbone={name}",
@@ -123,6 +124,7 @@ def test_the_preprocessing_is_the_presets_own_converter(name, presets):
     assert net.get_layer("backbone").name == "backbone" and net.layers[-1].name == "logits"
 
 
+@pytest.mark.slow  # builds a keras-hub network from each preset (their folders written once, about 12 s)
 def test_a_family_that_fixes_its_size_resizes_as_its_converter_does(presets):
     entry = keras_hub_vision.BACKBONES["vit"]
     config = load_config(overrides=["data.image_size=48", "model.backbone=vit"])
@@ -140,7 +142,10 @@ def test_a_family_that_fixes_its_size_resizes_as_its_converter_does(presets):
 
 
 @pytest.mark.slow  # about 2-6 s a family
-@pytest.mark.parametrize("name", VISION)
+# `make test` trains one family's step (VGG, the cheapest); the others are the thorough tier's.
+@pytest.mark.parametrize(
+    "name", [n if n == "vgg" else pytest.param(n, marks=pytest.mark.thorough) for n in VISION]
+)
 def test_each_vision_family_trains_a_step_and_predicts_from_its_preset_and_from_its_run(
     name, presets, tmp_path
 ):
@@ -163,7 +168,10 @@ def test_each_vision_family_trains_a_step_and_predicts_from_its_preset_and_from_
 
 
 @pytest.mark.slow  # about 2-3 s a family
-@pytest.mark.parametrize("name", TEXT)
+# `make test` trains DistilBERT's (its own tokenizer too); the others are the thorough tier's.
+@pytest.mark.parametrize(
+    "name", [n if n == "distil-bert" else pytest.param(n, marks=pytest.mark.thorough) for n in TEXT]
+)
 def test_each_text_family_trains_a_step_on_pairs_and_predicts(name, presets, tmp_path):
     entry = keras_hub_text.NETWORKS[name]
     config = load_config(overrides=["competition=watson", f"data.sequence_length={LENGTH}",
@@ -188,6 +196,7 @@ def test_each_text_family_trains_a_step_on_pairs_and_predicts(name, presets, tmp
     np.testing.assert_allclose(np.asarray(again.predict(x, verbose=0)), probabilities, atol=1e-5)
 
 
+@pytest.mark.slow  # builds a keras-hub network from each preset (their folders written once, about 12 s)
 def test_a_preset_named_by_name_is_found_where_kaggle_mounts_it_and_never_downloaded(presets, tmp_path):
     import shutil
 
@@ -239,6 +248,7 @@ def test_a_recipe_on_a_keras_hub_preset_names_the_kaggle_model_a_kernel_attaches
 
 
 @pytest.mark.slow  # generates two kernels (each runs its script's --help)
+@pytest.mark.thorough  # a kernel attaching a preset: test_competitions'; each family's handle: below
 def test_a_kernel_on_a_keras_hub_family_attaches_its_preset(capsys, tmp_path):
     import json
 
@@ -263,7 +273,9 @@ def test_a_kernel_on_a_keras_hub_family_attaches_its_preset(capsys, tmp_path):
 @pytest.mark.parametrize(
     ("name", "policy"),
     [
-        ("hgnetv2", ["train.frozen_epochs=1", "train.unfrozen_layers=1"]),  # warm-up, then its last stage
+        pytest.param(  # warm-up, then its last stage: test_train's frozen warm-up proves the policy
+            "hgnetv2", ["train.frozen_epochs=1", "train.unfrozen_layers=1"], marks=pytest.mark.thorough
+        ),
         # A probe: the head alone on DINOv2's cached features (`features.cut`).
         ("dinov2", ["train.feature_cache=true", "train.frozen_epochs=2", "train.feature_views=2",
                     "train.steps_per_epoch=0"]),
@@ -338,6 +350,7 @@ def test_the_shipped_recipes_on_keras_hub_families_attach_their_presets_and_pass
     check_recipe(config, load_spec(competition), session, internet=False, datasets=[handle])
 
 
+@pytest.mark.slow  # builds a keras-hub network from each preset (their folders written once, about 12 s)
 def test_each_family_says_what_unfrozen_layers_unfreezes_and_it_does(presets):
     from pipeline.modeling.classifier import set_backbone_trainable
 

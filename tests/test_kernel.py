@@ -270,6 +270,7 @@ def test_a_refused_push_is_one_actionable_line(generated, in_kaggle_env, capsys)
     assert not behaviour.pushed
 
 
+@pytest.mark.thorough  # the script kernel's generation (above), as a notebook
 def test_a_notebook_kernel_carries_the_same_script_in_one_cell(generated, tmp_path):
     assert (
         _generate(tmp_path, "--owner", "petals-user", "--name", "petals-tiny", "--kernel-type", "notebook")

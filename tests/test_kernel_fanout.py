@@ -126,6 +126,7 @@ def test_five_fold_kernels_one_failing_one_slow_make_the_group_trained_here(
     assert group.metrics()["fold_table"] == local_group.metrics()["fold_table"]
 
 
+@pytest.mark.thorough  # a fan-out repeated over two commands: the failing-twice and quota tests prove one
 def test_two_fold_kernels_across_two_commands_assemble_their_group(
     data_dir, spec, tmp_path, in_kaggle_env, capsys
 ):
@@ -194,6 +195,7 @@ def test_a_kernel_failing_twice_is_named_and_a_rerun_pushes_it_again(
     assert f"fold 0 ({_kernel(0)}) version 3: pushed" in out and len(behaviour.pushed) == 3
 
 
+@pytest.mark.thorough  # a further limit of the fan-out: the session limit below and the failing-twice test
 def test_the_weekly_quota_holds_back_what_it_cannot_cover(data_dir, tmp_path, in_kaggle_env, capsys):
     """A GPU fan-out with 2 h of the weekly quota unreserved and 3 h kernels pushes nothing."""
     behaviour = Behaviour(quota={"gpu": (20.0, 8.0, 30.0), "tpu": (0.0, 0.0, 20.0)})

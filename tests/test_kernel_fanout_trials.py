@@ -148,6 +148,7 @@ def test_a_fan_out_of_trials_refuses_what_it_cannot_do(data_dir, tmp_path, capsy
     assert not (tmp_path / "kernels").exists() and not (tmp_path / "runs").exists()
 
 
+@pytest.mark.thorough  # trials fanned out, here of CV groups: the failing-trial test proves the path
 def test_trials_of_cv_groups_are_told_their_groups_fold_mean(data_dir, spec, tmp_path, in_kaggle_env, capsys):
     """FOLDS=2: each trial a CV group trained in the kernel; its outputs (fold runs with their saved
     predictions, written directly here) assemble each trial's group, and the study is told the
@@ -201,6 +202,7 @@ def test_trials_of_cv_groups_are_told_their_groups_fold_mean(data_dir, spec, tmp
         )
 
 
+@pytest.mark.thorough  # a further refusal: the fan-out of trials refuses what it cannot do (above)
 def test_a_state_file_naming_trials_the_study_did_not_give_is_one_line(
     data_dir, tmp_path, in_kaggle_env, capsys
 ):

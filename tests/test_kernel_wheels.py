@@ -115,6 +115,7 @@ def test_weights_no_wheel_holds_are_still_refused_before_any_download(index, tmp
     assert not (tmp_path / "kernels").exists()
 
 
+@pytest.mark.thorough  # a variant of the offline kernel's wheels (above): given a dataset
 def test_a_kernel_given_a_dataset_gets_no_wheels_and_one_pip_cannot_reach_is_one_line(
     index, tmp_path, capsys
 ):

@@ -51,6 +51,7 @@ def test_an_update_keeps_what_it_does_not_set_and_the_table_ranks_by_val_f1(tmp_
         leaderboard.update(board, "a", score=1.0)
 
 
+@pytest.mark.slow  # the leaderboard stage's process and the loopback server
 def test_sync_pulls_public_scores_through_the_kaggle_client(tmp_path, kaggle_env):
     subs = tmp_path / "submissions"
     board = subs / leaderboard.BOARD

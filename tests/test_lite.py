@@ -47,6 +47,7 @@ def lite0_imagenet():
     return keras.Model(inputs, efficientnet_lite.pretrained("lite0", (224, 224, 3), include_top=True)(x))
 
 
+@pytest.mark.slow  # Lite0 with its ImageNet weights
 def test_real_photos_land_in_their_imagenet_classes(lite0_imagenet):
     names = [*KNOWN_ANSWERS, "rocket"]
     logits = lite0_imagenet.predict(np.stack([photo(n, 224) for n in names]), verbose=0)
@@ -57,6 +58,7 @@ def test_real_photos_land_in_their_imagenet_classes(lite0_imagenet):
             assert int(row.argmax()) in KNOWN_ANSWERS[name], (name, int(row.argmax()))
 
 
+@pytest.mark.slow  # Lite0 with its ImageNet weights
 def test_the_wrong_preprocessing_would_fail_the_known_answers():
     """The check above can fail: raw 0..255 pixels into the same weights miss most of the photos."""
     model = efficientnet_lite.pretrained("lite0", (224, 224, 3), include_top=True)
@@ -107,6 +109,7 @@ def test_a_missing_weights_package_is_one_line_with_the_install_command(monkeypa
         missing.path()
 
 
+@pytest.mark.slow  # builds Lite networks
 def test_weights_of_another_variant_are_refused_in_one_line(tmp_path):
     model = efficientnet_lite.build("lite1", (64, 64, 3))
     lite0 = efficientnet_lite.VARIANTS["lite0"].weights.path()
@@ -213,6 +216,7 @@ def test_a_view_outside_its_storage_is_one_line(tmp_path, monkeypatch, ref, mess
 
 
 @pytest.mark.slow
+@pytest.mark.thorough  # Lite1/2 beside Lite0, whose weights and preprocessing the known answers above prove
 def test_the_trio_is_each_lites_own_pooled_features_side_by_side_at_its_native_size():
     import keras
 

@@ -36,13 +36,21 @@ def _larger_sibling(name: str) -> bool:
     return re.fullmatch(larger, name) is not None
 
 
+# The backbones the shipped CPU and GPU recipes build (`RECIPE=auto` on a first run) and the
+# default's: `make test` builds them; each family's other smallest members are the thorough tier's.
+FIRST_RUN_BACKBONES = ("cnn", "efficientnet-lite0", "keras-efficientnet-b0")
+
+
+def _in_its_tier(name: str):
+    if _larger_sibling(name):
+        return pytest.param(name, marks=pytest.mark.heavy)
+    return name if name in FIRST_RUN_BACKBONES else pytest.param(name, marks=pytest.mark.thorough)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "name",
-    [
-        pytest.param(n, marks=pytest.mark.heavy) if _larger_sibling(n) else n
-        for n in registry.list_backbones()
-    ],
+    [_in_its_tier(n) for n in registry.list_backbones()],
 )
 def test_every_backbone_builds_headless_and_gives_finite_probabilities_under_the_task(name):
     backbone = registry.get_backbone(name)
@@ -86,6 +94,7 @@ def test_offline_pretrained_weights_say_how_to_pass_a_local_file(monkeypatch):
         registry.build_classifier("resnet50", 32, 5, weights="imagenet")
 
 
+@pytest.mark.slow  # builds two networks
 def test_a_local_weights_file_loads_and_a_misfit_one_is_named(tmp_path):
     source = registry.build_classifier("cnn", 32, 5)
     backbone = source.get_layer("backbone")
@@ -153,7 +162,10 @@ SHIPPED = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("competition", "recipe"), SHIPPED)
+@pytest.mark.parametrize(
+    ("competition", "recipe"),
+    [pytest.param(*r, marks=pytest.mark.thorough) if r[1] in ("tpu", "densenet201") else r for r in SHIPPED],
+)  # the TPU recipes (checked by the kernel's recipe checks too) and DenseNet: the thorough tier
 def test_every_shipped_recipe_loads_and_builds_its_model(competition, recipe, tmp_path):
     """Each competition's recipes validate, name a network for its inputs that builds on the
     backends they will meet, and build it (tiny input, random weights; a recipe that loads a

@@ -241,6 +241,7 @@ def test_the_image_cpu_recipe_learns_several_labels_a_leaf(cpu, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.thorough  # CV on the multi-label kind: folds are test_folds', the kind's learning check above
 def test_folds_deal_by_label_string_and_the_submission_thresholds_are_chosen_out_of_fold(
     cpu, leaves, tmp_path
 ):
@@ -287,7 +288,8 @@ def test_folds_deal_by_label_string_and_the_submission_thresholds_are_chosen_out
 @pytest.mark.parametrize(
     ("backend", "loop"),
     [
-        ("tensorflow", "custom"),
+        # The fit loop: the learning check above; the custom one: test_bert's fit against custom.
+        pytest.param("tensorflow", "custom", marks=pytest.mark.thorough),
         pytest.param("jax", "fit", marks=pytest.mark.heavy),
         pytest.param("jax", "custom", marks=pytest.mark.heavy),
     ],

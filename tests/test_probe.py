@@ -111,6 +111,7 @@ def test_a_config_the_probe_cannot_run_is_one_line(overrides, message):
 
 
 @pytest.mark.slow
+@pytest.mark.thorough  # a probe on cached features: test_keras_hub's DINOv2 probe, test_features'
 def test_a_probe_run_scores_on_images_what_it_scored_on_its_cache(cpu, tiny_data_dir, tmp_path, caplog):
     caplog.set_level("INFO")
     job = train.prepare(load_config(overrides=PROBE), cpu, tiny_data_dir, tmp_path, None, None)

@@ -110,6 +110,7 @@ def test_select_keeps_the_confident_the_most_confident_first_within_the_limit():
     assert pseudo.select(predictions, 0.9, limit=2, teacher="t").ids.tolist() == ["a", "b"]  # 0.98, 0.97
 
 
+@pytest.mark.slow  # reads a fold table from the tiny data
 def test_a_student_fold_takes_its_teachers_same_fold(data_dir, spec, teacher):
     runs_dir, ids, table, runs = teacher
     for fold in range(2):
@@ -122,6 +123,7 @@ def test_a_student_fold_takes_its_teachers_same_fold(data_dir, spec, teacher):
         ]
 
 
+@pytest.mark.slow  # reads a fold table from the tiny data
 def test_a_teacher_on_another_fold_table_is_refused(data_dir, spec, teacher):
     runs_dir, _, _, _ = teacher
     config = fold_config(0, "train.fold_seed=1")
@@ -160,6 +162,7 @@ def image_key(image: np.ndarray) -> str:
     return hashlib.sha256(image.tobytes()).hexdigest()
 
 
+@pytest.mark.slow  # reads the tiny data through tf.data
 def test_the_training_reader_yields_the_pseudo_records_with_their_labels_and_no_held_out_one(
     data_dir, spec, teacher
 ):
@@ -205,6 +208,7 @@ def test_the_training_reader_yields_the_pseudo_records_with_their_labels_and_no_
         assert images.shape[0] == 8 and labels.shape[0] == 8
 
 
+@pytest.mark.slow  # it trains
 def test_the_train_stage_trains_on_them_and_writes_them_down(data_dir, spec, teacher, cpu):
     from pipeline.stages import train as train_stage
 
@@ -230,6 +234,7 @@ def cats(tmp_path_factory):
     return data_dir
 
 
+@pytest.mark.thorough  # pseudo-labels on a file competition: proven on records by the train stage test above
 def test_a_file_competitions_fold_trains_on_its_pseudo_examples_and_keeps_its_val(cats, tmp_path):
     spec = load_spec("dogs-vs-cats")
     config = fold_config(0, competition="dogs-vs-cats")
@@ -250,6 +255,7 @@ def test_a_file_competitions_fold_trains_on_its_pseudo_examples_and_keeps_its_va
     assert train.pseudo_part().count == len(chosen) and train.pseudo_part().pseudo is None
 
 
+@pytest.mark.thorough  # pseudo-labels on a cached fold: a variant of the test above
 def test_a_cached_fold_appends_its_pseudo_rows_from_its_own_folder_and_keeps_the_pooled_cache(
     data_dir, spec, teacher, cpu
 ):

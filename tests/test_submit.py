@@ -185,6 +185,7 @@ def test_the_slug_defaults_to_the_datas_competition_or_the_specs_first(
     assert code == 0 and "to competition 'tpu-getting-started'" in capsys.readouterr().out
 
 
+@pytest.mark.slow  # the submit stage's process
 def test_a_dry_run_on_local_data_starts_without_tensorflow(csv, tiny_data_dir, tmp_path):
     """Submit reads a manifest and two CSVs: on local data it never imports TensorFlow (a second
     to start, not ten)."""

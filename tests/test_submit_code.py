@@ -17,6 +17,8 @@ from pipeline.runs import leaderboard
 from tests.conftest import error_lines
 from tests.kaggle_server import Behaviour, KaggleTestServer
 
+pytestmark = pytest.mark.slow  # the competition's kernel is generated (its script's --help runs)
+
 SLUG = "leaf-disease-code"
 KERNEL = "petals-user/petals-leaves-default"  # petals-<competition>-<recipe>, as `make kernel` names it
 SMALL_CNN = ["model.backbone=cnn", "model.weights=none"]  # no pretrained weights to attach
@@ -129,6 +131,7 @@ def test_internet_on_is_refused_for_a_code_competition_in_one_line(tmp_path, com
     assert not (tmp_path / "kernels").exists()
 
 
+@pytest.mark.thorough  # a further refusal of the offline kernel's checks (test_kernel_wheels' weights)
 def test_pretrained_weights_of_a_code_competitions_kernel_must_be_attached(
     tmp_path, competition_file, capsys
 ):

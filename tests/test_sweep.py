@@ -150,6 +150,7 @@ def test_a_pruned_trial_stops_at_its_epochs_end_with_a_checkpoint_there(data_dir
 
 
 @pytest.mark.slow
+@pytest.mark.thorough  # three sweeps in a row: one trial's run is proven above, the count in test_sweep_turns
 def test_a_sweep_records_its_trials_and_its_rerun_continues_the_study(data_dir, tmp_path):
     import optuna
     import pandas as pd

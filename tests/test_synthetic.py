@@ -44,6 +44,7 @@ def test_split_plans_have_unique_ids_and_cover_every_class():
     assert train_counts.max() >= 3 * train_counts.min()  # long-tailed, like the real data
 
 
+@pytest.mark.slow  # draws a dataset
 def test_dataset_has_kaggles_layout(tiny_dataset, spec):
     counts = verify_layout(str(tiny_dataset), spec)
     assert set(counts) == {TINY_SIZE}
@@ -63,6 +64,7 @@ def test_dataset_has_kaggles_layout(tiny_dataset, spec):
     assert sorted(sample["id"]) == sorted(test_ids)
 
 
+@pytest.mark.slow  # draws the data twice
 def test_output_does_not_depend_on_the_number_of_workers(tiny_dataset, tmp_path, spec):
     again = tmp_path / "again"
     synthetic.write_dataset(again, spec, size=TINY_SIZE, seed=0, scale=TINY_SCALE, workers=1, progress=False)

@@ -157,7 +157,8 @@ def _on_backend(backend: str, helper: str, *args) -> dict:
     [
         ("ngrams", "tensorflow"),
         pytest.param("ngrams", "jax", marks=pytest.mark.heavy),  # a JAX process: the heavy tier
-        ("tfidf", "tensorflow"),
+        # The second network: the thorough tier (the n-grams' case above proves the property).
+        pytest.param("tfidf", "tensorflow", marks=pytest.mark.thorough),
         pytest.param("tfidf", "jax", marks=pytest.mark.heavy),
         # The BiLSTM is no competition's recipe any more (imdb's is the bag of n-grams): the heavy tier.
         pytest.param("bilstm", "tensorflow", marks=[pytest.mark.slow, pytest.mark.heavy]),
@@ -165,6 +166,7 @@ def _on_backend(backend: str, helper: str, *args) -> dict:
         pytest.param("bilstm", "jax", marks=[pytest.mark.slow, pytest.mark.heavy]),
     ],
 )
+@pytest.mark.slow  # trains, in a process per backend
 def test_a_static_batch_networks_weights_predict_the_same_at_any_batch_size(network, backend):
     result = _on_backend(backend, "_static_then_variable", network)
     assert result["spread"] > 0.01, result  # it trained: its predictions differ between reviews
@@ -174,6 +176,7 @@ def test_a_static_batch_networks_weights_predict_the_same_at_any_batch_size(netw
         assert result["ngram_ids"] == _ngram_ids(), result
 
 
+@pytest.mark.slow  # it trains
 def test_the_bag_of_ngrams_learns_what_only_word_order_tells():
     """Two marker words in either order among random fillers: the words and their character
     n-grams are the same for both classes, so only the word bigrams beat chance (rows long

@@ -67,6 +67,7 @@ def test_a_run_on_jax_writes_its_events_too(tiny_data_dir, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.thorough  # the optional second tracker: TensorBoard's events are proven above, MlflowRun below
 def test_track_mlflow_mirrors_the_run_and_its_leaderboard_row(tiny_data_dir, tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
@@ -98,6 +99,7 @@ def test_track_mlflow_mirrors_the_run_and_its_leaderboard_row(tiny_data_dir, tmp
     assert submission.path == f"submission/{run.name}.csv"
 
 
+@pytest.mark.slow  # MLflow's store
 def test_a_sweeps_trials_are_children_of_their_studys_run_and_grouped_by_name(tmp_path, monkeypatch):
     monkeypatch.delenv(mlflow_runs.URI_VARIABLE, raising=False)
     tags = {mlflow_runs.STUDY_TAG: "flowers-default-space-1234", "trial": "0"}

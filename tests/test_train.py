@@ -166,6 +166,7 @@ def test_bad_input_is_one_line_and_writes_no_run(tiny_data_dir, tmp_path, capsys
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # builds the network
 def test_a_weights_file_that_does_not_fit_is_named_and_writes_no_run(tiny_data_dir, tmp_path, capsys):
     from pipeline.networks import registry
 
@@ -179,6 +180,7 @@ def test_a_weights_file_that_does_not_fit_is_named_and_writes_no_run(tiny_data_d
 
 
 @pytest.mark.slow
+@pytest.mark.thorough  # misfit weights named: test_weights_that_do_not_fit_the_run_are_named
 def test_a_checkpoint_another_model_saved_is_named_and_kept(tiny_data_dir, tmp_path, capsys):
     runs = tmp_path / "runs"
     assert _train_here(capsys, *_train_args(tiny_data_dir, runs, "--run", "old"))[0] == 0
