@@ -35,6 +35,29 @@ CLASSES_FILE = "classes.txt"
 # regression's: Pawpularity's score); the competition's task says which it writes
 # (`Task.submission_kinds`).
 SUBMISSION_VALUES = ("class", "probability", "labels", "label_probabilities", "number")
+# What a competition's examples read and what they are labelled with, as a competition file may
+# say instead of naming a task (`input = "text_pair"`, `target = "number"`): every input composes
+# with every target (pipeline/tasks/inputs/, targets/), and `task_name` is the rule that names the
+# pair, the one the named tasks follow (image_classification, multi_label_text_classification,
+# text_regression...).
+INPUTS = ("image", "text", "text_pair")
+TARGETS = ("class", "labels", "number")
+
+
+def task_name(input_: str, target: str) -> str:
+    """The task that reads `input_` and predicts `target` (one of INPUTS and TARGETS)."""
+    if input_ not in INPUTS or target not in TARGETS:
+        raise ValueError(
+            f"input {input_!r} and target {target!r}: inputs are {', '.join(INPUTS)}, "
+            f"targets {', '.join(TARGETS)}"
+        )
+    return {
+        "class": f"{input_}_classification",
+        "labels": f"multi_label_{input_}_classification",
+        "number": f"{input_}_regression",
+    }[target]
+
+
 # How Kaggle takes a submission: a CSV uploaded through the API, or (a code competition) the
 # submission file a notebook version writes, sent with the API's code-submission call.
 SUBMITTED_BY = ("file", "code")
@@ -299,6 +322,16 @@ def _load(name: str) -> CompetitionSpec:
     return spec
 
 
+def _task(raw: dict) -> str:
+    """`task = ...`, or the task `input = ...` and `target = ...` compose (not both ways at once)."""
+    pair = [key for key in ("input", "target") if key in raw]
+    if "task" in raw and pair:
+        raise ValueError(f"names a task and {' and '.join(pair)}: one or the other")
+    if "task" in raw or not pair:
+        return check_name(raw["task"], "task")  # neither: the KeyError names `task`
+    return task_name(_text(raw, "input", "input"), _text(raw, "target", "target"))
+
+
 def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
     """The spec a parsed file describes: each field checked for its type, so a table where a string
     belongs (`id_column = {a = 1}`) is one line naming the key, never a traceback further on."""
@@ -329,7 +362,7 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         slugs=_slugs(raw["slugs"]),
         classes=_classes(path.parent, raw, label_columns, value, submission),
         metric=metric,
-        task=check_name(raw["task"], "task"),
+        task=_task(raw),
         format=form,
         format_table=table,
         splits=splits,

@@ -13,5 +13,6 @@ from pipeline.tasks.base import TASKS, Task, get_task, register
 # The shipped tasks register themselves on import.
 from pipeline.tasks import image_classification, multi_label_image, multi_label_text, text_classification  # noqa: F401  isort: skip
 from pipeline.tasks import image_regression, text_regression  # noqa: F401  isort: skip
+from pipeline.tasks import composed  # noqa: F401  isort: skip  (after the named ones)
 
 __all__ = ["TASKS", "Task", "get_task", "register"]
