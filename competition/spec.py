@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from competition.metric import Metric, get_metric
+from competition.task_names import task_name
 from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign_files import load_toml, read_small_text
@@ -35,29 +36,6 @@ CLASSES_FILE = "classes.txt"
 # regression's: Pawpularity's score); the competition's task says which it writes
 # (`Task.submission_kinds`).
 SUBMISSION_VALUES = ("class", "probability", "labels", "label_probabilities", "number")
-# What a competition's examples read and what they are labelled with, as a competition file may
-# say instead of naming a task (`input = "text_pair"`, `target = "number"`): every input composes
-# with every target (pipeline/tasks/inputs/, targets/), and `task_name` is the rule that names the
-# pair, the one the named tasks follow (image_classification, multi_label_text_classification,
-# text_regression...).
-INPUTS = ("image", "text", "text_pair")
-TARGETS = ("class", "labels", "number")
-
-
-def task_name(input_: str, target: str) -> str:
-    """The task that reads `input_` and predicts `target` (one of INPUTS and TARGETS)."""
-    if input_ not in INPUTS or target not in TARGETS:
-        raise ValueError(
-            f"input {input_!r} and target {target!r}: inputs are {', '.join(INPUTS)}, "
-            f"targets {', '.join(TARGETS)}"
-        )
-    return {
-        "class": f"{input_}_classification",
-        "labels": f"multi_label_{input_}_classification",
-        "number": f"{input_}_regression",
-    }[target]
-
-
 # How Kaggle takes a submission: a CSV uploaded through the API, or (a code competition) the
 # submission file a notebook version writes, sent with the API's code-submission call.
 SUBMITTED_BY = ("file", "code")

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from competition.spec import INPUTS, TARGETS, task_name
+from competition.task_names import INPUTS, TARGETS, task_name
 from pipeline.core.errors import PetalsError
 from pipeline.tasks import get_task
 from pipeline.tasks.competitions import load_competition

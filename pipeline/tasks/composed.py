@@ -1,10 +1,10 @@
 """Every input with every target: the pairs no named module registers (a text pair labelled with
 several labels, or with a number), composed by the rule the named tasks follow
-(`competition.spec.task_name`), so a competition file may name any pair (`input`, `target`)."""
+(`competition.task_names.task_name`), so a competition file may name any pair (`input`, `target`)."""
 
 from __future__ import annotations
 
-from competition.spec import INPUTS, TARGETS, task_name
+from competition.task_names import INPUTS, TARGETS, task_name
 from pipeline.tasks.base import TASKS, register
 from pipeline.tasks.inputs.image import ImageInput
 from pipeline.tasks.inputs.text import TextInput, TextPairInput
