@@ -87,16 +87,16 @@ class RealSet:
 # ----------------------------------------------------------------------------- the split
 
 
-def split_once(labels: np.ndarray, groups: np.ndarray | None, parts: int) -> tuple[np.ndarray, np.ndarray]:
-    """(dev rows, test rows): one of `parts` stratified parts is the test part, dealt once by SEED;
+def split_once(labels: np.ndarray, groups: np.ndarray | None, parts: int, seed: int = SEED) -> tuple:
+    """(dev rows, test rows): one of `parts` stratified parts is the test part, dealt once by `seed`;
     with `groups`, whole groups to each side (StratifiedGroupKFold's first fold)."""
     from sklearn.model_selection import StratifiedGroupKFold, train_test_split
 
     rows = np.arange(len(labels))
     if groups is None:
-        dev, test = train_test_split(rows, test_size=1 / parts, stratify=labels, random_state=SEED)
+        dev, test = train_test_split(rows, test_size=1 / parts, stratify=labels, random_state=seed)
         return np.sort(dev), np.sort(test)
-    folds = StratifiedGroupKFold(n_splits=parts, shuffle=True, random_state=SEED)
+    folds = StratifiedGroupKFold(n_splits=parts, shuffle=True, random_state=seed)
     dev, test = next(folds.split(rows, labels, groups))
     return dev, test
 
