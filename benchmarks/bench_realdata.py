@@ -237,7 +237,6 @@ def main() -> None:
     parser.add_argument("--baselines-only", action="store_true", help="the baselines, not petals' default")
     parser.add_argument("--quick", action="store_true", help="~150 dev rows a set; nothing recorded")
     args = parser.parse_args()
-    stored = json.loads(RESULTS.read_text())["sets"] if RESULTS.is_file() else {}
     results = {}
     for name in args.sets:
         for seed in args.seeds:
@@ -245,9 +244,11 @@ def main() -> None:
             results[name] = found
             if args.quick and "default" in found:  # checked, not recorded
                 realdata_gaps.over_seeds({str(seed): realdata_gaps.seed_row(found)})
-            if not args.quick:
+            if not args.quick:  # read again just before: another bench of other sets may have written
+                stored = json.loads(RESULTS.read_text())["sets"] if RESULTS.is_file() else {}
                 record(stored, name, seed, found)
                 write_json(RESULTS, {"machine": f"{machine()}, {cpu()}, no GPU", "sets": stored})
+    stored = json.loads(RESULTS.read_text())["sets"] if RESULTS.is_file() else {}
     print(table(results if args.quick else {name: stored[name] for name in args.sets}))  # as recorded
     if not args.quick and not args.baselines_only:
         print(realdata_gaps.seeds_table(stored, args.sets))
