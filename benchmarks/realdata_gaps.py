@@ -86,7 +86,8 @@ def seed_row(found: dict) -> dict:
     )
     row.update({k: run[k] for k in ("test_macro_f1", "test_95", "test_95_over")})
     row["cv_minus_test"] = round(said - run["test_macro_f1"], 4)
-    row["baseline_test"] = found["baseline"]["test_macro_f1"]
+    if "baseline" in found:  # measured at seed 0 only
+        row["baseline_test"] = found["baseline"]["test_macro_f1"]
     folds = run.get("folds_on_test")
     if folds:
         row.update(folds)
