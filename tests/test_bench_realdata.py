@@ -181,3 +181,20 @@ def test_the_seeds_sum_up_to_a_mean_gap_and_its_spread():
     assert summary["cv_minus_test"]["sd"] == pytest.approx(0.1)
     assert summary["test_95_width_mean"] == pytest.approx(0.2)
     assert "learning_curve" not in summary  # seed 0 did not measure it: no mean of a subset
+
+
+def test_a_seed_row_splits_the_gap_into_its_parts():
+    from benchmarks.realdata_gaps import seed_row
+
+    folds = {"fold_test": [0.64, 0.66], "fold_test_mean": 0.65}  # two fold models on the test part
+    default = {"reported": {"score": 0.60, "kind": "cv"}, "test_macro_f1": 0.68, "test_95": [0.6, 0.75],
+               "test_95_over": "groups", "backbone": "tfidf", "refit_test": 0.67, "seconds": {},
+               "commit": "abc", "folds_on_test": folds}  # fmt: skip
+    row = seed_row({"dev": 900, "test": 450, "default": default})
+    assert row["cv_minus_test"] == pytest.approx(-0.08)  # signed: CV below test
+    assert row["cv_minus_folds_on_test"] == pytest.approx(-0.05)  # the same fold models, dev vs test
+    assert row["fold_mean_gain"] == pytest.approx(0.03)  # what averaging the fold models adds
+    assert row["learning_curve"] == pytest.approx(0.02)  # all of dev against (K-1)/K of it
+    parts = row["cv_minus_folds_on_test"] - row["fold_mean_gain"]
+    assert parts == pytest.approx(row["cv_minus_test"])  # the parts add up to the gap
+    assert "baseline_test" not in row  # measured at seed 0 only
