@@ -24,7 +24,8 @@ Each set is split ONCE (seed 0, stratified; grouped sets by group, no group on b
 third is the test part, a quarter for fortunes) into a development part, written as a user's own
 competition (image CSV as cv_data writes it; a CSV `table` for texts; a grouped set names its
 `[data] group_column`), and a test part whose labels stay in `test_labels.csv`, outside the
-competition's folders, for scoring once at the end.
+competition's folders, for scoring once at the end. Other seeds deal the same rows again
+(`realdata_gaps.resplit`, `bench_realdata.py --seeds`): how much of a gap is one split's luck.
 """
 
 from __future__ import annotations
