@@ -72,7 +72,7 @@ KNOBS := DATA SOURCE DATA_FROM COMPETITION GCS_PATH SIZE SEED SCALE FORCE RECIPE
 	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TRACK PORT TTA FOLDS FOLD REFIT CHOOSE RUNS WEIGHTS \
 	SPACE TRIALS TRIALS_PER_KERNEL STORAGE PRUNER \
 	SEARCH STACK SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
-	TIMEOUT RESUME_FROM CONCURRENT PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS REALDATA VERBOSE
+	TIMEOUT RESUME_FROM CONCURRENT PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS REALDATA REALDATA_SEEDS REALDATA_REFIT VERBOSE
 # make kernel-fanout fans out a sweep's trials only when TRIALS is given on its command line (an
 # exported TRIALS is make sweep's default, not a request to fan trials out).
 trials_given := $(filter command,$(firstword $(origin TRIALS)))
@@ -409,8 +409,11 @@ bench-cv: | $(STAMP) ## 5-fold CV on real images (digits, Tux Paint stamps, Fash
 	$(PY) benchmarks/bench_cv.py
 
 REALDATA    ?=#                  bench-realdata: the sets to run (default all), e.g. REALDATA="stamps faces manpages"
+REALDATA_SEEDS ?=#               bench-realdata: dev/test splits, each dealt by one seed (default 0), e.g. REALDATA_SEEDS=0,1,2
+REALDATA_REFIT ?=#               bench-realdata: REALDATA_REFIT=1 also refits the chosen candidate on all of dev (CV's learning curve)
 bench-realdata: | $(STAMP) ## petals' default (make train predict, recipe auto) on 7 real sets from packages (images, texts; icons, man pages and Amazon reviews grouped), each test part scored once: test vs its reported val/CV, against the frozen-feature probe or TF-IDF + LR (benchmarks/realdata.json)
-	$(PY) benchmarks/bench_realdata.py $(if $(REALDATA),--sets $(call qs,REALDATA))
+	$(PY) benchmarks/bench_realdata.py $(if $(REALDATA),--sets $(call qs,REALDATA)) \
+		$(if $(REALDATA_SEEDS),--seeds $(call q,REALDATA_SEEDS)) $(if $(REALDATA_REFIT),--refit)
 
 bench-transfer: $(DATA)/manifest.json ## the pretrained CPU recipe vs the cnn, the feature cache's speed-up, Lite0's img/s on both backends
 	$(PY) benchmarks/bench_transfer.py --data-dir $(call q,DATA)

@@ -13,11 +13,20 @@ The baselines, on the same split, C chosen on the dev part alone by 5-fold CV (g
 grouped set): images, EfficientNet-Lite0's frozen pooled features + LogisticRegression
 (cv_data.fit_probe); texts, TF-IDF word 1-2 grams + LogisticRegression (bench_text_real).
 
-Usage: python benchmarks/bench_realdata.py [--sets stamps faces ...] [--baselines-only] [--quick]
+Every test score carries its 95% bootstrap interval over test rows, or whole test groups for a
+grouped set. `--seeds 0,1,2` deals each set into dev and test again with each seed (grouped sets
+by group; seed 0 is the split above) and records, per seed, the default's reported CV, its test
+score and the signed gap, and the fold models' own test scores; `--refit` also trains the chosen
+candidate on all of dev (`make predict FOLDS=K CHOOSE=1 REFIT=1`) and scores it on the same test
+part: the learning-curve part of the gap (benchmarks/realdata_gaps.py says how the gap is split).
+
+Usage: python benchmarks/bench_realdata.py [--sets stamps faces ...] [--seeds 0,1,2] [--refit]
+       [--baselines-only] [--quick]
 Each set's entry in benchmarks/realdata.json (its sizes; `baseline` and `default`, each with the
-commit it was measured at) is replaced as it finishes; other sets' entries are kept. `--quick`
-cuts each set to ~150 dev and ~100 test rows (whole groups) to check the harness end to end, and
-records nothing.
+commit it was measured at) is replaced as its seed 0 finishes; other sets' entries are kept. Each
+seed's default is kept under `seeds` (a seed measured again replaced), summed up in `over_seeds`.
+`--quick` cuts each set to ~150 dev and ~100 test rows (whole groups) to check the harness end to
+end, and records nothing.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks import bench_text_real, cv_data, realdata  # noqa: E402
+from benchmarks import bench_text_real, cv_data, realdata, realdata_gaps  # noqa: E402
 from benchmarks.bench_cv import commit  # noqa: E402
 from benchmarks.bench_fetch import machine  # noqa: E402
 from benchmarks.bench_images_real import stage  # noqa: E402  (a stage in a fresh process, exits on failure)
@@ -43,16 +52,6 @@ from pipeline.core.files import write_json  # noqa: E402  (atomic)
 
 RESULTS = REPO / "benchmarks" / "realdata.json"
 DEVICE = ["--backend", "auto", "--strategy", "auto", "--cpu-replicas", "0"]  # make's defaults
-
-
-def macro_f1(truth: np.ndarray, predicted: np.ndarray) -> dict:
-    """Test macro-F1 and its 95% bootstrap interval over test rows."""
-    from sklearn.metrics import f1_score
-
-    return {
-        "test_macro_f1": round(float(f1_score(truth, predicted, average="macro")), 4),
-        "test_95": cv_data.bootstrap_interval(truth, predicted),
-    }
 
 
 def baseline(data: realdata.RealSet) -> dict:
@@ -70,7 +69,7 @@ def baseline(data: realdata.RealSet) -> dict:
         "model": name,
         "C": c,
         "cv": "5-fold, grouped" if data.grouped else "5-fold",
-        **macro_f1(data.test.labels, predicted),
+        **realdata_gaps.test_score(data.test.labels, predicted, len(data.classes), data.test.groups),
         "seconds": round(time.perf_counter() - started, 1),
         "commit": commit(),
     }
@@ -88,32 +87,36 @@ def reported(metrics: dict, score_key: str) -> dict:
     return {**said, **{k: evaluation.get(k) for k in ("images", "groups", "interval")}}
 
 
-def default(spec: Path, download: Path, truth: dict, work: Path) -> dict:
-    """`make train predict` for the competition `spec`, stage by stage; the newest submission scored."""
-    import pandas as pd
-
+def default(spec: Path, download: Path, truth: dict, work: Path, data: realdata.RealSet, refit: bool) -> dict:
+    """`make train predict` for the competition `spec`, stage by stage; the newest submission scored
+    (over test groups where `data` has them), its fold models too; `refit`: a refit on all of dev."""
     from competition import load_spec
     from pipeline.core.rundir import RunDir
-    from pipeline.runs.submission_files import newest_submission
 
-    data, runs, subs = work / "data", work / "runs", work / "submissions"
+    data_dir, runs, subs = work / "data", work / "runs", work / "submissions"
     config = ["--recipe", "auto", "--set", f"competition={spec}"]
-    where = ["--data-dir", str(data), "--runs-dir", str(runs), *DEVICE, *config]
-    seconds = {"fetch": stage("fetch", "--source", "dir", "--from", str(download), "--data-dir", str(data),
-                              "--competition", str(spec), "--seed", "0")}  # fmt: skip
+    where = ["--data-dir", str(data_dir), "--runs-dir", str(runs), *DEVICE, *config]
+    fetch = ["--source", "dir", "--from", str(download), "--data-dir", str(data_dir)]
+    seconds = {"fetch": stage("fetch", *fetch, "--competition", str(spec), "--seed", "0")}
     seconds["train"] = stage("train", *where)
     seconds["evaluate_predict"] = stage(
         "evaluate,predict", *where, "--submissions-dir", str(subs), "--tta", "1"
     )
     loaded = load_spec(str(spec))
-    csv = newest_submission(subs, loaded.name)
+    csv, scored = submitted(subs, loaded.name, truth, data)
     made = json.loads(csv.with_suffix(".json").read_text())
     metrics = RunDir(Path(made["run_dir"])).metrics()
     said = reported(metrics, loaded.score_key)
-    frame = pd.read_csv(csv, dtype=str)
-    predicted = dict(zip(frame.iloc[:, 0], frame.iloc[:, 1].astype(int), strict=True))  # id, class
-    ids = sorted(truth)
-    scored = macro_f1(np.array([truth[i] for i in ids]), np.array([predicted[i] for i in ids]))
+    ids = sorted(truth)  # the test part's rows in order: t000000, t000001...
+    folds = realdata_gaps.fold_models(runs, metrics, ids, data.test.labels, len(data.classes))
+    refitted = None
+    if refit and folds:  # the chosen candidate on all of dev, to the epoch CV chose
+        k = str(metrics["folds"])
+        seconds["refit"] = stage("cv", "predict", "--folds", k, "--choose", "1", "--refit", *where,
+                                 "--submissions-dir", str(subs), "--tta", "1")  # fmt: skip
+        refit_csv, refit_scored = submitted(subs, loaded.name, truth, data)
+        assert refit_csv != csv, "the refit wrote no submission of its own"
+        refitted = refit_scored["test_macro_f1"]
     return {
         "run": Path(made["run_dir"]).name,
         "backbone": metrics.get("backbone"),
@@ -121,9 +124,25 @@ def default(spec: Path, download: Path, truth: dict, work: Path) -> dict:
         "reported": said,
         **scored,
         "gap": None if said["score"] is None else round(abs(said["score"] - scored["test_macro_f1"]), 4),
+        "folds_on_test": folds,
+        "refit_test": refitted,
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
         "commit": commit(),
     }
+
+
+def submitted(subs: Path, name: str, truth: dict, data: realdata.RealSet) -> tuple[Path, dict]:
+    """(the newest submission, its test score): what `make submit` would upload, scored once."""
+    import pandas as pd
+
+    from pipeline.runs.submission_files import newest_submission
+
+    csv = newest_submission(subs, name)
+    frame = pd.read_csv(csv, dtype=str)
+    predicted = dict(zip(frame.iloc[:, 0], frame.iloc[:, 1].astype(int), strict=True))  # id, class
+    ids = sorted(truth)
+    labels, decided = np.array([truth[i] for i in ids]), np.array([predicted[i] for i in ids])
+    return csv, realdata_gaps.test_score(labels, decided, len(data.classes), data.test.groups)
 
 
 def choice_rows(runs: Path) -> list[dict] | None:
@@ -145,15 +164,20 @@ def sizes(data: realdata.RealSet) -> dict:
     return found
 
 
-def run_set(name: str, quick: bool, run_default: bool) -> dict:
-    data = realdata.load(name, quick)
-    result = {**sizes(data), "baseline": baseline(data)}
-    print(f"{name}: {json.dumps(result)}", flush=True)
+def run_set(name: str, quick: bool, run_default: bool, seed: int, refit: bool) -> dict:
+    """The set dealt by `seed`: its sizes, the baseline (at seed 0, or with no default to run: the
+    other seeds measure the default's gap, and a baseline costs as much as a train stage on a busy
+    machine), and the default."""
+    data = realdata_gaps.resplit(realdata.load(name, quick), seed)
+    result = sizes(data)
+    if seed == realdata.SEED or not run_default:
+        result["baseline"] = baseline(data)
+    print(f"{name} seed {seed}: {json.dumps(result)}", flush=True)
     if run_default:
         with tempfile.TemporaryDirectory() as tmp:
             spec, download, truth = realdata.write_competition(data, Path(tmp) / "set")
-            result["default"] = default(spec, download, truth, Path(tmp) / "work")
-        print(f"{name} default: {json.dumps(result['default'])}", flush=True)
+            result["default"] = default(spec, download, truth, Path(tmp) / "work", data, refit)
+        print(f"{name} seed {seed} default: {json.dumps(result['default'])}", flush=True)
     return result
 
 
@@ -175,9 +199,35 @@ def table(results: dict) -> str:
         shown = f"{said['score']:.4f} {said['kind']}" if said.get("score") is not None else "-"
         lines.append(
             f"{name:<10} {found['dev']:>5} {found['test']:>5} {run.get('test_macro_f1', '-'):>8} "
-            f"{shown:>12} {run.get('gap', '-'):>6} {found['baseline']['test_macro_f1']:>9}"
+            f"{shown:>12} {run.get('gap', '-'):>6} {found.get('baseline', {}).get('test_macro_f1', '-'):>9}"
         )
     return "\n".join(lines)
+
+
+def seed_list(text: str) -> list[int]:
+    """`--seeds 0,1,2` -> [0, 1, 2], or one line saying what a seed list is."""
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"{text!r}: comma-separated integer seeds, e.g. 0,1,2")
+    return seeds
+
+
+def record(stored: dict, name: str, seed: int, found: dict) -> None:
+    """`found` into the set's entry: at seed 0 its sizes, baseline and default (a default measured
+    before kept where none was run now); every seed's default under `seeds`, summed in `over_seeds`."""
+    entry = stored.setdefault(name, {})
+    if seed == realdata.SEED:
+        kept = entry.get("default")  # a default measured before, with its commit
+        entry.update(found)
+        if kept and "default" not in found:
+            entry["default"] = kept
+    if "default" in found:
+        seeds = entry.setdefault("seeds", {})
+        seeds[str(seed)] = realdata_gaps.seed_row(found)
+        entry["over_seeds"] = realdata_gaps.over_seeds(seeds)
 
 
 def main() -> None:
@@ -185,19 +235,28 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sets", nargs="+", default=list(realdata.SETS), choices=realdata.SETS)
+    parser.add_argument(
+        "--seeds", type=seed_list, default=[realdata.SEED], help="dev/test splits, e.g. 0,1,2 (default 0)"
+    )
+    parser.add_argument("--refit", action="store_true", help="also refit the chosen candidate on all of dev")
     parser.add_argument("--baselines-only", action="store_true", help="the baselines, not petals' default")
     parser.add_argument("--quick", action="store_true", help="~150 dev rows a set; nothing recorded")
     args = parser.parse_args()
-    stored = json.loads(RESULTS.read_text())["sets"] if RESULTS.is_file() else {}
     results = {}
     for name in args.sets:
-        found = run_set(name, args.quick, not args.baselines_only)
-        results[name] = found
-        if not args.quick:  # a set's sizes, its baseline, and its default measured now or kept
-            kept = stored.get(name, {}).get("default")  # a default measured before, with its commit
-            stored[name] = {**found, **({"default": kept} if kept and "default" not in found else {})}
-            write_json(RESULTS, {"machine": f"{machine()}, {cpu()}, no GPU", "sets": stored})
+        for seed in args.seeds:
+            found = run_set(name, args.quick, not args.baselines_only, seed, args.refit)
+            results[name] = found
+            if args.quick and "default" in found:  # checked, not recorded
+                realdata_gaps.over_seeds({str(seed): realdata_gaps.seed_row(found)})
+            if not args.quick:  # read again just before: another bench of other sets may have written
+                stored = json.loads(RESULTS.read_text())["sets"] if RESULTS.is_file() else {}
+                record(stored, name, seed, found)
+                write_json(RESULTS, {"machine": f"{machine()}, {cpu()}, no GPU", "sets": stored})
+    stored = json.loads(RESULTS.read_text())["sets"] if RESULTS.is_file() else {}
     print(table(results if args.quick else {name: stored[name] for name in args.sets}))  # as recorded
+    if not args.quick and not args.baselines_only:
+        print(realdata_gaps.seeds_table(stored, args.sets))
     if args.quick:
         print("(--quick: smaller sets, nothing recorded)")
 

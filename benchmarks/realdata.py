@@ -24,7 +24,8 @@ Each set is split ONCE (seed 0, stratified; grouped sets by group, no group on b
 third is the test part, a quarter for fortunes) into a development part, written as a user's own
 competition (image CSV as cv_data writes it; a CSV `table` for texts; a grouped set names its
 `[data] group_column`), and a test part whose labels stay in `test_labels.csv`, outside the
-competition's folders, for scoring once at the end.
+competition's folders, for scoring once at the end. Other seeds deal the same rows again
+(`realdata_gaps.resplit`, `bench_realdata.py --seeds`): how much of a gap is one split's luck.
 """
 
 from __future__ import annotations
@@ -87,16 +88,16 @@ class RealSet:
 # ----------------------------------------------------------------------------- the split
 
 
-def split_once(labels: np.ndarray, groups: np.ndarray | None, parts: int) -> tuple[np.ndarray, np.ndarray]:
-    """(dev rows, test rows): one of `parts` stratified parts is the test part, dealt once by SEED;
+def split_once(labels: np.ndarray, groups: np.ndarray | None, parts: int, seed: int = SEED) -> tuple:
+    """(dev rows, test rows): one of `parts` stratified parts is the test part, dealt once by `seed`;
     with `groups`, whole groups to each side (StratifiedGroupKFold's first fold)."""
     from sklearn.model_selection import StratifiedGroupKFold, train_test_split
 
     rows = np.arange(len(labels))
     if groups is None:
-        dev, test = train_test_split(rows, test_size=1 / parts, stratify=labels, random_state=SEED)
+        dev, test = train_test_split(rows, test_size=1 / parts, stratify=labels, random_state=seed)
         return np.sort(dev), np.sort(test)
-    folds = StratifiedGroupKFold(n_splits=parts, shuffle=True, random_state=SEED)
+    folds = StratifiedGroupKFold(n_splits=parts, shuffle=True, random_state=seed)
     dev, test = next(folds.split(rows, labels, groups))
     return dev, test
 

@@ -133,3 +133,68 @@ def test_the_default_records_what_its_cv_choice_saw_of_each_candidate(tmp_path):
     (tmp_path / "choose-cpu-1" / "choice.json").write_text(json.dumps({"rows": rows}))
     found = choice_rows(tmp_path)
     assert [r["candidate"] for r in found] == ["trio", "recipe"] and found[0]["score"] == 0.9123
+
+
+def test_another_seed_deals_the_same_rows_again_keeping_groups_whole():
+    from benchmarks.realdata_gaps import resplit
+
+    data = _fake("text", grouped=True)
+    assert resplit(data, realdata.SEED) is data  # seed 0: the split every figure before was of
+    other = resplit(data, 1)
+    assert not set(other.dev.groups) & set(other.test.groups)
+    assert sorted(other.dev.items + other.test.items) == sorted(data.dev.items + data.test.items)
+    assert abs(len(other.test.labels) - len(data.test.labels)) <= ROWS  # as large a test part
+    assert set(other.test.groups) != set(data.test.groups)  # dealt otherwise: the seed counts
+
+
+def test_a_grouped_test_score_draws_whole_groups_and_so_is_wider():
+    from benchmarks.realdata_gaps import test_score
+
+    labels, groups = _grouped_rows()
+    predicted = labels.copy()
+    wrong = np.isin(groups, ["g0", "g5", "g10", "g20", "g31", "g44"])  # errors come by the group,
+    predicted[wrong] = (labels[wrong] + 1) % CLASSES  # as one man page's passages fail together
+    by_rows = test_score(labels, predicted, CLASSES, None, draws=100)
+    by_groups = test_score(labels, predicted, CLASSES, groups, draws=100)
+    assert by_rows["test_macro_f1"] == by_groups["test_macro_f1"]
+    assert (by_rows["test_95_over"], by_groups["test_95_over"]) == ("rows", "groups")
+    low, high = by_rows["test_95"]
+    assert low < by_rows["test_macro_f1"] < high
+    # a row-wise draw splits the groups: 3 rows of one group, all wrong, count as 3 chances, not 1
+    width = {
+        name: found["test_95"][1] - found["test_95"][0]
+        for name, found in (("rows", by_rows), ("groups", by_groups))
+    }
+    assert width["groups"] > width["rows"]
+
+
+def test_the_seeds_sum_up_to_a_mean_gap_and_its_spread():
+    from benchmarks.realdata_gaps import over_seeds
+
+    def row(gap, seed):
+        return {"cv_minus_test": gap, "reported": 0.5, "test_macro_f1": 0.5 - gap, "baseline_test": 0.5,
+                "test_95": [0.4, 0.6], "commit": "abc", "learning_curve": 0.01 if seed else None}  # fmt: skip
+
+    summary = over_seeds({str(s): row(g, s) for s, g in enumerate([-0.1, 0.0, 0.1])})
+    assert summary["seeds"] == ["0", "1", "2"]
+    assert summary["cv_minus_test"]["mean"] == pytest.approx(0.0, abs=1e-9)
+    assert summary["cv_minus_test"]["sd"] == pytest.approx(0.1)
+    assert summary["test_95_width_mean"] == pytest.approx(0.2)
+    assert "learning_curve" not in summary  # seed 0 did not measure it: no mean of a subset
+
+
+def test_a_seed_row_splits_the_gap_into_its_parts():
+    from benchmarks.realdata_gaps import seed_row
+
+    folds = {"fold_test": [0.64, 0.66], "fold_test_mean": 0.65}  # two fold models on the test part
+    default = {"reported": {"score": 0.60, "kind": "cv"}, "test_macro_f1": 0.68, "test_95": [0.6, 0.75],
+               "test_95_over": "groups", "backbone": "tfidf", "refit_test": 0.67, "seconds": {},
+               "commit": "abc", "folds_on_test": folds}  # fmt: skip
+    row = seed_row({"dev": 900, "test": 450, "default": default})
+    assert row["cv_minus_test"] == pytest.approx(-0.08)  # signed: CV below test
+    assert row["cv_minus_folds_on_test"] == pytest.approx(-0.05)  # the same fold models, dev vs test
+    assert row["fold_mean_gain"] == pytest.approx(0.03)  # what averaging the fold models adds
+    assert row["learning_curve"] == pytest.approx(0.02)  # all of dev against (K-1)/K of it
+    parts = row["cv_minus_folds_on_test"] - row["fold_mean_gain"]
+    assert parts == pytest.approx(row["cv_minus_test"])  # the parts add up to the gap
+    assert "baseline_test" not in row  # measured at seed 0 only
