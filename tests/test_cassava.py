@@ -132,6 +132,7 @@ def test_the_scoring_rerun_with_a_hidden_test_set_predicts_with_the_run_it_train
 
 
 @pytest.mark.slow
+@pytest.mark.thorough  # one photo, one class: flowers' check in `make test` is of the same kind
 def test_the_image_task_cpu_recipe_learns_the_leaves(cpu, tmp_path):
     """Beats always answering the commonest disease (CMD, 62% of the leaves) by a clear margin:
     1.00 after 2 epochs at 192 px on the whole embedded set; here 64 px, a quarter, 2 epochs."""

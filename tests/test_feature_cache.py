@@ -69,6 +69,7 @@ def fold_splits(cut, config, spec, data_dir, runs_dir, cpu, stop=None):
     return table, cached
 
 
+@pytest.mark.slow  # it trains, or runs a network's pass: out of make test-fast
 def test_the_folds_of_a_group_compute_one_pooled_pass(
     cut, spec, data_dir, tmp_path, cpu, extractions, caplog
 ):
@@ -96,6 +97,7 @@ def test_the_folds_of_a_group_compute_one_pooled_pass(
     ]
 
 
+@pytest.mark.slow  # it trains, or runs a network's pass: out of make test-fast
 def test_views_past_the_first_are_cached_only_up_to_the_limit_of_a_groups_examples(
     cut, spec, data_dir, tmp_path, cpu, extractions, caplog
 ):
@@ -183,6 +185,7 @@ class StopAtLook(preemption.StopRequest):
         return self.reason
 
 
+@pytest.mark.slow  # it trains, or runs a network's pass: out of make test-fast
 def test_a_pass_stopped_between_pieces_resumes_them_to_the_same_rows(
     cut, spec, data_dir, tmp_path, cpu, extractions, monkeypatch
 ):

@@ -49,6 +49,7 @@ def _options(tmp_path, **overrides) -> FetchOptions:
 # ----------------------------------------------------------------------------- synthetic and auto
 
 
+@pytest.mark.slow  # it trains, or runs a network's pass: out of make test-fast
 def test_auto_without_anything_draws_the_synthetic_dataset(tmp_path, spec, no_credentials, tiny_dataset):
     manifest = fetch(_options(tmp_path), spec)
     data = tmp_path / "data"

@@ -143,6 +143,7 @@ def test_a_submission_kaggle_would_reject_is_named_in_one_line(tmp_path, edit, m
     assert "\n" not in str(raised.value)
 
 
+@pytest.mark.slow  # it trains, or runs a network's pass: out of make test-fast
 def test_the_cpu_recipe_learns_every_label_above_chance(comments, cpu, tmp_path):
     """The text CPU recipe (a bag of words, bigrams and character n-grams), 2 epochs of 256 ids on
     the 1,800 embedded comments it trains on: every label's ROC AUC on val well above chance (0.82

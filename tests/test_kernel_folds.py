@@ -103,6 +103,7 @@ def _trained(output):
     return json.loads((output / "petals_summary.json").read_text())["fold_runs"]
 
 
+@pytest.mark.slow  # it trains, or runs a network's pass: out of make test-fast
 def test_folds_from_two_sessions_make_the_group_the_same_fold_runs_make_placed_here(
     data_dir, table, spec, tmp_path, cpu
 ):
