@@ -108,7 +108,8 @@ def train(opts: TrainOptions, judge=None, tags: dict | None = None) -> dict | No
         metrics = fit(job, progress=opts.progress, restart=opts.force, stop=stop,
                       keep_checkpoints=opts.keep_checkpoints)  # fmt: skip
     metric = job.spec.metric
-    accuracy = "" if metric.name == "accuracy" else f", accuracy {metrics['val_accuracy']:.4f}"
+    title = job.task.train_metric_title  # what the loops report beside the loss: accuracy, or RMSE
+    accuracy = "" if metric.name == title else f", {title} {metrics['val_accuracy']:.4f}"
     log.info(
         "train: %s: val %s %.4f%s, %.0f s, %.0f examples/s",
         job.run,
