@@ -11,6 +11,7 @@ import pandas as pd
 
 from competition.submission import SubmissionError, SubmissionSummary
 from pipeline.core.foreign import listed, quoted
+from pipeline.tasks.targets.single_label_submission import probabilities
 
 
 def check(path: Path, ids: pd.Series, cells: pd.Series, spec) -> SubmissionSummary:
@@ -33,15 +34,6 @@ def check(path: Path, ids: pd.Series, cells: pd.Series, spec) -> SubmissionSumma
 def check_columns(path: Path, ids: pd.Series, columns: pd.DataFrame, spec) -> SubmissionSummary:
     """The first cell of a column per label that is not a probability in [0, 1] (an empty cell,
     `nan`, `1.2`), as a SubmissionError naming its column and row."""
-    for column in columns.columns:
-        values = columns[column]
-        numbers = pd.to_numeric(values, errors="coerce")
-        bad = values[numbers.isna() | (numbers < 0) | (numbers > 1)]
-        if len(bad):
-            row = bad.index[0]
-            raise SubmissionError(
-                f"{path}: {column} {quoted(bad.iloc[0])} for id {quoted(ids[row])} (line {row + 2}) "
-                "is not a probability in [0, 1]"
-            )
-    held = columns.apply(pd.to_numeric).ge(0.5).any(axis=0)
+    numbers = {column: probabilities(path, ids, columns[column], column) for column in columns.columns}
+    held = pd.DataFrame(numbers).ge(0.5).any(axis=0)
     return SubmissionSummary(rows=len(columns), classes_used=int(held.sum()), bytes=path.stat().st_size)

@@ -47,15 +47,22 @@ def _class_ids(path: Path, ids: pd.Series, labels: pd.Series, spec) -> Submissio
     return SubmissionSummary(rows=len(labels), classes_used=int(values.nunique()), bytes=path.stat().st_size)
 
 
-def _probabilities(path: Path, ids: pd.Series, values: pd.Series, spec) -> SubmissionSummary:
+def probabilities(path: Path, ids: pd.Series, values: pd.Series, column: str) -> pd.Series:
+    """A column's cells as numbers, or a SubmissionError naming the first that is not a
+    probability in [0, 1] (an empty cell, `nan`, `1.2`), its column and row."""
     numbers = pd.to_numeric(values, errors="coerce")
     bad = values[numbers.isna() | (numbers < 0) | (numbers > 1)]
     if len(bad):
         row = bad.index[0]
         raise SubmissionError(
-            f"{path}: {spec.label_column} {quoted(bad.iloc[0])} for id {quoted(ids[row])} (line {row + 2}) "
+            f"{path}: {column} {quoted(bad.iloc[0])} for id {quoted(ids[row])} (line {row + 2}) "
             "is not a probability in [0, 1]"
         )
+    return numbers
+
+
+def _probabilities(path: Path, ids: pd.Series, values: pd.Series, spec) -> SubmissionSummary:
+    numbers = probabilities(path, ids, values, spec.label_column)
     return SubmissionSummary(
         rows=len(values), classes_used=int((numbers >= 0.5).nunique()), bytes=path.stat().st_size
     )
