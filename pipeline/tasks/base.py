@@ -126,10 +126,11 @@ class Task(ABC):
         (a regression's, for one that standardises)."""
 
     @abstractmethod
-    def train_metric(self):
+    def train_metric(self, summary=None):
         """The keras metric the training step reports beside the loss (`fit` and the custom loops
         alike), named "accuracy": the history's second column, whatever it measures (a
-        regression's is RMSE, `train_metric_title` says so where it is shown)."""
+        regression's is RMSE, `train_metric_title` says so where it is shown). `summary`:
+        `target_summary`'s (how many numbers a regression's row holds)."""
 
     @abstractmethod
     def scores(self, outputs, labels) -> dict[str, float]:

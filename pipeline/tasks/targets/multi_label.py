@@ -59,7 +59,7 @@ class MultiLabel(Task):
 
         return keras.losses.BinaryCrossentropy(label_smoothing=train.label_smoothing)
 
-    def train_metric(self):
+    def train_metric(self, summary=None):
         import keras
 
         return keras.metrics.BinaryAccuracy(name="accuracy")  # over every label of every example

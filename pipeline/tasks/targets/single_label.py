@@ -36,7 +36,7 @@ class SingleLabel(Task):
 
         return loss_function(train, class_counts)
 
-    def train_metric(self):
+    def train_metric(self, summary=None):
         import keras
 
         return keras.metrics.CategoricalAccuracy(name="accuracy")
