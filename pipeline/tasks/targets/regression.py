@@ -92,6 +92,12 @@ class Regression(Task):
 
         return standardised_mse(1.0 if class_counts is None else class_counts.std)
 
+    def labels_summary(self, labeled, spec, config):
+        """Each target column's count, mean, std, quartiles and range a labelled split (`make inspect`)."""
+        from pipeline.tasks.targets import regression_summary
+
+        return regression_summary.summary(labeled, spec, config)
+
     def train_metric(self, summary: TargetScale | None = None):
         """RMSE in the target's units; of several columns (`summary` says how many), MCRMSE."""
         import keras
