@@ -194,3 +194,30 @@ def test_inspect_summarises_each_score_a_split_where_classes_show_their_counts()
         {"train": _split(np.array([[1.0], [9.0]]))}, load_spec("petfinder-pawpularity"), None
     )
     assert one.table[["column", "count", "mean", "max"]].values.tolist() == [["Pawpularity", 2, 5.0, 9.0]]
+
+
+@pytest.mark.parametrize(
+    ("edit", "refused"),
+    [
+        (
+            ('by = "code"', 'by = "code"\nlabel_columns = ["cohesion", "syntax"]'),
+            "name 2 columns for 6 labels",
+        ),
+        (('target = "number"', 'target = "labels"'), "reads classes; the data's labels give numbers"),
+        (('labels_are = "numbers"', 'labels_are = "ids"'), "reads numbers; the data's labels give classes"),
+    ],
+)
+def test_several_numbers_that_the_file_contradicts_are_refused_in_one_line(tmp_path, edit, refused):
+    import shutil
+
+    from competition.spec import SPEC_DIR
+    from pipeline.core.errors import PetalsError
+    from pipeline.tasks.competitions import load_competition
+
+    folder = tmp_path / "ell"
+    shutil.copytree(SPEC_DIR / SPEC.name, folder)
+    toml = folder / "competition.toml"
+    toml.write_text(toml.read_text().replace(*edit))
+    with pytest.raises(PetalsError, match=refused) as raised:
+        load_competition(str(toml))
+    assert "\n" not in str(raised.value)
