@@ -72,8 +72,8 @@ class CompetitionSpec:
     # text before its last separator (`[data] group_by_id = "_"`: `doc7_3` is in group `doc7`).
     group_column: str | None = None
     group_by_id: str | None = None
-    # One 0/1 column per label in the labelled rows (`[data] label_columns`): the classes are these
-    # columns, in order (pipeline/formats/labels.py reads them, whatever the format).
+    # One 0/1 column per label in the labelled rows (`[data] label_columns`), or a number in each of
+    # them: the classes are these columns, in order (pipeline/formats/labels.py reads them).
     label_columns: tuple[str, ...] = ()
     # A submission's value columns after the id: `[submission] label_columns`, or the label columns
     # for a probability per label, else the one `label_column`.
@@ -88,8 +88,11 @@ class CompetitionSpec:
 
     @property
     def column_per_label(self) -> bool:
-        """A submission row holds a value per label, each in its own column (Jigsaw's)."""
-        return self.submission_value == "label_probabilities"
+        """A submission row holds a value per label or per number, each in its own column (Jigsaw's,
+        Feedback Prize ELL's)."""
+        return self.submission_value == "label_probabilities" or _numbers(
+            self.submission_value, self.label_columns
+        )
 
     @property
     def code_competition(self) -> bool:
@@ -140,9 +143,9 @@ def _classes(
     """The class list: classes.txt; or, for data with a column per label, those columns, in order,
     where the file is omitted (one it names, or one beside it, must list the same). A competition
     whose submission is a number has none: its one output column is the target, named as the
-    submission names it (`classes` is then `("Pawpularity",)`)."""
+    submission names it (`classes` is then `("Pawpularity",)`), or its label columns, in order."""
     if value == "number":
-        return (_text(submission, "label_column", "[submission] label_column"),)
+        return label_columns or (_text(submission, "label_column", "[submission] label_column"),)
     if label_columns and "classes_file" not in raw and not (folder / CLASSES_FILE).exists():
         return label_columns
     classes = _read_classes(folder, raw.get("classes_file", CLASSES_FILE))
@@ -154,10 +157,15 @@ def _classes(
     return classes
 
 
+def _numbers(value: str, label_columns: tuple[str, ...]) -> bool:
+    """A number in each of several columns (Feedback Prize ELL's six scores), not one."""
+    return value == "number" and bool(label_columns)
+
+
 def _submission_columns(submission: dict, value: str, label_columns: tuple[str, ...]) -> tuple[str, ...]:
-    """A submission's value columns: a column per label for `label_probabilities` (named in
-    `[submission] label_columns`, else the data's), else `label_column`."""
-    if value != "label_probabilities":
+    """A submission's value columns: a column per label for `label_probabilities`, or per number
+    of several (named in `[submission] label_columns`, else the data's), else `label_column`."""
+    if value != "label_probabilities" and not _numbers(value, label_columns):
         return (_text(submission, "label_column", "[submission] label_column"),)
     if "label_columns" in submission:
         return _texts(submission["label_columns"], "[submission] label_columns")

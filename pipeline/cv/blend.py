@@ -104,7 +104,8 @@ def check_inputs(
         raise PetalsError(
             "blend: rows of labels (several labels an example): CV groups of one class an example only"
         )
-    if np.shape(labels)[:1] != (n,) or np.size(labels) != n or np.shape(folds) != (n,):
+    cells = n * classes if _numbers(labels) else n  # numbers: a label a column, as the members'
+    if np.shape(labels)[:1] != (n,) or np.size(labels) != cells or np.shape(folds) != (n,):
         raise PetalsError(f"blend: {np.size(labels)} labels and {np.size(folds)} fold ids for {n} OOF rows")
     if not _numbers(labels) and (labels.min() < 0 or labels.max() >= classes):
         raise PetalsError(f"blend: labels outside 0..{classes - 1} ({labels.min()}..{labels.max()})")
@@ -129,7 +130,7 @@ def fold_scores(oof: np.ndarray, labels: np.ndarray, folds: np.ndarray, metric: 
 
 
 def _numbers(labels: np.ndarray) -> bool:
-    """A regression's OOF rows: numbers [n, 1], blended as numbers (a weighted mean, a ridge stack)."""
+    """A regression's OOF rows: numbers [n, columns], blended as numbers (a weighted mean, a ridge stack)."""
     return np.asarray(labels).dtype.kind == "f"
 
 
@@ -297,22 +298,36 @@ def stack_numbers(members, labels, folds, metric: Metric, k: int, tests=None) ->
     """Numbers stacked by a ridge regression on the members' numbers side by side, judged out of
     fold as the classes' meta-model is: fold f's rows by a ridge (its alpha by scikit-learn's
     leave-one-out choice among STACK_ALPHAS) fitted on the other folds; the test set by one
-    fitted on every row."""
-    from sklearn.linear_model import RidgeCV
-
-    features, target = np.concatenate(members, axis=1), np.ravel(labels)
+    fitted on every row. Several numbers a row: a ridge a column, on the members' numbers of that
+    column (each member's own estimate of it), its weights reported as their mean over the columns."""
+    columns = np.asarray(labels).reshape(len(labels), -1)  # as they came: [n] or [n, columns]
     oof = np.zeros(members[0].shape, dtype=np.float32)
-    for f in range(k):
-        held = folds == f
-        model = RidgeCV(alphas=STACK_ALPHAS).fit(features[~held], target[~held])
-        oof[held, 0] = model.predict(features[held])
-    model = RidgeCV(alphas=STACK_ALPHAS).fit(features, target)
-    test = None if tests is None else model.predict(np.concatenate(tests, axis=1))[:, None].astype(np.float32)
+    test = None if tests is None else np.zeros((len(tests[0]), columns.shape[1]), np.float32)
+    weights = []
+    for column in range(columns.shape[1]):
+        fitted = _ridge_column(members, columns[:, column], folds, k, column, oof, tests, test)
+        weights.append(np.asarray(fitted.coef_, np.float64))
     return BlendResult(
         kind="stack",
         oof=oof,
         score=float(metric.score(labels, oof)),
         fold_scores=fold_scores(oof, labels, folds, metric),
         test=test,
-        weights=np.asarray(model.coef_, np.float64),
+        weights=np.mean(weights, axis=0),
     )
+
+
+def _ridge_column(members, target, folds, k: int, column: int, oof, tests, test):
+    """One column's ridge stack: its OOF rows into `oof`, the test rows into `test`; the model
+    fitted on every row."""
+    from sklearn.linear_model import RidgeCV
+
+    features = np.stack([m[:, column] for m in members], axis=1)
+    for f in range(k):
+        held = folds == f
+        model = RidgeCV(alphas=STACK_ALPHAS).fit(features[~held], target[~held])
+        oof[held, column] = model.predict(features[held])
+    model = RidgeCV(alphas=STACK_ALPHAS).fit(features, target)
+    if tests is not None:
+        test[:, column] = model.predict(np.stack([t[:, column] for t in tests], axis=1))
+    return model

@@ -17,6 +17,7 @@ from pipeline.data import (
     synthetic,
     synthetic_apple_leaves,
     synthetic_comments,
+    synthetic_essays,
     synthetic_leaves,
     synthetic_pairs,
     synthetic_pawpularity,
@@ -29,6 +30,7 @@ from pipeline.formats.base import format_of
 BY_COMPETITION = {
     "cassava": synthetic_leaves,
     "dogs-vs-cats": synthetic_pets,
+    "feedback-prize-ell": synthetic_essays,
     "imdb": synthetic_reviews,
     "jigsaw-toxic": synthetic_comments,
     "petfinder-pawpularity": synthetic_pawpularity,

@@ -1,7 +1,7 @@
 """A labelled example's target, in any shape a task gives it: one class id (an integer), a row
 of 0/1 over the classes when an example may carry several labels (the competition's label cells
 list names: pipeline/formats/image_csv.py), or a row of numbers (float32, a regression's target:
-one column). The task says which it reads (`Task.label_rank`, `Task.numeric_target`); what the
+one column, or several). The task says which it reads (`Task.label_rank`, `Task.numeric_target`); what the
 data and training floors do with targets, they do here without asking which: pad them, find the
 padding, count the classes, stratify, make them dense.
 """
@@ -66,10 +66,15 @@ def quantile_bins(values: np.ndarray) -> np.ndarray:
 def strata(labels: np.ndarray) -> np.ndarray:
     """What folds stratify on, one integer an example: the class id, a row's combination of
     labels as the bits of one integer (Kaggle's way for multi-label data: stratify by the label
-    string), or a number's quantile bin (its first column's)."""
+    string), or a number's quantile bin (of several numbers a row, their mean's)."""
     labels = np.asarray(labels)
     if numeric(labels):
-        return quantile_bins(labels.reshape(len(labels), -1)[:, 0])
+        numbers = labels.reshape(len(labels), -1)
+        # Several numbers a row (Feedback Prize ELL's six scores) move together: each is a rater's
+        # view of one writer's level, so the row mean bins that level and every fold gets as many
+        # weak and strong writers. The first column alone would balance one score of six; the
+        # combinations of every column's bins (the labels' way above) are mostly rows of their own.
+        return quantile_bins(numbers[:, 0] if numbers.shape[1] == 1 else numbers.mean(axis=1))
     if labels.ndim == 1:
         return labels.astype(np.int64)
     if labels.shape[1] > MAX_STRATIFIED_LABELS:

@@ -28,7 +28,7 @@ class ImageCsvSplit:
     labels: str | None = None  # the label CSV of a labelled split, e.g. `train.csv`
     id_column: str = "image_id"  # the image's file name, relative to `folder`
     label_column: str = "label"
-    labels_are: str = "ids"  # one of labels.CELLS (unread where [data] label_columns are named)
+    labels_are: str = "ids"  # one of labels.CELLS (with [data] label_columns: "numbers" or 0/1 cells)
     archive: str | None = None  # a zip Kaggle may ship the folder in
     # What a file name adds to its id: Pawpularity's `Id` is `0007de18...` for `train/0007de18....jpg`.
     id_suffix: str = ""
@@ -120,14 +120,9 @@ class ImageCsv(ImageFiles):
         # the data dir (a link out included); row n is the CSV's line n + 2, after its header. A
         # label is its cell, or its cells where a label has a column.
         ids = rows[own.id_column]
-        cells = (
-            rows[list(read.columns)].itertuples(index=False, name=None)
-            if read.kind == "columns"
-            else rows[read.columns[0]]
-        )
         found = [
             (i, inside(top, i + end, f"line {n + 2} {own.id_column}", path), label)
-            for n, (i, label) in enumerate(zip(ids, cells, strict=True))
+            for n, (i, label) in enumerate(zip(ids, labels.cells(read, rows), strict=True))
         ]
         twice = ids[ids.duplicated()]
         if len(twice):

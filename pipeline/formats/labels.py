@@ -7,11 +7,12 @@ A labelled row gives its target in one of four ways:
 - `name_lists`: one column listing class names separated by spaces, any number a row (Plant
   Pathology's `scab frog_eye_leaf_spot`; an empty cell is a row with no label);
 - `numbers`: one column of numbers (a regression's target: Pawpularity's 1-100 score, CommonLit's
-  readability), read as a row of one float;
+  readability), read as a row of one float; or, with `[data] label_columns`, a number in each
+  of those columns (Feedback Prize ELL's six scores), read as a row of floats in their order;
 - `columns`: one 0/1 column per label (`[data] label_columns`, Jigsaw's `toxic,...,identity_hate`);
   the classes are those columns, in order.
 `ids` and `names` give a class id (label rank 0), `name_lists` and `columns` a row of 0/1 over the
-classes (rank 1), `numbers` a row of one float (rank 1, and `numeric`).
+classes (rank 1), `numbers` a row of floats, one a column (rank 1, and `numeric`).
 A value that is none of these is refused in one line naming the file and the row.
 """
 
@@ -62,21 +63,32 @@ def check_kind(labels_are: object, where: str) -> str:
 
 
 def reading(spec, label_column: str | None, labels_are: str = "ids") -> LabelReading:
-    """The competition's way: its `[data] label_columns` where it names them, else the format's one
-    label column read as `labels_are`; ValueError for a labelled split that names neither."""
+    """The competition's way: its `[data] label_columns` where it names them (0/1 cells, or numbers
+    where the format says `labels_are = "numbers"`), else the format's one label column read as
+    `labels_are`; ValueError for a labelled split that names neither."""
     if spec.label_columns:
-        return LabelReading("columns", spec.label_columns, spec.classes)
+        kind = "numbers" if labels_are == "numbers" else "columns"
+        return LabelReading(kind, spec.label_columns, spec.classes)
     if label_column is None:
         raise ValueError("a labelled split names no label_column (nor [data] label_columns)")
     return LabelReading(labels_are, (label_column,), spec.classes)
 
 
+def cells(read: LabelReading, rows):
+    """A table's label cells (a pandas DataFrame of strings with the reading's columns), a row at a
+    time: one string a row where the label has one column, a tuple of strings where it has several."""
+    if read.kind == "columns" or len(read.columns) > 1:
+        return rows[list(read.columns)].itertuples(index=False, name=None)
+    return rows[read.columns[0]]
+
+
 def target(read: LabelReading, cells, where: str):
-    """One row's target from its label cells (a string, or for `columns` one string a column):
-    an int class id, an int32 row of 0/1, or a float32 row of one number. PetalsError naming
-    `where` (the file and its row)."""
+    """One row's target from its label cells (a string, or a tuple of one string a column where the
+    label has several): an int class id, an int32 row of 0/1, or a float32 row of numbers.
+    PetalsError naming `where` (the file and its row)."""
     if read.kind == "numbers":
-        return _number(read.columns[0], cells, where)
+        row = (cells,) if isinstance(cells, str) else tuple(cells)
+        return np.concatenate([_number(c, v, where) for c, v in zip(read.columns, row, strict=True)])
     if read.kind == "columns":
         return _flags(read, cells, where)
     if read.kind == "name_lists":
@@ -93,15 +105,11 @@ def target(read: LabelReading, cells, where: str):
 
 def targets(read: LabelReading, rows, path) -> np.ndarray:
     """Every row's target of a table (a pandas DataFrame of strings with the reading's columns, its
-    row n on the file's line n + 2): class ids [n], rows of 0/1 [n, classes], or numbers [n, 1]."""
+    row n on the file's line n + 2): class ids [n], rows of 0/1 [n, classes], or numbers [n, columns]."""
     where = [f"{path}: line {n + 2}" for n in range(len(rows))]
-    if read.kind == "columns":
-        cells = rows[list(read.columns)].itertuples(index=False, name=None)
-    else:
-        cells = rows[read.columns[0]]
-    found = [target(read, c, w) for c, w in zip(cells, where, strict=True)]
+    found = [target(read, c, w) for c, w in zip(cells(read, rows), where, strict=True)]
     if read.numeric:
-        return np.array(found, np.float32).reshape(len(found), 1)
+        return np.array(found, np.float32).reshape(len(found), len(read.columns))
     if read.rank == 1:
         return np.array(found, np.int32).reshape(len(found), len(read.classes))
     return np.array(found, np.int64)

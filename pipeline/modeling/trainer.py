@@ -352,7 +352,7 @@ class Trainer:
         self.classifier.compile(
             optimizer=self.optimizer,
             loss=self.job.task.loss(self.config.train, self.target_summary),
-            metrics=[self.job.task.train_metric()],
+            metrics=[self.job.task.train_metric(self.target_summary)],
             jit_compile=self.jit_compile,
             steps_per_execution=self.steps_per_execution,
         )

@@ -1,9 +1,10 @@
-"""Inspect stage: a PNG grid of one augmented training batch and per-class counts of every split.
+"""Inspect stage: a PNG grid of one augmented training batch and what the labels hold in every split.
 
 Look before training: the grid shows what the model will see under the recipe's
 augmentation (whether it runs on the host or the device), titled with class names (the
-two largest shares for CutMix/MixUp soft labels); the table shows the class balance.
-Writes `batch.png` and `class_counts.csv` to --out.
+two largest shares for CutMix/MixUp soft labels); the table shows the class balance, or of
+numbers each target column's statistics (the task's target part says which).
+Writes `batch.png` and `class_counts.csv` (of numbers, `number_summary.csv`) to --out.
 """
 
 from __future__ import annotations
@@ -12,14 +13,11 @@ import argparse
 import logging
 from pathlib import Path
 
-import pandas as pd
-
-from competition import CompetitionSpec
 from pipeline.core import device
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
-from pipeline.core.foreign import EACH, safe_cells, text
+from pipeline.core.foreign import safe_cells
 from pipeline.stages import arguments
 from pipeline.tasks import recipe_config
 
@@ -47,7 +45,7 @@ def run(args: argparse.Namespace) -> None:
 
 def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str = "host") -> dict[str, Path]:
     """Write what the competition's task shows of one training batch (images: `batch.png`, a grid;
-    texts: `batch.csv`) and the class-count table; return their paths.
+    texts: `batch.csv`) and the target part's table of the labels; return their paths.
 
     `where` (host or device) only labels the grid: the batch is augmented here either way.
     """
@@ -66,10 +64,14 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
     tf.random.set_seed(config.seed)
     out.mkdir(parents=True, exist_ok=True)
 
-    counts = class_counts(labeled, spec, config)
-    counts_path = out / "class_counts.csv"
-    write_atomically(counts_path, lambda tmp: safe_cells(counts).to_csv(tmp, index_label="class"))
-    _print_counts(counts, spec)
+    summary = competition.task.labels_summary(labeled, spec, config)  # class counts, or numbers'
+    counts_path = out / summary.file
+    table = safe_cells(summary.table)
+    write_atomically(
+        counts_path,
+        lambda tmp: table.to_csv(tmp, index=summary.index_label is not None, index_label=summary.index_label),
+    )
+    print("\n".join(summary.lines))
 
     batch_path = competition.task.show_batch(train, spec, config, out, images, where)
     log.info("inspect: wrote %s and %s", batch_path, counts_path)
@@ -78,35 +80,3 @@ def inspect(config: Config, data_dir: Path, out: Path, images: int, where: str =
         for line in reader_for(spec).skipped_report(root, spec, config):
             log.warning("inspect: %s", line)
     return {"batch": batch_path, "counts": counts_path}
-
-
-# ----------------------------------------------------------------------------- counts
-
-
-def class_counts(labeled: dict, spec: CompetitionSpec, config: Config) -> pd.DataFrame:
-    """Examples per class in each labelled split (labels read, images not decoded), plus names."""
-    table = pd.DataFrame({"name": spec.classes})
-    for split, examples in labeled.items():
-        table[split] = examples.class_counts(config)
-    return table
-
-
-def _print_counts(counts: pd.DataFrame, spec: CompetitionSpec) -> None:
-    splits = [c for c in counts.columns if c != "name"]
-    lines = [f"{'split':<8}{'examples':>9}{'classes':>9}{'min':>6}{'median':>8}{'max':>6}"]
-    for split in splits:
-        column = counts[split]
-        lines.append(
-            f"{split:<8}{column.sum():>9}{(column > 0).sum():>9}{column.min():>6}"
-            f"{column.median():>8.0f}{column.max():>6}"
-        )
-    rarest = counts.nsmallest(5, "train")
-    lines.append(
-        "rarest in train: "
-        + ", ".join(f"{text(row['name'], EACH)} ({row['train']})" for _, row in rarest.iterrows())
-    )
-    for split in splits:
-        absent = counts.index[counts[split] == 0].tolist()
-        if absent:
-            lines.append(f"warning: {len(absent)} classes have no {split} images: {absent[:10]}")
-    print("\n".join(lines))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pipeline.core.config import check_range
 from pipeline.core.errors import PetalsError
@@ -33,6 +33,17 @@ class Evaluation:
     def write(self, run) -> None:
         for name, writer in self.files.items():
             writer(run.file(name))
+
+
+@dataclass
+class LabelsSummary:
+    """What `make inspect` shows of the labelled splits' targets: a table written as `file` into its
+    folder, and the lines the terminal shows of it (class counts, or a number's statistics)."""
+
+    file: str
+    table: Any  # a pandas DataFrame
+    lines: list[str]
+    index_label: str | None  # the CSV's index column ("class"), or None for no index
 
 
 class Task(ABC):
@@ -108,6 +119,11 @@ class Task(ABC):
         """A target as `make inspect` titles it: a class id, a row of labels, or a soft row of
         CutMix and MixUp."""
 
+    @abstractmethod
+    def labels_summary(self, labeled: dict, spec: CompetitionSpec, config) -> LabelsSummary:
+        """What `make inspect` shows of the targets of `labeled` ({split name: split}): examples
+        per class of classes and labels, each column's statistics of numbers."""
+
     def target_summary(self, train, config):
         """What the loss and the network's output take from the training targets, once before
         training (`train`: the training split): the class counts a logit-adjusted loss weighs by,
@@ -126,10 +142,11 @@ class Task(ABC):
         (a regression's, for one that standardises)."""
 
     @abstractmethod
-    def train_metric(self):
+    def train_metric(self, summary=None):
         """The keras metric the training step reports beside the loss (`fit` and the custom loops
         alike), named "accuracy": the history's second column, whatever it measures (a
-        regression's is RMSE, `train_metric_title` says so where it is shown)."""
+        regression's is RMSE, `train_metric_title` says so where it is shown). `summary`:
+        `target_summary`'s (how many numbers a regression's row holds)."""
 
     @abstractmethod
     def scores(self, outputs, labels) -> dict[str, float]:

@@ -59,7 +59,13 @@ class MultiLabel(Task):
 
         return keras.losses.BinaryCrossentropy(label_smoothing=train.label_smoothing)
 
-    def train_metric(self):
+    def labels_summary(self, labeled, spec, config):
+        """Examples per class in each labelled split (`make inspect`)."""
+        from pipeline.tasks.targets import class_counts
+
+        return class_counts.summary(labeled, spec, config)
+
+    def train_metric(self, summary=None):
         import keras
 
         return keras.metrics.BinaryAccuracy(name="accuracy")  # over every label of every example

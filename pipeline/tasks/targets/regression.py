@@ -1,12 +1,14 @@
-"""One number an example: what every regression task's target shapes, whatever it reads.
+"""Numbers an example: what every regression task's target shapes, whatever it reads.
 
-A target is a row of one float (Pawpularity's 1-100 score, CommonLit's readability), the head is
-linear and learns the standardised target ((y - mean) / std of the training rows: why, in
-pipeline/networks/numbers.py, whose layer turns it back into the target's units and keeps mean
-and std with the weights), the loss is the mean squared error of the standardised numbers, and
-what the training loop reports beside it is the RMSE in the target's units (the history's
-"accuracy" column, titled `rmse` where the epochs are shown). A submission row holds the number,
-clipped to the range the competition states or, where it states none, to the labelled rows'
+A target is a row of one float (Pawpularity's 1-100 score, CommonLit's readability) or of several,
+one a column (`[data] label_columns`: Feedback Prize ELL's six scores). The head is linear, one
+output a column, and learns the standardised target ((y - mean) / std of the training rows, each
+column its own: why, in pipeline/networks/numbers.py, whose layer turns it back into the target's
+units and keeps mean and std with the weights); the loss is the mean squared error of the
+standardised numbers, and what the training loop reports beside it is the RMSE in the target's
+units (of several columns, their mean column-wise RMSE, MCRMSE: the history's "accuracy" column,
+titled `rmse` where the epochs are shown). A submission row holds the numbers, each clipped to the
+range the competition states or, where it states none, to its column's range in the labelled rows
 (`regression_submission.py`).
 """
 
@@ -21,10 +23,27 @@ from pipeline.tasks.base import Task
 
 
 class TargetScale(NamedTuple):
-    """The training targets' mean and standard deviation: what the loss and the output layer take."""
+    """The training targets' mean and standard deviation: what the loss and the output layer take.
+    Floats for one column; arrays, one entry a column, for several."""
 
-    mean: float
-    std: float
+    mean: float | np.ndarray
+    std: float | np.ndarray
+
+    @property
+    def columns(self) -> int:
+        return int(np.size(self.mean))
+
+
+def _column_scale(numbers: np.ndarray) -> tuple[float, float]:
+    """One column's mean and std (a std of 0, one value, taken as 1)."""
+    std = float(numbers.std())
+    return float(numbers.mean()), std if std > 0 else 1.0
+
+
+def rows(numbers) -> np.ndarray:
+    """Numbers as rows of float64 [n, columns], however they came ([n] or [n, columns])."""
+    numbers = np.asarray(numbers, np.float64)
+    return numbers.reshape(len(numbers), -1)
 
 
 class Regression(Task):
@@ -54,16 +73,18 @@ class Regression(Task):
                 )
 
     def target_summary(self, train, config) -> TargetScale:
-        """The mean and std of the training rows' numbers (a std of 0, one value, taken as 1)."""
-        labels = np.asarray(train.training_examples.labels, np.float64)
-        std = float(labels.std())
-        return TargetScale(float(labels.mean()), std if std > 0 else 1.0)
+        """Each column's mean and std in the training rows (a std of 0, one value, taken as 1)."""
+        scales = [_column_scale(column) for column in rows(train.training_examples.labels).T]
+        if len(scales) == 1:
+            return TargetScale(*scales[0])
+        means, stds = zip(*scales, strict=True)
+        return TargetScale(np.array(means), np.array(stds))
 
     def fit_output(self, net, summary: TargetScale) -> None:
         net.get_layer("probabilities").set_scale(summary.mean, summary.std)
 
     def label_text(self, label, spec) -> str:
-        return f"{spec.label_column} {float(np.ravel(label)[0]):.4g}"
+        return ", ".join(f"{name} {v:.4g}" for name, v in zip(spec.classes, np.ravel(label), strict=True))
 
     def loss(self, train, class_counts: TargetScale | None = None):
         """The mean squared error of the standardised numbers: the output's error over the std."""
@@ -71,16 +92,30 @@ class Regression(Task):
 
         return standardised_mse(1.0 if class_counts is None else class_counts.std)
 
-    def train_metric(self):
+    def labels_summary(self, labeled, spec, config):
+        """Each target column's count, mean, std, quartiles and range a labelled split (`make inspect`)."""
+        from pipeline.tasks.targets import regression_summary
+
+        return regression_summary.summary(labeled, spec, config)
+
+    def train_metric(self, summary: TargetScale | None = None):
+        """RMSE in the target's units; of several columns (`summary` says how many), MCRMSE."""
         import keras
 
-        return keras.metrics.RootMeanSquaredError(name="accuracy")  # the history's second column
+        if summary is None or summary.columns == 1:
+            return keras.metrics.RootMeanSquaredError(name="accuracy")  # the history's second column
+        from pipeline.tasks.targets.regression_loss import MeanColumnwiseRMSE
+
+        return MeanColumnwiseRMSE(summary.columns, name="accuracy")
 
     def scores(self, outputs, labels) -> dict[str, float]:
-        """The loss in the target's units (mean squared error) and the RMSE (the `accuracy` slot)."""
-        error = np.ravel(outputs) - np.ravel(np.asarray(labels, np.float64))
+        """The loss in the target's units (mean squared error over every cell) and the RMSE (the
+        `accuracy` slot; of several columns, the mean of each column's RMSE: MCRMSE)."""
+        error = rows(outputs) - rows(labels)
         mse = float(np.mean(error**2))
-        return {"loss": mse, "accuracy": float(np.sqrt(mse))}
+        if error.shape[1] == 1:
+            return {"loss": mse, "accuracy": float(np.sqrt(mse))}
+        return {"loss": mse, "accuracy": float(np.mean(np.sqrt(np.mean(error**2, axis=0))))}
 
     def evaluate(self, labels, probabilities, spec, groups=None):
         """RMSE, MAE and R^2 of the val numbers, and a plot of predicted against true."""
@@ -102,7 +137,7 @@ class Regression(Task):
     def submission_column(self, values, spec) -> list:
         from pipeline.tasks.targets import regression_submission
 
-        return regression_submission.column(values)
+        return regression_submission.column(values, spec)
 
     def check_values(self, spec):
         from functools import partial
@@ -112,11 +147,13 @@ class Regression(Task):
         return partial(regression_submission.check, spec=spec)
 
     def describe_submission(self, spec, summary) -> str:
-        return f"a number per row ({spec.label_column})"
+        if len(spec.submission_columns) == 1:
+            return f"a number per row ({spec.label_column})"
+        return f"{len(spec.submission_columns)} numbers per row ({', '.join(spec.submission_columns)})"
 
     def submission_values(self, probabilities, spec, val=None):
-        """Each row's number, clipped to the competition's stated range, else to the range of the
-        labelled `val` rows (out of fold under CV: every labelled row)."""
+        """Each row's numbers, clipped to the competition's stated range, else to each column's
+        range in the labelled `val` rows (out of fold under CV: every labelled row)."""
         from pipeline.tasks.targets import regression_submission
 
         return regression_submission.decide(probabilities, spec, val)

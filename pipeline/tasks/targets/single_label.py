@@ -36,7 +36,13 @@ class SingleLabel(Task):
 
         return loss_function(train, class_counts)
 
-    def train_metric(self):
+    def labels_summary(self, labeled, spec, config):
+        """Examples per class in each labelled split (`make inspect`)."""
+        from pipeline.tasks.targets import class_counts
+
+        return class_counts.summary(labeled, spec, config)
+
+    def train_metric(self, summary=None):
         import keras
 
         return keras.metrics.CategoricalAccuracy(name="accuracy")
