@@ -88,6 +88,9 @@ def test_the_loss_weighs_each_column_by_its_std_and_the_metric_is_mcrmse():
         np.mean((predicted - true) ** 2.0), rel=1e-6
     )
     assert isinstance(TASK.train_metric(), keras.metrics.RootMeanSquaredError)  # one column: as before
+    # The epoch lines and curves title it as what it is: MCRMSE here, RMSE of one column.
+    one = load_spec("petfinder-pawpularity")
+    assert TASK.metric_title(SPEC) == "mcrmse" and get_task(one.task).metric_title(one) == "rmse"
 
 
 def test_folds_stratify_several_numbers_by_the_quantile_bins_of_the_row_mean():

@@ -340,7 +340,7 @@ class Trainer:
         self.checkpoint.save(epoch + 1, self.best_score)  # last, so a checkpoint implies its outputs
         if self._header_due:
             task, title = self.job.task, self.job.spec.metric.title
-            log.info("train: %s", epoch_header(title, task.unit, task.train_metric_title))
+            log.info("train: %s", epoch_header(title, task.unit, task.metric_title(self.job.spec)))
             self._header_due = False
         log.info("train: %s", epoch_line(row, self.config.train.epochs, self.job.spec.score_key))
         self.stop.epoch_ended(epoch + 1, row)  # a sweep's judge may stop the run here

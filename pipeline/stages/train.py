@@ -108,7 +108,7 @@ def train(opts: TrainOptions, judge=None, tags: dict | None = None) -> dict | No
         metrics = fit(job, progress=opts.progress, restart=opts.force, stop=stop,
                       keep_checkpoints=opts.keep_checkpoints)  # fmt: skip
     metric = job.spec.metric
-    title = job.task.train_metric_title  # what the loops report beside the loss: accuracy, or RMSE
+    title = job.task.metric_title(job.spec)  # what the loops report beside the loss: accuracy, RMSE
     accuracy = "" if metric.name == title else f", {title} {metrics['val_accuracy']:.4f}"
     log.info(
         "train: %s: val %s %.4f%s, %.0f s, %.0f examples/s",
@@ -361,7 +361,7 @@ def _fit(job: Job, progress: bool, restart: bool, stop, keep_checkpoints: int) -
             if split is not None:
                 reading.enter_context(split.naming_bad(labeled=True))
         history = trainer.run_epochs()
-    plot_curves(history, run.file(RunDir.CURVES), job.spec.score_key, job.task.train_metric_title)
+    plot_curves(history, run.file(RunDir.CURVES), job.spec.score_key, job.task.metric_title(job.spec))
     key, metric = job.spec.score_key, job.spec.metric
     if job.val is None:
         best = history.iloc[-1]

@@ -64,7 +64,8 @@ class Task(ABC):
     # Whether a submission's values are decided with the val predictions (a threshold per label):
     # the stages that write one then pass them to `submission_values`.
     decides_on_val: ClassVar[bool] = False
-    # What the training metric ("accuracy" in the logs) is, as the epoch lines and plots title it.
+    # What the training metric ("accuracy" in the logs) is, as the epoch lines and plots title it
+    # (`metric_title`: a competition's target may change it).
     train_metric_title: ClassVar[str] = "accuracy"
     # What a submission row may hold (competition/spec.py's SUBMISSION_VALUES) for this task.
     submission_kinds: ClassVar[tuple[str, ...]]
@@ -140,6 +141,10 @@ class Task(ABC):
         """The training loss over the task's outputs and targets (a keras Loss), as `train`
         (TrainConfig) says; `class_counts`: `target_summary`'s, for a loss that weighs the classes
         (a regression's, for one that standardises)."""
+
+    def metric_title(self, spec) -> str:
+        """The training metric's title for this competition's target (the epoch lines, plots)."""
+        return self.train_metric_title
 
     @abstractmethod
     def train_metric(self, summary=None):

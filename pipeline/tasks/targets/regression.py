@@ -98,6 +98,10 @@ class Regression(Task):
 
         return regression_summary.summary(labeled, spec, config)
 
+    def metric_title(self, spec) -> str:
+        """RMSE of one column; the mean of each column's (MCRMSE) of several."""
+        return "mcrmse" if len(spec.label_columns) > 1 else self.train_metric_title
+
     def train_metric(self, summary: TargetScale | None = None):
         """RMSE in the target's units; of several columns (`summary` says how many), MCRMSE."""
         import keras
