@@ -19,7 +19,7 @@ SCALE       ?=#                  synthetic dataset size multiplier (default: eac
 FORCE       ?=#                  FORCE=1 fetches again over a complete data dir; make submit: uploads a file already uploaded
 RECIPE      ?=#                  recipe: competition/<COMPETITION>/recipes/<RECIPE>.toml, else its task's; auto (default): tpu, gpu or cpu by accelerator
 SET         ?=#                  config overrides, e.g. SET="augment.cutmix=0.5 data.batch_size=32"
-INSPECT_DIR ?= runs/inspect-$(competition_name)#     where `make inspect` writes batch.png and class_counts.csv
+INSPECT_DIR ?= runs/inspect-$(competition_name)#     where `make inspect` writes batch.png and the targets' summary (class_counts.csv, number_summary.csv)
 RUNS_DIR    ?= runs#             run directories (make train)
 RUN         ?=#                  run id (default: recipe, backbone, size and a config hash)
 CHECKPOINT_DIR ?=#               make train: this run's checkpoints elsewhere, one folder per run, e.g. gs://bucket/petals/flowers-tpu (every host of a slice must read them)
@@ -215,7 +215,7 @@ fetch: $(DATA)/manifest.json ## fetch and verify the competition's data into DAT
 $(INSPECT_DIR)/batch.png: $(DATA)/manifest.json $(ARGS_DIR)/inspect.args $(wildcard competition/$(COMPETITION)/recipes/*.toml)
 	$(PY) -m pipeline inspect $(inspect_ARGS)
 
-inspect: $(INSPECT_DIR)/batch.png ## PNG grid of one augmented training batch + per-class counts (RECIPE=, SET=)
+inspect: $(INSPECT_DIR)/batch.png ## PNG grid of one augmented training batch + the targets: per-class counts, or each number's spread (RECIPE=, SET=)
 
 # The stages that use the devices run on every host: one process, N local ones, or a TPU slice's.
 hosts_PY = $(if $(filter slice,$(HOSTS)),PETALS_HOSTS=slice $(PY) -m pipeline.launch --hosts 1 --,$(if $(filter-out 1,$(HOSTS)),$(PY) -m pipeline.launch --hosts $(call q,HOSTS) $(if $(filter tensorflow,$(BACKEND)),--backend tensorflow) --,$(PY) -m pipeline))
