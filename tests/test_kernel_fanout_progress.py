@@ -1,7 +1,8 @@
-"""`make kernel-fanout`'s wait says how far it is: N of K kernels done, how long it has waited and
-the time left at the pace of the kernels that completed, through the real `kaggle` client against
-the loopback server. The kernels' folders are written here in their shape (generating each takes
-seconds); what is under test is the following, pushing and timing."""
+"""The kernels' long steps say how far they are, through the real `kaggle` client against the
+loopback server: `make kernel-fanout`'s wait (N of K kernels done, how long it has waited, the time
+left at the pace of the kernels that completed) and an output file's download. The fan-out's kernel
+folders are written here in their shape (generating each takes seconds); what is under test is the
+following, pushing and timing."""
 
 from __future__ import annotations
 
@@ -89,3 +90,19 @@ def test_a_state_file_with_a_negative_time_is_not_a_fan_outs(tmp_path):
     path.write_text(json.dumps({"shares": [{"number": 0, "name": "a-fold0", "took": -5}]}))
     with pytest.raises(PetalsError, match="is not a fan-out's share"):
         read_state(path, {}, 1)
+
+
+def test_a_kernels_output_file_downloads_with_its_progress(tmp_path, in_kaggle_env, monkeypatch, caplog):
+    from pipeline.core import kaggle_outputs
+
+    monkeypatch.setattr(progress, "LINES_AFTER", 0.0)
+    caplog.set_level("INFO", logger="pipeline.core.progress")
+    big = bytes(3 * kaggle_outputs.CHUNK)  # three chunks: a line at a third and at two thirds
+    with KaggleTestServer(Behaviour(kernel_files={"model.keras": big})):
+        kaggle_outputs.kernel_output(_kernel(0), tmp_path / "output")
+    assert (tmp_path / "output" / "model.keras").read_bytes() == big
+    said = [r.getMessage().split(",")[0] for r in caplog.records if "model.keras" in r.getMessage()]
+    assert said == [
+        f"kernel {_kernel(0)}: 'model.keras': 33% (1/3 MB)",
+        f"kernel {_kernel(0)}: 'model.keras': 67% (2/3 MB)",
+    ]
