@@ -153,6 +153,26 @@ def evaluated(run: RunDir, evaluation: dict[str, Any], board: Path, track: str) 
         )
 
 
+def group_assembled(group: RunDir, board: Path, track: str, tags: dict[str, Any]) -> None:
+    """With MLflow: the CV group's run (its folds' parent) gets the group's leaderboard row, the CV
+    score in the board's score column and as `cv_score`, and its out-of-fold mistakes. `tags`: the
+    group's competition, recipe, data and commit, as its folds' say them."""
+    if not mlflow_asked(track):
+        return
+    from pipeline.runs import leaderboard, mlflow_runs
+
+    shown = {key: str(value) for key, value in tags.items() if value is not None}
+    found = mlflow_runs.MlflowRun(group.path.parent, shown["competition"], group.name,
+                                  {**shown, mlflow_runs.KIND_TAG: "cv_group"})  # fmt: skip
+    found.tags(shown)  # a group run its first fold made has the fold's tags: the group's added
+    table = leaderboard.read(board)
+    rows = table[table["entry"] == group.name].to_dict("records")
+    if rows:
+        found.metrics({k: v for k, v in rows[0].items() if tensorboard.finite(v)})
+    found.artifacts([group.file(RunDir.MISTAKES_PLOT), group.file(RunDir.MISTAKES)], "evaluate")
+    found.finished()
+
+
 def study_finished(runs_dir: Path, competition: str, summary: dict[str, Any], track: str) -> None:
     """With MLflow: the study's run (its trials' parent) gets the best trial's score, number, run and
     values, as the sweep's closing line says them."""
