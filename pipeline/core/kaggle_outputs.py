@@ -23,13 +23,12 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
 from pipeline.core.kaggle_client import call_with_retries, explain_kernel_error, kernel_call
 from pipeline.core.paths import check_name, inside, shown
-from pipeline.core.progress import Progress
+from pipeline.core.progress import MB, Progress
 
 # Kaggle keeps at most 20 GB of a kernel's /kaggle/working, all files together: outputs adding up
 # to more are not its outputs, and streaming stops there instead of filling the disk.
 MAX_OUTPUT_BYTES = 20 * 10**9
 CHUNK = 1 << 20
-MB = 10**6  # a download's progress counts megabytes
 PAGE_SIZE = 100
 MAX_LISTING_PAGES = 1000  # 100,000 files: a listing still going on past that never ends
 

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 BAR_AFTER = 2.0  # seconds before a terminal's bar appears: a short step draws none
 LINES_AFTER = 10.0  # seconds before a log's first line: a short step writes none
 MARKS = 10  # a log line at every tenth of the step
+MB = 10**6  # a step over bytes (a download, an archive unpacked) counts megabytes
 
 
 def duration(seconds: float) -> str:

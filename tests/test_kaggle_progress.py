@@ -1,6 +1,7 @@
-"""The kernels' long steps say how far they are, through the real `kaggle` client against the
-loopback server: `make kernel-fanout`'s wait (N of K kernels done, how long it has waited, the time
-left at the pace of the kernels that completed) and an output file's download. The fan-out's kernel
+"""Kaggle's long steps say how far they are, through the real `kaggle` client against the loopback
+server: `make kernel-fanout`'s wait (N of K kernels done, how long it has waited, the time left at
+the pace of the kernels that completed), a kernel's output file's download, and a competition's
+archive unpacked. The fan-out's kernel
 folders are written here in their shape (generating each takes seconds); what is under test is the
 following, pushing and timing."""
 
@@ -106,3 +107,20 @@ def test_a_kernels_output_file_downloads_with_its_progress(tmp_path, in_kaggle_e
         f"kernel {_kernel(0)}: 'model.keras': 33% (1/3 MB)",
         f"kernel {_kernel(0)}: 'model.keras': 67% (2/3 MB)",
     ]
+
+
+def test_a_competition_archive_unpacks_with_its_progress(tmp_path, spec, monkeypatch, caplog):
+    import zipfile
+
+    from pipeline.data.sources.archives import unpack
+
+    monkeypatch.setattr(progress, "LINES_AFTER", 0.0)
+    caplog.set_level("INFO", logger="pipeline.core.progress")
+    archive = tmp_path / "flowers.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for name in ("a.bin", "b.bin", "c.bin"):
+            zf.writestr(name, bytes(progress.MB))
+    unpack(archive, tmp_path / "data", spec, None, progress=True, keep_archive=True)
+    assert (tmp_path / "data" / "c.bin").stat().st_size == progress.MB
+    said = [r.getMessage().split(",")[0] for r in caplog.records if "unpacking" in r.getMessage()]
+    assert said == ["unpacking flowers.zip: 33% (1/3 MB)", "unpacking flowers.zip: 67% (2/3 MB)"]
