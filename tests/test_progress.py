@@ -107,7 +107,8 @@ def test_a_step_with_its_own_estimate_says_it_on_the_bar_and_lines_said_are_clea
     bar.said(lambda line: said.append((line, terminal.getvalue())))("fold 1: complete")
     drawn = terminal.getvalue()
     bar.close()
-    assert "1/4 kernels" in drawn and "about 10 min 00 s left" in drawn and "it/s" not in drawn
+    assert "1/4 kernels" in drawn and ", about 10 min 00 s left]" in drawn and "it/s" not in drawn
+    assert ", ," not in drawn
     [(line, before)] = said
     assert line == "fold 1: complete" and before.endswith("\r")  # the bar wiped before the line
     assert drawn.rstrip().endswith("about 10 min 00 s left]")  # and drawn again after it

@@ -178,13 +178,12 @@ def _left_words(left: float | None) -> str:
 
 def _bar(what: str, total: float, unit: str, stream: TextIO, paced: bool = True):
     """tqdm's bar on `stream`: shown after BAR_AFTER seconds, gone when closed. Not `paced`: the
-    step's own estimate (its postfix) in place of tqdm's, which assumes a steady pace."""
+    step's own estimate (its postfix, which tqdm starts with ", ") in place of tqdm's, which
+    assumes a steady pace."""
     from tqdm import tqdm
 
     own = (
-        None
-        if paced
-        else "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit} [{elapsed}, {postfix}]"
+        None if paced else "{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {unit} [{elapsed}{postfix}]"
     )
     return tqdm(
         bar_format=own,
