@@ -29,7 +29,7 @@ CPU_REPLICAS ?=#                split the CPU into N replicas (default 0: none) 
 HOSTS       ?= 1#                train, evaluate, predict: N local processes as a slice's hosts (pipeline/launch.py; JAX, or TF_CONFIG workers with BACKEND=tensorflow), e.g. HOSTS=2 CPU_REPLICAS=4; slice: one host of a TPU slice
 device_ARGS = $(call opt,--backend,BACKEND) $(call opt,--strategy,STRATEGY) $(call opt,--cpu-replicas,CPU_REPLICAS)
 RETRAIN     ?=#                  RETRAIN=1 trains again over a finished run
-TRACK       ?=#                  TRACK=mlflow: train, evaluate, predict, sweep also track runs in MLflow ($$MLFLOW_TRACKING_URI, else SQLite in RUNS_DIR/mlflow.db); TensorBoard's event files are always written
+TRACK       ?=#                  TRACK=mlflow: train, evaluate, predict, sweep, ensemble also track runs in MLflow ($$MLFLOW_TRACKING_URI, else SQLite in RUNS_DIR/mlflow.db); TensorBoard's event files are always written
 PORT        ?=#                  make tensorboard: the port it serves on (localhost only; default TensorBoard's, 6006)
 TTA         ?=#                  test-time augmentation passes for evaluate, predict and ensemble (default 1: none)
 FOLDS       ?=#                  train, evaluate, predict: K-fold cross-validation over every labelled example (a CV group; ensemble: RUNS are CV groups)
@@ -195,7 +195,7 @@ endif
 	@touch $@
 
 ifeq ($(TRACK),mlflow)
-install train sweep evaluate predict: | $(TRACK_STAMP)
+install train sweep evaluate predict ensemble: | $(TRACK_STAMP)
 endif
 test test-thorough test-heavy test-fast: | $(TRACK_STAMP)
 
@@ -264,7 +264,7 @@ ensemble: $(DATA)/manifest.json ## blend RUNS="a b" (WEIGHTS="0.6 0.4", SEARCH=1
 	$(PY) -m pipeline ensemble --runs $(call qs,RUNS) $(if $(WEIGHTS),--weights $(call qs,WEIGHTS)) $(if $(SEARCH),--search) \
 		$(if $(STACK),--method stack) \
 		$(call opt,--tta,TTA) --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) --submissions-dir $(call q,SUBMISSIONS) \
-		$(device_ARGS)
+		$(call opt,--track,TRACK) $(device_ARGS)
 
 submit_ARGS := --competition $(call q,COMPETITION) --data-dir $(call q,DATA) --submissions-dir $(call q,SUBMISSIONS) \
 	$(call opt,--file,FILE) $(call opt,--recipe,RECIPE) $(call opt,--accelerator,ACCELERATOR) \

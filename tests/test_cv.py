@@ -191,3 +191,27 @@ def test_a_refit_trains_on_every_example_the_folds_dealt(data_dir, tmp_path, spe
     )
     assert "train.epochs=3" in refit and "train.frozen_epochs=3" in refit
     load_config(overrides=[override for override in refit if override != "train.pseudo_labels="])  # valid
+
+
+def test_each_folds_line_says_the_time_left_at_the_pace_of_the_folds_trained(
+    data_dir, tmp_path, monkeypatch, caplog
+):
+    from types import SimpleNamespace
+
+    from pipeline.stages import train as train_stage
+
+    clock = SimpleNamespace(now=0.0)
+    monkeypatch.setattr(cv_stage, "time", SimpleNamespace(monotonic=lambda: clock.now))
+
+    def train(opts, tags=None):  # a fold that takes two minutes (and leaves no run: none finished)
+        clock.now += 120
+
+    monkeypatch.setattr(train_stage, "train", train)
+    caplog.set_level("INFO", logger="pipeline.stages.cv")
+    assert cv_stage.train_folds(options(data_dir, tmp_path)) is None
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cv: fold")]
+    _, fold_runs = names(data_dir, tmp_path)
+    assert said == [
+        f"cv: fold 0 of 2 ({fold_runs[0].name})",  # no fold trained yet: no pace to go by
+        f"cv: fold 1 of 2 ({fold_runs[1].name}); about 2 min 00 s left (2 min 00 s a fold)",
+    ]

@@ -216,3 +216,31 @@ def test_the_cli_stacks_groups_and_records_every_methods_out_of_fold_score(tmp_p
     assert set(metrics["members"]) == {"cv3-a", "cv3-b"} and None in metrics["members"].values()
     assert f"{name}: OOF {spec.metric.title}" in result.stdout and "by stack" in result.stdout
     check_submission(setting.subs / f"{name}.csv", spec, sample_ids(setting.data_dir, spec))
+
+
+@pytest.mark.slow
+@pytest.mark.thorough  # the optional tracker (MLflow's store takes seconds to make): the blend above
+def test_a_blend_tracked_in_mlflow_is_a_run_of_its_members_and_its_leaderboard_row(
+    tmp_path, cassava, monkeypatch
+):
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.runs import mlflow_runs
+
+    monkeypatch.delenv(mlflow_runs.URI_VARIABLE, raising=False)  # the default: SQLite in the runs dir
+    setting, spec = make_setting(tmp_path, cassava), cassava
+    for seed, name in enumerate(["cv3-a", "cv3-b"]):
+        write_group(setting, spec, name, seed)
+    argv = ["--quiet", "ensemble", "--runs", "cv3-a", "cv3-b", "--weights", "1", "3", "--name", "w"]
+    assert cli.main([*argv, "--track", "mlflow", *setting.args()]) == 0
+    client = MlflowClient(mlflow_runs.tracking_uri(setting.runs_dir))
+    experiment = client.get_experiment_by_name(f"petals-{spec.name}").experiment_id
+    [found] = client.search_runs([experiment], f"tags.`{mlflow_runs.KIND_TAG}` = 'ensemble'")
+    assert found.data.tags[mlflow_runs.RUN_TAG] == "w" and found.data.tags["members"] == "cv3-a cv3-b"
+    assert found.data.tags["method"] == "weights"
+    assert found.data.params == {"member.cv3-a": "0.25", "member.cv3-b": "0.75"}
+    board = leaderboard.read(leaderboard.board_file(setting.subs, spec.name))
+    row = board[board["entry"] == "w"].iloc[0]
+    for column in (spec.score_key, "cv_score", "cv_spread", "val_accuracy", "folds"):
+        assert found.data.metrics[column] == pytest.approx(float(row[column]), abs=0), column
+    assert [a.path for a in client.list_artifacts(found.info.run_id, "submission")] == ["submission/w.csv"]

@@ -97,3 +97,27 @@ def test_quiet_logging_draws_no_bar_either(caplog):
     caplog.set_level("INFO", logger="pipeline.core.progress")
     with Progress("caching", 50, "img", stream=Terminal()) as shown:
         assert shown.bar is not None
+
+
+def test_a_step_with_its_own_estimate_says_it_on_the_bar_and_lines_said_are_clear_of_it():
+    terminal, said = Terminal(), []
+    bar = Progress("kernels", 4, "kernels", left=lambda: 600.0, stream=terminal, report=print)
+    bar.bar.delay, bar.bar.mininterval = 0, 0
+    bar.reach(1)
+    bar.said(lambda line: said.append((line, terminal.getvalue())))("fold 1: complete")
+    drawn = terminal.getvalue()
+    bar.close()
+    assert "1/4 kernels" in drawn and ", about 10 min 00 s left]" in drawn and "it/s" not in drawn
+    assert ", ," not in drawn
+    [(line, before)] = said
+    assert line == "fold 1: complete" and before.endswith("\r")  # the bar wiped before the line
+    assert drawn.rstrip().endswith("about 10 min 00 s left]")  # and drawn again after it
+
+
+def test_a_steps_own_estimate_goes_in_its_lines():
+    clock, lines = Clock(), []
+    with Progress("kernels", 5, "kernels", left=lambda: 7200.0, report=lines.append, clock=clock,
+                  stream=io.StringIO()) as bar:  # fmt: skip
+        clock.now += 3600
+        bar.reach(1)
+    assert lines == ["kernels: 20% (1/5 kernels), 1 h 00 min, about 2 h 00 min left"]

@@ -304,3 +304,14 @@ def test_every_shipped_recipe_has_a_space_that_builds_or_refuses_with_the_way_ou
     device = recipe.upper() if recipe in ("cpu", "gpu", "tpu") else "CPU"
     build = lambda extra: recipe_config.load_config(recipe, (f"competition={competition}", *extra), device)  # noqa: E731
     space.check(space.read_space(path, folder), path, build)
+
+
+def test_a_trials_line_says_the_time_left_for_the_trials_not_ended_at_this_processs_pace():
+    import optuna
+
+    from pipeline.stages import sweep as sweep_stage
+
+    found = optuna.create_study()
+    found.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=0.5))  # one ended
+    assert sweep_stage._time_left(found, 4, []) == ""  # no trial trained here yet: no pace
+    assert sweep_stage._time_left(found, 4, [60.0, 120.0]) == "; about 4 min 30 s left (1 min 30 s a trial)"

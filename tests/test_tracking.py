@@ -120,6 +120,13 @@ def test_a_sweeps_trials_are_children_of_their_studys_run_and_grouped_by_name(tm
         study.metrics == {"best_score": 0.75, "best_trial": 1.0}
         and study.tags["best.train.lr_max"] == "0.003"
     )
+    # A fold of a trial's CV group: under its group's run, itself under the study's run.
+    fold = mlflow_runs.MlflowRun(
+        tmp_path, "flowers", "run-c", {**tags, "trial": "2", "cv_group": "g", "fold": "0"}
+    )
+    group = first.client.get_run(first.client.get_run(fold.id).data.tags[mlflow_runs.PARENT_TAG]).data.tags
+    assert (group[mlflow_runs.KIND_TAG], group["cv_group"], group["trial"]) == ("cv_group", "g", "2")
+    assert group[mlflow_runs.PARENT_TAG] == parent
     label = tracking.place_label({"study": "s", "trial": 3, "cv_group": "cv5-x", "fold": 2})
     assert label == "s-trial3-cv5-x-fold2" and tracking.place_label({}) == "run"
     with pytest.raises(PetalsError, match=r"track='mlfow': one of none, mlflow"):  # the API's, unparsed
@@ -173,3 +180,60 @@ def test_a_sweeps_trials_are_tracked_as_children_of_its_study(tiny_data_dir, tmp
         place = f"{study}-trial{trial.data.tags['trial']}"
         assert tensorboard_events(run.file(RunDir.TENSORBOARD) / place)["train/loss"]
         assert 1e-4 <= float(trial.data.params["train.lr_max"]) <= 1e-2
+
+
+def _hparams(folder) -> dict:
+    """The HParams plugin's hyperparameters in a folder of event files, as TensorBoard reads them."""
+    from google.protobuf.json_format import MessageToDict
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    reader = EventAccumulator(str(folder), size_guidance={"tensors": 0})
+    reader.Reload()
+    content = reader.SummaryMetadata("_hparams_/session_start_info").plugin_data.content
+    started = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    return {key: MessageToDict(value) for key, value in started.hparams.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.thorough  # two folds trained: the group's tracking; one run's is proven above
+def test_a_cv_groups_folds_nest_under_its_mlflow_run_and_group_in_tensorboard(
+    tiny_data_dir, tmp_path, monkeypatch
+):
+    """FOLDS=2 with TRACK=mlflow: the group's MLflow run holds its leaderboard row's numbers (the
+    CV score first), each fold is its child, tagged with its place; each fold's events are named
+    by the group and fold, and carry both as hyperparameters."""
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.core.options import CVOptions
+    from pipeline.stages import cv as cv_stage
+
+    monkeypatch.delenv(mlflow_runs.URI_VARIABLE, raising=False)  # the default: SQLite in the runs dir
+    where = {"data_dir": tiny_data_dir, "runs_dir": tmp_path / "runs", "submissions_dir": tmp_path / "subs"}
+    opts = CVOptions(**where, folds=2, recipe="default", overrides=(*TINY, "augment.where=host"),
+                     strategy="cpu", track="mlflow")  # fmt: skip
+    metrics = cv_stage.train(opts)
+    group = metrics["group"]
+    client = MlflowClient(mlflow_runs.tracking_uri(opts.runs_dir))
+    experiment = client.get_experiment_by_name("petals-flowers").experiment_id
+    [parent] = client.search_runs([experiment], f"tags.`{mlflow_runs.KIND_TAG}` = 'cv_group'")
+    board = leaderboard.read(leaderboard.board_file(tmp_path / "subs", "flowers"))
+    row = board[board["entry"] == group].iloc[0]
+    for column in ("val_macro_f1", "cv_score", "cv_spread", "val_accuracy", "folds", "train_seconds"):
+        assert parent.data.metrics[column] == pytest.approx(float(row[column]), abs=0), column
+    assert parent.data.metrics["cv_score"] == pytest.approx(metrics["cv_score"], abs=1e-5)
+    assert parent.data.tags["cv_group"] == group and parent.data.tags[mlflow_runs.RUN_TAG] == group
+    assert parent.data.tags["data_fingerprint"] == row["data_fingerprint"]
+    folds = client.search_runs([experiment], f"tags.`{mlflow_runs.PARENT_TAG}` = '{parent.info.run_id}'")
+    assert sorted(f.data.tags["fold"] for f in folds) == ["0", "1"]
+    for fold in folds:
+        tags, run = fold.data.tags, RunDir(opts.runs_dir / fold.data.tags[mlflow_runs.RUN_TAG])
+        assert (tags["competition"], tags["recipe"], tags["cv_group"]) == ("flowers", "default", group)
+        assert tags["data_fingerprint"] == row["data_fingerprint"]
+        assert tags.get("git_commit") == run.read_json(RunDir.RUN_INFO).get("git_commit")
+        place = (
+            run.file(RunDir.TENSORBOARD) / f"{group}-fold{tags['fold']}"
+        )  # TensorBoard's filter: the group
+        assert tensorboard_events(place)["train/loss"]
+        hparams = _hparams(place)
+        assert hparams["cv_group"] == group and hparams["fold"] == float(tags["fold"])

@@ -4,8 +4,9 @@ The official client joins each file name Kaggle lists onto the target folder and
 an answer naming `/etc/x` or `../../x` would land outside it. Petals lists the outputs itself and
 checks the whole answer before writing anything: every name lies inside the target, no name is
 another's folder or listed twice, every URL is http(s) with a host, the listing ends. It then
-streams every file into a staging folder inside the target, bounded by one size budget for them
-all, and moves them into place only once all arrived: a refused or failed download leaves nothing.
+streams every file into a staging folder inside the target (its progress on a bar or in lines,
+pipeline/core/progress.py), bounded by one size budget for them all, and moves them into place
+only once all arrived: a refused or failed download leaves nothing.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
 from pipeline.core.kaggle_client import call_with_retries, explain_kernel_error, kernel_call
 from pipeline.core.paths import check_name, inside, shown
+from pipeline.core.progress import MB, Progress
 
 # Kaggle keeps at most 20 GB of a kernel's /kaggle/working, all files together: outputs adding up
 # to more are not its outputs, and streaming stops there instead of filling the disk.
@@ -180,10 +182,11 @@ def _stream(url: str, tmp: Path, budget: int, name: str, kernel: str) -> int:
     stopped past `budget` bytes: what is left of MAX_OUTPUT_BYTES for the kernel's outputs."""
     with requests.get(url, stream=True) as response:
         response.raise_for_status()
-        size = 0
-        with open(tmp, "wb") as out:
+        size, what = 0, f"kernel {kernel}: {shown(name)}"
+        with open(tmp, "wb") as out, Progress(what, _said_length(response) / MB, "MB") as bar:
             for chunk in response.iter_content(CHUNK):
                 size += len(chunk)
+                bar.reach(size / MB)
                 if size > budget:
                     raise PetalsError(
                         f"kernel {kernel}: outputs up to {shown(name)} add up to more than "
@@ -192,3 +195,10 @@ def _stream(url: str, tmp: Path, budget: int, name: str, kernel: str) -> int:
                     )
                 out.write(chunk)
         return size
+
+
+def _said_length(response) -> int:
+    """The bytes the server says a file holds (its progress's total): 0 when it says none, or
+    nothing a whole number of bytes within MAX_OUTPUT_BYTES (then no progress is shown)."""
+    said = response.headers.get("Content-Length", "")
+    return int(said) if said.isdigit() and int(said) <= MAX_OUTPUT_BYTES else 0

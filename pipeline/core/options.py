@@ -135,6 +135,7 @@ class EnsembleOptions(DeviceOptions):
     data_dir: Path = DATA_DIR
     runs_dir: Path = RUNS_DIR
     submissions_dir: Path = SUBMISSIONS_DIR
+    track: str = TRACK
 
 
 @dataclass(frozen=True)

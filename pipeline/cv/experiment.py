@@ -110,6 +110,7 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
 
         features.remove_shared(opts.runs_dir, found.table, found.config)
     _board_row(found, opts, runs, metrics)
+    _tracked(found, opts, runs[0])
     log.info("cv: %s", summary_line(found.group.name, found.spec, metrics))
     return metrics
 
@@ -200,6 +201,23 @@ def _board_row(found: Setup, opts: CVOptions, runs: dict, metrics: dict) -> None
         folds=opts.folds,
         tta=opts.tta,
     )
+
+
+def _tracked(found: Setup, opts: CVOptions, first: RunDir) -> None:
+    """With TRACK=mlflow, the group's run (its folds' parent) gets its leaderboard row."""
+    from pipeline.runs import leaderboard, tracking
+
+    tags = {
+        "competition": found.spec.name,
+        "recipe": found.config.recipe,
+        "backbone": found.config.model.backbone,
+        "git_commit": first.read_json(RunDir.RUN_INFO, default={}).get("git_commit"),
+        "data_fingerprint": found.manifest.get("fingerprint"),
+        "cv_group": found.group.name,
+        "folds": opts.folds,
+    }
+    board = leaderboard.board_file(opts.submissions_dir, found.spec.name)
+    tracking.group_assembled(found.group, board, opts.track, tags)
 
 
 def summary_line(name: str, spec, metrics: dict) -> str:

@@ -4,10 +4,12 @@ The store is `MLFLOW_TRACKING_URI` where set (a server, a folder, a database), e
 runs dir (`runs/mlflow.db`, artifacts in `runs/mlflow-artifacts/`). One experiment per
 competition (`petals-<competition>`); a petals run is the MLflow run tagged `petals.run=<run-id>`
 (the newest, when trained again with RETRAIN=1), so evaluate and predict find the run train made.
-A sweep's trial is a child of its study's run (`petals.study=<study>`). MLflow mirrors: the offline
-leaderboard stays the record, and the runs dir alone rebuilds it. A store that cannot be reached
-stops the stage before training, in one line without the URI's password; one that fails later is
-a warning, and the run trains on untracked.
+A CV group's fold is a child of its group's run (`petals.kind=cv_group`, tagged `cv_group=<group>`,
+the group's CV score there once it assembles), and a sweep's trial (or a trial's CV group) a child
+of its study's run (`petals.study=<study>`): each parent made by the first child that needs it.
+MLflow mirrors: the offline leaderboard stays the record, and the runs dir alone rebuilds it. A
+store that cannot be reached stops the stage before training, in one line without the URI's
+password; one that fails later is a warning, and the run trains on untracked.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ URI_VARIABLE = "MLFLOW_TRACKING_URI"
 DATABASE = "mlflow.db"  # the default store, in the runs dir
 ARTIFACTS = "mlflow-artifacts"
 RUN_TAG, STUDY_TAG, KIND_TAG = "petals.run", "petals.study", "petals.kind"
+GROUP_TAG = "cv_group"  # a fold's and its group's
+# What a fold's tags say of its CV group too: its run's tags when a fold makes it.
+GROUP_SHARED = ("competition", "recipe", "backbone", "git_commit", "data_fingerprint", STUDY_TAG, "trial")
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own: the UI nests a child under it
 # MLflow's limits: a param's value (6,000 characters here), a batch's params and metrics.
 MAX_VALUE, PARAMS_A_BATCH, METRICS_A_BATCH = 6000, 100, 1000
@@ -87,11 +92,23 @@ class MlflowRun:
 
     def _create(self, name: str, tags: dict[str, str]) -> str:
         tags = {**tags, RUN_TAG: name}
-        study = tags.get(STUDY_TAG)
-        if study and tags.get(KIND_TAG) != "study":  # a trial: the child of its study's run
-            parent = {STUDY_TAG: study, KIND_TAG: "study"}  # made by the first trial that needs it
-            tags[PARENT_TAG] = self._newest(parent) or self._create(study, parent)
+        parent = self._parent(tags)
+        if parent is not None:
+            tags[PARENT_TAG] = parent
         return self.client.create_run(self.experiment, tags=tags, run_name=name).info.run_id
+
+    def _parent(self, tags: dict[str, str]) -> str | None:
+        """The run a new one nests under, found or made: a fold's is its CV group's run, a trial's
+        (or a trial's CV group's) its study's; None for a run of neither, and for a study's run."""
+        kind, group, study = tags.get(KIND_TAG), tags.get(GROUP_TAG), tags.get(STUDY_TAG)
+        if group and kind is None:  # a fold
+            key = {GROUP_TAG: group, KIND_TAG: "cv_group"}
+            shared = {k: tags[k] for k in GROUP_SHARED if k in tags}
+            return self._newest(key) or self._create(group, {**shared, **key})
+        if study and kind != "study":
+            key = {STUDY_TAG: study, KIND_TAG: "study"}
+            return self._newest(key) or self._create(study, key)
+        return None
 
     # ------------------------------------------------------------------ logging, guarded
 

@@ -118,13 +118,10 @@ def _tags(run: RunDir) -> dict[str, Any]:
 def _mirror_row(run: RunDir, board: Path, files: list[Path], folder: str | None = None) -> None:
     """The run's leaderboard row, its numbers as the MLflow run's metrics under the board's column
     names (read back from the board: the same values, rounded as it rounds them), and `files`."""
-    from pipeline.runs import leaderboard, mlflow_runs
+    from pipeline.runs import mlflow_runs
 
-    table = leaderboard.read(board)
-    rows = table[table["entry"] == run.name].to_dict("records")
     found = mlflow_runs.MlflowRun(run.path.parent, _competition(run), run.name, _mlflow_tags(run, _tags(run)))
-    if rows:
-        found.metrics({k: v for k, v in rows[0].items() if tensorboard.finite(v)})
+    _board_metrics(found, board, run.name)
     found.artifacts(files, folder)
 
 
@@ -151,6 +148,58 @@ def evaluated(run: RunDir, evaluation: dict[str, Any], board: Path, track: str) 
         _mirror_row(
             run, board, [run.file(n) for n in (RunDir.CONFUSION_PLOT, RunDir.PER_CLASS, RunDir.CONFUSIONS)]
         )
+
+
+def group_assembled(group: RunDir, board: Path, track: str, tags: dict[str, Any]) -> None:
+    """With MLflow: the CV group's run (its folds' parent) gets the group's leaderboard row, the CV
+    score in the board's score column and as `cv_score`, and its out-of-fold mistakes. `tags`: the
+    group's competition, recipe, data and commit, as its folds' say them."""
+    if not mlflow_asked(track):
+        return
+    from pipeline.runs import mlflow_runs
+
+    shown = {key: str(value) for key, value in tags.items() if value is not None}
+    found = mlflow_runs.MlflowRun(group.path.parent, shown["competition"], group.name,
+                                  {**shown, mlflow_runs.KIND_TAG: "cv_group"})  # fmt: skip
+    found.tags(shown)  # a group run its first fold made has the fold's tags: the group's added
+    _board_metrics(found, board, group.name)
+    found.artifacts([group.file(RunDir.MISTAKES_PLOT), group.file(RunDir.MISTAKES)], "evaluate")
+    found.finished()
+
+
+def ensemble_written(
+    out: RunDir, board: Path, submission: Path, track: str, competition: str, fingerprint: str | None
+) -> None:
+    """With MLflow: the blend as a run (tagged `petals.kind=ensemble`), its members' weights as params
+    (`member.<run-id>`; a stack's as `stacked`) and their ids as the `members` tag, its method, its
+    leaderboard row's numbers as metrics and its submission."""
+    if not mlflow_asked(track):
+        return
+    from pipeline.runs import mlflow_runs
+
+    metrics = out.metrics()
+    members = metrics.get("members", {})
+    tags = {"competition": competition, "data_fingerprint": fingerprint, mlflow_runs.KIND_TAG: "ensemble",
+            "members": " ".join(members), "method": metrics.get("method", "weights"),
+            "judged": metrics.get("judged")}  # fmt: skip
+    found = mlflow_runs.MlflowRun(out.path.parent, competition, out.name,
+                                  {k: str(v) for k, v in tags.items() if v is not None})  # fmt: skip
+    found.params(
+        {f"member.{name}": "stacked" if weight is None else weight for name, weight in members.items()}
+    )
+    _board_metrics(found, board, out.name)
+    found.artifacts([submission], "submission")
+    found.finished()
+
+
+def _board_metrics(found, board: Path, entry: str) -> None:
+    """The entry's leaderboard row's numbers as the MLflow run's metrics, under the board's names."""
+    from pipeline.runs import leaderboard
+
+    table = leaderboard.read(board)
+    rows = table[table["entry"] == entry].to_dict("records")
+    if rows:
+        found.metrics({k: v for k, v in rows[0].items() if tensorboard.finite(v)})
 
 
 def study_finished(runs_dir: Path, competition: str, summary: dict[str, Any], track: str) -> None:

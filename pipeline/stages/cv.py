@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,7 @@ from typing import Any
 from pipeline.core import options
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import CVOptions, ScoreOptions, TrainOptions
+from pipeline.core.progress import parts_left
 from pipeline.core.rundir import RunDir
 from pipeline.stages import arguments
 from pipeline.tasks import recipe_config
@@ -154,14 +156,20 @@ def train_folds(opts: CVOptions, after_fold=None, tags: dict | None = None) -> d
     from pipeline.stages import train as train_stage
 
     found = experiment.setup(opts)
-    for fold in opts.fold_list or range(opts.folds):
-        log.info("cv: fold %d of %d (%s)", fold, opts.folds, found.fold_run(fold).name)
+    folds, took = list(opts.fold_list or range(opts.folds)), []  # took: the folds trained now, seconds
+    for place, fold in enumerate(folds):
+        run, started = found.fold_run(fold), time.monotonic()
+        trained_before = run.finished
+        left = sum(not found.fold_run(f).finished for f in folds[place:])
+        log.info("cv: fold %d of %d (%s)%s", fold, opts.folds, run.name, parts_left(took, left, "fold"))
         overrides = (*opts.overrides, f"train.folds={opts.folds}", f"train.fold={fold}")
         fold_opts = dataclasses.replace(as_options(TrainOptions, opts), overrides=overrides, run_id=None)
         if after_fold is None:
             train_stage.train(fold_opts, tags=tags)
         elif after_fold(fold, train_stage.train(fold_opts, judge=_never, tags=tags)):
             return None
+        if not trained_before:
+            took.append(time.monotonic() - started)
     metrics = experiment.assemble(found, opts)
     return None if metrics is None else {**metrics, "group": found.group.name}
 

@@ -15,7 +15,7 @@ score is the chosen method's OOF score; every method's is recorded beside it. Th
 the choice refit on every row, applied to the groups' fold-averaged test predictions.
 
 The blend lives in `runs/ensemble-<hash>/` like a run, with its own leaderboard row and
-`submissions/` CSV.
+`submissions/` CSV (and with `--track mlflow` an MLflow run: its members, method and row).
 """
 
 from __future__ import annotations
@@ -66,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     arguments.add_data_dir(parser)
     arguments.add_runs_dir(parser)
     arguments.add_submissions_dir(parser)
+    arguments.add_track(parser)
     device.add_arguments(parser, tpu=False)
 
 
@@ -219,7 +220,16 @@ def _write_run_blend(
         },  # one column for accuracy
         submission=str(path),
     )
+    _tracked(opts, spec, manifest, out, path)
     return path
+
+
+def _tracked(opts: EnsembleOptions, spec, manifest: dict, out: RunDir, submission: Path) -> None:
+    """With TRACK=mlflow, the blend as a run of its own: its members, method and leaderboard row."""
+    from pipeline.runs import leaderboard, tracking
+
+    board = leaderboard.board_file(opts.submissions_dir, spec.name)
+    tracking.ensemble_written(out, board, submission, opts.track, spec.name, manifest.get("fingerprint"))
 
 
 # ----------------------------------------------------------------------------- CV groups
@@ -333,6 +343,7 @@ def write_group_ensemble(opts, spec, manifest: dict, groups, test_ids, results, 
         folds=metrics["folds"],
         submission=str(path),
     )
+    _tracked(opts, spec, manifest, out, path)
     print(group_summary(name, spec, metrics, described, path))
     return path
 

@@ -19,10 +19,12 @@ import argparse
 import dataclasses
 import logging
 import math
+import time
 
 from pipeline.core import options
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import CVOptions, SweepOptions, TrainOptions
+from pipeline.core.progress import parts_left
 from pipeline.stages import arguments, cv
 from pipeline.sweep import setup as setups
 from pipeline.tasks import recipe_config
@@ -126,11 +128,16 @@ def sweep(opts: SweepOptions) -> dict:
     direction = "maximize" if spec.metric.greater_is_better else "minimize"
     found = study.open_study(name, url, direction, setup.base.seed, opts.pruner)
 
+    took: list[float] = []  # this process's trials that trained, seconds each: the time left's pace
+
     def objective(trial) -> float:
         study.mark_trial(trial)
         values = {param.key: param.suggest(trial) for param in setup.params}
         shown = ", ".join(f"{k}={v}" for k, v in values.items())
-        log.info("sweep: trial %d of %s: %s", trial.number, name, shown)
+        log.info(
+            "sweep: trial %d of %s: %s%s", trial.number, name, shown, _time_left(found, opts.trials, took)
+        )
+        started = time.monotonic()
         earlier = _same_values(found, trial)
         if earlier is not None:
             log.info(
@@ -144,6 +151,7 @@ def sweep(opts: SweepOptions) -> dict:
         last = opts.folds or setup.build(tuple(space.override(k, v) for k, v in values.items())).train.epochs
         judged = Trial(trial, spec.score_key, last=last)
         metrics = _run_trial(dataclasses.replace(opts, overrides=overrides), judged)
+        took.append(time.monotonic() - started)  # a pruned trial's too: the pruner shortens trials
         if judged.pruned:
             log.info("sweep: trial %d pruned by %s", trial.number, judged.pruned)
             raise optuna.TrialPruned()
@@ -160,6 +168,16 @@ def sweep(opts: SweepOptions) -> dict:
     summary = study.summary(found, spec, url, opts.runs_dir)
     tracking.study_finished(opts.runs_dir, spec.name, summary, opts.track)  # MLflow's study run, if asked
     return summary
+
+
+def _time_left(found, trials: int, took: list[float]) -> str:
+    """The time left for the study's trials not ended yet (this one too), one after another at the
+    pace of this process's trials: a trial found finished before took no time, and is not counted."""
+    import optuna
+
+    ended = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    left = max(trials - len(found.get_trials(deepcopy=False, states=ended)), 1)
+    return parts_left(took, left, "trial")
 
 
 def _run_trial(opts: SweepOptions, judged: Trial) -> dict:

@@ -12,10 +12,9 @@ import zipfile
 import zlib
 from pathlib import Path
 
-from tqdm import tqdm
-
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import WORK_MARKER, Budget, check_members, extract_members
+from pipeline.core.progress import MB, Progress
 from pipeline.formats.base import resolutions_of
 from pipeline.formats.records import records_of
 
@@ -46,11 +45,8 @@ def unpack(
 
                 members = [m for m in members if wanted(m.filename)]
             total = sum(m.file_size for m in members)
-            # Progress bars use tqdm's disable=None: drawn on a terminal, left out of logs.
-            with tqdm(
-                total=total, unit="B", unit_scale=True, desc="unpacking", disable=None if progress else True
-            ) as bar:
-                extract_members(zf, members, dest, archive, budget, bar.update)
+            with Progress(f"unpacking {archive.name}", total / MB, "MB", enabled=progress) as bar:
+                extract_members(zf, members, dest, archive, budget, lambda n: bar.advance(n / MB))
     except (zipfile.BadZipFile, EOFError, zlib.error) as err:  # damaged bytes, not a full disk
         if keep_archive:
             raise PetalsError(f"corrupt archive {archive} ({err})") from None

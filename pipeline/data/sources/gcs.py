@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tqdm import tqdm
-
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.paths import inside, shown
+from pipeline.core.progress import Progress
 from pipeline.data.layout import data_files, found_sizes
 from pipeline.data.sources.base import Context, Got, Source, register
 
@@ -27,14 +26,14 @@ def copy_tree(source_root: str, dest: Path, spec, sizes: list[int], progress: bo
         if not path.startswith(prefix):
             raise PetalsError(f"{where}: object name {shown(path)} is not under it")
         targets.append((path, inside(dest, path[len(prefix) :], "object name", where)))
-    for path, target in tqdm(
-        targets, unit="file", desc=f"copying from {source_root}", disable=None if progress else True
-    ):
-        target.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            tf.io.gfile.copy(path, str(target), overwrite=True)
-        except tf.errors.OpError as err:
-            raise PetalsError(f"cannot copy {path}: {first_line(err)}") from None
+    with Progress(f"copying from {source_root}", len(targets), "files", enabled=progress) as bar:
+        for path, target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                tf.io.gfile.copy(path, str(target), overwrite=True)
+            except tf.errors.OpError as err:
+                raise PetalsError(f"cannot copy {path}: {first_line(err)}") from None
+            bar.advance()
 
 
 # The formats a bucket is read in: the TPU competitions' shards, which Kaggle serves from GCS

@@ -15,7 +15,10 @@ Kaggle's limits (sources in docs/kaggle-limits.md):
 Every share's state is in `kernels/<name>.fanout.json`, replaced whole after each change: a rerun
 collects the shares that completed meanwhile, follows those still running and pushes the rest; a
 share already collected is never pushed again. A kernel that ends in an error is named in one line
-and pushed again once; one that fails again is left for a rerun (after a fix) to push.
+and pushed again once; one that fails again is left for a rerun (after a fix) to push. While it
+waits, its progress (pipeline/core/progress.py): N of K kernels done, and the time left at the pace
+of those that completed (each share's push and completion times are in the state file, so a rerun
+keeps the pace), as many at once as the session limit runs.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import write_json
 from pipeline.core.options import KernelOptions
 from pipeline.core.paths import check_name
+from pipeline.core.progress import Progress, time_left
 from pipeline.kernels.client import generate, remote
 from pipeline.kernels.client.metadata import (
     SESSION_LIMIT,
@@ -46,6 +50,7 @@ CONCURRENT = {"tpu": 1, "gpu": 2, "cpu": 5}
 # A push Kaggle refuses for a session count that frees up when a session ends: wait, not fail.
 SESSION_REFUSAL = re.compile(r"session count|maximum batch", re.IGNORECASE)
 QUOTA_REFUSAL = re.compile(r"quota", re.IGNORECASE)
+ENDED = ("complete", "collected", "failed")  # done with on Kaggle: the progress counts them
 
 
 @dataclass
@@ -149,10 +154,42 @@ def fold_plan(options: KernelOptions) -> Plan:
 def _follow_all(
     shares: list[Share], options: KernelOptions, session: str, plan: Plan, save, report
 ) -> dict[str, int]:
-    """Rounds of: ask after each active kernel (collecting those complete), push what waits as far
-    as the limits allow, one progress line when the counts change; until none is active."""
+    """Follow the shares in rounds (`_rounds`) with their progress on a bar or in lines, the lines
+    they print kept clear of the bar."""
     limit = options.timeout or SESSION_LIMIT[session]
     concurrent = options.concurrent or CONCURRENT[session]
+    with _done_bar(shares, plan.kind, concurrent, report) as bar:
+        report = bar.said(report)
+        plan = dataclasses.replace(plan, collect=_aside(bar, plan.collect))  # its lines clear of the bar
+        return _rounds(shares, options, session, plan, save, report, bar, limit, concurrent)
+
+
+def _done_bar(shares: list[Share], kind: str, concurrent: int, report) -> Progress:
+    """The shares' kernels done with on Kaggle, of them all, and the time left: those running and
+    waiting, `concurrent` at a time, at the mean pace of those that completed."""
+
+    def left() -> float | None:
+        now = time.time()
+        took = [s.took for s in shares if s.took is not None]
+        running = [now - s.pushed_at for s in shares if s.state in ACTIVE and s.pushed_at is not None]
+        return time_left(took, sum(s.state == "waiting" for s in shares), running, concurrent)
+
+    return Progress(f"kernel-fanout: {kind} kernels", len(shares), "kernels", left=left, report=report)
+
+
+def _aside(bar: Progress, collect: Callable[[Share], None]) -> Callable[[Share], None]:
+    def collected(share: Share) -> None:
+        with bar.aside():
+            collect(share)
+
+    return collected
+
+
+def _rounds(
+    shares, options, session, plan: Plan, save, report, bar: Progress, limit, concurrent
+) -> dict[str, int]:
+    """Rounds of: ask after each active kernel (collecting those complete), push what waits as far
+    as the limits allow, one line when the counts change; until none is active."""
     deadline, shown_counts = time.monotonic() + options.wait_seconds, None
     for share in shares:
         if share.state == "complete":  # its output did not come last time: only collected again
@@ -168,6 +205,7 @@ def _follow_all(
         if counts != shown_counts:
             report(_progress(plan.kind, counts))
             shown_counts = counts
+        bar.reach(sum(counts[state] for state in ENDED))
         active = counts["queued"] + counts["running"]
         if not active and not counts["waiting"]:
             return counts
@@ -229,6 +267,8 @@ def _follow(share: Share, options: KernelOptions, plan: Plan, report) -> None:
         return
     report(share.line("complete; collecting"))
     share.state = "complete"
+    if share.pushed_at is not None:
+        share.took = max(time.time() - share.pushed_at, 0.0)
     _collect(share, options, plan, report)
 
 
@@ -298,6 +338,7 @@ def _push(share: Share, options: KernelOptions, report) -> Blocked | None:
             return Blocked(f"Kaggle holds {share.what} back ({said})", until_reset=True)
         raise
     share.version, share.pushes, share.state = version, share.pushes + 1, "queued"
+    share.pushed_at, share.took = time.time(), None
     report(share.line("pushed again" if share.pushes > 1 else "pushed"))
     return None
 

@@ -227,7 +227,7 @@ def wait_for_kernel(
     what = f"kernel {kernel} version {version}"
     with Progress(what, limit_seconds, "s", bound=True, report=report) as waiting:
         while True:
-            state = _poll(kernel, version, seen, report)
+            state = _poll(kernel, version, seen, waiting.said(report))  # a line clear of the bar
             if state == KERNEL_FINISHED:
                 return
             seen = state

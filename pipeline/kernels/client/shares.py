@@ -41,6 +41,8 @@ class Share:
     version: int | None = None
     why: str = ""  # what went wrong last, in one line
     trials: list[int] = field(default_factory=list)  # a trials fan-out: the study's trial numbers
+    pushed_at: float | None = None  # when its last version was pushed (Unix seconds)
+    took: float | None = None  # seconds from that push to its completion on Kaggle: the ETA's pace
 
     def line(self, said: str) -> str:
         version = f" version {self.version}" if self.version else ""
@@ -113,10 +115,17 @@ def is_state(share: Share, count: int) -> bool:
         and whole(share.pushes)
         and 0 <= share.pushes <= PUSHES
         and (share.version is None or (whole(share.version) and share.version >= 1))
+        and all(_seconds(v) for v in (share.pushed_at, share.took))
         and isinstance(share.why, str)
         and len(share.why) <= MAX_WHY
         and "\n" not in share.why
     )
+
+
+def _seconds(value) -> bool:
+    """A time the state file may hold: none yet, or a number of seconds not below zero."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return value is None or (number and 0 <= value < float("inf"))
 
 
 def one_line(said: str) -> str:
