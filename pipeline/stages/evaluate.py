@@ -105,7 +105,7 @@ def evaluate(
         },
         tta=tta,
     )
-    tracking.evaluated(run, evaluation, board, track)
+    tracking.evaluated(run, spec.name, evaluation, board, track)
     return evaluation
 
 

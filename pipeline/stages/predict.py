@@ -81,6 +81,6 @@ def predict(opts: ScoreOptions) -> Path:
         **leaderboard.run_fields(run),
         submission=str(path),
     )
-    tracking.predicted(run, path, board, opts.track)
+    tracking.predicted(run, spec.name, path, board, opts.track)
     print(f"{run.name}: {len(test.ids)} test predictions (TTA {opts.tta}) -> {path}")
     return path
