@@ -14,6 +14,7 @@ import pytest
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import SweepOptions
 from pipeline.sweep import space, study
+from pipeline.tasks.competitions import load_competition
 from tests.conftest import REPO, TINY
 
 OVERRIDES = (*TINY, "augment.where=host", "train.epochs=3")
@@ -141,7 +142,7 @@ def test_a_pruned_trial_stops_at_its_epochs_end_with_a_checkpoint_there(data_dir
     always = optuna.create_study(pruner=optuna.pruners.ThresholdPruner(upper=-1.0), direction="maximize")
     judged = sweep.Trial(always.ask(), "val_macro_f1", last=3)
     opts = options(data_dir, tmp_path)
-    assert sweep._run_trial(opts, judged) == {}
+    assert sweep._run_trial(opts, load_competition("flowers"), judged) == {}
     assert judged.pruned.startswith("the sweep's pruner (trial 0, step 1")
     (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     history = pd.read_csv(RunDir(run).history_file)
@@ -232,7 +233,10 @@ def test_a_sweep_refuses_what_it_cannot_run_before_any_trial(data_dir, tmp_path)
 
 
 def test_what_the_trials_share_names_the_study(data_dir, tmp_path):
-    from pipeline.sweep.setup import setup
+    from pipeline.sweep import setup as setups
+
+    def setup(opts, device):  # as the sweep stage calls it: on the competition it resolved
+        return setups.setup(opts, device, load_competition(setups.base_config(opts, device).competition))
 
     name = setup(options(data_dir, tmp_path), "CPU").name
     assert (

@@ -203,7 +203,7 @@ def prepare(
     name = (
         check_name(name, "run id", "--run (RUN=)")
         if name
-        else rundir.run_id(config, rundir.data_identity(manifest), size_of(config))
+        else rundir.run_id(config, rundir.data_identity(manifest), size_of(config, competition))
     )
     run = RunDir(runs_dir / name)
     shared, run = run, _own_run_dir(run, platform.hosts)

@@ -148,21 +148,24 @@ def outside_competition(spec_path: str, name: str, members: list[str]) -> dict[s
     }
 
 
-def check_carried(members: list[str], competition: str, recipe: str, root: Path = REPO) -> dict[str, Carried]:
+def check_carried(
+    members: list[str], competition: str, recipe: str, name: str, root: Path = REPO
+) -> dict[str, Carried]:
     """The files this generation read that the kernel reads again on Kaggle are among `members`
     (relative to `root`, the checkout holding competition/): the competition's file and class list,
     and the recipe's file, which the kernel finds by name (its competition's recipes/ first, then its
     task's). Else the kernel would fail after Kaggle's queue, or run another file of the same name
     (an untracked competition/<name>/recipes/tpu.toml: the task's tpu.toml). One line if not.
-    A competition given as a path is carried under its name: those files are returned, to bundle."""
-    from competition.spec import competition_file, load_spec
+    A competition given as a path is carried under its `name` (its spec's): those files are
+    returned, to bundle."""
+    from competition.spec import competition_file
     from pipeline.core.config import DEFAULT_RECIPE
     from pipeline.tasks.recipe_config import recipe_dirs, recipe_path
 
     spec_file = competition_file(competition)
     extra: dict[str, Carried] = {}
     if competition.endswith(".toml"):
-        extra = outside_competition(competition, load_spec(competition).name, members)
+        extra = outside_competition(competition, name, members)
     else:
         for name in (spec_file.relative_to(root).as_posix(), classes_file(spec_file, root)):
             if name and name not in members:
