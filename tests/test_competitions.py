@@ -17,7 +17,7 @@ from pipeline.networks import bert
 from pipeline.runs.submission_files import sample_ids, write_submission
 from pipeline.stages import evaluate, leaderboard, train
 from pipeline.stages.fetch import FetchOptions, fetch
-from pipeline.tasks.competitions import check_network, check_submission, task_of
+from pipeline.tasks.competitions import check_network, check_submission, load_competition, task_of
 from pipeline.tasks.recipe_config import load_config
 from tests.conftest import competition_of, run_cli
 
@@ -241,7 +241,7 @@ def test_each_competition_has_its_own_cpu_and_tpu_recipes():
     from pipeline.tasks import recipe_config
 
     for name in BACKBONES:
-        assert {"cpu", "tpu"} <= set(recipe_config.recipe_names(name))
+        assert {"cpu", "tpu"} <= set(recipe_config.recipe_names(load_competition(name)))
         for recipe in ("cpu", "tpu"):
             loaded = load_config(recipe, [f"competition={name}"])
             assert loaded.competition == name and loaded.recipe == recipe

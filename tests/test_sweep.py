@@ -87,14 +87,14 @@ def test_a_bad_space_is_one_line_naming_the_file_and_the_key(tmp_path, text, ref
 def test_the_shipped_space_builds_into_the_cpu_recipe_at_every_extreme():
     from pipeline.tasks import recipe_config
 
-    path, folder = space.space_file("1", "flowers", "cpu", "cpu")
+    path, folder = space.space_file("1", load_competition("flowers"), "cpu", "cpu")
     assert folder == path.parents[1] and folder.name == "image_classification"  # the recipes folder
     params = space.read_space(path, folder)
     assert {p.key for p in params} >= {"train.lr_max", "train.frozen_epochs", "model.dropout"}
     space.check(params, path, lambda extra: recipe_config.load_config("cpu", extra, "cpu"))
     no_space = r"SPACE=1: recipe .cnn. has no search space.*to start from: .*cpu\.toml"
     with pytest.raises(PetalsError, match=no_space):
-        space.space_file("1", "flowers", "cnn", "cnn")
+        space.space_file("1", load_competition("flowers"), "cnn", "cnn")
 
 
 def test_a_trials_values_depend_on_its_number_alone():
@@ -287,7 +287,7 @@ def shipped_recipes() -> list[tuple[str, str]]:
     return [
         (competition, recipe)
         for competition in known_competitions()
-        for recipe in recipe_config.recipe_names(competition)
+        for recipe in recipe_config.recipe_names(load_competition(competition))
         if recipe != "default"
     ]
 
@@ -300,7 +300,7 @@ def test_every_shipped_recipe_has_a_space_that_builds_or_refuses_with_the_way_ou
     from pipeline.tasks import recipe_config
 
     try:
-        path, folder = space.space_file("1", competition, recipe, recipe)
+        path, folder = space.space_file("1", load_competition(competition), recipe, recipe)
     except PetalsError as err:
         assert recipe not in ("cpu", "gpu", "tpu") and "\n" not in str(err)
         assert "SPACE=path.toml (to start from: " in str(err) and "spaces/" in str(err)

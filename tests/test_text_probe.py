@@ -14,6 +14,7 @@ from pipeline.modeling.inference import predict_split
 from pipeline.networks.text import Vectorizer
 from pipeline.networks.tfidf import tfidf_classifier
 from pipeline.stages import train
+from pipeline.tasks.competitions import load_competition
 from pipeline.tasks.recipe_config import load_config
 from tests.conftest import competition_of
 
@@ -130,7 +131,7 @@ def test_the_shipped_text_candidates_are_tfidf_first_then_the_recipe_and_the_pro
     from pipeline.cv import choose
     from pipeline.tasks import recipe_config
 
-    path, _ = recipe_config.beside_recipe(choose.FOLDER, "imdb", "cpu", "cpu")
+    path, _ = recipe_config.beside_recipe(choose.FOLDER, load_competition("imdb"), "cpu", "cpu")
     assert path is not None and path.parts[-3:] == ("text_classification", "candidates", "cpu.toml")
     listed = choose.read_candidates(path)
     assert [c.name for c in listed] == ["tfidf", "recipe"]  # the simplest first

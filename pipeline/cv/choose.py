@@ -78,7 +78,7 @@ def _flatten(table: dict, where: str, prefix: str = "") -> list[str]:
     return found
 
 
-def candidates_file(choose: str, competition: str, recipe: str, given: str) -> tuple[Path, Path]:
+def candidates_file(choose: str, competition: Competition, recipe: str, given: str) -> tuple[Path, Path]:
     """`CHOOSE=1` (or `recipe`): the recipe's own candidates, beside it (`given`: the recipe as the
     command line named it, maybe a file's path); anything else: a file's path. With the folder it
     is read inside: the recipes folder it was found in, or a given file's own."""
@@ -152,7 +152,7 @@ def cannot_run(opts: CVOptions, listed: list[Candidate], device: str, task) -> s
 
 
 def _candidates(opts: CVOptions, found) -> tuple[Path, list[Candidate]]:
-    path, folder = candidates_file(opts.choose, found.config.competition, found.config.recipe, opts.recipe)
+    path, folder = candidates_file(opts.choose, found.competition, found.config.recipe, opts.recipe)
     listed = read_candidates(path, folder)
     _checked(opts, path, listed, found.platform.device)
     return path, listed

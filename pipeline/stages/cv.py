@@ -111,7 +111,7 @@ def small_data(step: str, args: argparse.Namespace) -> CVOptions | None:
     competition = load_competition(config.competition)
     spec = competition.spec
     count = auto.labelled_examples(opts.data_dir, spec)
-    found, _ = recipe_config.beside_recipe(choose.FOLDER, config.competition, config.recipe, opts.recipe)
+    found, _ = recipe_config.beside_recipe(choose.FOLDER, competition, config.recipe, opts.recipe)
     if not auto.applies(config, count, found is not None):
         return None
     from pipeline.data import folds

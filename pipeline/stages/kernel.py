@@ -155,7 +155,7 @@ def kernel(action: str, options: KernelOptions) -> Any:
     generate.check_names(options)
     competition = load_competition(generate.kernel_competition(options))
     if action == "generate":
-        return generate.generate(options, competition.spec)
+        return generate.generate(options, competition)
     if action == "fanout" and options.trials is not None:  # a study's trials, asked here
         from pipeline.sweep import fanout as trials
 

@@ -58,7 +58,7 @@ def setup(opts: SweepOptions, device: str, competition: Competition) -> Setup:
         raise PetalsError(
             "train.merge_val=true: a trial would keep no val split to be judged on (FOLDS=K: out of fold)"
         )
-    path, folder = space.space_file(opts.space, base.competition, base.recipe, opts.recipe)
+    path, folder = space.space_file(opts.space, competition, base.recipe, opts.recipe)
     params = space.read_space(path, folder)
 
     def build(extra):

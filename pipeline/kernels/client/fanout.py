@@ -94,7 +94,7 @@ def fanout(
 
     for share in shares:
         if share.state == "waiting" and share.pushes == 0:  # generated now; a pushed one keeps its folder
-            share.kernel = read_metadata(generate.generate(plan.options_of(share), competition.spec))["id"]
+            share.kernel = read_metadata(generate.generate(plan.options_of(share), competition))["id"]
             save()
     save()
     try:

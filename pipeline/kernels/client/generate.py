@@ -158,20 +158,20 @@ def script_text(settings: dict[str, Any], payload: bytes, notebook: bool) -> str
     return text
 
 
-def generate(options: KernelOptions, spec) -> Path:
-    """Write `kernels/<name>/` for the options' recipe (on `spec`, the competition they name),
-    checked before it replaces an earlier generation; its folder. Anything the kernel could not do
-    on Kaggle is one line here first."""
+def generate(options: KernelOptions, competition) -> Path:
+    """Write `kernels/<name>/` for the options' recipe (on `competition`, the one they name, as the
+    stage resolved it), checked before it replaces an earlier generation; its folder. Anything the
+    kernel could not do on Kaggle is one line here first."""
     from pipeline.modeling.inference import check_tta
     from pipeline.tasks import recipe_config
 
+    spec = competition.spec
     options = resolved(options, spec)
     session = check_accelerator(options.accelerator)
     config = recipe_config.config_from_args(options, session.upper())  # auto: the accelerator's recipe
     members = bundle_members()
-    extra = check_carried(
-        members, config.competition, kernel_recipe(options), spec.name
-    )  # before Kaggle's queue
+    # before Kaggle's queue
+    extra = check_carried(members, config.competition, kernel_recipe(options), competition)
     options = dataclasses.replace(options, internet=kernel_internet(spec, options.internet))
     preset = preset_model(config)
     if preset and not options.model:  # what petals knows, it fills in: the preset the recipe names
