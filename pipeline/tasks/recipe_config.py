@@ -99,7 +99,11 @@ def load_config(
     any stage reads the config: one line otherwise), for its recipes and the transforms it keeps;
     the stages resolve it again from the config and pass it down.
     """
-    overrides = list(overrides)
+    return _resolved(recipe, list(overrides), device)[0]
+
+
+def _resolved(recipe: str, overrides: list[str], device: str | None) -> tuple[Config, Path | None, dict]:
+    """`load_config`'s config, with the recipe file it read and the values it set."""
     named = _competition(overrides)
     competition = load_competition(named)
     path, raw = _recipe_values(resolve_recipe(recipe, device), competition)
@@ -111,7 +115,7 @@ def load_config(
         competition = load_competition(config.competition)
     config = _keep_labels(config, competition, explicit=leaves(raw) | leaves(parse_overrides(overrides)))
     validate(config)
-    return config
+    return config, path, raw
 
 
 def _keep_labels(config: Config, competition: Competition, explicit: set[str]) -> Config:
@@ -143,8 +147,7 @@ def describe(recipe: str, overrides: Iterable[str] = (), device: str | None = No
     """The resolved config as TOML (a file `--recipe` reads back), each value with where it came
     from: the defaults, the recipe file, or `--set`."""
     overrides = list(overrides)
-    config = load_config(recipe, overrides, device)
-    path, raw = _recipe_values(resolve_recipe(recipe, device), load_competition(config.competition))
+    config, path, raw = _resolved(recipe, overrides, device)
     from_recipe, from_set = leaves(raw), leaves(parse_overrides(overrides))
     chosen = f"{recipe} -> {config.recipe} (the {device} recipe)" if recipe == AUTO_RECIPE else config.recipe
     shown = (
