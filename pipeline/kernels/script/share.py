@@ -43,12 +43,16 @@ def train_folds(work: Work, done: dict, values: tuple[str, ...] = (), label: str
         from pipeline.data.folds import receive_table
 
         receive_table(where["data_dir"], work.settings["fold_table"])
-    competition = None  # the group's, resolved once (with the first fold's options)
+
+    def train(opts: CVOptions) -> None:
+        # The CV stage's step, its competition resolved inside it: a bad one is the stage's one line.
+        cv_stage.train_folds(opts, cv_stage.competition_of(opts))
+
     for fold in work.settings.get("fold_list") or range(folds):
         opts = CVOptions(**where, **work.config(values), folds=folds, fold_list=(fold,), tta=tta,
                          time_limit=work.time_left(), submissions_dir=work.board)  # fmt: skip
-        competition = competition or cv_stage.competition_of(opts)
-        work.stage(f"{label}fold {fold}", cv_stage.train_folds, opts, competition)
+        work.stage(f"{label}fold {fold}", train, opts)
+        competition = cv_stage.competition_of(opts)  # as the stage resolved it: the fold trained
         run = experiment.setup(opts, competition).fold_run(fold)
         for split in ("val", "test"):
             work.stage(f"{label}fold {fold} {split}", predict_split, run, competition, where["data_dir"],
