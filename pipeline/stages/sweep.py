@@ -26,6 +26,7 @@ from pipeline.core.options import CVOptions, SweepOptions, TrainOptions
 from pipeline.stages import arguments, cv
 from pipeline.sweep import setup as setups
 from pipeline.tasks import recipe_config
+from pipeline.tasks.competitions import Competition
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,7 @@ def sweep(opts: SweepOptions) -> dict:
     return summary
 
 
-def _run_trial(opts: SweepOptions, competition, judged: Trial) -> dict:
+def _run_trial(opts: SweepOptions, competition: Competition, judged: Trial) -> dict:
     """The trial's run or CV group (on `competition`, the study's) trained; its metrics ({} when the
     pruner stopped it)."""
     from pipeline.modeling.preemption import Preempted

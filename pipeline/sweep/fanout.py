@@ -19,6 +19,7 @@ import dataclasses
 import math
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import KernelOptions, SweepOptions
@@ -27,6 +28,9 @@ from pipeline.kernels.client.metadata import check_accelerator, default_name
 from pipeline.kernels.client.shares import Share
 from pipeline.sweep import setup as setups
 from pipeline.sweep import space, study, turns
+
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
 KEPT = ("placed", "here", "kept")  # the trial's run is here: placed now, before, or a local one of its id
 
@@ -42,7 +46,7 @@ class Search:
     base: str
 
 
-def fan_out(options: KernelOptions, competition, report: Callable[[str], None] = print) -> dict:
+def fan_out(options: KernelOptions, competition: Competition, report: Callable[[str], None] = print) -> dict:
     """Ask the study for `options.trials` trials, push them in kernels of `trials_per_kernel`, follow
     and collect them, tell the study each one's score; the study's summary (its best trial).
     `competition`: the one the options name, as the stage resolved it."""

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import write_json
@@ -40,6 +40,9 @@ from pipeline.kernels.client.metadata import (
     read_metadata,
 )
 from pipeline.kernels.client.shares import ACTIVE, PUSHES, STATES, Share, load, one_line
+
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
 # Batch sessions Kaggle lets one user run at once, as its push refusals name them (2026).
 CONCURRENT = {"tpu": 1, "gpu": 2, "cpu": 5}
@@ -75,7 +78,10 @@ class Blocked:
 
 
 def fanout(
-    options: KernelOptions, competition, plan: Plan | None = None, report: Callable[[str], None] = print
+    options: KernelOptions,
+    competition: Competition,
+    plan: Plan | None = None,
+    report: Callable[[str], None] = print,
 ) -> dict[str, int]:
     """Push, follow and collect the plan's kernels (default: one per fold of `options.folds`, those
     in `fold_list` or all) until every share is collected or failed, or `wait_seconds` pass; the
@@ -110,7 +116,7 @@ def fanout(
     return counts
 
 
-def fold_plan(options: KernelOptions, competition) -> Plan:
+def fold_plan(options: KernelOptions, competition: Competition) -> Plan:
     """A CV group's folds on `competition` (the options'), one kernel each (`FOLDS=K`, `FOLD=` picks
     some)."""
     folds = _folds(options)

@@ -17,7 +17,7 @@ import pprint
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
@@ -47,6 +47,9 @@ from pipeline.kernels.client.metadata import (
 )
 from pipeline.kernels.client.recipe_check import check_recipe, kernel_internet, preset_model, weights_file
 from pipeline.networks.registry import WEIGHT_CHOICES
+
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
 
 def kernel_competition(options: KernelOptions) -> str:
@@ -158,7 +161,7 @@ def script_text(settings: dict[str, Any], payload: bytes, notebook: bool) -> str
     return text
 
 
-def generate(options: KernelOptions, competition) -> Path:
+def generate(options: KernelOptions, competition: Competition) -> Path:
     """Write `kernels/<name>/` for the options' recipe (on `competition`, the one they name, as the
     stage resolved it), checked before it replaces an earlier generation; its folder. Anything the
     kernel could not do on Kaggle is one line here first."""
@@ -170,7 +173,7 @@ def generate(options: KernelOptions, competition) -> Path:
     session = check_accelerator(options.accelerator)
     config = recipe_config.config_from_args(options, session.upper())  # auto: the accelerator's recipe
     members = bundle_members()
-    # before Kaggle's queue
+    # What the kernel reads again on Kaggle is carried: checked here, before Kaggle's queue.
     extra = check_carried(members, config.competition, kernel_recipe(options), competition)
     options = dataclasses.replace(options, internet=kernel_internet(spec, options.internet))
     preset = preset_model(config)

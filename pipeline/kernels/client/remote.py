@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import text
@@ -23,6 +23,9 @@ from pipeline.kernels.client.metadata import (
     read_summary,
     read_trials_summary,
 )
+
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
 
 def push(folder: Path, timeout: int | None = None) -> int:
@@ -88,7 +91,7 @@ def output(
     runs_dir: Path = Path("runs"),
     expected: str | None = None,
     *,
-    competition_of: Callable[[str], Any],
+    competition_of: Callable[[str], Competition],
 ) -> None:
     """Download the kernel's outputs into `<folder>/output/` and record its run on the leaderboard;
     a FOLDS kernel's fold runs are merged into `runs_dir` instead (`merge_folds`), and a kernel of
@@ -138,7 +141,12 @@ def output(
 
 
 def merge_folds(
-    kernel: str, target: Path, data_dir: Path, runs_dir: Path, submissions_dir: Path, competition_of
+    kernel: str,
+    target: Path,
+    data_dir: Path,
+    runs_dir: Path,
+    submissions_dir: Path,
+    competition_of: Callable[[str], Competition],
 ) -> None:
     """A FOLDS kernel's output: its finished fold runs placed in `runs_dir` and their CV group
     assembled once every fold is there, one line per fold (`pipeline.cv.merge`; `competition_of`
@@ -169,7 +177,7 @@ def place_trials(
     only: list[int] | None = None,
     report=print,
     *,
-    competition_of: Callable[[str], Any],
+    competition_of: Callable[[str], Competition],
 ) -> tuple[dict[int, str], dict[str, list[str]]]:
     """A kernel of trials' output: each trial's finished run placed in `runs_dir` (with FOLDS, its
     fold runs, and each group assembled once complete). For each trial (those in `only`, the share
