@@ -29,6 +29,7 @@ def main() -> None:
     from pipeline.core import device
     from pipeline.core.rundir import RunDir
     from pipeline.modeling.inference import Predictions, predict_split
+    from pipeline.tasks.competitions import load_competition
 
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -38,6 +39,7 @@ def main() -> None:
     args = parser.parse_args()
     platform = device.pick("tensorflow", "cpu")
     run = RunDir(args.run)
+    competition = load_competition(run.competition())  # resolved once, as a stage does
     for split in ("val", "test"):
         kept_path = run.predictions(split)
         kept = Predictions.load(kept_path)
@@ -47,9 +49,8 @@ def main() -> None:
             saved = Path(tmp) / kept_path.name
             shutil.copy(kept_path, saved)
             try:
-                whole = predict_split(run, args.data_dir, split, 1, platform, as_scored=False).by_ids(
-                    kept.ids
-                )
+                whole = predict_split(run, competition, args.data_dir, split, 1, platform, as_scored=False)
+                whole = whole.by_ids(kept.ids)
             finally:
                 shutil.copy(saved, kept_path)  # predict_split replaced it with the whole network's
         diff = np.abs(kept.probabilities - whole.probabilities)

@@ -26,6 +26,7 @@ def train_and_inspect(args: dict) -> dict:
     from pipeline.modeling.optimizer import averaging
     from pipeline.modeling.trainer import Trainer
     from pipeline.stages import train
+    from pipeline.tasks.competitions import load_competition
     from pipeline.tasks.recipe_config import load_config
 
     out = Path(args["out"])
@@ -39,12 +40,14 @@ def train_and_inspect(args: dict) -> dict:
     batch = JaxLoop(trainer)._on_devices(np.zeros((job.global_batch, size, size, 3), "uint8"))
     convs = [layer for layer in trainer.net.get_layer("backbone").layers if "conv" in layer.name]
     inner = averaging(trainer.optimizer)
-    last = load_inference_model(job.run_dir, weights="last").trainable_variables  # the optimizer's order
+    competition = load_competition(config.competition)
+    # the optimizer's order
+    last = load_inference_model(job.run_dir, competition, weights="last").trainable_variables
     averages = inner._model_variables_moving_average
     gaps = [
         np.abs(average.numpy() - kept.numpy()).max() for average, kept in zip(averages, last, strict=True)
     ]
-    net = load_inference_model(job.run_dir)  # float32 and a variable batch, here on JAX
+    net = load_inference_model(job.run_dir, competition)  # float32 and a variable batch, here on JAX
     pixels = np.random.default_rng(0).uniform(0, 255, (64, size, size, 3)).astype("float32")
     np.save(out / "pixels.npy", pixels)
     np.save(out / "jax_probabilities.npy", np.asarray(net.predict(pixels, batch_size=64, verbose=0)))

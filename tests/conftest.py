@@ -193,6 +193,15 @@ def tiny_copy(tiny_dataset, tmp_path) -> Path:
     return Path(shutil.copytree(tiny_dataset, tmp_path / "copy"))
 
 
+def competition_of(run):
+    """The competition a run's config names, loaded as a stage loads it: what a test passes down
+    where a stage would resolve it once."""
+    from pipeline.core.rundir import RunDir
+    from pipeline.tasks.competitions import load_competition
+
+    return load_competition((run if isinstance(run, RunDir) else RunDir(run)).competition())
+
+
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 180
 ) -> subprocess.CompletedProcess:

@@ -14,6 +14,7 @@ from pipeline.data import file_examples
 from pipeline.stages import train
 from pipeline.stages.fetch import FetchOptions, fetch
 from pipeline.tasks import get_task
+from pipeline.tasks.competitions import load_competition
 from pipeline.tasks.recipe_config import load_config, recipe_path
 
 SPEC = load_spec("cassava")
@@ -48,7 +49,7 @@ def test_the_competition_is_a_code_competition_scored_by_accuracy_with_the_task_
     assert SPEC.code_competition and SPEC.submission_file == "submission.csv"
     assert SPEC.classes[3] == "Cassava Mosaic Disease (CMD)" and SPEC.num_classes == 5
     assert (
-        recipe_path("cpu", "cassava") == get_task(SPEC.task).recipes_dir / "cpu.toml"
+        recipe_path("cpu", load_competition("cassava")) == get_task(SPEC.task).recipes_dir / "cpu.toml"
     )  # no recipes of its own
 
 

@@ -98,17 +98,22 @@ def test_the_shipped_candidates_are_valid_configs_of_their_recipe(data_dir, tmp_
 def test_a_candidates_file_that_cannot_be_one_is_refused_in_one_line(data_dir, tmp_path, text, message):
     opts = options(data_dir, tmp_path, choose=str(write(tmp_path, text)))
     with pytest.raises(PetalsError, match=message):
-        choose.train(opts, cv_stage.train_folds)
+        choose.train(opts, cv_stage.competition_of(opts), cv_stage.train_folds)
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").glob("*/metrics.json"))
+
+
+def train_candidates(opts):
+    """`choose.train` as the CV stage calls it: on the competition it resolved for the options."""
+    return choose.train(opts, cv_stage.competition_of(opts), cv_stage.train_folds)
 
 
 def test_choose_needs_a_file_or_a_recipe_that_has_one(data_dir, tmp_path):
     with pytest.raises(
         PetalsError, match=r"CHOOSE=1: recipe 'default' has no candidates .*CHOOSE=path\.toml"
     ):
-        choose.train(options(data_dir, tmp_path, choose="1"), cv_stage.train_folds)
+        train_candidates(options(data_dir, tmp_path, choose="1"))
     with pytest.raises(PetalsError, match=r"CHOOSE=.*nothere\.toml: no such file"):
-        choose.train(options(data_dir, tmp_path, choose=str(tmp_path / "nothere.toml")), cv_stage.train_folds)
+        train_candidates(options(data_dir, tmp_path, choose=str(tmp_path / "nothere.toml")))
     big = tmp_path / "big.toml"  # a shared competition folder's file: its size is read before it is
     big.write_bytes(b"#" * (foreign_files.MAX_BYTES + 1))
     with pytest.raises(PetalsError, match=r"candidates file 'big\.toml' is larger than 1048576 bytes"):

@@ -17,9 +17,9 @@ from pipeline.networks import bert
 from pipeline.runs.submission_files import sample_ids, write_submission
 from pipeline.stages import evaluate, leaderboard, train
 from pipeline.stages.fetch import FetchOptions, fetch
-from pipeline.tasks.competitions import check_network, check_submission, task_of
+from pipeline.tasks.competitions import check_network, check_submission, load_competition, task_of
 from pipeline.tasks.recipe_config import load_config
-from tests.conftest import run_cli
+from tests.conftest import competition_of, run_cli
 
 # Recipes that train in seconds; the rest is each competition's own cpu recipe.
 TINY = {
@@ -96,7 +96,7 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
         import shutil
 
         shutil.rmtree(preset)
-    evaluation = evaluate.evaluate(job.run, data_dir, 1, cpu, subs)
+    evaluation = evaluate.evaluate(job.run, competition_of(job.run), data_dir, 1, cpu, subs)
     val = Predictions.load(job.run.predictions("val", 1))
     assert evaluation[key] == pytest.approx(SKLEARN[spec.metric.name](val.labels, val.probabilities))
     # Training scored val on the activations it cached (float16) where the recipe caches them;
@@ -113,7 +113,7 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
         assert Path(shown["file"]).is_file()
 
     # Predict: P(class 1) or the class per test id, in the sample submission's order, checked.
-    test = predict_split(job.run, data_dir, "test", 1, cpu)
+    test = predict_split(job.run, competition_of(job.run), data_dir, "test", 1, cpu)
     path = write_submission(
         subs,
         job.run.name,
@@ -189,7 +189,7 @@ def test_on_jax_over_8_devices_text_runs_train_and_serve_what_they_scored_on_ten
         info, metrics = (json.loads(run.file(f).read_text()) for f in (RunDir.RUN_INFO, RunDir.METRICS))
         assert info["backend"] == "jax" and info["replicas"] == 8 and info["global_batch"] == 16
         key = load_spec(name).score_key
-        evaluation = evaluate.evaluate(run, fetched[name], 1, cpu, tmp_path / "subs")
+        evaluation = evaluate.evaluate(run, competition_of(run), fetched[name], 1, cpu, tmp_path / "subs")
         assert evaluation[key] == pytest.approx(metrics[key], abs=1e-4), name
 
 
@@ -241,7 +241,7 @@ def test_each_competition_has_its_own_cpu_and_tpu_recipes():
     from pipeline.tasks import recipe_config
 
     for name in BACKBONES:
-        assert {"cpu", "tpu"} <= set(recipe_config.recipe_names(name))
+        assert {"cpu", "tpu"} <= set(recipe_config.recipe_names(load_competition(name)))
         for recipe in ("cpu", "tpu"):
             loaded = load_config(recipe, [f"competition={name}"])
             assert loaded.competition == name and loaded.recipe == recipe

@@ -7,6 +7,7 @@ import pytest
 from pipeline.core.config import AugmentConfig, Config
 from pipeline.core.errors import PetalsError
 from pipeline.core.overrides import parse_overrides
+from pipeline.tasks.competitions import load_competition
 from pipeline.tasks.recipe_config import load_config
 
 
@@ -146,7 +147,7 @@ def test_every_size_range_names_a_config_key_and_every_shipped_recipe_is_inside_
         assert key == "tta" or hasattr(getattr(defaults, section), name), key
         assert low < high and why, key
     for competition in ("flowers", "dogs-vs-cats", "cassava", "plant-pathology-2021", "imdb", "watson"):
-        for recipe in recipe_names(competition):
+        for recipe in recipe_names(load_competition(competition)):
             validate(load_config(recipe, [f"competition={competition}"]))
 
 

@@ -23,9 +23,9 @@ from pipeline.modeling import feature_pass
 from pipeline.modeling.inference import Predictions, load_inference_model, predict_split
 from pipeline.modeling.trainer import save_weights
 from pipeline.stages import cv as cv_stage
-from pipeline.tasks.competitions import size_of
+from pipeline.tasks.competitions import load_competition, size_of
 from pipeline.tasks.recipe_config import load_config
-from tests.conftest import TINY, run_cli
+from tests.conftest import TINY, competition_of, run_cli
 
 OVERRIDES = (*TINY, "augment.where=host", "train.feature_cache=true", "train.unfrozen_layers=4",
              "train.feature_views=2")  # fmt: skip
@@ -46,10 +46,12 @@ def options(data_dir, tmp_path) -> CVOptions:
 
 def fold_runs(data_dir, tmp_path) -> list[RunDir]:
     config = load_config(overrides=[*OVERRIDES, "train.folds=2"])
-    identity = rundir.data_identity(read_manifest(data_dir))
+    identity, size = (
+        rundir.data_identity(read_manifest(data_dir)),
+        size_of(config, load_competition(config.competition)),
+    )
     return [
-        RunDir(tmp_path / "runs" / rundir.run_id(fold_config(config, k), identity, size_of(config)))
-        for k in range(2)
+        RunDir(tmp_path / "runs" / rundir.run_id(fold_config(config, k), identity, size)) for k in range(2)
     ]
 
 
@@ -73,7 +75,8 @@ def test_folds_predict_out_of_fold_as_scored_and_the_test_set_through_one_bottom
     monkeypatch.setattr(
         feature_pass, "_piece", lambda *a: extracted.append(len((kept := real(*a)).ids)) or kept
     )
-    metrics = cv_stage.train_folds(options(data_dir, tmp_path))
+    opts = options(data_dir, tmp_path)
+    metrics = cv_stage.train_folds(opts, cv_stage.competition_of(opts))
     runs = fold_runs(data_dir, tmp_path)
     table = splits.fold_table(data_dir, spec, load_config(overrides=[*OVERRIDES, "train.folds=2"]))
     for k, run in enumerate(runs):  # out of fold: what training scored with the weights it kept
@@ -82,7 +85,8 @@ def test_folds_predict_out_of_fold_as_scored_and_the_test_set_through_one_bottom
         best = pd.read_csv(run.history_file)[spec.score_key].max()
         assert spec.metric.score(kept.labels, kept.probabilities) == pytest.approx(best, abs=1e-6)
         assert metrics["fold_scores"][k] == pytest.approx(best, abs=1e-6)
-        close_to_whole(kept, predict_split(run, data_dir, "val", 1, cpu, as_scored=False))
+        whole = predict_split(run, competition_of(run), data_dir, "val", 1, cpu, as_scored=False)
+        close_to_whole(kept, whole)
         kept.save(run.predictions("val"))  # the whole network's replaced it
 
     extracted.clear()
@@ -96,20 +100,20 @@ def test_folds_predict_out_of_fold_as_scored_and_the_test_set_through_one_bottom
     cv_stage.predict(options(data_dir, tmp_path))  # a rerun reuses what it saved
     assert extracted == []
     for run, made in zip(runs, cut_made, strict=True):
-        close_to_whole(made, predict_split(run, data_dir, "test", 1, cpu))
+        close_to_whole(made, predict_split(run, competition_of(run), data_dir, "test", 1, cpu))
 
     # Fold 1's network below the cut moved (weights from elsewhere): it is predicted from pixels,
     # and its kept out-of-fold rows are of other weights, so they are not used either.
     for run in runs:
         run.predictions("test").unlink()
-    net = load_inference_model(runs[1])
+    net = load_inference_model(runs[1], competition_of(runs[1]))
     first = next(w for w in net.get_layer("backbone").weights if len(w.shape) == 4)
     first.assign(first.numpy() * 1.01)
     save_weights(net, runs[1].best_weights)
     from pipeline.cv.held import held_predictions
 
-    assert not through(held_predictions(runs[1], data_dir, "val", 1, cpu))
-    assert through(held_predictions(runs[0], data_dir, "val", 1, cpu))
+    assert not through(held_predictions(runs[1], competition_of(runs[1]), data_dir, "val", 1, cpu))
+    assert through(held_predictions(runs[0], competition_of(runs[0]), data_dir, "val", 1, cpu))
     cv_stage.predict(options(data_dir, tmp_path))
     assert through(Predictions.load(runs[0].predictions("test")))
     assert not through(Predictions.load(runs[1].predictions("test")))
@@ -146,7 +150,7 @@ def test_a_single_runs_evaluate_reads_the_val_predictions_training_scored_with_i
         best, abs=1e-6
     )
 
-    whole = predict_split(run, data_dir, "val", 1, cpu, as_scored=False)
+    whole = predict_split(run, competition_of(run), data_dir, "val", 1, cpu, as_scored=False)
     close_to_whole(kept, whole)
     kept.save(run.predictions("val"))  # the whole network's replaced it
 
@@ -163,8 +167,8 @@ def test_a_single_runs_evaluate_reads_the_val_predictions_training_scored_with_i
 
     # Other weights than those it scored with (a copy from elsewhere): the whole network predicts.
     monkeypatch.undo()
-    net = load_inference_model(run)
+    net = load_inference_model(run, competition_of(run))
     first = next(w for w in net.get_layer("backbone").weights if len(w.shape) == 4)
     first.assign(first.numpy() * 1.01)
     save_weights(net, run.best_weights)
-    assert not through(predict_split(run, data_dir, "val", 1, cpu))
+    assert not through(predict_split(run, competition_of(run), data_dir, "val", 1, cpu))

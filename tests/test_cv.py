@@ -24,7 +24,7 @@ from pipeline.data import folds, splits
 from pipeline.data.manifest import read_manifest
 from pipeline.modeling.inference import Predictions
 from pipeline.stages import cv as cv_stage
-from pipeline.tasks.competitions import size_of
+from pipeline.tasks.competitions import load_competition, size_of
 from pipeline.tasks.recipe_config import load_config
 from tests.conftest import REPO, TINY, kill_at_first_checkpoint, run_cli
 
@@ -50,11 +50,12 @@ def data_dir(tiny_data_dir, tmp_path):
 def names(data_dir, tmp_path) -> tuple[RunDir, list[RunDir]]:
     """The group's run dir and its two folds' run dirs, named as the CV stage names them."""
     config = load_config(overrides=[*TINY, "augment.where=host", "train.folds=2"])
-    identity = rundir.data_identity(read_manifest(data_dir))
+    identity, size = (
+        rundir.data_identity(read_manifest(data_dir)),
+        size_of(config, load_competition(config.competition)),
+    )
     runs = tmp_path / "runs"
-    fold_runs = [
-        RunDir(runs / rundir.run_id(fold_config(config, k), identity, size_of(config))) for k in range(2)
-    ]
+    fold_runs = [RunDir(runs / rundir.run_id(fold_config(config, k), identity, size)) for k in range(2)]
     return RunDir(runs / group_id(config, identity)), fold_runs
 
 
@@ -88,7 +89,8 @@ def test_folds_trained_in_two_processes_make_one_group_of_every_labelled_example
     assert metrics["mistakes"]["wrong"] == wrong and metrics["mistakes"]["of"] == 232
     assert (group.path / "mistakes.png").is_file()
 
-    cv_stage.train_folds(options(data_dir, tmp_path))  # all folds in this process: nothing to train
+    again = options(data_dir, tmp_path)
+    cv_stage.train_folds(again, cv_stage.competition_of(again))  # all folds in this process: nothing to train
     assert np.array_equal(Predictions.load(group.predictions("oof")).probabilities, oof.probabilities)
     assert group.metrics()["cv_score"] == metrics["cv_score"]
 
@@ -124,8 +126,11 @@ def test_an_interrupted_fold_resumes_where_it_stopped(data_dir, tmp_path):
     command[command.index("train.epochs=2")] = "train.epochs=3"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     config = load_config(overrides=[*TINY, "augment.where=host", "train.folds=2", "train.epochs=3"])
-    identity = rundir.data_identity(read_manifest(data_dir))
-    run = RunDir(tmp_path / "runs" / rundir.run_id(fold_config(config, 0), identity, size_of(config)))
+    identity, size = (
+        rundir.data_identity(read_manifest(data_dir)),
+        size_of(config, load_competition(config.competition)),
+    )
+    run = RunDir(tmp_path / "runs" / rundir.run_id(fold_config(config, 0), identity, size))
     kill_at_first_checkpoint(command, env, run.path)
     second = subprocess.run(
         command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
@@ -139,12 +144,17 @@ def test_impossible_cv_settings_are_refused_in_one_line(data_dir, tmp_path):
     with pytest.raises(
         PetalsError, match=r"class '.*' has 2 labelled examples, fewer than the folds: at most FOLDS=2"
     ):
-        experiment.setup(options(data_dir, tmp_path, folds=3))
+        set_up(options(data_dir, tmp_path, folds=3))
     with pytest.raises(PetalsError, match=r"FOLD=5: folds are 0\.\.1"):
-        experiment.setup(options(data_dir, tmp_path, fold_list=(5,)))
+        set_up(options(data_dir, tmp_path, fold_list=(5,)))
     with pytest.raises(PetalsError, match=r"train\.folds and train\.merge_val exclude each other"):
-        experiment.setup(options(data_dir, tmp_path, overrides=(*OVERRIDES, "train.merge_val=true")))
+        set_up(options(data_dir, tmp_path, overrides=(*OVERRIDES, "train.merge_val=true")))
     assert not (tmp_path / "runs").exists() and not (data_dir / "folds").exists()  # nothing written
+
+
+def set_up(opts: CVOptions) -> experiment.Setup:
+    """The group's setup on the competition the CV stage resolves for the options."""
+    return experiment.setup(opts, cv_stage.competition_of(opts))
 
 
 def options(data_dir, tmp_path, **given) -> CVOptions:
@@ -208,7 +218,8 @@ def test_each_folds_line_says_the_time_left_at_the_pace_of_the_folds_trained(
 
     monkeypatch.setattr(train_stage, "train", train)
     caplog.set_level("INFO", logger="pipeline.stages.cv")
-    assert cv_stage.train_folds(options(data_dir, tmp_path)) is None
+    opts = options(data_dir, tmp_path)
+    assert cv_stage.train_folds(opts, cv_stage.competition_of(opts)) is None
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("cv: fold")]
     _, fold_runs = names(data_dir, tmp_path)
     assert said == [

@@ -9,6 +9,7 @@ import struct
 import pandas as pd
 import pytest
 
+from competition import load_spec
 from pipeline.runs import leaderboard
 from tests.conftest import run_cli
 
@@ -59,10 +60,10 @@ def _board(path, public: bool = False):
     return leaderboard.read(path)
 
 
-def test_cv_rows_rank_above_single_splits_and_each_says_how_it_was_judged(tmp_path):
+def test_cv_rows_rank_above_single_splits_and_each_says_how_it_was_judged(tmp_path, spec):
     """A lucky val split (0.96) ranks below every CV score, however much lower (0.94): a score of
     every labelled row out of fold is worth more than one of a few hundred."""
-    shown = leaderboard.ranked(_board(tmp_path / leaderboard.BOARD)).set_index("entry")
+    shown = leaderboard.ranked(_board(tmp_path / leaderboard.BOARD), spec).set_index("entry")
     assert shown.index.tolist() == [GROUP, "refit-run", "cv-blend", "lucky-split", "not-scored"]
     assert shown["rank"].tolist() == [1, 2, 3, 4, 5]
     assert shown["judged"].tolist() == [
@@ -75,12 +76,12 @@ def test_cv_rows_rank_above_single_splits_and_each_says_how_it_was_judged(tmp_pa
     assert shown["macro_f1"].tolist() == ["0.9500 ± 0.0040", "0.9500 ± 0.0040", "0.9400", "0.9600", ""]
 
 
-def test_a_cv_score_outranks_a_val_score_by_the_same_number_whatever_the_order_of_rows(tmp_path):
+def test_a_cv_score_outranks_a_val_score_by_the_same_number_whatever_the_order_of_rows(tmp_path, spec):
     board = tmp_path / leaderboard.BOARD
     leaderboard.update(board, "cv-group", kind="cv", val_macro_f1=0.5, cv_score=0.97, folds=5)
     leaderboard.update(board, "run", kind="run", val_macro_f1=0.9)
     # The CV row's own score column wins over a stale val value: CV is what it is ranked by.
-    assert leaderboard.ranked(leaderboard.read(board))["entry"].tolist() == ["cv-group", "run"]
+    assert leaderboard.ranked(leaderboard.read(board), spec)["entry"].tolist() == ["cv-group", "run"]
 
 
 def test_a_lower_is_better_metric_ranks_the_smallest_cv_first_then_val(tmp_path):
@@ -88,23 +89,23 @@ def test_a_lower_is_better_metric_ranks_the_smallest_cv_first_then_val(tmp_path)
     leaderboard.update(board, "run", kind="run", val_log_loss=0.20)
     leaderboard.update(board, "cv", kind="cv", val_log_loss=0.25, cv_score=0.25, cv_spread=0.01, folds=4)
     leaderboard.update(board, "refit", kind="refit", cv_score=0.18, folds=4, members="refit of g to epoch 3")
-    shown = leaderboard.ranked(leaderboard.read(board), "dogs-vs-cats")
+    shown = leaderboard.ranked(leaderboard.read(board), load_spec("dogs-vs-cats"))
     assert shown["entry"].tolist() == ["refit", "cv", "run"]
     assert shown["log_loss"].tolist() == ["0.1800", "0.2500 ± 0.0100", "0.2000"]
 
 
-def test_the_printed_board_warns_that_single_split_scores_flatter_only_when_it_shows_one(tmp_path):
+def test_the_printed_board_warns_that_single_split_scores_flatter_only_when_it_shows_one(tmp_path, spec):
     table = _board(tmp_path / leaderboard.BOARD)
-    text = leaderboard.board_text(table)
+    text = leaderboard.board_text(table, spec)
     assert text.splitlines()[-1].startswith("macro-F1: CV rows, ranked first, are scored on out-of-fold")
     assert "single-split scores come from one val split and flatter" in text
     assert "0.9500 ± 0.0040" in text and f"refit (CV of {GROUP})" in text
     only_cv = table[table["entry"] != "lucky-split"]
-    assert "flatter" not in leaderboard.board_text(only_cv)
-    assert "flatter" not in leaderboard.board_text(table, top=0)  # the single split is not shown
+    assert "flatter" not in leaderboard.board_text(only_cv, spec)
+    assert "flatter" not in leaderboard.board_text(table, spec, top=0)  # the single split is not shown
 
 
-def test_an_old_board_without_the_cv_columns_still_reads_prints_and_plots(tmp_path):
+def test_an_old_board_without_the_cv_columns_still_reads_prints_and_plots(tmp_path, spec):
     board = tmp_path / leaderboard.BOARD
     old = pd.DataFrame(
         [
@@ -114,12 +115,12 @@ def test_an_old_board_without_the_cv_columns_still_reads_prints_and_plots(tmp_pa
     )
     old.to_csv(board, index=False)
     table = leaderboard.read(board)
-    shown = leaderboard.ranked(table)
+    shown = leaderboard.ranked(table, spec)
     assert shown["entry"].tolist() == ["b", "a"] and shown["judged"].tolist() == ["single split"] * 2
     assert shown["macro_f1"].tolist() == ["0.8500", "0.8000"]
-    assert leaderboard.ranked(old)["entry"].tolist() == ["b", "a"]  # a bare table, not read(): same
-    assert "flatter" in leaderboard.board_text(table)
-    leaderboard.plot(old, tmp_path / "old.png")
+    assert leaderboard.ranked(old, spec)["entry"].tolist() == ["b", "a"]  # a bare table, not read(): same
+    assert "flatter" in leaderboard.board_text(table, spec)
+    leaderboard.plot(old, tmp_path / "old.png", spec)
     assert _png_size(tmp_path / "old.png")[0] == 8 * 90
 
 
@@ -129,14 +130,16 @@ def _png_size(path) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("public", [False, True])
-def test_the_plot_adds_the_offline_against_public_panel_once_kaggle_has_scored(tmp_path, public, monkeypatch):
+def test_the_plot_adds_the_offline_against_public_panel_once_kaggle_has_scored(
+    tmp_path, public, monkeypatch, spec
+):
     drawn = []
     save = leaderboard.save_figure
     monkeypatch.setattr(
         leaderboard, "save_figure", lambda fig, *a, **k: (drawn.append(fig), save(fig, *a, **k))
     )
     table = _board(tmp_path / leaderboard.BOARD, public=public)
-    leaderboard.plot(table, tmp_path / "board.png")
+    leaderboard.plot(table, tmp_path / "board.png", spec)
     width, height = _png_size(tmp_path / "board.png")
     assert (width, height) == ((16 if public else 8) * 90, 4 * 90)
     axes = drawn[0].axes
@@ -161,14 +164,14 @@ def test_the_cli_prints_the_cv_board_and_its_footer(tmp_path):
     assert _png_size(subs / leaderboard.PLOT)[0] == 16 * 90
 
 
-def test_the_closing_summary_reports_a_cv_groups_and_a_refits_cv_not_a_val_score(tmp_path):
+def test_the_closing_summary_reports_a_cv_groups_and_a_refits_cv_not_a_val_score(tmp_path, spec):
     from pipeline.runs.report import closing_summary
 
     _board(tmp_path / leaderboard.BOARD)
 
     def summary(entry: str) -> list[str]:
         return closing_summary(
-            tmp_path, "flowers", {"entry": entry}, tmp_path / "s.csv", 3, None, False
+            tmp_path, "flowers", spec, {"entry": entry}, tmp_path / "s.csv", 3, None, False
         ).splitlines()
 
     assert summary(GROUP)[2:4] == [

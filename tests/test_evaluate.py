@@ -19,6 +19,7 @@ from pipeline.runs.submission_files import sample_ids
 from pipeline.stages import ensemble
 from pipeline.tasks import mistakes
 from pipeline.tasks.competitions import check_submission
+from tests.conftest import competition_of
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +109,8 @@ def test_a_split_predicted_from_pixels_reads_untuned(runs, tiny_data_dir, spec, 
 
     tuned = autotuned_reads
     runs_dir, (name, _), _ = runs
-    predicted = predict_split(RunDir(runs_dir / name), tiny_data_dir, "test", 1, cpu)
+    run = RunDir(runs_dir / name)
+    predicted = predict_split(run, competition_of(run), tiny_data_dir, "test", 1, cpu)
     assert sorted(predicted.ids.tolist()) == sorted(sample_ids(tiny_data_dir, spec))
     assert len(tuned) >= 2 and all(enabled is False for enabled in tuned)
 

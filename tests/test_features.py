@@ -15,7 +15,7 @@ from pipeline.networks import efficientnet_lite, registry
 from pipeline.stages import train
 from pipeline.tasks.competitions import check_network
 from pipeline.tasks.recipe_config import load_config
-from tests.conftest import TINY, TINY_SIZE, run_python
+from tests.conftest import TINY, TINY_SIZE, competition_of, run_python
 
 # Lite0 with its ImageNet weights at the tiny size, the head and two blocks trained on cached views.
 TRANSFER = [
@@ -83,7 +83,8 @@ def test_a_run_on_cached_views_scores_the_same_when_evaluated_on_images(cpu, tin
     assert not (job.run_dir / features.FOLDER).exists()  # a finished run's cache goes
     # The val score training recorded (on cached activations) is the score of the saved weights on
     # the images themselves, through the whole network.
-    predictions = predict_split(job.run, tiny_data_dir, "val", 1, cpu, as_scored=False)
+    competition = competition_of(job.run)
+    predictions = predict_split(job.run, competition, tiny_data_dir, "val", 1, cpu, as_scored=False)
     picked = predictions.probabilities[np.arange(len(predictions.labels)), predictions.labels]
     history = pd.read_csv(job.run.history_file)
     best = history.loc[history["val_macro_f1"].idxmax()]

@@ -280,7 +280,9 @@ def test_the_main_jobs_summary_and_the_cv_line_say_what_a_score_is_worth(tmp_pat
     (run / "metrics.json").write_text(json.dumps({"evaluation": evaluation}))
     leaderboard.update(tmp_path / leaderboard.BOARD, "cpu-run", kind="run", val_macro_f1=0.958)
     provenance = {"entry": "cpu-run", "run_dir": str(run)}
-    lines = closing_summary(tmp_path, "flowers", provenance, tmp_path / "s.csv", 3, None, False).splitlines()
+    flowers = load_spec("flowers")
+    summary = closing_summary(tmp_path, "flowers", flowers, provenance, tmp_path / "s.csv", 3, None, False)
+    lines = summary.splitlines()
     assert lines[3] == (
         "  scored   val macro-F1 0.9580 on 2,797 rows (95% interval 0.951-0.966), rank 1 of 1 on the "
         "offline leaderboard"

@@ -19,6 +19,7 @@ from competition.spec import SPEC_DIR
 from pipeline import cli
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign_files import load_toml, read_small_text
+from pipeline.tasks.competitions import load_competition
 from tests.hostile import Tree, one_error_line, record
 
 SECRET = "KAGGLE_KEY=0123456789abcdef0123456789abcdef"  # what a private file outside holds
@@ -179,7 +180,9 @@ def test_a_candidates_link_out_is_refused(shared):
     (shared.recipes / "candidates" / "mine.toml").symlink_to(shared.private)
     tree = Tree(shared.root)
     with pytest.raises(PetalsError) as refused:
-        choose.read_candidates(*choose.candidates_file("1", str(shared.spec), "mine", "mine"))
+        choose.read_candidates(
+            *choose.candidates_file("1", load_competition(str(shared.spec)), "mine", "mine")
+        )
     line = str(refused.value)
     assert line == f"candidates file 'candidates/mine.toml' leaves {shared.recipes} (a link out of it)"
     assert tree.changes() == []

@@ -22,7 +22,7 @@ import pytest
 from pipeline import cli
 from pipeline.core.rundir import RunDir
 from pipeline.modeling import policy
-from tests.conftest import REPO, TINY, foreign_lines, kill_at_first_checkpoint
+from tests.conftest import REPO, TINY, competition_of, foreign_lines, kill_at_first_checkpoint
 
 JAX_8 = ["--backend", "jax", "--cpu-replicas", "8"]
 
@@ -103,7 +103,7 @@ def test_jax_trains_in_bfloat16_over_8_devices_and_its_weights_serve_on_tensorfl
     # TensorFlow (this process) serves the JAX-trained weights at any batch size, identically.
     from pipeline.modeling.inference import load_inference_model
 
-    net = load_inference_model(run.path)
+    net = load_inference_model(run.path, competition_of(run.path))
     pixels, expected = np.load(tmp_path / "pixels.npy"), np.load(tmp_path / "jax_probabilities.npy")
     for batch in (1, 7, 64):
         got = np.concatenate([np.asarray(net(pixels[i : i + batch])) for i in range(0, 64, batch)])

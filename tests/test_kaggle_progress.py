@@ -17,6 +17,7 @@ from pipeline.core.options import KernelOptions
 from pipeline.kernels.client import fanout, generate
 from pipeline.kernels.client.metadata import METADATA, SCRIPT
 from pipeline.kernels.client.shares import Share
+from pipeline.tasks.competitions import load_competition
 from tests.kaggle_server import Behaviour, KaggleTestServer, KernelPlan
 
 OWNER, BASE, K = "petals-user", "petals-fan", 3
@@ -26,7 +27,7 @@ def _kernel(number: int) -> str:
     return f"{OWNER}/{BASE}-fold{number}"
 
 
-def _written(options: KernelOptions):
+def _written(options: KernelOptions, competition=None):
     """A kernel folder as `generate` leaves it, as far as a push reads it: its metadata and script."""
     folder = options.kernels_dir / options.name
     folder.mkdir(parents=True, exist_ok=True)
@@ -62,7 +63,8 @@ def test_a_fan_outs_wait_says_how_many_kernels_are_done_and_the_time_left(
              for n in range(K)}  # fmt: skip
     collected, lines = [], []
     with KaggleTestServer(Behaviour(plans=plans)):
-        counts = fanout.fanout(options, _plan(options, collected), report=lines.append)
+        competition = load_competition(generate.kernel_competition(options))
+        counts = fanout.fanout(options, competition, _plan(options, collected), report=lines.append)
     assert counts["collected"] == K and sorted(collected) == list(range(K))
     said = [line for line in lines if line.startswith("kernel-fanout: fold kernels:")]
     # A line at each third done (never at the end): the count, the wait so far, the time left.

@@ -20,6 +20,7 @@ from pipeline.kernels.client.metadata import MODEL_SOURCE
 from pipeline.kernels.client.recipe_check import check_recipe, preset_model
 from pipeline.networks import keras_hub_text, keras_hub_vision
 from pipeline.tasks.recipe_config import load_config
+from tests.conftest import competition_of
 from tests.keras_hub_tiny import SIZE, write_vision_preset
 
 keras_hub = pytest.importorskip("keras_hub")
@@ -294,7 +295,7 @@ def test_the_train_stage_fine_tunes_a_keras_hub_family_and_inference_rebuilds_it
     assert np.isfinite(metrics["val_macro_f1"])
     moved = presets[name].rename(presets[name].with_name("moved"))  # inference needs no preset
     try:
-        net = load_inference_model(job.run_dir, weights="best")
+        net = load_inference_model(job.run_dir, competition_of(job.run_dir), weights="best")
         probabilities = np.asarray(net(_pixels().astype("float32")))
     finally:
         moved.rename(presets[name])
@@ -329,7 +330,7 @@ def test_a_keras_hub_family_trains_on_jax_and_its_run_predicts_on_tensorflow(
     done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=240, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
-    net = load_inference_model(run_dir, weights="best")  # pytest's Keras: TensorFlow
+    net = load_inference_model(run_dir, competition_of(run_dir), weights="best")  # pytest's Keras: TensorFlow
     assert np.asarray(net(_pixels().astype("float32"))).shape == (2, 104)
 
 

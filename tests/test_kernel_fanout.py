@@ -14,7 +14,7 @@ from pipeline import cli
 from pipeline.core.rundir import RunDir
 from pipeline.cv import merge
 from pipeline.modeling.inference import Predictions, predict_split
-from tests.conftest import TINY
+from tests.conftest import TINY, competition_of
 from tests.kaggle_server import Behaviour, KaggleTestServer, KernelPlan
 
 pytestmark = pytest.mark.slow  # each test generates kernels (6-9 s each) or trains folds
@@ -64,7 +64,7 @@ def trained_here(five_fold_data, tmp_path, cpu):
     folders = [p for p in (tmp_path / "local").iterdir() if (p / "config.json").is_file() and p != group]
     for run in map(RunDir, folders):
         runs[run.read_config().train.fold] = run
-        predict_split(run, five_fold_data, "test", 1, cpu)
+        predict_split(run, competition_of(run), five_fold_data, "test", 1, cpu)
     return RunDir(group), runs
 
 

@@ -25,7 +25,7 @@ from pipeline.data.manifest import read_manifest
 from pipeline.kernels.client import check
 from pipeline.modeling.inference import Predictions
 from pipeline.runs.submission_files import sample_ids
-from pipeline.tasks.competitions import size_of
+from pipeline.tasks.competitions import load_competition, size_of
 from pipeline.tasks.recipe_config import load_config
 from tests.conftest import TINY
 from tests.kaggle_server import Behaviour, KaggleTestServer
@@ -57,7 +57,11 @@ def kernel_output(folder, data_dir, spec, table, folds_trained, manifest=None, o
     for fold in folds_trained:
         config = fold_config(load_config(overrides=overrides), fold)
         run = RunDir(
-            folder / merge.RUNS / rundir.run_id(config, rundir.data_identity(manifest), size_of(config))
+            folder
+            / merge.RUNS
+            / rundir.run_id(
+                config, rundir.data_identity(manifest), size_of(config, load_competition(config.competition))
+            )
         )
         run.path.mkdir(parents=True)
         run.write_json(RunDir.CONFIG, config.to_dict())
@@ -94,7 +98,7 @@ def merged(output, data_dir, tmp_path, cpu, source="kernel petals-user/folds"):
     lines = []
     results = merge.merge_output(
         output, source, data_dir, tmp_path / "runs", tmp_path / "subs", trained=_trained(output),
-        platform=cpu, report=lines.append,
+        competition_of=load_competition, platform=cpu, report=lines.append,
     )  # fmt: skip
     return lines, results
 

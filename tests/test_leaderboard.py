@@ -35,7 +35,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     assert not list(board.parent.glob("*.partial"))
 
 
-def test_an_update_keeps_what_it_does_not_set_and_the_table_ranks_by_val_f1(tmp_path):
+def test_an_update_keeps_what_it_does_not_set_and_the_table_ranks_by_val_f1(tmp_path, spec):
     board = tmp_path / leaderboard.BOARD
     leaderboard.update(board, "a", kind="run", val_macro_f1=0.5, image_size=192, time="2026-11-01T00:00:00Z")
     leaderboard.update(board, "b", kind="ensemble", val_macro_f1=0.7, time="2026-11-02T00:00:00Z")
@@ -43,9 +43,9 @@ def test_an_update_keeps_what_it_does_not_set_and_the_table_ranks_by_val_f1(tmp_
     leaderboard.update(board, "a", public_score=0.48)
     table = leaderboard.read(board)
     assert table.set_index("entry").loc["a", "val_macro_f1"] == 0.5
-    shown = leaderboard.ranked(table)
+    shown = leaderboard.ranked(table, spec)
     assert shown["entry"].tolist() == ["b", "a", "c"] and shown["image_size"].tolist()[1] == 192
-    leaderboard.plot(table, tmp_path / "board.png")
+    leaderboard.plot(table, tmp_path / "board.png", spec)
     assert (tmp_path / "board.png").stat().st_size > 5_000
     with pytest.raises(ValueError, match="unknown leaderboard column"):
         leaderboard.update(board, "a", score=1.0)

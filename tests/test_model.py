@@ -15,7 +15,7 @@ from pipeline.core import config
 from pipeline.core.errors import PetalsError
 from pipeline.networks import registry
 from pipeline.tasks import recipe_config
-from pipeline.tasks.competitions import check_network, task_of
+from pipeline.tasks.competitions import check_network, load_competition, task_of
 
 
 def test_the_registry_lists_what_the_recipes_need():
@@ -156,7 +156,7 @@ def _on_a_named_preset(competition: str, recipe: str) -> bool:
 SHIPPED = [
     (competition, recipe)
     for competition in ("flowers", "dogs-vs-cats", "imdb", "watson")
-    for recipe in recipe_config.recipe_names(competition)
+    for recipe in recipe_config.recipe_names(load_competition(competition))
     if recipe != config.DEFAULT_RECIPE and not _on_a_named_preset(competition, recipe)
 ]
 

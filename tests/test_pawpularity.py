@@ -19,7 +19,7 @@ from pipeline.data import file_examples, splits, targets
 from pipeline.data.synthetic_pawpularity import FLAGS
 from pipeline.stages.fetch import FetchOptions, fetch
 from pipeline.tasks import get_task
-from pipeline.tasks.competitions import check_submission
+from pipeline.tasks.competitions import check_submission, load_competition
 from pipeline.tasks.recipe_config import recipe_path
 
 SPEC = load_spec("petfinder-pawpularity")
@@ -45,7 +45,10 @@ def test_a_code_competition_of_one_number_a_photo_scored_by_rmse():
     declared = tomllib.loads(SPEC.file.read_text())["data"]["metadata_columns"]
     assert declared == list(FLAGS) and len(declared) == 12
     assert (TASK.activation, TASK.numeric_target, TASK.label_rank) == ("standardised", True, 1)
-    assert recipe_path("cpu", SPEC.name) == get_task("image_classification").recipes_dir / "cpu.toml"
+    assert (
+        recipe_path("cpu", load_competition(SPEC.name))
+        == get_task("image_classification").recipes_dir / "cpu.toml"
+    )
 
 
 def test_the_embedded_data_is_drawn_in_kaggles_exact_layout(tmp_path):

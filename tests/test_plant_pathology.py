@@ -44,7 +44,10 @@ def test_a_code_competition_of_several_labels_a_leaf_scored_by_kaggles_mean_f1()
     )
     assert SPEC.code_competition and SPEC.classes[2] == "healthy" and SPEC.num_classes == 6
     assert (TASK.activation, TASK.label_rank) == ("sigmoid", 1)
-    assert recipe_path("cpu", SPEC.name) == get_task("image_classification").recipes_dir / "cpu.toml"
+    assert (
+        recipe_path("cpu", load_competition(SPEC.name))
+        == get_task("image_classification").recipes_dir / "cpu.toml"
+    )
 
 
 def test_mean_f1_is_kaggles_per_row_f1_averaged_over_rows():

@@ -13,7 +13,7 @@ from pipeline.modeling import probe
 from pipeline.modeling.inference import predict_split
 from pipeline.stages import train
 from pipeline.tasks.recipe_config import load_config
-from tests.conftest import TINY
+from tests.conftest import TINY, competition_of
 
 PROBE = [
     *TINY,
@@ -121,7 +121,8 @@ def test_a_probe_run_scores_on_images_what_it_scored_on_its_cache(cpu, tiny_data
     history = pd.read_csv(job.run.history_file)
     assert history["epoch"].tolist() == [1] and metrics["best_epoch"] == 1
     assert history["images"].tolist() == [2 * 128]  # the rows fitted: two views of each example
-    predictions = predict_split(job.run, tiny_data_dir, "val", 1, cpu, as_scored=False)
+    competition = competition_of(job.run)
+    predictions = predict_split(job.run, competition, tiny_data_dir, "val", 1, cpu, as_scored=False)
     assert job.spec.metric.score(predictions.labels, predictions.probabilities) == pytest.approx(
         history["val_macro_f1"].iloc[0], abs=1e-3
     )
@@ -137,13 +138,16 @@ def test_a_probe_run_under_jax_scores_on_images_what_it_scored_on_its_cache(tiny
         from pathlib import Path
         from pipeline.core import device
         from pipeline.modeling.inference import predict_split
+        from pipeline.tasks.competitions import load_competition
         from pipeline.tasks.recipe_config import load_config
         from pipeline.stages import train
         platform = device.pick("jax", "cpu")
         job = train.prepare(load_config(overrides={PROBE!r}), platform, Path("{tiny_data_dir}"),
                             Path("{tmp_path}"), "jax", None)
         metrics = train.fit(job, progress=False)
-        seen = predict_split(job.run, Path("{tiny_data_dir}"), "val", 1, platform, as_scored=False)
+        competition = load_competition(job.config.competition)
+        seen = predict_split(job.run, competition, Path("{tiny_data_dir}"), "val", 1, platform,
+                             as_scored=False)
         print("scores", metrics["val_macro_f1"], job.spec.metric.score(seen.labels, seen.probabilities))
         """,
         env={"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"},

@@ -130,6 +130,6 @@ def test_cv_groups_of_numbers_give_out_of_fold_numbers_and_blend_into_one_submis
     mean = (tests[0].probabilities[:, 0] + tests[1].probabilities[:, 0]) / 2
     written = pd.read_csv(path).set_index("Id")["Pawpularity"]
     assert [written[i] for i in tests[0].ids] == pytest.approx(np.clip(mean, 1, 100), abs=1e-5)
-    board = leaderboard.ranked(leaderboard.read(leaderboard.board_file(tmp_path / "s", spec.name)), spec.name)
+    board = leaderboard.ranked(leaderboard.read(leaderboard.board_file(tmp_path / "s", spec.name)), spec)
     scores = [float(v.split()[0]) for v in board["rmse"]]
     assert len(scores) == 3 and scores == sorted(scores)  # lower RMSE first

@@ -197,7 +197,7 @@ def test_every_competition_file_loads_and_agrees_with_itself(name):
     assert competition.spec is spec and competition.format is FORMATS[spec.format]
     assert competition.task is TASKS[spec.task]
     for device_recipe in ("cpu", "gpu", "tpu"):  # its own, or its task's
-        assert recipe_path(device_recipe, name).is_file()
+        assert recipe_path(device_recipe, competition).is_file()
     assert spec.metric.reads == spec.submission_value, "a class metric needs class ids, and so on"
     assert set(spec.labeled_splits) < set(spec.splits) and set(spec.split_counts) == set(spec.splits)
     assert spec.keeps_label <= set(TRANSFORMS)

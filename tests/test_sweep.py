@@ -14,6 +14,7 @@ import pytest
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import SweepOptions
 from pipeline.sweep import space, study
+from pipeline.tasks.competitions import load_competition
 from tests.conftest import REPO, TINY
 
 OVERRIDES = (*TINY, "augment.where=host", "train.epochs=3")
@@ -86,14 +87,14 @@ def test_a_bad_space_is_one_line_naming_the_file_and_the_key(tmp_path, text, ref
 def test_the_shipped_space_builds_into_the_cpu_recipe_at_every_extreme():
     from pipeline.tasks import recipe_config
 
-    path, folder = space.space_file("1", "flowers", "cpu", "cpu")
+    path, folder = space.space_file("1", load_competition("flowers"), "cpu", "cpu")
     assert folder == path.parents[1] and folder.name == "image_classification"  # the recipes folder
     params = space.read_space(path, folder)
     assert {p.key for p in params} >= {"train.lr_max", "train.frozen_epochs", "model.dropout"}
     space.check(params, path, lambda extra: recipe_config.load_config("cpu", extra, "cpu"))
     no_space = r"SPACE=1: recipe .cnn. has no search space.*to start from: .*cpu\.toml"
     with pytest.raises(PetalsError, match=no_space):
-        space.space_file("1", "flowers", "cnn", "cnn")
+        space.space_file("1", load_competition("flowers"), "cnn", "cnn")
 
 
 def test_a_trials_values_depend_on_its_number_alone():
@@ -141,7 +142,7 @@ def test_a_pruned_trial_stops_at_its_epochs_end_with_a_checkpoint_there(data_dir
     always = optuna.create_study(pruner=optuna.pruners.ThresholdPruner(upper=-1.0), direction="maximize")
     judged = sweep.Trial(always.ask(), "val_macro_f1", last=3)
     opts = options(data_dir, tmp_path)
-    assert sweep._run_trial(opts, judged) == {}
+    assert sweep._run_trial(opts, load_competition("flowers"), judged) == {}
     assert judged.pruned.startswith("the sweep's pruner (trial 0, step 1")
     (run,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     history = pd.read_csv(RunDir(run).history_file)
@@ -232,7 +233,10 @@ def test_a_sweep_refuses_what_it_cannot_run_before_any_trial(data_dir, tmp_path)
 
 
 def test_what_the_trials_share_names_the_study(data_dir, tmp_path):
-    from pipeline.sweep.setup import setup
+    from pipeline.sweep import setup as setups
+
+    def setup(opts, device):  # as the sweep stage calls it: on the competition it resolved
+        return setups.setup(opts, device, load_competition(setups.base_config(opts, device).competition))
 
     name = setup(options(data_dir, tmp_path), "CPU").name
     assert (
@@ -283,7 +287,7 @@ def shipped_recipes() -> list[tuple[str, str]]:
     return [
         (competition, recipe)
         for competition in known_competitions()
-        for recipe in recipe_config.recipe_names(competition)
+        for recipe in recipe_config.recipe_names(load_competition(competition))
         if recipe != "default"
     ]
 
@@ -296,7 +300,7 @@ def test_every_shipped_recipe_has_a_space_that_builds_or_refuses_with_the_way_ou
     from pipeline.tasks import recipe_config
 
     try:
-        path, folder = space.space_file("1", competition, recipe, recipe)
+        path, folder = space.space_file("1", load_competition(competition), recipe, recipe)
     except PetalsError as err:
         assert recipe not in ("cpu", "gpu", "tpu") and "\n" not in str(err)
         assert "SPACE=path.toml (to start from: " in str(err) and "spaces/" in str(err)

@@ -14,7 +14,9 @@ from pipeline.modeling.inference import predict_split
 from pipeline.networks.text import Vectorizer
 from pipeline.networks.tfidf import tfidf_classifier
 from pipeline.stages import train
+from pipeline.tasks.competitions import load_competition
 from pipeline.tasks.recipe_config import load_config
+from tests.conftest import competition_of
 
 LENGTH = 24
 WORDS = {0: ["dull", "slow", "bad"], 1: ["fine", "good", "warm"], 2: ["odd", "new", "wild"]}
@@ -117,7 +119,7 @@ def test_a_tfidf_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cpu
     )
     history = pd.read_csv(job.run.history_file)
     assert history["epoch"].tolist() == [1] and metrics["best_epoch"] == 1
-    predictions = predict_split(job.run, data_dir, "val", 1, cpu, as_scored=False)
+    predictions = predict_split(job.run, competition_of(job.run), data_dir, "val", 1, cpu, as_scored=False)
     recorded = history[f"val_{job.spec.metric.name}"].iloc[0]
     assert job.spec.metric.score(predictions.labels, predictions.probabilities) == pytest.approx(
         recorded, abs=1e-4
@@ -129,7 +131,7 @@ def test_the_shipped_text_candidates_are_tfidf_first_then_the_recipe_and_the_pro
     from pipeline.cv import choose
     from pipeline.tasks import recipe_config
 
-    path, _ = recipe_config.beside_recipe(choose.FOLDER, "imdb", "cpu", "cpu")
+    path, _ = recipe_config.beside_recipe(choose.FOLDER, load_competition("imdb"), "cpu", "cpu")
     assert path is not None and path.parts[-3:] == ("text_classification", "candidates", "cpu.toml")
     listed = choose.read_candidates(path)
     assert [c.name for c in listed] == ["tfidf", "recipe"]  # the simplest first

@@ -24,6 +24,7 @@ from pipeline.tasks.targets.losses import loss_function
 from tests.conftest import (
     TINY,
     TINY_SIZE,
+    competition_of,
     error_lines,
     run_python,
 )
@@ -57,9 +58,9 @@ def test_a_run_directory_holds_everything_and_reruns_are_no_ops(cpu, tiny_data_d
     assert again.run_dir == run_dir and again.finished == metrics
 
     # The inference model: a variable batch dimension, the trained weights, on the CPU.
-    net = load_inference_model(run_dir)
+    net = load_inference_model(run_dir, competition_of(run_dir))
     assert net.input_shape == (None, TINY_SIZE, TINY_SIZE, 3)
-    trained = load_inference_model(run_dir, weights="best")
+    trained = load_inference_model(run_dir, competition_of(run_dir), weights="best")
     for batch in (1, 5):
         pixels = (
             np.random.default_rng(batch).uniform(0, 255, (batch, TINY_SIZE, TINY_SIZE, 3)).astype("float32")
@@ -129,13 +130,13 @@ def test_the_weight_average_is_scored_and_saved_while_training_goes_on_from_the_
     assert history["val_macro_f1"].notna().tolist() == [True, False, True, True]
     optimizer = averaging(trainer.optimizer)  # built on every variable of the network, in its order
     pairs = list(zip(optimizer._trainable_variables, optimizer._model_variables_moving_average, strict=True))
-    saved = load_inference_model(job.run_dir, weights="last").trainable_variables
+    saved = load_inference_model(job.run_dir, competition_of(job.run_dir), weights="last").trainable_variables
     for (_, mean), kept in zip(pairs, saved, strict=True):  # the last weights saved are the average
         np.testing.assert_allclose(kept.numpy(), mean.numpy(), atol=1e-6)
     # ... while the network trains on from its own weights, after each `fit` call too.
     assert not all(np.allclose(variable.numpy(), mean.numpy()) for variable, mean in pairs)
     # The best weights are the best scored: predicting val with them gives the best F1 recorded.
-    val = predict_split(job.run_dir, tiny_data_dir, "val", 1, picked)
+    val = predict_split(job.run_dir, competition_of(job.run_dir), tiny_data_dir, "val", 1, picked)
     assert macro_f1(val.labels, val.probabilities.argmax(1)) == pytest.approx(history["val_macro_f1"].max())
     # The checkpoint holds the average, so a resumed run averages on from where it stopped.
     resumed = Trainer(job, progress=False)
@@ -204,7 +205,7 @@ def test_weights_that_do_not_fit_the_run_are_named(tiny_runs, tmp_path):
     shutil.copytree(tiny_runs[0], run_dir)
     registry.build_classifier("cnn", TINY_SIZE, 5).save_weights(run_dir / "best.weights.h5")
     with pytest.raises(PetalsError, match=r"best\.weights\.h5: does not fit this run's model"):
-        load_inference_model(run_dir)
+        load_inference_model(run_dir, competition_of(run_dir))
 
 
 def _crossentropy(train, counts, labels, probabilities):

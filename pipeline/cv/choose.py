@@ -33,6 +33,7 @@ import logging
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,6 +41,9 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.foreign_files import load_toml, present
 from pipeline.core.options import CVOptions
 from pipeline.core.rundir import RunDir
+
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +78,7 @@ def _flatten(table: dict, where: str, prefix: str = "") -> list[str]:
     return found
 
 
-def candidates_file(choose: str, competition: str, recipe: str, given: str) -> tuple[Path, Path]:
+def candidates_file(choose: str, competition: Competition, recipe: str, given: str) -> tuple[Path, Path]:
     """`CHOOSE=1` (or `recipe`): the recipe's own candidates, beside it (`given`: the recipe as the
     command line named it, maybe a file's path); anything else: a file's path. With the folder it
     is read inside: the recipes folder it was found in, or a given file's own."""
@@ -148,16 +152,16 @@ def cannot_run(opts: CVOptions, listed: list[Candidate], device: str, task) -> s
 
 
 def _candidates(opts: CVOptions, found) -> tuple[Path, list[Candidate]]:
-    path, folder = candidates_file(opts.choose, found.config.competition, found.config.recipe, opts.recipe)
+    path, folder = candidates_file(opts.choose, found.competition, found.config.recipe, opts.recipe)
     listed = read_candidates(path, folder)
     _checked(opts, path, listed, found.platform.device)
     return path, listed
 
 
-def group_names(opts: CVOptions, listed: list[Candidate]) -> list[str]:
+def group_names(opts: CVOptions, listed: list[Candidate], competition: Competition) -> list[str]:
     from pipeline.cv.experiment import setup
 
-    return [setup(_options(opts, c)).group.name for c in listed]
+    return [setup(_options(opts, c), competition).group.name for c in listed]
 
 
 def choice_dir(opts: CVOptions, found, listed: list[Candidate], groups: list[str]) -> RunDir:
@@ -186,19 +190,20 @@ def pick(rows: list[dict], folds: int, greater_is_better: bool) -> int:
     return next(i for i, row in enumerate(rows) if sign * (rows[best]["score"] - row["score"]) <= margin)
 
 
-def train(opts: CVOptions, train_folds: Callable[[CVOptions], dict | None]) -> dict | None:
+def train(opts: CVOptions, competition: Competition, train_folds: Callable[..., dict | None]) -> dict | None:
     """Train every candidate's folds with `train_folds` (the CV stage's: each resumes; with FOLD= this
-    process's share of each), then choose once every group is complete; None while folds are missing."""
+    process's share of each), then choose once every group is complete; None while folds are missing.
+    `competition`: the one the stage resolved (candidates share it: SHARED)."""
     from pipeline.cv import experiment
 
-    found = experiment.setup(opts)
+    found = experiment.setup(opts, competition)
     path, listed = _candidates(opts, found)
-    setups = [experiment.setup(_options(opts, c)) for c in listed]
+    setups = [experiment.setup(_options(opts, c), competition) for c in listed]
     groups = [one.group.name for one in setups]
     trained = []
     for candidate in listed:
         log.info("choose: %s (%s)", candidate.name, " ".join(candidate.overrides) or "the recipe as written")
-        trained.append(train_folds(_options(opts, candidate)))
+        trained.append(train_folds(_options(opts, candidate), competition))
     if any(metrics is None for metrics in trained):
         log.info("choose: not every candidate's folds are trained yet; no choice made")
         return None
@@ -252,13 +257,14 @@ def report(choice: dict, spec) -> list[str]:
     return lines
 
 
-def chosen(opts: CVOptions) -> CVOptions:
-    """The options of the chosen candidate's group, or one line if the choice was not made yet."""
+def chosen(opts: CVOptions, competition: Competition) -> CVOptions:
+    """The options of the chosen candidate's group (on `competition`, the stage's), or one line if
+    the choice was not made yet."""
     from pipeline.cv import experiment
 
-    found = experiment.setup(opts)
+    found = experiment.setup(opts, competition)
     _, listed = _candidates(opts, found)
-    place = choice_dir(opts, found, listed, group_names(opts, listed))
+    place = choice_dir(opts, found, listed, group_names(opts, listed, competition))
     choice = place.read_json(FILE, default={})
     if not choice:
         raise PetalsError(

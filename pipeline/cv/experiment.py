@@ -20,7 +20,7 @@ from pipeline.core import rundir
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import CVOptions
 from pipeline.core.rundir import RunDir
-from pipeline.tasks.competitions import size_of, task_of
+from pipeline.tasks.competitions import Competition, size_of, task_of
 
 log = logging.getLogger(__name__)
 
@@ -30,17 +30,23 @@ class Setup:
     """The group as the options name it: its config, fold table and run dirs."""
 
     config: object  # Config with train.folds = K
-    spec: object  # CompetitionSpec
+    competition: Competition  # the config's, as the stage resolved it
     manifest: dict
     table: object  # FoldTable
     group: RunDir
     platform: object
 
+    @property
+    def spec(self):
+        return self.competition.spec
+
     def fold_run(self, fold: int) -> RunDir:
         from pipeline.cv.group import fold_config
 
         name = rundir.run_id(
-            fold_config(self.config, fold), rundir.data_identity(self.manifest), size_of(self.config)
+            fold_config(self.config, fold),
+            rundir.data_identity(self.manifest),
+            size_of(self.config, self.competition),
         )
         return RunDir(self.group.path.parent / name)
 
@@ -49,19 +55,27 @@ def _overrides(opts: CVOptions) -> tuple[str, ...]:
     return (*opts.overrides, f"train.folds={opts.folds}")
 
 
-def setup(opts: CVOptions) -> Setup:
-    """Everything checked before a fold trains: the config, the data and its fold table."""
+def group_config(opts: CVOptions):
+    """The group's config: the options' recipe and overrides with `train.folds`, for this device."""
+    from pipeline.core import device
+    from pipeline.tasks import recipe_config
+
+    platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
+    return recipe_config.config_from_args(
+        dataclasses.replace(opts, overrides=_overrides(opts)), platform.device
+    )
+
+
+def setup(opts: CVOptions, competition: Competition) -> Setup:
+    """Everything checked before a fold trains: the config (on `competition`, the one the stage
+    resolved for the options: `group_config`'s), the data and its fold table."""
     from pipeline.core import device
     from pipeline.cv.group import group_id
     from pipeline.data import folds
     from pipeline.data.manifest import read_manifest
-    from pipeline.tasks import recipe_config
-    from pipeline.tasks.competitions import load_competition
 
-    platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
-    config = recipe_config.config_from_args(
-        dataclasses.replace(opts, overrides=_overrides(opts)), platform.device
-    )
+    platform = device.pick_from_args(opts)  # the same as group_config's: made once per process
+    config = group_config(opts)
     if config.train.merge_val:
         raise PetalsError(
             "train.merge_val=true trains on every example: no fold is held out (REFIT=1 refits)"
@@ -69,7 +83,7 @@ def setup(opts: CVOptions) -> Setup:
     bad = [f for f in opts.fold_list if not 0 <= f < opts.folds]
     if bad:
         raise PetalsError(f"FOLD={','.join(map(str, opts.fold_list))}: folds are 0..{opts.folds - 1}")
-    spec = load_competition(config.competition).spec
+    spec = competition.spec
     manifest = read_manifest(opts.data_dir)
     if manifest is None:
         raise PetalsError(
@@ -77,7 +91,7 @@ def setup(opts: CVOptions) -> Setup:
         )
     table = folds.fold_table(opts.data_dir, spec, config)
     group = RunDir(opts.runs_dir / group_id(config, rundir.data_identity(manifest)))
-    return Setup(config, spec, manifest, table, group, platform)
+    return Setup(config, competition, manifest, table, group, platform)
 
 
 def assemble(found: Setup, opts: CVOptions) -> dict | None:
@@ -93,7 +107,7 @@ def assemble(found: Setup, opts: CVOptions) -> dict | None:
     for fold, run in runs.items():
         check_dealt(run, fold, found.table)
     held = {
-        fold: held_predictions(run, opts.data_dir, "val", opts.tta, found.platform)
+        fold: held_predictions(run, found.competition, opts.data_dir, "val", opts.tta, found.platform)
         for fold, run in runs.items()
     }
     oof = out_of_fold(found.table, held)
@@ -292,10 +306,11 @@ def predict_mean(opts: CVOptions, found: Setup, metrics: dict) -> Path:
     # The frozen network below the cut runs over the test set once for every fold, not K times.
     through = {}
     if opts.tta == 1:
-        through = cut_predict.test_through_cut(runs, opts.data_dir, found.group.path / cut_predict.FOLDER,
-                                               found.platform)  # fmt: skip
+        folder = found.group.path / cut_predict.FOLDER
+        through = cut_predict.test_through_cut(runs, found.competition, opts.data_dir, folder, found.platform)
     test = averaged([
-        through[k] if k in through else held_predictions(run, opts.data_dir, "test", opts.tta, found.platform)
+        through[k] if k in through
+        else held_predictions(run, found.competition, opts.data_dir, "test", opts.tta, found.platform)
         for k, run in enumerate(runs)
     ])  # fmt: skip
     if not found.platform.hosts.writer:

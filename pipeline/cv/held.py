@@ -7,19 +7,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.rundir import RunDir
 from pipeline.modeling.inference import Predictions
 
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
-def held_predictions(run: RunDir, data_dir: Path, split: str, tta: int, platform) -> Predictions:
-    """The fold run's `split` predictions: made (or reused) from its weights when they are here, else
-    the ones it saved where it was trained, checked against this data dir."""
+
+def held_predictions(
+    run: RunDir, competition: Competition, data_dir: Path, split: str, tta: int, platform
+) -> Predictions:
+    """The fold run's `split` predictions (it is on `competition`): made (or reused)
+    from its weights when they are here, else the ones it saved where it was trained, checked
+    against this data dir."""
     from pipeline.modeling.inference import predict_split
 
     if run.best_weights.is_file():  # val at TTA 1: as training scored them, if it kept them
-        return predict_split(run, data_dir, split, tta, platform)
+        return predict_split(run, competition, data_dir, split, tta, platform)
     return saved_predictions(run, data_dir, split, tta)
 
 

@@ -21,7 +21,7 @@ from pipeline.core import rundir
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import check_name
 from pipeline.core.rundir import RunDir
-from pipeline.tasks.competitions import size_of
+from pipeline.tasks.competitions import Competition, size_of
 
 RUNS = "petals_runs"  # where a kernel writes its runs (pipeline/kernels/script/main.py: RUNS)
 PREDICTED = ("val", "test")  # the splits a kernel predicts for each fold it trains
@@ -45,9 +45,9 @@ def fold_runs_in(output: Path) -> list[RunDir]:
     return found
 
 
-def foreign_data(run: RunDir, identity: str) -> str | None:
-    """Why `run` cannot be a fold of this data's group (trained on other data, or an id its config
-    and data do not give); None when it can."""
+def foreign_data(run: RunDir, identity: str, competition: Competition) -> str | None:
+    """Why `run` (on `competition`, its config's) cannot be a fold of this data's group (trained on
+    other data, or an id its config and data do not give); None when it can."""
     trained_on = run.trained_on()
     theirs = rundir.data_identity(trained_on)
     config = run.read_config()
@@ -56,7 +56,7 @@ def foreign_data(run: RunDir, identity: str) -> str | None:
         origin = trained_on.get("origin") or trained_on.get("source") or "?"
         where = f"{origin} ({theirs[:15] or '?'}…)"
         return f"{what} ({run.name}): trained on {where}, not this data dir's: not merged"
-    expected = rundir.run_id(config, identity, size_of(config))
+    expected = rundir.run_id(config, identity, size_of(config, competition))
     if expected != run.name:
         return (
             f"{what} ({run.name}): this checkout gives its config the id {expected} (another petals "
@@ -113,25 +113,30 @@ def merge_output(
     runs_dir: Path,
     submissions_dir: Path,
     trained: dict[str, str],
+    competition_of: Callable[[str], Competition],
     tta: int = 1,
     platform: Callable[[], object] | None = None,
     report: Callable[[str], None] = print,
 ) -> list[dict | None]:
     """Place the finished fold runs `output` holds into `runs_dir` and assemble each group that is
     then complete; one line per fold of each group. `trained` maps run ids to when they finished
-    (from the kernel's summary); `platform` makes the device platform, only if a group assembles.
-    The metrics of each group (None for one still missing folds)."""
+    (from the kernel's summary); `competition_of` is the stage's resolver of the competition a
+    downloaded config names (each group's resolved once); `platform` makes the device platform,
+    only if a group assembles. The metrics of each group (None for one still missing folds)."""
     from pipeline.data.manifest import read_manifest
 
     manifest = read_manifest(data_dir)
     if manifest is None:
         raise PetalsError(f"{data_dir}: no manifest.json; run `make fetch` (or pass the fetched --data-dir)")
     identity = rundir.data_identity(manifest)
-    arrived, configs = {}, {}
+    arrived, configs, competitions = {}, {}, {}
     for run in fold_runs_in(output):
         config = run.read_config()
-        configs.setdefault(_group_name(config, identity), config)
-        refused = foreign_data(run, identity)
+        group = _group_name(config, identity)
+        configs.setdefault(group, config)
+        if group not in competitions:  # a group's folds share its config, so its competition
+            competitions[group] = competition_of(config.competition)
+        refused = foreign_data(run, identity, competitions[group])
         if refused:
             report(refused)
         elif not run.finished:
@@ -139,8 +144,8 @@ def merge_output(
         else:
             arrived[run.name] = place(run, runs_dir)
     results = []
-    for config in configs.values():
-        found = _setup(config, manifest, data_dir, runs_dir, platform)
+    for group, config in configs.items():
+        found = _setup(config, competitions[group], manifest, data_dir, runs_dir, platform)
         complete = _report_folds(found, arrived, source, trained, runs_dir, report)
         results.append(
             _assemble(found, data_dir, runs_dir, submissions_dir, tta, report) if complete else None
@@ -154,17 +159,16 @@ def _group_name(config, identity: str) -> str:
     return group_id(config, identity)
 
 
-def _setup(config, manifest: dict, data_dir: Path, runs_dir: Path, platform):
-    """The group of the fold runs' config on this data dir, as `experiment.setup` makes it."""
+def _setup(config, competition: Competition, manifest: dict, data_dir: Path, runs_dir: Path, platform):
+    """The group of the fold runs' config (on `competition`) on this data dir, as `experiment.setup`
+    makes it."""
     from pipeline.cv.experiment import Setup
     from pipeline.data import folds
-    from pipeline.tasks.competitions import load_competition
 
     config = dataclasses.replace(config, train=dataclasses.replace(config.train, fold=0))
-    spec = load_competition(config.competition).spec
-    table = folds.fold_table(data_dir, spec, config)
+    table = folds.fold_table(data_dir, competition.spec, config)
     group = RunDir(runs_dir / _group_name(config, rundir.data_identity(manifest)))
-    return Setup(config, spec, manifest, table, group, platform)
+    return Setup(config, competition, manifest, table, group, platform)
 
 
 def _report_folds(found, arrived: dict, source: str, trained: dict, runs_dir: Path, report) -> bool:

@@ -23,6 +23,7 @@ import hashlib
 import logging
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from pipeline import networks
 from pipeline.core.rundir import RunDir
 from pipeline.modeling import feature_cache, feature_pass, features
 from pipeline.modeling.inference import THROUGH, Predictions, made_from
+
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
 log = logging.getLogger(__name__)
 
@@ -59,16 +63,17 @@ def save_scored(run: RunDir, val, probabilities: np.ndarray, manifest: dict, wri
     ).save(run.predictions("val", 1))
 
 
-def test_through_cut(runs: list[RunDir], data_dir: Path, folder: Path, platform) -> dict[int, Predictions]:
-    """Test predictions (TTA 1) of the runs that can be predicted through their shared cut, by
-    their index in `runs`: each run's saved ones when up to date, else its `top` over `bottom`'s
-    outputs, computed once in `folder` (removed after). Runs without weights, or whose `bottom`
-    is not the first's, are left out for the caller to predict otherwise."""
-    from competition import load_spec
+def test_through_cut(
+    runs: list[RunDir], competition: Competition, data_dir: Path, folder: Path, platform
+) -> dict[int, Predictions]:
+    """Test predictions (TTA 1) of the runs (all on `competition`) that can be predicted through
+    their shared cut, by their index in `runs`: each run's saved ones when up to date, else its
+    `top` over `bottom`'s outputs, computed once in `folder` (removed after). Runs without weights,
+    or whose `bottom` is not the first's, are left out for the caller to predict otherwise."""
     from pipeline.modeling.inference import check_same_data, load_inference_model, predict_batches
 
     config = runs[0].read_config()
-    spec = load_spec(config.competition)
+    spec = competition.spec
     if not config.train.feature_cache or networks.get(config.model.backbone).reads_ids:
         return {}
     done: dict[int, Predictions] = {}
@@ -85,7 +90,7 @@ def test_through_cut(runs: list[RunDir], data_dir: Path, folder: Path, platform)
             done[index] = saved
             continue
         with platform.scope():
-            cut_ = features.cut_for(load_inference_model(run), config)
+            cut_ = features.cut_for(load_inference_model(run, competition), config)
         digest = weights_digest(cut_.bottom)
         if rows is None:
             bottom = digest

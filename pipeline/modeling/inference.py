@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import keras
 
     from pipeline.core.options import ScoreOptions
+    from pipeline.tasks.competitions import Competition
 
 log = logging.getLogger(__name__)
 
@@ -89,18 +90,14 @@ class Predictions:
 # ----------------------------------------------------------------------------- finding runs
 
 
-def find_run(opts: ScoreOptions, platform) -> RunDir:
-    """The finished run `opts.run_id` names, or the one `train` makes of the same recipe, overrides
-    and data."""
+def find_run(opts: ScoreOptions, config, competition: Competition) -> RunDir:
+    """The finished run `train` makes of `config` (the options' recipe and overrides, on the
+    competition it names) and the options' data."""
     from pipeline.data.manifest import read_manifest
-    from pipeline.tasks import recipe_config
 
-    if opts.run_id:
-        return rundir.finished_run(opts.runs_dir, opts.run_id)
-    config = recipe_config.config_from_args(opts, platform.device)
     manifest = read_manifest(opts.data_dir) or {}
     return rundir.finished_run(
-        opts.runs_dir, rundir.run_id(config, rundir.data_identity(manifest), size_of(config))
+        opts.runs_dir, rundir.run_id(config, rundir.data_identity(manifest), size_of(config, competition))
     )
 
 
@@ -116,26 +113,29 @@ def check_same_data(run: RunDir, data_dir: Path) -> dict:
 # ----------------------------------------------------------------------------- inference model
 
 
-def load_inference_model(run: RunDir | Path, weights: str = "best") -> keras.Model:
-    """The trained classifier with a variable batch dimension, in float32, on whatever backend and
-    device is here (the CPU included): weights trained at a static batch on a TPU under JAX serve
-    at any batch under TensorFlow."""
+def load_inference_model(run: RunDir | Path, competition: Competition, weights: str = "best") -> keras.Model:
+    """The trained classifier of `run` (on `competition`, its config's) with a variable batch
+    dimension, in float32, on whatever backend and device is here (the CPU included): weights
+    trained at a static batch on a TPU under JAX serve at any batch under TensorFlow."""
     import keras
 
-    from competition import load_spec
     from pipeline import networks
     from pipeline.networks import registry
 
     run = run if isinstance(run, RunDir) else RunDir(run)
     config = run.read_config()
-    spec = load_spec(config.competition)
+    spec = competition.spec
     keras.mixed_precision.set_global_policy("float32")
     # The first values, overwritten below, are still laid out on a multi-host mesh, which wants
     # the same values from every process.
     keras.utils.set_random_seed(config.seed)
     vocabulary_size = networks.vocabulary_size(config, run.path)
     net = networks.build(
-        config, spec, activation=task_of(spec).activation, vocabulary_size=vocabulary_size, run_dir=run.path
+        config,
+        spec,
+        activation=competition.task.activation,
+        vocabulary_size=vocabulary_size,
+        run_dir=run.path,
     )
     path = run.weights(weights)
     if not path.is_file():
@@ -263,9 +263,16 @@ def scored(run: RunDir, manifest: dict) -> Predictions | None:
 
 
 def predict_split(
-    run: RunDir, data_dir: Path, split: str, tta: int, platform, as_scored: bool = True
+    run: RunDir,
+    competition: Competition,
+    data_dir: Path,
+    split: str,
+    tta: int,
+    platform,
+    as_scored: bool = True,
 ) -> Predictions:
-    """Class probabilities of `split` (val or test) for the run's best weights, TTA passes averaged.
+    """Class probabilities of `split` (val or test) for the run's best weights (the run is on
+    `competition`, its config's), TTA passes averaged.
 
     A feature-cache run's val split at TTA 1 is not predicted again (`as_scored=False` asks for the
     whole network): training scored it through its cut with the weights it saved as best and kept
@@ -274,7 +281,6 @@ def predict_split(
     tests/test_cut_predict.py bounds it). A CV group's out-of-fold rows are made the same way."""
     import tensorflow as tf
 
-    from competition import load_spec
     from pipeline import networks
     from pipeline.data import datasets, passes, splits
     from pipeline.data.manifest import locate_data
@@ -282,7 +288,7 @@ def predict_split(
     run = run if isinstance(run, RunDir) else RunDir(run)
     manifest = check_same_data(run, data_dir)
     config = run.read_config()
-    spec = load_spec(config.competition)
+    spec = competition.spec
     check_tta(spec, tta)
     source = made_from(run, manifest, tta)
     path = run.predictions(split, tta)
@@ -304,7 +310,7 @@ def predict_split(
     dataset = examples.eval_dataset(config, batch, labeled=labeled, pad_to_batch=True, with_ids=True)
     dataset = passes.untuned(dataset)  # read twice below: its tags, then its views
     with platform.scope():
-        net = load_inference_model(run)
+        net = load_inference_model(run, competition)
     with examples.naming_bad(labeled):
         tags = list(dataset.map(lambda images, *tags: tags).as_numpy_iterator())
         ids = np.concatenate([t[-1] for t in tags]).astype(str)

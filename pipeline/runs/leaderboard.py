@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -33,6 +33,9 @@ from pipeline.core.files import pyplot, save_figure, write_atomically
 from pipeline.core.foreign import safe_cells, text
 from pipeline.core.paths import check_name
 from pipeline.core.rundir import RunDir
+
+if TYPE_CHECKING:
+    from competition.spec import CompetitionSpec
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +97,8 @@ def is_board(path: Path) -> bool:
     return path.name.startswith("leaderboard") and path.suffix == ".csv"
 
 
-def score_column(competition: str = DEFAULT_COMPETITION):
-    """A board's score column (`val_<metric>`) and the metric: the competition's."""
-    from competition import load_spec
-
-    spec = load_spec(competition)
+def score_column(spec: CompetitionSpec):
+    """A board's score column (`val_<metric>`) and the metric: the competition's (`spec`)."""
     return spec.score_key, spec.metric
 
 
@@ -231,13 +231,13 @@ def _shown_score(score: float, spread: float) -> str:
     return f"{score:.4f}" + ("" if pd.isna(spread) else f" ± {spread:.4f}")
 
 
-def ranked(table: pd.DataFrame, competition: str = DEFAULT_COMPETITION) -> pd.DataFrame:
+def ranked(table: pd.DataFrame, spec: CompetitionSpec) -> pd.DataFrame:
     """The table as printed: rows judged by CV first (a CV group, its refit, a blend judged out of
     fold), then single-split rows, then those not scored, each best first by the competition's
     metric; the metric's column showing the folds' spread beside a CV score, and `judged` saying
     how each row's score was judged. A val split of a few hundred rows can flatter a recipe by
     more than the gap between two recipes: a CV score of every labelled row outranks it."""
-    column, metric = score_column(competition)
+    column, metric = score_column(spec)
     table = table.reset_index(drop=True)
     score, spread = board_score(table, column), _numbers(table, "cv_spread")
     tiers = pd.DataFrame({"tier": _numbers(table, "cv_score").isna().astype(int), "score": score})
@@ -262,14 +262,14 @@ def ranked(table: pd.DataFrame, competition: str = DEFAULT_COMPETITION) -> pd.Da
     return shown[columns].astype(object).fillna("")
 
 
-def board_text(table: pd.DataFrame, competition: str = DEFAULT_COMPETITION, top: int = 20) -> str:
+def board_text(table: pd.DataFrame, spec: CompetitionSpec, top: int = 20) -> str:
     """The printed board: its best `top` rows, and a footer when single-split rows are among them
     (their scores look as good as CV's and are not as trustworthy). A row's text may have come from a
     downloaded summary: each cell is shown escaped and cut (`pipeline.core.foreign.text`)."""
-    shown = ranked(table, competition).head(top)
+    shown = ranked(table, spec).head(top)
     board = shown.map(lambda v: text(v, SHOWN_CELL) if isinstance(v, str) else v).to_string(index=False)
     if (shown["judged"] == SINGLE_SPLIT).any():
-        board += "\n" + FOOTER.format(metric=score_column(competition)[1].title)
+        board += "\n" + FOOTER.format(metric=score_column(spec)[1].title)
     return board
 
 
@@ -278,13 +278,13 @@ KIND_MARKERS = {"run": "o", "ensemble": "s", "kaggle": "^", "cv": "D", "refit": 
 JUDGED_MARKERS = {SINGLE_SPLIT: "o", "CV": "D", "refit": "P"}
 
 
-def plot(table: pd.DataFrame, path: Path, competition: str = DEFAULT_COMPETITION) -> None:
+def plot(table: pd.DataFrame, path: Path, spec: CompetitionSpec) -> None:
     """One figure: the board's scores (CV where there is one) and public scores over time; beside it,
     once Kaggle has scored some rows, the offline score against the public one, the picture that
     says whether the CV can be trusted."""
     plt = pyplot()
 
-    column, metric = score_column(competition)
+    column, metric = score_column(spec)
     table = table.reindex(columns=list(dict.fromkeys([*COLUMNS, *table.columns]))).reset_index(drop=True)
     public = _numbers(table, "public_score")
     panels = 2 if public.notna().any() else 1

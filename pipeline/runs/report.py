@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from pipeline.core.foreign import text
 
+if TYPE_CHECKING:
+    from competition.spec import CompetitionSpec
+
 
 def closing_summary(
     submissions_dir: Path,
     competition: str,
+    spec: CompetitionSpec,
     provenance: dict,
     path: Path,
     rows: int,
@@ -20,15 +25,13 @@ def closing_summary(
     code: bool = False,
 ) -> str:
     """The main job's last lines: what ran, how it scored, where its files are, what to do next.
-    `competition`: its name or the path to its file; `code`: a code competition, where the kernel's
-    own output is what was (or would be) submitted."""
-    from competition import load_spec
+    `competition`: its name or the path to its file, as given; `spec`: its spec, as the stage loaded
+    it; `code`: a code competition, where the kernel's own output is what was (or would be) submitted."""
     from pipeline.runs import leaderboard
 
-    name = load_spec(competition).name
-    board = leaderboard.read(leaderboard.board_file(submissions_dir, name))
-    table = leaderboard.ranked(board, competition)
-    column, metric = leaderboard.score_column(competition)
+    board = leaderboard.read(leaderboard.board_file(submissions_dir, spec.name))
+    table = leaderboard.ranked(board, spec)
+    column, metric = leaderboard.score_column(spec)
     entry = provenance.get("entry", path.stem)
     lines = ["", "petals: done."]
     mine = board[board["entry"] == entry]

@@ -44,21 +44,16 @@ def event_folder(run: RunDir, tags: dict[str, Any]) -> Path:
     return run.file(RunDir.TENSORBOARD) / place_label(tags)
 
 
-def _competition(run: RunDir) -> str:
-    """The run's competition by its name (its config may hold a competition file's path)."""
-    from competition import load_spec
-
-    return load_spec(run.competition()).name
-
-
-def _mlflow_tags(run: RunDir, tags: dict[str, Any]) -> dict[str, str]:
-    """The MLflow run's tags: what the leaderboard says of the run's data and code, and its place."""
+def _mlflow_tags(run: RunDir, competition: str, tags: dict[str, Any]) -> dict[str, str]:
+    """The MLflow run's tags: what the leaderboard says of the run's data and code, and its place.
+    `competition`: the run's competition by its name (its config may hold a competition file's
+    path), as the stage resolved it."""
     from pipeline.runs import mlflow_runs
 
     config = run.read_json(RunDir.CONFIG, default={})
     manifest = run.read_json(RunDir.DATA_MANIFEST, default={})
     found = {
-        "competition": _competition(run),
+        "competition": competition,
         "recipe": config.get("recipe"),
         "backbone": config.get("model", {}).get("backbone"),
         "git_commit": run.read_json(RunDir.RUN_INFO, default={}).get("git_commit"),
@@ -72,9 +67,11 @@ def _mlflow_tags(run: RunDir, tags: dict[str, Any]) -> dict[str, str]:
 
 
 class Tracker:
-    """One `train` process's tracking of its run."""
+    """One `train` process's tracking of its run (on the competition named `competition`)."""
 
-    def __init__(self, run: RunDir, config: dict, tags: dict[str, Any], track: str, new: bool):
+    def __init__(
+        self, run: RunDir, competition: str, config: dict, tags: dict[str, Any], track: str, new: bool
+    ):
         asked = mlflow_asked(track)
         self.run, self.tags = run, tags
         run.write_json(RunDir.TAGS, tags)
@@ -85,8 +82,8 @@ class Tracker:
         if asked:
             from pipeline.runs import mlflow_runs
 
-            self.mlflow = mlflow_runs.MlflowRun(run.path.parent, _competition(run), run.name,
-                                                _mlflow_tags(run, tags), new=new)  # fmt: skip
+            self.mlflow = mlflow_runs.MlflowRun(run.path.parent, competition, run.name,
+                                                _mlflow_tags(run, competition, tags), new=new)  # fmt: skip
             self.mlflow.params(params)
         self.logged = 0  # the last epoch MLflow has
 
@@ -115,19 +112,23 @@ def _tags(run: RunDir) -> dict[str, Any]:
     return run.read_json(RunDir.TAGS, default={})
 
 
-def _mirror_row(run: RunDir, board: Path, files: list[Path], folder: str | None = None) -> None:
+def _mirror_row(
+    run: RunDir, competition: str, board: Path, files: list[Path], folder: str | None = None
+) -> None:
     """The run's leaderboard row, its numbers as the MLflow run's metrics under the board's column
     names (read back from the board: the same values, rounded as it rounds them), and `files`."""
     from pipeline.runs import mlflow_runs
 
-    found = mlflow_runs.MlflowRun(run.path.parent, _competition(run), run.name, _mlflow_tags(run, _tags(run)))
+    found = mlflow_runs.MlflowRun(
+        run.path.parent, competition, run.name, _mlflow_tags(run, competition, _tags(run))
+    )
     _board_metrics(found, board, run.name)
     found.artifacts(files, folder)
 
 
-def evaluated(run: RunDir, evaluation: dict[str, Any], board: Path, track: str) -> None:
+def evaluated(run: RunDir, competition: str, evaluation: dict[str, Any], board: Path, track: str) -> None:
     """Evaluate's scores (at step = the run's epochs) and its pictures in the run's events; with
-    MLflow, the run's leaderboard row and the report files."""
+    MLflow, the run's leaderboard row and the report files (the run is on `competition`, by name)."""
     import pandas as pd
 
     asked = mlflow_asked(track)
@@ -146,7 +147,10 @@ def evaluated(run: RunDir, evaluation: dict[str, Any], board: Path, track: str) 
     events.close()
     if asked:
         _mirror_row(
-            run, board, [run.file(n) for n in (RunDir.CONFUSION_PLOT, RunDir.PER_CLASS, RunDir.CONFUSIONS)]
+            run,
+            competition,
+            board,
+            [run.file(n) for n in (RunDir.CONFUSION_PLOT, RunDir.PER_CLASS, RunDir.CONFUSIONS)],
         )
 
 
@@ -217,7 +221,8 @@ def study_finished(runs_dir: Path, competition: str, summary: dict[str, Any], tr
     found.tags({"best_run": best.get("run"), **{f"best.{k}": v for k, v in best["params"].items()}})
 
 
-def predicted(run: RunDir, submission: Path, board: Path, track: str) -> None:
-    """With MLflow: the run's leaderboard row again (predict may have made it) and the submission."""
+def predicted(run: RunDir, competition: str, submission: Path, board: Path, track: str) -> None:
+    """With MLflow: the run's leaderboard row again (predict may have made it) and the submission
+    (the run is on `competition`, by name)."""
     if mlflow_asked(track):
-        _mirror_row(run, board, [submission], "submission")
+        _mirror_row(run, competition, board, [submission], "submission")

@@ -87,3 +87,20 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     device.add_arguments(parser, tpu=False)
     add_track(parser)
     recipe_config.add_config_arguments(parser)
+
+
+def named_run(opts, platform):
+    """The finished run the run arguments name and its competition, resolved once for the stage:
+    `--run`'s (the competition its config names), else the one `train` makes of the same --recipe,
+    --set and data (the competition they name)."""
+    from pipeline.core import rundir
+    from pipeline.modeling.inference import find_run
+    from pipeline.tasks import recipe_config
+    from pipeline.tasks.competitions import load_competition
+
+    if opts.run_id:
+        run = rundir.finished_run(opts.runs_dir, opts.run_id)
+        return run, load_competition(run.competition())
+    config = recipe_config.config_from_args(opts, platform.device)
+    competition = load_competition(config.competition)
+    return find_run(opts, config, competition), competition

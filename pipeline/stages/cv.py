@@ -30,6 +30,7 @@ from pipeline.core.progress import parts_left
 from pipeline.core.rundir import RunDir
 from pipeline.stages import arguments
 from pipeline.tasks import recipe_config
+from pipeline.tasks.competitions import Competition
 
 STEPS = ("train", "evaluate", "predict")
 log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ def small_data(step: str, args: argparse.Namespace) -> CVOptions | None:
     competition = load_competition(config.competition)
     spec = competition.spec
     count = auto.labelled_examples(opts.data_dir, spec)
-    found, _ = recipe_config.beside_recipe(choose.FOLDER, config.competition, config.recipe, opts.recipe)
+    found, _ = recipe_config.beside_recipe(choose.FOLDER, competition, config.recipe, opts.recipe)
     if not auto.applies(config, count, found is not None):
         return None
     from pipeline.data import folds
@@ -132,6 +133,15 @@ def small_data(step: str, args: argparse.Namespace) -> CVOptions | None:
     return dataclasses.replace(opts, folds=k)
 
 
+def competition_of(opts: CVOptions) -> Competition:
+    """The competition the options' group config names, resolved once for the stage and passed
+    down (`experiment.setup` resolves the same config again, on the same platform)."""
+    from pipeline.cv import experiment
+    from pipeline.tasks.competitions import load_competition
+
+    return load_competition(experiment.group_config(opts).competition)
+
+
 def checked(opts: CVOptions) -> CVOptions:
     if opts.folds < 2:
         raise PetalsError(f"FOLDS={opts.folds}: cross-validation needs at least 2 folds")
@@ -144,18 +154,24 @@ def train(opts: CVOptions) -> dict | None:
     from pipeline.cv import choose
 
     opts = checked(opts)
-    return choose.train(opts, train_folds) if opts.choose else train_folds(opts)
+    competition = competition_of(opts)
+    if opts.choose:
+        return choose.train(opts, competition, train_folds)
+    return train_folds(opts, competition)
 
 
-def train_folds(opts: CVOptions, after_fold=None, tags: dict | None = None) -> dict | None:
+def train_folds(
+    opts: CVOptions, competition: Competition, after_fold=None, tags: dict | None = None
+) -> dict | None:
     """Train the folds asked for (each resumes where it stopped), then the group's scores once every
-    fold is finished; the group's metrics, or None while folds are missing. `after_fold(fold,
-    metrics)` (a sweep's trial) sees each fold's metrics and may stop the group there; `tags` (its
-    study and trial) join each fold's in its tracking."""
+    fold is finished; the group's metrics, or None while folds are missing. `competition`: the
+    options' (`competition_of`). `after_fold(fold, metrics)` (a sweep's trial) sees each fold's
+    metrics and may stop the group there; `tags` (its study and trial) join each fold's in its
+    tracking."""
     from pipeline.cv import experiment
     from pipeline.stages import train as train_stage
 
-    found = experiment.setup(opts)
+    found = experiment.setup(opts, competition)
     folds, took = list(opts.fold_list or range(opts.folds)), []  # took: the folds trained now, seconds
     for place, fold in enumerate(folds):
         run, started = found.fold_run(fold), time.monotonic()
@@ -183,12 +199,11 @@ def as_options(kind: type, opts: CVOptions):
     return kind(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(kind)})
 
 
-def _group_of(opts: CVOptions) -> CVOptions:
+def _group_of(opts: CVOptions, competition: Competition) -> CVOptions:
     """The options of the group evaluate and predict work on: with `choose`, the chosen candidate's."""
     from pipeline.cv import choose
 
-    opts = checked(opts)
-    return choose.chosen(opts) if opts.choose else opts
+    return choose.chosen(opts, competition) if opts.choose else opts
 
 
 def evaluate(opts: CVOptions) -> dict:
@@ -197,8 +212,10 @@ def evaluate(opts: CVOptions) -> dict:
     from pipeline.cv import experiment
     from pipeline.tasks import mistakes
 
-    opts = _group_of(opts)
-    found = experiment.setup(opts)
+    opts = checked(opts)
+    competition = competition_of(opts)
+    opts = _group_of(opts, competition)
+    found = experiment.setup(opts, competition)
     metrics = experiment.assemble(found, opts)
     if metrics is None:
         raise PetalsError(f"{found.group.name}: not every fold is finished; see the line above")
@@ -211,8 +228,10 @@ def predict(opts: CVOptions) -> Path:
     """The submission of the folds' mean, or with `refit` of one model on every labelled example."""
     from pipeline.cv import experiment
 
-    opts = _group_of(opts)
-    found = experiment.setup(opts)  # the backend, before anything imports Keras
+    opts = checked(opts)
+    competition = competition_of(opts)  # the backend, before anything imports Keras
+    opts = _group_of(opts, competition)
+    found = experiment.setup(opts, competition)
     metrics = experiment.finished_group(found)
     return refit(opts, found, metrics) if opts.refit else experiment.predict_mean(opts, found, metrics)
 
@@ -227,7 +246,8 @@ def refit(opts: CVOptions, found, metrics: dict) -> Path:
     overrides = experiment.refit_overrides(opts, found, metrics)
     train_stage.train(dataclasses.replace(as_options(TrainOptions, opts), overrides=overrides, run_id=None))
     score_opts = dataclasses.replace(as_options(ScoreOptions, opts), overrides=overrides, run_id=None)
-    run = find_run(score_opts, found.platform)
+    config = recipe_config.config_from_args(score_opts, found.platform.device)
+    run = find_run(score_opts, config, found.competition)
     if found.platform.hosts.writer:
         run.write_json(
             RunDir.REFIT,

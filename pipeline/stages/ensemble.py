@@ -169,9 +169,9 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
 def _members(opts: EnsembleOptions, platform):
     """The runs' competition, data manifest and run dirs, and their val and test predictions, each
     split aligned on the same ids; runs of two competitions or of other data are refused."""
-    from competition import load_spec
     from pipeline.core.rundir import finished_run
     from pipeline.modeling.inference import check_same_data, predict_split
+    from pipeline.tasks.competitions import load_competition
 
     run_dirs = [finished_run(opts.runs_dir, name) for name in opts.runs]
     competitions = {run.competition() for run in run_dirs}
@@ -179,13 +179,19 @@ def _members(opts: EnsembleOptions, platform):
         raise PetalsError(
             f"--runs: the runs belong to different competitions ({', '.join(sorted(competitions))})"
         )
-    spec = load_spec(competitions.pop())
+    competition = load_competition(competitions.pop())
     manifest = check_same_data(run_dirs[0], opts.data_dir)
     for run_dir in run_dirs[1:]:
         check_same_data(run_dir, opts.data_dir)
-    val = [predict_split(d, opts.data_dir, "val", opts.tta, platform) for d in run_dirs]
-    test = [predict_split(d, opts.data_dir, "test", opts.tta, platform) for d in run_dirs]
-    return spec, manifest, run_dirs, aligned(val, run_dirs, "val"), aligned(test, run_dirs, "test")
+    val = [predict_split(d, competition, opts.data_dir, "val", opts.tta, platform) for d in run_dirs]
+    test = [predict_split(d, competition, opts.data_dir, "test", opts.tta, platform) for d in run_dirs]
+    return (
+        competition.spec,
+        manifest,
+        run_dirs,
+        aligned(val, run_dirs, "val"),
+        aligned(test, run_dirs, "test"),
+    )
 
 
 def _write_run_blend(

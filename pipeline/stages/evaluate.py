@@ -16,12 +16,16 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.core import options
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import ScoreOptions
 from pipeline.core.rundir import RunDir
 from pipeline.stages import arguments
+
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
 log = logging.getLogger(__name__)
 
@@ -38,41 +42,42 @@ def run(args: argparse.Namespace) -> None:
 
 def evaluate_run(opts: ScoreOptions) -> dict:
     """Score the finished run `opts` names on its val split; print and return the evaluation."""
-    from competition import load_spec
     from pipeline.core import device
-    from pipeline.modeling.inference import find_run
-    from pipeline.tasks.competitions import task_of
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
-    run = find_run(opts, platform)
-    report = evaluate(run, opts.data_dir, opts.tta, platform, opts.submissions_dir, opts.track)
-    task = task_of(load_spec(run.read_config().competition))
-    print(summary_text(run.name, report, task))
+    run, competition = arguments.named_run(opts, platform)
+    report = evaluate(run, competition, opts.data_dir, opts.tta, platform, opts.submissions_dir, opts.track)
+    print(summary_text(run.name, report, competition.task))
     return report
 
 
 def evaluate(
-    run: RunDir, data_dir: Path, tta: int, platform, submissions_dir: Path, track: str = ScoreOptions.track
+    run: RunDir,
+    competition: Competition,
+    data_dir: Path,
+    tta: int,
+    platform,
+    submissions_dir: Path,
+    track: str = ScoreOptions.track,
 ) -> dict:
-    """Score the run on its val split, write the report files, record it (the leaderboard; the
-    run's TensorBoard events; MLflow with `track`); return the evaluation."""
-    from competition import load_spec
+    """Score the run (on `competition`, its config's) on its val split, write the report files,
+    record it (the leaderboard; the run's TensorBoard events; MLflow with `track`); return the
+    evaluation."""
     from pipeline.data.groups import held_out_groups
     from pipeline.modeling.inference import predict_split
     from pipeline.runs import leaderboard, tracking
     from pipeline.tasks import mistakes
-    from pipeline.tasks.competitions import task_of
 
     config = run.read_config()
     if config.train.merge_val:
         raise PetalsError(
             f"{run.name} trained on the val split (train.merge_val=true): it has no held-out images to score"
         )
-    spec = load_spec(config.competition)
-    val = predict_split(run, data_dir, "val", tta, platform)
+    spec = competition.spec
+    val = predict_split(run, competition, data_dir, "val", tta, platform)
     grouped = held_out_groups(data_dir, spec, val.ids)
-    found = task_of(spec).evaluate(val.labels, val.probabilities, spec, grouped)
+    found = competition.task.evaluate(val.labels, val.probabilities, spec, grouped)
     interval = spec.metric.interval(val.labels, val.probabilities, grouped)
     evaluation = {
         "metric": spec.metric.name,
@@ -105,7 +110,7 @@ def evaluate(
         },
         tta=tta,
     )
-    tracking.evaluated(run, evaluation, board, track)
+    tracking.evaluated(run, spec.name, evaluation, board, track)
     return evaluation
 
 

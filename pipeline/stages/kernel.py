@@ -150,19 +150,21 @@ def kernel(action: str, options: KernelOptions) -> Any:
     """`api.kernel`: the action on the options' kernel (generate, check, push, status, output)."""
     from pipeline.kernels.client import generate, remote
     from pipeline.kernels.client.check import check
+    from pipeline.tasks.competitions import load_competition
 
     generate.check_names(options)
+    competition = load_competition(generate.kernel_competition(options))
     if action == "generate":
-        return generate.generate(options)
+        return generate.generate(options, competition)
     if action == "fanout" and options.trials is not None:  # a study's trials, asked here
         from pipeline.sweep import fanout as trials
 
-        return trials.fan_out(options)
+        return trials.fan_out(options, competition)
     if action == "fanout":
         from pipeline.kernels.client import fanout
 
-        return fanout.fanout(options)
-    folder = generate.folder_of(options)
+        return fanout.fanout(options, competition)
+    folder = generate.folder_of(options, competition.spec)
     read_metadata(folder)  # one line saying to generate it first
     if action == "check":
         check(folder)
@@ -173,5 +175,12 @@ def kernel(action: str, options: KernelOptions) -> Any:
     if action == "status":
         return remote.status(folder)
     if action == "output":
-        return remote.output(folder, options.submissions_dir, options.data_dir, options.runs_dir)
+        # The output's runs name their competition (the kernel's, whatever these options say).
+        return remote.output(
+            folder,
+            options.submissions_dir,
+            options.data_dir,
+            options.runs_dir,
+            competition_of=load_competition,
+        )
     raise ValueError(f"kernel action {action!r} is not one of {', '.join(ACTIONS)}")

@@ -36,6 +36,6 @@ def run(args: argparse.Namespace) -> None:
     table = read(board)
     if table.empty:
         raise PetalsError(f"{board}: no entries yet; `make evaluate` records a run")
-    print(board_text(table, spec.name, args.top))
-    plot(table, board.with_suffix(".png"), spec.name)
+    print(board_text(table, spec, args.top))
+    plot(table, board.with_suffix(".png"), spec)
     log.info("leaderboard: %d entries; plot in %s", len(table), board.with_suffix(".png"))

@@ -18,7 +18,6 @@ from pipeline.core import options
 from pipeline.core.options import ScoreOptions
 from pipeline.runs.submission_files import write_submission
 from pipeline.stages import arguments
-from pipeline.tasks.competitions import task_of
 
 log = logging.getLogger(__name__)
 
@@ -35,19 +34,22 @@ def run(args: argparse.Namespace) -> None:
 
 def predict(opts: ScoreOptions) -> Path:
     """The test predictions of the finished run `opts` names, and its submission CSV (returned)."""
-    from competition import load_spec
     from pipeline.core import device
-    from pipeline.modeling.inference import check_same_data, find_run, predict_split
+    from pipeline.modeling.inference import check_same_data, predict_split
     from pipeline.runs import leaderboard, tracking
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
-    run = find_run(opts, platform)
-    spec = load_spec(run.competition())
+    run, competition = arguments.named_run(opts, platform)
+    spec = competition.spec
     manifest = check_same_data(run, opts.data_dir)
-    test = predict_split(run, opts.data_dir, "test", opts.tta, platform)
-    task = task_of(spec)
-    val = predict_split(run, opts.data_dir, "val", opts.tta, platform) if task.decides_on_val else None
+    test = predict_split(run, competition, opts.data_dir, "test", opts.tta, platform)
+    task = competition.task
+    val = (
+        predict_split(run, competition, opts.data_dir, "val", opts.tta, platform)
+        if task.decides_on_val
+        else None
+    )
     if not platform.hosts.writer:  # process 0 writes the submission; the others predicted their share
         return opts.submissions_dir / f"{run.name}.csv"
     metrics = run.metrics()
@@ -81,6 +83,6 @@ def predict(opts: ScoreOptions) -> Path:
         **leaderboard.run_fields(run),
         submission=str(path),
     )
-    tracking.predicted(run, path, board, opts.track)
+    tracking.predicted(run, spec.name, path, board, opts.track)
     print(f"{run.name}: {len(test.ids)} test predictions (TTA {opts.tta}) -> {path}")
     return path

@@ -208,7 +208,7 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
         print(f"  To upload: {kaggle_client.CREDENTIALS_HELP}; then rerun `make submit`.")
         print(
             closing_summary(
-                opts.submissions_dir, opts.competition, provenance, path, summary.rows, None, synthetic
+                opts.submissions_dir, opts.competition, spec, provenance, path, summary.rows, None, synthetic
             )
         )
         return
@@ -238,7 +238,9 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
         "`make leaderboard-sync` fetches its public score once Kaggle has scored it"
     )
     print(
-        closing_summary(opts.submissions_dir, opts.competition, provenance, path, summary.rows, slug, False)
+        closing_summary(
+            opts.submissions_dir, opts.competition, spec, provenance, path, summary.rows, slug, False
+        )
     )
 
 
@@ -274,8 +276,8 @@ def submit_kernel(opts: SubmitOptions, spec, checked: Checked) -> None:
 
     def finished(submitted_to: str | None) -> str:
         return closing_summary(
-            opts.submissions_dir, opts.competition, checked.provenance, checked.path, checked.summary.rows,
-            submitted_to, synthetic=False, code=True,
+            opts.submissions_dir, opts.competition, spec, checked.provenance, checked.path,
+            checked.summary.rows, submitted_to, synthetic=False, code=True,
         )  # fmt: skip
 
     if dry:

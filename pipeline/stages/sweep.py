@@ -28,6 +28,7 @@ from pipeline.core.progress import parts_left
 from pipeline.stages import arguments, cv
 from pipeline.sweep import setup as setups
 from pipeline.tasks import recipe_config
+from pipeline.tasks.competitions import Competition
 
 log = logging.getLogger(__name__)
 
@@ -118,11 +119,13 @@ def sweep(opts: SweepOptions) -> dict:
     from pipeline.core import device
     from pipeline.runs import tracking
     from pipeline.sweep import space, study, turns
+    from pipeline.tasks.competitions import load_competition
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     if platform.hosts.several:
         raise PetalsError("HOSTS: each sweep trial runs in one process; processes share a study by STORAGE")
-    setup = setups.setup(opts, platform.device)
+    competition = load_competition(setups.base_config(opts, platform.device).competition)
+    setup = setups.setup(opts, platform.device, competition)
     spec, name = setup.spec, setup.name
     url = study.storage_url(opts.storage, opts.runs_dir, name)
     direction = "maximize" if spec.metric.greater_is_better else "minimize"
@@ -150,7 +153,7 @@ def sweep(opts: SweepOptions) -> dict:
         overrides = (*opts.overrides, *(space.override(k, v) for k, v in values.items()))
         last = opts.folds or setup.build(tuple(space.override(k, v) for k, v in values.items())).train.epochs
         judged = Trial(trial, spec.score_key, last=last)
-        metrics = _run_trial(dataclasses.replace(opts, overrides=overrides), judged)
+        metrics = _run_trial(dataclasses.replace(opts, overrides=overrides), competition, judged)
         took.append(time.monotonic() - started)  # a pruned trial's too: the pruner shortens trials
         if judged.pruned:
             log.info("sweep: trial %d pruned by %s", trial.number, judged.pruned)
@@ -180,15 +183,16 @@ def _time_left(found, trials: int, took: list[float]) -> str:
     return parts_left(took, left, "trial")
 
 
-def _run_trial(opts: SweepOptions, judged: Trial) -> dict:
-    """The trial's run or CV group trained; its metrics ({} when the pruner stopped it)."""
+def _run_trial(opts: SweepOptions, competition: Competition, judged: Trial) -> dict:
+    """The trial's run or CV group (on `competition`, the study's) trained; its metrics ({} when the
+    pruner stopped it)."""
     from pipeline.modeling.preemption import Preempted
     from pipeline.stages import train as train_stage
 
     try:
         if opts.folds:
             folds = cv.checked(cv.as_options(CVOptions, opts))
-            return cv.train_folds(folds, after_fold=judged.fold, tags=judged.tags) or {}
+            return cv.train_folds(folds, competition, after_fold=judged.fold, tags=judged.tags) or {}
         return (
             train_stage.train(cv.as_options(TrainOptions, opts), judge=judged.epoch, tags=judged.tags) or {}
         )

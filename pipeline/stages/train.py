@@ -203,7 +203,7 @@ def prepare(
     name = (
         check_name(name, "run id", "--run (RUN=)")
         if name
-        else rundir.run_id(config, rundir.data_identity(manifest), size_of(config))
+        else rundir.run_id(config, rundir.data_identity(manifest), size_of(config, competition))
     )
     run = RunDir(runs_dir / name)
     shared, run = run, _own_run_dir(run, platform.hosts)
@@ -355,7 +355,9 @@ def _fit(job: Job, progress: bool, restart: bool, stop, keep_checkpoints: int) -
     if restart:
         run.metrics_file.unlink(missing_ok=True)
     if platform.hosts.writer:  # the others' run dirs are scratch
-        job.tracker = Tracker(run, config.to_dict(), job.tags, job.track, new=restart or not trainer.start)
+        job.tracker = Tracker(
+            run, job.spec.name, config.to_dict(), job.tags, job.track, new=restart or not trainer.start
+        )
     with contextlib.ExitStack() as reading:  # a data file gone mid-run is named in one line
         for split in (job.train, job.val):
             if split is not None:

@@ -19,6 +19,7 @@ import dataclasses
 import math
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import KernelOptions, SweepOptions
@@ -27,6 +28,9 @@ from pipeline.kernels.client.metadata import check_accelerator, default_name
 from pipeline.kernels.client.shares import Share
 from pipeline.sweep import setup as setups
 from pipeline.sweep import space, study, turns
+
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
 KEPT = ("placed", "here", "kept")  # the trial's run is here: placed now, before, or a local one of its id
 
@@ -42,17 +46,18 @@ class Search:
     base: str
 
 
-def fan_out(options: KernelOptions, report: Callable[[str], None] = print) -> dict:
+def fan_out(options: KernelOptions, competition: Competition, report: Callable[[str], None] = print) -> dict:
     """Ask the study for `options.trials` trials, push them in kernels of `trials_per_kernel`, follow
-    and collect them, tell the study each one's score; the study's summary (its best trial)."""
-    options = generate.resolved(options)
+    and collect them, tell the study each one's score; the study's summary (its best trial).
+    `competition`: the one the options name, as the stage resolved it."""
+    options = generate.resolved(options, competition.spec)
     session = check_accelerator(options.accelerator)
     _check(options)
     opts = SweepOptions(recipe=options.recipe, overrides=options.overrides, folds=options.folds or 0,
                         space=options.space, trials=options.trials, storage=options.storage,
                         data_dir=options.data_dir, runs_dir=options.runs_dir,
                         submissions_dir=options.submissions_dir, pruner="none")  # fmt: skip
-    found = setups.setup(opts, session.upper())  # recipe auto: the kernel's accelerator's
+    found = setups.setup(opts, session.upper(), competition)  # recipe auto: the kernel's accelerator's
     if found.spec.code_competition:  # before any trial is asked
         raise PetalsError(
             f"competition {found.spec.name} is a code competition: its kernel must write the submission, "
@@ -63,7 +68,7 @@ def fan_out(options: KernelOptions, report: Callable[[str], None] = print) -> di
     trials = study.open_study(found.name, url, direction, found.base.seed, "none")
     base = options.name or f"{default_name(generate.kernel_recipe(options), found.spec.name)}-trials"
     search = Search(options, found, trials, url, base)
-    fanout.fanout(options, trial_plan(search, report), report)
+    fanout.fanout(options, competition, trial_plan(search, report), report)
     return study.summary(trials, found.spec, url, options.runs_dir)
 
 
@@ -92,7 +97,9 @@ def trial_plan(search: Search, report) -> fanout.Plan:
     def collect(share: Share) -> None:
         kernel, target, _ = remote.download(options.kernels_dir / share.name, "trials")
         o = options
-        placed = remote.place_trials(kernel, target, o.data_dir, o.runs_dir, o.submissions_dir, share.trials)
+        # Every trial kernel was generated for the study: its runs are on the study's competition.
+        placed = remote.place_trials(kernel, target, o.data_dir, o.runs_dir, o.submissions_dir, share.trials,
+                                     competition_of=lambda _named: search.found.competition)  # fmt: skip
         _tell(search, share, *placed, report)
 
     # What the fan-out is: a rerun with other settings would mix trials of two searches.

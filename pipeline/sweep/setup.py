@@ -12,38 +12,53 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import SweepOptions
 from pipeline.core.paths import check_name
 
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
+
 
 @dataclasses.dataclass(frozen=True)
 class Setup:
     base: object  # the recipe's config with the command line's overrides: what every trial shares
-    spec: object
+    competition: Competition  # the base config's, as the stage resolved it
     params: list
     name: str  # the study's: competition, recipe, space, and a hash of what the trials share
     build: object  # overrides -> the config they make (checked, as a stage builds it)
 
+    @property
+    def spec(self):
+        return self.competition.spec
 
-def setup(opts: SweepOptions, device: str) -> Setup:
-    """The base config for `device` (what recipe `auto` resolves by), its competition, the space
-    (checked) and the study's name."""
+
+def base_config(opts: SweepOptions, device: str):
+    """The recipe's config for `device` (what recipe `auto` resolves by) with the command line's
+    overrides: what every trial shares, and the competition the stage resolves."""
+    from pipeline.tasks import recipe_config
+
+    return recipe_config.config_from_args(opts, device)
+
+
+def setup(opts: SweepOptions, device: str, competition: Competition) -> Setup:
+    """The base config for `device` (`base_config`), its competition (`competition`, as the stage
+    resolved it), the space (checked) and the study's name."""
     from pipeline.sweep import space
     from pipeline.tasks import recipe_config
-    from pipeline.tasks.competitions import load_competition
 
     if opts.trials < 1:
         raise PetalsError(f"TRIALS={opts.trials}: a sweep runs at least one trial")
     if opts.folds == 1 or opts.folds < 0:
         raise PetalsError(f"FOLDS={opts.folds}: cross-validation needs at least 2 folds (0: one run a trial)")
-    base = recipe_config.config_from_args(opts, device)
+    base = base_config(opts, device)
     if base.train.merge_val and not opts.folds:
         raise PetalsError(
             "train.merge_val=true: a trial would keep no val split to be judged on (FOLDS=K: out of fold)"
         )
-    path, folder = space.space_file(opts.space, base.competition, base.recipe, opts.recipe)
+    path, folder = space.space_file(opts.space, competition, base.recipe, opts.recipe)
     params = space.read_space(path, folder)
 
     def build(extra):
@@ -51,10 +66,10 @@ def setup(opts: SweepOptions, device: str) -> Setup:
         return recipe_config.config_from_args(given, device)
 
     space.check(params, path, build)
-    spec = load_competition(base.competition).spec
+    spec = competition.spec
     name = f"{spec.name}-{Path(base.recipe).stem}-{path.stem}" + (f"-cv{opts.folds}" if opts.folds else "")
     name = f"{name}-{shared_hash(base, params, opts)}"
-    return Setup(base, spec, params, check_name(name, "study name", "--space"), build)
+    return Setup(base, competition, params, check_name(name, "study name", "--space"), build)
 
 
 def shared_hash(base, params: list, opts: SweepOptions) -> str:

@@ -25,11 +25,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign_files import load_toml, present
 from pipeline.core.paths import shown
+
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
 FOLDER = "spaces"  # beside a recipe: recipes/spaces/<recipe>.toml
 FIELDS = {"low", "high", "log", "step", "choices"}
@@ -66,7 +69,7 @@ def override(key: str, value: Any) -> str:
     return f"{key}={value}"
 
 
-def space_file(space: str, competition: str, recipe: str, given: str) -> tuple[Path, Path]:
+def space_file(space: str, competition: Competition, recipe: str, given: str) -> tuple[Path, Path]:
     """`SPACE=1`: the recipe's own space, beside it (`given`: the recipe as the command line named
     it, maybe a file's path); anything else: a file's path. With the folder it is read inside: the
     recipes folder it was found in, or a given file's own."""

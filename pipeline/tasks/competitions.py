@@ -27,10 +27,10 @@ def task_of(spec: CompetitionSpec) -> Task:
         raise CompetitionFileError(f"{competition_file(spec.name)}: {err}") from None
 
 
-def size_of(config) -> int:
-    """The size a run's id carries (`rundir.run_id`): what the competition's task reads, an image's
-    side or a text's tokens."""
-    return task_of(load_spec(config.competition)).size(config)
+def size_of(config, competition: Competition) -> int:
+    """The size a run's id carries (`rundir.run_id`): what the competition's task reads (the
+    config's competition), an image's side or a text's tokens."""
+    return competition.task.size(config)
 
 
 def check_network(config, spec: CompetitionSpec, backend: str) -> None:

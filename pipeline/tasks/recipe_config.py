@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from competition.spec import SPEC_DIR, competition_folder
+from competition.spec import SPEC_DIR
 from pipeline.core.config import (
     AUTO_RECIPE,
     CHOICES,
@@ -29,19 +29,20 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.foreign_files import load_toml, present
 from pipeline.core.options import ConfigOptions
 from pipeline.core.overrides import apply_updates, leaves, parse_overrides, toml_value
-from pipeline.tasks.competitions import load_competition
+from pipeline.tasks.competitions import Competition, load_competition
 
 RECIPES = "recipes"  # a competition's own recipes: competition/<name>/recipes/
 
 
-def recipe_dirs(competition: str = DEFAULT_COMPETITION) -> list[Path]:
-    """Where a competition's recipes are, first found first: its folder's `recipes/`, then its
-    task's (pipeline/tasks/recipes/<task>/: cpu, gpu and tpu), so a competition file alone trains.
-    The file is checked against its task here, before any stage reads its config: one line otherwise."""
-    return [competition_folder(competition) / RECIPES, load_competition(competition).task.recipes_dir]
+def recipe_dirs(competition: Competition) -> list[Path]:
+    """Where a competition's recipes are, first found first: its file's folder's `recipes/`, then
+    its task's (pipeline/tasks/recipes/<task>/: cpu, gpu and tpu), so a competition file alone trains."""
+    return [competition.spec.file.parent / RECIPES, competition.task.recipes_dir]
 
 
-def beside_recipe(folder: str, competition: str, recipe: str, given: str) -> tuple[Path | None, list[Path]]:
+def beside_recipe(
+    folder: str, competition: Competition, recipe: str, given: str
+) -> tuple[Path | None, list[Path]]:
     """A recipe's companion file, `recipes/<folder>/<recipe>.toml` (candidates, a search space):
     beside the recipe file `given` names, else the competition's, then its task's. (The first that
     exists or None, every place looked.)"""
@@ -50,13 +51,13 @@ def beside_recipe(folder: str, competition: str, recipe: str, given: str) -> tup
     return next((p for p in places if present(p)), None), places
 
 
-def recipe_names(competition: str = DEFAULT_COMPETITION) -> list[str]:
+def recipe_names(competition: Competition) -> list[str]:
     """A competition's recipes (its own and its task's), plus `default` (no file: the defaults)."""
     found = {p.stem for folder in recipe_dirs(competition) for p in folder.glob("*.toml")}
     return sorted([DEFAULT_RECIPE, *found])
 
 
-def recipe_path(name: str, competition: str = DEFAULT_COMPETITION) -> Path:
+def recipe_path(name: str, competition: Competition) -> Path:
     if name.endswith(".toml"):
         path = Path(name)
     else:
@@ -64,7 +65,7 @@ def recipe_path(name: str, competition: str = DEFAULT_COMPETITION) -> Path:
         path = next((p for p in candidates if present(p)), candidates[0])
     if not present(path):
         known = ", ".join(recipe_names(competition))
-        raise PetalsError(f"unknown recipe {name!r} for {competition}: no {path} (recipes: {known})")
+        raise PetalsError(f"unknown recipe {name!r} for {competition.name}: no {path} (recipes: {known})")
     return path
 
 
@@ -76,7 +77,7 @@ def _competition(overrides: Iterable[str]) -> str:
     return value
 
 
-def _recipe_values(recipe: str, competition: str) -> tuple[Path | None, dict[str, Any]]:
+def _recipe_values(recipe: str, competition: Competition) -> tuple[Path | None, dict[str, Any]]:
     """A resolved recipe's file and the values it sets (none for `default`)."""
     if recipe == DEFAULT_RECIPE:
         return None, {}
@@ -93,24 +94,35 @@ def load_config(
 ) -> Config:
     """Defaults, then the recipe file, then `--set` overrides; all keys and types checked.
 
-    `recipe="auto"` takes the recipe for `device` (TPU, GPU or CPU: `Platform.device`).
+    `recipe="auto"` takes the recipe for `device` (TPU, GPU or CPU: `Platform.device`). The
+    competition `--set competition=` names is loaded here, once (checked against its task before
+    any stage reads the config: one line otherwise), for its recipes and the transforms it keeps;
+    the stages resolve it again from the config and pass it down.
     """
-    overrides = list(overrides)
-    path, raw = _recipe_values(resolve_recipe(recipe, device), _competition(overrides))
+    return _resolved(recipe, list(overrides), device)[0]
+
+
+def _resolved(recipe: str, overrides: list[str], device: str | None) -> tuple[Config, Path | None, dict]:
+    """`load_config`'s config, with the recipe file it read and the values it set."""
+    named = _competition(overrides)
+    competition = load_competition(named)
+    path, raw = _recipe_values(resolve_recipe(recipe, device), competition)
     config = Config()
     if path is not None:
         config = dataclasses.replace(apply_updates(config, raw, str(path), CHOICES), recipe=path.stem)
     config = apply_updates(config, parse_overrides(overrides), "--set", CHOICES)
-    config = _keep_labels(config, explicit=leaves(raw) | leaves(parse_overrides(overrides)))
+    if config.competition != named:  # a recipe file that names another competition: its transforms
+        competition = load_competition(config.competition)
+    config = _keep_labels(config, competition, explicit=leaves(raw) | leaves(parse_overrides(overrides)))
     validate(config)
-    return config
+    return config, path, raw
 
 
-def _keep_labels(config: Config, explicit: set[str]) -> Config:
+def _keep_labels(config: Config, competition: Competition, explicit: set[str]) -> Config:
     """Only the transforms the competition says keep the label: a default one that does not is
     turned off, one a recipe or `--set` turns on is refused."""
 
-    spec = load_competition(config.competition).spec
+    spec = competition.spec
     unknown = sorted(spec.keeps_label - set(TRANSFORMS))
     if unknown:
         raise PetalsError(
@@ -135,8 +147,7 @@ def describe(recipe: str, overrides: Iterable[str] = (), device: str | None = No
     """The resolved config as TOML (a file `--recipe` reads back), each value with where it came
     from: the defaults, the recipe file, or `--set`."""
     overrides = list(overrides)
-    config = load_config(recipe, overrides, device)
-    path, raw = _recipe_values(resolve_recipe(recipe, device), config.competition)
+    config, path, raw = _resolved(recipe, overrides, device)
     from_recipe, from_set = leaves(raw), leaves(parse_overrides(overrides))
     chosen = f"{recipe} -> {config.recipe} (the {device} recipe)" if recipe == AUTO_RECIPE else config.recipe
     shown = (
@@ -180,7 +191,7 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         default=ConfigOptions.recipe,
         help="recipe under competition/<name>/recipes/ (else its task's), a .toml path, or auto: tpu, "
         "gpu or cpu by the device the stage runs on; `default` is the bare defaults "
-        f"(known: {', '.join(recipe_names())}) "
+        f"(known: {', '.join(recipe_names(load_competition(DEFAULT_COMPETITION)))}) "
         f"(default: {AUTO_RECIPE})",
     )
     parser.add_argument(

@@ -12,12 +12,15 @@ import io
 import logging
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign_files import load_toml, read_small_bytes
 from pipeline.core.git import listed_files
 from pipeline.core.paths import check_relative, inside, shown
+
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
 log = logging.getLogger(__name__)
 
@@ -148,21 +151,25 @@ def outside_competition(spec_path: str, name: str, members: list[str]) -> dict[s
     }
 
 
-def check_carried(members: list[str], competition: str, recipe: str, root: Path = REPO) -> dict[str, Carried]:
+def check_carried(
+    members: list[str], competition: str, recipe: str, loaded: Competition, root: Path = REPO
+) -> dict[str, Carried]:
     """The files this generation read that the kernel reads again on Kaggle are among `members`
     (relative to `root`, the checkout holding competition/): the competition's file and class list,
     and the recipe's file, which the kernel finds by name (its competition's recipes/ first, then its
     task's). Else the kernel would fail after Kaggle's queue, or run another file of the same name
     (an untracked competition/<name>/recipes/tpu.toml: the task's tpu.toml). One line if not.
-    A competition given as a path is carried under its name: those files are returned, to bundle."""
-    from competition.spec import competition_file, load_spec
+    `competition`: as the config gives it (a name, or a path); `loaded`: that competition, as the
+    stage resolved it. A competition given as a path is carried under its name: those files are
+    returned, to bundle."""
+    from competition.spec import competition_file
     from pipeline.core.config import DEFAULT_RECIPE
     from pipeline.tasks.recipe_config import recipe_dirs, recipe_path
 
     spec_file = competition_file(competition)
     extra: dict[str, Carried] = {}
     if competition.endswith(".toml"):
-        extra = outside_competition(competition, load_spec(competition).name, members)
+        extra = outside_competition(competition, loaded.name, members)
     else:
         for name in (spec_file.relative_to(root).as_posix(), classes_file(spec_file, root)):
             if name and name not in members:
@@ -179,8 +186,8 @@ def check_carried(members: list[str], competition: str, recipe: str, root: Path 
         return inner if inner and inner.split("/", 1)[0] in BUNDLED else None
 
     bundled = set(members) | set(extra)
-    used = recipe_path(recipe, competition)
-    by_name = [carried(folder / f"{used.stem}.toml") for folder in recipe_dirs(competition)]
+    used = recipe_path(recipe, loaded)
+    by_name = [carried(folder / f"{used.stem}.toml") for folder in recipe_dirs(loaded)]
     found = next((name for name in by_name if name in bundled), None)  # what the kernel will run
     name = carried(used)
     if name and name not in bundled:

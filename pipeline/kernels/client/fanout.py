@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import write_json
@@ -44,6 +44,9 @@ from pipeline.kernels.client.metadata import (
     read_metadata,
 )
 from pipeline.kernels.client.shares import ACTIVE, PUSHES, STATES, Share, load, one_line
+
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
 # Batch sessions Kaggle lets one user run at once, as its push refusals name them (2026).
 CONCURRENT = {"tpu": 1, "gpu": 2, "cpu": 5}
@@ -80,16 +83,19 @@ class Blocked:
 
 
 def fanout(
-    options: KernelOptions, plan: Plan | None = None, report: Callable[[str], None] = print
+    options: KernelOptions,
+    competition: Competition,
+    plan: Plan | None = None,
+    report: Callable[[str], None] = print,
 ) -> dict[str, int]:
     """Push, follow and collect the plan's kernels (default: one per fold of `options.folds`, those
     in `fold_list` or all) until every share is collected or failed, or `wait_seconds` pass; the
-    shares' counts. PetalsError in one line for a share that failed, or for shares left waiting or
-    running."""
-    options = generate.resolved(options)
+    shares' counts. `competition`: the one the options name, as the stage resolved it. PetalsError
+    in one line for a share that failed, or for shares left waiting or running."""
+    options = generate.resolved(options, competition.spec)
     session = check_accelerator(options.accelerator)
     _check_limits(options)
-    plan = plan or fold_plan(options)
+    plan = plan or fold_plan(options, competition)
     path = options.kernels_dir / f"{plan.base}.fanout.json"
     every = load(path, plan, report)  # FOLD= picks some; the rest are kept as they are
     shares = [every[n] for n in plan.numbers]
@@ -99,7 +105,7 @@ def fanout(
 
     for share in shares:
         if share.state == "waiting" and share.pushes == 0:  # generated now; a pushed one keeps its folder
-            share.kernel = read_metadata(generate.generate(plan.options_of(share)))["id"]
+            share.kernel = read_metadata(generate.generate(plan.options_of(share), competition))["id"]
             save()
     save()
     try:
@@ -115,10 +121,11 @@ def fanout(
     return counts
 
 
-def fold_plan(options: KernelOptions) -> Plan:
-    """A CV group's folds, one kernel each (`FOLDS=K`, `FOLD=` picks some)."""
+def fold_plan(options: KernelOptions, competition: Competition) -> Plan:
+    """A CV group's folds on `competition` (the options'), one kernel each (`FOLDS=K`, `FOLD=` picks
+    some)."""
     folds = _folds(options)
-    base = options.name or default_name(generate.kernel_recipe(options), generate.kernel_spec(options).name)
+    base = options.name or default_name(generate.kernel_recipe(options), competition.spec.name)
     check_name(base, "--name")
     # What the fan-out is: a rerun with other settings would mix kernels of two kinds in one group.
     settings = {
@@ -136,7 +143,9 @@ def fold_plan(options: KernelOptions) -> Plan:
 
     def collect(share: Share) -> None:  # `make kernel-output`: the fold run placed, its group assembled
         folder = options.kernels_dir / share.name
-        remote.output(folder, options.submissions_dir, options.data_dir, options.runs_dir, "folds")
+        # Every fold kernel was generated from these options: its runs are on their competition.
+        remote.output(folder, options.submissions_dir, options.data_dir, options.runs_dir, "folds",
+                      competition_of=lambda _named: competition)  # fmt: skip
 
     return Plan(
         kind="fold",

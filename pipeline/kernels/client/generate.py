@@ -17,7 +17,7 @@ import pprint
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_json
@@ -48,14 +48,17 @@ from pipeline.kernels.client.metadata import (
 from pipeline.kernels.client.recipe_check import check_recipe, kernel_internet, preset_model, weights_file
 from pipeline.networks.registry import WEIGHT_CHOICES
 
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
-def kernel_spec(options: KernelOptions):
-    """The competition the kernel's overrides pick (the default one without)."""
+
+def kernel_competition(options: KernelOptions) -> str:
+    """The competition the kernel's overrides name (the default one without): the stage resolves
+    it once and passes its spec down."""
     from pipeline.core.config import DEFAULT_COMPETITION
     from pipeline.core.overrides import parse_overrides
-    from pipeline.tasks.competitions import load_competition
 
-    return load_competition(parse_overrides(options.overrides).get("competition", DEFAULT_COMPETITION)).spec
+    return parse_overrides(options.overrides).get("competition", DEFAULT_COMPETITION)
 
 
 def check_names(options: KernelOptions) -> None:
@@ -74,16 +77,14 @@ def check_names(options: KernelOptions) -> None:
                 check_name(part, f"{option} {shown(value)}, part")
 
 
-def resolved(options: KernelOptions) -> KernelOptions:
-    """The options with the accelerator filled in: the one asked for, else the competition's default."""
-    return dataclasses.replace(
-        options, accelerator=resolve_accelerator(options.accelerator, kernel_spec(options))
-    )
+def resolved(options: KernelOptions, spec) -> KernelOptions:
+    """The options with the accelerator filled in: the one asked for, else the default for the
+    competition (`spec`, the one `kernel_competition` names)."""
+    return dataclasses.replace(options, accelerator=resolve_accelerator(options.accelerator, spec))
 
 
-def folder_of(options: KernelOptions) -> Path:
-    """The folder `generate` writes for these options."""
-    spec = kernel_spec(options)
+def folder_of(options: KernelOptions, spec) -> Path:
+    """The folder `generate` writes for these options (on `spec`, their competition's)."""
     accelerator = resolve_accelerator(options.accelerator, spec)
     return kernel_folder(options.kernels_dir, options.name, options.recipe, accelerator, spec.name)
 
@@ -160,18 +161,20 @@ def script_text(settings: dict[str, Any], payload: bytes, notebook: bool) -> str
     return text
 
 
-def generate(options: KernelOptions) -> Path:
-    """Write `kernels/<name>/` for the options' recipe, checked before it replaces an earlier
-    generation; its folder. Anything the kernel could not do on Kaggle is one line here first."""
+def generate(options: KernelOptions, competition: Competition) -> Path:
+    """Write `kernels/<name>/` for the options' recipe (on `competition`, the one they name, as the
+    stage resolved it), checked before it replaces an earlier generation; its folder. Anything the
+    kernel could not do on Kaggle is one line here first."""
     from pipeline.modeling.inference import check_tta
     from pipeline.tasks import recipe_config
 
-    options = resolved(options)
-    spec = kernel_spec(options)
+    spec = competition.spec
+    options = resolved(options, spec)
     session = check_accelerator(options.accelerator)
     config = recipe_config.config_from_args(options, session.upper())  # auto: the accelerator's recipe
     members = bundle_members()
-    extra = check_carried(members, config.competition, kernel_recipe(options))  # before Kaggle's queue
+    # What the kernel reads again on Kaggle is carried: checked here, before Kaggle's queue.
+    extra = check_carried(members, config.competition, kernel_recipe(options), competition)
     options = dataclasses.replace(options, internet=kernel_internet(spec, options.internet))
     preset = preset_model(config)
     if preset and not options.model:  # what petals knows, it fills in: the preset the recipe names

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import text
@@ -23,6 +23,9 @@ from pipeline.kernels.client.metadata import (
     read_summary,
     read_trials_summary,
 )
+
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
 
 def push(folder: Path, timeout: int | None = None) -> int:
@@ -87,20 +90,23 @@ def output(
     data_dir: Path = Path("data"),
     runs_dir: Path = Path("runs"),
     expected: str | None = None,
+    *,
+    competition_of: Callable[[str], Competition],
 ) -> None:
     """Download the kernel's outputs into `<folder>/output/` and record its run on the leaderboard;
     a FOLDS kernel's fold runs are merged into `runs_dir` instead (`merge_folds`), and a kernel of
     trials' runs placed there (`place_trials`). `expected` (one of KINDS): what the caller made the
-    kernel for; an output that holds something else is refused. Every name Kaggle answers with (the
-    files, the summary's fields) is checked before it is used."""
+    kernel for; an output that holds something else is refused. `competition_of`: the stage's
+    resolver of the competition a downloaded run's config names (`merge.merge_output`). Every name
+    Kaggle answers with (the files, the summary's fields) is checked before it is used."""
     from pipeline.runs import leaderboard
 
     kernel, target, kind = download(folder, expected)
     if kind == "trials":  # a share of a study's trials: its runs placed (the fan-out tells the study)
-        place_trials(kernel, target, data_dir, runs_dir, submissions_dir)
+        place_trials(kernel, target, data_dir, runs_dir, submissions_dir, competition_of=competition_of)
         return
     if kind == "folds":
-        merge_folds(kernel, target, data_dir, runs_dir, submissions_dir)
+        merge_folds(kernel, target, data_dir, runs_dir, submissions_dir, competition_of)
         return
     summary_path = target / SUMMARY
     summary = read_summary(summary_path, kernel)  # Kaggle's file: its names and scores checked
@@ -134,9 +140,17 @@ def output(
     print(f"kernel {kernel}: recorded as {entry} on the leaderboard")
 
 
-def merge_folds(kernel: str, target: Path, data_dir: Path, runs_dir: Path, submissions_dir: Path) -> None:
+def merge_folds(
+    kernel: str,
+    target: Path,
+    data_dir: Path,
+    runs_dir: Path,
+    submissions_dir: Path,
+    competition_of: Callable[[str], Competition],
+) -> None:
     """A FOLDS kernel's output: its finished fold runs placed in `runs_dir` and their CV group
-    assembled once every fold is there, one line per fold (`pipeline.cv.merge`)."""
+    assembled once every fold is there, one line per fold (`pipeline.cv.merge`; `competition_of`
+    resolves the competition a fold's config names)."""
     from pipeline.core import device
     from pipeline.cv import merge
 
@@ -148,6 +162,7 @@ def merge_folds(kernel: str, target: Path, data_dir: Path, runs_dir: Path, submi
         runs_dir,
         submissions_dir,
         trained=summary["fold_runs"],
+        competition_of=competition_of,
         tta=summary["tta"],
         platform=device.pick,  # only when a group assembles: a fold whose weights came may predict
     )
@@ -161,6 +176,8 @@ def place_trials(
     submissions_dir: Path,
     only: list[int] | None = None,
     report=print,
+    *,
+    competition_of: Callable[[str], Competition],
 ) -> tuple[dict[int, str], dict[str, list[str]]]:
     """A kernel of trials' output: each trial's finished run placed in `runs_dir` (with FOLDS, its
     fold runs, and each group assembled once complete). For each trial (those in `only`, the share
@@ -177,7 +194,7 @@ def place_trials(
     # the kernel's own words on a failed trial: printed by the sweep, so shown escaped
     outcome = {n: text(failed[str(n)], 300) if failed.get(str(n)) else unfinished for n in asked}
     if summary.get("folds"):
-        merge_folds(kernel, target, data_dir, runs_dir, submissions_dir)
+        merge_folds(kernel, target, data_dir, runs_dir, submissions_dir, competition_of)
         for number in asked:
             names = runs.get(str(number))
             if names and all(RunDir(runs_dir / name).finished for name in names):
@@ -188,7 +205,11 @@ def place_trials(
         if str(number) not in runs:
             continue
         run = RunDir(target / merge.RUNS / runs[str(number)][0])
-        refused = merge.foreign_data(run, identity) if run.config_file.is_file() else "its run is not there"
+        refused = (
+            merge.foreign_data(run, identity, competition_of(run.read_config().competition))
+            if run.config_file.is_file()
+            else "its run is not there"
+        )
         if refused or not run.finished:
             outcome[number] = refused or f"{run.name} is unfinished"
         else:

@@ -43,14 +43,20 @@ def train_folds(work: Work, done: dict, values: tuple[str, ...] = (), label: str
         from pipeline.data.folds import receive_table
 
         receive_table(where["data_dir"], work.settings["fold_table"])
+
+    def train(opts: CVOptions) -> None:
+        # The CV stage's step, its competition resolved inside it: a bad one is the stage's one line.
+        cv_stage.train_folds(opts, cv_stage.competition_of(opts))
+
     for fold in work.settings.get("fold_list") or range(folds):
         opts = CVOptions(**where, **work.config(values), folds=folds, fold_list=(fold,), tta=tta,
                          time_limit=work.time_left(), submissions_dir=work.board)  # fmt: skip
-        work.stage(f"{label}fold {fold}", cv_stage.train_folds, opts)
-        run = experiment.setup(opts).fold_run(fold)
+        work.stage(f"{label}fold {fold}", train, opts)
+        competition = cv_stage.competition_of(opts)  # as the stage resolved it: the fold trained
+        run = experiment.setup(opts, competition).fold_run(fold)
         for split in ("val", "test"):
-            work.stage(f"{label}fold {fold} {split}", predict_split, run, where["data_dir"], split, tta,
-                       work.platform)  # fmt: skip
+            work.stage(f"{label}fold {fold} {split}", predict_split, run, competition, where["data_dir"],
+                       split, tta, work.platform)  # fmt: skip
         done[run.name] = work.now()
 
 
