@@ -1,0 +1,90 @@
+"""Small data chooses by CV whatever the target: on a regression and on a multi-label competition
+`make train` trains the probe candidate (TF-IDF + ridge regression, TF-IDF + a logistic regression
+per label) beside the recipe and takes the one CV prefers, where it used to train the recipe alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from competition import load_spec
+from pipeline.cli import build_parser
+from pipeline.core.rundir import RunDir
+from pipeline.cv import choose
+from pipeline.stages import cv as cv_stage
+from pipeline.stages.fetch import FetchOptions, fetch
+from pipeline.tasks.competitions import load_competition
+from tests.test_text_regression import write_competition
+
+RECIPE = """[data]
+batch_size = 16
+sequence_length = 32
+vocabulary_size = 300
+
+[model]
+backbone = "ngrams"
+
+[train]
+epochs = 1
+steps_per_epoch = 3
+choose_up_to = 10000
+"""
+# The shipped text candidates' shape (recipes/text_classification/candidates/cpu.toml), tiny.
+CANDIDATES = """[tfidf.model]
+backbone = "tfidf"
+
+[tfidf.train]
+head_solver = "logistic"
+
+[recipe]
+"""
+
+
+def readability(tmp_path) -> tuple[str, object]:
+    """CommonLit's layout (tests/test_text_regression.py): 120 excerpts, a number each."""
+    toml, download = write_competition(tmp_path, train=120, test=10)
+    spec = load_competition(str(toml)).spec
+    fetch(FetchOptions(source="dir", data_from=download, data_dir=tmp_path / "data", progress=False), spec)
+    return str(toml), tmp_path / "data"
+
+
+def comments(tmp_path) -> tuple[str, object]:
+    """Jigsaw's embedded comments at a tenth: 200, six labels each (the rarest on a few)."""
+    fetch(
+        FetchOptions(source="synthetic", data_dir=tmp_path / "data", scale=0.1, progress=False),
+        load_spec("jigsaw-toxic"),
+    )
+    return "jigsaw-toxic", tmp_path / "data"
+
+
+@pytest.mark.slow
+@pytest.mark.thorough  # two candidates' folds on two competitions: the image tasks' path, on texts
+@pytest.mark.parametrize(
+    ("data", "fitted"),
+    [
+        (readability, "TF-IDF + ridge regression fitted on"),
+        (comments, "TF-IDF + a logistic regression per label"),
+    ],
+)
+def test_small_data_trains_the_probe_beside_the_recipe_and_chooses(data, fitted, tmp_path, caplog):
+    competition, data_dir = data(tmp_path)
+    recipes = tmp_path / "recipes"
+    (recipes / "candidates").mkdir(parents=True)
+    (recipes / "mine.toml").write_text(RECIPE)
+    (recipes / "candidates" / "mine.toml").write_text(CANDIDATES)
+    args = build_parser(only="train").parse_args([
+        "train", "--data-dir", str(data_dir), "--runs-dir", str(tmp_path / "runs"), "--backend", "tensorflow",
+        "--recipe", str(recipes / "mine.toml"), "--set", f"competition={competition}",
+    ])  # fmt: skip
+    caplog.set_level("INFO")
+    opts = cv_stage.small_data("train", args)
+    assert opts is not None and opts.choose == "1" and opts.folds >= 2, caplog.text
+    assert "cannot train here" not in caplog.text
+    choice = cv_stage.train(opts)
+    assert [row["candidate"] for row in choice["rows"]] == ["tfidf", "recipe"]
+    assert all(np.isfinite(row["score"]) for row in choice["rows"])
+    assert caplog.text.count(fitted) == opts.folds  # the probe fitted once a fold
+    probe_group = RunDir(tmp_path / "runs" / choice["rows"][0]["group"]).metrics()
+    assert probe_group["folds"] == opts.folds and np.isfinite(probe_group["cv_score"])
+    (written,) = (tmp_path / "runs").glob(f"choose-mine-*/{choose.FILE}")
+    assert RunDir(written.parent).read_json(choose.FILE)["winner"] == choice["winner"]
