@@ -1,10 +1,12 @@
 """Small data chooses by CV whatever the target: on a regression and on a multi-label competition
 `make train` trains the probe candidate (TF-IDF + ridge regression, TF-IDF + a logistic regression
-per label) beside the recipe and takes the one CV prefers, where it used to train the recipe alone."""
+per label) beside the recipe and takes the one CV prefers, where it used to train the recipe alone;
+and the image probe's run on a number and on labels scores on val what predict computes from it."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from competition import load_spec
@@ -88,3 +90,33 @@ def test_small_data_trains_the_probe_beside_the_recipe_and_chooses(data, fitted,
     assert probe_group["folds"] == opts.folds and np.isfinite(probe_group["cv_score"])
     (written,) = (tmp_path / "runs").glob(f"choose-mine-*/{choose.FILE}")
     assert RunDir(written.parent).read_json(choose.FILE)["winner"] == choice["winner"]
+
+
+@pytest.mark.slow
+@pytest.mark.thorough  # a probe on cached features of a number and of labels (test_probe.py's, on classes)
+@pytest.mark.parametrize(
+    ("competition", "fitted"),
+    [
+        ("petfinder-pawpularity", "ridge regression"),
+        ("plant-pathology-2021", "a logistic regression per label"),
+    ],
+)
+def test_an_image_probe_run_on_numbers_or_labels_scores_what_predict_computes(
+    competition, fitted, cpu, tmp_path, caplog
+):
+    from pipeline.modeling.inference import predict_split
+    from pipeline.stages import train
+    from pipeline.tasks.recipe_config import load_config
+    from tests.test_probe import PROBE
+
+    spec = load_spec(competition)
+    fetch(FetchOptions(source="synthetic", data_dir=tmp_path / "data", scale=0.1, progress=False), spec)
+    caplog.set_level("INFO")
+    config = load_config(overrides=[*PROBE, f"competition={competition}"])
+    job = train.prepare(config, cpu, tmp_path / "data", tmp_path / "runs", None, None)
+    train.fit(job, progress=False)
+    assert f"the head fitted by {fitted} on " in caplog.text and "inner CV over whole examples" in caplog.text
+    predictions = predict_split(job.run, tmp_path / "data", "val", 1, cpu, as_scored=False)
+    score = spec.metric.score(predictions.labels, predictions.probabilities)
+    history = pd.read_csv(job.run.history_file)
+    assert score == pytest.approx(history[f"val_{spec.metric.name}"].iloc[0], abs=1e-3)
