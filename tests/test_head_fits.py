@@ -122,3 +122,13 @@ def test_every_task_names_a_fit_for_its_probe():
     assert {get_task(n).probe for n in ("image_regression", "multi_label_text_classification")} == {
         "ridge", "one_vs_rest",
     }  # fmt: skip
+
+
+def test_ridge_on_one_group_is_not_split_and_says_so():
+    features, targets = numbers(1, count=12)
+    scale = TargetScale(targets.mean(0), targets.std(0))
+    fitted = probe.fit(features, targets, np.full(12, "g"), 0, "ridge", 1, scale)
+    assert (
+        fitted.models[0].alpha == 1 / (2 * head_fits.NO_SPLIT_C)
+        and fitted.said == "alpha=0.5: too few to split"
+    )

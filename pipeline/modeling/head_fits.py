@@ -107,13 +107,14 @@ def one_vs_rest(
     for k in range(outputs):
         column = labels[:, k]
         if column.min() == column.max():  # nothing to tell apart: the prior
-            bias[k] = prior_logit(column)
-            models.append(None), values.append("prior"), folds.append(0)
-            continue
-        splits = inner_folds(column, groups, views, seed)
-        model = _logistic_cv(x, np.tile(column, views), splits, cs, seed)
-        weights[:, k], bias[k] = model.coef_[0], model.intercept_[0]
-        models.append(model), values.append(f"{model.C_[0]:g}"), folds.append(len(splits))
+            bias[k], model, value, splits = prior_logit(column), None, "prior", []
+        else:
+            splits = inner_folds(column, groups, views, seed)
+            model = _logistic_cv(x, np.tile(column, views), splits, cs, seed)
+            weights[:, k], bias[k], value = model.coef_[0], model.intercept_[0], f"{model.C_[0]:g}"
+        models.append(model)
+        values.append(value)
+        folds.append(len(splits))
     return Fitted(weights, bias, _how("C", values, folds), tuple(models))
 
 
@@ -125,18 +126,19 @@ def ridge(x, targets, groups, views: int, seed: int, cs: np.ndarray, outputs: in
     std = np.broadcast_to(np.asarray(summary.std, np.float64), y.shape[1])
     z = np.tile((y - mean) / std, (views, 1))
     splits = inner_folds(np.zeros(len(groups), int), groups, views, seed)  # one stratum: grouped K-fold
+    alphas = 1.0 / (2.0 * np.asarray(cs if splits else [NO_SPLIT_C], np.float64))
     weights, bias = np.zeros((x.shape[1], outputs)), np.zeros(outputs)
-    models, values = [], []
+    models = []
     with _quiet():
         for k in range(outputs):
-            if splits:
-                alphas = 1.0 / (2.0 * np.asarray(cs, np.float64))
-                model = RidgeCV(alphas=alphas, cv=splits, scoring="neg_mean_squared_error").fit(x, z[:, k])
+            if splits:  # by squared error (with a cv, RidgeCV's default would be each fold's R^2)
+                search = RidgeCV(alphas=alphas, cv=splits, scoring="neg_mean_squared_error")
             else:
-                model = Ridge(alpha=1.0 / (2.0 * NO_SPLIT_C)).fit(x, z[:, k])
-                model.alpha_ = model.alpha
+                search = Ridge(alpha=alphas[0])
+            model = search.fit(x, z[:, k])
             weights[:, k], bias[k] = model.coef_, model.intercept_
-            models.append(model), values.append(f"{model.alpha_:g}")
+            models.append(model)
+    values = [f"{m.alpha_ if splits else m.alpha:g}" for m in models]
     return Fitted(weights, bias, _how("alpha", values, [len(splits)] * outputs), tuple(models))
 
 
