@@ -13,6 +13,7 @@ from competition import load_spec
 from pipeline.cli import build_parser
 from pipeline.core.rundir import RunDir
 from pipeline.cv import choose
+from pipeline.modeling import text_probe
 from pipeline.stages import cv as cv_stage
 from pipeline.stages.fetch import FetchOptions, fetch
 from pipeline.tasks.competitions import load_competition
@@ -43,17 +44,17 @@ head_solver = "logistic"
 
 
 def readability(tmp_path) -> tuple[str, object]:
-    """CommonLit's layout (tests/test_text_regression.py): 120 excerpts, a number each."""
-    toml, download = write_competition(tmp_path, train=120, test=10)
+    """CommonLit's layout (tests/test_text_regression.py): 60 excerpts, a number each (5 folds)."""
+    toml, download = write_competition(tmp_path, train=60, test=10)
     spec = load_competition(str(toml)).spec
     fetch(FetchOptions(source="dir", data_from=download, data_dir=tmp_path / "data", progress=False), spec)
     return str(toml), tmp_path / "data"
 
 
 def comments(tmp_path) -> tuple[str, object]:
-    """Jigsaw's embedded comments at a tenth: 200, six labels each (the rarest on a few)."""
+    """Jigsaw's embedded comments at a twentieth: 100, six labels each (the rarest on a few: fewer folds)."""
     fetch(
-        FetchOptions(source="synthetic", data_dir=tmp_path / "data", scale=0.1, progress=False),
+        FetchOptions(source="synthetic", data_dir=tmp_path / "data", scale=0.05, progress=False),
         load_spec("jigsaw-toxic"),
     )
     return "jigsaw-toxic", tmp_path / "data"
@@ -68,7 +69,12 @@ def comments(tmp_path) -> tuple[str, object]:
         (comments, "TF-IDF + a logistic regression per label"),
     ],
 )
-def test_small_data_trains_the_probe_beside_the_recipe_and_chooses(data, fitted, tmp_path, caplog):
+def test_small_data_trains_the_probe_beside_the_recipe_and_chooses(
+    data, fitted, tmp_path, caplog, monkeypatch
+):
+    monkeypatch.setattr(
+        text_probe, "CS", np.array([0.1, 1.0, 10.0])
+    )  # a short grid: the same path, fewer fits
     competition, data_dir = data(tmp_path)
     recipes = tmp_path / "recipes"
     (recipes / "candidates").mkdir(parents=True)
