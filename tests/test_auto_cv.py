@@ -92,7 +92,8 @@ def test_everywhere_else_one_run_trains(up_to, candidates, more, data_dir, tmp_p
 
 
 def test_a_candidate_that_cannot_train_here_leaves_the_recipe_alone(data_dir, tmp_path, caplog):
-    # As the image probe on a multi-label competition: a candidate this task or config refuses.
+    # A probe on a recipe without the feature cache: a candidate its config refuses. (A task's target
+    # no longer does: every target part names a fit, test_the_shipped_probe_candidates_... below.)
     path = recipe(tmp_path, LABELLED)
     candidates = path.parent / "candidates" / "mine.toml"
     candidates.write_text("[probe.train]\nhead_solver = 'logistic'\n\n[recipe]\n")
@@ -100,6 +101,33 @@ def test_a_candidate_that_cannot_train_here_leaves_the_recipe_alone(data_dir, tm
     assert cv_stage.small_data("train", args_of("train", data_dir, tmp_path, path)) is None
     assert "small data, but a candidate cannot train here ([probe] train.head_solver=logistic" in caplog.text
     assert "the recipe alone" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("competition", "probe"),
+    [
+        ("petfinder-pawpularity", "ridge"),
+        ("plant-pathology-2021", "one_vs_rest"),
+        ("jigsaw-toxic", "one_vs_rest"),
+    ],
+)
+def test_the_shipped_probe_candidates_run_on_numbers_and_labels(competition, probe):
+    # Image regression, multi-label images and texts: small data used to train the recipe alone
+    # there (the probe fitted one class an example); now every candidate of the cpu recipe runs.
+    from pipeline.core.options import CVOptions
+    from pipeline.cv import choose
+    from pipeline.tasks import recipe_config
+    from pipeline.tasks.competitions import load_competition
+
+    resolved = load_competition(competition)
+    task = resolved.task
+    found, _ = recipe_config.beside_recipe(choose.FOLDER, resolved, "cpu", "cpu")
+    listed = choose.read_candidates(found, found.parents[1])
+    assert listed[0].name in ("trio", "tfidf") and "train.head_solver=logistic" in listed[0].overrides
+    opts = CVOptions(recipe="cpu", overrides=(f"competition={competition}",))
+    assert task.probe == probe and choose.cannot_run(opts, listed, "cpu", task) is None
+    config = recipe_config.load_config("cpu", opts.overrides, device="cpu")
+    assert config.train.choose_up_to > 0  # and small data chooses among them
 
 
 @pytest.mark.slow

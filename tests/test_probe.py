@@ -11,6 +11,7 @@ from sklearn.linear_model import LogisticRegression
 from pipeline.core.errors import PetalsError
 from pipeline.modeling import probe
 from pipeline.modeling.inference import predict_split
+from pipeline.modeling.logistic import inner_folds
 from pipeline.stages import train
 from pipeline.tasks.recipe_config import load_config
 from tests.conftest import TINY, competition_of
@@ -44,8 +45,9 @@ def blobs(classes: int, per_class: int, views: int, seed: int = 0):
 def test_the_written_head_gives_logistic_regressions_probabilities(classes):
     features, labels = blobs(classes, 12, views=2)
     ids = np.array([f"e{i}" for i in range(len(labels))])
-    kernel, bias, c, folds = probe.fit(features, labels, ids, classes, seed=0)
-    assert folds == 5 and c in probe.CS
+    fitted = probe.fit(features, labels, ids, 0, "logistic", classes)
+    kernel, bias, c = fitted.weights, fitted.bias, fitted.models[0].C_[0]
+    assert "by a 5-fold inner CV" in fitted.said and c in probe.CS
     x, y = features.reshape(-1, 6), np.tile(labels, 2)
     mean, scale = x.mean(0), x.std(0)
     standardised = (x - mean) / scale
@@ -55,15 +57,15 @@ def test_the_written_head_gives_logistic_regressions_probabilities(classes):
 
 def test_a_class_the_training_part_lacks_gets_no_probability():
     features, labels = blobs(3, 10, views=1)
-    kernel, bias, _, _ = probe.fit(features, labels, np.arange(30).astype(str), num_classes=5, seed=0)
-    p = softmax(features[0] @ kernel + bias)
+    fitted = probe.fit(features, labels, np.arange(30).astype(str), 0, "logistic", outputs=5)
+    p = softmax(features[0] @ fitted.weights + fitted.bias)
     assert p[:, 3:].max() < 1e-9 and np.allclose(p.sum(1), 1)
 
 
 def test_inner_folds_keep_an_examples_views_and_a_groups_examples_together():
     labels = np.repeat([0, 1], 20)
     groups = np.array([f"g{i // 4}" for i in range(40)])  # ten groups of four, one class each
-    splits = probe.inner_folds(labels, groups, views=3, seed=0)
+    splits = inner_folds(labels, groups, views=3, seed=0)
     assert len(splits) == 5
     held_everywhere = np.concatenate([held for _, held in splits])
     assert sorted(held_everywhere) == list(range(120))  # every row of every view held out once
@@ -72,9 +74,9 @@ def test_inner_folds_keep_an_examples_views_and_a_groups_examples_together():
         assert not {i % 40 for i in kept} & {i % 40 for i in held}  # no example on both sides
         assert not set(groups[kept % 40]) & set(groups[held % 40])  # no group on both sides
     # Two groups of the rarest class: two inner folds at most; one group: no inner CV (C = 1).
-    assert len(probe.inner_folds(labels, np.where(labels == 0, "a", groups), 1, 0)) == 0
+    assert len(inner_folds(labels, np.where(labels == 0, "a", groups), 1, 0)) == 0
     rare = np.where(labels == 0, np.where(np.arange(40) < 10, "a", "b"), groups)
-    assert len(probe.inner_folds(labels, rare, 1, 0)) == 2
+    assert len(inner_folds(labels, rare, 1, 0)) == 2
 
 
 def test_grouped_inner_cv_does_not_reward_memorising_a_group():
@@ -87,8 +89,8 @@ def test_grouped_inner_cv_does_not_reward_memorising_a_group():
     signature = np.eye(20)[groups] * 5
     noise = rng.normal(0, 1, (100, 4)) + labels[:, None] * 0.3
     features = np.concatenate([signature, noise], axis=1)[None]
-    _, _, c_rows, _ = probe.fit(features, labels, np.arange(100).astype(str), 2, seed=0)
-    _, _, c_groups, _ = probe.fit(features, labels, groups.astype(str), 2, seed=0)
+    c_rows = probe.fit(features, labels, np.arange(100).astype(str), 0, "logistic", 2).models[0].C_[0]
+    c_groups = probe.fit(features, labels, groups.astype(str), 0, "logistic", 2).models[0].C_[0]
     assert c_groups < c_rows
 
 
@@ -102,12 +104,14 @@ def test_grouped_inner_cv_does_not_reward_memorising_a_group():
 )
 def test_a_config_the_probe_cannot_run_is_one_line(overrides, message):
     config = load_config(overrides=[*PROBE, *overrides])
-    task = type("Task", (), {"activation": "softmax"})()
+    task = type("Task", (), {"probe": "logistic"})()
     with pytest.raises(PetalsError, match=rf"train\.head_solver=logistic .*{message}"):
         probe.check(config, task)
-    multi = type("Task", (), {"activation": "sigmoid"})()
-    with pytest.raises(PetalsError, match="one class per example"):
-        probe.check(load_config(overrides=PROBE), multi)
+    # Every target part names a fit (test_head_fits.py); a target naming none is refused.
+    for named in ("one_vs_rest", "ridge"):
+        probe.check(load_config(overrides=PROBE), type("Task", (), {"probe": named})())
+    with pytest.raises(PetalsError, match=r"a target whose head a probe fits \(Task\.probe\)"):
+        probe.check(load_config(overrides=PROBE), type("Task", (), {"activation": "tanh"})())
 
 
 @pytest.mark.slow

@@ -53,11 +53,11 @@ def fitted(classes: int, seed: int = 0):
     found = text_probe.counts(text_probe.feature_ids(net, encode((texts,))), net.get_layer("logits").rows)
     weights = text_probe.idf(found)
     x = text_probe.tfidf(found, weights)
-    model, used, folds = text_probe.fit(x, labels, np.arange(len(labels)).astype(str), seed=0)
-    table, bias = text_probe.written(model, used, x.shape[1], classes)
+    fitted, used = text_probe.fit(x, labels, np.arange(len(labels)).astype(str), 0, "logistic", classes)
+    table = text_probe.written(fitted, used, x.shape[1])
     net.get_layer("tfidf").set_weights([weights.astype(np.float32)])
-    net.get_layer("logits").set_weights([table.astype(np.float32), bias.astype(np.float32)])
-    return net, encode, model, used, folds
+    net.get_layer("logits").set_weights([table.astype(np.float32), fitted.bias.astype(np.float32)])
+    return net, encode, fitted.models[0], used, fitted.said
 
 
 def softmax(z: np.ndarray) -> np.ndarray:
@@ -78,8 +78,8 @@ def test_the_features_are_scikit_learns_sublinear_tfidf_of_the_networks_ids():
 
 @pytest.mark.parametrize("classes", [2, 3])
 def test_the_fitted_networks_softmax_is_logistic_regressions_predict_proba(classes):
-    net, encode, model, used, folds = fitted(classes)
-    assert folds == 5 and model.C_[0] in text_probe.CS
+    net, encode, model, used, said = fitted(classes)
+    assert "by a 5-fold inner CV" in said and model.C_[0] in text_probe.CS
     # New texts, with words the training texts never held: out of the vocabulary, as in scikit-learn.
     held_out = texts_of(np.arange(classes).repeat(4), seed=1)
     held_out[0] += " zebra quokka"
@@ -94,7 +94,7 @@ def test_the_fitted_networks_softmax_is_logistic_regressions_predict_proba(class
 
 
 def test_a_text_config_the_probe_cannot_run_is_one_line():
-    task = type("Task", (), {"activation": "softmax"})()
+    task = type("Task", (), {"probe": "logistic"})()
     probe.check(load_config("cpu", PROBE), task)  # runs as it is
     for overrides, message in (
         (["model.backbone=ngrams"], "model.backbone=tfidf"),
@@ -135,7 +135,7 @@ def test_the_shipped_text_candidates_are_tfidf_first_then_the_recipe_and_the_pro
     assert path is not None and path.parts[-3:] == ("text_classification", "candidates", "cpu.toml")
     listed = choose.read_candidates(path)
     assert [c.name for c in listed] == ["tfidf", "recipe"]  # the simplest first
-    task = type("Task", (), {"activation": "softmax"})()
+    task = type("Task", (), {"probe": "logistic"})()
     for candidate in listed:
         config = recipe_config.load_config("cpu", ["competition=imdb", *candidate.overrides], device="cpu")
         probe.check(config, task)

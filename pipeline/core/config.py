@@ -147,9 +147,10 @@ class TrainConfig:
     # raise the test score (benchmarks/bench_views.py). 0: views past the first at every size.
     feature_views_up_to: int = 0
     # How the head is fitted: "sgd" (the optimizer, epoch by epoch) or "logistic": once, by
-    # scikit-learn's logistic regression on the cached features, C by an inner CV over whole
-    # examples and groups: the linear probe as a run (pipeline/modeling/probe.py; feature cache on,
-    # one epoch, the backbone frozen).
+    # scikit-learn's logistic regression on the cached features (one per label for several labels,
+    # ridge regression for numbers: the target's `Task.probe`), the penalty by an inner CV over
+    # whole examples and groups: the linear probe as a run (pipeline/modeling/probe.py; feature
+    # cache on, one epoch, the backbone frozen).
     head_solver: str = "sgd"
     # Small data: where the labelled examples are at most this many, `make train` (evaluate,
     # predict) trains the recipe's candidates as K-fold CV groups and takes the one CV prefers,

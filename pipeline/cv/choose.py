@@ -138,8 +138,8 @@ def _checked(opts: CVOptions, path: Path, found: list[Candidate], device: str) -
 
 
 def cannot_run(opts: CVOptions, listed: list[Candidate], device: str, task) -> str | None:
-    """Why a candidate cannot train on this competition (its config, or its task: a probe fits one
-    class per example), else None: small data's default falls back to the recipe alone on it."""
+    """Why a candidate cannot train on this competition (its config, or a target no probe fits:
+    `Task.probe`), else None: small data's default falls back to the recipe alone on it."""
     from pipeline.modeling import probe
     from pipeline.tasks import recipe_config
 

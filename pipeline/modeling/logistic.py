@@ -1,5 +1,5 @@
-"""Logistic regression as a layer's weights: the inner CV both probes choose C by, and a fitted
-model's coefficients as logits over every class (pipeline/modeling/probe.py, text_probe.py)."""
+"""Logistic regression as a layer's weights: the inner CV both probes choose their penalty by, and
+a fitted model's coefficients as logits over every class (pipeline/modeling/head_fits.py)."""
 
 from __future__ import annotations
 
@@ -37,13 +37,3 @@ def as_logits(model, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
     weights[:, model.classes_] = coef.T
     bias[model.classes_] = intercept
     return weights, bias
-
-
-def training_logs(logits: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """The fitted map's loss and accuracy on the rows it was fitted on: the epoch's training logs."""
-    z = logits - logits.max(axis=1, keepdims=True)
-    log_p = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-    return {
-        "loss": float(-log_p[np.arange(len(labels)), labels].mean()),
-        "accuracy": float((z.argmax(1) == labels).mean()),
-    }

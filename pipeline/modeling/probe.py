@@ -1,32 +1,33 @@
-"""The linear probe as a run: the head fitted by scikit-learn's logistic regression, not by SGD.
+"""The linear probe as a run: the head fitted once by scikit-learn (logistic or ridge regression,
+as the task's target says), not by SGD.
 
 On a few hundred real photos every way of training the network (the recipe's last block, the head
 alone, a bigger backbone) scored what frozen pooled features and a regularised logistic regression
 score: the data cannot support more than a linear map on good features, and SGD on a head that
-memorises its examples in one epoch has no principled place to stop. Logistic regression does:
-its L2 penalty C is chosen by an inner cross-validation on the training rows alone.
+memorises its examples in one epoch has no principled place to stop. A penalised linear fit does:
+its L2 penalty is chosen by an inner cross-validation on the training rows alone.
 
 `train.head_solver = "logistic"` (with the feature cache, the backbone frozen, one epoch) takes
 each cached view's features at the input of the `logits` layer (every registry network ends
-`... -> head_dropout -> logits`), fits `LogisticRegressionCV` on them (standardised; every view of
-an example, and every example of a named group, in one inner fold, so C is never chosen on rows
-whose example or group trained it), and writes the fitted map into `logits`: scaling folded into
-the kernel, classes a fold never saw at a logit far below the rest. What is saved is an ordinary
-network: evaluate, predict, TTA, CV, blends and kernels read it like any other.
+`... -> head_dropout -> logits`), fits on them (standardised; every view of an example, and every
+example of a named group, in one inner fold, so the penalty is never chosen on rows whose example
+or group trained it) the fit the task's target part names (`Task.probe`, pipeline/modeling/
+head_fits.py: logistic regression for one class an example, one per label for several, ridge
+regression for numbers), and writes the fitted map into `logits`: scaling folded into the kernel,
+classes a fold never saw at a logit far below the rest. What is saved is an ordinary network:
+evaluate, predict, TTA, CV, blends and kernels read it like any other.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import warnings
 
 import keras
 import numpy as np
-from sklearn.linear_model import LogisticRegressionCV
-from threadpoolctl import threadpool_limits
 
 from pipeline.core.errors import PetalsError
-from pipeline.modeling.logistic import as_logits, inner_folds, training_logs
+from pipeline.modeling import head_fits
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ BATCH = 256
 
 def check(config, task) -> None:
     """One line for a config the probe cannot run with (before anything trains): on images frozen
-    cached features, on texts the network whose fitted form is TF-IDF + logistic regression."""
+    cached features, on texts the network whose fitted form is TF-IDF + a linear fit, and a target
+    whose head a fit is known for."""
     from pipeline import networks
     from pipeline.modeling import text_probe
 
@@ -51,7 +53,7 @@ def check(config, task) -> None:
     needs = (
         (
             (
-                "model.backbone=tfidf (a network whose fitted form is TF-IDF + LR)",
+                "model.backbone=tfidf (a network whose fitted form is TF-IDF + a linear fit)",
                 backbone != text_probe.NETWORK,
             ),
         )
@@ -66,7 +68,11 @@ def check(config, task) -> None:
         for what, bad in (
             *needs,
             ("train.epochs=1", train.epochs != 1),
-            ("a task of one class per example", task.activation != "softmax"),
+            # The target part names the fit of its head (pipeline/modeling/head_fits.py).
+            (
+                "a target whose head a probe fits (Task.probe)",
+                getattr(task, "probe", None) not in head_fits.FITS,
+            ),
         )
         if bad
     ]
@@ -96,30 +102,18 @@ def pooled(top: keras.Model, features: np.ndarray) -> np.ndarray:
     return np.stack(views)
 
 
-def fit(features: np.ndarray, labels: np.ndarray, groups: np.ndarray, num_classes: int, seed: int):
-    """Pooled features [views, examples, d] -> (kernel [d, classes], bias [classes], C, inner folds)."""
+def fit(
+    features: np.ndarray, targets, groups: np.ndarray, seed: int, kind: str, outputs: int, summary=None
+) -> head_fits.Fitted:
+    """Pooled features [views, examples, d] -> the head fitted by `kind` (`Task.probe`) on them
+    standardised, the scaling folded into its weights [d, outputs] and bias: on the raw features."""
     views, count, _ = features.shape
     x = features.reshape(views * count, -1)
-    y = np.tile(labels, views)
     mean, scale = x.mean(axis=0), x.std(axis=0)
     scale[scale == 0] = 1.0
-    splits = inner_folds(labels, groups, views, seed)
-    model = LogisticRegressionCV(
-        Cs=CS if splits else [1.0],
-        cv=splits or [(np.arange(len(y)), np.arange(len(y)))],  # too few to split: C = 1, said below
-        scoring="neg_log_loss",
-        max_iter=2000,
-        random_state=seed,
-    )
-    # One BLAS thread: on a busy 2-core machine OpenBLAS's spinning threads made each small fit
-    # ~50x slower (benchmarks/cv_data.py). Scikit-learn 1.8 announces 1.10's arguments; Kaggle's is older.
-    with threadpool_limits(1), warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        model.fit((x - mean) / scale, y)
-    weights, intercept = as_logits(model, num_classes)  # on standardised features: fold the scaling in
-    kernel = weights / scale[:, None]
-    bias = intercept - (mean / scale) @ weights
-    return kernel, bias, float(model.C_[0]), len(splits)
+    fitted = head_fits.FITS[kind].fit((x - mean) / scale, targets, groups, views, seed, CS, outputs, summary)
+    kernel = fitted.weights / scale[:, None]
+    return dataclasses.replace(fitted, weights=kernel, bias=fitted.bias - (mean / scale) @ fitted.weights)
 
 
 def train_head(trainer, start: int) -> None:
@@ -144,13 +138,17 @@ def _fit_views(trainer) -> tuple[dict[str, float], int]:
     ids = np.asarray(split.ids, dtype=str)
     features = pooled(trainer.cut.top, split.features)
     groups = job.groups_of(ids) if job.groups_of is not None else ids
-    labels = split.labels.astype(int)
-    kernel, bias, c, folds = fit(features, labels, groups, job.spec.num_classes, config.seed)
-    logits = trainer.net.get_layer("logits")
-    logits.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
+    kind = job.task.probe
+    fitted = fit(
+        features, split.labels, groups, config.seed, kind, job.spec.num_classes, trainer.target_summary
+    )
+    trainer.net.get_layer("logits").set_weights(
+        [fitted.weights.astype(np.float32), fitted.bias.astype(np.float32)]
+    )
     whole = "whole groups" if job.groups_of is not None else "whole examples"
-    said = f"C={c:g} by a {folds}-fold inner CV over {whole}" if folds else "C=1: too few to split"
-    log.info("train: the head fitted by logistic regression on %d examples x %d views (%s)",
-             len(ids), len(features), said)  # fmt: skip
+    log.info("train: the head fitted by %s on %d examples x %d views (%s over %s)",
+             head_fits.FITS[kind].title, len(ids), len(features), fitted.said, whole)  # fmt: skip
     x = features.reshape(-1, features.shape[-1])
-    return training_logs(x @ kernel + bias, np.tile(labels, len(features))), len(x)
+    tiled = np.concatenate([np.asarray(split.labels)] * len(features))
+    logs = head_fits.training_logs(trainer.net, job.task, x @ fitted.weights + fitted.bias, tiled)
+    return logs, len(x)

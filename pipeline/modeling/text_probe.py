@@ -1,4 +1,4 @@
-"""The probe for texts: the `tfidf` network fitted as TF-IDF + logistic regression, not trained by SGD.
+"""The probe for texts: the `tfidf` network fitted as TF-IDF + a linear fit, not trained by SGD.
 
 `train.head_solver = "logistic"` with `model.backbone = "tfidf"` (pipeline/networks/tfidf.py):
 the training texts' ids, as the network sees them (its `ngram_ids` layer on the run's word ids),
@@ -7,23 +7,21 @@ each row scaled to unit length: scikit-learn's `TfidfVectorizer(sublinear_tf=Tru
 How that differs from a `TfidfVectorizer` on the raw texts: the words are the run's vocabulary
 (`data.vocabulary_size` most frequent, the rest one unknown id), the bigrams hashed into 2**18
 buckets, a text cut at `data.sequence_length` - 1 words.
-`LogisticRegressionCV` is fitted on them as the image probe fits it (C by an inner CV over whole
-examples and groups, `logistic.inner_folds`), and the IDF, the coefficients and the intercepts are
-written into the network: its softmax is the fitted model's `predict_proba`.
+The fit the task's target names is made on them as the image probe makes it (pipeline/modeling/
+head_fits.py: logistic regression, one per label, or ridge regression, the penalty by an inner CV
+over whole examples and groups), and the IDF, the coefficients and the intercepts are written into
+the network: its output is the fitted model's `predict_proba` (or `predict`).
 """
 
 from __future__ import annotations
 
 import logging
-import warnings
 
 import keras
 import numpy as np
 from scipy import sparse
-from sklearn.linear_model import LogisticRegressionCV
-from threadpoolctl import threadpool_limits
 
-from pipeline.modeling import logistic
+from pipeline.modeling import head_fits
 
 log = logging.getLogger(__name__)
 
@@ -68,31 +66,20 @@ def tfidf(found: sparse.csr_matrix, weights: np.ndarray) -> sparse.csr_matrix:
     return sparse.csr_matrix(sparse.diags(1.0 / np.maximum(norms, 1e-12)) @ x)
 
 
-def fit(x: sparse.csr_matrix, labels: np.ndarray, groups: np.ndarray, seed: int):
-    """TF-IDF rows [n, rows] -> (the fitted LogisticRegressionCV, the columns it was fitted on,
-    inner folds). Only the columns some text holds: the rest would get a weight of 0 anyway."""
+def fit(
+    x: sparse.csr_matrix, targets, groups: np.ndarray, seed: int, kind: str, outputs: int, summary=None
+) -> tuple[head_fits.Fitted, np.ndarray]:
+    """TF-IDF rows [n, rows] -> the head fitted by `kind` (`Task.probe`) and the columns it was
+    fitted on: only those some text holds (the rest would get a weight of 0 anyway)."""
     used = np.flatnonzero(np.diff(x.tocsc().indptr))
-    splits = logistic.inner_folds(labels, groups, 1, seed)
-    everything = np.arange(len(labels))
-    model = LogisticRegressionCV(
-        Cs=CS if splits else [1.0],
-        cv=splits or [(everything, everything)],  # too few to split: C = 1, said by the caller
-        scoring="neg_log_loss",
-        max_iter=2000,
-        random_state=seed,
-    )
-    with threadpool_limits(1), warnings.catch_warnings():  # one BLAS thread, as probe.fit says why
-        warnings.simplefilter("ignore", FutureWarning)
-        model.fit(x[:, used], labels)
-    return model, used, len(splits)
+    return head_fits.FITS[kind].fit(x[:, used], targets, groups, 1, seed, CS, outputs, summary), used
 
 
-def written(model, used: np.ndarray, rows: int, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """The fitted model as the network's `logits`: (table [rows, classes], bias [classes])."""
-    weights, bias = logistic.as_logits(model, num_classes)
-    table = np.zeros((rows, num_classes))
-    table[used] = weights
-    return table, bias
+def written(fitted: head_fits.Fitted, used: np.ndarray, rows: int) -> np.ndarray:
+    """The fitted head's weights as the network's `logits` table [rows, outputs]."""
+    table = np.zeros((rows, fitted.weights.shape[1]))
+    table[used] = fitted.weights
+    return table
 
 
 def train_head(trainer) -> dict[str, float]:
@@ -100,17 +87,16 @@ def train_head(trainer) -> dict[str, float]:
     job, config, net = trainer.job, trainer.config, trainer.net
     examples = job.train.training_examples
     ids = np.asarray(examples.ids, dtype=str)
-    labels = np.asarray(examples.labels).astype(int)
+    labels = np.asarray(examples.labels)
     found = counts(feature_ids(net, job.train.encode(examples.inputs)), net.get_layer("logits").rows)
     weights = idf(found)
     x = tfidf(found, weights)
     groups = job.groups_of(ids) if job.groups_of is not None else ids
-    model, used, folds = fit(x, labels, groups, config.seed)
-    table, bias = written(model, used, x.shape[1], job.spec.num_classes)
-    c = float(model.C_[0])
+    kind = job.task.probe
+    fitted, used = fit(x, labels, groups, config.seed, kind, job.spec.num_classes, trainer.target_summary)
+    table = written(fitted, used, x.shape[1])
     net.get_layer("tfidf").set_weights([weights.astype(np.float32)])
-    net.get_layer("logits").set_weights([table.astype(np.float32), bias.astype(np.float32)])
-    said = f"C={c:g} by a {folds}-fold inner CV over whole examples" if folds else "C=1: too few to split"
-    log.info("train: TF-IDF + logistic regression fitted on %d texts, %d features (%s)",
-             len(ids), int((weights > 0).sum()), said)  # fmt: skip
-    return logistic.training_logs(np.asarray(x @ table) + bias, labels)
+    net.get_layer("logits").set_weights([table.astype(np.float32), fitted.bias.astype(np.float32)])
+    log.info("train: TF-IDF + %s fitted on %d texts, %d features (%s over whole examples)",
+             head_fits.FITS[kind].title, len(ids), int((weights > 0).sum()), fitted.said)  # fmt: skip
+    return head_fits.training_logs(net, job.task, np.asarray(x @ table) + fitted.bias, labels)

@@ -55,6 +55,10 @@ class Task(ABC):
     # What turns a headless network's logits into the task's outputs (pipeline/networks/): a
     # softmax over the classes for one class an example, a sigmoid per label for several.
     activation: ClassVar[str]
+    # How the linear probe (`train.head_solver=logistic`) fits a head of that activation once, by
+    # scikit-learn (pipeline/modeling/head_fits.py): "logistic" regression over the classes,
+    # "one_vs_rest" (a logistic regression per label), "ridge" regression of standardised numbers.
+    probe: ClassVar[str]
     # What an example's target is (pipeline/data/targets.py): 0, one class id; 1, a row of 0/1
     # over the classes, or of numbers. The competition's data format must read its labels the same way.
     label_rank: ClassVar[int]

@@ -1,6 +1,6 @@
 """Multi-label text classification: one text in, any number of labels out (Jigsaw's comments, each
-toxic, obscene, an insult... or none). Its recipes' TF-IDF candidate, a softmax fitted once, is left
-out of small data's CV choice (pipeline/modeling/probe.py's check)."""
+toxic, obscene, an insult... or none). Its recipes' TF-IDF candidate fits a logistic regression per
+label (pipeline/modeling/head_fits.py), and small data's CV chooses between it and the recipe."""
 
 from __future__ import annotations
 

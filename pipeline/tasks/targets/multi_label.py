@@ -25,6 +25,7 @@ class MultiLabel(Task):
     """A task whose examples each carry any number of the competition's labels."""
 
     activation: ClassVar[str] = "sigmoid"
+    probe: ClassVar[str] = "one_vs_rest"  # a logistic regression per label: a sigmoid each
     label_rank: ClassVar[int] = 1
     decides_on_val: ClassVar[bool] = True
     submission_kinds: ClassVar[tuple[str, ...]] = ("labels", "label_probabilities")

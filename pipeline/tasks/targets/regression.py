@@ -50,6 +50,7 @@ class Regression(Task):
     """A task whose examples each have one number to predict."""
 
     activation: ClassVar[str] = "standardised"  # pipeline/networks/numbers.py's ACTIVATION
+    probe: ClassVar[str] = "ridge"  # of the standardised numbers: the linear head's own output
     label_rank: ClassVar[int] = 1  # a row of one number
     numeric_target: ClassVar[bool] = True
     decides_on_val: ClassVar[bool] = True  # clipped to the labelled rows' range, where none is stated

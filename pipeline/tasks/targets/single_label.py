@@ -18,6 +18,7 @@ class SingleLabel(Task):
     """A task whose examples each have one class of the competition's."""
 
     activation: ClassVar[str] = "softmax"
+    probe: ClassVar[str] = "logistic"  # multinomial: its predict_proba is the softmax
     label_rank: ClassVar[int] = 0
     submission_kinds: ClassVar[tuple[str, ...]] = ("class", "probability")
 
