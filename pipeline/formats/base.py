@@ -131,6 +131,9 @@ class Format(ABC):
     # What an example's input is: "image" (a file decoded into pixels) or "text" (a table's cells).
     # A competition's task must read it (pipeline/tasks/competitions.py checks the two agree).
     holds: ClassVar[str] = "image"
+    # Whether it reads the numeric columns of an example's row beside its image (`[data]
+    # feature_columns`: an image_table competition's), as a second input.
+    reads_columns: ClassVar[bool] = False
 
     @abstractmethod
     def layout(self, raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]) -> Any:
