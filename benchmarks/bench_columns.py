@@ -69,7 +69,13 @@ def main() -> None:
     for reading, found in runs.items():
         rmse, wall = [r["rmse"] for r in found], [r["wall"] for r in found]
         print(f"{reading:<16} val RMSE {spread(rmse)}, wall {spread(wall)} s over {len(found)} runs")
-        settings = {"competition": NAME, "recipe": "cpu", "reading": reading, "runs": len(found), **machine()}
+        settings = {
+            "competition": NAME,
+            "recipe": "cpu",
+            "reading": reading,
+            "runs": len(found),
+            "machine": machine(),
+        }
         key = reading.replace(" ", "_")
         figures += [
             figure(f"columns_{key}_val_rmse", min(rmse), "RMSE", settings),

@@ -28,7 +28,8 @@ from pipeline.core.named import Registry
 @dataclass(frozen=True)
 class Examples:
     """One split, in a fixed order. `inputs` holds image paths, or texts, or text pairs
-    (`inputs[k]` is the k-th text column); `labels` is None for an unlabelled split."""
+    (`inputs[k]` is the k-th text column), or image paths and their rows' feature columns
+    (float32 [examples, columns]); `labels` is None for an unlabelled split."""
 
     ids: np.ndarray  # str
     inputs: tuple[np.ndarray, ...]

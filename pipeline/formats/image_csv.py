@@ -5,7 +5,9 @@ a folder whose file names are the ids the submission uses (`test_images/22168499
 Labels are class ids (`labels_are = "ids"`: 0..n-1 in classes.txt's order), class names, lists
 of class names separated by spaces (`"name_lists"`: Plant Pathology's `scab frog_eye_leaf_spot`),
 numbers (`"numbers"`: a regression's target, Pawpularity's 1-100 score), or a 0/1 column per label
-(`[data] label_columns`), read by pipeline/formats/labels.py.
+(`[data] label_columns`), read by pipeline/formats/labels.py. Where the competition reads
+feature columns beside each image (`[data] feature_columns`), a labelled split's come from its
+label CSV and an unlabelled split's from its `table` (Pawpularity's test.csv).
 """
 
 from __future__ import annotations

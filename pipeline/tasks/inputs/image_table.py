@@ -10,7 +10,9 @@ Everything an image decides is ImageInput's (sizes, networks, views, grids); wha
 - the network is the image network's pooled features and the standardised columns under one
   head (pipeline/networks/columns.py); `fit_input` sets the standardisation from the training rows.
 - the feature cache (`train.feature_cache`) caches the image network's activations alone and the
-  columns join them after, in the part that trains (pipeline/modeling/features.py).
+  columns join them after, in the part that trains (pipeline/modeling/network_cut.py,
+  features.py); a CV group's test predictions go through the whole network, not the shared cut
+  (pipeline/modeling/cut_predict.py).
 """
 
 from __future__ import annotations
