@@ -58,7 +58,7 @@ class FeatureSplit:
     num_classes: int
     seed: int = 0
     ids: np.ndarray | None = field(default=None, compare=False, repr=False)  # str, the rows' examples
-    # An image_table's rows' numbers [examples, columns], beside the activations (`with_columns`).
+    # An image_table's rows' numbers [examples, columns], beside the activations (`with_row_columns`).
     columns: np.ndarray | None = field(default=None, compare=False, repr=False)
     # Each new iterator (fit's second phase, a resumed run) draws its own orders and views: from
     # `seed` alone every phase would replay the first epoch's.
@@ -277,10 +277,10 @@ def cache_splits(cut_: Cut, train, val, config: Config, run_dir: Path, platform,
         else:
             cached = _own_splits(cut_, train, val, views, config, run_dir / FOLDER, platform, source, stop)
         feature_cache.stop_if_asked(stop, "after the feature cache's pass (saved)")
-    return with_columns(cached, train, val)
+    return with_row_columns(cached, train, val)
 
 
-def with_columns(cached: tuple, train, val) -> tuple:
+def with_row_columns(cached: tuple, train, val) -> tuple:
     """The cached splits with each row's feature columns beside (an image_table's: they are read
     again, not cached), looked up by id in `train` (its pseudo rows too) and `val`."""
     parts = [getattr(s, "training_examples", None) for s in (train, val) if s is not None]
