@@ -81,6 +81,9 @@ class CompetitionSpec:
     # A number submission's range as the competition states it (`[submission] range = [1, 100]`:
     # Pawpularity's scores): predictions are clipped to it; None, to the labelled rows' range.
     value_range: tuple[float, float] | None = None
+    # Numeric columns of an example's row read beside its image (`[data] feature_columns`:
+    # Pawpularity's 12 photo flags), in order: what an `image_table` input reads.
+    feature_columns: tuple[str, ...] = ()
 
     @property
     def grouped(self) -> bool:
@@ -371,6 +374,7 @@ def _spec_from(raw: dict, path: Path) -> CompetitionSpec:
         label_columns=label_columns,
         submission_columns=columns,
         value_range=_range(submission.get("range")),
+        feature_columns=_texts(data.get("feature_columns", []), "[data] feature_columns"),
     )
 
 

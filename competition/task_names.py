@@ -1,5 +1,6 @@
 """The names a competition file gives its task by: what its examples read and what they are
-labelled with (`input = "text_pair"`, `target = "number"`), instead of naming a task.
+labelled with (`input = "text_pair"`, `target = "number"`), instead of naming a task. An
+`image_table` example reads its image and the numeric columns of its row (`[data] feature_columns`).
 
 Every input composes with every target (pipeline/tasks/inputs/, targets/), and `task_name` is the
 rule that names the pair, the one the named tasks follow (image_classification,
@@ -8,7 +9,7 @@ multi_label_text_classification, text_regression...).
 
 from __future__ import annotations
 
-INPUTS = ("image", "text", "text_pair")
+INPUTS = ("image", "text", "text_pair", "image_table")
 TARGETS = ("class", "labels", "number")
 
 

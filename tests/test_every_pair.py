@@ -1,6 +1,7 @@
 """Every input with every target: a competition file names its task, or the input and target it
-composes (`input = "text_pair"`, `target = "number"`), and a user's own folder of each of the nine
-pairs trains and submits from its competition file."""
+composes (`input = "text_pair"`, `target = "number"`), and a user's own folder of each of the twelve
+pairs trains and submits from its competition file (an image_table's columns read for its test rows
+from test.csv)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ def test_each_pair_is_one_task_of_exactly_its_two_parts(input_, target):
     task = get_task(task_name(input_, target))
     parts = type(task).__mro__
     assert parts[1] is TARGET_PARTS[target] and parts[2] is INPUT_PARTS[input_], parts
-    assert task.modality == ("image" if input_ == "image" else "text")
+    assert task.modality == ("image" if input_.startswith("image") else "text")
+    assert task.reads_columns == (input_ == "image_table")
 
 
 def test_the_named_tasks_follow_the_rule_so_old_files_read_the_same():
@@ -52,12 +54,18 @@ def _competition_file(input_: str, target: str, train: int, test: int) -> str:
     head = f'{names}input = "{input_}"\ntarget = "{target}"\n{metric}\n'
     counts = f"[data.counts]\ntrain = {train}\ntest = {test}\n"
     submission = f'[submission]\nid_column = "id"\nlabel_column = "label"\n{value}\n'
-    if input_ == "image":
+    if input_.startswith("image"):
+        table = (
+            '[data.image_csv.test]\nfolder = "test"\ntable = "test.csv"\nid_column = "id"\n'
+            if input_ == "image_table"
+            else '[data.image_csv.test]\nfolder = "test"\n'
+        )
+        columns = 'feature_columns = ["size", "shade"]\n' if input_ == "image_table" else ""
         data = (
             '[data]\nformat = "image_csv"\nsplits = ["train", "test"]\nlabeled_splits = ["train"]\n'
-            f'sample_submission = "sample_submission.csv"\n{counts}[data.image_csv.train]\nfolder = "train"\n'
-            f'labels = "train.csv"\nid_column = "id"\nlabel_column = "label"\n{labels_are}\n'
-            '[data.image_csv.test]\nfolder = "test"\n'
+            f'{columns}sample_submission = "sample_submission.csv"\n{counts}[data.image_csv.train]\n'
+            f'folder = "train"\nlabels = "train.csv"\nid_column = "id"\nlabel_column = "label"\n'
+            f"{labels_are}\n{table}"
         )
         keeps = '[augment]\nkeeps_label = ["flip", "rotation", "zoom", "shift", "brightness", "contrast"]\n'
     else:
@@ -97,7 +105,7 @@ def _write(folder, input_: str, target: str, train: int = 60, test: int = 6, see
     data.mkdir(parents=True)
     first, second, cells = _labels(rng, target, train + test)
     ids = [f"r{k:04d}" for k in range(train + test)]
-    if input_ == "image":
+    if input_.startswith("image"):
         for split, rows in (("train", range(train)), ("test", range(train, train + test))):
             (data / split).mkdir()
             for k in rows:
@@ -106,7 +114,12 @@ def _write(folder, input_: str, target: str, train: int = 60, test: int = 6, see
                 pixels[:, 16:, second[k]] = 220
                 Image.fromarray(pixels).save(data / split / f"{ids[k]}.jpg", quality=95)
         ids = [f"{i}.jpg" for i in ids]
-        pd.DataFrame({"id": ids[:train], "label": cells[:train]}).to_csv(data / "train.csv", index=False)
+        table = pd.DataFrame({"id": ids, "label": cells})
+        if input_ == "image_table":  # two numbers a row: one says the second colour
+            table["size"], table["shade"] = second * 1.5, rng.normal(0, 1, train + test).round(3)
+        table[:train].to_csv(data / "train.csv", index=False)
+        if input_ == "image_table":
+            table[train:].drop(columns="label").to_csv(data / "test.csv", index=False)
     else:
         texts = [f"{WORDS[COLOURS[a]]} and {WORDS[COLOURS[b]]}" for a, b in zip(first, second, strict=True)]
         columns = {"text": texts} if input_ == "text" else {"premise": texts, "hypothesis": texts[::-1]}
@@ -132,7 +145,7 @@ def test_a_file_naming_both_a_task_and_a_pair_or_an_unknown_input_is_one_line(tm
         load_competition(str(toml))
     toml.write_text(text.replace('input = "text"', 'input = "audio"'))
     with pytest.raises(
-        PetalsError, match=r"input 'audio' and target 'class': inputs are image, text, text_pair"
+        PetalsError, match=r"input 'audio' and target 'class': inputs are image, text, text_pair, image_table"
     ):
         load_competition(str(toml))
 
@@ -150,11 +163,13 @@ def test_a_users_folder_of_each_pair_trains_and_submits_from_its_file(cpu, tmp_p
     data_dir = tmp_path / "data-mine"
     fetch(FetchOptions(source="dir", data_from=download, data_dir=data_dir, progress=False), competition.spec)
     sizes = (
-        ("model.backbone=cnn", "data.image_size=32") if input_ == "image" else ("data.sequence_length=16",)
+        ("model.backbone=cnn", "data.image_size=32")
+        if input_.startswith("image")
+        else ("data.sequence_length=16",)
     )
     overrides = (f"competition={toml}", *sizes, "train.epochs=1", "data.batch_size=16")
     overrides += ("train.choose_up_to=0",)  # the recipe itself, not small data's CV choice
-    recipe = "default" if input_ == "image" else "cpu"  # config defaults: a cnn from scratch
+    recipe = "default" if input_.startswith("image") else "cpu"  # config defaults: a cnn from scratch
     where = {"runs_dir": tmp_path / "runs", "strategy": "cpu", "recipe": recipe}
     api.train(api.TrainOptions(data_dir=data_dir, overrides=overrides, progress=False, **where))
     scored = api.ScoreOptions(data_dir=data_dir, overrides=overrides, submissions_dir=tmp_path / "s", **where)

@@ -6,7 +6,6 @@ well under predicting the training mean."""
 from __future__ import annotations
 
 import shutil
-import tomllib
 
 import numpy as np
 import pandas as pd
@@ -37,13 +36,12 @@ def pets(tmp_path_factory):
 
 def test_a_code_competition_of_one_number_a_photo_scored_by_rmse():
     assert (SPEC.task, SPEC.format, SPEC.metric.name, SPEC.submission_value) == (
-        "image_regression", "image_csv", "rmse", "number",
+        "image_table_regression", "image_csv", "rmse", "number",
     )  # fmt: skip
     assert SPEC.code_competition and SPEC.default_slug == "petfinder-pawpularity-score"
     assert SPEC.classes == ("Pawpularity",) and SPEC.value_range == (1.0, 100.0)  # no classes.txt
-    # The 12 flags are declared (not read yet: the task reads the photo alone), as drawn.
-    declared = tomllib.loads(SPEC.file.read_text())["data"]["metadata_columns"]
-    assert declared == list(FLAGS) and len(declared) == 12
+    # The 12 flags are read beside each photo, as drawn.
+    assert SPEC.feature_columns == tuple(FLAGS) and len(FLAGS) == 12
     assert (TASK.activation, TASK.numeric_target, TASK.label_rank) == ("standardised", True, 1)
     assert (
         recipe_path("cpu", load_competition(SPEC.name))
@@ -52,7 +50,7 @@ def test_a_code_competition_of_one_number_a_photo_scored_by_rmse():
 
 
 def test_the_embedded_data_is_drawn_in_kaggles_exact_layout(tmp_path):
-    """As drawn, before fetch keeps what petals reads (test.csv's flags are not read yet)."""
+    """As drawn, before fetch keeps what petals reads."""
     from pipeline.data import synthetic_pawpularity
 
     pets = tmp_path / "drawn"
@@ -69,11 +67,33 @@ def test_the_embedded_data_is_drawn_in_kaggles_exact_layout(tmp_path):
 def test_the_score_is_read_as_a_number_and_the_test_ids_drop_the_suffix(pets):
     train = file_examples.examples(pets, SPEC, "train")
     assert train.labels.shape == (60, 1) and train.labels.dtype == np.float32
-    by_id = pd.read_csv(pets / "train.csv").set_index("Id")["Pawpularity"]
-    assert train.labels[:, 0].tolist() == [float(by_id[i]) for i in train.ids]
+    by_id = pd.read_csv(pets / "train.csv").set_index("Id")
+    assert train.labels[:, 0].tolist() == [float(by_id.loc[i, "Pawpularity"]) for i in train.ids]
     test = file_examples.examples(pets, SPEC, "test")
     ids = pd.read_csv(pets / "sample_submission.csv")["Id"]
     assert test.labels is None and sorted(test.ids) == sorted(ids) and len(ids) == 3
+    # Each photo's 12 flags, by id, from train.csv and test.csv: the second input.
+    assert train.inputs[1].shape == (60, 12) and train.inputs[1].dtype == np.float32
+    assert (train.inputs[1] == by_id.loc[train.ids, list(FLAGS)].to_numpy()).all()
+    test_rows = pd.read_csv(pets / "test.csv").set_index("Id")
+    assert (test.inputs[1] == test_rows.loc[test.ids, list(FLAGS)].to_numpy()).all()
+
+
+@pytest.mark.parametrize(("split", "cell"), [("train", "yes"), ("test", ""), ("test", "nan")])
+def test_a_flag_that_is_not_a_finite_number_is_named_with_its_file_line_and_column(
+    pets, tmp_path, split, cell
+):
+    copy = tmp_path / "copy"
+    shutil.copytree(pets, copy, ignore=shutil.ignore_patterns("manifest.json", "folds"))
+    table = pd.read_csv(copy / f"{split}.csv", dtype=str, keep_default_na=False)
+    table.loc[1, "Blur"] = cell
+    table.to_csv(copy / f"{split}.csv", index=False)
+    pattern = (
+        rf"{split}\.csv: line 3 \(Id '{table.loc[1, 'Id']}'\) column 'Blur': '{cell}' is not a finite number"
+    )
+    with pytest.raises(PetalsError, match=pattern) as err:
+        fetch(FetchOptions(source="dir", data_from=copy, data_dir=tmp_path / "data", progress=False), SPEC)
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("cell", ["n/a", "inf", "", "1e999"])

@@ -70,15 +70,19 @@ def TASK_SPEC():
     [
         (
             ('metric = "rmse"', 'metric = "macro_f1"'),
-            "metric macro_f1 scores classes or labels; task image_regression",
+            "metric macro_f1 scores classes or labels; task image_table_regression",
         ),
         (
-            ('task = "image_regression"', 'task = "image_classification"'),
-            "task image_classification reads classes",
+            ('target = "number"', 'target = "class"'),
+            "task image_table_classification reads classes",
         ),
         (
             ('labels_are = "numbers"', 'labels_are = "ids"'),
-            "task image_regression reads numbers; the data's labels",
+            "task image_table_regression reads numbers; the data's labels",
+        ),
+        (  # the flags declared, an image alone read: refused, not silently dropped
+            ('input = "image_table"', 'input = "image"'),
+            r"task image_regression reads no \[data\] feature_columns; an image_table input does",
         ),
     ],
 )

@@ -233,7 +233,8 @@ def test_an_image_folder_member_name_gives_its_label_or_id():
         (
             ('task = "image_classification"', 'task = "segmentation"'),
             "task 'segmentation' is not one of image_classification, image_regression, "
-            "multi_label_image_classification, multi_label_text_classification, "
+            "image_table_classification, image_table_regression, multi_label_image_classification, "
+            "multi_label_image_table_classification, multi_label_text_classification, "
             "multi_label_text_pair_classification, text_classification, text_pair_classification, "
             "text_pair_regression, text_regression",
         ),

@@ -18,6 +18,7 @@ import tensorflow as tf
 from pipeline.core.config import AugmentConfig
 from pipeline.core.errors import PetalsError
 from pipeline.data import targets
+from pipeline.data.image_inputs import image_of, with_image
 
 # ITU-R 601 luma weights, as in tf.image.rgb_to_grayscale / adjust_saturation.
 _LUMA = (0.299, 0.587, 0.114)
@@ -362,3 +363,16 @@ def augment_batch(
     if mixes_labels(aug):
         images, labels = cutmix_mixup(images, targets.dense_tf(labels, num_classes), aug)
     return images, labels
+
+
+def augment_inputs(
+    inputs,
+    labels: tf.Tensor,
+    aug: AugmentConfig,
+    num_classes: int,
+    xla: bool = False,
+    shift_scale: float = 1.0,
+):
+    """`augment_batch` on the inputs' pixels alone: an image_table batch's columns pass as they are."""
+    images, labels = augment_batch(image_of(inputs), labels, aug, num_classes, xla, shift_scale)
+    return with_image(inputs, images), labels

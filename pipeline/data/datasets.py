@@ -25,7 +25,7 @@ import tensorflow as tf
 from competition import CompetitionSpec
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError, first_line
-from pipeline.data import augment, records, targets
+from pipeline.data import augment, image_inputs, records, targets
 from pipeline.formats.records import records_of
 
 log = logging.getLogger(__name__)
@@ -210,7 +210,7 @@ def augmented(batches: tf.data.Dataset, spec: CompetitionSpec, config: Config) -
         # XLA fuses the whole augmentation into a few loops: 2.5x the plain graph on CPU.
         augment_on_host = tf.function(
             partial(
-                augment.augment_batch,
+                augment.augment_inputs,
                 aug=config.augment,
                 num_classes=spec.num_classes,
                 xla=True,
@@ -227,7 +227,7 @@ def resized(batches: tf.data.Dataset, config: Config) -> tf.data.Dataset:
     size = input_size(config)
     if size == config.data.image_size:
         return batches
-    return batches.map(lambda images, *tags: (resize_batch(images, size), *tags), num_parallel_calls=AUTOTUNE)
+    return batches.map(image_inputs.on_image(partial(resize_batch, size=size)), num_parallel_calls=AUTOTUNE)
 
 
 def eval_dataset(

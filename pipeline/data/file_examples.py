@@ -1,7 +1,8 @@
 """The examples of an image-folder or table competition, and their tf.data readers.
 
 A fetched data dir (pipeline/data/competition_files.py) holds each split unpacked. `examples`
-lists a split in a fixed order: ids, inputs (image paths, texts, or text pairs) and labels.
+lists a split in a fixed order: ids, inputs (image paths, texts, or text pairs; image paths and
+their rows' feature columns) and labels.
 `file_dataset` decodes and resizes photos of any size to the
 recipe's square, or yields texts (encoded up front by the model's tokenizer), in batches of a
 static size, as TPUs need.
@@ -9,14 +10,16 @@ static size, as TPUs need.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
 from competition import CompetitionSpec
-from pipeline.data import targets
+from pipeline.data import image_inputs, targets
 from pipeline.data.datasets import PAD_ID
+from pipeline.data.image_inputs import on_image, with_image
 from pipeline.formats.base import MAX_IMAGE_SIDE, Examples, format_of
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -82,7 +85,10 @@ def file_dataset(
     if training and cache:  # the cache fixes the order: draw it once here (train lists all cats first)
         # Inputs, labels and ids are all taken from the permuted split below: one order for all.
         split = split.take(np.random.default_rng(seed).permutation(len(split)))
-    inputs = split.inputs[0] if len(split.inputs) == 1 else tuple(split.inputs)
+    if not texts and len(split.inputs) == 2:  # an image and its row's numbers (image_inputs.py)
+        inputs = image_inputs.paired(*split.inputs)
+    else:
+        inputs = split.inputs[0] if len(split.inputs) == 1 else tuple(split.inputs)
     if encode is not None:  # tokenized once, up front
         inputs = encode(split.inputs)
     tags: tuple = () if split.labels is None else (targets.stored(split.labels),)
@@ -95,7 +101,7 @@ def file_dataset(
         dataset = dataset.shuffle(len(split), seed=seed, reshuffle_each_iteration=True).repeat()
     if not texts:
         dataset = dataset.map(
-            lambda path, *rest: (read_image(path, image_size), *rest),
+            on_image(partial(read_image, size=image_size)),
             num_parallel_calls=AUTOTUNE,
             deterministic=not training,
         )
@@ -110,7 +116,7 @@ def file_dataset(
         # cuDNN's masked LSTM refuses. Its label -1 and empty id mark it as padding all the same.
         blank = tf.nest.map_structure(lambda column: column[0], inputs)
         if not texts:
-            blank = tf.zeros([image_size, image_size, 3], tf.uint8)
+            blank = with_image(blank, tf.zeros([image_size, image_size, 3], tf.uint8))
         padding = tuple(
             targets.padding(tag, 1)[0] if tag.dtype.kind in "if" else tf.constant(PAD_ID) for tag in tags
         )

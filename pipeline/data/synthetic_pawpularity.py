@@ -13,7 +13,9 @@ competition keeps the label under leave it alone), a near pet gains 8, a blurred
 12, an occluded one 6; then N(0, 5) noise, rounded and kept in 1..100. The scores' standard
 deviation, what predicting the mean scores, is about 16 by construction; a model that reads the
 warmth and the framing is left with the noise's 5. The other flags are drawn at the real
-train.csv's shares and change nothing.
+train.csv's shares and change nothing. Near, Blur and Occlusion are drawn in the photo too (cropped
+closer, blurred, covered) and written in the CSVs as well: a model that reads the flags beside the
+photo (`input = "image_table"`) is told exactly what it would otherwise have to see.
 """
 
 from __future__ import annotations

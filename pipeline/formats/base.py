@@ -28,7 +28,8 @@ from pipeline.core.named import Registry
 @dataclass(frozen=True)
 class Examples:
     """One split, in a fixed order. `inputs` holds image paths, or texts, or text pairs
-    (`inputs[k]` is the k-th text column); `labels` is None for an unlabelled split."""
+    (`inputs[k]` is the k-th text column), or image paths and their rows' feature columns
+    (float32 [examples, columns]); `labels` is None for an unlabelled split."""
 
     ids: np.ndarray  # str
     inputs: tuple[np.ndarray, ...]
@@ -131,6 +132,9 @@ class Format(ABC):
     # What an example's input is: "image" (a file decoded into pixels) or "text" (a table's cells).
     # A competition's task must read it (pipeline/tasks/competitions.py checks the two agree).
     holds: ClassVar[str] = "image"
+    # Whether it reads the numeric columns of an example's row beside its image (`[data]
+    # feature_columns`: an image_table competition's), as a second input.
+    reads_columns: ClassVar[bool] = False
 
     @abstractmethod
     def layout(self, raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]) -> Any:

@@ -5,12 +5,14 @@ a folder whose file names are the ids the submission uses (`test_images/22168499
 Labels are class ids (`labels_are = "ids"`: 0..n-1 in classes.txt's order), class names, lists
 of class names separated by spaces (`"name_lists"`: Plant Pathology's `scab frog_eye_leaf_spot`),
 numbers (`"numbers"`: a regression's target, Pawpularity's 1-100 score), or a 0/1 column per label
-(`[data] label_columns`), read by pipeline/formats/labels.py.
+(`[data] label_columns`), read by pipeline/formats/labels.py. Where the competition reads
+feature columns beside each image (`[data] feature_columns`), a labelled split's come from its
+label CSV and an unlabelled split's from its `table` (Pawpularity's test.csv).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from competition.spec import check_text
 from pipeline.core.csv_bounds import LABEL_CSV, check_csv
 from pipeline.core.errors import PetalsError
 from pipeline.core.paths import check_relative, inside, shown
-from pipeline.formats import labels
+from pipeline.formats import feature_columns, labels
 from pipeline.formats.base import ImageFiles, layout_of, register
 
 
@@ -32,6 +34,10 @@ class ImageCsvSplit:
     archive: str | None = None  # a zip Kaggle may ship the folder in
     # What a file name adds to its id: Pawpularity's `Id` is `0007de18...` for `train/0007de18....jpg`.
     id_suffix: str = ""
+    # The CSV of an unlabelled split's rows by id, where the competition reads feature columns
+    # (`[data] feature_columns`): Pawpularity's `test.csv` (Id and the flags). A labelled split's
+    # columns are its label CSV's.
+    table: str | None = None
 
 
 @dataclass(frozen=True)
@@ -42,13 +48,21 @@ class ImageCsvLayout:
 @register
 class ImageCsv(ImageFiles):
     name = "image_csv"
+    reads_columns = True  # [data] feature_columns, from the label CSV or the split's `table`
+
+    def verify_split(self, root: Path, spec, split: str) -> tuple[int, list[str]]:
+        """The images checked, and every feature column's cell read, so fetch refuses a bad one."""
+        counted = super().verify_split(root, spec, split)
+        if spec.feature_columns:
+            self.examples(root, spec, split)
+        return counted
 
     def layout(
         self, raw: dict[str, Any], splits: tuple[str, ...], labeled: tuple[str, ...]
     ) -> ImageCsvLayout:
         layout = ImageCsvLayout(splits={split: ImageCsvSplit(**raw[split]) for split in splits})
         for split, own in layout.splits.items():
-            for key in ("folder", "labels", "archive"):  # joined onto the data dir, so inside it
+            for key in ("folder", "labels", "archive", "table"):  # joined onto the data dir, so inside it
                 if key == "folder" or getattr(own, key) is not None:
                     check_relative(getattr(own, key), f"[data.image_csv.{split}] {key}")
             if not isinstance(own.id_suffix, str):
@@ -76,17 +90,19 @@ class ImageCsv(ImageFiles):
             entries[f"{split} images"] = (own.folder, own.archive)
             if own.labels is not None:
                 entries[f"{split} labels"] = (own.labels, None)
+            if own.table is not None:
+                entries[f"{split} table"] = (own.table, None)
         return entries
 
     def folder(self, root: Path, spec, split: str) -> Path:
         return inside(root, layout_of(spec).splits[split].folder, f"[data.image_csv.{split}] folder")
 
-    def _label_rows(self, root: Path, spec, split: str):
-        """(the split's label CSV, its rows as strings)."""
+    def _label_rows(self, root: Path, spec, split: str, key: str = "labels"):
+        """(the split's label CSV, or its `table`, its rows as strings)."""
         import pandas as pd
 
         own = layout_of(spec).splits[split]
-        path = inside(root, own.labels, f"[data.image_csv.{split}] labels")
+        path = inside(root, getattr(own, key), f"[data.image_csv.{split}] {key}")
         # its bytes, rows (the split's declared count) and ids bounded before pandas reads it whole
         check_csv(path, LABEL_CSV.declaring(spec.split_counts.get(split)), id_column=own.id_column)
         try:
@@ -100,6 +116,30 @@ class ImageCsv(ImageFiles):
             return None
         path, rows = self._label_rows(root, spec, split)
         return path, rows.set_index(own.id_column, drop=False)
+
+    def examples(self, root: Path, spec, split: str):
+        """The split's images and, where the competition reads feature columns, their rows' numbers
+        (a second input, pipeline/formats/feature_columns.py)."""
+        found = super().examples(root, spec, split)
+        if not spec.feature_columns:
+            return found
+        own = layout_of(spec).splits[split]
+        key = "labels" if own.labels is not None else "table"
+        if getattr(own, key) is None:
+            raise PetalsError(
+                f"{spec.file}: [data.image_csv.{split}] names no table: the CSV of the split's rows "
+                "that holds [data] feature_columns (Pawpularity's test.csv)"
+            )
+        path, rows = self._label_rows(root, spec, split, key)
+        if own.id_column not in rows.columns:
+            raise PetalsError(
+                f"{path}: no column {shown(own.id_column)} (columns: {shown(', '.join(rows.columns))})"
+            )
+        rows = rows.set_index(own.id_column, drop=False)
+        numbers = feature_columns.numbers(
+            path, rows, found.ids.astype(str), spec.feature_columns, own.id_column
+        )
+        return replace(found, inputs=(*found.inputs, numbers))
 
     def images(self, root: Path, spec, split: str) -> list[tuple[str, Path, str | None]]:
         own = layout_of(spec).splits[split]

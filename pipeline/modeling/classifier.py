@@ -15,6 +15,8 @@ from collections.abc import Iterator
 import keras
 from keras import ops
 
+from pipeline.data.image_inputs import image_of, with_image
+
 
 class Classifier(keras.Model):
     """The network for training: one-hot labels, and the batch augmented in the step when asked."""
@@ -38,7 +40,8 @@ class Classifier(keras.Model):
         self.images = images  # pixels (made float32 here) or token ids (kept as they are)
 
     def _inputs(self, inputs):
-        return ops.cast(inputs, "float32") if self.images else inputs
+        """Pixels as float32 (an image_table's columns, float32 already, as they are)."""
+        return with_image(inputs, ops.cast(image_of(inputs), "float32")) if self.images else inputs
 
     def call(self, inputs, training=False):
         return self.net(self._inputs(inputs), training=training)
@@ -54,7 +57,7 @@ class Classifier(keras.Model):
         if training and self.augment_here:
             from pipeline.data import augment
 
-            images, labels = augment.augment_batch(
+            images, labels = augment.augment_inputs(
                 images,
                 labels,
                 self.aug,

@@ -74,7 +74,12 @@ def test_through_cut(
 
     config = runs[0].read_config()
     spec = competition.spec
-    if not config.train.feature_cache or networks.get(config.model.backbone).reads_ids:
+    # An image_table's top reads its rows' columns too: its runs predict the test set whole.
+    if (
+        not config.train.feature_cache
+        or networks.get(config.model.backbone).reads_ids
+        or spec.feature_columns
+    ):
         return {}
     done: dict[int, Predictions] = {}
     rows, bottom = None, None

@@ -130,17 +130,33 @@ def as_float32(rows: np.ndarray) -> np.ndarray:
     return rows.astype(np.float32)
 
 
+def beside(activations, columns: np.ndarray | None, rows=None):
+    """What the part above the cut reads: the activations alone, or beside the `rows` of an
+    image_table's `columns` (pipeline/networks/columns.py) by name; a TensorSpec of a batch of
+    activations (no `rows`) gives the inputs' signature."""
+    if columns is None:
+        return activations
+    if rows is None:
+        return {
+            "image": activations,
+            "columns": tf.TensorSpec((activations.shape[0], columns.shape[1]), tf.float32),
+        }
+    return {"image": activations, "columns": np.asarray(columns[rows], np.float32)}
+
+
 def float32_batches(
-    features: np.ndarray, batch_size: int, labels: np.ndarray | None = None
+    features: np.ndarray, batch_size: int, labels: np.ndarray | None = None, columns: np.ndarray | None = None
 ) -> tf.data.Dataset:
     """Cached rows in order, `batch_size` at a time (the last may be short), as float32, with their
-    labels when given."""
+    labels when given (and an image_table's `columns` beside, `beside`)."""
     shape = features.shape[1:]
-    spec = tf.TensorSpec((None, *shape), tf.float32)
+    spec = beside(tf.TensorSpec((None, *shape), tf.float32), columns)
 
     def batches():
         for start in range(0, len(features), batch_size):
-            rows = as_float32(features[start : start + batch_size])
+            rows = beside(
+                as_float32(features[start : start + batch_size]), columns, slice(start, start + batch_size)
+            )
             yield rows if labels is None else (rows, labels[start : start + batch_size])
 
     signature = spec if labels is None else (spec, tf.TensorSpec((None, *labels.shape[1:]), labels.dtype))

@@ -134,6 +134,7 @@ def _view_rows(name, split, view_index, view, bottom, config, folder, platform, 
     """One view of a split: its saved pieces, then the rest computed piece by piece (each batch
     counted on `bar` as it goes in)."""
     from pipeline.data import datasets, passes
+    from pipeline.data.image_inputs import image_of
 
     found, done = _pieces_found(folder, name, view_index, signature_)
     never = 2**31  # a finished view's count, above any start
@@ -145,7 +146,7 @@ def _view_rows(name, split, view_index, view, bottom, config, folder, platform, 
         batches = split.eval_dataset(config, EXTRACT_BATCH, labeled=labeled, with_ids=True)
         # The view's random draws run for the skipped batches too (only the network is skipped):
         # the pieces computed now are those an uninterrupted pass computes.
-        batches = batches.map(lambda images, *tags: (view(images), *tags))
+        batches = batches.map(lambda inputs, *tags: (view(image_of(inputs)), *tags))  # pixels alone
         batches = passes.untuned(batches.skip(start * PIECE_BATCHES).prefetch(datasets.AUTOTUNE))
         batches = _counted(batches.as_numpy_iterator(), bar)
         with (

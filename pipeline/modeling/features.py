@@ -29,7 +29,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -37,6 +36,7 @@ from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.data import passes, targets
 from pipeline.modeling import feature_cache, feature_pass
+from pipeline.modeling.network_cut import Cut, crossing_layers, cut, cut_for, input_shape  # noqa: F401  (features.cut_for...)
 
 if TYPE_CHECKING:
     from pipeline.data.splits import Split
@@ -44,76 +44,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FOLDER = "features"  # inside the run dir: removed once the run is finished
-
-
-# ----------------------------------------------------------------------------- splitting the network
-
-
-@dataclass
-class Cut:
-    """The classifier split where its trainable part begins."""
-
-    bottom: keras.Model  # pixels -> the activations that cross the cut (never trains)
-    top: keras.Model  # those activations -> class probabilities (shares the classifier's layers)
-    layers: int  # how many of the backbone's last layers are in `top`
-    at: str  # the first of them, or "head" when `top` is the head alone
-
-
-def _tensors_in(layer: keras.layers.Layer) -> list:
-    return keras.tree.flatten(layer.input)
-
-
-def crossing_layers(backbone: keras.Model, wanted: int) -> int:
-    """The fewest of the backbone's last layers, at least `wanted`, whose inputs from below are a
-    single tensor (a block boundary): the place the network can be cut and cached."""
-    body = [layer for layer in backbone.layers if not isinstance(layer, keras.layers.InputLayer)]
-    for count in range(max(wanted, 1), len(body) + 1):
-        upper = body[-count:]
-        names = {layer.name for layer in upper}
-        crossing = {
-            id(tensor)
-            for layer in upper
-            for tensor in _tensors_in(layer)
-            if tensor._keras_history.operation.name not in names
-        }
-        if len(crossing) == 1:
-            return count
-    return len(body)
-
-
-def cut(net: keras.Model, unfrozen_layers: int, train_backbone: bool) -> Cut:
-    """Split `net` (registry.build_classifier's shape: ... -> backbone -> head layers) below the
-    backbone's last `unfrozen_layers` layers, or below the head when the backbone never trains."""
-    backbone = net.get_layer("backbone")
-    where = net.layers.index(backbone)
-    into_backbone = net.input
-    for layer in net.layers[1:where]:  # the input's cast and the backbone's preprocessing: a chain
-        into_backbone = layer(into_backbone)
-    head = net.layers[where + 1 :]
-    if train_backbone:
-        count = crossing_layers(backbone, unfrozen_layers)
-        body = [layer for layer in backbone.layers if not isinstance(layer, keras.layers.InputLayer)]
-        first = body[-count]
-        inner = _tensors_in(first)[0]
-        lower = keras.Model(backbone.input, inner, name="backbone_below_cut")
-        upper = keras.Model(inner, backbone.output, name="backbone_above_cut")
-        bottom = keras.Model(net.input, lower(into_backbone), name="bottom")
-        at = first.name
-    else:
-        count, at, upper = 0, "head", None
-        bottom = keras.Model(net.input, backbone(into_backbone), name="bottom")
-    activations = keras.Input(bottom.output.shape[1:], name="activations")
-    x = upper(activations) if upper is not None else activations
-    for layer in head:
-        x = layer(x)
-    return Cut(bottom=bottom, top=keras.Model(activations, x, name="top"), layers=count, at=at)
-
-
-def cut_for(net: keras.Model, config: Config) -> Cut:
-    """Where a run's config cuts its classifier: the trainer's cut, and its predictions' through it."""
-    wanted = config.train.unfrozen_layers
-    unfrozen = crossing_layers(net.get_layer("backbone"), wanted) if wanted else 0
-    return cut(net, unfrozen, config.train.epochs > config.train.frozen_epochs)
 
 
 # ----------------------------------------------------------------------------- the cached splits
@@ -128,6 +58,8 @@ class FeatureSplit:
     num_classes: int
     seed: int = 0
     ids: np.ndarray | None = field(default=None, compare=False, repr=False)  # str, the rows' examples
+    # An image_table's rows' numbers [examples, columns], beside the activations (`with_row_columns`).
+    columns: np.ndarray | None = field(default=None, compare=False, repr=False)
     # Each new iterator (fit's second phase, a resumed run) draws its own orders and views: from
     # `seed` alone every phase would replay the first epoch's.
     draws: itertools.count = field(default_factory=itertools.count, compare=False, repr=False)
@@ -163,10 +95,11 @@ class FeatureSplit:
                 drawn = rng.integers(views, size=len(order))
                 for start in range(0, len(order) - batch_size + 1, batch_size):
                     pick = slice(start, start + batch_size)
-                    yield feature_cache.as_float32(features[drawn[pick], order[pick]]), labels[order[pick]]
+                    inputs = feature_cache.as_float32(features[drawn[pick], order[pick]])
+                    yield feature_cache.beside(inputs, self.columns, order[pick]), labels[order[pick]]
 
         signature = (
-            tf.TensorSpec((batch_size, *shape), tf.float32),
+            feature_cache.beside(tf.TensorSpec((batch_size, *shape), tf.float32), self.columns),
             tf.TensorSpec(
                 (batch_size, *labels.shape[1:]), labels.dtype
             ),  # a class id, a row of labels or numbers
@@ -185,12 +118,15 @@ class FeatureSplit:
         (label -1) fill the last batch with `pad_to_batch`."""
         if not labeled or with_ids:
             raise ValueError("cached features serve training and its val scores only")  # a caller's bug
-        features, labels = self.features[0], targets.stored(self.labels)
+        features, labels, columns = self.features[0], targets.stored(self.labels), self.columns
         if pad_to_batch and len(labels) % batch_size:
             extra = batch_size - len(labels) % batch_size
             features = np.concatenate([features, np.zeros((extra, *features.shape[1:]), features.dtype)])
             labels = np.concatenate([labels, targets.padding(labels, extra)])
-        return feature_cache.float32_batches(features, batch_size, labels)
+            columns = (
+                None if columns is None else np.concatenate([columns, np.zeros((extra, columns.shape[1]))])
+            )
+        return feature_cache.float32_batches(features, batch_size, labels, columns)
 
 
 def _views(config: Config, num_classes: int) -> list:
@@ -341,7 +277,20 @@ def cache_splits(cut_: Cut, train, val, config: Config, run_dir: Path, platform,
         else:
             cached = _own_splits(cut_, train, val, views, config, run_dir / FOLDER, platform, source, stop)
         feature_cache.stop_if_asked(stop, "after the feature cache's pass (saved)")
-    return cached
+    return with_row_columns(cached, train, val)
+
+
+def with_row_columns(cached: tuple, train, val) -> tuple:
+    """The cached splits with each row's feature columns beside (an image_table's: they are read
+    again, not cached), looked up by id in `train` (its pseudo rows too) and `val`."""
+    parts = [getattr(s, "training_examples", None) for s in (train, val) if s is not None]
+    if not parts or parts[0] is None or len(parts[0].inputs) != 2 or not train.images:
+        return cached  # shards, or an image alone
+    by_id = {key: row for e in parts for key, row in zip(e.ids.astype(str), e.inputs[1], strict=True)}
+    return tuple(
+        s if s is None else replace(s, columns=np.stack([by_id[key] for key in s.ids.astype(str)]))
+        for s in cached
+    )
 
 
 def _with_pseudo(kept: FeatureSplit, held: FeatureSplit, cut_: Cut, train, views: list, config: Config,

@@ -94,8 +94,8 @@ class Trainer:
                 shift_scale=datasets.shift_scale(config),
                 images=not ids,
             )
-            inputs = (None, *self.cut.bottom.output.shape[1:]) if self.cut else networks.input_shape(config)
-            self.classifier.build(inputs)  # stateless calls need it built
+            shape = networks.input_shape(config, spec=job.spec)  # stateless calls need it built:
+            self.classifier.build(features.input_shape(self.cut) if self.cut else shape)
             self.optimizer = make_optimizer(
                 config.train.lr_start,
                 config.train.ema,
@@ -111,9 +111,10 @@ class Trainer:
         )
         # The best val score so far, greater is better (a lower-is-better metric negated; no val: -loss).
         self.best_score = -np.inf
-        # The class counts a logit-adjusted loss weighs by; a regression's target mean and std.
+        # The class counts a logit-adjusted loss weighs by (a regression's target scale); the columns'.
         self.target_summary = job.task.target_summary(job.train, config)
         job.task.fit_output(self.net, self.target_summary)
+        job.task.fit_input(self.net, job.train)
         if config.train.logit_adjustment:
             log.info(
                 "train: logit adjustment tau=%g over %d..%d training images per class",

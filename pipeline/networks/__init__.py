@@ -22,7 +22,7 @@ from pathlib import Path
 
 import keras
 
-from pipeline.networks import keras_hub_text, keras_hub_vision, numbers, registry, text_networks
+from pipeline.networks import columns, keras_hub_text, keras_hub_vision, numbers, registry, text_networks
 from pipeline.networks.base import Network, RunFiles, TextInputs
 
 IMAGE_BACKBONES: dict[str, Network] = {**registry.BACKBONES, **keras_hub_vision.BACKBONES}
@@ -54,10 +54,12 @@ def _files() -> RunFiles:
     return RunFiles(RunDir.VOCABULARY, RunDir.TOKENIZER, RunDir.BACKBONE)
 
 
-def input_shape(config, batch_size: int | None = None):
+def input_shape(config, batch_size: int | None = None, spec=None):
     """One batch of model inputs: pixels [batch, size, size, 3], token ids [batch, length], or
-    BERT's three [batch, length] inputs by name."""
-    return get(config.model.backbone).input_shape(config, batch_size)
+    BERT's three [batch, length] inputs by name; with `spec`'s feature columns, pixels and columns
+    by name (columns.py)."""
+    shape = get(config.model.backbone).input_shape(config, batch_size)
+    return columns.input_shape(shape, len(spec.feature_columns)) if spec and spec.feature_columns else shape
 
 
 def with_output(net: keras.Model, activation: str) -> keras.Model:
@@ -98,6 +100,8 @@ def build(
         run_dir=run_dir,
         files=_files(),
     )
+    if spec.feature_columns:  # the image's features beside its row's numbers
+        net = columns.with_columns(net, len(spec.feature_columns), batch_size)
     return with_output(net, activation)
 
 

@@ -65,6 +65,8 @@ class Task(ABC):
     # Whether that target is numbers (a regression's: a row of one float), read from a numeric
     # label column (`labels_are = "numbers"`); its metric then reads numbers.
     numeric_target: ClassVar[bool] = False
+    # Whether an example reads its row's numeric columns beside its input (`[data] feature_columns`).
+    reads_columns: ClassVar[bool] = False
     # Whether a submission's values are decided with the val predictions (a threshold per label):
     # the stages that write one then pass them to `submission_values`.
     decides_on_val: ClassVar[bool] = False
@@ -134,6 +136,11 @@ class Task(ABC):
         training (`train`: the training split): the class counts a logit-adjusted loss weighs by,
         None where it is off; a regression's mean and standard deviation."""
         return train.class_counts(config) if config.train.logit_adjustment else None
+
+    def fit_input(self, net, train) -> None:
+        """Give the network what it takes from the training inputs (`train`: the training split),
+        before training: an image_table's column means and deviations; nothing by default."""
+        return
 
     def fit_output(self, net, summary) -> None:
         """Give the network's output layer what it takes from the training targets (`summary`),

@@ -88,6 +88,14 @@ def check_fits(task: Task, form: Format, layout, spec: CompetitionSpec) -> None:
         raise ValueError(
             f"task {task.name} reads {task.modality}s; data format {form.name} holds {form.holds}s"
         )
+    if bool(spec.feature_columns) != task.reads_columns:
+        raise ValueError(
+            f"task {task.name} reads no [data] feature_columns; an image_table input does"
+            if spec.feature_columns
+            else f"task {task.name} reads an image's [data] feature_columns; the file names none"
+        )
+    if spec.feature_columns and not form.reads_columns:
+        raise ValueError(f"data format {form.name} reads no [data] feature_columns (image_csv does)")
     reading = form.label_reading(spec, layout)
     if task.numeric_target != reading.numeric:
         gives = "numbers" if reading.numeric else "classes"

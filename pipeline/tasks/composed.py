@@ -1,18 +1,25 @@
 """Every input with every target: the pairs no named module registers (a text pair labelled with
-several labels, or with a number), composed by the rule the named tasks follow
-(`competition.task_names.task_name`), so a competition file may name any pair (`input`, `target`)."""
+several labels, or with a number; an image and its row's columns with any target), composed by
+the rule the named tasks follow (`competition.task_names.task_name`), so a competition file may
+name any pair (`input`, `target`)."""
 
 from __future__ import annotations
 
 from competition.task_names import INPUTS, TARGETS, task_name
 from pipeline.tasks.base import TASKS, register
 from pipeline.tasks.inputs.image import ImageInput
+from pipeline.tasks.inputs.image_table import ImageTableInput
 from pipeline.tasks.inputs.text import TextInput, TextPairInput
 from pipeline.tasks.targets.multi_label import MultiLabel
 from pipeline.tasks.targets.regression import Regression
 from pipeline.tasks.targets.single_label import SingleLabel
 
-INPUT_PARTS = {"image": ImageInput, "text": TextInput, "text_pair": TextPairInput}
+INPUT_PARTS = {
+    "image": ImageInput,
+    "text": TextInput,
+    "text_pair": TextPairInput,
+    "image_table": ImageTableInput,
+}
 TARGET_PARTS = {"class": SingleLabel, "labels": MultiLabel, "number": Regression}
 
 

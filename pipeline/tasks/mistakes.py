@@ -81,11 +81,13 @@ def images_by_id(split, config, ids: np.ndarray) -> np.ndarray:
     """The images of `ids` from `split` (`splits.shown_again`'s), as the model read them, each at
     most THUMBNAIL px a side, in the order of `ids`."""
     from pipeline.data.datasets import resize_batch
+    from pipeline.data.image_inputs import image_of
 
     found = {}
     batches = split.eval_dataset(config, BATCH, labeled=True, with_ids=True)
     with split.naming_bad(labeled=True):
-        for images, _, keys in batches.as_numpy_iterator():
+        for inputs, _, keys in batches.as_numpy_iterator():
+            images = image_of(inputs)  # an image_table's columns are not shown
             if images.shape[1] > THUMBNAIL:
                 images = np.asarray(resize_batch(images, THUMBNAIL))
             found.update(zip((k.decode() for k in keys), images, strict=True))

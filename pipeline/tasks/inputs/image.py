@@ -89,19 +89,22 @@ class ImageInput(Task):
         return path
 
 
-def view(images, index: int, aug, num_classes: int, shift_scale: float):
+def view(inputs, index: int, aug, num_classes: int, shift_scale: float):
     """Pass `index` of test-time augmentation: 0 the images, 1 mirrored, then random augmentations."""
     import tensorflow as tf
 
     from pipeline.data import augment
+    from pipeline.data.image_inputs import image_of, with_image
 
-    images = tf.cast(images, tf.float32)
+    images = tf.cast(image_of(inputs), tf.float32)  # the pixels of an image_table's inputs
     if index == 0:
-        return images
+        return with_image(inputs, images)
     if index == 1:
-        return tf.image.flip_left_right(images)
+        return with_image(inputs, tf.image.flip_left_right(images))
     labels = tf.zeros(tf.shape(images)[:1], tf.int32)
-    return augment.augment_batch(images, labels, aug, num_classes, shift_scale=shift_scale)[0]
+    return with_image(
+        inputs, augment.augment_batch(images, labels, aug, num_classes, shift_scale=shift_scale)[0]
+    )
 
 
 def _one_augmented_batch(train, config, images: int):
@@ -109,8 +112,10 @@ def _one_augmented_batch(train, config, images: int):
     import dataclasses
 
     on_host = dataclasses.replace(config, augment=dataclasses.replace(config.augment, where="host"))
+    from pipeline.data.image_inputs import image_of
+
     batch = next(iter(train.train_dataset(on_host, images)))
-    return batch[0].numpy(), batch[1].numpy()
+    return image_of(batch[0]).numpy(), batch[1].numpy()
 
 
 # The grid's measures in inches: each image's square, the gap beside it, a title line's height
