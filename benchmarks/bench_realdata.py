@@ -81,7 +81,9 @@ def reported(metrics: dict, score_key: str) -> dict:
     own names (a CV group's `examples`, an evaluation's `images`, which counts a text's rows too)."""
     if "cv_score" in metrics:
         said = {"kind": "cv", "score": metrics["cv_score"], "examples": metrics.get("examples")}
-        return {**said, "groups": metrics.get("groups"), "interval": metrics.get("interval")}
+        curve = metrics.get("learning_curve") or {}  # a probe's CV carried to all of dev
+        return {**said, "groups": metrics.get("groups"), "interval": metrics.get("interval"),
+                "expected": curve.get("score"), "curve_gain": curve.get("gain")}  # fmt: skip
     evaluation = metrics.get("evaluation", {})
     said = {"kind": "val", "score": evaluation.get(score_key, metrics.get(score_key))}
     return {**said, **{k: evaluation.get(k) for k in ("images", "groups", "interval")}}
@@ -164,13 +166,15 @@ def sizes(data: realdata.RealSet) -> dict:
     return found
 
 
-def run_set(name: str, quick: bool, run_default: bool, seed: int, refit: bool) -> dict:
+def run_set(
+    name: str, quick: bool, run_default: bool, seed: int, refit: bool, baselines: bool = True
+) -> dict:
     """The set dealt by `seed`: its sizes, the baseline (at seed 0, or with no default to run: the
     other seeds measure the default's gap, and a baseline costs as much as a train stage on a busy
-    machine), and the default."""
+    machine; none with `baselines` off: the stored ones are kept), and the default."""
     data = realdata_gaps.resplit(realdata.load(name, quick), seed)
     result = sizes(data)
-    if seed == realdata.SEED or not run_default:
+    if baselines and (seed == realdata.SEED or not run_default):
         result["baseline"] = baseline(data)
     print(f"{name} seed {seed}: {json.dumps(result)}", flush=True)
     if run_default:
@@ -226,7 +230,11 @@ def record(stored: dict, name: str, seed: int, found: dict) -> None:
             entry["default"] = kept
     if "default" in found:
         seeds = entry.setdefault("seeds", {})
-        seeds[str(seed)] = realdata_gaps.seed_row(found)
+        row = realdata_gaps.seed_row(found)
+        kept = seeds.get(str(seed), {})
+        if "baseline_test" not in row and "baseline_test" in kept:  # the same split's baseline, not rerun
+            row["baseline_test"] = kept["baseline_test"]
+        seeds[str(seed)] = row
         entry["over_seeds"] = realdata_gaps.over_seeds(seeds)
 
 
@@ -240,12 +248,15 @@ def main() -> None:
     )
     parser.add_argument("--refit", action="store_true", help="also refit the chosen candidate on all of dev")
     parser.add_argument("--baselines-only", action="store_true", help="the baselines, not petals' default")
+    parser.add_argument("--no-baselines", action="store_true", help="the default only; stored baselines kept")
     parser.add_argument("--quick", action="store_true", help="~150 dev rows a set; nothing recorded")
     args = parser.parse_args()
     results = {}
     for name in args.sets:
         for seed in args.seeds:
-            found = run_set(name, args.quick, not args.baselines_only, seed, args.refit)
+            found = run_set(
+                name, args.quick, not args.baselines_only, seed, args.refit, not args.no_baselines
+            )
             results[name] = found
             if args.quick and "default" in found:  # checked, not recorded
                 realdata_gaps.over_seeds({str(seed): realdata_gaps.seed_row(found)})
