@@ -83,9 +83,7 @@ def reported(metrics: dict, score_key: str) -> dict:
     own names (a CV group's `examples`, an evaluation's `images`, which counts a text's rows too)."""
     if "cv_score" in metrics:
         said = {"kind": "cv", "score": metrics["cv_score"], "examples": metrics.get("examples")}
-        curve = metrics.get("learning_curve") or {}  # a probe's CV carried to all of dev
-        return {**said, "groups": metrics.get("groups"), "interval": metrics.get("interval"),
-                "expected": curve.get("score"), "curve_gain": curve.get("gain")}  # fmt: skip
+        return {**said, "groups": metrics.get("groups"), "interval": metrics.get("interval")}
     evaluation = metrics.get("evaluation", {})
     said = {"kind": "val", "score": evaluation.get(score_key, metrics.get(score_key))}
     return {**said, **{k: evaluation.get(k) for k in ("images", "groups", "interval")}}

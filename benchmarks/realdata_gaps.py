@@ -86,10 +86,6 @@ def seed_row(found: dict) -> dict:
     )
     row.update({k: run[k] for k in ("test_macro_f1", "test_95", "test_95_over")})
     row["cv_minus_test"] = round(said - run["test_macro_f1"], 4)
-    expected = run["reported"].get("expected")  # a probe's CV carried to all of dev (pipeline.cv.curve)
-    if expected is not None:
-        row["expected"] = round(expected, 4)
-        row["expected_minus_test"] = round(expected - run["test_macro_f1"], 4)
     if "baseline" in found:  # measured at seed 0 only
         row["baseline_test"] = found["baseline"]["test_macro_f1"]
     folds = run.get("folds_on_test")

@@ -5,9 +5,10 @@ small image sets; its reported val or CV is within 0.05 of its test score. One s
 either on these sets: a test part of a few hundred rows (62-110 groups) is uncertain by +-0.04-0.09
 of macro-F1 by itself, more than either bar. So each verdict is over the seeds the set was dealt
 with (`--seeds`), its mean and spread beside the test interval's half-width, and a verdict that a
-single split's noise exceeds says so: "not judgeable from one split". Where a probe's CV score was
-carried to all of dev (pipeline.cv.curve), the same bar is judged for it on the same seeds, and the
-two gaps side by side: whether that figure lands closer to the test score than raw CV.
+single split's noise exceeds says so: "not judgeable from one split". Where a seed's row holds
+`expected_minus_test` (a probe's CV carried to all of dev along its folds' learning curve, measured
+at 66366cb and not shipped: docs/BENCHMARKS.md, "Real data, judged honestly"), the same bar is
+judged for it on the same seeds, and the two gaps side by side: whether it lands closer to test.
 """
 
 from __future__ import annotations

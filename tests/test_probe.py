@@ -152,39 +152,3 @@ def test_a_probe_run_under_jax_scores_on_images_what_it_scored_on_its_cache(tiny
     assert done.returncode == 0, done.stderr[-2000:]
     cached, on_images = map(float, done.stdout.split()[-2:])
     assert on_images == pytest.approx(cached, abs=1e-3)
-
-
-def test_an_image_probe_fold_scores_its_fit_on_half_its_examples_and_keeps_the_full_fit(monkeypatch):
-    """The fold's val is scored once with the half's head in `logits`, then the full fit is back."""
-    from types import SimpleNamespace
-
-    from pipeline.modeling import curve_point
-
-    features, labels = blobs(3, 30, views=2)
-    weights = {}
-    logits = SimpleNamespace(set_weights=lambda w: weights.update(now=[np.array(a) for a in w]))
-    scored = []
-
-    def score(val):  # the trainer's val pass: here, the head in `logits` on held-out blobs
-        kernel, bias = weights["now"]
-        held, truth = blobs(3, 10, views=1, seed=1)
-        scored.append(kernel.copy())
-        return {"val_macro_f1": float((np.argmax(held[0] @ kernel + bias, axis=1) == truth).mean())}
-
-    monkeypatch.setattr(probe, "pooled", lambda top, f: f)  # features already at the logits' input
-    split = SimpleNamespace(ids=[f"e{i}" for i in range(len(labels))], features=features, labels=labels)
-    spec = SimpleNamespace(num_classes=3, score_key="val_macro_f1")
-    trainer = SimpleNamespace(
-        job=SimpleNamespace(train=split, groups_of=None, spec=spec),
-        config=SimpleNamespace(train=SimpleNamespace(folds=5), seed=0),
-        cut=SimpleNamespace(top=None),
-        net=SimpleNamespace(get_layer=lambda name: logits),
-        _val="val",
-        _score=score,
-    )
-    logs, rows = probe._fit_views(trainer)
-    assert rows == 2 * 90 and logs[curve_point.FULL_ROWS] == 90 and logs[curve_point.HALF_ROWS] == 45
-    assert 0.5 < logs[curve_point.HALF_SCORE] <= 1.0 and len(scored) == 1
-    full, _, _, _ = probe.fit(features, labels, np.asarray(split.ids), 3, seed=0)
-    np.testing.assert_allclose(weights["now"][0], full, rtol=1e-5)  # the full fit, written back
-    assert not np.allclose(scored[0], full, rtol=1e-3)  # what was scored was the half's head

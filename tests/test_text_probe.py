@@ -125,36 +125,6 @@ def test_a_tfidf_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cpu
     assert recorded > 0.7  # the reviews' words tell their sentiment
 
 
-def test_a_probe_fold_scores_its_fit_on_half_its_texts_and_keeps_the_full_fit(cpu, tmp_path, monkeypatch):
-    from competition import load_spec
-    from pipeline.modeling import curve_point
-    from pipeline.stages.fetch import FetchOptions, fetch
-
-    data_dir = tmp_path / "data"
-    fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=0.02, progress=False), load_spec("imdb"))
-    config = load_config("cpu", [*PROBE, "train.folds=3", "train.fold=0"])
-
-    def fold(runs: str):
-        job = train.prepare(config, cpu, data_dir, tmp_path / runs, None, None)
-        train.fit(job, progress=False)
-        return (
-            job,
-            pd.read_csv(job.run.history_file).iloc[-1],
-            predict_split(job.run, data_dir, "val", 1, cpu),
-        )
-
-    job, row, predictions = fold("measured")
-    full_rows, half_rows = row[curve_point.FULL_ROWS], row[curve_point.HALF_ROWS]
-    assert full_rows == job.train.count and abs(half_rows - full_rows / 2) <= 2  # a nested half
-    assert 0.4 < row[curve_point.HALF_SCORE] < 1.0  # scored on the same val rows
-    monkeypatch.setattr(curve_point, "wanted", lambda trainer: False)
-    _, alone, unmeasured = fold("alone")
-    assert curve_point.HALF_SCORE not in alone
-    # what is scored in the epoch's row and saved is the full fit, as if no half had been fitted
-    assert row[f"val_{job.spec.metric.name}"] == alone[f"val_{job.spec.metric.name}"]
-    np.testing.assert_allclose(predictions.probabilities, unmeasured.probabilities, atol=1e-6)
-
-
 def test_the_shipped_text_candidates_are_tfidf_first_then_the_recipe_and_the_probe_runs_them():
     from pipeline.cv import choose
     from pipeline.tasks import recipe_config

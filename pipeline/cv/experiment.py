@@ -134,7 +134,6 @@ def _all_finished(found: Setup, opts: CVOptions, runs: dict) -> bool:
 def _group_metrics(found: Setup, opts: CVOptions, runs: dict, oof) -> dict:
     """The group's metrics.json: the out-of-fold scores, each fold's, and the epoch CV chose."""
 
-    from pipeline.cv import curve
     from pipeline.cv.group import KIND, cv_epoch, last_scores, score_at_epoch, scores
     from pipeline.data.groups import held_out_groups
     from pipeline.tasks.competitions import task_of
@@ -164,8 +163,6 @@ def _group_metrics(found: Setup, opts: CVOptions, runs: dict, oof) -> dict:
         # what the CV score is worth: its rows' groups, and a 95% bootstrap interval (whole groups)
         "groups": None if grouped is None else len(set(grouped)),
         "interval": None if interval is None else [round(v, 5) for v in interval],
-        # a probe's CV score carried from its folds' training rows to all of them (pipeline.cv.curve)
-        "learning_curve": curve.expected(histories, key, len(found.table), judged["cv_score"]),
         "tta": opts.tta,
         "cv_epoch": chosen,
         "fold_mean_at_cv_epoch": score_at_epoch(histories, key, chosen),

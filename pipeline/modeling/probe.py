@@ -26,7 +26,6 @@ from sklearn.linear_model import LogisticRegressionCV
 from threadpoolctl import threadpool_limits
 
 from pipeline.core.errors import PetalsError
-from pipeline.modeling import curve_point
 from pipeline.modeling.logistic import as_logits, inner_folds, training_logs
 
 log = logging.getLogger(__name__)
@@ -139,32 +138,19 @@ def train_head(trainer, start: int) -> None:
 
 
 def _fit_views(trainer) -> tuple[dict[str, float], int]:
-    """The head fitted on the cached views: its training logs and the rows it was fitted on (a CV
-    fold's logs: with the same fit on half its examples, scored on val: `curve_point`)."""
+    """The head fitted on the cached views: its training logs and the rows it was fitted on."""
     job, config = trainer.job, trainer.config
     split = job.train
     ids = np.asarray(split.ids, dtype=str)
     features = pooled(trainer.cut.top, split.features)
     groups = job.groups_of(ids) if job.groups_of is not None else ids
     labels = split.labels.astype(int)
+    kernel, bias, c, folds = fit(features, labels, groups, job.spec.num_classes, config.seed)
     logits = trainer.net.get_layer("logits")
-
-    def write(rows: np.ndarray) -> tuple:
-        kernel, bias, *said = fit(
-            features[:, rows], labels[rows], groups[rows], job.spec.num_classes, config.seed
-        )
-        logits.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
-        return kernel, bias, *said
-
-    kernel, bias, c, folds = write(np.arange(len(ids)))
+    logits.set_weights([kernel.astype(np.float32), bias.astype(np.float32)])
     whole = "whole groups" if job.groups_of is not None else "whole examples"
     said = f"C={c:g} by a {folds}-fold inner CV over {whole}" if folds else "C=1: too few to split"
     log.info("train: the head fitted by logistic regression on %d examples x %d views (%s)",
              len(ids), len(features), said)  # fmt: skip
     x = features.reshape(-1, features.shape[-1])
-    logs = training_logs(x @ kernel + bias, np.tile(labels, len(features)))
-    if curve_point.wanted(trainer):
-        half = curve_point.nested_half(labels, groups, config.seed)
-        full = [kernel.astype(np.float32), bias.astype(np.float32)]
-        logs |= curve_point.measure(trainer, len(ids), half, write, lambda: logits.set_weights(full))
-    return logs, len(x)
+    return training_logs(x @ kernel + bias, np.tile(labels, len(features))), len(x)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from functools import partial
 
 import keras
 import numpy as np
@@ -24,7 +23,7 @@ from scipy import sparse
 from sklearn.linear_model import LogisticRegressionCV
 from threadpoolctl import threadpool_limits
 
-from pipeline.modeling import curve_point, logistic
+from pipeline.modeling import logistic
 
 log = logging.getLogger(__name__)
 
@@ -97,40 +96,21 @@ def written(model, used: np.ndarray, rows: int, num_classes: int) -> tuple[np.nd
 
 
 def train_head(trainer) -> dict[str, float]:
-    """Fit the network on the training texts, write its `tfidf` and `logits`; the epoch's logs (a
-    CV fold's: with the same fit on half its texts, scored on val: `curve_point`)."""
+    """Fit the network on the training texts, write its `tfidf` and `logits`; the epoch's logs."""
     job, config, net = trainer.job, trainer.config, trainer.net
     examples = job.train.training_examples
     ids = np.asarray(examples.ids, dtype=str)
     labels = np.asarray(examples.labels).astype(int)
     found = counts(feature_ids(net, job.train.encode(examples.inputs)), net.get_layer("logits").rows)
+    weights = idf(found)
+    x = tfidf(found, weights)
     groups = job.groups_of(ids) if job.groups_of is not None else ids
-
-    def fitted(rows: np.ndarray) -> tuple:
-        weights = idf(found[rows])
-        x = tfidf(found[rows], weights)
-        return (x, weights, *fit(x, labels[rows], groups[rows], config.seed))
-
-    x, weights, model, used, folds = fitted(np.arange(len(ids)))
-    write = partial(_write, net, job.spec.num_classes)
-    table, bias = write(weights, model, used)
+    model, used, folds = fit(x, labels, groups, config.seed)
+    table, bias = written(model, used, x.shape[1], job.spec.num_classes)
     c = float(model.C_[0])
+    net.get_layer("tfidf").set_weights([weights.astype(np.float32)])
+    net.get_layer("logits").set_weights([table.astype(np.float32), bias.astype(np.float32)])
     said = f"C={c:g} by a {folds}-fold inner CV over whole examples" if folds else "C=1: too few to split"
     log.info("train: TF-IDF + logistic regression fitted on %d texts, %d features (%s)",
              len(ids), int((weights > 0).sum()), said)  # fmt: skip
-    logs = logistic.training_logs(np.asarray(x @ table) + bias, labels)
-    if curve_point.wanted(trainer):
-        half = curve_point.nested_half(labels, groups, config.seed)
-        logs |= curve_point.measure(trainer, len(ids), half, lambda rows: write(*fitted(rows)[1:4]),
-                                    lambda: write(weights, model, used))  # fmt: skip
-    return logs
-
-
-def _write(
-    net, num_classes: int, weights: np.ndarray, model, used: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """A fitted TF-IDF + LR into the network: its IDF into `tfidf`, its map into `logits` (returned)."""
-    table, bias = written(model, used, len(weights), num_classes)
-    net.get_layer("tfidf").set_weights([weights.astype(np.float32)])
-    net.get_layer("logits").set_weights([table.astype(np.float32), bias.astype(np.float32)])
-    return table, bias
+    return logistic.training_logs(np.asarray(x @ table) + bias, labels)
