@@ -21,7 +21,9 @@ candidate on all of dev (`make predict FOLDS=K CHOOSE=1 REFIT=1`) and scores it 
 part: the learning-curve part of the gap (benchmarks/realdata_gaps.py says how the gap is split).
 
 Usage: python benchmarks/bench_realdata.py [--sets stamps faces ...] [--seeds 0,1,2] [--refit]
-       [--baselines-only] [--quick]
+       [--baselines-only] [--no-baselines] [--quick] [--verdicts]
+`--verdicts` judges the stored results again (realdata_verdict: the bar over each set's seeds) and
+runs nothing; every run ends with the same verdicts.
 Each set's entry in benchmarks/realdata.json (its sizes; `baseline` and `default`, each with the
 commit it was measured at) is replaced as its seed 0 finishes; other sets' entries are kept. Each
 seed's default is kept under `seeds` (a seed measured again replaced), summed up in `over_seeds`.
@@ -44,7 +46,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks import bench_text_real, cv_data, realdata, realdata_gaps  # noqa: E402
+from benchmarks import bench_text_real, cv_data, realdata, realdata_gaps, realdata_verdict  # noqa: E402
 from benchmarks.bench_cv import commit  # noqa: E402
 from benchmarks.bench_fetch import machine  # noqa: E402
 from benchmarks.bench_images_real import stage  # noqa: E402  (a stage in a fresh process, exits on failure)
@@ -164,13 +166,15 @@ def sizes(data: realdata.RealSet) -> dict:
     return found
 
 
-def run_set(name: str, quick: bool, run_default: bool, seed: int, refit: bool) -> dict:
+def run_set(
+    name: str, quick: bool, run_default: bool, seed: int, refit: bool, baselines: bool = True
+) -> dict:
     """The set dealt by `seed`: its sizes, the baseline (at seed 0, or with no default to run: the
     other seeds measure the default's gap, and a baseline costs as much as a train stage on a busy
-    machine), and the default."""
+    machine; none with `baselines` off: the stored ones are kept), and the default."""
     data = realdata_gaps.resplit(realdata.load(name, quick), seed)
     result = sizes(data)
-    if seed == realdata.SEED or not run_default:
+    if baselines and (seed == realdata.SEED or not run_default):
         result["baseline"] = baseline(data)
     print(f"{name} seed {seed}: {json.dumps(result)}", flush=True)
     if run_default:
@@ -217,17 +221,29 @@ def seed_list(text: str) -> list[int]:
 
 def record(stored: dict, name: str, seed: int, found: dict) -> None:
     """`found` into the set's entry: at seed 0 its sizes, baseline and default (a default measured
-    before kept where none was run now); every seed's default under `seeds`, summed in `over_seeds`."""
+    before kept where none was run now); every seed's default under `seeds`, summed in `over_seeds`
+    (a baseline alone into its seed's row, a stored one kept); the bar judged over the seeds."""
     entry = stored.setdefault(name, {})
     if seed == realdata.SEED:
         kept = entry.get("default")  # a default measured before, with its commit
         entry.update(found)
         if kept and "default" not in found:
             entry["default"] = kept
+    stored_row = entry.get("seeds", {}).get(str(seed))
+    if (
+        "baseline" in found and "default" not in found and stored_row
+    ):  # `--baselines-only` at a seed run before
+        stored_row["baseline_test"] = found["baseline"]["test_macro_f1"]
+        entry["over_seeds"] = realdata_gaps.over_seeds(entry["seeds"])
     if "default" in found:
         seeds = entry.setdefault("seeds", {})
-        seeds[str(seed)] = realdata_gaps.seed_row(found)
+        row = realdata_gaps.seed_row(found)
+        kept = seeds.get(str(seed), {})
+        if "baseline_test" not in row and "baseline_test" in kept:  # the same split's baseline, not rerun
+            row["baseline_test"] = kept["baseline_test"]
+        seeds[str(seed)] = row
         entry["over_seeds"] = realdata_gaps.over_seeds(seeds)
+    entry["verdict"] = realdata_verdict.verdict(entry)
 
 
 def main() -> None:
@@ -240,12 +256,18 @@ def main() -> None:
     )
     parser.add_argument("--refit", action="store_true", help="also refit the chosen candidate on all of dev")
     parser.add_argument("--baselines-only", action="store_true", help="the baselines, not petals' default")
+    parser.add_argument("--no-baselines", action="store_true", help="the default only; stored baselines kept")
     parser.add_argument("--quick", action="store_true", help="~150 dev rows a set; nothing recorded")
+    parser.add_argument("--verdicts", action="store_true", help="judge the stored results again; run nothing")
     args = parser.parse_args()
+    if args.verdicts:
+        return judge_stored(args.sets)
     results = {}
     for name in args.sets:
         for seed in args.seeds:
-            found = run_set(name, args.quick, not args.baselines_only, seed, args.refit)
+            found = run_set(
+                name, args.quick, not args.baselines_only, seed, args.refit, not args.no_baselines
+            )
             results[name] = found
             if args.quick and "default" in found:  # checked, not recorded
                 realdata_gaps.over_seeds({str(seed): realdata_gaps.seed_row(found)})
@@ -257,8 +279,21 @@ def main() -> None:
     print(table(results if args.quick else {name: stored[name] for name in args.sets}))  # as recorded
     if not args.quick and not args.baselines_only:
         print(realdata_gaps.seeds_table(stored, args.sets))
-    if args.quick:
+    if not args.quick:
+        judge_stored(args.sets)
+    else:
         print("(--quick: smaller sets, nothing recorded)")
+
+
+def judge_stored(names: list[str]) -> None:
+    """The bar judged over each set's stored seeds (realdata_verdict), written back and printed."""
+    document = json.loads(RESULTS.read_text())
+    for name in names:
+        entry = document["sets"].get(name)
+        if entry:
+            entry["verdict"] = realdata_verdict.verdict(entry)
+            print("\n".join(realdata_verdict.lines(name, entry["verdict"])))
+    write_json(RESULTS, document)
 
 
 if __name__ == "__main__":

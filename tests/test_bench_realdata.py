@@ -198,3 +198,60 @@ def test_a_seed_row_splits_the_gap_into_its_parts():
     parts = row["cv_minus_folds_on_test"] - row["fold_mean_gain"]
     assert parts == pytest.approx(row["cv_minus_test"])  # the parts add up to the gap
     assert "baseline_test" not in row  # measured at seed 0 only
+
+
+def _seeds(defaults, baselines, gaps, half=0.05, expected=None) -> dict:
+    """A fabricated set's seed rows: test scores, baselines, signed CV - test gaps, the test
+    interval's half-width, and where given the carried CV's gaps."""
+    rows = {}
+    for seed, (test, base, gap) in enumerate(zip(defaults, baselines, gaps, strict=True)):
+        row = {"test_macro_f1": test, "test_95": [test - half, test + half], "cv_minus_test": gap}
+        if base is not None:
+            row["baseline_test"] = base
+        if expected is not None:
+            row["expected_minus_test"] = expected[seed]
+        rows[str(seed)] = row
+    return rows
+
+
+def test_the_bar_is_judged_over_the_seeds_and_a_small_image_set_needs_two_points():
+    from benchmarks.realdata_verdict import NOT_JUDGEABLE, verdict
+
+    seeds = _seeds([0.61, 0.62, 0.60], [0.60, 0.61, 0.59], [-0.08, 0.01, 0.02])
+    image = verdict({"kind": "image", "dev": 745, "seeds": seeds})
+    text = verdict({"kind": "text", "dev": 902, "seeds": seeds})
+    # +0.01 over the baseline on every seed: beats it, but not by the small image sets' 0.02
+    assert image["against_baseline"]["mean"] == pytest.approx(0.01) and image["against_baseline"]["n"] == 3
+    assert (image["baseline_bar"], image["against_baseline"]["met"]) == (0.02, False)
+    assert (text["baseline_bar"], text["against_baseline"]["met"]) == (0.0, True)
+    assert image["against_baseline"]["one_split"] == NOT_JUDGEABLE  # +-0.05 of test noise > 0.02
+    gap = image["reported_gap"]
+    assert gap["mean"] == pytest.approx(-0.0167, abs=1e-4) and gap["within_on_mean"]  # met on the mean,
+    assert (gap["seeds_within"], gap["n"]) == (2, 3)  # not on the first seed
+    assert gap["test_95_half_width"] == pytest.approx(0.05) and gap["one_split"] == "judgeable"
+    wide = verdict({"kind": "text", "dev": 902, "seeds": _seeds([0.6] * 3, [0.5] * 3, [0.0] * 3, half=0.09)})
+    assert wide["reported_gap"]["one_split"] == NOT_JUDGEABLE  # +-0.09 > 0.05
+
+
+def test_a_gap_beyond_the_bar_on_every_seed_is_not_met_and_clear():
+    from benchmarks.realdata_verdict import lines, verdict
+
+    found = verdict({"kind": "text", "dev": 900, "seeds": _seeds([0.5] * 3, [None] * 3, [0.07, 0.08, 0.075])})
+    gap = found["reported_gap"]
+    assert not gap["within_on_mean"] and gap["seeds_within"] == 0
+    assert gap["over_seeds"] == "clear of the bar by > 2 se"
+    assert found["against_baseline"] is None  # no seed measured a baseline: no verdict made up
+    said = "\n".join(lines("set", found))
+    assert "|reported CV/val - test| <= 0.05: on the mean NOT met (+0.075" in said and "beats" not in said
+
+
+def test_the_carried_cv_is_judged_against_raw_cv_on_the_same_seeds():
+    from benchmarks.realdata_verdict import verdict
+
+    seeds = _seeds([0.5] * 3, [0.5] * 3, [-0.03, -0.01, -0.06], expected=[0.0, 0.03, -0.05])
+    both = verdict({"kind": "text", "dev": 1010, "seeds": seeds})["expected_vs_cv"]
+    assert (both["cv_mean_abs"], both["expected_mean_abs"]) == (0.0333, 0.0267)
+    assert both["closer"] and (both["seeds_closer"], both["n"]) == (2, 3)  # not on the second seed
+    del seeds["0"]["expected_minus_test"]  # a seed run before the carry: left out of the pairing
+    worse = verdict({"kind": "text", "dev": 1010, "seeds": seeds})["expected_vs_cv"]
+    assert worse["n"] == 2 and not worse["closer"]  # 0.04 against 0.035 on the two seeds with both

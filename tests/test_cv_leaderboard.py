@@ -176,11 +176,13 @@ def test_the_closing_summary_reports_a_cv_groups_and_a_refits_cv_not_a_val_score
 
     assert summary(GROUP)[2:4] == [
         "  ran      CV group of 5 folds: fold-0 fold-1 fold-2 fold-3 fold-4",
-        "  scored   macro-F1 0.9500 ± 0.0040 by 5-fold CV, rank 1 of 5 on the offline leaderboard",
+        "  scored   macro-F1 0.9500 ± 0.0040 by 5-fold CV, each row scored by a fold model trained on "
+        "the other 4/5; submitted: the 5 fold models' mean, rank 1 of 5 on the offline leaderboard",
     ]
     assert summary("refit-run")[2:4] == [
         f"  ran      refit of {GROUP} to epoch 7",
-        f"  scored   macro-F1 0.9500 ± 0.0040 by refit (CV of {GROUP}), rank 2 of 5 on the offline "
+        f"  scored   macro-F1 0.9500 ± 0.0040 by refit (CV of {GROUP}), each row scored by a fold model "
+        "trained on the other 4/5; submitted: one model refitted on all of them, rank 2 of 5 on the offline "
         "leaderboard",
     ]
     assert (

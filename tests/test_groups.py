@@ -293,6 +293,33 @@ def test_the_main_jobs_summary_and_the_cv_line_say_what_a_score_is_worth(tmp_pat
     assert summary_line("cv5-x", spec, metrics).startswith(
         "cv5-x: CV macro-F1 0.9000 on 300 out-of-fold examples of 60 groups (95% interval 0.850-0.940); "
     )
+    # what a CV score scores (fold models on 4/5 of the rows) against what is submitted (their mean)
+    assert (
+        "; each row scored by a fold model trained on the other 4/5; submitted: the 5 fold models' mean;"
+        in (summary_line("cv5-x", spec, {**metrics, "folds": 5}))
+    )
+    group = tmp_path / "runs" / "cv5-x"
+    group.mkdir()
+    (group / "metrics.json").write_text(json.dumps(metrics))
+    board, members = (
+        tmp_path / leaderboard.BOARD,
+        {"cv": "5 folds: a b c d e", "refit": "refit of cv5-x to epoch 3"},
+    )
+    for entry, kind in (("cv5-x", "cv"), ("refit-x", "refit")):
+        leaderboard.update(
+            board, entry, kind=kind, cv_score=0.9, cv_spread=0.01, folds=5, members=members[kind]
+        )
+    said = {}
+    for entry in ("cv5-x", "refit-x"):
+        provenance = {"entry": entry, "run_dir": str(group)}
+        said[entry] = closing_summary(tmp_path, "flowers", provenance, tmp_path / "s.csv", 3, None, False)
+    assert (
+        "  scored   macro-F1 0.9000 ± 0.0100 by 5-fold CV on 300 rows of 60 groups "
+        "(95% interval 0.850-0.940), each row scored by a fold model trained on the other 4/5; "
+        "submitted: the 5 fold models' mean, rank"
+    ) in said["cv5-x"]
+    refit = "by refit (CV of cv5-x), each row scored by a fold model trained on the other 4/5; submitted:"
+    assert f"{refit} one model refitted on all of them, rank" in said["refit-x"]
 
 
 def test_thresholds_are_judged_on_other_groups_than_they_were_chosen_on(monkeypatch):

@@ -235,7 +235,10 @@ def _tracked(found: Setup, opts: CVOptions, first: RunDir) -> None:
 
 
 def summary_line(name: str, spec, metrics: dict) -> str:
-    """One line: the CV score, each fold's, their spread, and the epoch CV chose."""
+    """One line: the CV score, what it is worth (its rows, groups, interval; the fold models it
+    scores against the submission), each fold's, their spread, and the epoch CV chose."""
+    from pipeline.runs.report import fold_models
+
     folds = " ".join(f"{s:.4f}" for s in metrics["fold_scores"])
     at = metrics.get("fold_mean_at_cv_epoch")
     at = "not scored" if at is None else f"{at:.4f}"
@@ -252,10 +255,12 @@ def summary_line(name: str, spec, metrics: dict) -> str:
     groups = f" of {metrics['groups']:,} groups" if metrics.get("groups") else ""
     interval = metrics.get("interval")
     interval = f" (95% interval {interval[0]:.3f}-{interval[1]:.3f})" if interval else ""
+    trained = f"; {fold_models(metrics['folds'])}" if metrics.get("folds", 0) >= 2 else ""
     return (
         f"{name}: CV {spec.metric.title} {metrics['cv_score']:.4f} on {metrics['examples']:,} out-of-fold "
-        f"examples{groups}{interval}{thresholded}; folds {folds} (mean {metrics['fold_mean']:.4f} +- "
-        f"{metrics['fold_std']:.4f}); CV's epoch {metrics['cv_epoch']} (the folds' mean there {at}{end})"
+        f"examples{groups}{interval}{thresholded}{trained}; folds {folds} "
+        f"(mean {metrics['fold_mean']:.4f} +- {metrics['fold_std']:.4f}); "
+        f"CV's epoch {metrics['cv_epoch']} (the folds' mean there {at}{end})"
     )
 
 

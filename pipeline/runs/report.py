@@ -56,6 +56,9 @@ def closing_summary(
             evaluation = _evaluation(provenance.get("run_dir"))
             if evaluation and row["kind"] == "cv":
                 scored += f" {worth(evaluation)}"
+            folds = pd.to_numeric(row.get("folds"), errors="coerce")
+            if row["kind"] in ("cv", "refit") and not pd.isna(folds) and folds >= 2:
+                scored += f", {fold_models(int(folds), refit=row['kind'] == 'refit')}"
         else:
             score = pd.to_numeric(row[column], errors="coerce")
             scored = f"val {metric.title} {'not scored' if pd.isna(score) else f'{score:.4f}'}"
@@ -89,6 +92,13 @@ def worth(evaluation: dict) -> str:
         rows += f" of {evaluation['groups']:,} groups"
     interval = evaluation.get("interval")
     return rows + (f" (95% interval {interval[0]:.3f}-{interval[1]:.3f})" if interval else "")
+
+
+def fold_models(folds: int, refit: bool = False) -> str:
+    """What a CV score scores against what is submitted, in words: a CV score is not the
+    submission's own, and on a few hundred rows the two part by a few points (CV's learning curve)."""
+    submitted = "one model refitted on all of them" if refit else f"the {folds} fold models' mean"
+    return f"each row scored by a fold model trained on the other {folds - 1}/{folds}; submitted: {submitted}"
 
 
 def _evaluation(run_dir) -> dict | None:
