@@ -312,7 +312,9 @@ def test_the_main_jobs_summary_and_the_cv_line_say_what_a_score_is_worth(tmp_pat
     said = {}
     for entry in ("cv5-x", "refit-x"):
         provenance = {"entry": entry, "run_dir": str(group)}
-        said[entry] = closing_summary(tmp_path, "flowers", provenance, tmp_path / "s.csv", 3, None, False)
+        said[entry] = closing_summary(
+            tmp_path, "flowers", flowers, provenance, tmp_path / "s.csv", 3, None, False
+        )
     assert (
         "  scored   macro-F1 0.9000 ± 0.0100 by 5-fold CV on 300 rows of 60 groups "
         "(95% interval 0.850-0.940), each row scored by a fold model trained on the other 4/5; "
