@@ -113,6 +113,7 @@ def test_an_image_probe_run_on_numbers_or_labels_scores_what_predict_computes(
     from pipeline.modeling.inference import predict_split
     from pipeline.stages import train
     from pipeline.tasks.recipe_config import load_config
+    from tests.conftest import competition_of
     from tests.test_probe import PROBE
 
     spec = load_spec(competition)
@@ -122,7 +123,9 @@ def test_an_image_probe_run_on_numbers_or_labels_scores_what_predict_computes(
     job = train.prepare(config, cpu, tmp_path / "data", tmp_path / "runs", None, None)
     train.fit(job, progress=False)
     assert f"the head fitted by {fitted} on " in caplog.text and "inner CV over whole examples" in caplog.text
-    predictions = predict_split(job.run, tmp_path / "data", "val", 1, cpu, as_scored=False)
+    predictions = predict_split(
+        job.run, competition_of(job.run), tmp_path / "data", "val", 1, cpu, as_scored=False
+    )
     score = spec.metric.score(predictions.labels, predictions.probabilities)
     history = pd.read_csv(job.run.history_file)
     assert score == pytest.approx(history[f"val_{spec.metric.name}"].iloc[0], abs=1e-3)

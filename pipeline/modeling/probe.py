@@ -28,6 +28,7 @@ import numpy as np
 
 from pipeline.core.errors import PetalsError
 from pipeline.modeling import head_fits
+from pipeline.networks import columns
 
 log = logging.getLogger(__name__)
 
@@ -85,21 +86,40 @@ def check(config, task) -> None:
         raise PetalsError(f"train.head_solver={SOLVER} {fits}: it needs {', '.join(wrong)}")
 
 
-def pooled(top: keras.Model, features: np.ndarray) -> np.ndarray:
-    """[views, examples, ...] cached activations -> [views, examples, d] at the input of `logits`:
-    the layers of `top` below it (a chain: pooling and dropout, idle outside training)."""
-    names = [layer.name for layer in top.layers]
-    below = top.layers[1 : names.index("logits")]
+def pooled(top: keras.Model, features: np.ndarray, row_columns: np.ndarray | None = None) -> np.ndarray:
+    """[views, examples, ...] cached activations -> [views, examples, d] at the input of `logits`
+    (`_below_logits`); an image_table's rows' columns [examples, n] join each view's."""
+    below = _below_logits(top, row_columns)
     views = []
     for view in features:
         parts = []
         for i in range(0, len(view), BATCH):
-            x = view[i : i + BATCH].astype(np.float32)
-            for layer in below:
-                x = layer(x)
+            x = below(view[i : i + BATCH].astype(np.float32), slice(i, i + BATCH))
             parts.append(np.asarray(x, dtype=np.float64))
         views.append(np.concatenate(parts))
     return np.stack(views)
+
+
+def _below_logits(top: keras.Model, row_columns: np.ndarray | None):
+    """`top` up to its `logits` layer as a function of (activations, rows): the chain of layers
+    below it (pooling and dropout, idle outside training), called layer by layer because the
+    layers are shared with the whole network (a layer's own `input` is the whole network's); an
+    image_table's top (pipeline/networks/columns.py) is the image part above the cut, and the rows'
+    columns standardised as the network standardises them, joined."""
+    if not columns.reads_columns(top):
+        names = [layer.name for layer in top.layers]
+        chain = top.layers[1 : names.index("logits")]
+
+        def below(x, rows):
+            for layer in chain:
+                x = layer(x)
+            return x
+
+        return below
+    image_top = next(layer for layer in top.layers if isinstance(layer, keras.Model))
+    scale, join = top.get_layer(columns.COLUMNS_SCALE), top.get_layer(columns.JOIN)
+    numbers = np.asarray(row_columns, np.float32)
+    return lambda x, rows: join([image_top(x), scale(numbers[rows])])
 
 
 def fit(
@@ -136,7 +156,7 @@ def _fit_views(trainer) -> tuple[dict[str, float], int]:
     job, config = trainer.job, trainer.config
     split = job.train
     ids = np.asarray(split.ids, dtype=str)
-    features = pooled(trainer.cut.top, split.features)
+    features = pooled(trainer.cut.top, split.features, split.columns)
     groups = job.groups_of(ids) if job.groups_of is not None else ids
     kind = job.task.probe
     fitted = fit(
