@@ -6,12 +6,11 @@ are named only in the modules below, each with its reason."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("pipeline", "competition")
+from tests.test_architecture import ROOT, modules  # every module of pipeline/ and competition/
+
 LOOKUPS = frozenset({"load_spec", "load_competition"})
 # Where a competition may be looked up by its name: a module, or a package and all its modules.
 ALLOWED = {
@@ -25,16 +24,6 @@ ALLOWED = {
 }
 # Each embedded dataset is drawn from its own competition's file (a module-level constant).
 SYNTHETIC = ("pipeline.data.synthetic_", "each embedded dataset reads its own competition's spec")
-
-
-def modules() -> dict[str, Path]:
-    """Every module of the checked packages, by dotted name (a package by its `__init__.py`)."""
-    found = {}
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return found
 
 
 def allowed(module: str) -> bool:
