@@ -58,11 +58,11 @@ if threads:
 keras.mixed_precision.set_global_policy("{precision}")
 from competition import load_spec
 from pipeline import networks
-from pipeline.modeling import features
+from pipeline.modeling import network_cut
 from pipeline.tasks.recipe_config import load_config
 config = load_config("cpu", ["competition=flowers"])
 net = networks.build(config, load_spec("flowers"), activation="softmax", weights="none")
-bottom = features.cut_for(net, config).bottom
+bottom = network_cut.cut_for(net, config).bottom
 size, batch = config.data.image_size, {batch}
 pixels = np.random.default_rng(0).uniform(0, 255, (batch, size, size, 3)).astype("float32")
 for _ in range(2):
@@ -94,7 +94,7 @@ from pipeline.core import device
 from pipeline.data import datasets, records
 from pipeline.data.manifest import locate_data
 from pipeline.data.readers.shards import ShardPool
-from pipeline.modeling import feature_cache, feature_pass, features
+from pipeline.modeling import feature_cache, feature_pass, features, network_cut
 from pipeline.tasks.recipe_config import load_config
 config, spec = load_config("cpu", ["competition=flowers"]), load_spec("flowers")
 platform, size = device.pick("tensorflow", "cpu"), config.data.image_size
@@ -103,7 +103,7 @@ files = datasets.shard_files(locate_data(Path({data!r})), spec, size, "train")
 counts = np.cumsum([records.count_images([f]) for f in files])
 split = ShardPool(files[: int(np.searchsorted(counts, {examples})) + 1], spec, size).whole()
 net = networks.build(config, spec, activation="softmax", weights="none")
-cut = features.cut_for(net, config)
+cut = network_cut.cut_for(net, config)
 views = [lambda images: tf.cast(images, tf.float32)]  # the first view: the images themselves
 # Warmed at the pass's batch: another shape would trace again.
 cut.bottom.predict_on_batch(np.zeros((feature_pass.EXTRACT_BATCH, size, size, 3), "float32"))

@@ -20,7 +20,7 @@ import pytest
 from pipeline.core.errors import Preempted
 from pipeline.data import readers, splits
 from pipeline.data.manifest import locate_data
-from pipeline.modeling import feature_cache, feature_pass, features, preemption
+from pipeline.modeling import feature_cache, feature_pass, features, network_cut, preemption
 from pipeline.networks import registry
 from pipeline.tasks.recipe_config import load_config
 from tests.conftest import TINY, TINY_SIZE
@@ -36,7 +36,7 @@ def fold_config(fold: int, folds: int = 2):  # the tiny data has two examples of
 @pytest.fixture(scope="module")
 def cut(spec):
     net = registry.build_classifier("cnn", TINY_SIZE, spec.num_classes)
-    return features.cut(net, 4, True)
+    return network_cut.cut(net, 4, True)
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +250,8 @@ def test_a_cut_of_another_model_built_in_the_same_process_reads_the_same_rows(sp
     names of each new model (`global_max_pooling2d_1`): the pooled cache must not see it."""
     config, split = fold_config(0), readers.RecordSplit([], spec, TINY_SIZE, only=np.array(["a"]))
     cuts = [
-        features.cut(registry.build_classifier("cnn", TINY_SIZE, spec.num_classes), 4, True) for _ in range(2)
+        network_cut.cut(registry.build_classifier("cnn", TINY_SIZE, spec.num_classes), 4, True)
+        for _ in range(2)
     ]
     assert cuts[0].at != cuts[1].at
     signatures = [feature_cache.signature(c, config, split, "d", pooled="x") for c in cuts]
@@ -297,7 +298,7 @@ def test_a_file_competitions_fold_takes_its_rows_of_the_pooled_examples_by_id(tm
     data_dir = tmp_path / "data"
     fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=0.2, progress=False), spec)
     config = load_config(overrides=[*CACHED, "competition=dogs-vs-cats", "train.folds=2", "train.fold=1"])
-    cut = features.cut(registry.build_classifier("cnn", TINY_SIZE, spec.num_classes), 4, True)
+    cut = network_cut.cut(registry.build_classifier("cnn", TINY_SIZE, spec.num_classes), 4, True)
     table, (train, val) = fold_splits(cut, config, spec, data_dir, tmp_path / "runs", cpu)
     assert train.ids.tolist() == table.ids[table.kept(1)].tolist()
     assert val.ids.tolist() == table.ids[table.held_out(1)].tolist()

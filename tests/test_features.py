@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from pipeline.core.errors import PetalsError
-from pipeline.modeling import feature_cache, features
+from pipeline.modeling import feature_cache, features, network_cut
 from pipeline.modeling.epoch_lines import epoch_header, epoch_line
 from pipeline.modeling.inference import predict_split
 from pipeline.networks import efficientnet_lite, registry
@@ -33,9 +33,9 @@ TRANSFER = [
 
 def test_a_cut_falls_on_a_block_boundary_of_lite0():
     backbone = efficientnet_lite.build("lite0", (64, 64, 3))
-    assert features.crossing_layers(backbone, 3) == 3  # the head's conv, BatchNorm and ReLU6
-    assert features.crossing_layers(backbone, 11) == 11  # the last block and the head
-    assert features.crossing_layers(backbone, 12) == 21  # inside a residual block: up to its start
+    assert network_cut.crossing_layers(backbone, 3) == 3  # the head's conv, BatchNorm and ReLU6
+    assert network_cut.crossing_layers(backbone, 11) == 11  # the last block and the head
+    assert network_cut.crossing_layers(backbone, 12) == 21  # inside a residual block: up to its start
 
 
 @pytest.mark.parametrize(("backbone", "unfrozen", "train_backbone"), [("efficientnet-lite0", 11, True),
@@ -43,7 +43,7 @@ def test_a_cut_falls_on_a_block_boundary_of_lite0():
                                                                       ("cnn", 4, True)])  # fmt: skip
 def test_bottom_then_top_is_the_whole_classifier(backbone, unfrozen, train_backbone):
     net = registry.build_classifier(backbone, TINY_SIZE, 7)
-    cut = features.cut(net, unfrozen, train_backbone)
+    cut = network_cut.cut(net, unfrozen, train_backbone)
     pixels = np.random.default_rng(0).uniform(0, 255, (3, TINY_SIZE, TINY_SIZE, 3)).astype("float32")
     np.testing.assert_allclose(cut.top(cut.bottom(pixels)), net(pixels), atol=1e-5)
     assert {id(v) for v in cut.top.weights} <= {id(v) for v in net.weights}  # training top trains net

@@ -53,10 +53,10 @@ def test_the_columns_are_standardised_by_the_training_rows_and_kept_with_the_wei
 
 @pytest.mark.parametrize(("unfrozen", "train_backbone"), [(0, False), (4, True)])
 def test_the_feature_caches_cut_is_the_whole_network_with_the_columns_above_it(unfrozen, train_backbone):
-    from pipeline.modeling import features
+    from pipeline.modeling import network_cut
 
     net = _net()
-    cut = features.cut(net, unfrozen, train_backbone)
+    cut = network_cut.cut(net, unfrozen, train_backbone)
     assert cut.bottom.input.shape[1:] == (SIZE, SIZE, 3)  # pixels alone below the cut
     x = _inputs()
     above = cut.top({"image": np.asarray(cut.bottom(x["image"])), "columns": x["columns"]})

@@ -277,7 +277,7 @@ def test_a_kernel_on_a_keras_hub_family_attaches_its_preset(capsys, tmp_path):
         pytest.param(  # warm-up, then its last stage: test_train's frozen warm-up proves the policy
             "hgnetv2", ["train.frozen_epochs=1", "train.unfrozen_layers=1"], marks=pytest.mark.thorough
         ),
-        # A probe: the head alone on DINOv2's cached features (`features.cut`).
+        # A probe: the head alone on DINOv2's cached features (`network_cut.cut`).
         ("dinov2", ["train.feature_cache=true", "train.frozen_epochs=2", "train.feature_views=2",
                     "train.steps_per_epoch=0"]),
     ],

@@ -1,5 +1,5 @@
 """Every wired keras-hub vision family through the feature cache and a 2-fold CV group on the tiny
-data: a probe (the head alone on the family's pooled features, `features.cut`), its preset a tiny
+data: a probe (the head alone on the family's pooled features, `network_cut.cut`), its preset a tiny
 random one saved with keras-hub's own `save_to_preset` (tests/keras_hub_tiny.py). One pooled pass
 serves both folds; the group's out-of-fold predictions cover every labelled example once. ConvNeXt
 (keras.applications, random weights) runs beside them. Heavy tier: 15-25 s a family on two shared

@@ -259,7 +259,7 @@ def test_a_file_competitions_fold_trains_on_its_pseudo_examples_and_keeps_its_va
 def test_a_cached_fold_appends_its_pseudo_rows_from_its_own_folder_and_keeps_the_pooled_cache(
     data_dir, spec, teacher, cpu
 ):
-    from pipeline.modeling import features
+    from pipeline.modeling import features, network_cut
     from pipeline.networks import registry
     from tests.conftest import TINY_SIZE
 
@@ -270,7 +270,7 @@ def test_a_cached_fold_appends_its_pseudo_rows_from_its_own_folder_and_keeps_the
     plain_train, val = splits.train_and_val(root, spec, config, table)
     chosen = labels_of(data_dir, config, table, runs_dir)
     train = pseudo.attached(plain_train, chosen, root, spec, config)
-    cut = features.cut(registry.build_classifier("cnn", TINY_SIZE, spec.num_classes), 4, True)
+    cut = network_cut.cut(registry.build_classifier("cnn", TINY_SIZE, spec.num_classes), 4, True)
     run_dir = runs_dir / "student-fold1"
     rows, held = features.cache_splits(cut, train, val, config, run_dir, cpu, "d")
     kept = table.kept(1)

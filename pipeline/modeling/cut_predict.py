@@ -29,7 +29,7 @@ import numpy as np
 
 from pipeline import networks
 from pipeline.core.rundir import RunDir
-from pipeline.modeling import feature_cache, feature_pass, features
+from pipeline.modeling import feature_cache, feature_pass, network_cut
 from pipeline.modeling.inference import THROUGH, Predictions, made_from
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ def test_through_cut(
             done[index] = saved
             continue
         with platform.scope():
-            cut_ = features.cut_for(load_inference_model(run, competition), config)
+            cut_ = network_cut.cut_for(load_inference_model(run, competition), config)
         digest = weights_digest(cut_.bottom)
         if rows is None:
             bottom = digest

@@ -36,7 +36,7 @@ from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
 from pipeline.data import passes, targets
 from pipeline.modeling import feature_cache, feature_pass
-from pipeline.modeling.network_cut import Cut, crossing_layers, cut, cut_for, input_shape  # noqa: F401  (features.cut_for...)
+from pipeline.modeling.network_cut import Cut
 
 if TYPE_CHECKING:
     from pipeline.data.splits import Split

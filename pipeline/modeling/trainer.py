@@ -29,6 +29,7 @@ from pipeline.modeling.classifier import Classifier, set_backbone_trainable
 from pipeline.modeling.epoch_lines import epoch_header, epoch_line, epoch_progress
 from pipeline.modeling.fit_hooks import EpochHooks
 from pipeline.modeling.inference import predict_batches, val_scores
+from pipeline.modeling.network_cut import Cut, crossing_layers, cut_for, input_shape
 from pipeline.modeling.optimizer import averaged_weights, make_optimizer
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class Trainer:
                 images=not ids,
             )
             shape = networks.input_shape(config, spec=job.spec)  # stateless calls need it built:
-            self.classifier.build(features.input_shape(self.cut) if self.cut else shape)
+            self.classifier.build(input_shape(self.cut) if self.cut else shape)
             self.optimizer = make_optimizer(
                 config.train.lr_start,
                 config.train.ema,
@@ -126,15 +127,11 @@ class Trainer:
         gather = partial(host_predict.allgather, job.platform)  # each process restored on its own:
         hosts.agree(job.platform.hosts, "the epoch to resume from", self.start, CHECKPOINTS_HINT, gather)
 
-    def _cut(self) -> features.Cut:
-        cut = features.cut_for(self.net, self.config)
-        log.info(
-            "train: feature cache: the network below %s runs once per example and view, %s on its outputs",
-            cut.at,
-            "the head trains"
-            if cut.at == "head"
-            else f"the backbone's last {cut.layers} layers and the head train",
-        )
+    def _cut(self) -> Cut:
+        cut = cut_for(self.net, self.config)
+        upper = f"the backbone's last {cut.layers} layers and the head train" if cut.layers else ""
+        log.info("train: feature cache: the network below %s runs once per example and view, %s on its "
+                 "outputs", cut.at, upper or "the head trains")  # fmt: skip
         return cut
 
     @property
@@ -143,7 +140,7 @@ class Trainer:
         wanted = self.config.train.unfrozen_layers
         if not wanted or not networks.has_backbone(self.net):
             return 0
-        return features.crossing_layers(self.net.get_layer("backbone"), wanted)
+        return crossing_layers(self.net.get_layer("backbone"), wanted)
 
     @property
     def static_batch(self) -> int:
