@@ -176,3 +176,37 @@ def test_a_users_folder_of_each_pair_trains_and_submits_from_its_file(cpu, tmp_p
     api.evaluate(scored)
     written = pd.read_csv(api.predict(scored), dtype=str, keep_default_na=False)
     assert list(written.columns) == ["id", "label"] and len(written) == 6
+
+
+@pytest.mark.slow
+@pytest.mark.thorough  # Keras on JAX in a fresh process: ~30 s each on this CPU
+@pytest.mark.parametrize("case", ["image_table", "several_numbers"])
+def test_the_image_and_columns_input_and_several_numbers_train_on_jax(tmp_path, case):
+    # The two-input network (image + a row's columns) and the head of several numbers with its
+    # MCRMSE metric run through JAX's loop too, not only TensorFlow's.
+    import json
+
+    from competition import load_spec
+    from pipeline.stages.fetch import FetchOptions, fetch
+    from tests.conftest import run_cli
+
+    data_dir, runs = tmp_path / "data-mine", tmp_path / "runs"
+    if case == "image_table":
+        toml, download = _write(tmp_path, "image_table", "number")
+        spec = load_competition(str(toml)).spec
+        fetch(FetchOptions(source="dir", data_from=download, data_dir=data_dir, progress=False), spec)
+        sets = [f"competition={toml}", "model.backbone=cnn", "data.image_size=32", "data.batch_size=16"]
+        recipe = "default"
+    else:
+        spec = load_spec("feedback-prize-ell")
+        fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=0.2, progress=False), spec)
+        sets = ["competition=feedback-prize-ell", "data.sequence_length=16", "data.batch_size=16"]
+        recipe = "cpu"
+    sets += ["train.epochs=1", "train.choose_up_to=0"]
+    args = ["train", "--data-dir", str(data_dir), "--runs-dir", str(runs), "--recipe", recipe]
+    done = run_cli(*args, "--backend", "jax", *(x for s in sets for x in ("--set", s)), timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "backend jax" in done.stdout + done.stderr  # the device line: JAX's loop trained it
+    (metrics_file,) = runs.glob("*/metrics.json")
+    metrics = json.loads(metrics_file.read_text())
+    assert np.isfinite(metrics[spec.score_key]) and metrics[spec.score_key] > 0
