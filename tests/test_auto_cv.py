@@ -67,9 +67,11 @@ def test_the_labelled_examples_are_counted_from_the_manifest(data_dir, spec):
 @pytest.mark.parametrize("step", ["train", "evaluate", "predict"])
 def test_small_data_takes_the_cv_choice_and_says_so(step, data_dir, tmp_path, caplog):
     caplog.set_level("INFO")
-    opts = cv_stage.small_data(step, args_of(step, data_dir, tmp_path, recipe(tmp_path, LABELLED)))
+    opts, competition = cv_stage.small_data(
+        step, args_of(step, data_dir, tmp_path, recipe(tmp_path, LABELLED))
+    )
     # The tiny data's rarest class has 2 labelled examples: 2 folds, not 5.
-    assert opts is not None and opts.folds == 2 and opts.choose == "1"
+    assert opts is not None and opts.folds == 2 and opts.choose == "1" and competition.name == "flowers"
     said = f"{step}: 232 labelled examples, at most the recipe's train.choose_up_to (232): 2-fold CV"
     assert said in caplog.text
     assert "among its candidates (short, recipe)" in caplog.text and "train.choose_up_to=0" in caplog.text
@@ -88,7 +90,7 @@ def test_small_data_takes_the_cv_choice_and_says_so(step, data_dir, tmp_path, ca
 )
 def test_everywhere_else_one_run_trains(up_to, candidates, more, data_dir, tmp_path):
     path = recipe(tmp_path, up_to, candidates)
-    assert cv_stage.small_data("train", args_of("train", data_dir, tmp_path, path, *more)) is None
+    assert cv_stage.small_data("train", args_of("train", data_dir, tmp_path, path, *more))[0] is None
 
 
 def test_a_candidate_that_cannot_train_here_leaves_the_recipe_alone(data_dir, tmp_path, caplog):
@@ -98,9 +100,41 @@ def test_a_candidate_that_cannot_train_here_leaves_the_recipe_alone(data_dir, tm
     candidates = path.parent / "candidates" / "mine.toml"
     candidates.write_text("[probe.train]\nhead_solver = 'logistic'\n\n[recipe]\n")
     caplog.set_level("INFO")
-    assert cv_stage.small_data("train", args_of("train", data_dir, tmp_path, path)) is None
+    assert cv_stage.small_data("train", args_of("train", data_dir, tmp_path, path))[0] is None
     assert "small data, but a candidate cannot train here ([probe] train.head_solver=logistic" in caplog.text
     assert "the recipe alone" in caplog.text
+
+
+class _Training(Exception):
+    """Raised where a run's training would start: the resolves before it are what is counted."""
+
+
+@pytest.mark.parametrize(
+    "up_to",
+    [
+        pytest.param(LABELLED, id="cv-chooses", marks=pytest.mark.slow),  # ~4 s: the candidates' setups
+        pytest.param(LABELLED - 1, id="the-recipe-alone"),
+    ],
+)
+@pytest.mark.parametrize("step", ["train", "evaluate", "predict"])
+def test_a_stage_resolves_its_competition_once_whatever_the_data_size(
+    step, up_to, data_dir, tmp_path, monkeypatch
+):
+    # The small-data decision resolves the competition to count the labelled examples; the CV step
+    # or the stage it hands over to takes that one (tests/test_passed_down.py's rule), never its own.
+    from pipeline import cli
+    from pipeline.core.errors import PetalsError
+    from pipeline.stages import train as train_stage
+    from pipeline.tasks import competitions
+
+    resolved, real = [], competitions.load_competition
+    monkeypatch.setattr(competitions, "load_competition", lambda name: resolved.append(name) or real(name))
+    monkeypatch.setattr(train_stage, "fit", lambda *args, **kwargs: (_ for _ in ()).throw(_Training()))
+    args = args_of(step, data_dir, tmp_path, recipe(tmp_path, up_to))
+    # Nothing is trained: train stops at its first run's training, evaluate and predict find no run.
+    with pytest.raises(_Training if step == "train" else PetalsError):
+        cli.by_size(args)(args)
+    assert len(resolved) == 1, resolved
 
 
 @pytest.mark.parametrize(

@@ -213,7 +213,9 @@ def test_each_folds_line_says_the_time_left_at_the_pace_of_the_folds_trained(
     clock = SimpleNamespace(now=0.0)
     monkeypatch.setattr(cv_stage, "time", SimpleNamespace(monotonic=lambda: clock.now))
 
-    def train(opts, tags=None):  # a fold that takes two minutes (and leaves no run: none finished)
+    def train(
+        opts, tags=None, competition=None
+    ):  # a fold that takes two minutes (and leaves no run: none finished)
         clock.now += 120
 
     monkeypatch.setattr(train_stage, "train", train)

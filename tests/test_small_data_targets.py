@@ -85,10 +85,10 @@ def test_small_data_trains_the_probe_beside_the_recipe_and_chooses(
         "--recipe", str(recipes / "mine.toml"), "--set", f"competition={competition}",
     ])  # fmt: skip
     caplog.set_level("INFO")
-    opts = cv_stage.small_data("train", args)
+    opts, resolved = cv_stage.small_data("train", args)
     assert opts is not None and opts.choose == "1" and opts.folds >= 2, caplog.text
     assert "cannot train here" not in caplog.text
-    choice = cv_stage.train(opts)
+    choice = cv_stage.train(opts, resolved)
     assert [row["candidate"] for row in choice["rows"]] == ["tfidf", "recipe"]
     assert all(np.isfinite(row["score"]) for row in choice["rows"])
     assert caplog.text.count(fitted) == opts.folds  # the probe fitted once a fold

@@ -89,10 +89,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     recipe_config.add_config_arguments(parser)
 
 
-def named_run(opts, platform):
+def named_run(opts, platform, resolved=None):
     """The finished run the run arguments name and its competition, resolved once for the stage:
     `--run`'s (the competition its config names), else the one `train` makes of the same --recipe,
-    --set and data (the competition they name)."""
+    --set and data (the competition they name: `resolved`, where the caller resolved it)."""
     from pipeline.core import rundir
     from pipeline.modeling.inference import find_run
     from pipeline.tasks import recipe_config
@@ -102,5 +102,5 @@ def named_run(opts, platform):
         run = rundir.finished_run(opts.runs_dir, opts.run_id)
         return run, load_competition(run.competition())
     config = recipe_config.config_from_args(opts, platform.device)
-    competition = load_competition(config.competition)
+    competition = resolved or load_competition(config.competition)
     return find_run(opts, config, competition), competition

@@ -83,24 +83,27 @@ def run(args: argparse.Namespace) -> None:
     {"train": train, "evaluate": evaluate, "predict": predict}[args.step](opts)
 
 
-def by_size(step: str, run: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], Any]:
+def by_size(step: str, run: Callable[..., Any]) -> Callable[[argparse.Namespace], Any]:
     """The train, evaluate or predict stage's `run`, or, on data its recipe calls small, this
-    stage's same step over the recipe's candidates, as FOLDS=5 CHOOSE=1 (pipeline.cv.auto)."""
+    stage's same step over the recipe's candidates, as FOLDS=5 CHOOSE=1 (pipeline.cv.auto); either
+    given the competition the decision resolved (None where it resolved none: the stage's own)."""
 
     def decide(args: argparse.Namespace) -> Any:
-        opts = small_data(step, args)
-        steps = {"train": train, "evaluate": evaluate, "predict": predict}
-        return run(args) if opts is None else steps[step](opts)
+        opts, competition = small_data(step, args)
+        if opts is None:
+            return run(args, competition)
+        return {"train": train, "evaluate": evaluate, "predict": predict}[step](opts, competition)
 
     return decide
 
 
-def small_data(step: str, args: argparse.Namespace) -> CVOptions | None:
+def small_data(step: str, args: argparse.Namespace) -> tuple[CVOptions | None, Competition | None]:
     """The CV options a stage's command line becomes where its recipe's `train.choose_up_to` covers
-    the data; None where it trains or scores one run (a run named, checkpoints elsewhere, ...)."""
+    the data, else None: it trains or scores one run (a run named, checkpoints elsewhere, ...); and
+    the competition resolved to decide, passed down (None where the recipe never chooses)."""
     one_run = ("run_id", "checkpoint_dir", "list_backbones", "print_config")
     if any(getattr(args, key, None) for key in one_run):
-        return None
+        return None, None
     from pipeline.core import device
     from pipeline.cv import auto, choose
     from pipeline.tasks.competitions import load_competition
@@ -109,13 +112,13 @@ def small_data(step: str, args: argparse.Namespace) -> CVOptions | None:
     platform = device.pick_from_args(opts)
     config = recipe_config.config_from_args(opts, platform.device)
     if not config.train.choose_up_to:
-        return None
+        return None, None
     competition = load_competition(config.competition)
     spec = competition.spec
     count = auto.labelled_examples(opts.data_dir, spec)
     found, _ = recipe_config.beside_recipe(choose.FOLDER, competition, config.recipe, opts.recipe)
     if not auto.applies(config, count, found is not None):
-        return None
+        return None, competition
     from pipeline.data import folds
     from pipeline.data.manifest import locate_data
 
@@ -123,22 +126,25 @@ def small_data(step: str, args: argparse.Namespace) -> CVOptions | None:
     k = auto.folds_for(labels, spec.num_classes, grouped)
     if k < 2:
         log.info("%s: too few examples of a class (or groups) for CV: the recipe alone", step)
-        return None
+        return None, competition
     listed = choose.read_candidates(found, found.parents[1])
     reason = choose.cannot_run(opts, listed, platform.device, competition.task)
     if reason is not None:
         log.info("%s: small data, but a candidate cannot train here (%s): the recipe alone", step, reason)
-        return None
+        return None, competition
     log.info("%s: %s", step, auto.said(count, k, config, [c.name for c in listed]))
-    return dataclasses.replace(opts, folds=k)
+    return dataclasses.replace(opts, folds=k), competition
 
 
-def competition_of(opts: CVOptions) -> Competition:
+def competition_of(opts: CVOptions, resolved: Competition | None = None) -> Competition:
     """The competition the options' group config names, resolved once for the stage and passed
-    down (`experiment.setup` resolves the same config again, on the same platform)."""
+    down (`experiment.setup` resolves the same config again, on the same platform); `resolved`
+    where the caller resolved it already (the small-data decision: the same recipe and --set)."""
     from pipeline.cv import experiment
     from pipeline.tasks.competitions import load_competition
 
+    if resolved is not None:
+        return resolved
     return load_competition(experiment.group_config(opts).competition)
 
 
@@ -148,13 +154,13 @@ def checked(opts: CVOptions) -> CVOptions:
     return opts
 
 
-def train(opts: CVOptions) -> dict | None:
+def train(opts: CVOptions, competition: Competition | None = None) -> dict | None:
     """Train the folds asked for (each resumes), or every candidate's with `choose`; the group's
-    metrics once every fold is finished, else None."""
+    metrics once every fold is finished, else None. `competition`: the options', if resolved."""
     from pipeline.cv import choose
 
     opts = checked(opts)
-    competition = competition_of(opts)
+    competition = competition_of(opts, competition)
     if opts.choose:
         return choose.train(opts, competition, train_folds)
     return train_folds(opts, competition)
@@ -181,8 +187,8 @@ def train_folds(
         overrides = (*opts.overrides, f"train.folds={opts.folds}", f"train.fold={fold}")
         fold_opts = dataclasses.replace(as_options(TrainOptions, opts), overrides=overrides, run_id=None)
         if after_fold is None:
-            train_stage.train(fold_opts, tags=tags)
-        elif after_fold(fold, train_stage.train(fold_opts, judge=_never, tags=tags)):
+            train_stage.train(fold_opts, tags=tags, competition=competition)
+        elif after_fold(fold, train_stage.train(fold_opts, judge=_never, tags=tags, competition=competition)):
             return None
         if not trained_before:
             took.append(time.monotonic() - started)
@@ -206,14 +212,14 @@ def _group_of(opts: CVOptions, competition: Competition) -> CVOptions:
     return choose.chosen(opts, competition) if opts.choose else opts
 
 
-def evaluate(opts: CVOptions) -> dict:
+def evaluate(opts: CVOptions, competition: Competition | None = None) -> dict:
     """Assemble the group from its finished folds (trained anywhere): its out-of-fold scores, and
     the examples they get most confidently wrong (pipeline/tasks/mistakes.py)."""
     from pipeline.cv import experiment
     from pipeline.tasks import mistakes
 
     opts = checked(opts)
-    competition = competition_of(opts)
+    competition = competition_of(opts, competition)
     opts = _group_of(opts, competition)
     found = experiment.setup(opts, competition)
     metrics = experiment.assemble(found, opts)
@@ -224,12 +230,12 @@ def evaluate(opts: CVOptions) -> dict:
     return metrics
 
 
-def predict(opts: CVOptions) -> Path:
+def predict(opts: CVOptions, competition: Competition | None = None) -> Path:
     """The submission of the folds' mean, or with `refit` of one model on every labelled example."""
     from pipeline.cv import experiment
 
     opts = checked(opts)
-    competition = competition_of(opts)  # the backend, before anything imports Keras
+    competition = competition_of(opts, competition)  # the backend, before anything imports Keras
     opts = _group_of(opts, competition)
     found = experiment.setup(opts, competition)
     metrics = experiment.finished_group(found)
@@ -244,7 +250,8 @@ def refit(opts: CVOptions, found, metrics: dict) -> Path:
     from pipeline.stages import train as train_stage
 
     overrides = experiment.refit_overrides(opts, found, metrics)
-    train_stage.train(dataclasses.replace(as_options(TrainOptions, opts), overrides=overrides, run_id=None))
+    train_opts = dataclasses.replace(as_options(TrainOptions, opts), overrides=overrides, run_id=None)
+    train_stage.train(train_opts, competition=found.competition)
     score_opts = dataclasses.replace(as_options(ScoreOptions, opts), overrides=overrides, run_id=None)
     config = recipe_config.config_from_args(score_opts, found.platform.device)
     run = find_run(score_opts, config, found.competition)
@@ -259,7 +266,7 @@ def refit(opts: CVOptions, found, metrics: dict) -> Path:
                 "fold_table": found.table.digest,
             },
         )
-    path = predict_stage.predict(score_opts)
+    path = predict_stage.predict(score_opts, found.competition)
     if found.platform.hosts.writer:  # the refit has no val: its row carries the CV that chose it
         experiment.record_submission(
             opts,

@@ -36,17 +36,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     arguments.add_submissions_dir(parser, help="the leaderboard's folder")
 
 
-def run(args: argparse.Namespace) -> None:
-    evaluate_run(options.from_args(ScoreOptions, args))
+def run(args: argparse.Namespace, competition: Competition | None = None) -> None:
+    evaluate_run(options.from_args(ScoreOptions, args), competition)
 
 
-def evaluate_run(opts: ScoreOptions) -> dict:
-    """Score the finished run `opts` names on its val split; print and return the evaluation."""
+def evaluate_run(opts: ScoreOptions, competition: Competition | None = None) -> dict:
+    """Score the finished run `opts` names on its val split; print and return the evaluation.
+    `competition`: the options' config's, where the caller resolved it (`arguments.named_run`)."""
     from pipeline.core import device
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
-    run, competition = arguments.named_run(opts, platform)
+    run, competition = arguments.named_run(opts, platform, competition)
     report = evaluate(run, competition, opts.data_dir, opts.tta, platform, opts.submissions_dir, opts.track)
     print(summary_text(run.name, report, competition.task))
     return report

@@ -13,11 +13,15 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.core import options
 from pipeline.core.options import ScoreOptions
 from pipeline.runs.submission_files import write_submission
 from pipeline.stages import arguments
+
+if TYPE_CHECKING:
+    from pipeline.tasks.competitions import Competition
 
 log = logging.getLogger(__name__)
 
@@ -28,19 +32,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     arguments.add_submissions_dir(parser)
 
 
-def run(args: argparse.Namespace) -> None:
-    predict(options.from_args(ScoreOptions, args))
+def run(args: argparse.Namespace, competition: Competition | None = None) -> None:
+    predict(options.from_args(ScoreOptions, args), competition)
 
 
-def predict(opts: ScoreOptions) -> Path:
-    """The test predictions of the finished run `opts` names, and its submission CSV (returned)."""
+def predict(opts: ScoreOptions, competition: Competition | None = None) -> Path:
+    """The test predictions of the finished run `opts` names, and its submission CSV (returned).
+    `competition`: the options' config's, where the caller resolved it (`arguments.named_run`)."""
     from pipeline.core import device
     from pipeline.modeling.inference import check_same_data, predict_split
     from pipeline.runs import leaderboard, tracking
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
-    run, competition = arguments.named_run(opts, platform)
+    run, competition = arguments.named_run(opts, platform, competition)
     spec = competition.spec
     manifest = check_same_data(run, opts.data_dir)
     test = predict_split(run, competition, opts.data_dir, "test", opts.tta, platform)

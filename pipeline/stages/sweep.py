@@ -193,9 +193,8 @@ def _run_trial(opts: SweepOptions, competition: Competition, judged: Trial) -> d
         if opts.folds:
             folds = cv.checked(cv.as_options(CVOptions, opts))
             return cv.train_folds(folds, competition, after_fold=judged.fold, tags=judged.tags) or {}
-        return (
-            train_stage.train(cv.as_options(TrainOptions, opts), judge=judged.epoch, tags=judged.tags) or {}
-        )
+        trial = cv.as_options(TrainOptions, opts)
+        return train_stage.train(trial, judge=judged.epoch, tags=judged.tags, competition=competition) or {}
     except Preempted:
         if judged.pruned is None:  # a signal or the time limit: the sweep stops, the trial fails
             raise

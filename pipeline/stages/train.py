@@ -34,7 +34,7 @@ from pipeline.core.paths import check_name
 from pipeline.core.rundir import RunDir
 from pipeline.stages import arguments
 from pipeline.tasks import recipe_config
-from pipeline.tasks.competitions import size_of
+from pipeline.tasks.competitions import Competition, size_of
 
 log = logging.getLogger(__name__)
 SCRATCH = "petals-process-"  # a scratch run dir's folder, in /tmp: a process other than 0 writes there
@@ -76,26 +76,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     recipe_config.add_config_arguments(parser)
 
 
-def run(args: argparse.Namespace) -> None:
+def run(args: argparse.Namespace, competition: Competition | None = None) -> None:
     if args.list_backbones:
         from pipeline import networks
 
         print("\n".join(networks.describe_all()))
         return
-    train(options.from_args(TrainOptions, args, progress=not args.quiet))
+    train(options.from_args(TrainOptions, args, progress=not args.quiet), competition=competition)
 
 
-def train(opts: TrainOptions, judge=None, tags: dict | None = None) -> dict | None:
-    """Train the run `opts` names (or resume it); its metrics (and its name, `run`), or None when it
-    was finished before. `tags` (a sweep's study and trial) join the run's own in its tracking.
-    `judge(epoch, row)`, a sweep's trial, sees each epoch's history row and may stop the run there
-    (a reason in words); it gets the metrics of a run finished before."""
+def train(opts: TrainOptions, judge=None, tags: dict | None = None,
+          competition: Competition | None = None) -> dict | None:  # fmt: skip
+    """Train the run `opts` names (or resume it) on `competition` (the config's; None: resolved here);
+    its metrics (and its name, `run`), or None when it was finished before. `tags` (a sweep's study and
+    trial) join the run's own in its tracking. `judge(epoch, row)`, a sweep's trial, sees each epoch's
+    history row and may stop the run there (a reason in words); it gets a finished run's metrics."""
     from pipeline.core import device
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     config = recipe_config.config_from_args(opts, platform.device)
     log.info("device: %s", platform.describe(device.pick_precision(platform, config.train.precision)))
-    job = prepare(config, platform, opts.data_dir, opts.runs_dir, opts.run_id, opts.checkpoint_dir)
+    job = prepare(config, platform, opts.data_dir, opts.runs_dir, opts.run_id, opts.checkpoint_dir,
+                  competition)  # fmt: skip
     job.tags, job.track = {**job.tags, **(tags or {})}, opts.track
     if job.finished and not opts.force:
         log.info("train: %s is finished (val %s %s); --force to train again",
@@ -161,17 +163,16 @@ class Job:
         return self.val.count if self.val is not None else 0
 
 
-def prepare(
-    config: Config, platform, data_dir: Path, runs_dir: Path, name: str | None, checkpoint_dir: str | None
-) -> Job:
-    """Check the config against the data, the replicas and the backend; nothing is written here."""
+def prepare(config: Config, platform, data_dir: Path, runs_dir: Path, name: str | None,
+            checkpoint_dir: str | None, competition: Competition | None = None) -> Job:  # fmt: skip
+    """Check the config (on `competition`, else its own) against the data, replicas, backend; no writes."""
     from pipeline.cv.group import fold_tags
     from pipeline.data import augment, datasets, groups, splits
     from pipeline.data.manifest import locate_data, read_manifest
     from pipeline.modeling import probe
     from pipeline.tasks.competitions import check_network, load_competition
 
-    competition = load_competition(config.competition)
+    competition = competition or load_competition(config.competition)
     spec = competition.spec
     check_network(config, spec, platform.backend)  # before any work
     probe.check(config, competition.task)
