@@ -232,7 +232,10 @@ def test_an_epoch_is_a_line_of_fixed_columns_with_dashes_where_val_was_not_score
         "val_accuracy": float("nan"),
         "val_macro_f1": None,
     }
-    lines = [epoch_line(scored, 18, "val_macro_f1"), epoch_line(unscored, 18, "val_macro_f1")]
+    lines = [
+        epoch_line(scored, 18, "val_macro_f1", "macro-F1"),
+        epoch_line(unscored, 18, "val_macro_f1", "macro-F1"),
+    ]
     assert header.split() == ["epoch", "lr", "loss", "acc", "val", "loss", "val", "acc", "val", "macro-F1",
                               "img/s", "s"]  # fmt: skip
     assert lines[0].split() == [
@@ -248,6 +251,27 @@ def test_an_epoch_is_a_line_of_fixed_columns_with_dashes_where_val_was_not_score
     ]
     assert lines[1].split()[4:7] == ["-", "-", "-"]
     assert len({len(line) for line in [header, *lines]}) == 1  # the columns line up
+
+
+@pytest.mark.parametrize(
+    ("metric", "unit", "accuracy"),
+    [("MCRMSE", "ex", "mcrmse"), ("mean column ROC AUC", "ex", "accuracy"), ("RMSE", "img", "rmse")],
+)
+def test_no_column_title_is_cut_and_the_columns_still_line_up(metric, unit, accuracy):
+    # A several-numbers regression trains on `mcrmse`: its columns once read `mcr` and `val mcr`.
+    header = epoch_header(metric, unit, accuracy)
+    row = {"epoch": 2, "lr": 1e-3, "loss": 0.5, "accuracy": 0.61, "val_loss": 0.4, "val_accuracy": 0.55,
+           "val_score": 0.55, "images_per_second": 80.0, "seconds": 3.2}  # fmt: skip
+    line = epoch_line(row, 3, "val_score", metric, unit, accuracy)
+    shown = "acc" if accuracy == "accuracy" else accuracy  # accuracy alone is shortened, as people do
+    assert f" {shown} " in header and f" val {shown} " in header and f" val {metric} " in header
+    assert len(header) == len(line)  # the columns line up: each cell ends where its title ends
+    assert len(ends(line)) == 9 and ends(line) <= ends(header)
+
+
+def ends(text: str) -> set[int]:
+    """Where each word of a line ends."""
+    return {i for i, c in enumerate(text) if c != " " and (i + 1 == len(text) or text[i + 1] == " ")}
 
 
 def test_the_curves_draw_val_where_it_was_scored(tmp_path):

@@ -336,11 +336,12 @@ class Trainer:
         if self.job.tracker is not None:  # TensorBoard's events, MLflow's metrics (pipeline/runs/tracking.py)
             self.job.tracker.epoch(history)
         self.checkpoint.save(epoch + 1, self.best_score)  # last, so a checkpoint implies its outputs
+        spec, task = self.job.spec, self.job.task
+        titles = (spec.metric.title, task.unit, task.metric_title(spec))  # the header's and the lines'
         if self._header_due:
-            task, title = self.job.task, self.job.spec.metric.title
-            log.info("train: %s", epoch_header(title, task.unit, task.metric_title(self.job.spec)))
+            log.info("train: %s", epoch_header(*titles))
             self._header_due = False
-        log.info("train: %s", epoch_line(row, self.config.train.epochs, self.job.spec.score_key))
+        log.info("train: %s", epoch_line(row, self.config.train.epochs, spec.score_key, *titles))
         self.stop.epoch_ended(epoch + 1, row)  # a sweep's judge may stop the run here
 
     # ------------------------------------------------------------------ Keras fit
