@@ -29,7 +29,7 @@ CPU_REPLICAS ?=#                split the CPU into N replicas (default 0: none) 
 HOSTS       ?= 1#                train, evaluate, predict: N local processes as a slice's hosts (pipeline/launch.py; JAX, or TF_CONFIG workers with BACKEND=tensorflow), e.g. HOSTS=2 CPU_REPLICAS=4; slice: one host of a TPU slice
 device_ARGS = $(call opt,--backend,BACKEND) $(call opt,--strategy,STRATEGY) $(call opt,--cpu-replicas,CPU_REPLICAS)
 RETRAIN     ?=#                  RETRAIN=1 trains again over a finished run
-TRACK       ?=#                  TRACK=mlflow: train, evaluate, predict, sweep, ensemble also track runs in MLflow ($$MLFLOW_TRACKING_URI, else SQLite in RUNS_DIR/mlflow.db); TensorBoard's event files are always written
+TRACK       ?=#                  TRACK=mlflow: train, evaluate, predict, sweep, ensemble, kernel-output and kernel-fanout (the fold runs they collect) also track runs in MLflow ($$MLFLOW_TRACKING_URI, else SQLite in RUNS_DIR/mlflow.db); TensorBoard's event files are always written
 PORT        ?=#                  make tensorboard: the port it serves on (localhost only; default TensorBoard's, 6006)
 TTA         ?=#                  test-time augmentation passes for evaluate, predict and ensemble (default 1: none)
 FOLDS       ?=#                  train, evaluate, predict: K-fold cross-validation over every labelled example (a CV group; ensemble: RUNS are CV groups)
@@ -300,12 +300,12 @@ kernel-status: | $(STAMP) ## the pushed kernel's status (queued, running, comple
 	$(PY) -m pipeline kernel status $(kernel_ARGS)
 
 kernel-fanout: | $(STAMP) ## FOLDS=5: one kernel per fold (TRIALS=N: kernels of a sweep's trials, TRIALS_PER_KERNEL each), pushed within Kaggle's session and quota limits, followed and collected into RUNS_DIR (their CV group, their study); a rerun goes on (CONCURRENT=)
-	$(PY) -m pipeline kernel fanout $(kernel_ARGS) $(call opt,--concurrent,CONCURRENT) \
+	$(PY) -m pipeline kernel fanout $(kernel_ARGS) $(call opt,--concurrent,CONCURRENT) $(call opt,--track,TRACK) \
 	$(if $(trials_given),--trials $(call q,TRIALS) $(call opt,--trials-per-kernel,TRIALS_PER_KERNEL) \
 	$(call opt,--space,SPACE))
 
 kernel-output: | $(STAMP) ## download the kernel's outputs and record its run on the leaderboard as a Kaggle run; FOLDS=: merge its folds into RUNS_DIR and their CV group
-	$(PY) -m pipeline kernel output $(kernel_ARGS)
+	$(PY) -m pipeline kernel output $(kernel_ARGS) $(call opt,--track,TRACK)
 
 # Kaggle's TPU image as a second virtualenv (tests/kaggle-tpu-image.txt: TensorFlow CPU 2.20, Keras 3, JAX,
 # no efficientnet package), never mixed with the project's.

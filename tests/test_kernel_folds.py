@@ -215,6 +215,51 @@ def test_kernel_output_downloads_a_folds_kernel_and_merges_its_folds(
     assert RunDir(tmp_path / "runs" / _names(output)[0]).finished
 
 
+@pytest.mark.slow
+@pytest.mark.thorough  # ~30 s loaded: MLflow's SQLite store made, the group assembled twice
+def test_fold_runs_collected_with_track_mlflow_are_their_groups_children_once(
+    data_dir, table, spec, tmp_path, in_kaggle_env, monkeypatch, capsys
+):
+    """`make kernel-output TRACK=mlflow`: each fold run collected is an MLflow run under its group's
+    run, as a fold trained here is (its config, its epochs, finished), and collecting again adds none."""
+    from mlflow.tracking import MlflowClient
+
+    from pipeline.runs import mlflow_runs
+    from pipeline.runs.tensorboard import scalar_tag
+
+    monkeypatch.delenv(mlflow_runs.URI_VARIABLE, raising=False)  # the default: SQLite in the runs dir
+    output = kernel_output(tmp_path / "made", data_dir, spec, table, [0, 1])
+    files = {p.relative_to(output).as_posix(): p.read_bytes() for p in output.rglob("*") if p.is_file()}
+    folder = tmp_path / "kernels" / "petals-folds"
+    folder.mkdir(parents=True)
+    write_json(folder / "kernel-metadata.json", {"id": "petals-user/petals-folds"})
+    args = ["kernel", "output", "--kernels-dir", str(tmp_path / "kernels"), "--name", "petals-folds",
+            "--data-dir", str(data_dir), "--runs-dir", str(tmp_path / "runs"),
+            "--submissions-dir", str(tmp_path / "subs"), "--track", "mlflow"]  # fmt: skip
+    with KaggleTestServer(Behaviour(kernel_files=files)):
+        assert cli.main(args) == 0
+        assert cli.main(args) == 0  # collected again: "already in" the runs dir, and in MLflow
+    assert "fold 1: already in" in capsys.readouterr().out
+    client = MlflowClient(mlflow_runs.tracking_uri(tmp_path / "runs"))
+    experiment = client.get_experiment_by_name("petals-flowers").experiment_id
+    [parent] = client.search_runs([experiment], f"tags.`{mlflow_runs.KIND_TAG}` = 'cv_group'")
+    group = group_id(load_config(overrides=OVERRIDES), rundir.data_identity(read_manifest(data_dir)))
+    assert parent.data.tags["cv_group"] == group and "cv_score" in parent.data.metrics
+    folds = client.search_runs([experiment], f"tags.`{mlflow_runs.PARENT_TAG}` = '{parent.info.run_id}'")
+    assert sorted(f.data.tags["fold"] for f in folds) == ["0", "1"]  # each once
+    assert len(client.search_runs([experiment], "")) == 3  # the group and its two folds, nothing else
+    for fold in folds:
+        run = RunDir(tmp_path / "runs" / fold.data.tags[mlflow_runs.RUN_TAG])
+        history = run.read_history()
+        logged = client.get_metric_history(fold.info.run_id, scalar_tag(spec.score_key))
+        assert [(m.step, m.value) for m in logged] == list(
+            zip(history["epoch"], history[spec.score_key], strict=True)
+        )
+        assert fold.data.params["train.folds"] == str(K) and fold.data.tags["cv_group"] == group
+        assert fold.data.metrics["run/train_seconds"] == run.metrics()["train_seconds"]
+        assert fold.info.status == "FINISHED"
+
+
 def test_a_folds_kernel_is_generated_with_its_folds_and_bad_folds_are_refused(tmp_path, capsys, monkeypatch):
     recipe = [arg for o in TINY if not o.startswith("data.image_size") for arg in ("--set", o)]
     base = ["kernel", "generate", "--kernels-dir", str(tmp_path), "--recipe", "default", "--owner", "me",

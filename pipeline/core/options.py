@@ -159,6 +159,7 @@ class KernelOptions(ConfigOptions):
     runs_dir: Path = RUNS_DIR
     timeout: int | None = None  # the kernel's longest run, seconds; None: Kaggle's session limit
     submissions_dir: Path = SUBMISSIONS_DIR
+    track: str = TRACK  # output, fanout: where the fold runs collected (and their group) are tracked
     # A fan-out (one kernel per fold): kernels at once (None: Kaggle's limit for the accelerator),
     # seconds between status rounds, and how long this command follows them before it stops.
     concurrent: int | None = None

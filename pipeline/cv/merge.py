@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pipeline.core import rundir
 from pipeline.core.errors import PetalsError
+from pipeline.core.options import TRACK
 from pipeline.core.paths import check_name
 from pipeline.core.rundir import RunDir
 from pipeline.tasks.competitions import Competition, size_of
@@ -117,13 +118,17 @@ def merge_output(
     tta: int = 1,
     platform: Callable[[], object] | None = None,
     report: Callable[[str], None] = print,
+    track: str = TRACK,
 ) -> list[dict | None]:
     """Place the finished fold runs `output` holds into `runs_dir` and assemble each group that is
     then complete; one line per fold of each group. `trained` maps run ids to when they finished
     (from the kernel's summary); `competition_of` is the stage's resolver of the competition a
     downloaded config names (each group's resolved once); `platform` makes the device platform,
-    only if a group assembles. The metrics of each group (None for one still missing folds)."""
+    only if a group assembles; `track` (mlflow): each fold run here tracked once, as a fold trained
+    here is, and the group too. The metrics of each group (None for one still missing folds)."""
+    from pipeline.cv.group import fold_tags
     from pipeline.data.manifest import read_manifest
+    from pipeline.runs import tracking
 
     manifest = read_manifest(data_dir)
     if manifest is None:
@@ -143,12 +148,15 @@ def merge_output(
             arrived[run.name] = "unfinished"
         else:
             arrived[run.name] = place(run, runs_dir)
+            if arrived[run.name] in ("placed", "here"):  # this run, here now: "kept" is another
+                here, name = RunDir(runs_dir / run.name), competitions[group].name
+                tracking.collected(here, name, track, fold_tags(config, identity))
     results = []
     for group, config in configs.items():
         found = _setup(config, competitions[group], manifest, data_dir, runs_dir, platform)
         complete = _report_folds(found, arrived, source, trained, runs_dir, report)
         results.append(
-            _assemble(found, data_dir, runs_dir, submissions_dir, tta, report) if complete else None
+            _assemble(found, data_dir, runs_dir, submissions_dir, tta, report, track) if complete else None
         )
     return results
 
@@ -199,7 +207,7 @@ def _report_folds(found, arrived: dict, source: str, trained: dict, runs_dir: Pa
     return complete
 
 
-def _assemble(found, data_dir: Path, runs_dir: Path, submissions_dir: Path, tta: int, report):
+def _assemble(found, data_dir: Path, runs_dir: Path, submissions_dir: Path, tta: int, report, track: str):
     """The complete group's OOF, scores and leaderboard row (`experiment.assemble`)."""
     from pipeline.core.options import CVOptions
     from pipeline.cv import experiment
@@ -213,6 +221,7 @@ def _assemble(found, data_dir: Path, runs_dir: Path, submissions_dir: Path, tta:
         runs_dir=runs_dir,
         submissions_dir=submissions_dir,
         tta=tta,
+        track=track,
     )
     metrics = experiment.assemble(found, opts)
     report(experiment.summary_line(found.group.name, found.spec, metrics))

@@ -54,7 +54,8 @@ class MlflowRun:
 
     def __init__(self, runs_dir: Path, competition: str, name: str, tags: dict[str, str], new: bool = False):
         """`new`: a fresh MLflow run (train's start), else the newest of this petals run, or a fresh
-        one if there is none. Tags with a `petals.study` make the run a child of that study's run."""
+        one if there is none (`made` says which). Tags with a `petals.study` make the run a child of
+        that study's run."""
         level = logging.getLogger("mlflow").level  # quiet unless VERBOSE (pipeline.cli.hush)
         try:
             from mlflow.tracking import MlflowClient
@@ -71,6 +72,7 @@ class MlflowRun:
             self.experiment = self._experiment(runs_dir, f"petals-{competition}")
             found = None if new else self._newest({RUN_TAG: name})
             self.id = found or self._create(name, tags)
+            self.made = found is None
         except _errors() as err:
             raise PetalsError(f"TRACK=mlflow: {self.where}: {hidden(first_line(err), self.uri)}") from None
         log.info("mlflow: %s is run %s in %s", name, self.id, self.where)

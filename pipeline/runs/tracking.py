@@ -91,21 +91,52 @@ class Tracker:
         """The history rows not written yet (on a resume, the restored ones first)."""
         self.events.epochs(history)
         if self.mlflow is not None:
-            for row in history[history["epoch"] > self.logged].to_dict("records"):
-                step = int(row["epoch"])
-                self.mlflow.metrics({tensorboard.scalar_tag(k): v for k, v in row.items()
-                                     if k != "epoch" and tensorboard.finite(v)}, step)  # fmt: skip
-                self.logged = step
+            self.logged = _epochs(self.mlflow, history, self.logged)
 
     def trained(self, metrics: dict[str, Any]) -> None:
-        """The run's own numbers (metrics.json's, as `run/<key>`: the plain names are the
-        leaderboard's) and its curves; the event file closed."""
+        """The run's own numbers and its curves (`_trained`); the event file closed."""
         self.events.close()
         if self.mlflow is not None:
-            numbers = {f"run/{k}": v for k, v in metrics.items() if tensorboard.finite(v)}
-            self.mlflow.metrics(numbers, int(metrics.get("epochs", 0)))
-            self.mlflow.artifacts([self.run.file(RunDir.CURVES), self.run.history_file])
-            self.mlflow.finished()
+            _trained(self.mlflow, self.run, metrics)
+
+
+def _epochs(found, history, logged: int) -> int:
+    """The history rows after epoch `logged` as the MLflow run's metrics, each at its epoch; the
+    last epoch it has now."""
+    for row in history[history["epoch"] > logged].to_dict("records"):
+        logged = int(row["epoch"])
+        found.metrics({tensorboard.scalar_tag(k): v for k, v in row.items()
+                       if k != "epoch" and tensorboard.finite(v)}, logged)  # fmt: skip
+    return logged
+
+
+def _trained(found, run: RunDir, metrics: dict[str, Any]) -> None:
+    """The run's own numbers (metrics.json's, as `run/<key>`: the plain names are the leaderboard's)
+    and its curves; the MLflow run finished."""
+    numbers = {f"run/{k}": v for k, v in metrics.items() if tensorboard.finite(v)}
+    found.metrics(numbers, int(metrics.get("epochs", 0)))
+    found.artifacts([run.file(RunDir.CURVES), run.history_file])
+    found.finished()
+
+
+def collected(run: RunDir, competition: str, track: str, tags: dict[str, Any]) -> None:
+    """With MLflow: a finished run trained elsewhere (a Kaggle kernel's fold, collected into the runs
+    dir) as `train` would have tracked it: its config, each epoch's row, its numbers and curves,
+    tagged with `tags` (a fold's group and fold: a child of its group's run). Once: a run the store
+    holds already (collected before, or trained here) is left as it is."""
+    if not mlflow_asked(track):
+        return
+    from pipeline.runs import mlflow_runs
+
+    tags = {**_tags(run), **tags}
+    found = mlflow_runs.MlflowRun(
+        run.path.parent, competition, run.name, _mlflow_tags(run, competition, tags)
+    )
+    if not found.made:
+        return
+    found.params(tensorboard.flat_params(run.read_json(RunDir.CONFIG, default={}), tags))
+    _epochs(found, run.read_history(), 0)
+    _trained(found, run, run.metrics())
 
 
 def _tags(run: RunDir) -> dict[str, Any]:

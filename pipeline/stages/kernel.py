@@ -100,6 +100,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the kernel's longest run, seconds (default: Kaggle's session limit); training stops before it",
     )
     arguments.add_submissions_dir(parser, help="output: the leaderboard")
+    arguments.add_track(parser)  # output, fanout: the fold runs collected, as train tracks its own
     fan = parser.add_argument_group("fanout: one kernel per fold of --folds K, or kernels of --trials N")
     fan.add_argument(
         "--concurrent",
@@ -182,5 +183,6 @@ def kernel(action: str, options: KernelOptions) -> Any:
             options.data_dir,
             options.runs_dir,
             competition_of=load_competition,
+            track=options.track,
         )
     raise ValueError(f"kernel action {action!r} is not one of {', '.join(ACTIONS)}")

@@ -145,7 +145,7 @@ def fold_plan(options: KernelOptions, competition: Competition) -> Plan:
         folder = options.kernels_dir / share.name
         # Every fold kernel was generated from these options: its runs are on their competition.
         remote.output(folder, options.submissions_dir, options.data_dir, options.runs_dir, "folds",
-                      competition_of=lambda _named: competition)  # fmt: skip
+                      competition_of=lambda _named: competition, track=options.track)  # fmt: skip
 
     return Plan(
         kind="fold",

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import text
+from pipeline.core.options import TRACK
 from pipeline.core.paths import inside
 from pipeline.core.progress import Progress
 from pipeline.kernels.client.metadata import (
@@ -92,13 +93,15 @@ def output(
     expected: str | None = None,
     *,
     competition_of: Callable[[str], Competition],
+    track: str = TRACK,
 ) -> None:
     """Download the kernel's outputs into `<folder>/output/` and record its run on the leaderboard;
-    a FOLDS kernel's fold runs are merged into `runs_dir` instead (`merge_folds`), and a kernel of
-    trials' runs placed there (`place_trials`). `expected` (one of KINDS): what the caller made the
-    kernel for; an output that holds something else is refused. `competition_of`: the stage's
-    resolver of the competition a downloaded run's config names (`merge.merge_output`). Every name
-    Kaggle answers with (the files, the summary's fields) is checked before it is used."""
+    a FOLDS kernel's fold runs are merged into `runs_dir` instead (`merge_folds`, tracked as `track`
+    says), and a kernel of trials' runs placed there (`place_trials`). `expected` (one of KINDS):
+    what the caller made the kernel for; an output that holds something else is refused.
+    `competition_of`: the stage's resolver of the competition a downloaded run's config names
+    (`merge.merge_output`). Every name Kaggle answers with (the files, the summary's fields) is
+    checked before it is used."""
     from pipeline.runs import leaderboard
 
     kernel, target, kind = download(folder, expected)
@@ -106,7 +109,7 @@ def output(
         place_trials(kernel, target, data_dir, runs_dir, submissions_dir, competition_of=competition_of)
         return
     if kind == "folds":
-        merge_folds(kernel, target, data_dir, runs_dir, submissions_dir, competition_of)
+        merge_folds(kernel, target, data_dir, runs_dir, submissions_dir, competition_of, track)
         return
     summary_path = target / SUMMARY
     summary = read_summary(summary_path, kernel)  # Kaggle's file: its names and scores checked
@@ -147,10 +150,12 @@ def merge_folds(
     runs_dir: Path,
     submissions_dir: Path,
     competition_of: Callable[[str], Competition],
+    track: str = TRACK,
 ) -> None:
     """A FOLDS kernel's output: its finished fold runs placed in `runs_dir` and their CV group
     assembled once every fold is there, one line per fold (`pipeline.cv.merge`; `competition_of`
-    resolves the competition a fold's config names)."""
+    resolves the competition a fold's config names; `track`: where the fold runs and the group are
+    tracked besides their files)."""
     from pipeline.core import device
     from pipeline.cv import merge
 
@@ -165,6 +170,7 @@ def merge_folds(
         competition_of=competition_of,
         tta=summary["tta"],
         platform=device.pick,  # only when a group assembles: a fold whose weights came may predict
+        track=track,
     )
 
 
