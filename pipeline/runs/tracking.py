@@ -4,8 +4,9 @@
 epoch's history row (the trainer calls `epoch`), then the run's metrics and curves. `evaluate` adds
 its scores, the confusion matrix and the per-class scores; `predict` the submission (MLflow). The
 run's tags (its CV group and fold, its sweep's study and trial) are written once, to
-`runs/<run-id>/tags.json`, so the later stages tag what they add the same way. Nothing here decides
-a score: every number is one the run dir or the leaderboard already holds.
+`runs/<run-id>/tags.json`, so the later stages tag what they add the same way. A run trained
+elsewhere (a Kaggle kernel's fold) is logged as train logs one once it is collected (`collected`).
+Nothing here decides a score: every number is one the run dir or the leaderboard already holds.
 """
 
 from __future__ import annotations
