@@ -136,3 +136,22 @@ def test_make_kernel_on_a_gpu_attaches_the_preset_each_gpu_recipe_names(monkeypa
         assert "'recipe': 'gpu'" in script and "'strategy': 'mirrored'" in script
         if competition == "flowers":  # the kernel fetches the 512 px records; Keras downloads the weights
             assert "'image_size': 512" in script and "'shipped_weights': None" in script
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # a registry's larger sibling trains two steps and scores val: 70 s on two busy cores
+def test_the_flowers_gpu_recipe_trains_resized_records_with_augmentation_in_the_step(
+    cpu, tiny_data_dir, tmp_path
+):
+    """The recipe as shipped but for its sizes (the tiny records' 32 px read, fed at 48), random
+    weights and two steps: the records resized in tf.data, augmented inside the train step as on a
+    GPU under TensorFlow, EfficientNetV2-S trained and scored."""
+    from pipeline.stages import train
+
+    sizes = ["data.image_size=32", "data.input_size=48", "data.batch_size=4"]
+    short = ["model.weights=none", "augment.where=device", "train.epochs=1", "train.steps_per_epoch=2"]
+    overrides = ["competition=flowers", *sizes, *short]
+    config = load_config("gpu", overrides)
+    assert config.model.backbone == "keras-efficientnetv2-s" and config.train.lr_max == 5e-5
+    job = train.prepare(config, cpu, tiny_data_dir, tmp_path, None, None)
+    assert np.isfinite(train.fit(job, progress=False)["val_macro_f1"])
