@@ -130,6 +130,35 @@ def test_each_family_tokenizes_texts_through_petals_as_its_own_preprocessor_does
     assert net.predict(x, verbose=0).shape == (2, spec.num_classes)
 
 
+@pytest.mark.slow  # about 3-6 s a recipe
+@pytest.mark.parametrize(
+    ("competition", "columns"), [("watson", (PREMISES, HYPOTHESES)), ("imdb", (PREMISES,))]
+)
+def test_the_gpu_recipes_train_their_family_from_a_tiny_preset_through_petals(
+    competition, columns, presets, tmp_path
+):
+    """`RECIPE=auto` on a GPU: watson's XLM-RoBERTa, imdb's DeBERTa-v3 (tests/test_gpu_recipes.py), the
+    recipe as shipped but for its preset (a tiny one of the same family: the real one is a download)
+    and the length: tokenized by the preset's SentencePiece, built, one step, predicted."""
+    pytest.importorskip("sentencepiece")
+    shipped = load_config("gpu", [f"competition={competition}"])
+    name = shipped.model.backbone
+    config = load_config("gpu", [f"competition={competition}", f"model.weights={presets[name]}",
+                                 f"data.sequence_length={LENGTH}"])  # fmt: skip
+    assert config.train == shipped.train and config.model.dropout == shipped.model.dropout
+    inputs = networks.text_inputs(config, tmp_path, columns)
+    x = inputs.encode(columns)
+    assert set(x) == set(keras_hub_text.NETWORKS[name].inputs) and len(set(x["token_ids"][0].tolist())) > 3
+    spec = load_spec(competition)
+    net = networks.build(
+        config, spec, activation="softmax", weights=config.model.weights,
+        vocabulary_size=inputs.vocabulary_size, batch_size=2,
+    )  # fmt: skip
+    net.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy())
+    assert np.isfinite(net.fit(x, np.array([0, 1]), epochs=1, verbose=0).history["loss"][0])
+    assert net.predict(x, verbose=0).shape == (2, spec.num_classes)
+
+
 def test_a_missing_sentencepiece_package_is_one_line_naming_it(presets, monkeypatch):
     from keras_hub.src.tokenizers import sentence_piece_tokenizer
 

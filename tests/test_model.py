@@ -37,7 +37,8 @@ def _larger_sibling(name: str) -> bool:
 
 
 # The backbones the shipped CPU and GPU recipes build (`RECIPE=auto` on a first run) and the
-# default's: `make test` builds them; each family's other smallest members are the thorough tier's.
+# default's: `make test` builds them (flowers' GPU recipe's EfficientNetV2-S, a larger sibling here,
+# in the shipped-recipe sweep below); each family's other smallest members are the thorough tier's.
 FIRST_RUN_BACKBONES = ("cnn", "efficientnet-lite0", "keras-efficientnet-b0")
 
 

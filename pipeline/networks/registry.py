@@ -229,13 +229,16 @@ def _registry() -> dict[str, Backbone]:
                 noisy_student=f"b{i}",
             )
         )
-    for variant in ("B0", "B1", "B2", "B3", "S", "M", "L"):
+    # keras.applications' default input sizes, the sizes its EfficientNetV2 weights are evaluated at
+    v2_sizes = {"B0": 224, "B1": 240, "B2": 260, "B3": 300, "S": 384, "M": 480, "L": 480}
+    for variant, native in v2_sizes.items():
         entries.append(
             Backbone(
                 f"keras-efficientnetv2-{variant.lower()}",
                 _keras_app(f"EfficientNetV2{variant}"),
                 "raw",
                 ("imagenet",),
+                native_size=native,
             )
         )
     for variant in ("Tiny", "Small", "Base", "Large", "XLarge"):  # its normalisation is inside: "raw"
