@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import numpy as np
@@ -121,3 +122,26 @@ def test_a_text_task_checks_the_network_through_its_entry():
     check_network(warm_up, load_spec("watson"), "jax")  # BERT reads pairs and has a part to freeze
     with pytest.raises(PetalsError, match=r"^model.backbone=bert-tiny builds on tensorflow, jax only"):
         check_network(warm_up, load_spec("watson"), "torch")
+
+
+def test_a_kernel_of_a_sentencepiece_family_carries_the_pinned_package_and_no_other_family_does():
+    """keras-hub's own classes decide: a family whose tokenizer is a SentencePieceTokenizer (XLM-R,
+    DeBERTa-v3, ALBERT) needs the `sentencepiece` package where keras-hub is installed --no-deps;
+    WordPiece (BERT, DistilBERT) and byte-pair (RoBERTa) do not."""
+    keras_hub = pytest.importorskip("keras_hub")
+
+    carried = {}
+    for name, entry in keras_hub_text.NETWORKS.items():
+        runs_sentencepiece = issubclass(
+            entry._class("Tokenizer"), keras_hub.tokenizers.SentencePieceTokenizer
+        )
+        needed = entry.packages(next(iter(entry.handles)))
+        assert needed["keras_hub"] == list(bert.PIP_INSTALL)
+        assert ("sentencepiece" in needed) == runs_sentencepiece == (entry.preprocess == "sentencepiece"), (
+            name
+        )
+        carried[name] = needed.get("sentencepiece")
+    assert {n for n, pip in carried.items() if pip} == {"deberta-v3", "xlm-roberta", "albert"}
+    assert set(map(tuple, filter(None, carried.values()))) == {keras_hub_text.SENTENCEPIECE_INSTALL}
+    assert re.fullmatch(r"sentencepiece==\d+\.\d+\.\d+", keras_hub_text.SENTENCEPIECE_INSTALL[-1])
+    assert "sentencepiece" not in text_networks.NETWORKS[bert.PRESET].packages("none")

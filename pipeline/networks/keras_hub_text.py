@@ -32,6 +32,11 @@ from pipeline.networks.text_networks import TextNetwork
 
 PAIR_INPUTS = ("token_ids", "padding_mask")  # RoBERTa-like families have no segment ids
 PACKAGES = {"sentencepiece": "sentencepiece", "byte-pair": "tokenizers"}  # what keras-hub runs them with
+# What a kernel installs beside keras-hub (`--no-deps`, bert.PIP_INSTALL) for a SentencePiece family,
+# pinned as keras-hub is: nothing shows the package on Kaggle's TPU image. 0.2.3 ships manylinux_2_28
+# wheels for CPython 3.11-3.13 and depends on nothing. WordPiece runs in plain Python; the
+# `tokenizers` byte-pair needs keras-hub imports anyway, and transformers brings it to every image.
+SENTENCEPIECE_INSTALL = ("sentencepiece==0.2.3",)
 
 
 @dataclass(frozen=True, eq=False)  # hashable by identity: its handles are a dict
@@ -52,7 +57,11 @@ class HubTextNetwork(TextNetwork):
         return (PRESET_WEIGHTS, *self.handles)
 
     def packages(self, weights: str) -> dict[str, list[str]]:
-        return {"keras_hub": list(bert.PIP_INSTALL)}
+        """keras-hub, and SentencePiece's package for the families that tokenize with it."""
+        needs = {"keras_hub": list(bert.PIP_INSTALL)}
+        if self.preprocess == "sentencepiece":
+            needs["sentencepiece"] = list(SENTENCEPIECE_INSTALL)
+        return needs
 
     def kaggle_model(self, weights: str) -> str | None:
         return self.handles.get(weights)
