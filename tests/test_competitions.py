@@ -215,7 +215,7 @@ def test_a_kernel_of_a_keras_preset_attaches_that_preset_unless_told_another(cap
 
     base = ["kernel", "generate", "--owner", "me", "--kernels-dir", str(tmp_path), "--accelerator", "TpuV5E8"]
     for competition, handle in (("imdb", "keras/bert/keras/bert_base_en_uncased/3"),
-                                ("watson", "keras/bert/keras/bert_base_multi/2")):  # fmt: skip
+                                ("watson", "keras/xlm_roberta/keras/xlm_roberta_large_multi/3")):  # fmt: skip
         assert cli.main([*base, "--set", f"competition={competition}"]) == 0
         meta = json.loads((tmp_path / f"petals-{competition}-tpu" / "kernel-metadata.json").read_text())
         assert meta["model_sources"] == [handle]
@@ -295,14 +295,14 @@ def test_a_bert_kernel_needs_its_preset_attached_as_a_kaggle_model(tmp_path):
     from pipeline.kernels.client.recipe_check import check_recipe
 
     spec = load_spec("watson")
-    config = load_config("tpu", ["competition=watson"])  # model.weights=/kaggle/input/bert/...
+    config = load_config("mbert-tpu", ["competition=watson"])  # model.weights=/kaggle/input/bert/...
     assert config.model.backbone == "bert" and config.model.weights.startswith("/kaggle/input/")
     with pytest.raises(
         PetalsError, match=r"attached to hold it; attach it: MODELS=<owner>/bert/keras/bert_base_multi/2"
     ):
         check_recipe(config, spec, "tpu", internet=True, datasets=[])
     check_recipe(config, spec, "tpu", internet=False, datasets=["keras/bert/keras/bert_base_multi/2"])
-    local = load_config("tpu", ["competition=watson", f"model.weights={tmp_path}"])
+    local = load_config("mbert-tpu", ["competition=watson", f"model.weights={tmp_path}"])
     with pytest.raises(PetalsError, match=r"is a folder on this machine, which the kernel cannot see"):
         check_recipe(local, spec, "tpu", internet=True, datasets=["keras/bert/keras/bert_base_multi/2"])
     options = KernelOptions(

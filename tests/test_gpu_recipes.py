@@ -42,9 +42,17 @@ def test_on_a_gpu_auto_trains_the_modern_family_and_the_recipe_before_keeps_a_na
         assert preset_model(config) == handle
         recipe, before = BEFORE[competition]
         assert load_config(recipe, [f"competition={competition}"]).model.backbone == before
-    # The TPU defaults stay where Kaggle's TPU image is known to run them (each tpu.toml says why).
+    # The TPU defaults (each tpu.toml says why): watson's XLM-R large, its SentencePiece carried by the
+    # kernel (tests/kernel_emulate.py runs it in the TPU image's pins); imdb's BERT, as DeBERTa-v3 is
+    # slow on TPUs; the multilingual BERT before keeps a name.
     assert load_config("tpu", ["competition=flowers"]).model.backbone == "keras-efficientnet-b7"
-    assert {load_config("tpu", [f"competition={c}"]).model.backbone for c in ("watson", "imdb")} == {"bert"}
+    watson = load_config("tpu", ["competition=watson"])
+    assert (watson.model.backbone, watson.model.weights) == ("xlm-roberta", "xlm_roberta_large_multi")
+    assert preset_model(watson) == "keras/xlm_roberta/keras/xlm_roberta_large_multi/3"
+    assert (watson.data.batch_size, watson.data.sequence_length) == (16, 128)
+    assert watson.train.lr_max * 8 == pytest.approx(1e-5)  # a peak of 1e-5 a step on 8 cores
+    assert load_config("mbert-tpu", ["competition=watson"]).model.backbone == "bert"
+    assert load_config("tpu", ["competition=imdb"]).model.backbone == "bert"
 
 
 def _values(path) -> str:
@@ -112,18 +120,25 @@ def test_the_flowers_gpu_network_loads_a_weights_file_and_an_offline_kernel_says
         check_recipe(offline, spec, "gpu", internet=False, datasets=[])
 
 
-def test_make_kernel_on_a_gpu_attaches_the_preset_each_gpu_recipe_names(monkeypatch, capsys, tmp_path):
-    from pipeline import cli
+@pytest.fixture
+def unchecked(monkeypatch):
+    """`make kernel` places its folder without running the script's --help (seconds a kernel)."""
     from pipeline.kernels.client import generate
     from pipeline.kernels.client.metadata import METADATA
 
-    def unchecked(folder, text, meta):  # place_checked, less its run of the script (seconds each)
+    def place(folder, text, meta):
         folder.mkdir(parents=True)
         (folder / METADATA).write_text(json.dumps(meta))
         (folder / meta["code_file"]).write_text(text)
         return folder
 
-    monkeypatch.setattr(generate, "place_checked", unchecked)
+    monkeypatch.setattr(generate, "place_checked", place)
+
+
+def test_make_kernel_on_a_gpu_attaches_the_preset_each_gpu_recipe_names(unchecked, capsys, tmp_path):
+    from pipeline import cli
+    from pipeline.kernels.client.metadata import METADATA
+
     for competition, (_, _, handle) in GPU.items():
         args = ["kernel", "generate", "--owner", "me", "--kernels-dir", str(tmp_path), "--accelerator",
                 "NvidiaTeslaT4", "--set", f"competition={competition}"]  # fmt: skip
@@ -136,6 +151,45 @@ def test_make_kernel_on_a_gpu_attaches_the_preset_each_gpu_recipe_names(monkeypa
         assert "'recipe': 'gpu'" in script and "'strategy': 'mirrored'" in script
         if competition == "flowers":  # the kernel fetches the 512 px records; Keras downloads the weights
             assert "'image_size': 512" in script and "'shipped_weights': None" in script
+
+
+def test_a_kernel_of_watsons_xlm_r_installs_or_ships_sentencepiece_and_berts_does_not(
+    unchecked, monkeypatch, capsys, tmp_path
+):
+    """XLM-R tokenizes with SentencePiece, which keras-hub (installed --no-deps) runs through the
+    `sentencepiece` package: online the kernel installs it, pinned, where the image lacks it; offline
+    `make kernel` downloads its wheels into the petals-wheels dataset the kernel attaches. Multilingual
+    BERT's WordPiece needs neither. pip download stands aside: it writes the file it was asked for."""
+    from pipeline import cli
+    from pipeline.kernels.client import wheels
+    from pipeline.kernels.client.metadata import METADATA
+    from pipeline.networks.keras_hub_text import SENTENCEPIECE_INSTALL
+
+    def download(pip, python, into):
+        tag = "cp" + python.replace(".", "")
+        (into / f"{pip[-1].replace('==', '-')}-{tag}-{tag}-manylinux_2_28_x86_64.whl").write_bytes(b"")
+
+    monkeypatch.setattr(wheels, "_download", download)
+    carried = f"'sentencepiece': {list(SENTENCEPIECE_INSTALL)!r}"
+    for recipe, accelerator, internet, needs in (
+        ("gpu", "NvidiaTeslaT4", "on", True), ("gpu", "NvidiaTeslaT4", "off", True),
+        ("tpu", "TpuV5E8", "off", True), ("mbert-tpu", "TpuV5E8", "off", False),
+    ):  # fmt: skip
+        kernels = tmp_path / f"{recipe}-{internet}"
+        args = ["kernel", "generate", "--owner", "me", "--kernels-dir", str(kernels), "--accelerator",
+                accelerator, "--recipe", recipe, "--internet", internet,
+                "--set", "competition=watson"]  # fmt: skip
+        if recipe == "mbert-tpu":
+            args += ["--model", "keras/bert/keras/bert_base_multi/2"]
+        assert cli.main(args) == 0, capsys.readouterr().err
+        (folder,) = [p for p in kernels.iterdir() if p.name.startswith("petals-watson")]
+        meta = json.loads((folder / METADATA).read_text())
+        assert (carried in (folder / meta["code_file"]).read_text()) == needs, recipe
+        shipped = sorted(p.name for p in wheels.folder_for(kernels).glob("*.whl"))
+        assert bool(shipped) == (needs and internet == "off"), (recipe, internet)
+        assert (f"me/{wheels.SLUG}" in meta["dataset_sources"]) == bool(shipped)
+        if shipped:  # one wheel for each of Kaggle's Pythons: 3.12 on the TPU image
+            assert [name.split("-")[2] for name in shipped] == ["cp312", "cp313"]
 
 
 @pytest.mark.slow

@@ -340,6 +340,7 @@ def test_a_keras_hub_family_trains_on_jax_and_its_run_predicts_on_tensorflow(
         ("flowers", "swin", "tpu", "keras/swin-transformer/keras/swin_base_patch4_window12_384/1"),
         ("flowers", "dinov2-probe", "gpu", "keras/dinov2/keras/dinov2_base/1"),
         ("watson", "gpu", "gpu", "keras/xlm_roberta/keras/xlm_roberta_base_multi/3"),  # XLM-R base
+        ("watson", "tpu", "tpu", "keras/xlm_roberta/keras/xlm_roberta_large_multi/3"),  # XLM-R large
         ("imdb", "gpu", "gpu", "keras/deberta_v3/keras/deberta_v3_base_en/3"),  # DeBERTa-v3 base
     ],
 )
