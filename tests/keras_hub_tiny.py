@@ -163,3 +163,32 @@ def write_vision_preset(entry, folder, scale=None, offset=None):
     backbone.save_to_preset(str(folder))
     converter.save_to_preset(str(folder))  # the preprocessor's converter, the family's own class
     return folder
+
+
+def sentencepiece_proto(texts: list[str]) -> bytes:
+    """A unigram SentencePiece model of `texts`, trained in memory by the `sentencepiece` package, with
+    every family's special pieces (ALBERT's <pad>, DeBERTa's [PAD], XLM-R's through its own offsets)."""
+    import io
+
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_writer=model, vocab_size=40, model_type="unigram",
+        pad_id=0, unk_id=1, bos_id=2, eos_id=3, pad_piece="<pad>", unk_piece="<unk>", bos_piece="[CLS]",
+        eos_piece="[SEP]", user_defined_symbols="[MASK],[PAD]", hard_vocab_limit=False, minloglevel=2,
+    )  # fmt: skip
+    return model.getvalue()
+
+
+def write_text_preset(entry, folder, tokenizer, length: int):
+    """A tiny random preset of `entry`'s keras-hub text family in `folder`: a one-layer backbone sized
+    to `tokenizer`'s vocabulary and `length` tokens, and the tokenizer, both saved with keras-hub's
+    `save_to_preset`; the folder."""
+    sizes = {"vocabulary_size": tokenizer.vocabulary_size(), "num_layers": 1, "num_heads": 2,
+             "hidden_dim": 16, "intermediate_dim": 32, "max_sequence_length": length}  # fmt: skip
+    if entry.family == "Albert":
+        sizes["embedding_dim"] = 8
+    entry._class("Backbone")(**sizes).save_to_preset(str(folder))
+    tokenizer.save_to_preset(str(folder))
+    return folder

@@ -23,12 +23,21 @@ Then the default CPU recipe's kernel, offline as every code competition's runs:
    lacks that package too; pip installs into a folder of the emulation, so the virtualenv stays as
    built), and the kernel, with no network, installs the wheel with no index, trains the recipe
    and writes a submission.csv that passes the validator.
+Then watson's TPU recipe (XLM-RoBERTa large, whose SentencePiece tokenizer keras-hub runs through the
+`sentencepiece` package), offline, as a TPU kernel again:
+5. `make kernel RECIPE=tpu INTERNET=off` downloads sentencepiece's pinned wheels into the wheels
+   dataset (the virtualenv's Python's too); a tiny XLM-R preset is mounted where Kaggle mounts the
+   model the kernel attaches; the image's keras-hub, tokenizers and regex (via keras-nlp and
+   transformers, which the virtualenv leaves out) sit in a folder of the emulation, sentencepiece
+   not; the kernel, with no network, installs sentencepiece with no index, tokenizes, trains a few
+   steps on 8 JAX devices and writes a submission.csv that passes the validator.
 Exit 1 at the first check that fails, leaving the folder for a look (--keep keeps it anyway).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import json
 import os
 import shutil
@@ -52,6 +61,14 @@ RECIPE = [  # a TPU kernel small enough for two CPU cores: the small CNN, a few 
     "train.lr_ramp_epochs=0",
 ]
 REFUSAL_LIMIT_S = 60
+TEXT_NAME, TEXT_PRESET = "petals-emulate-watson", "xlm_roberta_large_multi"  # the recipe's preset
+TEXT_RECIPE = [  # watson's TPU recipe as shipped, but for its length and a few steps of one epoch
+    "data.sequence_length=32",
+    "data.batch_size=2",
+    "train.epochs=1",
+    "train.steps_per_epoch=3",
+    "train.lr_ramp_epochs=0",
+]
 
 
 class Failed(Exception):
@@ -111,7 +128,11 @@ def offline_prefix() -> list[str]:
     return ["unshare", "-rn"]
 
 
-def environment(root: Path, standin: bool, tpu: bool = True) -> dict[str, str]:
+def environment(
+    root: Path, standin: bool, tpu: bool = True, installs: bool = False, image: Path | None = None
+) -> dict[str, str]:
+    """`installs`: what the kernel pip-installs lands in the emulation, not the venv (always so on the
+    CPU image); `image`: a folder of packages the image has that the virtualenv leaves out."""
     keep = ("PATH", "LANG", "LC_ALL", "TMPDIR")
     env = {k: os.environ[k] for k in keep if k in os.environ}
     env.update(
@@ -126,23 +147,23 @@ def environment(root: Path, standin: bool, tpu: bool = True) -> dict[str, str]:
             XLA_FLAGS="--xla_force_host_platform_device_count=8",
             JAX_COMPILATION_CACHE_DIR=str(root / "jax-cache"),
         )
-    else:  # Kaggle's CPU image: what the kernel pip-installs lands in the emulation, not the venv
+    if installs or not tpu:
         site = root / "site-packages"
         site.mkdir(exist_ok=True)
-        env.update(PIP_TARGET=str(site), PYTHONPATH=str(site), PIP_CONFIG_FILE=os.devnull)
+        paths = os.pathsep.join(str(p) for p in (site, image) if p is not None)
+        env.update(PIP_TARGET=str(site), PYTHONPATH=paths, PIP_CONFIG_FILE=os.devnull)
     if standin:
         env["PETALS_TPU_STANDIN"] = "cpu"
     return env
 
 
-def start(
-    python: str, script: Path, root: Path, standin: bool, log: Path, tpu: bool = True
-) -> subprocess.Popen:
+def start(python: str, script: Path, root: Path, standin: bool, log: Path, **image) -> subprocess.Popen:
+    """The kernel's script, offline, in the emulated /kaggle (`image`: environment's tpu, installs, image)."""
     (root / "working").mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         [*offline_prefix(), python, str(script)],
         cwd=root / "working",
-        env=environment(root, standin, tpu),
+        env=environment(root, standin, **image),
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -221,6 +242,83 @@ def check_cpu_offline(python: str, script: Path, root: Path) -> str:
     return f"the default CPU recipe, offline, {check_submitted(root, seconds)}"
 
 
+def generate_text(root: Path, python: str) -> Path:
+    """Watson's TPU recipe (XLM-RoBERTa large, tokenized by SentencePiece), offline, shrunk to a few
+    steps: a tiny XLM-R preset (tests/keras_hub_tiny.py) mounted where Kaggle mounts the model the
+    kernel attaches, the competition drawn, its wheels dataset mounted, and what the TPU image brings
+    that the virtualenv leaves out (keras-hub through keras-nlp; tokenizers and regex, which keras-hub
+    imports, through transformers) in a folder of the emulation. sentencepiece is left out: nothing
+    shows it on the image, and the kernel is to install it."""
+    from unittest import mock
+
+    from competition import load_spec
+    from pipeline import cli
+    from pipeline.data import embedded
+    from pipeline.kernels.client import private_datasets, wheels
+    from pipeline.networks import keras_hub_text
+
+    spec = load_spec("watson")
+    embedded.draw(spec, root / "input" / "competitions" / spec.default_slug, size=0, seed=0, scale=0.05,
+                  progress=False)  # fmt: skip
+    entry = keras_hub_text.NETWORKS["xlm-roberta"]
+    write_tiny_text_preset(entry, root / "input" / "models" / entry.handles[TEXT_PRESET])
+    kernels = root / "kernels-text"
+    args = ["kernel", "generate", "--kernels-dir", str(kernels), "--owner", OWNER, "--name", TEXT_NAME,
+            "--recipe", "tpu", "--accelerator", "TpuV5E8", "--internet", "off",
+            "--set", "competition=watson"]  # fmt: skip
+    for override in TEXT_RECIPE:
+        args += ["--set", override]
+    asked = "import sys; print('%d.%d' % sys.version_info[:2])"
+    version = subprocess.run([python, "-c", asked], capture_output=True, text=True, check=True).stdout.strip()
+    # The virtualenv's Python stands in for the TPU image's 3.12: its wheel is downloaded too.
+    with mock.patch.object(wheels, "KAGGLE_PYTHONS", (*wheels.KAGGLE_PYTHONS, version)):
+        if cli.main(args) != 0:
+            raise Failed("make kernel refused watson's TPU recipe, offline")
+    meta = json.loads((kernels / TEXT_NAME / "kernel-metadata.json").read_text())
+    if meta["model_sources"] != [entry.handles[TEXT_PRESET]] or meta["enable_internet"]:
+        raise Failed(f"the watson TPU kernel attaches {meta['model_sources']}, not XLM-R large's preset")
+    mounted = root / "input" / "datasets" / OWNER / wheels.SLUG
+    mounted.mkdir(parents=True, exist_ok=True)
+    for name in private_datasets.files_of(wheels.folder_for(kernels)):
+        shutil.copy(wheels.folder_for(kernels) / name, mounted / name)
+    image = root / "tpu-image"
+    pins = [f"{name}=={importlib.metadata.version(name)}" for name in ("keras-hub", "tokenizers", "regex")]
+    pip = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(image), *pins]
+    if subprocess.run(pip, capture_output=True, text=True, check=False).returncode:
+        raise Failed(f"could not put {', '.join(pins)} in the emulated TPU image ({' '.join(pip[3:])})")
+    return kernels / TEXT_NAME / "petals_kernel.py"
+
+
+def write_tiny_text_preset(entry, folder: Path) -> None:
+    from tests import keras_hub_tiny
+
+    texts = ["the cat sat on the mat", "a dog ran in the park", "le chat dort", "el perro corre"] * 8
+    tokenizer = entry._class("Tokenizer")(proto=keras_hub_tiny.sentencepiece_proto(texts))
+    keras_hub_tiny.write_text_preset(entry, folder, tokenizer, 32)
+
+
+def check_text_offline(python: str, script: Path, root: Path) -> str:
+    """Watson's TPU kernel on 8 JAX devices, offline: sentencepiece installed from the wheels dataset."""
+    log = root / "text.log"
+    shutil.rmtree(root / "working", ignore_errors=True)
+    shutil.rmtree(root / "site-packages", ignore_errors=True)  # the CPU image's installs: not the TPU's
+    began = time.perf_counter()
+    code = start(python, script, root, standin=True, log=log, installs=True, image=root / "tpu-image")
+    code = code.wait(timeout=1800)
+    seconds = time.perf_counter() - began
+    if code != 0:
+        raise Failed(f"the watson TPU kernel failed (exit {code})\n{last_lines(log, 30)}")
+    if "installed sentencepiece" not in log.read_text():
+        raise Failed(
+            f"the watson TPU kernel did not install sentencepiece from the dataset\n{last_lines(log)}"
+        )
+    run = json.loads((root / "working" / "petals_summary.json").read_text())["run"]
+    if (run.get("backend"), run.get("replicas")) != ("jax", 8):
+        raise Failed(f"the watson TPU kernel trained on {run.get('backend')}, {run.get('replicas')} replicas")
+    done = check_submitted(root, seconds)
+    return f"watson's TPU recipe (XLM-R, a tiny preset), offline, sentencepiece installed, {done}"
+
+
 def check_submitted(root: Path, seconds: float) -> str:
     """A finished kernel's working folder: its submission passes the validator against the sample."""
     from competition import load_spec
@@ -236,11 +334,12 @@ def check_submitted(root: Path, seconds: float) -> str:
         spec,
         read_sample_ids(sample.read_text(), spec, str(sample)),
     )
-    info, score = run["run"], run["metrics"].get("evaluation", {}).get("val_macro_f1", 0)
+    info, evaluation = run["run"], run["metrics"].get("evaluation", {})
+    metric, score = next(((k, v) for k, v in evaluation.items() if k.startswith("val_")), ("val", 0))
     where = f"{info.get('backend')}, {info.get('replicas')} {info.get('device')} replicas"
     return (
         f"finished in {seconds:.0f} s ({where}); submission.csv valid ({summary.rows} rows); "
-        f"val macro-F1 {score:.4f}"
+        f"{metric} {score:.4f}"
     )
 
 
@@ -274,6 +373,9 @@ def main() -> int:
         script = generate_cpu(root)
         print(f"kernel-emulate: {args.python} stands in for Kaggle's CPU image", flush=True)
         print(f"kernel-emulate: {check_cpu_offline(args.python, script, root)}", flush=True)
+        script = generate_text(root, args.python)
+        print(f"kernel-emulate: {args.python} stands in for Kaggle's TPU image again", flush=True)
+        print(f"kernel-emulate: {check_text_offline(args.python, script, root)}", flush=True)
         ok = True
     except Failed as err:
         print(f"kernel-emulate: FAILED: {err}", file=sys.stderr)

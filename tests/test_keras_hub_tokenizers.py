@@ -8,7 +8,6 @@ Python (no tensorflow-text). Nothing is downloaded."""
 from __future__ import annotations
 
 import importlib.util
-import io
 import json
 
 import keras
@@ -20,6 +19,7 @@ from pipeline import networks
 from pipeline.core.errors import PetalsError
 from pipeline.networks import keras_hub_text
 from pipeline.tasks.recipe_config import load_config
+from tests import keras_hub_tiny
 
 keras_hub = pytest.importorskip("keras_hub")
 
@@ -32,14 +32,8 @@ HAS_SENTENCEPIECE = importlib.util.find_spec("sentencepiece") is not None  # set
 
 def _sentencepiece_proto() -> bytes:
     """A unigram model of TEXTS with every family's special pieces (ALBERT's <pad>, DeBERTa's [PAD])."""
-    spm = pytest.importorskip("sentencepiece")
-    model = io.BytesIO()
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(TEXTS), model_writer=model, vocab_size=40, model_type="unigram",
-        pad_id=0, unk_id=1, bos_id=2, eos_id=3, pad_piece="<pad>", unk_piece="<unk>", bos_piece="[CLS]",
-        eos_piece="[SEP]", user_defined_symbols="[MASK],[PAD]", hard_vocab_limit=False, minloglevel=2,
-    )  # fmt: skip
-    return model.getvalue()
+    pytest.importorskip("sentencepiece")
+    return keras_hub_tiny.sentencepiece_proto(TEXTS)
 
 
 def _roberta_tokenizer():
@@ -68,14 +62,7 @@ def presets(tmp_path_factory):
     written = {}
     for name in [*(SENTENCEPIECE if HAS_SENTENCEPIECE else []), "roberta"]:
         entry = keras_hub_text.NETWORKS[name]
-        tokenizer = _tokenizer(entry)
-        kwargs = {"vocabulary_size": tokenizer.vocabulary_size(), "num_layers": 1, "num_heads": 2,
-                  "hidden_dim": 16, "intermediate_dim": 32, "max_sequence_length": LENGTH}  # fmt: skip
-        if entry.family == "Albert":
-            kwargs["embedding_dim"] = 8
-        entry._class("Backbone")(**kwargs).save_to_preset(str(root / name))
-        tokenizer.save_to_preset(str(root / name))
-        written[name] = root / name
+        written[name] = keras_hub_tiny.write_text_preset(entry, root / name, _tokenizer(entry), LENGTH)
     return written
 
 
@@ -132,19 +119,27 @@ def test_each_family_tokenizes_texts_through_petals_as_its_own_preprocessor_does
 
 @pytest.mark.slow  # about 3-6 s a recipe
 @pytest.mark.parametrize(
-    ("competition", "columns"), [("watson", (PREMISES, HYPOTHESES)), ("imdb", (PREMISES,))]
+    ("competition", "recipe", "columns"),
+    [
+        ("watson", "gpu", (PREMISES, HYPOTHESES)),
+        ("imdb", "gpu", (PREMISES,)),
+        # watson's TPU recipe is the same family (XLM-R large): a variant here; on JAX's 8 devices in
+        # the TPU image's pins, `make kernel-emulate` runs it
+        pytest.param("watson", "tpu", (PREMISES, HYPOTHESES), marks=pytest.mark.thorough),
+    ],
 )
-def test_the_gpu_recipes_train_their_family_from_a_tiny_preset_through_petals(
-    competition, columns, presets, tmp_path
+def test_the_accelerator_recipes_train_their_family_from_a_tiny_preset_through_petals(
+    competition, recipe, columns, presets, tmp_path
 ):
-    """`RECIPE=auto` on a GPU: watson's XLM-RoBERTa, imdb's DeBERTa-v3 (tests/test_gpu_recipes.py), the
-    recipe as shipped but for its preset (a tiny one of the same family: the real one is a download)
-    and the length: tokenized by the preset's SentencePiece, built, one step, predicted."""
+    """`RECIPE=auto` on a GPU: watson's XLM-RoBERTa, imdb's DeBERTa-v3 (tests/test_gpu_recipes.py), and
+    on a TPU watson's XLM-RoBERTa large, the recipe as shipped but for its preset (a tiny one of the
+    same family: the real one is a download) and the length: tokenized by the preset's SentencePiece,
+    built, one step, predicted."""
     pytest.importorskip("sentencepiece")
-    shipped = load_config("gpu", [f"competition={competition}"])
+    shipped = load_config(recipe, [f"competition={competition}"])
     name = shipped.model.backbone
-    config = load_config("gpu", [f"competition={competition}", f"model.weights={presets[name]}",
-                                 f"data.sequence_length={LENGTH}"])  # fmt: skip
+    config = load_config(recipe, [f"competition={competition}", f"model.weights={presets[name]}",
+                                  f"data.sequence_length={LENGTH}"])  # fmt: skip
     assert config.train == shipped.train and config.model.dropout == shipped.model.dropout
     inputs = networks.text_inputs(config, tmp_path, columns)
     x = inputs.encode(columns)

@@ -8,8 +8,10 @@ from __future__ import annotations
 import argparse
 import base64
 import hashlib
+import importlib
 import json
 import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -217,7 +219,12 @@ def test_the_kernel_installs_them_from_the_attached_dataset_with_no_index(tmp_pa
     make_wheel(mounted, "petals_test_wheel", "1.0", "petals_test_wheel")
     monkeypatch.setenv("PIP_TARGET", str(tmp_path / "site"))
     monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
-    packages = {"petals_test_wheel": ["petals-test-wheel==1.0"]}
+    (tmp_path / "site" / "petals_present").mkdir(parents=True)  # the image has it: looked for, not imported
+    (tmp_path / "site" / "petals_present" / "__init__.py").write_text("raise ImportError('imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    # keras-hub first, as a SentencePiece family's kernel lists it: imported before sentencepiece is
+    # installed, it would keep its SentencePiece tokenizers off for the whole process.
+    packages = {"petals_present": ["petals-present==1.0"], "petals_test_wheel": ["petals-test-wheel==1.0"]}
     settings = {"internet": False, "weights_file": None, "packages": packages}
     monkeypatch.setattr(kernel_main, "SETTINGS", settings)
     commands, run = [], subprocess.run
@@ -227,5 +234,8 @@ def test_the_kernel_installs_them_from_the_attached_dataset_with_no_index(tmp_pa
     done = kernel_main.provide_offline(argparse.Namespace(input=tmp_path / "input"), tmp_path / "keras")
     assert done == ["installed petals_test_wheel"]
     assert (tmp_path / "site" / "petals_test_wheel" / "__init__.py").is_file()
+    assert "petals_present" not in sys.modules and importlib.import_module(
+        "petals_test_wheel"
+    )  # this process
     (command,) = commands
     assert "--no-index" in command and command[command.index("--find-links") + 1] == str(mounted)

@@ -20,7 +20,9 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-KAGGLE_INPUT = Path("/kaggle/input")
+# PETALS_KAGGLE_ROOT moves it, as it moves the kernel's inputs and outputs (make kernel-emulate): a
+# preset named by its handle is then found in the emulated /kaggle, not looked for in the real one.
+KAGGLE_INPUT = Path(os.environ.get("PETALS_KAGGLE_ROOT", "/kaggle")) / "input"
 SEARCH_DEPTH = 6  # models/<owner>/<model>/<framework>/<variation>/<version>: the deepest layout seen
 KIND_FOLDERS = {
     "competition": "competitions",

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib.util
 import io
 import os
 import shutil
@@ -113,11 +114,10 @@ def provide_offline(args: argparse.Namespace, keras_home: Path) -> list[str]:
             "has no internet: attach a dataset with that file (make kernel DATASETS=owner/slug)"
         )
     for package, spec in SETTINGS.get("packages", {}).items():  # {import name: pip arguments}
-        try:
-            __import__(package)
+        # Looked for, not imported: keras-hub imported before sentencepiece is installed keeps its
+        # SentencePiece tokenizers off for the whole process (it tries the import once, at its own).
+        if importlib.util.find_spec(package) is not None:
             continue
-        except ImportError:
-            pass
         wheels = sorted({str(p.parent) for f in attached for p in f.glob("*.whl")})
         if not SETTINGS["internet"] and not wheels:
             raise PetalsError(
@@ -129,6 +129,7 @@ def provide_offline(args: argparse.Namespace, keras_home: Path) -> list[str]:
         pip = [sys.executable, "-m", "pip", "install", "--quiet", *offline, *where, *spec]
         if subprocess.run(pip, check=False).returncode:
             raise PetalsError(f"could not install {package} ({' '.join(pip[3:])})")
+        importlib.invalidate_caches()  # what pip just put on the path is importable in this process
         done.append(f"installed {package}")
     return done
 
