@@ -12,7 +12,8 @@ family's own TextClassifierPreprocessor (`bert.Encoder`), pairs joined as the fa
 a run keeps its tokenizer and backbone architecture as a BERT run does. DeBERTa-v3, XLM-R and
 ALBERT tokenize with SentencePiece and RoBERTa with byte-pair merges; outside tf.data keras-hub runs
 them in Python, through the `sentencepiece` and `tokenizers` packages (no tensorflow-text); where
-one is missing they stop in one line.
+one is missing they stop in one line. A kernel of a SentencePiece family installs `sentencepiece`
+beside keras-hub (`packages`), pinned, as keras-hub is.
 """
 
 from __future__ import annotations
