@@ -335,7 +335,9 @@ def check_submitted(root: Path, seconds: float) -> str:
         read_sample_ids(sample.read_text(), spec, str(sample)),
     )
     info, evaluation = run["run"], run["metrics"].get("evaluation", {})
-    metric, score = next(((k, v) for k, v in evaluation.items() if k.startswith("val_")), ("val", 0))
+    scores = {k: v for k, v in evaluation.items() if k.startswith("val_")}  # flowers': macro-F1 first
+    metric = "val_macro_f1" if "val_macro_f1" in scores else next(iter(scores), "val")
+    score = scores.get(metric, 0)
     where = f"{info.get('backend')}, {info.get('replicas')} {info.get('device')} replicas"
     return (
         f"finished in {seconds:.0f} s ({where}); submission.csv valid ({summary.rows} rows); "
