@@ -67,6 +67,7 @@ def oof_figures(metrics: dict) -> dict:
         "cv": round(metrics["cv_score"], 4),
         "fold_mean": round(float(np.mean(folds)), 4),
         "fold_std": round(float(np.std(folds, ddof=1)), 4),
+        "fold_scores": [round(f, 4) for f in folds],
     }
 
 
@@ -118,7 +119,14 @@ def deltas(candidates: dict, chosen: str, blend: dict) -> dict:
     the better one on test (the strictest: chosen by the test labels)."""
     best_cv = max(c["cv"] for c in candidates.values())
     best_test = max(c["test_macro_f1"] for c in candidates.values())
+    # fold by fold against the chosen one, on the same rows: the folds' own difficulty cancels
+    gains = np.subtract(blend["fold_scores"], candidates[chosen]["fold_scores"])
     return {
+        "blend_minus_chosen_folds": {
+            "mean": round(float(gains.mean()), 4),
+            "se": round(float(gains.std(ddof=1) / np.sqrt(len(gains))), 4),
+            "wins": int((gains > 0).sum()),
+        },
         "blend_minus_best_cv": round(blend["cv"] - best_cv, 4),
         "blend_minus_chosen_test": round(blend["test_macro_f1"] - candidates[chosen]["test_macro_f1"], 4),
         "blend_minus_best_test": round(blend["test_macro_f1"] - best_test, 4),
@@ -134,7 +142,7 @@ def summed(rows: list[dict]) -> dict:
         found[key] = {
             "mean": round(float(values.mean()), 4),
             "sd": None if sd is None else round(sd, 4),
-            "se": None if sd is None else round(sd / np.sqrt(len(values)), 4),
+            "se": None if sd is None else round(float(sd / np.sqrt(len(values))), 4),
             "wins": int((values > 0).sum()),
         }
     return found
