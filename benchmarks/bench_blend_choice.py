@@ -46,6 +46,7 @@ from pipeline.core.files import write_json  # noqa: E402  (atomic)
 
 RESULTS = REPO / "benchmarks" / "blend_choice.json"
 DEFAULT_SETS = ("manpages", "fortunes", "amazon", "stamps")  # texts first: they are the cheap ones
+BLEND = "blend"  # the choice's own row for the candidates' blend (pipeline/cv/choice_blend.py), where judged
 DELTAS = ("blend_minus_best_cv", "blend_minus_chosen_test", "blend_minus_best_test")
 
 
@@ -74,7 +75,10 @@ def oof_figures(metrics: dict) -> dict:
 def measure(spec: Path, download: Path, truth: dict, work: Path, data: realdata.RealSet) -> dict:
     """The chain `make train predict` runs, then every candidate's fold mean and their equal blend,
     each submission scored on the test part."""
+    from competition import load_spec
     from pipeline.core.rundir import RunDir
+    from pipeline.cv.choose import pick
+    from pipeline.runs.submission_files import newest_submission
 
     data_dir, runs, subs = work / "data", work / "runs", work / "submissions"
     where = ["--data-dir", str(data_dir), "--runs-dir", str(runs), *DEVICE]
@@ -84,12 +88,16 @@ def measure(spec: Path, download: Path, truth: dict, work: Path, data: realdata.
     seconds = {"fetch": stage("fetch", *fetch, "--competition", str(spec), "--seed", "0")}
     seconds["train"] = stage("train", *where, *config)
     seconds["evaluate_predict"] = stage("evaluate,predict", *where, *config, *out)
+    default = scored(
+        newest_submission(subs, load_spec(str(spec)).name), truth, data
+    )  # what make submit sends
     found = sorted(runs.glob("choose-*/choice.json"))
     if not found:
         sys.exit(f"bench_blend_choice: {data.name}: small data's CV choice did not run (no choice.json)")
     choice = json.loads(found[-1].read_text())
+    rows = [row for row in choice["rows"] if row["candidate"] != BLEND]  # the blend's row: judged below
     started, candidates = time.perf_counter(), {}
-    for row in choice["rows"]:  # each candidate's group predicts the test part (the chosen one again: reused)
+    for row in rows:  # each candidate's group predicts the test part (one predicted before: reused)
         sets = [arg for override in row["overrides"] for arg in ("--set", override)]
         stage("cv", "predict", "--folds", str(choice["folds"]), *where, *config, *sets, *out)
         metrics = RunDir(runs / row["group"]).metrics()
@@ -100,7 +108,7 @@ def measure(spec: Path, download: Path, truth: dict, work: Path, data: realdata.
             **scored(subs / f"{row['group']}.csv", truth, data),
         }
     seconds["other_predict"] = time.perf_counter() - started
-    groups = [row["group"] for row in choice["rows"]]
+    groups = [row["group"] for row in rows]
     seconds["ensemble"] = stage("ensemble", "--runs", *groups, "--method", "equal", *where, *out)
     ensemble = next(runs.glob("ensemble-*"))
     metrics = RunDir(ensemble).metrics()
@@ -109,8 +117,11 @@ def measure(spec: Path, download: Path, truth: dict, work: Path, data: realdata.
         "methods_cv": {kind: round(score, 4) for kind, score in metrics["methods"].items()},
         **scored(subs / f"{ensemble.name}.csv", truth, data),
     }
-    return {"folds": choice["folds"], "chosen": choice["winner"], "candidates": candidates, "blend": blend,
-            **deltas(candidates, choice["winner"], blend),
+    # the candidate the choice takes among the candidates alone (as before the blend was judged)
+    alone = rows[pick(rows, choice["folds"], greater_is_better=True)]["candidate"]
+    return {"folds": choice["folds"], "chosen": alone, "choice_winner": choice["winner"],
+            "default_test": default["test_macro_f1"], "candidates": candidates, "blend": blend,
+            **deltas(candidates, alone, blend),
             "seconds": {k: round(v, 1) for k, v in seconds.items()}, "commit": commit()}  # fmt: skip
 
 
