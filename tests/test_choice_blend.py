@@ -58,7 +58,7 @@ def fake_groups(made: dict):
         metrics = {"kind": "cv", "cv_score": float(spec.metric.score(table.labels, probabilities)),
                    "fold_scores": folds, "fold_scores_last": folds, "fold_mean": float(np.mean(folds)),
                    "fold_std": float(np.std(folds, ddof=1)), "cv_epoch": 1, "fold_mean_at_cv_epoch": None,
-                   "folds": opts.folds}  # fmt: skip
+                   "folds": opts.folds, "examples": len(table)}  # fmt: skip
         found.group.write_json(RunDir.METRICS, metrics)
         return {**metrics, "group": found.group.name}
 
@@ -150,7 +150,7 @@ def test_a_blend_within_one_standard_error_of_a_candidate_is_not_chosen(data_dir
 
 @pytest.mark.slow
 def test_predict_writes_the_blends_submission_the_mean_of_the_groups_test_rows(
-    data_dir, tmp_path, monkeypatch
+    data_dir, tmp_path, monkeypatch, capsys
 ):
     made = {1: lambda y, c: half_right(y, c, True), 2: lambda y, c: half_right(y, c, False)}
     choice, opts = chose(data_dir, tmp_path, made)
@@ -173,6 +173,11 @@ def test_predict_writes_the_blends_submission_the_mean_of_the_groups_test_rows(
     assert ensemble["method"] == "equal" and ensemble["cv_score"] == pytest.approx(
         choice["rows"][-1]["cv_score"]
     )
+    # evaluate: each candidate's group (as assembled), then the blend's OOF line and scores
+    monkeypatch.setattr(experiment, "assemble", lambda found, one: found.group.metrics())
+    evaluated = cv_stage.evaluate(opts)
+    assert evaluated["kind"] == "blend" and evaluated["cv_score"] == pytest.approx(ensemble["cv_score"])
+    assert "blend of " in capsys.readouterr().out
     with pytest.raises(PetalsError, match="REFIT=1: the choice is the candidates' blend"):
         cv_stage.predict(options(data_dir, tmp_path, choose=opts.choose, refit=True))
 
