@@ -10,13 +10,16 @@ test), and `ensemble --method equal` over the candidates' groups (pipeline/cv/bl
 their out-of-fold probabilities, and of their test means). Every submission is scored once against
 the held-back labels (macro-F1, with its 95% bootstrap interval over test rows or groups).
 
-Per set and seed it records, for each candidate and for the blend: the OOF score (`cv`), the
-folds' mean and spread of it, and the test score; for each candidate also what the choice judged
+Per set and seed it records, for each candidate and for the blend: the OOF score (`cv`), each
+fold's, their mean and spread, and the test score; for each candidate also what the choice judged
 (`judged`: the folds at the schedule's end); the blend's searched-weight and stacked OOF scores
-beside (the ensemble stage scores all three). The deltas that decide: blend - the best candidate
-out of fold, blend - the chosen candidate on test, blend - the better candidate on test (chosen
-knowing the test labels: the strictest bar). `over_seeds` sums each delta over a set's seeds (mean,
-sd, standard error), and `overall` over every set and seed.
+beside (the ensemble stage scores all three). `chosen` is the candidate the choice takes among the
+candidates alone, `choice_winner` what it took (the blend, where the code judges it and it won) and
+`default_test` the test score of what `make train predict` submitted. The deltas that decide:
+blend - the best candidate out of fold, blend - the chosen candidate on test, blend - the better
+candidate on test (chosen knowing the test labels: the strictest bar), and fold by fold against the
+chosen candidate (`blend_minus_chosen_folds`: the folds' own difficulty cancels). `over_seeds`
+sums each delta over a set's seeds (mean, sd, standard error), and `overall` over every set and seed.
 
 Usage: python benchmarks/bench_blend_choice.py [--sets manpages fortunes amazon stamps] [--seeds 0,1]
        [--quick]   (`make bench-blend-choice`; results in benchmarks/blend_choice.json, each set
