@@ -14,7 +14,7 @@ Per set and seed it records, for each candidate and for the blend: the OOF score
 fold's, their mean and spread, and the test score; for each candidate also what the choice judged
 (`judged`: the folds at the schedule's end); the blend's searched-weight and stacked OOF scores
 beside (the ensemble stage scores all three). `chosen` is the candidate the choice takes among the
-candidates alone, `choice_winner` what it took (the blend, where the code judges it and it won) and
+candidates alone, `choice_winner` what it took (the blend where a choice judged it: 64deaf8) and
 `default_test` the test score of what `make train predict` submitted. The deltas that decide:
 blend - the best candidate out of fold, blend - the chosen candidate on test, blend - the better
 candidate on test (chosen knowing the test labels: the strictest bar), and fold by fold against the
@@ -49,7 +49,7 @@ from pipeline.core.files import write_json  # noqa: E402  (atomic)
 
 RESULTS = REPO / "benchmarks" / "blend_choice.json"
 DEFAULT_SETS = ("manpages", "fortunes", "amazon", "stamps")  # texts first: they are the cheap ones
-BLEND = "blend"  # the choice's own row for the candidates' blend (pipeline/cv/choice_blend.py), where judged
+BLEND = "blend"  # a choice's row for the blend, where it judged one (5b35f3e: 64deaf8, reverted)
 DELTAS = ("blend_minus_best_cv", "blend_minus_chosen_test", "blend_minus_best_test")
 
 

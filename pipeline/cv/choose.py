@@ -16,11 +16,6 @@ candidate within one standard error of the best (the folds' spread over sqrt(K):
 one-standard-error rule of Breiman et al. 1984; Hastie et al., The Elements of Statistical
 Learning, 7.10): two scores a fold's noise apart do not say the bigger model is better.
 
-After them the choice judges their blend, the equal mean of their out-of-fold probabilities
-(`pipeline.cv.choice_blend`), listed last: it wins only by more than one standard error over every
-candidate on the out-of-fold folds its rows share with them; `make predict` then submits the mean of
-the candidates' fold means, as `make ensemble --method equal` does, its CV the blend's OOF score.
-
 Candidates differ in what trains, never in the data or its folds (`SHARED` keys are refused).
 The choice (every candidate's group, scores, spread and epoch, and the winner) is written to
 `runs/choose-<recipe>-<hash>/choice.json`; `make predict FOLDS=5 CHOOSE=1` predicts with the
@@ -46,7 +41,6 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.foreign_files import load_toml, present
 from pipeline.core.options import CVOptions
 from pipeline.core.rundir import RunDir
-from pipeline.cv import choice_blend
 
 if TYPE_CHECKING:
     from pipeline.tasks.competitions import Competition
@@ -112,10 +106,6 @@ def read_candidates(path: Path, folder: Path | None = None) -> list[Candidate]:
     for name, table in raw.items():
         if not isinstance(table, dict):
             raise PetalsError(f"{path}: {name} = {table!r}: each candidate is a table ([{name}] ...)")
-        if name == choice_blend.NAME:
-            raise PetalsError(
-                f"{path} [{name}]: that name is the candidates' blend, judged after them; rename it"
-            )
         overrides = tuple(_flatten(table, f"{path} [{name}]"))
         fixed = [o.partition("=")[0] for o in overrides if o.partition("=")[0] in SHARED]
         if fixed:
@@ -227,17 +217,9 @@ def train(opts: CVOptions, competition: Competition, train_folds: Callable[..., 
             "group": group,
             "score": score,
             "spread": spread,
-            **{k: metrics[k] for k in ("cv_score", "fold_mean", "fold_std", "cv_epoch",
-                                       "fold_mean_at_cv_epoch")},
+            **{k: metrics[k] for k in ("cv_score", "fold_std", "cv_epoch", "fold_mean_at_cv_epoch")},
         })  # fmt: skip
-    greater = found.spec.metric.greater_is_better
-    winner = pick(rows, opts.folds, greater)
-    # The blend's rows are the groups' OOF files, which the writing process holds (written by assemble)
-    if found.platform.hosts.writer and choice_blend.blendable(found.table.labels):
-        blend = choice_blend.row(setups, found.spec)
-        if pick([*choice_blend.basis(rows), blend], opts.folds, greater) == len(rows):
-            winner = len(rows)
-        rows.append(blend)
+    winner = pick(rows, opts.folds, found.spec.metric.greater_is_better)
     choice = {"candidates_file": str(path), "rule": RULE, "folds": opts.folds, "rows": rows,
               "winner": rows[winner]["candidate"], "group": rows[winner]["group"]}  # fmt: skip
     if found.platform.hosts.writer:
@@ -264,12 +246,8 @@ def report(choice: dict, spec) -> list[str]:
         f"choose: {spec.metric.title} of each candidate, {choice['folds']} folds ({choice['rule']}); "
         "beside it the CV score of its best epochs:"
     ]
-    candidates = [row for row in choice["rows"] if row["candidate"] != choice_blend.NAME]
     for row in choice["rows"]:
         mark = "  <- chosen" if row["candidate"] == choice["winner"] else ""
-        if row["candidate"] == choice_blend.NAME:
-            lines.append(choice_blend.report_line(row, candidates, bool(mark)))
-            continue
         lines.append(
             f"choose:   {row['candidate']:<12} {row['score']:.4f} +- {row['spread']:.4f}  "
             f"(CV {row['cv_score']:.4f}, epoch {row['cv_epoch']})  {row['group']}{mark}"
@@ -279,9 +257,9 @@ def report(choice: dict, spec) -> list[str]:
     return lines
 
 
-def chosen(opts: CVOptions, competition: Competition) -> list[CVOptions]:
-    """The options of the chosen candidate's group, or where the blend won every candidate's (on
-    `competition`, the stage's), or one line if the choice was not made yet."""
+def chosen(opts: CVOptions, competition: Competition) -> CVOptions:
+    """The options of the chosen candidate's group (on `competition`, the stage's), or one line if
+    the choice was not made yet."""
     from pipeline.cv import experiment
 
     found = experiment.setup(opts, competition)
@@ -293,9 +271,7 @@ def chosen(opts: CVOptions, competition: Competition) -> list[CVOptions]:
             f"{place.path}: no choice yet; train the candidates first "
             f"(make train FOLDS={opts.folds} CHOOSE=...)"
         )
+    winner = next(c for c in listed if c.name == choice["winner"])
     for line in report(choice, found.spec):
         log.info("%s", line)
-    unchosen = dataclasses.replace(opts, choose=None)
-    if choice["winner"] == choice_blend.NAME:
-        return [_options(unchosen, c) for c in listed]
-    return [_options(unchosen, next(c for c in listed if c.name == choice["winner"]))]
+    return _options(dataclasses.replace(opts, choose=None), winner)

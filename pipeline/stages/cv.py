@@ -6,13 +6,11 @@ fold's score, the CV score and the spread, and a leaderboard row ranked by CV. `
 assembles the group again from whatever folds are finished (folds trained elsewhere included).
 `predict` writes the submission of the fold average, or with `--refit` of one model trained on
 every labelled example to the epoch CV chose. With `--choose` each step is over a recipe's
-candidates (`pipeline.cv.choose`): train trains every candidate's group and chooses one by CV, or
-their equal blend; evaluate and predict take the chosen one's group, or for the blend every
-candidate's and their mean (the ensemble stage's).
+candidates (`pipeline.cv.choose`): train trains every candidate's group and chooses one by CV;
+evaluate and predict take the chosen one's group.
 
 The CV stage is the one stage above others: a fold is a train-stage run, a refit a train-stage run
-and a predict-stage submission, the choice's blend an ensemble-stage one (the contracts in
-.importlinter say so; no other stage imports one).
+and a predict-stage submission (the contracts in .importlinter say so; no other stage imports one).
 """
 
 from __future__ import annotations
@@ -201,78 +199,41 @@ def as_options(kind: type, opts: CVOptions):
     return kind(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(kind)})
 
 
-def _groups_of(opts: CVOptions, competition: Competition) -> list[CVOptions]:
-    """The options of the group evaluate and predict work on: with `choose`, the chosen candidate's,
-    or every candidate's where their blend was chosen (pipeline/cv/choice_blend.py)."""
+def _group_of(opts: CVOptions, competition: Competition) -> CVOptions:
+    """The options of the group evaluate and predict work on: with `choose`, the chosen candidate's."""
     from pipeline.cv import choose
 
-    return choose.chosen(opts, competition) if opts.choose else [opts]
+    return choose.chosen(opts, competition) if opts.choose else opts
 
 
 def evaluate(opts: CVOptions) -> dict:
     """Assemble the group from its finished folds (trained anywhere): its out-of-fold scores, and
-    the examples they get most confidently wrong (pipeline/tasks/mistakes.py); where the choice is
-    the candidates' blend, each group, then the blend's OOF scores."""
+    the examples they get most confidently wrong (pipeline/tasks/mistakes.py)."""
     from pipeline.cv import experiment
     from pipeline.tasks import mistakes
 
     opts = checked(opts)
     competition = competition_of(opts)
-    groups = _groups_of(opts, competition)
-    found = []
-    for one in groups:
-        found.append(experiment.setup(one, competition))
-        metrics = experiment.assemble(found[-1], one)
-        if metrics is None:
-            raise PetalsError(f"{found[-1].group.name}: not every fold is finished; see the line above")
-        print("\n".join([experiment.summary_line(found[-1].group.name, found[-1].spec, metrics),
-                         *mistakes.summary_line(metrics.get("mistakes"))]))  # fmt: skip
-    if len(groups) == 1:
-        return metrics
-    from pipeline.cv import choice_blend
-
-    blended = choice_blend.row(found, found[0].spec)
-    print(choice_blend.summary_line(blended, found[0].spec))
-    return {**blended, "kind": "blend"}
+    opts = _group_of(opts, competition)
+    found = experiment.setup(opts, competition)
+    metrics = experiment.assemble(found, opts)
+    if metrics is None:
+        raise PetalsError(f"{found.group.name}: not every fold is finished; see the line above")
+    print("\n".join([experiment.summary_line(found.group.name, found.spec, metrics),
+                     *mistakes.summary_line(metrics.get("mistakes"))]))  # fmt: skip
+    return metrics
 
 
 def predict(opts: CVOptions) -> Path:
-    """The submission of the folds' mean, or with `refit` of one model on every labelled example;
-    where the choice is the candidates' blend, the equal mean of their fold means (`make ensemble`'s)."""
+    """The submission of the folds' mean, or with `refit` of one model on every labelled example."""
     from pipeline.cv import experiment
 
     opts = checked(opts)
     competition = competition_of(opts)  # the backend, before anything imports Keras
-    groups = _groups_of(opts, competition)
-    if len(groups) > 1:
-        return predict_blend(opts, groups, competition)
-    opts = groups[0]
+    opts = _group_of(opts, competition)
     found = experiment.setup(opts, competition)
     metrics = experiment.finished_group(found)
     return refit(opts, found, metrics) if opts.refit else experiment.predict_mean(opts, found, metrics)
-
-
-def predict_blend(opts: CVOptions, groups: list[CVOptions], competition: Competition) -> Path:
-    """Each candidate group's fold mean on the test set, then their equal blend (the ensemble stage's,
-    judged out of fold on the one fold table): its run, submission and leaderboard row."""
-    from pipeline.core.options import DeviceOptions, EnsembleOptions
-    from pipeline.cv import experiment
-    from pipeline.stages import ensemble
-
-    if opts.refit:
-        raise PetalsError(
-            "REFIT=1: the choice is the candidates' blend, a mean of CV groups' fold means; "
-            "refit one candidate by name (FOLDS=K SET=...) or predict without REFIT"
-        )
-    names = []
-    for one in groups:
-        found = experiment.setup(one, competition)
-        experiment.predict_mean(one, found, experiment.finished_group(found))
-        names.append(found.group.name)
-    device = {f.name: getattr(opts, f.name) for f in dataclasses.fields(DeviceOptions)}
-    return ensemble.ensemble(EnsembleOptions(**device, runs=tuple(names), method="equal", tta=opts.tta,
-        data_dir=opts.data_dir, runs_dir=opts.runs_dir, submissions_dir=opts.submissions_dir,
-        track=opts.track))  # fmt: skip
 
 
 def refit(opts: CVOptions, found, metrics: dict) -> Path:
