@@ -422,6 +422,11 @@ bench-realdata: | $(STAMP) ## petals' default (make train predict, recipe auto) 
 	$(PY) benchmarks/bench_realdata.py $(if $(REALDATA),--sets $(call qs,REALDATA)) \
 		$(if $(REALDATA_SEEDS),--seeds $(call q,REALDATA_SEEDS)) $(if $(REALDATA_REFIT),--refit)
 
+.PHONY: bench-blend-choice
+bench-blend-choice: | $(STAMP) ## small data's CV candidates and their equal blend on manpages, fortunes, amazon and stamps (or REALDATA=), each scored out of fold and on a held-out test part (benchmarks/blend_choice.json)
+	$(PY) benchmarks/bench_blend_choice.py $(if $(REALDATA),--sets $(call qs,REALDATA)) \
+		$(if $(REALDATA_SEEDS),--seeds $(call q,REALDATA_SEEDS))
+
 bench-transfer: $(DATA)/manifest.json ## the pretrained CPU recipe vs the cnn, the feature cache's speed-up, Lite0's img/s on both backends
 	$(PY) benchmarks/bench_transfer.py --data-dir $(call q,DATA)
 

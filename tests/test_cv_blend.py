@@ -196,3 +196,14 @@ def test_numbers_blend_as_a_mean_and_a_ridge_stack_judged_out_of_fold():
     held, other = folds == 0, folds == 1
     assert np.allclose(again.oof[held], results["stack"].oof[held])  # fitted without fold 0's rows
     assert not np.allclose(again.oof[other], results["stack"].oof[other])  # fitted with them
+
+
+def test_a_stack_these_rows_cannot_fit_leaves_compare_only_when_another_method_was_asked_for():
+    rng, labels, folds = random_group(8)
+    labels[labels == 3] = 0
+    labels[np.flatnonzero(folds == 0)[0]] = labels[np.flatnonzero(folds == 1)[0]] = 3
+    members = informative_and_noise(rng, labels)
+    assert set(cv_blend.compare(members, labels, folds, LOG_LOSS, needed="equal")) == {"equal", "search"}
+    for needed in (None, "stack"):  # the stack asked for, or every method: the one line as before
+        with pytest.raises(PetalsError, match="outside fold 0 has a single row of class"):
+            cv_blend.compare(members, labels, folds, LOG_LOSS, needed=needed)

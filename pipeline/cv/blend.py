@@ -9,6 +9,7 @@ the meta-model applied to the test set are fitted once more on every row.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,8 @@ from threadpoolctl import threadpool_limits
 
 from competition.metric import METRICS, Metric
 from pipeline.core.errors import PetalsError
+
+log = logging.getLogger(__name__)
 
 GRID = np.round(np.arange(0.0, 1.0001, 0.05), 2)  # the values each weight is tried at
 CLIP = 1e-7  # log-probabilities of the meta-model's features are clipped here: log(0) is -inf
@@ -282,16 +285,25 @@ def compare(
     folds: np.ndarray,
     metric: Metric,
     tests: list[np.ndarray] | None = None,
+    needed: str | None = None,
 ) -> dict[str, BlendResult]:
-    """Equal weights, searched weights and stacking, each scored out of fold, by kind."""
-    return {
-        result.kind: result
-        for result in (
-            equal_weights(members, labels, folds, metric, tests),
-            weight_search_oof(members, labels, folds, metric, tests),
-            stack_oof(members, labels, folds, metric, tests=tests),
-        )
+    """Equal weights, searched weights and stacking, each scored out of fold, by kind. With
+    `needed`, only that kind must fit: another these rows cannot fit (a stack on classes of one row
+    outside a fold) is left out, said in one line, rather than stopping the one asked for."""
+    methods = {
+        "equal": lambda: equal_weights(members, labels, folds, metric, tests),
+        "search": lambda: weight_search_oof(members, labels, folds, metric, tests),
+        "stack": lambda: stack_oof(members, labels, folds, metric, tests=tests),
     }
+    results = {}
+    for kind, method in methods.items():
+        try:
+            results[kind] = method()
+        except PetalsError as err:
+            if needed in (None, kind):
+                raise
+            log.info("blend: %s left out (%s)", kind, err)
+    return results
 
 
 def stack_numbers(members, labels, folds, metric: Metric, k: int, tests=None) -> BlendResult:

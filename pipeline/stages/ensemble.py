@@ -273,7 +273,7 @@ def blend_groups(opts: EnsembleOptions, dirs: list[RunDir], method: str) -> Path
     labels = groups[0].oof.labels
     tests = aligned([g.test for g in groups], [g.run for g in groups], "test")
     members, test_members = [g.oof.probabilities for g in groups], [t.probabilities for t in tests]
-    results = compare(members, labels, folds, spec.metric, test_members)
+    results = compare(members, labels, folds, spec.metric, test_members, needed=method)
     chosen = results[method]
     if opts.weights is not None:
         chosen = fixed_weights(members, labels, folds, spec.metric, test_members, opts.weights)
