@@ -67,6 +67,23 @@ def test_precision_and_compile_defaults_follow_the_hardware():
     assert device.pick_steps_per_execution(tpu, 4) == 4
 
 
+def test_a_call_of_steps_ends_where_an_epoch_does():
+    """Keras's `fit` runs whole calls: 32 a call in a 4-step epoch trained 32 steps an epoch."""
+    tpu, gpu, cpu = _platform("TPU"), _platform("GPU"), _platform("CPU")
+    assert (
+        device.pick_steps_per_execution(tpu, steps=4) == 4
+        and device.pick_steps_per_execution(tpu, steps=96) == 32
+    )
+    assert device.pick_steps_per_execution(tpu, steps=99) == 11  # the most steps <= 32 that divide 99
+    assert device.pick_steps_per_execution(tpu, steps=97) == 1  # a prime number of steps
+    assert (
+        device.pick_steps_per_execution(gpu, steps=12) == 6
+        and device.pick_steps_per_execution(cpu, steps=7) == 1
+    )
+    assert device.pick_steps_per_execution(tpu, 4, steps=6) == 3  # what was asked for, at most
+    assert device.pick_steps_per_execution(tpu, steps=96, done=40) == 8  # a resumed epoch's last 56
+
+
 @pytest.mark.slow  # a TensorFlow or JAX process
 # The thorough tier's: TensorFlow's 8-replica split is proven by the second-stage test below.
 @pytest.mark.thorough
