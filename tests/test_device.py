@@ -50,8 +50,8 @@ def test_the_backend_is_chosen_from_the_machine_before_anything_is_imported(plai
         device._auto_backend("auto", None)
 
 
-def _platform(device_name: str, backend: str = "tensorflow") -> Platform:
-    return Platform(backend, "x", device_name, 1, 1, "test")
+def _platform(device_name: str, backend: str = "tensorflow", kind: str = "x") -> Platform:
+    return Platform(backend, kind, device_name, 1, 1, "test")
 
 
 def test_precision_and_compile_defaults_follow_the_hardware():
@@ -82,6 +82,7 @@ def test_a_call_of_steps_ends_where_an_epoch_does():
     )
     assert device.pick_steps_per_execution(tpu, 4, steps=6) == 3  # what was asked for, at most
     assert device.pick_steps_per_execution(tpu, steps=96, done=40) == 8  # a resumed epoch's last 56
+    assert device.pick_steps_per_execution(_platform("GPU", kind="mirrored"), 4, steps=8) == 1  # Keras fails
 
 
 @pytest.mark.slow  # a TensorFlow or JAX process

@@ -298,6 +298,11 @@ def pick_steps_per_execution(platform: Platform, asked: int = 0, steps: int = 0,
     epoch, on both backends, and the epoch line's loss and accuracy read 8x (the mean of 32 steps
     counted as 4 steps' sum), whatever its docstring says about truncating at the epoch's end."""
     wanted = asked or {"TPU": 32, "GPU": 8}.get(platform.device, 1)
+    if platform.kind == "mirrored" and wanted > 1:
+        # Keras 3.15's `fit` on TensorFlow 2.21 fails under a MirroredStrategy past one step a call
+        # ("You must feed a value for placeholder tensor 'while/cond/Placeholder'", 8 logical CPUs).
+        log.info("device: 1 step a call, not %d: Keras's fit fails under MirroredStrategy past one", wanted)
+        return 1
     every = math.gcd(steps, done)
     if not every:
         return wanted
