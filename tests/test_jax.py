@@ -179,6 +179,45 @@ def test_an_epoch_on_8_jax_devices_takes_its_steps_and_reports_their_mean_loss(l
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # 8 JAX devices
+def test_a_step_on_8_jax_devices_is_the_step_on_one():
+    """The same batch of 32 on one device and split over 8 by `keras.distribution.DataParallel` (what
+    pick_jax sets): the same loss, accuracy and weights after a step. The gradient is the global
+    batch's mean, not the devices' sum, and BatchNorm normalises the whole batch."""
+    done = run_python(
+        """
+        import json
+        import jax, keras, numpy as np
+
+        rng = np.random.default_rng(0)
+        x, y = rng.normal(size=(32, 8, 8, 3)).astype("float32"), rng.integers(0, 5, 32)
+        seen = []
+        for distribution in (None, keras.distribution.DataParallel(devices=jax.devices("cpu"))):
+            keras.distribution.set_distribution(distribution)
+            keras.utils.set_random_seed(0)
+            layers = keras.layers
+            model = keras.Sequential([keras.Input((8, 8, 3)), layers.Conv2D(4, 3),
+                                      layers.BatchNormalization(), layers.GlobalAveragePooling2D(),
+                                      layers.Dense(5, activation="softmax")])
+            model.compile(keras.optimizers.SGD(0.5), "sparse_categorical_crossentropy", metrics=["accuracy"])
+            logs = model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0).history
+            devices = len(model.weights[0].value.sharding.device_set)  # 8: replicated by the distribution
+            weights = [w.tolist() for w in model.get_weights()]
+            seen.append({"logs": logs, "weights": weights, "devices": devices})
+        print(json.dumps(seen))
+        """,
+        env={"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    one, eight = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (one["devices"], eight["devices"]) == (1, 8)
+    assert eight["logs"]["loss"] == pytest.approx(one["logs"]["loss"], rel=1e-5)
+    assert 0 <= eight["logs"]["accuracy"][0] <= 1 and eight["logs"]["accuracy"] == one["logs"]["accuracy"]
+    for trained, reference in zip(eight["weights"], one["weights"], strict=True):
+        np.testing.assert_allclose(trained, reference, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
 @pytest.mark.heavy  # two training processes side by side
 def test_the_same_recipe_computes_the_same_on_both_backends(small_data_dir, tmp_path):
     """The CPU recipe (weight average, logit adjustment, label smoothing, frozen BatchNorm, the LR
