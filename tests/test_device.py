@@ -50,8 +50,8 @@ def test_the_backend_is_chosen_from_the_machine_before_anything_is_imported(plai
         device._auto_backend("auto", None)
 
 
-def _platform(device_name: str, backend: str = "tensorflow") -> Platform:
-    return Platform(backend, "x", device_name, 1, 1, "test")
+def _platform(device_name: str, backend: str = "tensorflow", kind: str = "x") -> Platform:
+    return Platform(backend, kind, device_name, 1, 1, "test")
 
 
 def test_precision_and_compile_defaults_follow_the_hardware():
@@ -65,6 +65,24 @@ def test_precision_and_compile_defaults_follow_the_hardware():
     assert device.pick_jit_compile(_platform("CPU", "jax"), "off") is True  # JAX always compiles
     assert device.pick_steps_per_execution(tpu) == 32 and device.pick_steps_per_execution(cpu) == 1
     assert device.pick_steps_per_execution(tpu, 4) == 4
+
+
+def test_a_call_of_steps_ends_where_an_epoch_does():
+    """Keras's `fit` runs whole calls: 32 a call in a 4-step epoch trained 32 steps an epoch."""
+    tpu, gpu, cpu = _platform("TPU"), _platform("GPU"), _platform("CPU")
+    assert (
+        device.pick_steps_per_execution(tpu, steps=4) == 4
+        and device.pick_steps_per_execution(tpu, steps=96) == 32
+    )
+    assert device.pick_steps_per_execution(tpu, steps=99) == 11  # the most steps <= 32 that divide 99
+    assert device.pick_steps_per_execution(tpu, steps=97) == 1  # a prime number of steps
+    assert (
+        device.pick_steps_per_execution(gpu, steps=12) == 6
+        and device.pick_steps_per_execution(cpu, steps=7) == 1
+    )
+    assert device.pick_steps_per_execution(tpu, 4, steps=6) == 3  # what was asked for, at most
+    assert device.pick_steps_per_execution(tpu, steps=96, done=40) == 8  # a resumed epoch's last 56
+    assert device.pick_steps_per_execution(_platform("GPU", kind="mirrored"), 4, steps=8) == 1  # Keras fails
 
 
 @pytest.mark.slow  # a TensorFlow or JAX process

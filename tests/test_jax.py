@@ -22,7 +22,7 @@ import pytest
 from pipeline import cli
 from pipeline.core.rundir import RunDir
 from pipeline.modeling import policy
-from tests.conftest import REPO, TINY, competition_of, foreign_lines, kill_at_first_checkpoint
+from tests.conftest import REPO, TINY, competition_of, foreign_lines, kill_at_first_checkpoint, run_python
 
 JAX_8 = ["--backend", "jax", "--cpu-replicas", "8"]
 
@@ -151,6 +151,70 @@ def test_a_killed_jax_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
     info = RunDir(tmp_path / "killed").read_json(RunDir.RUN_INFO)
     assert (info["backend"], info["replicas"], info["global_batch"]) == ("jax", 8, 64)
     assert any(Path(os.environ["JAX_COMPILATION_CACHE_DIR"]).iterdir())  # what the next process reuses
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # 8 JAX devices
+@pytest.mark.parametrize("loop", ["fit", "custom"])
+def test_an_epoch_on_8_jax_devices_takes_its_steps_and_reports_their_mean_loss(loop, tiny_data_dir, tmp_path):
+    """An epoch of 3 steps with 4 steps a call asked for, as a TPU's 32 a call met a kernel's
+    4-step epochs: Keras's `fit` ran whole calls, 4 steps an epoch, and the epoch line read their
+    mean loss and accuracy x 4/3 (flowers' 36.8, 8x ln 104, in `make kernel-emulate`). The calls
+    now take 3 steps; the optimizer counts 3 per epoch, the line a mean loss near ln(104) for the
+    untrained network and an accuracy in [0, 1]."""
+    args = _train_args(tiny_data_dir, tmp_path, loop, "train.epochs=2", "train.steps_per_epoch=3",
+                       f"train.loop={loop}", "train.steps_per_execution=4", "data.batch_size=4",
+                       "train.lr_max=0.0001")  # fmt: skip
+    done = run_python(f"from pipeline.cli import leave, main; leave(main(['--quiet', *{[*args, *JAX_8]!r}]))")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = RunDir(tmp_path / loop)
+    info = run.read_json(RunDir.RUN_INFO)
+    assert (info["replicas"], info["global_batch"], info["steps_per_execution"]) == (8, 32, 3)
+    with np.load(tmp_path / loop / "checkpoints" / "ckpt-2.npz") as saved:
+        assert int(saved["optimizer:0"]) == 2 * 3  # the optimizer's iterations: 3 steps an epoch
+    history = pd.read_csv(run.history_file)
+    assert history["images"].tolist() == [3 * 32] * 2
+    assert history["loss"].between(0.9 * np.log(104), 1.1 * np.log(104)).all(), history["loss"]
+    assert history["accuracy"].between(0, 1).all(), history["accuracy"]
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # 8 JAX devices
+def test_a_step_on_8_jax_devices_is_the_step_on_one():
+    """The same batch of 32 on one device and split over 8 by `keras.distribution.DataParallel` (what
+    pick_jax sets): the same loss, accuracy and weights after a step. The gradient is the global
+    batch's mean, not the devices' sum, and BatchNorm normalises the whole batch."""
+    done = run_python(
+        """
+        import json
+        import jax, keras, numpy as np
+
+        rng = np.random.default_rng(0)
+        x, y = rng.normal(size=(32, 8, 8, 3)).astype("float32"), rng.integers(0, 5, 32)
+        seen = []
+        for distribution in (None, keras.distribution.DataParallel(devices=jax.devices("cpu"))):
+            keras.distribution.set_distribution(distribution)
+            keras.utils.set_random_seed(0)
+            layers = keras.layers
+            model = keras.Sequential([keras.Input((8, 8, 3)), layers.Conv2D(4, 3),
+                                      layers.BatchNormalization(), layers.GlobalAveragePooling2D(),
+                                      layers.Dense(5, activation="softmax")])
+            model.compile(keras.optimizers.SGD(0.5), "sparse_categorical_crossentropy", metrics=["accuracy"])
+            logs = model.fit(x, y, batch_size=32, epochs=1, shuffle=False, verbose=0).history
+            devices = len(model.weights[0].value.sharding.device_set)  # 8: replicated by the distribution
+            weights = [w.tolist() for w in model.get_weights()]
+            seen.append({"logs": logs, "weights": weights, "devices": devices})
+        print(json.dumps(seen))
+        """,
+        env={"KERAS_BACKEND": "jax", "XLA_FLAGS": "--xla_force_host_platform_device_count=8"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    one, eight = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (one["devices"], eight["devices"]) == (1, 8)
+    assert eight["logs"]["loss"] == pytest.approx(one["logs"]["loss"], rel=1e-5)
+    assert 0 <= eight["logs"]["accuracy"][0] <= 1 and eight["logs"]["accuracy"] == one["logs"]["accuracy"]
+    for trained, reference in zip(eight["weights"], one["weights"], strict=True):
+        np.testing.assert_allclose(trained, reference, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow

@@ -90,6 +90,7 @@ def test_each_loop_trains_on_8_logical_cpu_replicas_and_lowers_the_loss(loop, ti
         "--set", "train.steps_per_epoch=6", "--set", "train.lr_max=0.0005",
         "--set", "train.lr_sustain_epochs=9", "--set", "augment.where=device",
         "--set", "train.logit_adjustment=1.0", "--set", "train.ema=0.9",
+        "--set", "train.steps_per_execution=4",  # 1 under MirroredStrategy (device.pick_steps_per_execution)
     )  # fmt: skip
     done = run_python(
         f"""
@@ -104,6 +105,9 @@ def test_each_loop_trains_on_8_logical_cpu_replicas_and_lowers_the_loss(loop, ti
     assert done.returncode == 0, done.stderr[-3000:]
     run = json.loads((tmp_path / loop / "run.json").read_text())
     assert run["replicas"] == 8 and run["global_batch"] == 32  # 4 per replica x 8
+    assert run["steps_per_execution"] == 1
+    with np.load(tmp_path / loop / "checkpoints" / "ckpt-4.npz") as saved:
+        assert int(saved["optimizer:0"]) == 4 * 6  # the optimizer's iterations: 6 steps an epoch
     history = pd.read_csv(tmp_path / loop / "history.csv")
     assert history["images"].tolist() == [6 * 32] * 4
     assert history["lr"].tolist() == pytest.approx([0.0005 * 8] * 4)  # the peak scales with replicas

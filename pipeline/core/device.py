@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import os
 import sys
 from typing import Any
@@ -288,8 +289,25 @@ def pick_jit_compile(platform: Platform, asked: str = "auto") -> bool:
     return platform.device == "GPU"
 
 
-def pick_steps_per_execution(platform: Platform, asked: int = 0) -> int:
-    """Steps run per call into the device: amortises host round trips on accelerators."""
-    if asked:
-        return asked
-    return {"TPU": 32, "GPU": 8}.get(platform.device, 1)
+def pick_steps_per_execution(platform: Platform, asked: int = 0, steps: int = 0, done: int = 0) -> int:
+    """Steps run per call into the device (amortises host round trips on accelerators): the most,
+    up to `asked` or the device's default, that divide `steps` (an epoch's, 0: any) and `done`
+    (a resumed epoch's steps already run), so that every call ends where an epoch does.
+
+    Keras 3's `fit` runs whole calls: with 4 steps an epoch and 32 a call it trained 32 steps an
+    epoch, on both backends, and the epoch line's loss and accuracy read 8x (the mean of 32 steps
+    counted as 4 steps' sum), whatever its docstring says about truncating at the epoch's end."""
+    wanted = asked or {"TPU": 32, "GPU": 8}.get(platform.device, 1)
+    if platform.kind == "mirrored" and wanted > 1:
+        # Keras 3.15's `fit` on TensorFlow 2.21 fails under a MirroredStrategy past one step a call
+        # ("You must feed a value for placeholder tensor 'while/cond/Placeholder'", 8 logical CPUs).
+        log.info("device: 1 step a call, not %d: Keras's fit fails under MirroredStrategy past one", wanted)
+        return 1
+    every = math.gcd(steps, done)
+    if not every:
+        return wanted
+    fitting = max(n for n in range(1, min(wanted, every) + 1) if every % n == 0)
+    if fitting < wanted:
+        log.info("device: %d steps a call, not %d: a call must end where an epoch of %d steps does",
+                 fitting, wanted, steps)  # fmt: skip
+    return fitting

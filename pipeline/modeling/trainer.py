@@ -55,7 +55,6 @@ class Trainer:
         platform, train = job.platform, self.config.train
         self.precision = device.pick_precision(platform, train.precision)
         self.jit_compile = device.pick_jit_compile(platform, train.jit_compile)
-        self.steps_per_execution = device.pick_steps_per_execution(platform, train.steps_per_execution)
         self.steps = policy.steps_per_epoch(train, job.train_images, job.global_batch)
         self.size = datasets.input_size(self.config)
         # Where augmentation runs here (host or device); the datasets read it from this config.
@@ -160,13 +159,16 @@ class Trainer:
 
     def _restore(self) -> int:
         """The first epoch still to train: 0, or the one after the last checkpoint. A checkpoint
-        taken mid-epoch (a preemption) also gives the steps of that epoch already done."""
-        self.start_step, self.partial = 0, {}
+        taken mid-epoch (a preemption) also gives the steps of that epoch already done. The steps per
+        call are chosen here: every call ends where an epoch, or the rest of a resumed one, ends."""
         saved = None if self.restart else self.checkpoint.restore()
+        self.start_step, self.partial = (saved.step, saved.partial) if saved else (0, {})
+        self.steps_per_execution = device.pick_steps_per_execution(
+            self.job.platform, self.config.train.steps_per_execution, self.steps, self.start_step
+        )
         if saved is None:
             return 0
         self.best_score = saved.best_score
-        self.start_step, self.partial = saved.step, saved.partial
         at = f"epoch {saved.epoch}" + (f" and step {saved.step} of the next" if saved.step else "")
         log.info("train: resuming %s after %s (checkpoint %s)", self.run, at, saved.path)
         return saved.epoch
