@@ -47,6 +47,7 @@ def test_a_recipe_overrides_only_what_it_names(tmp_path):
         ("data.batch_size=0", "data.batch_size=0: must be a positive"),
         ("train.logit_adjustment=-1", "train.logit_adjustment=-1.0: must be >= 0"),
         ("train.ema=1", "train.ema=1.0: a momentum, must be in"),
+        ("train.weight_decay=-0.1", "train.weight_decay=-0.1: must be in 0..10"),
         ("train.val_every=0", "train.val_every=0: must be >= 1"),
         ("augment=1", "augment is a section"),
         ("nokey", "expected key=value"),
