@@ -165,3 +165,13 @@ def test_every_size_range_names_a_config_key_and_every_shipped_recipe_is_inside_
 def test_a_size_past_its_range_is_refused_naming_the_key_and_the_bound(override, message):
     with pytest.raises(PetalsError, match=message.replace(".", r"\.")):
         load_config(overrides=[override])
+
+
+def test_the_cpu_image_recipes_regularise_alike_at_every_size():
+    """The rule both CPU image recipes write down (bench-regularise): one dropout, no smoothing, no
+    decay, whatever the data's size; the flowers' own recipe and the task's (cassava has none of
+    its own) must not drift apart."""
+    for competition in ("flowers", "cassava"):
+        config = load_config("cpu", [f"competition={competition}"])
+        regularisation = (config.model.dropout, config.train.label_smoothing, config.train.weight_decay)
+        assert regularisation == (0.2, 0.0, 0.0), competition
