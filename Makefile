@@ -137,7 +137,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR) $(call opt,--track,TRACK)
 
-.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-thorough test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-probes bench-probe-targets bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata bench-mistakes tensorboard bench-backbones
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-thorough test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-regularise bench-probes bench-probe-targets bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata bench-mistakes tensorboard bench-backbones
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -392,6 +392,9 @@ bench-choose: | $(STAMP) ## CHOOSE=1 on real images (Tux Paint stamps, digits an
 
 bench-passes: | $(STAMP) ## the CPU recipe's epoch bounded at 1 or 4 passes over its training images against the 100-step floor alone, on real images of 118 to 3,000: test macro-F1, val, seconds
 	$(PY) benchmarks/bench_passes.py
+
+bench-regularise: | $(STAMP) ## the CPU recipe with dropout 0.5, label smoothing 0.1, weight decay 1.0 or all three against it as shipped, on real images of 118 to 3,000: test macro-F1 less the base's beside the test part's noise, val, seconds
+	$(PY) benchmarks/bench_regularise.py
 
 BACKBONES ?=#                   bench-backbones: the families to time (default all), e.g. BACKBONES="vit deberta-v3"
 bench-backbones: | $(STAMP) ## forward examples/s of every image and text family's smallest preset at random weights (benchmarks/backbones.json; each row keeps its commit and the load it ran under)

@@ -47,6 +47,7 @@ def test_a_recipe_overrides_only_what_it_names(tmp_path):
         ("data.batch_size=0", "data.batch_size=0: must be a positive"),
         ("train.logit_adjustment=-1", "train.logit_adjustment=-1.0: must be >= 0"),
         ("train.ema=1", "train.ema=1.0: a momentum, must be in"),
+        ("train.weight_decay=-0.1", "train.weight_decay=-0.1: must be in 0..10"),
         ("train.val_every=0", "train.val_every=0: must be >= 1"),
         ("augment=1", "augment is a section"),
         ("nokey", "expected key=value"),
@@ -164,3 +165,13 @@ def test_every_size_range_names_a_config_key_and_every_shipped_recipe_is_inside_
 def test_a_size_past_its_range_is_refused_naming_the_key_and_the_bound(override, message):
     with pytest.raises(PetalsError, match=message.replace(".", r"\.")):
         load_config(overrides=[override])
+
+
+def test_the_cpu_image_recipes_regularise_alike_at_every_size():
+    """The rule both CPU image recipes write down (bench-regularise): one dropout, no smoothing, no
+    decay, whatever the data's size; the flowers' own recipe and the task's (cassava has none of
+    its own) must not drift apart."""
+    for competition in ("flowers", "cassava"):
+        config = load_config("cpu", [f"competition={competition}"])
+        regularisation = (config.model.dropout, config.train.label_smoothing, config.train.weight_decay)
+        assert regularisation == (0.2, 0.0, 0.0), competition

@@ -123,6 +123,10 @@ class TrainConfig:
     lr_sustain_epochs: int = 0
     lr_decay: float = 0.8
     label_smoothing: float = 0.0
+    # Decoupled weight decay, as AdamW's: each step Keras's Adam shrinks every trainable weight that
+    # is not a bias or a scale (ndim > 1) by weight_decay x the step's learning rate, apart from the
+    # gradient's update. 0: none.
+    weight_decay: float = 0.0
     # tau of the logit-adjusted loss (Menon et al., 2021): the loss sees the logits plus
     # tau x log(class frequency in the training shards), so the network learns scores that
     # do not favour the frequent classes; macro-F1 counts every class alike. 0: plain loss.
@@ -221,6 +225,9 @@ RANGES: dict[str, tuple[int, int, str]] = {
     "train.steps_per_epoch": (0, 1_000_000, "an epoch of 10**6 steps is days"),
     "train.min_steps_per_epoch": (0, 1_000_000, "as train.steps_per_epoch"),
     "train.max_passes_per_epoch": (0, 1_000, "an epoch of a thousand passes is no epoch"),
+    # Decoupled: a weight shrinks by weight_decay x lr a step, so the bound keeps that under the
+    # learning rate's own order (shipped: 0; AdamW practice 0.01-0.1 over long schedules).
+    "train.weight_decay": (0, 10, "a step's shrink is weight_decay x lr, at 10 x 1e-3 already 1% a step"),
     "train.choose_up_to": (0, 10_000_000, "a count of examples, not a size: ten million is every set here"),
     "train.steps_per_execution": (0, 10_000, "Keras on a TPU uses tens to hundreds"),
     "train.val_every": (1, 1000, "as train.epochs"),
@@ -240,7 +247,7 @@ RANGES: dict[str, tuple[int, int, str]] = {
 BATCH_BYTES = 1 << 30
 
 
-def check_range(key: str, value: int, given_as: str | None = None) -> None:
+def check_range(key: str, value: float, given_as: str | None = None) -> None:
     """Refuse a size past its declared bound (RANGES), in one line naming the key (or the option
     it was `given_as`, e.g. `--size`) and the bound."""
     low, high, why = RANGES[key]

@@ -68,15 +68,24 @@ class AveragingAdam(keras.optimizers.Adam):
 
 
 def make_optimizer(
-    lr: float, ema: float, precision: str, variables: Sequence, training: Callable
+    lr: float,
+    ema: float,
+    precision: str,
+    variables: Sequence,
+    training: Callable,
+    weight_decay: float = 0.0,
 ) -> keras.Optimizer:
     """The optimizer for a run, built on every variable that will ever train.
 
     `training()` returns the variables training at the moment (the backbone may be frozen).
-    Mixed float16 wraps it in a loss-scale optimizer.
+    Mixed float16 wraps it in a loss-scale optimizer. `weight_decay` is AdamW's decoupled decay
+    (Keras's: `var -= var x weight_decay x lr` each step, before the gradient's update), on the
+    matrices and kernels only: biases and scales (ndim <= 1) keep theirs, as timm's AdamW groups do.
     """
-    inner = AveragingAdam(lr, use_ema=ema > 0, ema_momentum=ema or 0.99)
+    inner = AveragingAdam(lr, use_ema=ema > 0, ema_momentum=ema or 0.99, weight_decay=weight_decay or None)
     object.__setattr__(inner, "training_variables", training)
+    if weight_decay:
+        inner.exclude_from_weight_decay(var_list=[v for v in variables if len(v.shape) <= 1])
     optimizer = keras.optimizers.LossScaleOptimizer(inner) if precision == "mixed_float16" else inner
     optimizer.build(list(variables))
     if inner.use_ema:

@@ -102,6 +102,7 @@ class Trainer:
                 self.precision,
                 self.net.trainable_variables,  # every variable that will ever train
                 training=lambda: self.classifier.trainable_variables,
+                weight_decay=config.train.weight_decay,
             )
         self.checkpoint = Checkpoint(
             job.checkpoint_dir,
