@@ -97,13 +97,11 @@ class Trainer:
             shape = networks.input_shape(config, spec=job.spec)  # stateless calls need it built:
             self.classifier.build(input_shape(self.cut) if self.cut else shape)
             self.optimizer = make_optimizer(
-                config.train.lr_start,
-                config.train.ema,
-                self.precision,
+                config.train.lr_start, config.train.ema, self.precision,
                 self.net.trainable_variables,  # every variable that will ever train
                 training=lambda: self.classifier.trainable_variables,
                 weight_decay=config.train.weight_decay,
-            )
+            )  # fmt: skip
         self.checkpoint = Checkpoint(
             job.checkpoint_dir,
             {"net": self.net.weights, "optimizer": self.optimizer.variables},
