@@ -112,9 +112,19 @@ def test_each_stage_command_line_calls_the_api_function_with_typed_options(
     import importlib
 
     stage = importlib.import_module(f"pipeline.stages.{module}")
-    calls = []
-    monkeypatch.setattr(stage, function, lambda *arguments: calls.append(arguments))
+    calls, passed = [], []
+
+    def called(*arguments, **named):
+        calls.append(arguments)
+        passed.append(named)
+
+    monkeypatch.setattr(stage, function, called)
     assert cli.main(["--quiet", *argv]) == 0
+    # Beside the options, only the competition the small-data decision resolved (or None) is passed.
+    from pipeline.tasks.competitions import Competition
+
+    assert all(set(named) <= {"competition"} for named in passed), passed
+    assert all(isinstance(named.get("competition"), Competition | type(None)) for named in passed)
     # --quiet draws no progress (a bar or lines): the one option the command line sets beyond the given.
     quiet = tuple(
         dataclasses.replace(o, progress=False) if isinstance(o, api.TrainOptions) else o for o in expected

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, competition: Competition | None = None) -> None:
-    evaluate_run(options.from_args(ScoreOptions, args), competition)
+    evaluate_run(options.from_args(ScoreOptions, args), competition=competition)
 
 
 def evaluate_run(opts: ScoreOptions, competition: Competition | None = None) -> dict:

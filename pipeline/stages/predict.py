@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, competition: Competition | None = None) -> None:
-    predict(options.from_args(ScoreOptions, args), competition)
+    predict(options.from_args(ScoreOptions, args), competition=competition)
 
 
 def predict(opts: ScoreOptions, competition: Competition | None = None) -> Path:
