@@ -207,7 +207,7 @@ def test_text_tta_is_refused_in_one_line(capsys, tmp_path):
     assert not any(tmp_path.iterdir())
 
 
-@pytest.mark.slow  # generates kernels (each runs its script's --help)
+@pytest.mark.thorough  # 3 kernels, each running its --help; test_gpu_recipes attaches in make test
 def test_a_kernel_of_a_keras_preset_attaches_that_preset_unless_told_another(capsys, tmp_path):
     import json
 

@@ -147,6 +147,7 @@ def test_a_searched_blend_of_groups_reports_its_out_of_fold_score_not_the_in_sam
     assert f"OOF {spec.metric.title} {expected.score:.4f}" in printed and "a choice on those rows" in printed
 
 
+@pytest.mark.thorough  # a further refusal (two CV groups trained here): make test proves the blend once
 def test_groups_dealt_different_fold_tables_are_refused(setting, spec, capsys):
     write_group(setting, spec, "cv3-a", 0)
     write_group(setting, spec, "cv3-b", 1, digest="0123456789abcdef")
