@@ -300,7 +300,7 @@ def pick_steps_per_execution(platform: Platform, asked: int = 0, steps: int = 0,
     wanted = asked or {"TPU": 32, "GPU": 8}.get(platform.device, 1)
     if platform.kind == "mirrored" and wanted > 1:
         # Keras 3.15's `fit` on TensorFlow 2.21 fails under a MirroredStrategy past one step a call
-        # ("You must feed a value for placeholder tensor 'while/cond/Placeholder'", 8 logical CPUs).
+        # (TensorFlow asks for a value fed to 'while/cond/Placeholder', 8 logical CPUs).
         log.info("device: 1 step a call, not %d: Keras's fit fails under MirroredStrategy past one", wanted)
         return 1
     every = math.gcd(steps, done)
