@@ -196,10 +196,10 @@ def test_saved_test_predictions_of_another_test_set_are_refused(data_dir, table,
         held.saved_predictions(run, data_dir, "val", 4)
 
 
-def test_kernel_output_downloads_a_folds_kernel_and_merges_its_folds(
-    data_dir, table, spec, tmp_path, in_kaggle_env, capsys
-):
-    output = kernel_output(tmp_path / "made", data_dir, spec, table, [0])
+def _a_folds_kernel(tmp_path, data_dir, spec, table, folds):
+    """A folds kernel's output (the folds given trained), its files as the server serves them, the
+    kernel's folder here, and the `kernel output` command line that collects it."""
+    output = kernel_output(tmp_path / "made", data_dir, spec, table, folds)
     files = {p.relative_to(output).as_posix(): p.read_bytes() for p in output.rglob("*") if p.is_file()}
     folder = tmp_path / "kernels" / "petals-folds"
     folder.mkdir(parents=True)
@@ -207,6 +207,13 @@ def test_kernel_output_downloads_a_folds_kernel_and_merges_its_folds(
     args = ["kernel", "output", "--kernels-dir", str(tmp_path / "kernels"), "--name", "petals-folds",
             "--data-dir", str(data_dir), "--runs-dir", str(tmp_path / "runs"),
             "--submissions-dir", str(tmp_path / "subs")]  # fmt: skip
+    return output, files, args
+
+
+def test_kernel_output_downloads_a_folds_kernel_and_merges_its_folds(
+    data_dir, table, spec, tmp_path, in_kaggle_env, capsys
+):
+    output, files, args = _a_folds_kernel(tmp_path, data_dir, spec, table, [0])
     with KaggleTestServer(Behaviour(kernel_files=files)):
         assert cli.main(args) == 0
     out = capsys.readouterr().out
@@ -228,14 +235,8 @@ def test_fold_runs_collected_with_track_mlflow_are_their_groups_children_once(
     from pipeline.runs.tensorboard import scalar_tag
 
     monkeypatch.delenv(mlflow_runs.URI_VARIABLE, raising=False)  # the default: SQLite in the runs dir
-    output = kernel_output(tmp_path / "made", data_dir, spec, table, [0, 1])
-    files = {p.relative_to(output).as_posix(): p.read_bytes() for p in output.rglob("*") if p.is_file()}
-    folder = tmp_path / "kernels" / "petals-folds"
-    folder.mkdir(parents=True)
-    write_json(folder / "kernel-metadata.json", {"id": "petals-user/petals-folds"})
-    args = ["kernel", "output", "--kernels-dir", str(tmp_path / "kernels"), "--name", "petals-folds",
-            "--data-dir", str(data_dir), "--runs-dir", str(tmp_path / "runs"),
-            "--submissions-dir", str(tmp_path / "subs"), "--track", "mlflow"]  # fmt: skip
+    _, files, args = _a_folds_kernel(tmp_path, data_dir, spec, table, [0, 1])
+    args += ["--track", "mlflow"]
     with KaggleTestServer(Behaviour(kernel_files=files)):
         assert cli.main(args) == 0
         assert cli.main(args) == 0  # collected again: "already in" the runs dir, and in MLflow
