@@ -81,13 +81,15 @@ def test_each_loop_trains_on_8_logical_cpu_replicas_and_lowers_the_loss(loop, ti
     machine, where the whole tier was only 1.2x slower than alone.
 
     4 images per replica: at 2, each replica's BatchNorm normalises pairs and the loss hardly
-    moves in 24 steps (one run's last epoch ended above its first). Learning is judged on the
-    val loss, the weight average scored on the same 104 images every epoch, which fell every
-    epoch in the runs measured; the training loss is a mean over different batches."""
+    moves. Learning is judged on the training loss, each epoch's mean over 24 batches of 32: the
+    val loss (104 images, one a class, scored on the weight average) is no judge here. At 6 steps
+    an epoch it moved under 0.01 from chance, 4.64, and CI's run ended above its start; at 24 the
+    tiny set is memorised and it rises (4.64 -> 4.94 in one run) while the training loss fell
+    0.5 to 1.1 in the runs measured."""
     args = _train_args(
         tiny_data_dir, tmp_path, "--cpu-replicas", "8", "--run", loop,
         "--set", "data.batch_size=4", "--set", f"train.loop={loop}", "--set", "train.epochs=4",
-        "--set", "train.steps_per_epoch=6", "--set", "train.lr_max=0.0005",
+        "--set", "train.steps_per_epoch=24", "--set", "train.lr_max=0.0005",
         "--set", "train.lr_sustain_epochs=9", "--set", "augment.where=device",
         "--set", "train.logit_adjustment=1.0", "--set", "train.ema=0.9",
         "--set", "train.steps_per_execution=4",  # 1 under MirroredStrategy (device.pick_steps_per_execution)
@@ -107,12 +109,12 @@ def test_each_loop_trains_on_8_logical_cpu_replicas_and_lowers_the_loss(loop, ti
     assert run["replicas"] == 8 and run["global_batch"] == 32  # 4 per replica x 8
     assert run["steps_per_execution"] == 1
     with np.load(tmp_path / loop / "checkpoints" / "ckpt-4.npz") as saved:
-        assert int(saved["optimizer:0"]) == 4 * 6  # the optimizer's iterations: 6 steps an epoch
+        assert int(saved["optimizer:0"]) == 4 * 24  # the optimizer's iterations: 24 steps an epoch
     history = pd.read_csv(tmp_path / loop / "history.csv")
-    assert history["images"].tolist() == [6 * 32] * 4
+    assert history["images"].tolist() == [24 * 32] * 4
     assert history["lr"].tolist() == pytest.approx([0.0005 * 8] * 4)  # the peak scales with replicas
-    assert history["val_loss"].iloc[-1] < history["val_loss"].iloc[0], history["val_loss"]
-    assert history["loss"].iloc[-1] < history["loss"].iloc[0], history["loss"]
+    assert history["loss"].iloc[-1] < history["loss"].iloc[0] - 0.2, history["loss"]
+    assert history["val_loss"].notna().all()  # the weight average was scored every epoch
 
 
 @pytest.mark.slow
