@@ -20,8 +20,8 @@ from pipeline.tasks.recipe_config import load_config
 def test_the_lookup_holds_every_image_backbone_and_text_network_once():
     kinds = (registry.BACKBONES, keras_hub_vision.BACKBONES, text_networks.NETWORKS, keras_hub_text.NETWORKS)
     assert len(networks.NETWORKS) == sum(map(len, kinds))
-    assert networks.TEXT_NETWORKS[:3] == ("bilstm", "ngrams", "tfidf")
-    assert networks.TEXT_NETWORKS[3:] == (*bert.NAMES, *keras_hub_text.NETWORKS)
+    assert networks.TEXT_NETWORKS[:4] == ("bilstm", "ngrams", "tfidf", "tfidf-chars")
+    assert networks.TEXT_NETWORKS[4:] == (*bert.NAMES, *keras_hub_text.NETWORKS)
     assert {networks.get(name).modality for name in networks.IMAGE_BACKBONES} == {"image"}
     assert {networks.get(name).modality for name in networks.TEXT_NETWORKS} == {"text"}
 
@@ -71,10 +71,12 @@ def test_the_text_entries_say_how_they_tokenize_and_what_they_read():
         "bilstm": "words",
         "ngrams": "subwords",
         "tfidf": "words",
+        "tfidf-chars": "subwords",
         **dict.fromkeys(bert.NAMES, "wordpiece"),
     }
     assert [name for name, e in entries.items() if e.reads_pairs] == list(bert.NAMES)
     assert [name for name, e in entries.items() if e.has_backbone] == list(bert.NAMES)
+    assert [name for name, e in entries.items() if e.fitted] == ["tfidf", "tfidf-chars"]
     assert entries[bert.PRESET].weights and not entries["bert-tiny"].weights
     assert entries["bert-tiny"].packages("none") == {"keras_hub": list(bert.PIP_INSTALL)}
     assert entries["ngrams"].packages("none") == {}

@@ -1,5 +1,5 @@
-"""The probe for texts: the `tfidf` network fitted as TF-IDF + logistic regression (C by an inner CV
-over whole examples and groups), its softmax the fitted model's predict_proba."""
+"""The probe for texts: the `tfidf` and `tfidf-chars` networks fitted as TF-IDF + logistic regression
+(C by an inner CV over whole examples and groups), their softmax the fitted model's predict_proba."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import numpy as np
 import pandas as pd
 import pytest
 from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.pipeline import make_union
 
 from pipeline.core.errors import PetalsError
 from pipeline.modeling import probe, text_probe
 from pipeline.modeling.inference import predict_split
-from pipeline.networks.text import Vectorizer
-from pipeline.networks.tfidf import tfidf_classifier
+from pipeline.networks.text import SubwordVectorizer, Vectorizer
+from pipeline.networks.tfidf import chars_classifier, counts_in_text, tfidf_classifier
 from pipeline.stages import train
 from pipeline.tasks.competitions import load_competition
 from pipeline.tasks.recipe_config import load_config
@@ -42,17 +43,20 @@ def texts_of(labels: np.ndarray, seed: int) -> np.ndarray:
     )
 
 
-def fitted(classes: int, seed: int = 0):
-    """A tiny tfidf network fitted on texts of `classes` classes; its encoder, the fitted model and
-    the columns it was fitted on."""
+def fitted(classes: int, seed: int = 0, chars: bool = False):
+    """A tiny tfidf network (`chars`: tfidf-chars) fitted on texts of `classes` classes; its encoder,
+    the fitted model and the columns it was fitted on."""
     labels = np.repeat(np.arange(classes), 15)
     texts = texts_of(labels, seed)
     vocabulary = Vectorizer.adapt(texts, vocabulary_size=40, sequence_length=LENGTH).vocabulary
-    encode = Vectorizer(vocabulary, LENGTH)
-    net = tfidf_classifier(len(vocabulary) + 2, LENGTH, classes, ngram_buckets=512)
+    build, vectorizer, length = (
+        (chars_classifier, SubwordVectorizer, 4 * LENGTH) if chars else (tfidf_classifier, Vectorizer, LENGTH)
+    )
+    encode = vectorizer(vocabulary, length)
+    net = build(len(vocabulary) + 2, length, classes, ngram_buckets=512)
     found = text_probe.counts(text_probe.feature_ids(net, encode((texts,))), net.get_layer("logits").rows)
     weights = text_probe.idf(found)
-    x = text_probe.tfidf(found, weights)
+    x = text_probe.tfidf(found, weights, net.get_layer("tfidf").block)
     fitted, used = text_probe.fit(x, labels, np.arange(len(labels)).astype(str), 0, "logistic", classes)
     table = text_probe.written(fitted, used, x.shape[1])
     net.get_layer("tfidf").set_weights([weights.astype(np.float32)])
@@ -76,9 +80,32 @@ def test_the_features_are_scikit_learns_sublinear_tfidf_of_the_networks_ids():
     assert not x[:, [c for c in range(12) if c not in columns]].any()
 
 
+def test_two_blocks_are_each_of_unit_length_as_scikit_learns_union_of_two_vectorizers():
+    ids = np.array([[1, 2, 2, 5, 6, 0], [3, 1, 7, 5, 0, 0], [2, 6, 0, 0, 0, 0], [4, 4, 4, 0, 0, 0]])
+    found = text_probe.counts(ids, rows=9)
+    x = text_probe.tfidf(found, text_probe.idf(found), block=(5, 8)).toarray()
+    words = TfidfVectorizer(
+        analyzer=lambda row: [str(i) for i in row if 0 < i < 5 or i >= 8], sublinear_tf=True
+    )
+    chars = TfidfVectorizer(analyzer=lambda row: [str(i) for i in row if 5 <= i < 8], sublinear_tf=True)
+    expected = make_union(words, chars).fit_transform(list(ids)).toarray()
+    columns = [
+        int(name.split("__")[1]) for name in make_union(words, chars).fit(list(ids)).get_feature_names_out()
+    ]
+    np.testing.assert_allclose(x[:, columns], expected, atol=1e-12)
+    assert np.linalg.norm(x[3]) == pytest.approx(1.0)  # a text without character n-grams: one block
+
+
+def test_the_networks_count_of_each_id_in_its_text_is_every_pairs_compare():
+    ids = np.random.default_rng(0).integers(0, 6, size=(5, 40)).astype(np.int32)
+    expected = (ids[:, :, None] == ids[:, None, :]).sum(axis=2)
+    np.testing.assert_array_equal(np.asarray(counts_in_text(ids)), expected)
+
+
+@pytest.mark.parametrize("chars", [False, True], ids=["tfidf", "tfidf-chars"])
 @pytest.mark.parametrize("classes", [2, 3])
-def test_the_fitted_networks_softmax_is_logistic_regressions_predict_proba(classes):
-    net, encode, model, used, said = fitted(classes)
+def test_the_fitted_networks_softmax_is_logistic_regressions_predict_proba(classes, chars):
+    net, encode, model, used, said = fitted(classes, chars=chars)
     assert "by a 5-fold inner CV" in said and model.C_[0] in text_probe.CS
     # New texts, with words the training texts never held: out of the vocabulary, as in scikit-learn.
     held_out = texts_of(np.arange(classes).repeat(4), seed=1)
@@ -86,6 +113,7 @@ def test_the_fitted_networks_softmax_is_logistic_regressions_predict_proba(class
     unseen = text_probe.tfidf(
         text_probe.counts(text_probe.feature_ids(net, encode((held_out,))), net.get_layer("logits").rows),
         net.get_layer("tfidf").get_weights()[0].astype(np.float64),
+        net.get_layer("tfidf").block,
     )
     assert not text_probe.feature_ids(net, encode((held_out,)))[:, 0].any()  # the start id: no feature
     got = softmax(np.asarray(net.predict(encode((held_out,)), verbose=0)))
@@ -97,7 +125,7 @@ def test_a_text_config_the_probe_cannot_run_is_one_line():
     task = type("Task", (), {"probe": "logistic"})()
     probe.check(load_config("cpu", PROBE), task)  # runs as it is
     for overrides, message in (
-        (["model.backbone=ngrams"], "model.backbone=tfidf"),
+        (["model.backbone=ngrams"], "model.backbone=tfidf or tfidf-chars"),
         (["train.epochs=2"], "train.epochs=1"),
     ):
         with pytest.raises(PetalsError, match=rf"^train\.head_solver=logistic fits the network .*{message}"):
@@ -127,21 +155,22 @@ def test_a_tfidf_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cpu
     assert recorded > 0.7  # the reviews' words tell their sentiment
 
 
-def test_the_shipped_text_candidates_are_tfidf_first_then_the_recipe_and_the_probe_runs_them():
+def test_the_shipped_text_candidates_are_tfidf_first_then_chars_then_the_recipe_and_the_probe_runs_them():
     from pipeline.cv import choose
     from pipeline.tasks import recipe_config
 
     path, _ = recipe_config.beside_recipe(choose.FOLDER, load_competition("imdb"), "cpu", "cpu")
     assert path is not None and path.parts[-3:] == ("text_classification", "candidates", "cpu.toml")
     listed = choose.read_candidates(path)
-    assert [c.name for c in listed] == ["tfidf", "recipe"]  # the simplest first
+    assert [c.name for c in listed] == ["tfidf", "chars", "recipe"]  # the simplest first
     task = type("Task", (), {"probe": "logistic"})()
     for candidate in listed:
         config = recipe_config.load_config("cpu", ["competition=imdb", *candidate.overrides], device="cpu")
         probe.check(config, task)
         assert config.train.choose_up_to == 20000
-    tfidf = recipe_config.load_config("cpu", ["competition=imdb", *listed[0].overrides], device="cpu")
-    assert tfidf.model.backbone == "tfidf" and tfidf.train.head_solver == "logistic"
+    for candidate, backbone in zip(listed[:2], ("tfidf", "tfidf-chars"), strict=True):
+        config = recipe_config.load_config("cpu", ["competition=imdb", *candidate.overrides], device="cpu")
+        assert config.model.backbone == backbone and config.train.head_solver == "logistic"
 
 
 def test_text_pairs_are_refused_in_one_line():

@@ -44,18 +44,17 @@ def check(config, task) -> None:
     cached features, on texts the network whose fitted form is TF-IDF + a linear fit, and a target
     whose head a fit is known for."""
     from pipeline import networks
-    from pipeline.modeling import text_probe
 
     train = config.train
     if train.head_solver != SOLVER:
         return
-    backbone = config.model.backbone
-    texts = networks.get(backbone).reads_ids
+    network = networks.get(config.model.backbone)
+    texts = network.reads_ids
     needs = (
         (
             (
-                "model.backbone=tfidf (a network whose fitted form is TF-IDF + a linear fit)",
-                backbone != text_probe.NETWORK,
+                "model.backbone=tfidf or tfidf-chars (a network whose fitted form is TF-IDF + a linear fit)",
+                not network.fitted,
             ),
         )
         if texts

@@ -25,7 +25,6 @@ from pipeline.modeling import head_fits
 
 log = logging.getLogger(__name__)
 
-NETWORK = "tfidf"  # the text network whose fitted form this is
 BATCH = 256
 # The inverse penalties tried, 1e-2 .. 1e3: unit-length sparse rows want weaker penalties than
 # standardised dense features (the baseline TF-IDF + LR chose C=32 on real sentences).
@@ -57,13 +56,22 @@ def idf(found: sparse.csr_matrix) -> np.ndarray:
     return np.where(df > 0, weights, 0.0)
 
 
-def tfidf(found: sparse.csr_matrix, weights: np.ndarray) -> sparse.csr_matrix:
-    """Counts -> sublinear tf x IDF, each row of unit length (an empty row stays empty)."""
-    x = found.astype(np.float64)
-    x.data = 1.0 + np.log(x.data)
-    x = sparse.csr_matrix(x.multiply(weights[None, :]))
-    norms = np.sqrt(np.asarray(x.multiply(x).sum(axis=1))).ravel()
-    return sparse.csr_matrix(sparse.diags(1.0 / np.maximum(norms, 1e-12)) @ x)
+def tfidf(
+    found: sparse.csr_matrix, weights: np.ndarray, block: tuple[int, int] | None = None
+) -> sparse.csr_matrix:
+    """Counts -> sublinear tf x IDF, each row of unit length (an empty row stays empty); with
+    `block` = (low, high), a row's columns in [low, high) and the rest each of unit length on
+    their own (the network's `TfidfWeights`)."""
+    x = sparse.csr_matrix(found.astype(np.float64))
+    x.data = (1.0 + np.log(x.data)) * weights[x.indices]
+    inside = np.zeros(len(x.data), np.int64)
+    if block is not None:
+        inside = ((x.indices >= block[0]) & (x.indices < block[1])).astype(np.int64)
+    part = 2 * np.repeat(np.arange(x.shape[0]), np.diff(x.indptr)) + inside  # each value's row and block
+    norms = np.sqrt(np.bincount(part, weights=x.data**2, minlength=2 * x.shape[0]))
+    x.data = x.data / np.maximum(norms[part], 1e-12)
+    x.eliminate_zeros()  # an id out of the vocabulary (IDF 0)
+    return x
 
 
 def fit(
@@ -90,7 +98,7 @@ def train_head(trainer) -> dict[str, float]:
     labels = np.asarray(examples.labels)
     found = counts(feature_ids(net, job.train.encode(examples.inputs)), net.get_layer("logits").rows)
     weights = idf(found)
-    x = tfidf(found, weights)
+    x = tfidf(found, weights, net.get_layer("tfidf").block)
     groups = job.groups_of(ids) if job.groups_of is not None else ids
     kind = job.task.probe
     fitted, used = fit(x, labels, groups, config.seed, kind, job.spec.num_classes, trainer.target_summary)

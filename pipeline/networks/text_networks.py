@@ -4,9 +4,10 @@ Each entry is a `Network` (base.py), the shape of every entry: how its texts bec
 (`preprocess`), its inputs' shape, the classifier built on it, the run's tokenization
 (`TextInputs`) and what the run dir keeps of its architecture. A text entry also says whether it
 reads text pairs and whether it has a pretrained part a frozen warm-up freezes, and checks a
-config's weights. Two kinds: the word models (`text`, `tfidf`: ids of a vocabulary adapted on the
-training texts) and BERT (`bert`: its tokenizer's ids). `pipeline.networks` looks these entries and the
-image backbones up by one name; it hands in the run dir's file names (`RunFiles`).
+config's weights. Two kinds: the word models (`text`, `tfidf`, `tfidf-chars`: ids of a vocabulary
+adapted on the training texts) and BERT (`bert`: its tokenizer's ids). `pipeline.networks` looks
+these entries and the image backbones up by one name; it hands in the run dir's file names
+(`RunFiles`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class TextNetwork(Network):
     backends: ClassVar[tuple[str, ...]] = ("tensorflow", "jax")
     reads_pairs: ClassVar[bool] = False  # two texts an example (premise, hypothesis)
     has_backbone: ClassVar[bool] = False  # a pretrained part, one layer a frozen warm-up freezes
+    fitted: ClassVar[bool] = False  # TF-IDF + a linear fit: `train.head_solver=logistic` fits it
     preprocess: str  # how texts become ids: words | subwords (words and their n-grams) | wordpiece
 
     def check(self, config) -> None:
@@ -93,6 +95,7 @@ class WordNetwork(TextNetwork):
     # (vocabulary, sequence_length) -> texts to int32 ids [n, sequence_length]
     vectorizer: Callable[..., Callable]
     weights: tuple[str, ...] = ()
+    fitted: bool = False  # TF-IDF + a linear fit (pipeline/modeling/text_probe.py)
 
     def _classifier(self, config, num_classes, vocabulary_size, batch_size, run_dir, files) -> keras.Model:
         return self.classifier(
@@ -173,7 +176,8 @@ NETWORKS: dict[str, TextNetwork] = {
     for entry in (
         WordNetwork("bilstm", "words", text.lstm_classifier, text.Vectorizer),
         WordNetwork("ngrams", "subwords", text.ngram_classifier, text.SubwordVectorizer),
-        WordNetwork("tfidf", "words", tfidf.tfidf_classifier, text.Vectorizer),
+        WordNetwork("tfidf", "words", tfidf.tfidf_classifier, text.Vectorizer, fitted=True),
+        WordNetwork("tfidf-chars", "subwords", tfidf.chars_classifier, text.SubwordVectorizer, fitted=True),
         *(BertNetwork(name, (PRESET_WEIGHTS,) if name == bert.PRESET else ()) for name in bert.NAMES),
     )
 }
