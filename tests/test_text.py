@@ -97,7 +97,10 @@ def test_word_bigrams_are_hashed_from_consecutive_word_ids_only():
 
 
 # each network at a tiny size
-SMALL = {"bilstm": {"units": 16}, "ngrams": {"ngram_buckets": 4096}, "tfidf": {"ngram_buckets": 4096}}
+SMALL = {
+    "bilstm": {"units": 16},
+    **{name: {"ngram_buckets": 4096} for name in ("ngrams", "tfidf", "tfidf-chars")},
+}
 
 
 def _static_then_variable(network: str = "bilstm") -> dict:
@@ -160,6 +163,8 @@ def _on_backend(backend: str, helper: str, *args) -> dict:
         # The second network: the thorough tier (the n-grams' case above proves the property).
         pytest.param("tfidf", "tensorflow", marks=pytest.mark.thorough),
         pytest.param("tfidf", "jax", marks=pytest.mark.heavy),
+        # Its character n-grams' block and the sort that counts its ids, on JAX (TensorFlow: test_text_probe).
+        pytest.param("tfidf-chars", "jax", marks=pytest.mark.heavy),
         # The BiLSTM is no competition's recipe any more (imdb's is the bag of n-grams): the heavy tier.
         pytest.param("bilstm", "tensorflow", marks=[pytest.mark.slow, pytest.mark.heavy]),
         # JAX compiles the LSTM's scan at about a quarter of TensorFlow's speed here: the heavy tier.

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,7 +19,7 @@ from pipeline.networks.tfidf import chars_classifier, counts_in_text, tfidf_clas
 from pipeline.stages import train
 from pipeline.tasks.competitions import load_competition
 from pipeline.tasks.recipe_config import load_config
-from tests.conftest import competition_of
+from tests.conftest import competition_of, run_python
 
 LENGTH = 24
 WORDS = {0: ["dull", "slow", "bad"], 1: ["fine", "good", "warm"], 2: ["odd", "new", "wild"]}
@@ -96,10 +98,34 @@ def test_two_blocks_are_each_of_unit_length_as_scikit_learns_union_of_two_vector
     assert np.linalg.norm(x[3]) == pytest.approx(1.0)  # a text without character n-grams: one block
 
 
-def test_the_networks_count_of_each_id_in_its_text_is_every_pairs_compare():
+def _counts_and_compares() -> tuple[list, list]:
+    """The network's count of each id in its text, on this process's backend, compiled, beside
+    a compare of every pair of positions."""
+    import keras
+
     ids = np.random.default_rng(0).integers(0, 6, size=(5, 40)).astype(np.int32)
-    expected = (ids[:, :, None] == ids[:, None, :]).sum(axis=2)
-    np.testing.assert_array_equal(np.asarray(counts_in_text(ids)), expected)
+    ids[0] = 3  # one id everywhere
+    ids[1] = np.arange(40)  # every id once
+    tokens = keras.Input(shape=(40,), dtype="int32")
+    counted = keras.Model(tokens, keras.layers.Lambda(counts_in_text)(tokens)).predict(ids, verbose=0)
+    return np.asarray(counted).tolist(), (ids[:, :, None] == ids[:, None, :]).sum(axis=2).tolist()
+
+
+@pytest.mark.parametrize(
+    "backend", ["tensorflow", pytest.param("jax", marks=[pytest.mark.slow, pytest.mark.heavy])]
+)
+def test_the_networks_count_of_each_id_in_its_text_is_every_pairs_compare(backend):
+    if backend == "tensorflow":
+        counted, expected = _counts_and_compares()
+    else:
+        done = run_python(
+            "import json\nfrom tests.test_text_probe import _counts_and_compares\n"
+            "print(json.dumps(_counts_and_compares()))",
+            env={"KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        counted, expected = json.loads(done.stdout.strip().splitlines()[-1])
+    assert counted == expected
 
 
 @pytest.mark.parametrize("chars", [False, True], ids=["tfidf", "tfidf-chars"])
