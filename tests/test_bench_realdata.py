@@ -200,6 +200,19 @@ def test_a_seed_row_splits_the_gap_into_its_parts():
     assert "baseline_test" not in row  # measured at seed 0 only
 
 
+def test_seed_0s_default_alone_is_judged_against_the_baseline_stored_for_its_split():
+    from benchmarks.bench_realdata import record
+
+    default = {"reported": {"score": 0.72, "kind": "cv"}, "test_macro_f1": 0.736, "test_95": [0.7, 0.77],
+               "test_95_over": "groups", "backbone": "tfidf", "seconds": {}, "commit": "abc"}  # fmt: skip
+    stored = {"amazon": {"kind": "text", "dev": 2395, "baseline": {"test_macro_f1": 0.740}}}
+    record(stored, "amazon", 0, {"dev": 2395, "test": 1215, "default": default})  # --no-baselines
+    assert stored["amazon"]["seeds"]["0"]["baseline_test"] == 0.740
+    assert stored["amazon"]["verdict"]["against_baseline"]["mean"] == pytest.approx(-0.004)
+    record(stored, "amazon", 1, {"dev": 2395, "test": 1215, "default": default})
+    assert "baseline_test" not in stored["amazon"]["seeds"]["1"]  # another split: its own baseline
+
+
 def _seeds(defaults, baselines, gaps, half=0.05, expected=None) -> dict:
     """A fabricated set's seed rows: test scores, baselines, signed CV - test gaps, the test
     interval's half-width, and where given the carried CV's gaps."""
