@@ -36,6 +36,7 @@ def pairs(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.thorough  # 11 s: BERT is no CPU recipe; watson's custom loop is in make test (test_competitions)
 def test_fit_and_the_custom_loop_follow_the_same_loss_trend(pairs, cpu, tmp_path):
     losses = {}
     for loop in ("fit", "custom"):

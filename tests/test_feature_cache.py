@@ -259,6 +259,7 @@ def test_a_cut_of_another_model_built_in_the_same_process_reads_the_same_rows(sp
 
 
 @pytest.mark.slow
+@pytest.mark.thorough  # 34 s: a variant of the stopped pass above, by a signal (make test at 6 min)
 def test_a_sigterm_during_the_pass_keeps_its_pieces_for_the_rerun(cpu, spec, data_dir, tmp_path, monkeypatch):
     """The signal is noted, the piece in hand is saved, the stage ends as preempted (not killed
     outside the training steps), and the rerun computes only the pieces not yet saved."""
