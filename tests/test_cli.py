@@ -136,6 +136,7 @@ def test_make_fetch_then_the_main_job_end_in_a_checked_dry_run(tmp_path):
 
 
 @pytest.mark.slow  # Make's stage process picks the device (TensorFlow's start-up)
+@pytest.mark.thorough  # Make's values reach the CLI as typed: test_make_passes_what_the_user_typed (below)
 def test_make_and_the_cli_resolve_the_same_recipe_here(cpu):
     """`make config` (what `make train` runs) prints what the stage's own default resolves on
     this machine: one default, `recipe=auto` resolved once for the device."""

@@ -91,6 +91,7 @@ def test_an_offline_kernel_of_the_default_recipe_attaches_its_wheels(index, tmp_
     assert (folder / wheel).is_file()
 
 
+@pytest.mark.thorough  # a variant of the default recipe's wheels (above): another package's dependencies
 def test_the_efficientnet_package_comes_with_what_the_images_lack_of_its_dependencies(index, tmp_path):
     """What used to stop `make kernel` (the package, no internet) is now wheels in the dataset: the
     package and the dependencies Kaggle's images lack; those they carry (numpy, binary wheels for

@@ -44,6 +44,7 @@ def test_native_writes_are_filtered_and_the_rest_written_back_in_order(capfd):
 
 
 @pytest.mark.slow  # a TensorFlow or JAX process
+@pytest.mark.thorough  # a process's output, not what it computes (make test at 6 min)
 def test_a_stage_process_imports_tensorflow_without_its_start_up_lines():
     """In a fresh process, as a stage starts: on a CPU where oneDNN is on, importing TensorFlow
     printed four lines before this filter."""
