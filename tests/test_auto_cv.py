@@ -110,13 +110,22 @@ class _Training(Exception):
 
 
 @pytest.mark.parametrize(
-    "up_to",
+    ("step", "up_to"),
     [
-        pytest.param(LABELLED, id="cv-chooses", marks=pytest.mark.slow),  # ~4 s: the candidates' setups
-        pytest.param(LABELLED - 1, id="the-recipe-alone"),
+        # ~6 s each: the candidates' setups; evaluate's and predict's the thorough tier (make test at 6 min)
+        pytest.param("train", LABELLED, id="train-cv-chooses", marks=pytest.mark.slow),
+        *(
+            pytest.param(
+                step, LABELLED, id=f"{step}-cv-chooses", marks=[pytest.mark.slow, pytest.mark.thorough]
+            )
+            for step in ("evaluate", "predict")
+        ),
+        *(
+            pytest.param(step, LABELLED - 1, id=f"{step}-the-recipe-alone")
+            for step in ("train", "evaluate", "predict")
+        ),
     ],
 )
-@pytest.mark.parametrize("step", ["train", "evaluate", "predict"])
 def test_a_stage_resolves_its_competition_once_whatever_the_data_size(
     step, up_to, data_dir, tmp_path, monkeypatch
 ):
