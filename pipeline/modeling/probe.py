@@ -53,7 +53,8 @@ def check(config, task) -> None:
     needs = (
         (
             (
-                "model.backbone=tfidf or tfidf-chars (a network whose fitted form is TF-IDF + a linear fit)",
+                f"model.backbone={' or '.join(n for n in networks.TEXT_NETWORKS if networks.get(n).fitted)} "
+                "(a network whose fitted form is TF-IDF + a linear fit)",
                 not network.fitted,
             ),
         )
