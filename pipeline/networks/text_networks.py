@@ -36,10 +36,6 @@ class TextNetwork(Network):
     fitted: ClassVar[bool] = False  # TF-IDF + a linear fit: `train.head_solver=logistic` fits it
     preprocess: str  # how texts become ids: words | subwords (words and their n-grams) | wordpiece
 
-    def check(self, config) -> None:
-        """The config's weights fit this network; else one line. A word model takes any: it loads none."""
-        return None
-
     def input_shape(self, config, batch_size: int | None = None):
         """One batch of its inputs: token ids [batch, length]."""
         return (batch_size, config.data.sequence_length)

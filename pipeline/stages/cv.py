@@ -127,8 +127,10 @@ def small_data(step: str, args: argparse.Namespace) -> tuple[CVOptions | None, C
     if k < 2:
         log.info("%s: too few examples of a class (or groups) for CV: the recipe alone", step)
         return None, competition
-    listed = choose.read_candidates(found, found.parents[1])
+    listed = choose.here(opts, choose.read_candidates(found, found.parents[1]), platform.device)
     reason = choose.cannot_run(opts, listed, platform.device, competition.task)
+    if reason is None and len(listed) < 2:
+        reason = f"{len(listed)} candidate(s) whose weights are here"
     if reason is not None:
         log.info("%s: small data, but a candidate cannot train here (%s): the recipe alone", step, reason)
         return None, competition
