@@ -128,6 +128,21 @@ def test_the_packaged_encoder_puts_a_paraphrase_close_and_its_cut_batches_equal_
     np.testing.assert_allclose(vectors, np.asarray(whole), atol=2e-5)
 
 
+@pytest.mark.slow  # the encoder's passes over 6 texts
+def test_a_text_encoded_once_by_the_same_weights_is_read_back_not_encoded_again(encoder, monkeypatch):
+    net, encode = encoder
+    inputs = encode((np.array(["A cat sat.", "Rain fell all day on the hills.", "A cat sat."]),))
+    monkeypatch.setattr(probe, "_VECTORS", {})
+    first = probe.sentence_vectors(net, inputs)
+    assert len(probe._VECTORS) == 2  # the same text twice is one entry
+    key = next(iter(probe._VECTORS))
+    probe._VECTORS[key] = np.full_like(probe._VECTORS[key], 7.0)  # what the memo says is what comes back
+    again = probe.sentence_vectors(net, inputs)
+    assert (again == 7.0).all(axis=1).sum() == (2 if np.array_equal(first[0], first[2]) else 1)
+    monkeypatch.setattr(probe, "_weights_key", lambda layer: "other weights")  # another encoder: no hit
+    np.testing.assert_allclose(probe.sentence_vectors(net, inputs), first, atol=1e-6)
+
+
 @pytest.mark.slow  # the encoder's passes over ~200 texts, a probe fit, a prediction (about 15 s)
 def test_a_sentence_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cpu, tmp_path, caplog):
     from competition import load_spec

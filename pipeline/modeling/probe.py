@@ -181,20 +181,50 @@ def _fit_views(trainer) -> tuple[dict[str, float], int]:
     return logs, len(x)
 
 
+# Sentence vectors already computed in this process, by the encoder's weights and the text's ids:
+# the K folds of a CV group (one process trains them all) share one frozen encoder, so each text
+# is encoded once, not K - 1 times. Keyed by everything a vector depends on; bounded.
+_VECTORS: dict[tuple[str, bytes], np.ndarray] = {}
+MEMO_VECTORS = 200_000  # 384 float64s each: ~600 MB at most; past it, forget
+
+
+def _weights_key(layer) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for weight in layer.get_weights():
+        digest.update(np.ascontiguousarray(weight).tobytes())
+    return digest.hexdigest()
+
+
 def sentence_vectors(net, inputs: dict[str, np.ndarray]) -> np.ndarray:
     """A sentence encoder's inputs [n, length] -> its pooled vectors [n, d] (the input of `logits`),
     the texts taken shortest first and each batch cut to its longest text: what attention reads of
     the padding is masked, so the vectors are those of the whole width (a test holds them to it), at
-    a fraction of the cost on short texts."""
+    a fraction of the cost on short texts. A text this process encoded with the same weights is
+    not encoded again."""
     backbone, pool = net.get_layer("backbone"), net.get_layer("pool")
+    weights, names = _weights_key(backbone), sorted(inputs)
+    keys = [
+        (weights, b"".join(np.asarray(inputs[name][row]).tobytes() for name in names))
+        for row in range(len(inputs["padding_mask"]))
+    ]
+    vectors = np.zeros((len(keys), backbone.hidden_dim))  # a mean keeps the width
+    todo = np.array([row for row, key in enumerate(keys) if key not in _VECTORS], np.int64)
     lengths = np.asarray(inputs["padding_mask"]).sum(axis=1)
-    order = np.argsort(lengths, kind="stable")
-    vectors = np.zeros((len(lengths), backbone.hidden_dim))  # a mean keeps the width
+    order = todo[np.argsort(lengths[todo], kind="stable")]
     for i in range(0, len(order), BATCH):
         rows = order[i : i + BATCH]
         width = max(1, int(lengths[rows].max()))
         batch = {name: np.asarray(value)[rows, :width] for name, value in inputs.items()}
         vectors[rows] = np.asarray(pool([backbone(batch)["sequence_output"], batch["padding_mask"]]))
+    if len(_VECTORS) + len(todo) > MEMO_VECTORS:
+        _VECTORS.clear()
+    for row, key in enumerate(keys):
+        if key in _VECTORS:
+            vectors[row] = _VECTORS[key]
+        else:
+            _VECTORS[key] = vectors[row].copy()
     return vectors
 
 
