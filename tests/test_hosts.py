@@ -186,14 +186,18 @@ def test_a_preemption_notice_stops_every_process_at_one_step_and_the_rerun_resum
     stopped = re.compile(r"petals train: stopped by .* at epoch (\d+), step (\d+) of 40")
     [here] = stopped.findall(err)
     [there] = stopped.findall((logs / "host-1.log").read_text())
-    assert here == there and int(here[1]) > 0, (here, there)  # the same step, mid-epoch
+    assert here == there, (here, there)  # the same step in both processes
+    # A SIGTERM 1 s into the second epoch lands mid-epoch; a time limit lands where the clock says,
+    # and may land on an epoch's first step (a heavy-tier run here: "epoch 4, step 0"): both must resume.
+    assert notice != "SIGTERM" or int(here[1]) > 0, here
 
     rerun = _launch(tiny_data_dir, runs, logs, "jax", "--set", "train.steps_per_epoch=40")
     out, err = rerun.communicate(timeout=240)
     assert rerun.returncode == 0, err
     epoch, step = int(here[0]) - 1, here[1]
-    for text in (out + err, (logs / "host-1.log").read_text()):
-        assert f"after epoch {epoch} and step {step} of the next" in text
+    if int(step) > 0:  # mid-epoch: both processes say where they resumed
+        for text in (out + err, (logs / "host-1.log").read_text()):
+            assert f"after epoch {epoch} and step {step} of the next" in text
     [run] = [p for p in runs.iterdir() if p.is_dir()]
     with (run / "history.csv").open() as f:
         assert [int(row["epoch"]) for row in csv.DictReader(f)] == list(range(1, 7))
