@@ -8,17 +8,14 @@ import zipfile
 
 import keras
 import numpy as np
-import pandas as pd
 import pytest
 
 from pipeline.core.errors import PetalsError
 from pipeline.modeling import probe
-from pipeline.modeling.inference import predict_split
 from pipeline.networks import bert, keras_hub_text, sentence
 from pipeline.networks.base import WeightsPackage
-from pipeline.stages import train
 from pipeline.tasks.recipe_config import load_config
-from tests.conftest import competition_of
+from tests.test_text_probe import probe_run
 
 PROBE = [
     "competition=imdb",
@@ -145,22 +142,10 @@ def test_a_text_encoded_once_by_the_same_weights_is_read_back_not_encoded_again(
 
 @pytest.mark.slow  # the encoder's passes over ~200 texts, a probe fit, a prediction (about 15 s)
 def test_a_sentence_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cpu, tmp_path, caplog):
-    from competition import load_spec
-    from pipeline.stages.fetch import FetchOptions, fetch
-
     caplog.set_level("INFO")
-    data_dir = tmp_path / "data"
-    fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=0.1, progress=False), load_spec("imdb"))
-    job = train.prepare(load_config("cpu", PROBE), cpu, data_dir, tmp_path / "runs", None, None)
-    metrics = train.fit(job, progress=False)
+    recorded, predicted = probe_run(PROBE, cpu, tmp_path, 0.1)
     assert "sentence vectors (384 wide" in caplog.text and "inner CV over whole examples" in caplog.text
-    history = pd.read_csv(job.run.history_file)
-    assert history["epoch"].tolist() == [1] and metrics["best_epoch"] == 1
-    predictions = predict_split(job.run, competition_of(job.run), data_dir, "val", 1, cpu, as_scored=False)
-    recorded = history[f"val_{job.spec.metric.name}"].iloc[0]
-    assert job.spec.metric.score(predictions.labels, predictions.probabilities) == pytest.approx(
-        recorded, abs=1e-4
-    )
+    assert predicted == pytest.approx(recorded, abs=1e-4)
     assert recorded > 0.7  # a review's sentiment is in its meaning, which the encoder reads
 
 

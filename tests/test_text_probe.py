@@ -158,26 +158,31 @@ def test_a_text_config_the_probe_cannot_run_is_one_line():
             probe.check(load_config("cpu", [*PROBE, *overrides]), task)
 
 
-def test_a_tfidf_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cpu, tmp_path, caplog):
+def probe_run(overrides: list[str], cpu, tmp_path, scale: float) -> tuple[float, float]:
+    """A probe run on drawn imdb reviews (`scale` of the set): its recorded val score, and the score
+    evaluate's prediction of val computes; the run itself trains one epoch, its best."""
     from competition import load_spec
     from pipeline.stages.fetch import FetchOptions, fetch
 
-    caplog.set_level("INFO")
     data_dir = tmp_path / "data"
-    fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=0.02, progress=False), load_spec("imdb"))
-    job = train.prepare(load_config("cpu", PROBE), cpu, data_dir, tmp_path / "runs", None, None)
+    fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=scale, progress=False), load_spec("imdb"))
+    job = train.prepare(load_config("cpu", overrides), cpu, data_dir, tmp_path / "runs", None, None)
     metrics = train.fit(job, progress=False)
-    assert (
-        "TF-IDF + logistic regression fitted on" in caplog.text
-        and "inner CV over whole examples" in caplog.text
-    )
     history = pd.read_csv(job.run.history_file)
     assert history["epoch"].tolist() == [1] and metrics["best_epoch"] == 1
     predictions = predict_split(job.run, competition_of(job.run), data_dir, "val", 1, cpu, as_scored=False)
     recorded = history[f"val_{job.spec.metric.name}"].iloc[0]
-    assert job.spec.metric.score(predictions.labels, predictions.probabilities) == pytest.approx(
-        recorded, abs=1e-4
+    return recorded, job.spec.metric.score(predictions.labels, predictions.probabilities)
+
+
+def test_a_tfidf_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cpu, tmp_path, caplog):
+    caplog.set_level("INFO")
+    recorded, predicted = probe_run(PROBE, cpu, tmp_path, 0.02)
+    assert (
+        "TF-IDF + logistic regression fitted on" in caplog.text
+        and "inner CV over whole examples" in caplog.text
     )
+    assert predicted == pytest.approx(recorded, abs=1e-4)
     assert recorded > 0.7  # the reviews' words tell their sentiment
 
 
