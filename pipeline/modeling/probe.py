@@ -18,7 +18,8 @@ classes a fold never saw at a logit far below the rest. What is saved is an ordi
 evaluate, predict, TTA, CV, blends and kernels read it like any other.
 
 On texts the same fit is made on a frozen sentence encoder's pooled vectors of the training texts
-(`sentence-bert`, pipeline/networks/sentence.py; computed here, no cache: one pass over the texts);
+(`sentence-bert`, pipeline/networks/sentence.py; computed here, not by the feature cache: a CV
+group's folds share them in the process);
 the `tfidf` networks are fitted as TF-IDF + a linear fit (pipeline/modeling/text_probe.py).
 """
 
@@ -46,8 +47,7 @@ BATCH = 256
 def check(config, task) -> None:
     """One line for a config the probe cannot run with (before anything trains): on images frozen
     cached features, on texts a network the probe fits (TF-IDF + a linear fit, or a frozen sentence
-    encoder's head on its pooled vectors), and a target
-    whose head a fit is known for."""
+    encoder's head on its pooled vectors), and a target whose head a fit is known for."""
     from pipeline import networks
 
     train = config.train
