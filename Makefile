@@ -383,7 +383,7 @@ bench-text-real: | $(STAMP) ## imdb's CPU recipe on real movie reviews (VADER's 
 
 bench-tests: | $(STAMP) ## where make test's time goes: each test's own and its subprocesses' CPU seconds, summed by size, file and test
 	@folder=$$(mktemp -d) && PETALS_TESTS_CPU_DIR=$$folder $(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal \
-		-m "not heavy" -p benchmarks.tests_cpu $(PYTEST_ARGS); status=$$?; \
+		-m "not heavy and not thorough" -p benchmarks.tests_cpu $(PYTEST_ARGS); status=$$?; \
 		$(PY) benchmarks/tests_cpu.py $$folder && rm -r $$folder && exit $$status
 
 bench-images-real: | $(STAMP) ## the CPU recipes on real images (sklearn's digits, Fashion-MNIST, LFW faces) as a user's own competition vs an SVC: test macro-F1, seconds

@@ -71,6 +71,30 @@ def test_the_pre_push_checks_and_the_kernel_stage_do_not_import_each_other():
     assert done.stdout.split() == ["False"]
 
 
+@pytest.mark.slow  # a Python process importing the stage
+def test_a_kernel_name_is_refused_before_any_framework_is_imported():
+    """`make kernel NAME=../evil` (and status, output, push) answers in one line without the seconds
+    TensorFlow and Keras take to import: the networks are imported where generation needs them."""
+    from tests.conftest import run_python
+
+    done = run_python(
+        """
+        import sys
+        from pipeline.core.errors import PetalsError
+        from pipeline.core.options import KernelOptions
+        from pipeline.stages.kernel import kernel
+        for action in ("generate", "status"):
+            try:
+                kernel(action, KernelOptions(name="../evil", owner="petals-user"))
+            except PetalsError as err:
+                print(action, "refused:", "'../evil' is not a plain name" in str(err))
+        print(sorted(m for m in ("keras", "tensorflow", "jax") if m in sys.modules))
+        """
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["generate refused: True", "status refused: True", "[]"]
+
+
 def test_resume_from_attaches_earlier_outputs_as_kernel_sources():
     meta = kernel.metadata(
         _args("TpuV5E8", resume_from=("self", "friend/their-run", "self")), "me", "petals-tpu", "x"

