@@ -164,8 +164,6 @@ def generate(options: KernelOptions, competition: Competition) -> Path:
     """Write `kernels/<name>/` for the options' recipe (on `competition`, the one they name, as the
     stage resolved it), checked before it replaces an earlier generation; its folder. Anything the
     kernel could not do on Kaggle is one line here first."""
-    from pipeline.modeling.inference import check_tta
-    from pipeline.networks import registry
     from pipeline.tasks import recipe_config
 
     spec = competition.spec
@@ -175,6 +173,10 @@ def generate(options: KernelOptions, competition: Competition) -> Path:
     members = bundle_members()
     # What the kernel reads again on Kaggle is carried: checked here, before Kaggle's queue.
     extra = check_carried(members, config.competition, kernel_recipe(options), competition)
+    # The networks (Keras) are imported once the kernel's files are known to be what git tracks.
+    from pipeline.modeling.inference import check_tta
+    from pipeline.networks import registry
+
     options = dataclasses.replace(options, internet=kernel_internet(spec, options.internet))
     preset = preset_model(config)
     if preset and not options.model:  # what petals knows, it fills in: the preset the recipe names
