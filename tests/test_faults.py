@@ -660,8 +660,12 @@ def test_a_fetch_killed_mid_drawing_takes_its_drawing_workers_with_it(tmp_path):
     of init: each dies with the stage. A worker still starting (importing, before its initializer
     ties it to the stage) goes when it gets there: seconds here, longer under a loaded suite (one
     was still starting 5 s after the kill), so the test waits up to 30 s; an orphan would stay."""
+    # At 192 px, a quarter of the flowers: enough drawing for worker processes (a tiny fetch draws
+    # in its own process, synthetic.POOL_FROM_SECONDS); killed as soon as they are seen.
+    fetch = _tiny_fetch(tmp_path / "data")
+    fetch[fetch.index("--size") + 1], fetch[fetch.index("--scale") + 1] = "192", "0.25"
     proc = subprocess.Popen(
-        _cli(*_tiny_fetch(tmp_path / "data")),
+        _cli(*fetch),
         cwd=REPO,
         env=ENV,
         stdout=subprocess.DEVNULL,
