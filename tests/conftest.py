@@ -29,7 +29,7 @@ def _share_the_cores() -> None:
     """Each xdist worker's TensorFlow ops run on its share of the cores (3 workers on 2 cores: one
     thread each, and the processes the tests start inherit it). Each worker otherwise runs an
     op on every core, so three contend for two: `make test` measured 4-5% more CPU and wall time
-    that way (two samples each, a 82-test slice of training tests). Results do not depend on it."""
+    that way (two samples each, an 82-test slice of training tests). Results do not depend on it."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers > 1:
         share = max(1, (os.cpu_count() or 1) // workers)
