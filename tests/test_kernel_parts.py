@@ -95,6 +95,38 @@ def test_a_kernel_name_is_refused_before_any_framework_is_imported():
     assert done.stdout.splitlines() == ["generate refused: True", "status refused: True", "[]"]
 
 
+def test_a_script_answers_help_once_a_process_whatever_its_settings_and_again_for_other_code(
+    monkeypatch, tmp_path
+):
+    """--help reads the settings only through `.get`: a kernel generated again with other settings
+    is not asked again in the same process; another bundle, or other code, is."""
+    from pipeline.kernels.client import check, generate
+
+    asked = []
+    monkeypatch.setattr(check, "_ANSWERED", set())
+    monkeypatch.setattr(check.subprocess, "run", lambda command, **kw: asked.append(command) or _HELPED)
+    settings = {"recipe": "cpu", "overrides": ["train.epochs=1"], "slug": "tpu-getting-started"}
+    script = generate.script_text(settings, b"bundle", notebook=False)
+    assert check._help_key(script) != check._help_key(script.replace("SETTINGS = ", "SETTINGS=", 1))
+    for text in (
+        script,
+        generate.script_text({**settings, "overrides": ["train.epochs=2", "a='b'"]}, b"bundle", False),
+        generate.script_text({}, b"bundle", notebook=False),
+    ):
+        check._answers_help(text, tmp_path)
+    assert len(asked) == 1
+    for text in (
+        generate.script_text(settings, b"another bundle", notebook=False),
+        script.replace("def parse(", "def parse_(", 1),
+        generate.script_text(settings, b"bundle", notebook=True),
+    ):
+        check._answers_help(text, tmp_path)
+    assert len(asked) == 4
+
+
+_HELPED = argparse.Namespace(returncode=0, stdout="usage: petals_kernel.py", stderr="")
+
+
 def test_resume_from_attaches_earlier_outputs_as_kernel_sources():
     meta = kernel.metadata(
         _args("TpuV5E8", resume_from=("self", "friend/their-run", "self")), "me", "petals-tpu", "x"

@@ -134,8 +134,9 @@ def _bundled_texts(code: str) -> dict[str, str]:
         return {name: archive.read(name).decode("utf-8", "replace") for name in archive.namelist()}
 
 
-# Scripts (by sha256) this process saw answer --help: the same bytes need not start again (a rerun
-# of `submit` in one process, as the tests do; each `make` call is a process of its own).
+# Scripts this process saw answer --help, by `_help_key`: the same code need not start again (a
+# kernel generated again with other settings, then pushed, in one process, as the tests do; each
+# `make` call is a process of its own).
 _ANSWERED: set[str] = set()
 # The longest --help may take: it unpacks the bundle and imports every stage (TensorFlow, Keras, JAX),
 # 5 to 10 s on a quiet machine and a minute on a loaded one; far past that it hangs (an import that
@@ -143,11 +144,21 @@ _ANSWERED: set[str] = set()
 HELP_TIMEOUT = 300
 
 
-def _answers_help(code: str, folder: Path, code_file: str = SCRIPT) -> None:
-    """The kernel imports its bundle and answers --help in a clean process, outside this repo."""
+def _help_key(code: str) -> str:
+    """The sha256 of what --help depends on: the script without its SETTINGS literal, which --help
+    reads only through `.get` (an epilog, a default) and which is a pprint-ed dict of plain values,
+    so any settings answer alike. The bundle and the code around it are all in the key."""
     import hashlib
 
-    digest = hashlib.sha256(code.encode()).hexdigest()
+    before, found, rest = code.partition("\nSETTINGS = ")
+    _settings, found_bundle, after = rest.partition('\nBUNDLE = """')
+    kept = before + found + found_bundle + after if found and found_bundle else code
+    return hashlib.sha256(kept.encode()).hexdigest()
+
+
+def _answers_help(code: str, folder: Path, code_file: str = SCRIPT) -> None:
+    """The kernel imports its bundle and answers --help in a clean process, outside this repo."""
+    digest = _help_key(code)
     if digest in _ANSWERED:
         return
     with tempfile.TemporaryDirectory() as tmp:
