@@ -1,0 +1,110 @@
+"""What the `sentence` candidate costs on this machine: the packaged sentence encoder's vectors a
+second (`probe.sentence_vectors`, the pass the candidate's probe runs), at the candidate's 128 word
+pieces, on texts of two shapes:
+
+- the embedded imdb reviews as drawn (11 to ~90 words: batches cut to their longest text), and
+- the same reviews joined until each fills all 128 word pieces (the most a text can cost).
+
+The pass is linear in the number of texts at a given width, so the seconds for the recipe's
+`train.choose_up_to` texts (20,000) follow from the rate; each text is encoded once a process
+(a CV group's folds share the vectors), and the test texts once more at predict.
+
+Usage: python benchmarks/bench_encoder.py [--texts 1000 4000]
+Writes benchmarks/encoder.json (the rates, the commit, the machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.bench_cv import commit  # noqa: E402
+from benchmarks.bench_fetch import machine  # noqa: E402
+from pipeline.core.files import write_json  # noqa: E402  (atomic)
+
+LENGTH = 128  # the candidate's data.sequence_length (text_classification/candidates/cpu.toml)
+CHOOSE_UP_TO = 20_000  # the text recipes' train.choose_up_to
+
+
+def reviews(n: int) -> list[str]:
+    """`n` embedded imdb reviews (drawn at the scale that holds them), train's then test's."""
+    from competition import load_spec
+    from pipeline.data import embedded
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-encoder-"))
+    embedded.draw(load_spec("imdb"), folder, size=64, seed=0, scale=max(1.0, n / 4000 + 0.01), progress=False)
+    texts: list[str] = []
+    for name in ("labeledTrainData.tsv.zip", "testData.tsv.zip"):
+        with zipfile.ZipFile(folder / name) as archive:
+            member = archive.namelist()[0]
+            table = pd.read_csv(io.BytesIO(archive.read(member)), sep="\t", quoting=3)
+        texts += table["review"].astype(str).tolist()
+    return texts[:n]
+
+
+def filled(texts: list[str]) -> list[str]:
+    """Each text followed by the next ones until it holds more than 128 word pieces."""
+    return [" ".join(texts[i : i + 12]) for i in range(len(texts))]
+
+
+def encoder():
+    from pipeline.networks import bert, keras_hub_text, sentence
+
+    entry = keras_hub_text.SENTENCE_BERT
+    folder = entry.preset(sentence.ALL_MINILM)
+    net = keras_hub_text.classifier(entry, entry._class("Backbone").from_preset(str(folder)), 2, LENGTH, 0.0)
+    return net, bert.Encoder(keras_hub_text.tokenizer_from(entry, folder), LENGTH)
+
+
+def rate(net, encode, texts: list[str]) -> dict:
+    from pipeline.modeling import probe
+
+    probe._VECTORS.clear()  # each measurement encodes every text
+    inputs = encode((np.array(texts),))
+    pieces = np.asarray(inputs["padding_mask"]).sum(axis=1)
+    started = time.perf_counter()
+    vectors = probe.sentence_vectors(net, inputs)
+    seconds = time.perf_counter() - started
+    assert vectors.shape == (len(texts), 384) and np.isfinite(vectors).all()
+    return {
+        "texts": len(texts),
+        "word_pieces_mean": round(float(pieces.mean()), 1),
+        "word_pieces_max": int(pieces.max()),
+        "seconds": round(seconds, 1),
+        "texts_per_s": round(len(texts) / seconds, 1),
+        "seconds_for_choose_up_to": round(CHOOSE_UP_TO * seconds / len(texts)),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--texts", type=int, nargs="+", default=[1000, 4000])
+    args = parser.parse_args()
+    net, encode = encoder()
+    base = reviews(max(args.texts) + 12)
+    rate(net, encode, base[:32])  # the first calls build the engine's kernels: not timed
+    rows = []
+    for n in args.texts:
+        for shape, texts in (("as drawn", base[:n]), ("128 word pieces each", filled(base)[:n])):
+            row = {"shape": shape, **rate(net, encode, texts)}
+            print(row, flush=True)
+            rows.append(row)
+    write_json(
+        REPO / "benchmarks" / "encoder.json",
+        {"commit": commit(), "machine": machine(), "length": LENGTH, "rows": rows},
+    )
+
+
+if __name__ == "__main__":
+    main()
