@@ -11,17 +11,23 @@ import pytest
 
 from pipeline import networks
 from pipeline.core.errors import PetalsError
-from pipeline.networks import bert, keras_hub_text, keras_hub_vision, registry, text_networks
+from pipeline.networks import bert, joined, keras_hub_text, keras_hub_vision, registry, text_networks
 from pipeline.networks.base import Network
 from pipeline.tasks.competitions import check_network
 from pipeline.tasks.recipe_config import load_config
 
 
 def test_the_lookup_holds_every_image_backbone_and_text_network_once():
-    kinds = (registry.BACKBONES, keras_hub_vision.BACKBONES, text_networks.NETWORKS, keras_hub_text.NETWORKS)
+    kinds = (
+        registry.BACKBONES,
+        keras_hub_vision.BACKBONES,
+        text_networks.NETWORKS,
+        keras_hub_text.NETWORKS,
+        joined.NETWORKS,
+    )
     assert len(networks.NETWORKS) == sum(map(len, kinds))
     assert networks.TEXT_NETWORKS[:4] == ("bilstm", "ngrams", "tfidf", "tfidf-chars")
-    assert networks.TEXT_NETWORKS[4:] == (*bert.NAMES, *keras_hub_text.NETWORKS)
+    assert networks.TEXT_NETWORKS[4:] == (*bert.NAMES, *keras_hub_text.NETWORKS, "tfidf-sentence")
     assert {networks.get(name).modality for name in networks.IMAGE_BACKBONES} == {"image"}
     assert {networks.get(name).modality for name in networks.TEXT_NETWORKS} == {"text"}
 

@@ -20,7 +20,8 @@ evaluate, predict, TTA, CV, blends and kernels read it like any other.
 On texts the same fit is made on a frozen sentence encoder's pooled vectors of the training texts
 (`sentence-bert`, pipeline/networks/sentence.py; computed here, not by the feature cache: a CV
 group's folds share them in the process);
-the `tfidf` networks are fitted as TF-IDF + a linear fit (pipeline/modeling/text_probe.py).
+the `tfidf` networks are fitted as TF-IDF + a linear fit (pipeline/modeling/text_probe.py), and
+`tfidf-sentence` as TF-IDF with the encoder's vector beside it, one fit (pipeline/networks/joined.py).
 """
 
 from __future__ import annotations
@@ -147,10 +148,13 @@ def train_head(trainer, start: int) -> None:
     if start >= trainer.config.train.epochs:
         return
     trainer._begin_epoch(0)
-    if trainer.text_inputs is not None and "tfidf" in {layer.name for layer in trainer.net.layers}:
+    names = {layer.name for layer in trainer.net.layers}
+    if trainer.text_inputs is not None and "tfidf" in names:
         from pipeline.modeling import text_probe
 
-        logs, rows = text_probe.train_head(trainer), trainer.job.train.count
+        # A bag beside a sentence encoder (`tfidf-sentence`): its vectors a block of the same fit.
+        vectors_of = sentence_vectors if "pool" in names else None
+        logs, rows = text_probe.train_head(trainer, vectors_of), trainer.job.train.count
     elif trainer.text_inputs is not None:
         logs, rows = _fit_sentences(trainer)  # a frozen sentence encoder (probe.check let no other in)
     else:

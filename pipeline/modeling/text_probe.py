@@ -32,8 +32,9 @@ CS = np.logspace(-2, 3, 11)
 
 
 def feature_ids(net, tokens: np.ndarray) -> np.ndarray:
-    """The run's word ids [n, length] -> the feature ids the network weighs: its `ngram_ids` output."""
-    to_ids = keras.Model(net.input, net.get_layer("ngram_ids").output)
+    """The run's word ids [n, length] -> the feature ids the network weighs: its `ngram_ids` output
+    (from its `words` layer's input: the tokens, whatever else the network reads)."""
+    to_ids = keras.Model(net.get_layer("words").input, net.get_layer("ngram_ids").output)
     parts = [np.asarray(to_ids(tokens[i : i + BATCH])) for i in range(0, len(tokens), BATCH)]
     return np.concatenate(parts).astype(np.int64) if parts else np.zeros((0, 0), np.int64)
 
@@ -90,21 +91,45 @@ def written(fitted: head_fits.Fitted, used: np.ndarray, rows: int) -> np.ndarray
     return table
 
 
-def train_head(trainer) -> dict[str, float]:
-    """Fit the network on the training texts, write its `tfidf` and `logits`; the epoch's logs."""
+def fit_network(
+    net, inputs, labels, groups: np.ndarray, seed: int, kind: str, outputs: int, summary=None, vectors_of=None
+) -> tuple[head_fits.Fitted, sparse.csr_matrix, np.ndarray]:
+    """Fit the network on its inputs for the training texts: write its `tfidf` (the IDF) and `logits`
+    (the fitted map); the fit, the features it was fitted on and the map over them. With
+    `vectors_of` ((network, the encoder's inputs) -> [n, d] unit-length vectors: a frozen sentence
+    encoder's, pipeline/networks/joined.py), `inputs` hold both tokenizations by name and the
+    vector is a third block beside the words and the characters: one fit over all three."""
+    tokens = inputs["tokens"] if vectors_of is not None else inputs
+    rows = net.get_layer("logits").rows
+    found = counts(feature_ids(net, tokens), rows)
+    weights = idf(found)
+    x = tfidf(found, weights, net.get_layer("tfidf").block)
+    if vectors_of is not None:
+        pieces = {name: value for name, value in inputs.items() if name != "tokens"}
+        x = sparse.hstack([x, sparse.csr_matrix(vectors_of(net, pieces))], format="csr")
+    fitted, used = fit(x, labels, groups, seed, kind, outputs, summary)
+    table = written(fitted, used, x.shape[1]).astype(np.float32)
+    net.get_layer("tfidf").set_weights([weights.astype(np.float32)])
+    dense = [table[rows:]] if vectors_of is not None else []  # the vector's rows, after the bias
+    net.get_layer("logits").set_weights([table[:rows], fitted.bias.astype(np.float32), *dense])
+    return fitted, x, table
+
+
+def train_head(trainer, vectors_of=None) -> dict[str, float]:
+    """Fit the network on the training texts (`fit_network`); the epoch's logs."""
     job, config, net = trainer.job, trainer.config, trainer.net
     examples = job.train.training_examples
     ids = np.asarray(examples.ids, dtype=str)
     labels = np.asarray(examples.labels)
-    found = counts(feature_ids(net, job.train.encode(examples.inputs)), net.get_layer("logits").rows)
-    weights = idf(found)
-    x = tfidf(found, weights, net.get_layer("tfidf").block)
     groups = job.groups_of(ids) if job.groups_of is not None else ids
     kind = job.task.probe
-    fitted, used = fit(x, labels, groups, config.seed, kind, job.spec.num_classes, trainer.target_summary)
-    table = written(fitted, used, x.shape[1])
-    net.get_layer("tfidf").set_weights([weights.astype(np.float32)])
-    net.get_layer("logits").set_weights([table.astype(np.float32), fitted.bias.astype(np.float32)])
-    log.info("train: TF-IDF + %s fitted on %d texts, %d features (%s over whole examples)",
-             head_fits.FITS[kind].title, len(ids), int((weights > 0).sum()), fitted.said)  # fmt: skip
+    fitted, x, table = fit_network(
+        net, job.train.encode(examples.inputs), labels, groups, config.seed, kind, job.spec.num_classes,
+        trainer.target_summary, vectors_of,
+    )  # fmt: skip
+    rows = net.get_layer("logits").rows
+    vector = f" and a {x.shape[1] - rows}-wide sentence vector" if x.shape[1] > rows else ""
+    features = int((net.get_layer("tfidf").get_weights()[0] > 0).sum())
+    log.info("train: TF-IDF%s + %s fitted on %d texts, %d features (%s over whole examples)",
+             vector, head_fits.FITS[kind].title, len(ids), features, fitted.said)  # fmt: skip
     return head_fits.training_logs(net, job.task, np.asarray(x @ table) + fitted.bias, labels)

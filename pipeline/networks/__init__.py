@@ -4,12 +4,12 @@ An entry is an image backbone (`registry.BACKBONES`, built into a classifier by
 `registry.build_classifier`; keras-hub's families, `keras_hub_vision.BACKBONES`) or a text network
 (`text_networks.NETWORKS`: the LSTM and the bag of n-grams of `text`, which read token ids of a
 vocabulary adapted on the training texts, and BERT, which reads its tokenizer's ids; keras-hub's
-encoders, `keras_hub_text.NETWORKS`). Each answers the same questions: its modality, the backends
-it builds on, the packages it needs, its pretrained weights, its preprocessing, a line for
-`train --list-backbones` (`describe_all`): one shape, `base.Network`, so the functions here ask
-the entry and never which kind it is. A text run
-keeps its tokenization in its run dir (`text_inputs`), so it predicts with the ids it trained on;
-the names of its files are `RunDir`'s, handed to the text entries from here. Training and
+encoders, `keras_hub_text.NETWORKS`; a bag of words beside a sentence encoder, `joined.NETWORKS`).
+Each answers the same questions: its modality, the backends it builds on, the packages it needs,
+its pretrained weights, its preprocessing, a line for `train --list-backbones` (`describe_all`):
+one shape, `base.Network`, so the functions here ask the entry and never which kind it is. A text
+run keeps its tokenization in its run dir (`text_inputs`), so it predicts with the ids it trained
+on; the names of its files are `RunDir`'s, handed to the text entries from here. Training and
 inference build through here; a new network is a new entry in its kind's module.
 
 Whether a config's network fits a competition is its task's to say
@@ -22,11 +22,24 @@ from pathlib import Path
 
 import keras
 
-from pipeline.networks import columns, keras_hub_text, keras_hub_vision, numbers, registry, text_networks
+from pipeline.networks import (
+    columns,
+    joined,
+    keras_hub_text,
+    keras_hub_vision,
+    numbers,
+    registry,
+    text_networks,
+)
 from pipeline.networks.base import Network, RunFiles, TextInputs
 
 IMAGE_BACKBONES: dict[str, Network] = {**registry.BACKBONES, **keras_hub_vision.BACKBONES}
-NETWORKS: dict[str, Network] = {**IMAGE_BACKBONES, **text_networks.NETWORKS, **keras_hub_text.NETWORKS}
+NETWORKS: dict[str, Network] = {
+    **IMAGE_BACKBONES,
+    **text_networks.NETWORKS,
+    **keras_hub_text.NETWORKS,
+    **joined.NETWORKS,
+}
 TEXT_NETWORKS = tuple(name for name, entry in NETWORKS.items() if entry.modality == "text")
 
 

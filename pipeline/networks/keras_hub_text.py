@@ -107,13 +107,19 @@ class HubTextNetwork(TextNetwork):
                           batch_size=batch_size)  # fmt: skip
 
     def text_inputs(self, config, run_dir, files, train_columns=None, fresh=False) -> TextInputs:
+        return self.tokenization(config, run_dir, files, config.data.sequence_length, train_columns, fresh)
+
+    def tokenization(
+        self, config, run_dir, files, length: int, train_columns=None, fresh=False
+    ) -> TextInputs:
+        """The run's tokenizer (the preset's, kept in the run dir) at `length` pieces a text."""
         folder = run_dir / files.tokenizer
         if train_columns is None or ((folder / "tokenizer.json").is_file() and not fresh):
             tokenizer = bert.load_tokenizer(folder)
         else:
             tokenizer = tokenizer_from(self, self.preset(config.model.weights))
         return TextInputs(
-            encode=bert.Encoder(tokenizer, config.data.sequence_length, self.family, self.inputs),
+            encode=bert.Encoder(tokenizer, length, self.family, self.inputs),
             vocabulary_size=tokenizer.vocabulary_size(),
             save=lambda run: bert.save_tokenizer(tokenizer, run / files.tokenizer),
         )

@@ -100,24 +100,43 @@ def _norm(squares):
 @keras.saving.register_keras_serializable(package="petals")
 class BagLogits(layers.Layer):
     """(feature ids [batch, n], their weights [batch, n]) -> logits [batch, classes]: the weighted
-    sum of each id's row of class scores (`table`), plus `bias`."""
+    sum of each id's row of class scores (`table`), plus `bias`. With `vector_width`, a dense
+    vector [batch, vector_width] beside them (a sentence encoder's), mapped by `dense`: one linear
+    map of the sparse and the dense features together (pipeline/networks/joined.py)."""
 
-    def __init__(self, rows: int, num_classes: int, **kwargs):
+    def __init__(self, rows: int, num_classes: int, vector_width: int = 0, **kwargs):
         super().__init__(**kwargs)
-        self.rows, self.num_classes = rows, num_classes
+        self.rows, self.num_classes, self.vector_width = rows, num_classes, vector_width
         self.table = self.add_weight(shape=(rows, num_classes), initializer="zeros", name="table")
         self.bias = self.add_weight(shape=(num_classes,), initializer="zeros", name="bias")
+        if vector_width:  # after the bias: a saved `tfidf` run's two weights load as they were
+            self.dense = self.add_weight(shape=(vector_width, num_classes), initializer="zeros", name="dense")
 
-    def call(self, ids, weights):
+    def call(self, ids, weights, vector=None):
         ids = ops.cast(ids, "int32")
         scores = ops.take(self.table, ids, axis=0)  # [batch, n, classes]
-        return ops.sum(scores * ops.expand_dims(weights, -1), axis=1) + self.bias
+        logits = ops.sum(scores * ops.expand_dims(weights, -1), axis=1) + self.bias
+        if self.vector_width:
+            logits = logits + ops.matmul(ops.cast(vector, "float32"), self.dense)
+        return logits
 
-    def compute_output_shape(self, ids_shape, weights_shape):
+    def compute_output_shape(self, ids_shape, weights_shape, vector_shape=None):
         return (ids_shape[0], self.num_classes)
 
     def get_config(self):
-        return {**super().get_config(), "rows": self.rows, "num_classes": self.num_classes}
+        config = {**super().get_config(), "rows": self.rows, "num_classes": self.num_classes}
+        return {**config, "vector_width": self.vector_width} if self.vector_width else config
+
+
+def weighted_ids(tokens, vocabulary_size: int, subword_buckets: int = 0, ngram_buckets: int = NGRAM_BUCKETS):
+    """`Vectorizer`'s (or `SubwordVectorizer`'s) ids -> (the feature rows, the feature ids, their
+    TF-IDF weights): the words (`words`: the start id dropped), words and hashed word bigrams
+    (`ngram_ids`; with `subword_buckets` the character n-grams too, a block of their own) and their
+    unit-length TF-IDF shares (`tfidf`)."""
+    to_ids = NgramIds(vocabulary_size, subword_buckets, ngram_buckets, ORDER, name="ngram_ids")
+    ids = to_ids(WithoutStart(name="words")(tokens))
+    block = (vocabulary_size, vocabulary_size + subword_buckets) if subword_buckets else None
+    return to_ids.rows, ids, TfidfWeights(to_ids.rows, block, dtype="float32", name="tfidf")(ids)
 
 
 def tfidf_classifier(
@@ -135,11 +154,8 @@ def tfidf_classifier(
     and are a block of their own. No dropout: its weights are fitted, not trained (`dropout` is
     taken and unused, as every word network's builder takes it)."""
     tokens = keras.Input(shape=(sequence_length,), batch_size=batch_size, dtype="int32", name="tokens")
-    to_ids = NgramIds(vocabulary_size, subword_buckets, ngram_buckets, ORDER, name="ngram_ids")
-    ids = to_ids(WithoutStart(name="words")(tokens))
-    block = (vocabulary_size, vocabulary_size + subword_buckets) if subword_buckets else None
-    weights = TfidfWeights(to_ids.rows, block, dtype="float32", name="tfidf")(ids)
-    logits = BagLogits(to_ids.rows, num_classes, dtype="float32", name="logits")(ids, weights)
+    rows, ids, weights = weighted_ids(tokens, vocabulary_size, subword_buckets, ngram_buckets)
+    logits = BagLogits(rows, num_classes, dtype="float32", name="logits")(ids, weights)
     return keras.Model(tokens, logits, name="tfidf")
 
 

@@ -1,0 +1,108 @@
+"""The bag of words and characters beside a sentence encoder (`tfidf-sentence`): one logistic
+regression over three blocks of unit length, fitted once, and the network computes what was fitted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import sparse
+
+from pipeline import networks
+from pipeline.modeling import probe, text_probe
+from pipeline.networks import bert, joined, text
+from tests.test_text_probe import FILLERS, WORDS, probe_run, softmax, texts_of
+
+LENGTH = 96  # the bag's ids: 24 words and their character n-grams
+PROBE = [
+    "competition=imdb",
+    "model.backbone=tfidf-sentence",
+    "model.weights=all-minilm-l6-v2",
+    "data.batch_size=8",
+    "data.sequence_length=256",
+    "train.epochs=1",
+    "train.head_solver=logistic",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random BERT preset (its tokenizer knows the texts' words) and the joined network on it."""
+    vocabulary = [*bert.SPECIAL_TOKENS, *FILLERS, *(w for words in WORDS.values() for w in words)]
+    folder = bert.write_tiny_preset(tmp_path_factory.mktemp("preset"), vocabulary, joined.ENCODER_LENGTH)
+    keras_hub = bert._keras_hub()
+    tokenizer = keras_hub.models.BertTokenizer.from_preset(str(folder))
+    backbone = keras_hub.models.BertBackbone.from_preset(str(folder))
+    return tokenizer, backbone
+
+
+def fitted_on(tiny, classes: int):
+    tokenizer, backbone = tiny
+    labels = np.repeat(np.arange(classes), 15)
+    texts = texts_of(labels, 0)
+    vocabulary = text.Vectorizer.adapt(texts, vocabulary_size=40, sequence_length=LENGTH).vocabulary
+    encode = joined.Joined(
+        text.SubwordVectorizer(vocabulary, LENGTH), bert.Encoder(tokenizer, joined.ENCODER_LENGTH)
+    )
+    lengths = (LENGTH, joined.ENCODER_LENGTH)
+    net = joined.classifier(backbone, bert.INPUTS, len(vocabulary) + 2, lengths, classes)
+    groups = np.arange(len(labels)).astype(str)
+    fit, x, _ = text_probe.fit_network(
+        net, encode((texts,)), labels, groups, 0, "logistic", classes, vectors_of=probe.sentence_vectors
+    )
+    return net, encode, fit, x
+
+
+@pytest.mark.parametrize("classes", [2, 3])
+def test_the_fitted_networks_softmax_is_one_logistic_regression_on_words_characters_and_the_vector(
+    tiny, classes
+):
+    net, encode, fit, x = fitted_on(tiny, classes)
+    rows = net.get_layer("logits").rows
+    width = tiny[1].hidden_dim
+    assert x.shape[1] == rows + width  # the bag's features, then the vector's
+    bag, vector = x[:, :rows], x[:, rows:].toarray()
+    # Three blocks, each of unit length: words and bigrams, character n-grams, the vector.
+    block = net.get_layer("tfidf").block
+    inside = np.zeros(rows, bool)
+    inside[block[0] : block[1]] = True
+    for part in (bag[:, ~inside], bag[:, inside], sparse.csr_matrix(vector)):
+        np.testing.assert_allclose(np.sqrt(part.multiply(part).sum(axis=1)).A1, 1.0, atol=1e-6)
+    # New texts through the saved network: its softmax is the fitted model's predict_proba.
+    held_out = texts_of(np.arange(classes).repeat(4), seed=1)
+    inputs = encode((held_out,))
+    found = text_probe.counts(text_probe.feature_ids(net, inputs["tokens"]), rows)
+    idf = net.get_layer("tfidf").get_weights()[0].astype(np.float64)
+    pieces = {name: inputs[name] for name in bert.INPUTS}
+    unseen = sparse.hstack(
+        [text_probe.tfidf(found, idf, block), sparse.csr_matrix(probe.sentence_vectors(net, pieces))],
+        format="csr",
+    )
+    used = np.flatnonzero(np.diff(x.tocsc().indptr))
+    got = softmax(np.asarray(net.predict(inputs, verbose=0)))
+    np.testing.assert_allclose(got, fit.models[0].predict_proba(unseen[:, used]), atol=2e-3)
+    assert (got.argmax(1) == np.arange(classes).repeat(4)).mean() > 0.8  # it learned the words
+    assert np.abs(net.get_layer("logits").get_weights()[2]).sum() > 0  # the vector has a say
+
+
+def test_the_entry_reads_both_tokenizations_and_needs_the_encoders_packages():
+    from pipeline.tasks.recipe_config import load_config
+
+    entry = networks.get("tfidf-sentence")
+    config = load_config("cpu", PROBE)
+    assert entry.input_shape(config, 4) == {
+        "tokens": (4, 256),
+        **{name: (4, joined.ENCODER_LENGTH) for name in bert.INPUTS},
+    }
+    short = load_config("cpu", [*PROBE, "data.sequence_length=48"])  # the encoder reads no more
+    assert set(entry.input_shape(short, 4).values()) == {(4, 48)}
+    assert entry.fitted and entry.weights == networks.get("sentence-bert").weights
+    assert entry.packages("all-minilm-l6-v2") == networks.get("sentence-bert").packages("all-minilm-l6-v2")
+
+
+@pytest.mark.slow  # the encoder's passes over ~200 texts, a probe fit, a prediction (about 20 s)
+def test_a_joined_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cpu, tmp_path, caplog):
+    caplog.set_level("INFO")
+    recorded, predicted = probe_run(PROBE, cpu, tmp_path, 0.1)
+    assert "TF-IDF and a 384-wide sentence vector + logistic regression fitted on" in caplog.text
+    assert predicted == pytest.approx(recorded, abs=1e-4)
+    assert recorded > 0.7
