@@ -137,7 +137,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR) $(call opt,--track,TRACK)
 
-.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-thorough test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-regularise bench-encoder bench-probes bench-probe-targets bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata bench-mistakes tensorboard bench-backbones
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-thorough test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-regularise bench-encoder bench-text-blocks bench-probes bench-probe-targets bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata bench-mistakes tensorboard bench-backbones
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -404,6 +404,10 @@ bench-backbones: | $(STAMP) ## forward examples/s of every image and text family
 
 bench-encoder: | $(STAMP) ## the sentence candidate's encoder on this machine: vectors a second at 128 word pieces, on drawn reviews and on texts filling the width; the seconds for 20,000 texts
 	$(PY) benchmarks/bench_encoder.py
+
+bench-text-blocks: | $(STAMP) ## real texts outside petals: words, characters and the sentence vector alone and joined, one logistic regression each (C by grouped CV on dev), test macro-F1 (REALDATA=, REALDATA_SEEDS=; benchmarks/text_blocks.json)
+	$(PY) benchmarks/bench_text_blocks.py $(if $(REALDATA),--sets $(call qs,REALDATA)) \
+		$(if $(REALDATA_SEEDS),--seeds $(call q,REALDATA_SEEDS))
 
 bench-probes: | $(STAMP) ## linear probes on real small image sets: Lite0's pooled features at 192 and 224 px against Lite0/1/2 side by side, one view or two: test macro-F1
 	$(PY) benchmarks/bench_probes.py

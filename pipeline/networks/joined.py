@@ -3,22 +3,23 @@
 A text's class is told sometimes by its words (a man page's `ioctl`, `struct`, `/etc`), sometimes
 by its meaning (a review's sentiment in words no bag has seen): the bag of words and character
 n-grams (`tfidf-chars`, tfidf.py) and the frozen sentence encoder's vector (`sentence-bert`,
-sentence.py) each catch one. Here both are features of one logistic regression, fitted once
-(`train.head_solver = "logistic"`, pipeline/modeling/text_probe.py): the words and bigrams, the
-characters and the vector are three blocks, each of unit length, so none outweighs another by its
-size, and the penalty, chosen by an inner CV over whole examples and groups, is shared by all.
+sentence.py) each catch one. Here both are features of one linear fit, made once
+(`train.head_solver = "logistic"`, pipeline/modeling/text_probe.py; the task's: a logistic
+regression, one per label, or ridge regression): the words and bigrams, the characters and the
+vector are three blocks, each of unit length, so none outweighs another by its size, and the
+penalty, chosen by an inner CV over whole examples and groups, is shared by all.
 Measured first outside petals (scikit-learn on the same dev/test splits of `make bench-realdata`'s
 texts, C by 5-fold grouped CV on dev): over TF-IDF + LR on words, man-page passages +0.033 +- 0.012
-test macro-F1 over 5 splits, each ahead (words and characters alone +0.018; the vector alone 0.062
-below on the split measured); on amazon's review sentences and on fortunes +0.004 over the vector
-alone (5 splits; it was the better block there). docs/BENCHMARKS.md, "texts: words, characters and
-a sentence vector".
+(se) test macro-F1 over 5 splits, each ahead (words and characters alone +0.018; the vector alone
+0.062 below on the split measured); over the vector alone, the better block on the other two
+sets, amazon's review sentences +0.014 (3 splits, each ahead) and fortunes +0.004 (3 splits).
+docs/BENCHMARKS.md, "texts: words, characters and a sentence vector".
 
 The network reads two tokenizations of each text, by name: `tokens`, the run's words and their
 character n-grams (`SubwordVectorizer`, up to `data.sequence_length` ids), and the encoder's word
 pieces (`token_ids`, `segment_ids`, `padding_mask`), the first `ENCODER_LENGTH` of them (fewer under
-a shorter `data.sequence_length`). Its run
-keeps both (the vocabulary, the tokenizer) and the encoder's architecture.
+a shorter `data.sequence_length`). Its run keeps both (the vocabulary, the tokenizer) and the
+encoder's architecture.
 """
 
 from __future__ import annotations
