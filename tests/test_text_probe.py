@@ -186,20 +186,20 @@ def test_a_tfidf_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cpu
     assert recorded > 0.7  # the reviews' words tell their sentiment
 
 
-def test_the_shipped_text_candidates_are_tfidf_the_joined_probe_then_the_recipe_and_the_probe_runs_them():
+def test_the_shipped_text_candidates_are_the_joined_probe_tfidf_then_the_recipe_and_the_probe_runs_them():
     from pipeline.cv import choose
     from pipeline.tasks import recipe_config
 
     path, _ = recipe_config.beside_recipe(choose.FOLDER, load_competition("imdb"), "cpu", "cpu")
     assert path is not None and path.parts[-3:] == ("text_classification", "candidates", "cpu.toml")
     listed = choose.read_candidates(path)
-    assert [c.name for c in listed] == ["tfidf", "joined", "recipe"]  # the simplest first
+    assert [c.name for c in listed] == ["joined", "tfidf", "recipe"]  # the order of preference
     task = type("Task", (), {"probe": "logistic"})()
     for candidate in listed:
         config = recipe_config.load_config("cpu", ["competition=imdb", *candidate.overrides], device="cpu")
         probe.check(config, task)
         assert config.train.choose_up_to == 20000
-    for candidate, backbone in zip(listed[:2], ("tfidf", "tfidf-sentence"), strict=True):
+    for candidate, backbone in zip(listed[:2], ("tfidf-sentence", "tfidf"), strict=True):
         config = recipe_config.load_config("cpu", ["competition=imdb", *candidate.overrides], device="cpu")
         assert config.model.backbone == backbone and config.train.head_solver == "logistic"
 
