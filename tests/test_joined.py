@@ -101,6 +101,43 @@ def test_the_fitted_networks_softmax_is_one_logistic_regression_on_words_charact
     assert np.abs(net.get_layer("logits").get_weights()[2]).sum() > 0  # the vector has a say
 
 
+@pytest.mark.parametrize("kind", ["one_vs_rest", "ridge"])
+def test_several_labels_or_a_number_are_fitted_over_the_three_blocks_and_the_network_gives_the_fit(
+    tiny, kind
+):
+    """Jigsaw's labels and ELL's scores take the same candidates: the task's fit (a logistic
+    regression per label, ridge regression) over the bag and the vector, its map in `logits`."""
+    from pipeline.tasks.targets.regression import TargetScale
+
+    tokenizer, backbone, _ = tiny
+    signal = np.repeat(np.arange(3), 15)
+    texts = texts_of(signal, 0)
+    targets = np.eye(3)[signal][:, :2] if kind == "one_vs_rest" else signal[:, None] * 2.0 + 1.0
+    vocabulary = text.Vectorizer.adapt(texts, vocabulary_size=40, sequence_length=LENGTH).vocabulary
+    encode = joined.Joined(
+        text.SubwordVectorizer(vocabulary, LENGTH), bert.Encoder(tokenizer, joined.ENCODER_LENGTH)
+    )
+    net = joined.classifier(
+        backbone,
+        bert.INPUTS,
+        len(vocabulary) + 2,
+        (LENGTH, joined.ENCODER_LENGTH),
+        2 if kind == "one_vs_rest" else 1,
+    )
+    scale = TargetScale(targets.mean(0), targets.std(0)) if kind == "ridge" else None
+    groups = np.arange(len(texts)).astype(str)
+    inputs = encode((texts,))
+    fit, x, table = text_probe.fit_network(
+        net, inputs, targets, groups, 0, kind, targets.shape[1], scale, vectors_of=probe.sentence_vectors
+    )
+    logits = np.asarray(net.predict(inputs, verbose=0))
+    np.testing.assert_allclose(logits, np.asarray(x @ table) + fit.bias, atol=1e-3)
+    if kind == "ridge":  # the standardised target, read back in its units
+        np.testing.assert_allclose(logits[:, 0] * scale.std[0] + scale.mean[0], targets[:, 0], atol=0.6)
+    else:
+        assert ((logits > 0) == (targets > 0.5)).mean() > 0.9
+
+
 def test_the_entry_reads_both_tokenizations_and_needs_the_encoders_packages():
     from pipeline.tasks.recipe_config import load_config
 
