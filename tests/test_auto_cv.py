@@ -189,7 +189,7 @@ def test_the_shipped_probe_candidates_run_on_numbers_and_labels(competition, pro
     task = resolved.task
     found, _ = recipe_config.beside_recipe(choose.FOLDER, resolved, "cpu", "cpu")
     listed = choose.read_candidates(found, found.parents[1])
-    assert listed[0].name in ("trio", "tfidf") and "train.head_solver=logistic" in listed[0].overrides
+    assert listed[0].name in ("trio", "joined") and "train.head_solver=logistic" in listed[0].overrides
     opts = CVOptions(recipe="cpu", overrides=(f"competition={competition}",))
     assert task.probe == probe and choose.cannot_run(opts, listed, "cpu", task) is None
     config = recipe_config.load_config("cpu", opts.overrides, device="cpu")

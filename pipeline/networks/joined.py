@@ -9,7 +9,7 @@ regression, one per label, or ridge regression): the words and bigrams, the char
 vector are three blocks, each of unit length, so none outweighs another by its size, and the
 penalty, chosen by an inner CV over whole examples and groups, is shared by all.
 Measured first outside petals (scikit-learn on the same dev/test splits of `make bench-realdata`'s
-texts, C by 5-fold grouped CV on dev): over TF-IDF + LR on words, man-page passages +0.033 +- 0.012
+texts, C by 5-fold grouped CV on dev): over TF-IDF + LR on words, man-page passages +0.033 +- 0.011
 (se) test macro-F1 over 5 splits, each ahead (words and characters alone +0.018; the vector alone
 0.062 below on the split measured); over the vector alone, the better block on the other two
 sets, amazon's review sentences +0.014 (3 splits, each ahead) and fortunes +0.004 (3 splits).
