@@ -96,7 +96,11 @@ class JoinedNetwork(text_networks.TextNetwork):
             preset = self.encoder.preset(config.model.weights)
             backbone = self.encoder._class("Backbone").from_preset(str(preset))
         lengths = (config.data.sequence_length, piece_length(config))
-        return classifier(backbone, self.encoder.inputs, vocabulary_size, lengths, num_classes, batch_size)
+        # The bag's character n-grams, where its tokenization makes them (`SubwordVectorizer`'s ids).
+        buckets = text.SUBWORD_BUCKETS if self.bag.preprocess == "subwords" else 0
+        return classifier(
+            backbone, self.encoder.inputs, vocabulary_size, lengths, num_classes, batch_size, buckets
+        )
 
     def text_inputs(self, config, run_dir, files, train_columns=None, fresh=False) -> TextInputs:
         words = self.bag.text_inputs(config, run_dir, files, train_columns, fresh)
@@ -112,18 +116,27 @@ class JoinedNetwork(text_networks.TextNetwork):
         self.encoder.keep_architecture(net, run_dir, files)
 
 
-def classifier(backbone, piece_inputs, vocabulary_size: int, lengths: tuple[int, int], num_classes: int,
-               batch_size: int | None = None) -> keras.Model:  # fmt: skip
+def classifier(
+    backbone,
+    piece_inputs,
+    vocabulary_size: int,
+    lengths: tuple[int, int],
+    num_classes: int,
+    batch_size: int | None = None,
+    subword_buckets: int = text.SUBWORD_BUCKETS,
+) -> keras.Model:
     """{tokens, the encoder's inputs} ([batch, lengths[0]], [batch, lengths[1]] each) -> the bag's
-    TF-IDF weights (`tfidf`) and the encoder's mean vector at unit length (`pool`) -> one linear map
-    of both (`logits`)."""
+    TF-IDF weights (`tfidf`; its character n-grams a block of their own, in `subword_buckets`) and
+    the encoder's mean vector at unit length (`pool`) -> one linear map of both (`logits`)."""
     tokens = keras.Input(shape=(lengths[0],), batch_size=batch_size, dtype="int32", name=TOKENS)
     pieces = {
         name: keras.Input(shape=(lengths[1],), batch_size=batch_size, dtype="int32", name=name)
         for name in piece_inputs
     }
-    rows, ids, weights = tfidf.weighted_ids(tokens, vocabulary_size, text.SUBWORD_BUCKETS)
-    backbone.name = "backbone"  # one nested layer, frozen: the probe never trains it
+    rows, ids, weights = tfidf.weighted_ids(tokens, vocabulary_size, subword_buckets)
+    backbone.name = (
+        "backbone"  # one nested layer: a frozen warm-up freezes it whole; the probe never trains it
+    )
     vector = sentence.MeanPool(name="pool")([backbone(pieces)["sequence_output"], pieces["padding_mask"]])
     logits = tfidf.BagLogits(rows, num_classes, backbone.hidden_dim, dtype="float32", name="logits")(
         ids, weights, vector
