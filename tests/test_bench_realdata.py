@@ -268,3 +268,24 @@ def test_the_carried_cv_is_judged_against_raw_cv_on_the_same_seeds():
     del seeds["0"]["expected_minus_test"]  # a seed run before the carry: left out of the pairing
     worse = verdict({"kind": "text", "dev": 1010, "seeds": seeds})["expected_vs_cv"]
     assert worse["n"] == 2 and not worse["closer"]  # 0.04 against 0.035 on the two seeds with both
+
+
+def test_the_text_blocks_bench_joins_blocks_each_of_unit_length_fitted_on_the_given_texts_alone():
+    """bench_text_blocks' features: each block of a row at unit length (the vector as given), the
+    vectorizers fitted on the training texts only (a word only a scored text holds has no column)."""
+    from benchmarks.bench_text_blocks import features
+
+    fit = ["the cat sat", "a dog ran far", "the dog sat"]
+    scored = ["the cat ran", "zebra quokka"]
+    vectors = {t: np.eye(4)[i % 4] for i, t in enumerate(fit + scored)}
+    x = features("words+chars+vec", fit, scored, vectors)
+    words = features("words", fit, scored, vectors).shape[1]
+    chars = features("chars", fit, fit, vectors).shape[1]
+    assert x.shape[1] == words + chars + 4
+    dense = x.toarray()
+    for block in (slice(0, words), slice(words, words + chars), slice(words + chars, None)):
+        norms = np.linalg.norm(dense[0, block])
+        assert norms == pytest.approx(1.0)
+    assert not dense[1, :words].any()  # words no training text held
+    half = features("vec0.5", fit, scored, vectors).toarray()
+    assert np.linalg.norm(half[0]) == pytest.approx(0.5)
