@@ -59,12 +59,9 @@ def filled(texts: list[str]) -> list[str]:
 
 
 def encoder():
-    from pipeline.networks import bert, keras_hub_text, sentence
+    from pipeline.networks import keras_hub_text, sentence
 
-    entry = keras_hub_text.SENTENCE_BERT
-    folder = entry.preset(sentence.ALL_MINILM)
-    net = keras_hub_text.classifier(entry, entry._class("Backbone").from_preset(str(folder)), 2, LENGTH, 0.0)
-    return net, bert.Encoder(keras_hub_text.tokenizer_from(entry, folder), LENGTH)
+    return keras_hub_text.packaged_encoder(sentence.ALL_MINILM, LENGTH)
 
 
 def rate(net, encode, texts: list[str]) -> dict:

@@ -49,12 +49,9 @@ def sentence_vectors(name: str, texts: list[str]) -> dict[str, np.ndarray]:
         if set(cached["texts"]) >= set(texts):
             return dict(zip(cached["texts"], cached["vectors"], strict=True))
     from pipeline.modeling import probe
-    from pipeline.networks import bert, keras_hub_text, sentence
+    from pipeline.networks import keras_hub_text, sentence
 
-    entry = keras_hub_text.SENTENCE_BERT
-    folder = entry.preset(sentence.ALL_MINILM)
-    net = keras_hub_text.classifier(entry, entry._class("Backbone").from_preset(str(folder)), 2, LENGTH, 0.0)
-    encode = bert.Encoder(keras_hub_text.tokenizer_from(entry, folder), LENGTH)
+    net, encode = keras_hub_text.packaged_encoder(sentence.ALL_MINILM, LENGTH)
     vectors = probe.sentence_vectors(net, encode((np.asarray(texts, dtype=object),)))
     path.parent.mkdir(parents=True, exist_ok=True)
     np.savez(path, texts=np.asarray(texts, dtype=object), vectors=vectors)

@@ -12,7 +12,7 @@ import pytest
 
 from pipeline.core.errors import PetalsError
 from pipeline.modeling import probe
-from pipeline.networks import bert, keras_hub_text, sentence
+from pipeline.networks import keras_hub_text, sentence
 from pipeline.networks.base import WeightsPackage
 from pipeline.tasks.recipe_config import load_config
 from tests.test_text_probe import probe_run
@@ -98,11 +98,7 @@ def test_the_mean_pool_is_the_mean_over_the_texts_tokens_at_unit_length():
 @pytest.fixture(scope="module")
 def encoder():
     """The packaged all-MiniLM-L6-v2 (the Makefile installs its wheel): network and encoder of texts."""
-    entry = keras_hub_text.SENTENCE_BERT
-    folder = entry.preset(sentence.ALL_MINILM)
-    backbone = entry._class("Backbone").from_preset(str(folder))
-    net = keras_hub_text.classifier(entry, backbone, 2, 64, 0.0)
-    return net, bert.Encoder(keras_hub_text.tokenizer_from(entry, folder), 64)
+    return keras_hub_text.packaged_encoder(sentence.ALL_MINILM, 64)
 
 
 @pytest.mark.slow  # loads a 22.7 M-parameter encoder (about 3 s)
@@ -174,10 +170,7 @@ SENTENCES = ["A man is eating food.", "The girl is carrying a baby.", "Rain fell
 
 def _vectors_of(texts: list[str]) -> list[list[float]]:
     """The packaged encoder's probe vectors of `texts`, built in this process's Keras backend."""
-    entry = keras_hub_text.SENTENCE_BERT
-    folder = entry.preset(sentence.ALL_MINILM)
-    net = keras_hub_text.classifier(entry, entry._class("Backbone").from_preset(str(folder)), 2, 64, 0.0)
-    encode = bert.Encoder(keras_hub_text.tokenizer_from(entry, folder), 64)
+    net, encode = keras_hub_text.packaged_encoder(sentence.ALL_MINILM, 64)
     return probe.sentence_vectors(net, encode((np.array(texts),))).tolist()
 
 

@@ -194,3 +194,13 @@ SENTENCE_BERT = HubTextNetwork(
     "sentence-bert", "Bert", {}, "wordpiece", bert.INPUTS, "mean", tuple(sentence.PACKAGES), fitted=True
 )
 NETWORKS: dict[str, HubTextNetwork] = {entry.name: entry for entry in (*_entries(FAMILIES), SENTENCE_BERT)}
+
+
+def packaged_encoder(weights: str, length: int) -> tuple[keras.Model, bert.Encoder]:
+    """The packaged sentence encoder `weights` names as a network whose `logits` read its pooled
+    vector (2 outputs, no dropout), and the encoder of texts into its inputs at `length` pieces:
+    what `probe.sentence_vectors` reads, for the benchmarks and tests that want the vectors alone."""
+    folder = SENTENCE_BERT.preset(weights)
+    backbone = SENTENCE_BERT._class("Backbone").from_preset(str(folder))
+    net = classifier(SENTENCE_BERT, backbone, 2, length, 0.0)
+    return net, bert.Encoder(tokenizer_from(SENTENCE_BERT, folder), length)
