@@ -60,13 +60,18 @@ def fitted_on(tiny, classes: int):
 
 def held_out_probabilities(folder: str) -> list:
     """The joined network fitted on this process's backend (the preset in `folder`), its softmax on
-    held-out texts."""
+    held-out texts, whole and through the vectors (`vector_predict`, as evaluate predicts it)."""
+    from pipeline.core.progress import Progress
+    from pipeline.modeling import vector_predict
+
     keras_hub = bert._keras_hub()
     tokenizer = keras_hub.models.BertTokenizer.from_preset(folder)
     backbone = keras_hub.models.BertBackbone.from_preset(folder)
     net, encode, _, _ = fitted_on((tokenizer, backbone, folder), 3)
-    held_out = texts_of(np.arange(3).repeat(4), seed=1)
-    return softmax(np.asarray(net.predict(encode((held_out,)), verbose=0))).tolist()
+    inputs = encode((texts_of(np.arange(3).repeat(4), seed=1),))
+    whole = networks.with_output(net, "softmax")
+    through = vector_predict.predict(whole, vector_predict.above(whole), [inputs], Progress("", 0))
+    return [np.asarray(whole.predict(inputs, verbose=0)).tolist(), through.tolist()]
 
 
 @pytest.mark.parametrize("classes", [2, 3])
@@ -99,6 +104,55 @@ def test_the_fitted_networks_softmax_is_one_logistic_regression_on_words_charact
     np.testing.assert_allclose(got, fit.models[0].predict_proba(unseen[:, used]), atol=2e-3)
     assert (got.argmax(1) == np.arange(classes).repeat(4)).mean() > 0.8  # it learned the words
     assert np.abs(net.get_layer("logits").get_weights()[2]).sum() > 0  # the vector has a say
+
+
+def batches_of(inputs: dict, size: int):
+    rows = len(next(iter(inputs.values())))
+    return [{name: value[i : i + size] for name, value in inputs.items()} for i in range(0, rows, size)]
+
+
+@pytest.mark.parametrize("shape", ["joined", "sentence"])
+def test_predicting_through_the_vectors_gives_the_whole_networks_outputs_across_chunks(
+    tiny, shape, monkeypatch
+):
+    """Fold models predict through the encoder's vectors, each text encoded once a process
+    (vector_predict): the task's outputs are the whole network's, in order, whether the bag sits
+    beside the vector (`tfidf-sentence`) or not (`sentence-bert`), across chunks of rows."""
+    from pipeline.core.progress import Progress
+    from pipeline.modeling import vector_predict
+    from pipeline.networks import keras_hub_text
+
+    net, encode, _, _ = fitted_on(tiny, 3)
+    if shape == "sentence":
+        net = keras_hub_text.classifier(keras_hub_text.SENTENCE_BERT, tiny[1], 3, joined.ENCODER_LENGTH, 0.0)
+        net.get_layer("logits").set_weights([np.eye(tiny[1].hidden_dim, 3) * 5, np.arange(3.0)])
+    net = networks.with_output(net, "softmax")
+    inputs = encode((texts_of(np.arange(3).repeat(5), seed=2),))
+    if shape == "sentence":
+        inputs = {name: inputs[name] for name in bert.INPUTS}
+    whole = np.asarray(net.predict(inputs, verbose=0))
+    monkeypatch.setattr(vector_predict, "ROWS", 4)  # chunks of 4-6 texts: the texts cross them
+    monkeypatch.setattr(probe, "_VECTORS", {})
+    head = vector_predict.above(net)
+    got = vector_predict.predict(net, head, batches_of(inputs, 3), Progress("", 0))
+    np.testing.assert_allclose(got, whole, atol=1e-5)
+    assert len(probe._VECTORS) == len(set(map(tuple, inputs["token_ids"])))  # each text encoded once
+    assert head[1] == ([joined.TOKENS] if shape == "joined" else [])
+    assert "backbone" not in {layer.name for layer in head[0].layers}  # above the vector only
+
+
+def test_a_network_without_an_encoders_mean_vector_is_predicted_whole():
+    """Image networks also end in a layer named `pool`: only a sentence encoder's mean vector is
+    predicted through the vectors."""
+    from pipeline.modeling import vector_predict
+    from pipeline.networks import tfidf
+    from pipeline.tasks.recipe_config import load_config
+
+    bag = tfidf.tfidf_classifier(40, LENGTH, 3)
+    config = load_config("cpu", ["model.backbone=efficientnet-lite0", "data.image_size=32"])
+    image = networks.get("efficientnet-lite0").build_classifier(config, 3)
+    assert "pool" in {layer.name for layer in image.layers}
+    assert [vector_predict.above(net) for net in (bag, image)] == [None, None]
 
 
 @pytest.mark.parametrize("kind", ["one_vs_rest", "ridge"])
@@ -195,4 +249,5 @@ def test_the_joined_network_fits_and_predicts_the_same_on_jax_as_on_tensorflow(t
     )
     assert done.returncode == 0, done.stderr[-3000:]
     on_jax = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+    np.testing.assert_allclose(on_jax[1], on_jax[0], atol=1e-5)  # through the vectors, on JAX
     np.testing.assert_allclose(on_jax, np.array(held_out_probabilities(folder)), atol=1e-3)

@@ -278,12 +278,15 @@ def predict_split(
     whole network): training scored it through its cut with the weights it saved as best and kept
     the probabilities (`cut_predict.save_scored`), from float16 activations below the cut (the
     flowers' probabilities within 0.0006 of the whole network's: docs/BENCHMARKS.md;
-    tests/test_cut_predict.py bounds it). A CV group's out-of-fold rows are made the same way."""
+    tests/test_cut_predict.py bounds it). A CV group's out-of-fold rows are made the same way.
+    A sentence encoder's texts (one process, one replica) go through their vectors, each encoded
+    once a process (`vector_predict`)."""
     import tensorflow as tf
 
     from pipeline import networks
     from pipeline.data import datasets, passes, splits
     from pipeline.data.manifest import locate_data
+    from pipeline.modeling import vector_predict
 
     run = run if isinstance(run, RunDir) else RunDir(run)
     manifest = check_same_data(run, data_dir)
@@ -311,6 +314,7 @@ def predict_split(
     dataset = passes.untuned(dataset)  # read twice below: its tags, then its views
     with platform.scope():
         net = load_inference_model(run, competition)
+    head = vector_predict.above(net) if streams(platform) else None
     with examples.naming_bad(labeled):
         tags = list(dataset.map(lambda images, *tags: tags).as_numpy_iterator())
         ids = np.concatenate([t[-1] for t in tags]).astype(str)
@@ -322,7 +326,10 @@ def predict_split(
             for index in range(tta):
                 tf.random.set_seed(config.seed + index)  # the same random views on every rerun
                 views = dataset.map(lambda inputs, *_, i=index: view(inputs, i))
-                total += predict_batches(net, views, platform, bar)[real]
+                if head is not None:  # a sentence encoder's texts encoded once in the process
+                    total += vector_predict.predict(net, head, views.as_numpy_iterator(), bar)[real]
+                else:
+                    total += predict_batches(net, views, platform, bar)[real]
                 log.info("%s: %s pass %d/%d done", run.name, split, index + 1, tta)
     labels = np.concatenate([t[0] for t in tags])[real] if labeled else None
     predictions = Predictions(
