@@ -166,12 +166,16 @@ def load(name: str, loaded: dict[str, LabelledSet] | None = None) -> LabelledSet
 # ----------------------------------------------------------------------------- the competition
 
 
+def rgb(image: np.ndarray) -> np.ndarray:
+    """The image with three channels (a grey one repeated)."""
+    return np.stack([image] * 3, axis=-1) if image.ndim == 2 else image
+
+
 def square(image: np.ndarray, size: int = SIZE) -> np.ndarray:
     """The image as a `size` x `size` RGB uint8 square (bicubic, as real_images writes them)."""
     from PIL import Image
 
-    rgb = np.stack([image] * 3, axis=-1) if image.ndim == 2 else image
-    return np.asarray(Image.fromarray(rgb).resize((size, size), Image.BICUBIC))
+    return np.asarray(Image.fromarray(rgb(image)).resize((size, size), Image.BICUBIC))
 
 
 def _spec_text(data: LabelledSet) -> str:
@@ -214,10 +218,14 @@ keeps_label = {json.dumps(data.keeps_label)}
 '''
 
 
-def write_competition(data: LabelledSet, root: Path, size: int = SIZE) -> tuple[Path, Path, dict[str, int]]:
+def write_competition(
+    data: LabelledSet, root: Path, size: int | None = SIZE
+) -> tuple[Path, Path, dict[str, int]]:
     """(the competition file, the data folder to fetch, test id -> true label). `root` gets
     `competition/` (the file, classes.txt), `download/` (the data) and `test_labels.csv`, outside
-    both. Ids are opaque (`d000123.jpg`, `t000045.jpg`): a file name never tells the class."""
+    both. Ids are opaque (`d000123.jpg`, `t000045.jpg`): a file name never tells the class. Each
+    image is squared to `size` px, or with `size=None` written at its own size, as a user's photos
+    are (petals resizes them to what its network reads)."""
     import pandas as pd
 
     from pipeline.data import synthetic
@@ -232,7 +240,8 @@ def write_competition(data: LabelledSet, root: Path, size: int = SIZE) -> tuple[
         (folder / f"{split}_images").mkdir(parents=True)
         ids = [f"{prefix}{i:06d}.jpg" for i in range(len(labels))]
         for image, i in zip(images, ids, strict=True):
-            (folder / f"{split}_images" / i).write_bytes(synthetic.encode_jpeg(square(image, size)))
+            pixels = square(image, size) if size else rgb(image)
+            (folder / f"{split}_images" / i).write_bytes(synthetic.encode_jpeg(pixels))
         if split == "train":
             pd.DataFrame({"image_id": ids, "label": labels}).to_csv(folder / "train.csv", index=False)
         else:

@@ -367,7 +367,9 @@ def _write_images(data: RealSet, root: Path) -> tuple[Path, Path, dict[str, int]
         data.name, data.classes, list(data.keeps_label),
         (data.dev.items, data.dev.labels), (data.test.items, data.test.labels),
     )  # fmt: skip
-    spec, folder, truth = cv_data.write_competition(labelled, root)
+    # At their own size, as a user's photos come: squared to 192 px (cv_data's default, the CPU
+    # recipe's size), the 512-px stamps lost what `trio` reads at 260 (benchmarks/probe_splits.json).
+    spec, folder, truth = cv_data.write_competition(labelled, root, size=None)
     if data.grouped:
         frame = pd.read_csv(folder / "train.csv", dtype=str)
         frame[GROUP_COLUMN] = data.dev.groups  # rows in dev order, as written

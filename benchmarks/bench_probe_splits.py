@@ -1,0 +1,168 @@
+"""The small image sets' two probes over many dev/test splits: can a test part this small say which
+is ahead, and by how much?
+
+`make bench-realdata` runs petals' default end to end, 8-10 minutes a split on the 118 Tux Paint
+stamps, and on their 51-57 test images its lead over the baseline swung from +0.037 to -0.037 over
+3 splits (issue 65's bar: at least 0.02). Where CV chose it (every split of stamps and faces), the
+default is the `trio` probe: EfficientNet-Lite0, Lite1 and Lite2 side by side at their native
+sizes, two views (the image and its mirror) as rows, petals' own fit (`pipeline.modeling.probe.fit`:
+standardised, C by an inner CV over whole examples). The baseline is bench-realdata's: Lite0's
+pooled features at 192 px, one view, a logistic regression whose C 5-fold CV on dev chooses
+(`cv_data.fit_probe`). Here each image's features are computed once, and each split (realdata_gaps'
+seeds: stratified, whole groups; seed 0 the loader's own) fits both on its dev part and scores its
+test part once: the mean difference over many splits, its standard error, and how many splits
+each probe led. The trio reads each image as petals reads the competition bench-realdata writes
+(a JPEG, decoded and resized to 260 px as pipeline/data/file_examples.py does), at the images' own
+size and, for comparison, squared to 192 px first as that competition was written until
+2026-11-30. On the 3 splits bench-realdata ran with the 192-px competition, the `trio-192` probe
+here scored what petals' default scored there, to the digit: this measures the default's probe,
+not an idealised one.
+
+Usage: python benchmarks/bench_probe_splits.py [--sets stamps faces] [--splits 20]
+Prints one line a set and writes benchmarks/probe_splits.json (each set's figures and commit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks import cv_data, realdata, realdata_gaps  # noqa: E402
+from benchmarks.bench_cv import commit  # noqa: E402
+from benchmarks.bench_fetch import machine  # noqa: E402
+from benchmarks.bench_probes import features, pooled_model  # noqa: E402
+from pipeline.core.files import write_json  # noqa: E402  (atomic)
+
+TRIO = ("efficientnet-lite-trio", 260)
+# What each probe reads: bench-realdata's baseline (Lite0 at 192 from the images, one view), the
+# same at Lite0's native 224, and the `trio` probe on the images as petals reads the competition
+# bench-realdata writes: each image a JPEG at its own size (`trio`), or squared to 192 px first as
+# it was written until 2026-11-30 (`trio-192`), decoded and resized to 260 as petals resizes.
+ARMS = ("baseline", "lite0-224", "trio", "trio-192")
+
+
+def splits_of(data: realdata.RealSet, count: int):
+    """(seed, dev rows, test rows) of the set's rows (dev then test, as loaded) for seeds 0..count-1."""
+    labels = np.concatenate([data.dev.labels, data.test.labels])
+    groups = np.concatenate([data.dev.groups, data.test.groups]) if data.grouped else None
+    parts = round(len(labels) / len(data.test.labels))
+    yield 0, np.arange(len(data.dev.labels)), np.arange(len(data.dev.labels), len(labels))
+    for seed in range(1, count):
+        yield seed, *realdata.split_once(labels, groups, parts, seed)
+
+
+def trio_probe(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, plain: np.ndarray) -> np.ndarray:
+    """petals' probe fit on the dev rows' views [2, n, d] -> predicted classes of `plain` [m, d]."""
+    from pipeline.modeling import probe
+
+    fitted = probe.fit(views, labels, groups, 0, "logistic", int(labels.max()) + 1)
+    return (plain @ fitted.weights + fitted.bias).argmax(axis=1)
+
+
+def as_petals_reads(image: np.ndarray, size: int, written: int | None) -> np.ndarray:
+    """The image as the competition holds it (cv_data.write_competition: a JPEG squared to `written`
+    px, or at its own size), decoded and resized to `size` as petals' image files are
+    (pipeline/data/file_examples.py)."""
+    import tensorflow as tf
+
+    from pipeline.data import synthetic
+
+    pixels = cv_data.square(image, written) if written else cv_data.rgb(image)
+    decoded = tf.io.decode_jpeg(synthetic.encode_jpeg(pixels), channels=3)
+    resized = tf.image.resize(decoded, [size, size], antialias=True)
+    return np.asarray(tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8))
+
+
+def views_of(model, images: list[np.ndarray]) -> np.ndarray:
+    """[2, n, d]: each image's pooled features, and its mirror's."""
+    return np.stack([features(model, images, TRIO[1]), features(model, images, TRIO[1], mirror=True)])
+
+
+def run_set(name: str, count: int) -> dict:
+    data = realdata.load(name, False)
+    images = data.dev.items + data.test.items
+    labels = np.concatenate([data.dev.labels, data.test.labels])
+    grouped = data.grouped
+    groups = (
+        np.concatenate([data.dev.groups, data.test.groups]) if grouped else np.arange(len(labels)).astype(str)
+    )
+    started = time.perf_counter()
+    lite0 = {192: cv_data.probe_features(images), 224: cv_data.probe_features(images, 224)}
+    model = pooled_model(*TRIO)
+    trio = {
+        arm: views_of(model, [as_petals_reads(image, TRIO[1], written) for image in images])
+        for arm, written in (("trio", None), ("trio-192", cv_data.SIZE))
+    }
+    seconds = round(time.perf_counter() - started, 1)
+    rows = []
+    for seed, dev, test in splits_of(data, count):
+        test_groups = groups[test] if grouped else None
+        predicted = {}
+        for arm, size in (("baseline", 192), ("lite0-224", 224)):
+            x = lite0[size]
+            found, _ = cv_data.fit_probe(x[dev], labels[dev], x[test], groups[dev] if grouped else None)
+            predicted[arm] = found.argmax(axis=1)
+        for arm, views in trio.items():
+            predicted[arm] = trio_probe(views[:, dev], labels[dev], groups[dev], views[0, test])
+        scored = {
+            arm: realdata_gaps.test_score(labels[test], found, len(data.classes), test_groups)[
+                "test_macro_f1"
+            ]
+            for arm, found in predicted.items()
+        }
+        rows.append({"seed": seed, "test": len(test), **scored})
+        print(f"  {name} seed {seed}: {rows[-1]}", flush=True)
+    return {
+        "classes": len(data.classes),
+        "images": len(labels),
+        "splits": rows,
+        "mean": {arm: round(float(np.mean([row[arm] for row in rows])), 4) for arm in ARMS},
+        "differences": {
+            f"{a} - {b}": difference(rows, a, b)
+            for a, b in (
+                ("trio", "baseline"),
+                ("trio", "lite0-224"),
+                ("trio-192", "baseline"),
+                ("trio", "trio-192"),
+            )
+        },
+        "feature_seconds": seconds,
+        "commit": commit(),
+    }
+
+
+def difference(rows: list[dict], a: str, b: str) -> dict:
+    """`a` - `b` over the splits: mean, standard error, and on how many splits each was ahead."""
+    found = np.array([row[a] - row[b] for row in rows])
+    se = float(found.std(ddof=1) / np.sqrt(len(found))) if len(found) > 1 else float("nan")
+    return {"mean": round(float(found.mean()), 4), "se": round(se, 4),
+            "ahead": int((found > 0).sum()), "behind": int((found < 0).sum())}  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sets", nargs="+", default=["stamps", "faces"], choices=realdata.SETS)
+    parser.add_argument("--splits", type=int, default=20)
+    args = parser.parse_args()
+    path = REPO / "benchmarks" / "probe_splits.json"
+    results = json.loads(path.read_text())["sets"] if path.is_file() else {}
+    for name in args.sets:
+        results[name] = run_set(name, args.splits)
+        for pair, found in results[name]["differences"].items():
+            print(f"{name}: {pair} {found['mean']:+.4f} +- {found['se']:.4f} (se) over {args.splits} splits; "
+                  f"ahead on {found['ahead']}, behind on {found['behind']}", flush=True)  # fmt: skip
+        write_json(path, {"machine": machine(), "sets": results})
+
+
+if __name__ == "__main__":
+    main()
