@@ -137,7 +137,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR) $(call opt,--track,TRACK)
 
-.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-thorough test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-regularise bench-encoder bench-text-blocks bench-probes bench-probe-targets bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata bench-mistakes tensorboard bench-backbones
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-thorough test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-regularise bench-encoder bench-text-blocks bench-probes bench-probe-splits bench-probe-targets bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata bench-mistakes tensorboard bench-backbones
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -411,6 +411,9 @@ bench-text-blocks: | $(STAMP) ## real texts outside petals: words, characters an
 
 bench-probes: | $(STAMP) ## linear probes on real small image sets: Lite0's pooled features at 192 and 224 px against Lite0/1/2 side by side, one view or two: test macro-F1
 	$(PY) benchmarks/bench_probes.py
+
+bench-probe-splits: | $(STAMP) ## the small image sets' probes over 20 dev/test splits: the default's Lite0/1/2 probe against Lite0's, as petals reads the images bench-realdata writes: mean difference, its standard error, splits ahead (REALDATA=; benchmarks/probe_splits.json)
+	$(PY) benchmarks/bench_probe_splits.py $(if $(REALDATA),--sets $(call qs,REALDATA))
 
 bench-probe-targets: | $(STAMP) ## small data's CV choice on real texts with a number (VADER's rated tweets) or several labels (Debian's debtags): each candidate's CV and test score
 	$(PY) benchmarks/bench_probe_targets.py
