@@ -2,7 +2,8 @@
 
 A `sentence-bert` or `tfidf-sentence` run reads a text's word pieces through the encoder and its
 mean vector (`pool`), and only what is above `pool` differs between the folds of a CV group: the
-encoder is frozen (its head fitted, `train.head_solver = "logistic"`). Predicted by the whole
+encoder is frozen (its head fitted, `train.head_solver = "logistic"`; an encoder that trained has
+weights of its own, and the memo is keyed by them). Predicted by the whole
 network, every fold model ran the encoder over the test set again, at the full 128 pieces of every
 text: evaluate and predict took 31-262 s on the real text sets of `make bench-realdata`, against
 6 s for `tfidf` (docs/BENCHMARKS.md). Here the vectors come from `probe.sentence_vectors`: shortest
@@ -22,7 +23,7 @@ from pipeline.core.progress import Progress
 from pipeline.modeling import probe
 from pipeline.networks import sentence
 
-ROWS = 4096  # texts encoded at a time: their inputs and vectors, a few MB; sorted by length within
+ROWS = 4096  # texts encoded at a time, sorted by length within: their ids, ~40 MB at 2,048 a text
 
 
 def above(net: keras.Model) -> tuple[keras.Model, list[str]] | None:
