@@ -39,7 +39,7 @@ SIZE = 192  # the side of the written JPEGs and of the probe's input: what the C
 STAMP_THEMES = ("animals", "food", "plants")  # photos; the other themes are mostly drawings
 MIN_PER_CLASS = 15
 STAMPS_TEST = 0.3  # of ~170 stamps: ~50 test images, every class at least 5
-MAX_STAMP_SIDE = 512  # a few stamps are 600 px; the pipeline squashes to 192 anyway
+MAX_STAMP_SIDE = 512  # a few stamps are 600 px; petals reads at most 260 (the trio probe)
 PROBE_CS = tuple(float(c) for c in np.logspace(-5, 3, 9))  # LogisticRegression's C, chosen by CV
 
 
