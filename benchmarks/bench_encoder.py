@@ -9,14 +9,19 @@ The pass is linear in the number of texts at a given width, so the seconds for t
 `train.choose_up_to` texts (20,000) follow from the rate; each text is encoded once a process
 (a CV group's folds share the vectors), and the test texts once more at predict.
 
-Usage: python benchmarks/bench_encoder.py [--texts 1000 4000]
-Writes benchmarks/encoder.json (the rates, the commit, the machine).
+The process's peak memory is written beside the rates: `--attention-cells` sets what one batch's
+attention may hold (`probe.ATTENTION_CELLS`; 8388608 = 256 x 128^2, the batches before it), so the
+two can be compared, each in its own process.
+
+Usage: python benchmarks/bench_encoder.py [--texts 1000 4000] [--attention-cells N] [--out PATH]
+Writes benchmarks/encoder.json (the rates, the peak memory, the commit, the machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import resource
 import sys
 import tempfile
 import time
@@ -87,7 +92,13 @@ def rate(net, encode, texts: list[str]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--texts", type=int, nargs="+", default=[1000, 4000])
+    parser.add_argument("--attention-cells", type=int, help="probe.ATTENTION_CELLS for this run")
+    parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "encoder.json")
     args = parser.parse_args()
+    from pipeline.modeling import probe
+
+    if args.attention_cells:
+        probe.ATTENTION_CELLS = args.attention_cells
     net, encode = encoder()
     base = reviews(max(args.texts) + 12)
     rate(net, encode, base[:32])  # the first calls build the engine's kernels: not timed
@@ -97,10 +108,12 @@ def main() -> None:
             row = {"shape": shape, **rate(net, encode, texts)}
             print(row, flush=True)
             rows.append(row)
-    write_json(
-        REPO / "benchmarks" / "encoder.json",
-        {"commit": commit(), "machine": machine(), "length": LENGTH, "rows": rows},
-    )
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux -> GiB
+    print(f"attention cells {probe.ATTENTION_CELLS}: peak memory {peak:.2f} GiB", flush=True)
+    write_json(args.out, {
+        "commit": commit(), "machine": machine(), "length": LENGTH, "rows": rows,
+        "attention_cells": probe.ATTENTION_CELLS, "peak_rss_gib": round(peak, 2),
+    })  # fmt: skip
 
 
 if __name__ == "__main__":

