@@ -153,6 +153,9 @@ def test_a_text_encoded_once_by_the_same_weights_is_read_back_not_encoded_again(
     np.testing.assert_allclose(probe.sentence_vectors(net, inputs), first, atol=1e-6)
 
 
+# The vector alone is no shipped candidate: small data's text default is `joined` (the bag beside
+# the vector), whose probe run make test keeps (tests/test_joined.py). This shape: the thorough tier.
+@pytest.mark.thorough
 @pytest.mark.slow  # the encoder's passes over ~200 texts, a probe fit, a prediction (about 15 s)
 def test_a_sentence_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cpu, tmp_path, caplog):
     caplog.set_level("INFO")
