@@ -44,10 +44,10 @@ SOLVER = "logistic"
 CS = np.logspace(-4, 2, 13)
 BATCH = 256
 # A sentence encoder's batch is cut to what attention holds: each layer keeps rows x heads x width^2
-# scores, so 256 texts of 128 word pieces held 0.9 GB more than 32 of them (evaluate on amazon's
-# test sentences: 2.09 GB against 1.23 GB at the process's peak, 15.3 s against 17.2 s). Short texts,
-# the most, still go 256 at a time; a batch of the longest holds what 32 of 128 pieces hold.
-ATTENTION_CELLS = 32 * 128 * 128
+# scores. 1,000 texts of 128 word pieces (`make bench-encoder`, a process each): 256 a batch 45 s
+# at a 2.75 GiB peak, 128 46 s / 2.33, 64 50 s / 1.90, 32 55 s / 1.68. Short texts, the most,
+# still go 256 at a time (as fast at each setting); a batch of the longest holds what 64 of 128 do.
+ATTENTION_CELLS = 64 * 128 * 128
 
 
 def check(config, task) -> None:
