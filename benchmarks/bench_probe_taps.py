@@ -1,0 +1,141 @@
+"""Would the small image sets' probe read more from the trio than its last layer? Each Lite's
+pooled head (what `efficientnet-lite-trio` gives the probe today) against the same with two
+earlier taps beside it: the last block's projection (before the 1x1 head convolution) and the
+last block at 1/16 of the input, each average-pooled.
+
+Images are read as petals reads the competition bench-realdata writes (`bench_probe_splits`: each
+at its own size, decoded and resized to 260 px), two views (the image and its mirror) as rows,
+petals' own fit (`pipeline.modeling.probe.fit`: standardised, C by an inner CV over whole
+examples), scored on each split's test part once (bench-realdata's seeds, whole groups). Nothing
+here changes petals: it measures whether the taps are worth building into the trio.
+
+Usage: python benchmarks/bench_probe_taps.py [--sets stamps icons] [--splits 8]
+Prints one line a split and a set, and writes benchmarks/probe_taps.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks import realdata, realdata_gaps  # noqa: E402
+from benchmarks.bench_cv import commit  # noqa: E402
+from benchmarks.bench_fetch import machine  # noqa: E402
+from benchmarks.bench_probe_splits import TRIO, as_petals_reads, difference, splits_of  # noqa: E402
+from pipeline.core.files import write_json  # noqa: E402  (atomic)
+
+ARMS = {"head": ("head",), "head+taps": ("head", "projection", "stride16")}
+
+
+def taps(net) -> dict:
+    """A Lite's head activations and the two earlier taps, by name."""
+    names = [layer.name for layer in net.layers]
+    head = net.get_layer("head_relu6").output
+    projection = net.get_layer(names[names.index("head_conv") - 1]).output
+    coarser = [x for x in net.layers if x.name.endswith("_add") and x.output.shape[1] > head.shape[1]]
+    return {"head": head, "projection": projection, "stride16": coarser[-1].output}
+
+
+def tapped_trio():
+    """The trio as petals builds it (its preprocessing, each Lite at its native size from the
+    input resized), each tap average-pooled and joined across the three: {tap: [batch, width]}."""
+    import keras
+    from keras import layers
+
+    from pipeline.networks import efficientnet_lite, registry
+
+    inputs = keras.Input((TRIO[1], TRIO[1], 3))
+    x = inputs
+    for layer in registry.preprocessing_layers(registry.get_backbone(TRIO[0]).preprocess):
+        x = layer(x)
+    pooled: dict[str, list] = {}
+    for variant in efficientnet_lite.TRIO:
+        size = efficientnet_lite.VARIANTS[variant].native_size
+        net = efficientnet_lite.pretrained(variant, (size, size, 3))
+        found = keras.Model(net.inputs, taps(net))(
+            x if size == TRIO[1] else layers.Resizing(size, size)(x), training=False
+        )
+        for name, value in found.items():
+            pooled.setdefault(name, []).append(layers.GlobalAveragePooling2D()(value))
+    return keras.Model(inputs, {name: layers.Concatenate()(parts) for name, parts in pooled.items()})
+
+
+def tap_features(model, images: list[np.ndarray], mirror: bool) -> dict[str, np.ndarray]:
+    found: dict[str, list] = {}
+    for start in range(0, len(images), 16):
+        batch = np.stack(images[start : start + 16]).astype(np.float32)
+        for name, value in model.predict_on_batch(batch[:, :, ::-1] if mirror else batch).items():
+            found.setdefault(name, []).append(np.asarray(value))
+    return {name: np.concatenate(parts) for name, parts in found.items()}
+
+
+def run_set(name: str, count: int) -> dict:
+    from pipeline.modeling import probe
+
+    data = realdata.load(name, False)
+    images = data.dev.items + data.test.items
+    labels = np.concatenate([data.dev.labels, data.test.labels])
+    groups = (
+        np.concatenate([data.dev.groups, data.test.groups])
+        if data.grouped
+        else np.arange(len(labels)).astype(str)
+    )
+    started = time.perf_counter()
+    model = tapped_trio()
+    read = [as_petals_reads(image, TRIO[1], None) for image in images]
+    plain, mirrored = tap_features(model, read, False), tap_features(model, read, True)
+    views = {
+        arm: np.stack([np.concatenate([side[t] for t in tapped], axis=1) for side in (plain, mirrored)])
+        for arm, tapped in ARMS.items()
+    }
+    seconds = round(time.perf_counter() - started, 1)
+    rows = []
+    for seed, dev, test in splits_of(data, count):
+        scored = {}
+        for arm, found in views.items():
+            fitted = probe.fit(found[:, dev], labels[dev], groups[dev], 0, "logistic", int(labels.max()) + 1)
+            predicted = (found[0, test] @ fitted.weights + fitted.bias).argmax(axis=1)
+            scored[arm] = realdata_gaps.test_score(
+                labels[test], predicted, len(data.classes), groups[test] if data.grouped else None
+            )["test_macro_f1"]
+        rows.append({"seed": seed, "test": len(test), **scored})
+        print(f"  {name} seed {seed}: {rows[-1]}", flush=True)
+    return {
+        "classes": len(data.classes),
+        "images": len(labels),
+        "widths": {arm: int(found.shape[-1]) for arm, found in views.items()},
+        "splits": rows,
+        "mean": {arm: round(float(np.mean([row[arm] for row in rows])), 4) for arm in ARMS},
+        "head+taps - head": difference(rows, "head+taps", "head"),
+        "feature_seconds": seconds,
+        "commit": commit(),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sets", nargs="+", default=["stamps", "icons"], choices=realdata.SETS)
+    parser.add_argument("--splits", type=int, default=8)
+    args = parser.parse_args()
+    path = REPO / "benchmarks" / "probe_taps.json"
+    results = json.loads(path.read_text())["sets"] if path.is_file() else {}
+    for name in args.sets:
+        results[name] = run_set(name, args.splits)
+        found = results[name]["head+taps - head"]
+        print(f"{name}: head+taps - head {found['mean']:+.4f} +- {found['se']:.4f} (se) over {args.splits} "
+              f"splits; ahead on {found['ahead']}, behind on {found['behind']}", flush=True)  # fmt: skip
+        write_json(path, {"machine": machine(), "sets": results})
+
+
+if __name__ == "__main__":
+    main()
