@@ -5,7 +5,9 @@ is ahead, and by how much?
 stamps, and on their 51-57 test images its lead over the baseline swung from +0.037 to -0.037 over
 3 splits (issue 65's bar: at least 0.02). Where CV chose it (every split of stamps and faces), the
 default is the `trio` probe: EfficientNet-Lite0, Lite1 and Lite2 side by side at their native
-sizes, two views (the image and its mirror) as rows, petals' own fit (`pipeline.modeling.probe.fit`:
+sizes (since 2026-11-30 each with two earlier activations beside its head:
+`efficientnet-lite-trio-taps`; before, its head alone), two views (the image and its mirror)
+as rows, petals' own fit (`pipeline.modeling.probe.fit`:
 standardised, C by an inner CV over whole examples). The baseline is bench-realdata's: Lite0's
 pooled features at 192 px, one view, a logistic regression whose C 5-fold CV on dev chooses
 (`cv_data.fit_probe`). Here each image's features are computed once, and each split (realdata_gaps'
@@ -41,7 +43,7 @@ from benchmarks.bench_fetch import machine  # noqa: E402
 from benchmarks.bench_probes import features, pooled_model  # noqa: E402
 from pipeline.core.files import write_json  # noqa: E402  (atomic)
 
-TRIO = ("efficientnet-lite-trio", 260)
+TRIO = ("efficientnet-lite-trio-taps", 260)  # the image candidates' (its two taps since 2026-11-30)
 # What each probe reads: bench-realdata's baseline (Lite0 at 192 from the images, one view), the
 # same at Lite0's native 224, and the `trio` probe on the images as petals reads the competition
 # bench-realdata writes: each image a JPEG at its own size (`trio`), or squared to 192 px first as

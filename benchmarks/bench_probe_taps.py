@@ -1,13 +1,13 @@
-"""Would the small image sets' probe read more from the trio than its last layer? Each Lite's
-pooled head (what `efficientnet-lite-trio` gives the probe today) against the same with two
-earlier taps beside it: the last block's projection (before the 1x1 head convolution) and the
-last block at 1/16 of the input, each average-pooled.
+"""Does the small image sets' probe read more from the trio than its last layer? Each Lite's
+pooled head (`efficientnet-lite-trio`, the probe's trio until 2026-11-30) against the same with two
+earlier taps beside it (`efficientnet-lite-trio-taps`, `efficientnet_lite.taps`): the last block's
+projection (before the 1x1 head convolution) and the last block at 1/16 of the input, each
+average-pooled.
 
 Images are read as petals reads the competition bench-realdata writes (`bench_probe_splits`: each
 at its own size, decoded and resized to 260 px), two views (the image and its mirror) as rows,
 petals' own fit (`pipeline.modeling.probe.fit`: standardised, C by an inner CV over whole
-examples), scored on each split's test part once (bench-realdata's seeds, whole groups). Nothing
-here changes petals: it measures whether the taps are worth building into the trio.
+examples), scored on each split's test part once (bench-realdata's seeds, whole groups).
 
 Usage: python benchmarks/bench_probe_taps.py [--sets stamps icons] [--splits 8]
 Prints one line a split and a set, and writes benchmarks/probe_taps.json.
@@ -35,15 +35,6 @@ from pipeline.core.files import write_json  # noqa: E402  (atomic)
 ARMS = {"head": ("head",), "head+taps": ("head", "projection", "stride16")}
 
 
-def taps(net) -> dict:
-    """A Lite's head activations and the two earlier taps, by name."""
-    names = [layer.name for layer in net.layers]
-    head = net.get_layer("head_relu6").output
-    projection = net.get_layer(names[names.index("head_conv") - 1]).output
-    coarser = [x for x in net.layers if x.name.endswith("_add") and x.output.shape[1] > head.shape[1]]
-    return {"head": head, "projection": projection, "stride16": coarser[-1].output}
-
-
 def tapped_trio():
     """The trio as petals builds it (its preprocessing, each Lite at its native size from the
     input resized), each tap average-pooled and joined across the three: {tap: [batch, width]}."""
@@ -60,7 +51,7 @@ def tapped_trio():
     for variant in efficientnet_lite.TRIO:
         size = efficientnet_lite.VARIANTS[variant].native_size
         net = efficientnet_lite.pretrained(variant, (size, size, 3))
-        found = keras.Model(net.inputs, taps(net))(
+        found = keras.Model(net.inputs, efficientnet_lite.taps(net))(
             x if size == TRIO[1] else layers.Resizing(size, size)(x), training=False
         )
         for name, value in found.items():

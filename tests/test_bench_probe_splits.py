@@ -73,16 +73,3 @@ def test_a_difference_over_splits_is_its_mean_standard_error_and_the_splits_each
         "behind": 1,
     }
 
-
-@pytest.mark.parametrize("variant", ["lite0", "lite2"])
-def test_the_taps_bench_reads_the_head_the_last_projection_and_the_last_block_at_a_sixteenth(variant):
-    """`benchmarks/bench_probe_taps.py`: its taps are the layers it names, for a Lite of
-    width 1.0 and one wider (random weights, 64 px: nothing is downloaded)."""
-    from benchmarks import bench_probe_taps
-    from pipeline.networks import efficientnet_lite
-
-    net = efficientnet_lite.build(variant, (64, 64, 3))
-    found = {name: tuple(value.shape[1:]) for name, value in bench_probe_taps.taps(net).items()}
-    projection = 320 if variant == "lite0" else 352
-    stride16 = 112 if variant == "lite0" else 120
-    assert found == {"head": (2, 2, 1280), "projection": (2, 2, projection), "stride16": (4, 4, stride16)}

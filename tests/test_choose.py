@@ -71,7 +71,7 @@ def test_the_shipped_candidates_are_valid_configs_of_their_recipe(data_dir, tmp_
         assert config.train.feature_cache
     trio = recipe_config.load_config("cpu", listed[0].overrides, device="cpu")
     assert trio.train.head_solver == "logistic" and trio.train.frozen_epochs == trio.train.epochs == 1
-    assert trio.model.backbone == "efficientnet-lite-trio" and trio.data.image_size == 260
+    assert trio.model.backbone == "efficientnet-lite-trio-taps" and trio.data.image_size == 260
 
 
 @pytest.mark.parametrize(

