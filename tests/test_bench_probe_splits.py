@@ -72,4 +72,3 @@ def test_a_difference_over_splits_is_its_mean_standard_error_and_the_splits_each
         "ahead": 2,
         "behind": 1,
     }
-
