@@ -248,10 +248,8 @@ def _registry() -> dict[str, Backbone]:
         entries.append(Backbone(f"efficientnet-{variant}", _lite(variant), "lite", ("imagenet",),
                                 native_size=spec.native_size, package=spec.weights))  # fmt: skip
     packages = tuple((v.weights.module, (f"{v.weights.package}=={v.weights.version}",)) for v in lite[1:])
-    for name, build in (
-        ("efficientnet-lite-trio", efficientnet_lite.build_trio),
-        ("efficientnet-lite-trio-taps", efficientnet_lite.build_trio_taps),
-    ):
+    for name, build in (("efficientnet-lite-trio", efficientnet_lite.build_trio),
+                        ("efficientnet-lite-trio-taps", efficientnet_lite.build_trio_taps)):  # fmt: skip
         entries.append(Backbone(name, build, "lite", ("imagenet",), native_size=260, package=lite[0].weights,
                                 imports=packages))  # fmt: skip
     entries += [
