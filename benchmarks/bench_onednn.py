@@ -34,8 +34,9 @@ import tensorflow as tf
 import keras
 keras.mixed_precision.set_global_policy("{precision}")
 from pipeline.networks import registry
+from pipeline.networks.backbone import build_backbone
 steps, size, batch = {steps}, 192, 32
-backbone = registry.build_backbone(registry.get_backbone("cnn"), size, None)
+backbone = build_backbone(registry.get_backbone("cnn"), size, None)
 inputs = keras.Input((size, size, 3))
 net = keras.Model(inputs, keras.layers.Dense(104, dtype="float32")(backbone(inputs)))
 net.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))

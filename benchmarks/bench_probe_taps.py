@@ -41,11 +41,11 @@ def tapped_trio():
     import keras
     from keras import layers
 
-    from pipeline.networks import efficientnet_lite, registry
+    from pipeline.networks import backbone, efficientnet_lite, registry
 
     inputs = keras.Input((TRIO[1], TRIO[1], 3))
     x = inputs
-    for layer in registry.preprocessing_layers(registry.get_backbone(TRIO[0]).preprocess):
+    for layer in backbone.preprocessing_layers(registry.get_backbone(TRIO[0]).preprocess):
         x = layer(x)
     pooled: dict[str, list] = {}
     for variant in efficientnet_lite.TRIO:

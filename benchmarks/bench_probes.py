@@ -37,15 +37,14 @@ def pooled_model(name: str, size: int):
     import keras
 
     from pipeline.networks import registry
+    from pipeline.networks.backbone import build_backbone, preprocessing_layers, resolve_weights
 
     backbone = registry.get_backbone(name)
     inputs = keras.Input((size, size, 3))
     x = inputs
-    for layer in registry.preprocessing_layers(backbone.preprocess):
+    for layer in preprocessing_layers(backbone.preprocess):
         x = layer(x)
-    out = registry.build_backbone(backbone, size, registry.resolve_weights(backbone, "imagenet"))(
-        x, training=False
-    )
+    out = build_backbone(backbone, size, resolve_weights(backbone, "imagenet"))(x, training=False)
     if len(out.shape) == 4:
         out = keras.layers.GlobalAveragePooling2D()(out)
     return keras.Model(inputs, out)

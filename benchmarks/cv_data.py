@@ -261,13 +261,14 @@ def _pooled_lite0(size: int):
     import keras
 
     from pipeline.networks import registry
+    from pipeline.networks.backbone import build_backbone, preprocessing_layers, resolve_weights
 
     backbone = registry.get_backbone("efficientnet-lite0")
     inputs = keras.Input((size, size, 3))
     x = inputs
-    for layer in registry.preprocessing_layers(backbone.preprocess):
+    for layer in preprocessing_layers(backbone.preprocess):
         x = layer(x)
-    network = registry.build_backbone(backbone, size, registry.resolve_weights(backbone, "imagenet"))
+    network = build_backbone(backbone, size, resolve_weights(backbone, "imagenet"))
     pooled = keras.layers.GlobalAveragePooling2D()(network(x, training=False))
     return keras.Model(inputs, pooled)
 

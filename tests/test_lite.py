@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pipeline.core.errors import PetalsError
-from pipeline.networks import efficientnet_lite, registry, torch_file
+from pipeline.networks import backbone, efficientnet_lite, registry, torch_file
 from tests.conftest import run_python
 
 # scikit-image's photos and the ImageNet-1k classes that are right for them (top-1 must be one).
@@ -42,7 +42,7 @@ def lite0_imagenet():
 
     inputs = keras.Input((224, 224, 3))
     x = inputs
-    for layer in registry.preprocessing_layers(registry.get_backbone("efficientnet-lite0").preprocess):
+    for layer in backbone.preprocessing_layers(registry.get_backbone("efficientnet-lite0").preprocess):
         x = layer(x)
     return keras.Model(inputs, efficientnet_lite.pretrained("lite0", (224, 224, 3), include_top=True)(x))
 

@@ -120,7 +120,7 @@ def load_inference_model(run: RunDir | Path, competition: Competition, weights: 
     import keras
 
     from pipeline import networks
-    from pipeline.networks import registry
+    from pipeline.networks import backbone
 
     run = run if isinstance(run, RunDir) else RunDir(run)
     config = run.read_config()
@@ -141,7 +141,7 @@ def load_inference_model(run: RunDir | Path, competition: Competition, weights: 
     if not path.is_file():
         raise PetalsError(f"{path}: missing; train the run first")
     try:
-        with registry.misfit_weights_raise():
+        with backbone.misfit_weights_raise():
             net.load_weights(path)
     except ValueError as err:
         raise PetalsError(f"{path}: does not fit this run's model ({first_line(err)[:200]})") from None

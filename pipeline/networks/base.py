@@ -4,7 +4,7 @@ Like timm's and keras-hub's registries, every entry answers the same questions b
 reads (`modality`), the Keras backends it builds on, the packages and pretrained weights it needs,
 its inputs' shape, the classifier built on it, the tokenization a text run keeps, and what a run
 dir keeps of its architecture. The lookup (`pipeline.networks`) asks; it never asks which kind an
-entry is. Image backbones are `registry.Backbone`, text networks `text_networks.TextNetwork`.
+entry is. Image backbones are `backbone.Backbone`, text networks `text_networks.TextNetwork`.
 """
 
 from __future__ import annotations

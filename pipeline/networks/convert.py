@@ -26,7 +26,7 @@ from pipeline.core.errors import PetalsError
 log = logging.getLogger(__name__)
 
 # ImageNet statistics of "torch" preprocessing: the `efficientnet` package's preprocess_input
-# (and DenseNet's). Defined here so the registry imports this module and never the reverse.
+# (and DenseNet's). Defined here so `backbone` imports this module and never the reverse.
 TORCH_MEAN = (0.485, 0.456, 0.406)
 TORCH_STD = (0.229, 0.224, 0.225)
 

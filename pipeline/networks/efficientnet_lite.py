@@ -8,7 +8,7 @@ read here without torch (`torch_file`) and carried into the Keras layers one by 
 tensor of the file must find its layer and every layer its tensors, else the load fails.
 
 The network takes pixels already scaled as the official builder does, (x - 127) / 128
-(`registry.preprocessing_layers("lite")`), and builds on TensorFlow and JAX alike; padding is
+(`backbone.preprocessing_layers("lite")`), and builds on TensorFlow and JAX alike; padding is
 TensorFlow's "same", as in the original. Native sizes: 224, 240 and 260 px.
 """
 

@@ -175,7 +175,7 @@ def generate(options: KernelOptions, competition: Competition) -> Path:
     extra = check_carried(members, config.competition, kernel_recipe(options), competition)
     # The networks (Keras) are imported once the kernel's files are known to be what git tracks.
     from pipeline.modeling.inference import check_tta
-    from pipeline.networks import registry
+    from pipeline.networks import backbone
 
     options = dataclasses.replace(options, internet=kernel_internet(spec, options.internet))
     preset = preset_model(config)
@@ -196,7 +196,7 @@ def generate(options: KernelOptions, competition: Competition) -> Path:
     requirements = [] if options.dataset else wheels.needed(config, options.internet == "on")
     # The backbone's weights file, when the kernel could not reach it: a given dataset may hold
     # ImageNet's (trusted), not a file that is only on this machine.
-    trusted = options.dataset and config.model.weights in registry.WEIGHT_CHOICES
+    trusted = options.dataset and config.model.weights in backbone.WEIGHT_CHOICES
     source = None if trusted else weights.needed(config, options.internet == "on")
     check_recipe(config, spec, session, options.internet == "on", attached, wheels=bool(requirements),
                  shipped=source is not None)  # fmt: skip

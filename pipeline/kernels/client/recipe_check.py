@@ -80,6 +80,7 @@ def check_recipe(
     One line, with the way out."""
     from pipeline import networks
     from pipeline.networks import registry, text_networks
+    from pipeline.networks.backbone import WEIGHT_CHOICES
     from pipeline.tasks.competitions import check_network
 
     size = config.data.image_size
@@ -127,7 +128,7 @@ def check_recipe(
     weights = config.model.weights
     if shipped:  # its weights file goes up as a private dataset the kernel attaches
         weights = "none"
-    if weights not in registry.WEIGHT_CHOICES and not weights.startswith("/kaggle/input/"):
+    if weights not in WEIGHT_CHOICES and not weights.startswith("/kaggle/input/"):
         raise PetalsError(
             f"model.weights={weights!r} is a file on this machine, which the kernel cannot see: "
             "upload it as a Kaggle dataset, attach it (DATASETS=owner/slug) "

