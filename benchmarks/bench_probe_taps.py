@@ -2,7 +2,8 @@
 pooled head (`efficientnet-lite-trio`, the probe's trio until 2026-11-30) against the same with two
 earlier taps beside it (`efficientnet-lite-trio-taps`, `efficientnet_lite.taps`): the last block's
 projection (before the 1x1 head convolution) and the last block at 1/16 of the input, each
-average-pooled.
+average-pooled. Both arms are read off one network, the registry's tapped entry: the head arm is its
+head columns.
 
 Images are read as petals reads the competition bench-realdata writes (`bench_probe_splits`: each
 at its own size, decoded and resized to 260 px), two views (the image and its mirror) as rows,
@@ -35,37 +36,48 @@ from pipeline.core.files import write_json  # noqa: E402  (atomic)
 ARMS = {"head": ("head",), "head+taps": ("head", "projection", "stride16")}
 
 
+TAPPED = "efficientnet-lite-trio-taps"
+
+
+def tap_columns(model) -> dict[str, np.ndarray]:
+    """{tap: the columns of the tapped trio's features it fills}, read off the model's own pooling
+    layers (`{variant}_{tap}_pool`, joined in the order the trio builds them)."""
+    from pipeline.networks import efficientnet_lite
+
+    columns: dict[str, list] = {}
+    at = 0
+    for variant in efficientnet_lite.TRIO:
+        for tap in ARMS["head+taps"]:
+            width = model.get_layer("backbone").get_layer(f"{variant}_{tap}_pool").output.shape[-1]
+            columns.setdefault(tap, []).append(np.arange(at, at + width))
+            at += width
+    return {tap: np.concatenate(parts) for tap, parts in columns.items()}
+
+
 def tapped_trio():
-    """The trio as petals builds it (its preprocessing, each Lite at its native size from the
-    input resized), each tap average-pooled and joined across the three: {tap: [batch, width]}."""
+    """The default probe's backbone as petals builds it (the registry's entry, its preprocessing,
+    ImageNet weights): [batch, 5,176] features, each Lite's taps pooled and joined."""
     import keras
-    from keras import layers
 
-    from pipeline.networks import backbone, efficientnet_lite, registry
+    from pipeline.networks import registry
+    from pipeline.networks.backbone import build_backbone, preprocessing_layers, resolve_weights
 
+    entry = registry.get_backbone(TAPPED)
     inputs = keras.Input((TRIO[1], TRIO[1], 3))
     x = inputs
-    for layer in backbone.preprocessing_layers(registry.get_backbone(TRIO[0]).preprocess):
+    for layer in preprocessing_layers(entry.preprocess):
         x = layer(x)
-    pooled: dict[str, list] = {}
-    for variant in efficientnet_lite.TRIO:
-        size = efficientnet_lite.VARIANTS[variant].native_size
-        net = efficientnet_lite.pretrained(variant, (size, size, 3))
-        found = keras.Model(net.inputs, efficientnet_lite.taps(net))(
-            x if size == TRIO[1] else layers.Resizing(size, size)(x), training=False
-        )
-        for name, value in found.items():
-            pooled.setdefault(name, []).append(layers.GlobalAveragePooling2D()(value))
-    return keras.Model(inputs, {name: layers.Concatenate()(parts) for name, parts in pooled.items()})
+    body = build_backbone(entry, TRIO[1], resolve_weights(entry, "imagenet"))
+    body.name = "backbone"
+    return keras.Model(inputs, body(x, training=False))
 
 
-def tap_features(model, images: list[np.ndarray], mirror: bool) -> dict[str, np.ndarray]:
-    found: dict[str, list] = {}
+def trio_features(model, images: list[np.ndarray], mirror: bool) -> np.ndarray:
+    found = []
     for start in range(0, len(images), 16):
         batch = np.stack(images[start : start + 16]).astype(np.float32)
-        for name, value in model.predict_on_batch(batch[:, :, ::-1] if mirror else batch).items():
-            found.setdefault(name, []).append(np.asarray(value))
-    return {name: np.concatenate(parts) for name, parts in found.items()}
+        found.append(np.asarray(model.predict_on_batch(batch[:, :, ::-1] if mirror else batch)))
+    return np.concatenate(found)
 
 
 def run_set(name: str, count: int) -> dict:
@@ -82,10 +94,10 @@ def run_set(name: str, count: int) -> dict:
     started = time.perf_counter()
     model = tapped_trio()
     read = [as_petals_reads(image, TRIO[1], None) for image in images]
-    plain, mirrored = tap_features(model, read, False), tap_features(model, read, True)
+    both = np.stack([trio_features(model, read, False), trio_features(model, read, True)])
+    columns = tap_columns(model)
     views = {
-        arm: np.stack([np.concatenate([side[t] for t in tapped], axis=1) for side in (plain, mirrored)])
-        for arm, tapped in ARMS.items()
+        arm: both[..., np.sort(np.concatenate([columns[t] for t in tapped]))] for arm, tapped in ARMS.items()
     }
     seconds = round(time.perf_counter() - started, 1)
     rows = []
