@@ -261,9 +261,14 @@ def main() -> None:
     parser.add_argument("--no-baselines", action="store_true", help="the default only; stored baselines kept")
     parser.add_argument("--quick", action="store_true", help="~150 dev rows a set; nothing recorded")
     parser.add_argument("--verdicts", action="store_true", help="judge the stored results again; run nothing")
+    parser.add_argument(
+        "--markdown", action="store_true", help="print where each set stands, a markdown table"
+    )
     args = parser.parse_args()
     if args.verdicts:
         return judge_stored(args.sets)
+    if args.markdown:
+        return print(realdata_verdict.markdown(json.loads(RESULTS.read_text())["sets"], args.sets))
     results = {}
     for name in args.sets:
         for seed in args.seeds:

@@ -162,3 +162,37 @@ def _noise(found: dict) -> str:
 
 def _shown(found: dict) -> str:
     return f"{found['mean']:+.3f}" + (f" +-{found['sd']:.3f} (sd)" if found["sd"] is not None else "")
+
+
+def markdown(stored: dict, names: list[str]) -> str:
+    """Where each set stands, one row a set, from the stored results (`--markdown`): what
+    docs/BENCHMARKS.md shows first, so its table is the file's and never typed by hand."""
+    head = (
+        "| set | kind | dev / test (groups), seed 0 | classes | seeds | default: test, mean (min-max) | "
+        "default - baseline (bar) | CV/val - test, mean +- sd; seeds within 0.05 | commits |"
+    )
+    out = [head, "| --- " * 9 + "|"]
+    for name in names:
+        entry = stored.get(name)
+        if not entry or not entry.get("verdict"):
+            continue
+        found, rows = entry["verdict"], seed_rows(entry)
+        groups = entry.get("groups") or {}
+        sizes = f"{entry['dev']:,} / {entry['test']:,}" + (
+            f" ({groups['dev']} / {groups['test']})" if groups else ""
+        )
+        tests = [r["test_macro_f1"] for r in rows]
+        base, said = found["against_baseline"], found["reported_gap"]
+        bar = f">= {base['bar']}" if base and base["bar"] > 0 else "> 0"
+        beats = (
+            "-"
+            if not base
+            else (f"**{_shown(base)}** ({bar}: {'met' if base['met'] else 'not met'}; {base['over_seeds']})")
+        )
+        gap_cell = "-" if not said else f"{_shown(said)}; {said['seeds_within']} of {said['n']}"
+        commits = ", ".join((entry.get("over_seeds") or {}).get("commits") or [])
+        out.append(
+            f"| {name} | {entry['kind']} | {sizes} | {entry['classes']} | {found['seeds']} | "
+            f"{np.mean(tests):.3f} ({min(tests):.3f}-{max(tests):.3f}) | {beats} | {gap_cell} | {commits} |"
+        )
+    return "\n".join(out)
