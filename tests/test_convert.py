@@ -43,7 +43,7 @@ def package_weights(variant: str, path, seed: int = 0):
 
 
 def torch_preprocessed(pixels: np.ndarray) -> np.ndarray:
-    return (pixels / 255.0 - np.array(registry.TORCH_MEAN)) / np.array(registry.TORCH_STD)
+    return (pixels / 255.0 - np.array(convert.TORCH_MEAN)) / np.array(convert.TORCH_STD)
 
 
 @pytest.mark.slow
