@@ -207,10 +207,10 @@ def test_the_entry_reads_both_tokenizations_and_needs_the_encoders_packages():
     assert entry.packages("all-minilm-l6-v2") == networks.get("sentence-bert").packages("all-minilm-l6-v2")
 
 
-@pytest.mark.slow  # the encoder's passes over ~200 texts, a probe fit, a prediction (about 20 s)
+@pytest.mark.slow  # the encoder's passes over ~100 texts, a probe fit, a prediction (about 15 s)
 def test_a_joined_probe_run_scores_on_texts_what_evaluate_and_predict_compute(cpu, tmp_path, caplog):
     caplog.set_level("INFO")
-    recorded, predicted = probe_run(PROBE, cpu, tmp_path, 0.1)
+    recorded, predicted = probe_run(PROBE, cpu, tmp_path, 0.05)
     assert "TF-IDF and a 384-wide sentence vector + logistic regression fitted on" in caplog.text
     assert predicted == pytest.approx(recorded, abs=1e-4)
     assert recorded > 0.7
