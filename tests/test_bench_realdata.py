@@ -289,3 +289,23 @@ def test_the_text_blocks_bench_joins_blocks_each_of_unit_length_fitted_on_the_gi
     assert not dense[1, :words].any()  # words no training text held
     half = features("vec0.5", fit, scored, vectors).toarray()
     assert np.linalg.norm(half[0]) == pytest.approx(0.5)
+
+
+def test_the_markdown_table_is_the_stored_verdict_a_row_a_set():
+    from benchmarks.realdata_verdict import markdown, verdict
+
+    seeds = _seeds([0.61, 0.62, 0.60], [0.60, 0.61, 0.59], [-0.08, 0.01, 0.02])
+    for row in seeds.values():
+        row["commit"] = "abc1234"
+    stored = {
+        "icons": {"kind": "image", "dev": 745, "test": 373, "classes": 7, "seeds": seeds,
+                  "groups": {"dev": 219, "test": 110}, "over_seeds": {"commits": ["abc1234"]}},
+        "unrun": {"kind": "text", "dev": 900, "test": 400, "classes": 2},  # no verdict: no row
+    }  # fmt: skip
+    stored["icons"]["verdict"] = verdict(stored["icons"])
+    table = markdown(stored, ["unrun", "icons"]).splitlines()
+    assert len(table) == 3 and table[1].count("---") == 9
+    cells = [cell.strip() for cell in table[2].strip("|").split("|")]
+    assert cells[:6] == ["icons", "image", "745 / 373 (219 / 110)", "7", "3", "0.610 (0.600-0.620)"]
+    assert cells[6].startswith("**+0.010 +-0.000 (sd)** (>= 0.02: not met")  # the small image sets' bar
+    assert cells[7] == "-0.017 +-0.055 (sd); 2 of 3" and cells[8] == "abc1234"
