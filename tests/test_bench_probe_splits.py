@@ -72,3 +72,33 @@ def test_a_difference_over_splits_is_its_mean_standard_error_and_the_splits_each
         "ahead": 2,
         "behind": 1,
     }
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_the_fold_mean_arm_averages_five_fits_each_blind_to_its_held_out_fold(grouped, monkeypatch):
+    """`trio-folds` predicts as the default does: the mean of FOLDS fits' probabilities, each fit on
+    the dev rows outside one fold (whole groups with `grouped`)."""
+    from pipeline.modeling import probe
+
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(3), 20)
+    # pairs of one class; ungrouped, each row its own group, as the bench gives an ungrouped set
+    groups = np.array([f"g{i // 2 if grouped else i}" for i in range(len(labels))])
+    views = np.stack([np.eye(3)[labels] * 3 + rng.normal(size=(60, 3))] * 2)
+    fitted_on = []
+    real_fit = probe.fit
+
+    def spy(x, y, g, *args):
+        fitted_on.append(set(g))
+        return real_fit(x, y, g, *args)
+
+    monkeypatch.setattr(probe, "fit", spy)
+    predicted = bench_probe_splits.fold_mean_probe(views, labels, groups, views[0], grouped)
+    assert len(fitted_on) == bench_probe_splits.FOLDS
+    left_out = [set(groups) - kept for kept in fitted_on]
+    assert set().union(*left_out) == set(groups) and sum(map(len, left_out)) == len(set(groups))
+    if grouped:  # a group is either in a fit or out of it, whole
+        for kept in fitted_on:
+            rows = np.isin(groups, list(kept))
+            assert set(groups[rows]) == kept and not set(groups[~rows]) & kept
+    assert (predicted == labels).mean() > 0.9
