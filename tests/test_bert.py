@@ -111,6 +111,7 @@ def test_each_text_is_tokenized_once_per_tokenizer_and_the_folds_share_it():
 
 
 @pytest.mark.slow
+@pytest.mark.thorough  # 7 CPU-s: gs:// checkpoints are a TPU run's; make test resumes from local files
 def test_a_bert_run_checkpoints_to_a_tf_gfile_path_and_resumes_from_it(pairs, cpu, tmp_path, caplog):
     """Checkpoints on a `tf.io.gfile` filesystem (TensorFlow's in-memory `ram://`, standing in for
     `gs://`): a longer run of the same config resumes from the last one there."""

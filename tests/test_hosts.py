@@ -291,6 +291,7 @@ def test_the_launch_names_the_process_that_said_why_and_repeats_its_error():
 
 
 @pytest.mark.slow  # two processes start TensorFlow
+@pytest.mark.thorough  # 8 CPU-s, a multi-host launch's: make test keeps first_failure's choice (above)
 def test_a_stages_one_line_error_in_a_process_is_the_launchs_last_line(tmp_path):
     """Under TF_CONFIG `--cpu-replicas` is refused in every process: the launch's last line names
     the process and repeats what it said, so the cause is on screen, not in a log."""
