@@ -31,6 +31,7 @@ from benchmarks import realdata, realdata_gaps  # noqa: E402
 from benchmarks.bench_cv import commit  # noqa: E402
 from benchmarks.bench_fetch import machine  # noqa: E402
 from benchmarks.bench_probe_splits import TRIO, as_petals_reads, difference, splits_of  # noqa: E402
+from benchmarks.bench_probes import pooled_model  # noqa: E402
 from pipeline.core.files import write_json  # noqa: E402  (atomic)
 
 ARMS = {"head": ("head",), "head+taps": ("head", "projection", "stride16")}
@@ -54,24 +55,6 @@ def tap_columns(model) -> dict[str, np.ndarray]:
     return {tap: np.concatenate(parts) for tap, parts in columns.items()}
 
 
-def tapped_trio():
-    """The default probe's backbone as petals builds it (the registry's entry, its preprocessing,
-    ImageNet weights): [batch, 5,176] features, each Lite's taps pooled and joined."""
-    import keras
-
-    from pipeline.networks import registry
-    from pipeline.networks.backbone import build_backbone, preprocessing_layers, resolve_weights
-
-    entry = registry.get_backbone(TAPPED)
-    inputs = keras.Input((TRIO[1], TRIO[1], 3))
-    x = inputs
-    for layer in preprocessing_layers(entry.preprocess):
-        x = layer(x)
-    body = build_backbone(entry, TRIO[1], resolve_weights(entry, "imagenet"))
-    body.name = "backbone"
-    return keras.Model(inputs, body(x, training=False))
-
-
 def trio_features(model, images: list[np.ndarray], mirror: bool) -> np.ndarray:
     found = []
     for start in range(0, len(images), 16):
@@ -92,7 +75,7 @@ def run_set(name: str, count: int) -> dict:
         else np.arange(len(labels)).astype(str)
     )
     started = time.perf_counter()
-    model = tapped_trio()
+    model = pooled_model(TAPPED, TRIO[1])  # the registry's entry as petals builds it
     read = [as_petals_reads(image, TRIO[1], None) for image in images]
     both = np.stack([trio_features(model, read, False), trio_features(model, read, True)])
     columns = tap_columns(model)

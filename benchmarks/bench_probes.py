@@ -44,7 +44,9 @@ def pooled_model(name: str, size: int):
     x = inputs
     for layer in preprocessing_layers(backbone.preprocess):
         x = layer(x)
-    out = build_backbone(backbone, size, resolve_weights(backbone, "imagenet"))(x, training=False)
+    body = build_backbone(backbone, size, resolve_weights(backbone, "imagenet"))
+    body.name = "backbone"  # as the classifier names it: its layers are found by name inside
+    out = body(x, training=False)
     if len(out.shape) == 4:
         out = keras.layers.GlobalAveragePooling2D()(out)
     return keras.Model(inputs, out)
