@@ -74,19 +74,23 @@ def trio_probe(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, plain:
 
 def fold_mean_probe(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, plain: np.ndarray,
                     grouped: bool) -> np.ndarray:  # fmt: skip
-    """The default's test prediction: petals' probe fitted on each of FOLDS folds' kept dev rows
-    (stratified; whole groups where the set is grouped), their softmax probabilities on `plain`
-    averaged -> predicted classes."""
+    """The default's test prediction: petals' probe fitted on each of FOLDS folds' kept dev rows,
+    their softmax probabilities on `plain` averaged -> predicted classes. The folds are petals' own
+    deal (folds.deal from the default fold seed: stratified, whole groups where the set is grouped)
+    of the dev rows in their written order, which is their ids' order in the competition
+    bench-realdata writes."""
     from scipy.special import softmax
-    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
 
+    from pipeline.core.config import Config
+    from pipeline.data import folds
     from pipeline.modeling import probe
 
-    dealer = (StratifiedGroupKFold if grouped else StratifiedKFold)(
-        n_splits=FOLDS, shuffle=True, random_state=0
+    table = folds.deal(
+        np.arange(len(labels)), labels, FOLDS, Config().train.fold_seed, groups if grouped else None
     )
     mean = 0.0
-    for kept, _ in dealer.split(labels, labels, groups if grouped else None):
+    for fold in range(FOLDS):
+        kept = np.flatnonzero(table.folds != fold)
         fitted = probe.fit(views[:, kept], labels[kept], groups[kept], 0, "logistic", int(labels.max()) + 1)
         mean = mean + softmax(plain @ fitted.weights + fitted.bias, axis=1) / FOLDS
     return mean.argmax(axis=1)
