@@ -29,7 +29,8 @@ CHECKS = {
     "flowers": (0.5, ["data.image_size=64", "train.epochs=2"], 0.25, 0.01),
     "dogs-vs-cats": (0.5, ["data.image_size=64", "train.epochs=2"], 0.45, 0.693),  # 0.21 after 1
     "imdb": (0.5, ["train.epochs=3"], 0.80, 0.5),
-    "watson": (1.0, ["data.sequence_length=32", "train.epochs=4"], 0.50, 0.33),  # 0.74 after 2
+    # 3 epochs: seeds 0 and 2 at 0.742 and 0.733 (4: the same); after 2, 0.742, 0.717 (seed 1), 0.567.
+    "watson": (1.0, ["data.sequence_length=32", "train.epochs=3"], 0.50, 0.33),
 }
 
 
