@@ -182,6 +182,20 @@ def tiny_runs(tmp_path_factory, tiny_data_dir, cpu) -> list[Path]:
 
 
 @pytest.fixture
+def backoff(monkeypatch) -> list[float]:
+    """The seconds the Kaggle client's retries would have slept, recorded and not slept: a retry
+    test's server holds the one port's lock, so a real backoff keeps every other worker's server
+    test waiting with it."""
+    from types import SimpleNamespace
+
+    from pipeline.core import kaggle_client
+
+    slept: list[float] = []
+    monkeypatch.setattr(kaggle_client, "time", SimpleNamespace(sleep=slept.append))
+    return slept
+
+
+@pytest.fixture
 def kaggle_env(tmp_path) -> dict[str, str]:
     """Credentials in a private kaggle.json and the client pointed at localhost:7777."""
     config = tmp_path / "kaggle-config"

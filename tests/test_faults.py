@@ -919,7 +919,7 @@ def test_a_submit_killed_at_a_random_moment_reruns_to_one_recorded_upload(
     )
 
 
-def test_a_kaggle_server_failing_is_retried_then_one_line(tmp_path, capsys, caplog, in_kaggle_env):
+def test_a_kaggle_server_failing_is_retried_then_one_line(tmp_path, capsys, caplog, in_kaggle_env, backoff):
     from tests.kaggle_server import Behaviour, KaggleTestServer
 
     args = [
@@ -935,7 +935,7 @@ def test_a_kaggle_server_failing_is_retried_then_one_line(tmp_path, capsys, capl
     with KaggleTestServer(Behaviour(fail_with=[503, 503])):
         code, lines, _ = _here(capsys, *args)
     assert code == 2 and len(lines) == 1 and "answered 503" in lines[0], lines
-    assert "HTTP 503, retrying" in caplog.text
+    assert "HTTP 503, retrying" in caplog.text and backoff == [2.0]
     assert not (tmp_path / "data").exists() and leftovers(tmp_path) == []
     record(
         "the Kaggle API answering 5xx",

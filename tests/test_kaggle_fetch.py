@@ -62,12 +62,12 @@ def test_download_unpacks_kaggles_layout_and_verifies(tmp_path, kaggle_env, arch
 
 
 @pytest.mark.slow  # the fetch stage's process, its retries waited out
-def test_server_errors_are_retried(tmp_path, in_kaggle_env, archive, capsys, caplog):
+def test_server_errors_are_retried(tmp_path, in_kaggle_env, archive, capsys, caplog, backoff):
     behaviour = Behaviour(archive=archive, fail_with=[500])
     with KaggleTestServer(behaviour):
         code, _, printed = _fetch_here(tmp_path, capsys, "--retries", "2")
     assert code == 0, printed
-    assert "HTTP 500, retrying" in caplog.text
+    assert "HTTP 500, retrying" in caplog.text and backoff == [2.0]
     assert (tmp_path / "data" / "manifest.json").is_file()
 
 
@@ -80,7 +80,7 @@ def test_server_errors_are_retried(tmp_path, in_kaggle_env, archive, capsys, cap
         (500, r"answered 500 .*rerun later"),
     ],
 )
-def test_error_answers_become_one_actionable_line(tmp_path, in_kaggle_env, capsys, status, advice):
+def test_error_answers_become_one_actionable_line(tmp_path, in_kaggle_env, capsys, status, advice, backoff):
     behaviour = Behaviour(fail_with=[status] * 3)
     with KaggleTestServer(behaviour):
         code, lines, printed = _fetch_here(tmp_path, capsys, "--retries", "2" if status == 500 else "1")
@@ -89,6 +89,7 @@ def test_error_answers_become_one_actionable_line(tmp_path, in_kaggle_env, capsy
     assert lines[0].startswith("petals fetch: error: ")
     assert re.search(advice, lines[0]), lines[0]
     assert "Traceback" not in printed
+    assert backoff == ([2.0] if status == 500 else [])  # a 4xx needs the user: never retried
     assert not (tmp_path / "data").exists() and not (tmp_path / "data.partial").exists()
 
 

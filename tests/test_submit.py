@@ -104,12 +104,12 @@ def test_the_uploaded_bytes_arrive_intact_and_the_run_is_recorded(submit, csv, t
     assert "petals-key" not in result.stdout + result.stderr
 
 
-def test_a_server_error_is_retried(submit, csv, tiny_data_dir, kaggle_env, caplog):
+def test_a_server_error_is_retried(submit, csv, tiny_data_dir, kaggle_env, caplog, backoff):
     behaviour = Behaviour(fail_with=[500])
     with KaggleTestServer(behaviour):
         result = submit(csv, tiny_data_dir, kaggle_env)
     assert result.returncode == 0, result.stderr
-    assert "HTTP 500, retrying in 2 s (attempt 2 of 3)" in caplog.text
+    assert "HTTP 500, retrying in 2 s (attempt 2 of 3)" in caplog.text and backoff == [2.0]
     assert list(behaviour.uploads.values())[-1] == csv.read_bytes() and len(behaviour.created) == 1
 
 
