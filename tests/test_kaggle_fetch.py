@@ -61,7 +61,7 @@ def test_download_unpacks_kaggles_layout_and_verifies(tmp_path, kaggle_env, arch
     assert foreign_lines(result.stdout + result.stderr) == []  # the client's own lines stay hidden
 
 
-@pytest.mark.slow  # the fetch stage's process, its retries waited out
+@pytest.mark.slow  # the fetch stage in this process, its archive unpacked and verified
 def test_server_errors_are_retried(tmp_path, in_kaggle_env, archive, capsys, caplog, backoff):
     behaviour = Behaviour(archive=archive, fail_with=[500])
     with KaggleTestServer(behaviour):
