@@ -433,7 +433,7 @@ bench-cv: | $(STAMP) ## 5-fold CV on real images (digits, Tux Paint stamps, Fash
 REALDATA    ?=#                  bench-realdata: the sets to run (default all), e.g. REALDATA="stamps faces manpages"
 REALDATA_SEEDS ?=#               bench-realdata: dev/test splits, each dealt by one seed (default 0), e.g. REALDATA_SEEDS=0,1,2
 REALDATA_REFIT ?=#               bench-realdata: REALDATA_REFIT=1 also refits the chosen candidate on all of dev (CV's learning curve)
-bench-realdata: | $(STAMP) ## petals' default (make train predict, recipe auto) on 7 real sets from packages (images, texts; icons, man pages and Amazon reviews grouped), each test part scored once: test vs its reported val/CV, against the frozen-feature probe or TF-IDF + LR (benchmarks/realdata.json)
+bench-realdata: | $(STAMP) ## petals' default (make train predict, recipe auto) on 10 real sets from packages (images, texts; two icon themes, man pages, Amazon reviews and NYT editorials grouped), each test part scored once: test vs its reported val/CV, against the frozen-feature probe or TF-IDF + LR (benchmarks/realdata.json)
 	$(PY) benchmarks/bench_realdata.py $(if $(REALDATA),--sets $(call qs,REALDATA)) \
 		$(if $(REALDATA_SEEDS),--seeds $(call q,REALDATA_SEEDS)) $(if $(REALDATA_REFIT),--refit)
 

@@ -1,6 +1,6 @@
 """Real labelled sets found in packages, each split once into a user's competition and a test part.
 
-For `make bench-realdata` (issue 65): data no one here drew, images and texts, three of them grouped
+For `make bench-realdata` (issue 65): data no one here drew, images and texts, five of them grouped
 (several rows of one thing), each of 100 to 10,000 development examples:
 - `stamps`, `faces`, `fashion` (images): cv_data's Tux Paint photo cut-outs (118 dev / 51 test),
   scikit-image's LFW subset (160 / 40) and Fashion-MNIST at 300 a class (3,000 / 2,000).
@@ -8,6 +8,10 @@ For `make bench-realdata` (issue 65): data no one here drew, images and texts, t
   48, 64 and 128 px; the class is the icon's context folder (apps, devices, places...), the group
   is the icon's name: one icon drawn at several sizes is one group (745 dev images of 219 icons,
   373 test of 110; copies under another name and aliases left out).
+- `gnome-icons` (images, grouped): GNOME 3.12's icon theme (Debian `gnome-icon-theme`), the same
+  seven contexts drawn by other hands, its PNGs at 32, 48 and 256 px, grouped by icon as `icons`
+  (403 dev images of 152 icons, 199 test of 75). Added after every choice of the image candidates
+  (the thirty-first session): a check no choice here looked at.
 - `manpages` (texts, grouped): passages of the Linux man pages (Debian `manpages`, `manpages-dev`);
   the class is the page's section (2 system calls, 3 library, 4 devices, 5 files, 7 overviews),
   the group is the page (902 dev passages of 127 pages, 448 test of 62). Macros, headers and
@@ -49,6 +53,8 @@ CACHE = cv_data.CACHE
 SEED = 0
 MIN_DEV, MAX_DEV = 100, 10_000  # the issue's bounds on a set's development part
 ICON_SIZES = ("32x32", "48x48", "64x64", "128x128")  # 8-22 px icons are a few dots once squared
+# GNOME 3.12's theme (another drawing of the same contexts) has 32, 48 and 256 px, and 16-24 px.
+GNOME_ICON_SIZES = ("32x32", "48x48", "256x256")
 ICON_CONTEXTS = ("actions", "apps", "categories", "devices", "mimetypes", "places", "status")
 ICONS_PER_CONTEXT = 50  # icon names (groups) a context keeps: ~1,250 images in all
 MAN_SECTIONS = ("2", "3", "4", "5", "7")  # 1, 6 and 8 hold under a dozen pages here
@@ -157,12 +163,14 @@ def _from_cv_data(name: str):
     return load
 
 
-def icons() -> RealSet:
-    root = cv_data._unpacked("oxygen-icon-theme") / "usr/share/icons/oxygen/base"
+def _icon_theme(name: str, package: str, base: str, sizes: tuple[str, ...]) -> RealSet:
+    """A Debian icon theme's PNGs at `sizes`: the class is the icon's context folder, the group its
+    name (one icon drawn at several sizes); aliases (links) and copies under another name left out."""
+    root = cv_data._unpacked(package) / base
     rng = np.random.default_rng(SEED)
     seen, items, labels, groups = set(), [], [], []
     for label, context in enumerate(ICON_CONTEXTS):
-        files = [p for size in ICON_SIZES for p in sorted((root / size / context).glob("*.png"))]
+        files = [p for size in sizes for p in sorted((root / size / context).glob("*.png"))]
         files = [p for p in files if not p.is_symlink()]  # an alias of another icon: the same image
         names = sorted({p.stem for p in files})
         chosen = set(rng.permutation(names)[:ICONS_PER_CONTEXT])
@@ -174,7 +182,15 @@ def icons() -> RealSet:
                 labels.append(label)
                 groups.append(path.stem)
     keeps = ("flip", "zoom", "shift", "brightness", "contrast")
-    return made("icons", "image", ICON_CONTEXTS, items, labels, groups, 3, keeps)
+    return made(name, "image", ICON_CONTEXTS, items, labels, groups, 3, keeps)
+
+
+def icons() -> RealSet:
+    return _icon_theme("icons", "oxygen-icon-theme", "usr/share/icons/oxygen/base", ICON_SIZES)
+
+
+def gnome_icons() -> RealSet:
+    return _icon_theme("gnome-icons", "gnome-icon-theme", "usr/share/icons/gnome", GNOME_ICON_SIZES)
 
 
 # ----------------------------------------------------------------------------- the texts
@@ -298,6 +314,7 @@ SETS = {  # name -> its loader, cheapest first: a run that is stopped has the mo
     "nyt": nyt,
     "tweets": tweets,
     "icons": icons,
+    "gnome-icons": gnome_icons,
     "fashion": _from_cv_data("fashion-medium"),
 }
 
