@@ -72,6 +72,39 @@ def test_sizes_are_bounded_and_quick_sets_keep_groups_whole():
     assert all(np.sum(cut.groups == g) == np.sum(data.dev.groups == g) for g in kept)  # whole groups
 
 
+def test_an_icon_theme_is_one_class_a_context_and_one_group_an_icon_without_aliases_or_copies(
+    tmp_path, monkeypatch
+):
+    from PIL import Image
+
+    from benchmarks import cv_data
+
+    base = tmp_path / "usr/share/icons/fake"
+    rng = np.random.default_rng(0)
+    for context in realdata.ICON_CONTEXTS:
+        for size in (32, 48):
+            folder = base / f"{size}x{size}" / context
+            folder.mkdir(parents=True)
+            for icon in range(12):  # 12 icons a context, each drawn at both sizes
+                pixels = rng.integers(0, 255, (size, size, 4), dtype=np.uint8)
+                Image.fromarray(pixels, "RGBA").save(folder / f"{context}-{icon}.png")
+            (folder / "alias.png").symlink_to(folder / f"{context}-0.png")  # a link: the same icon
+            (folder / f"{context}-copy.png").write_bytes((folder / f"{context}-1.png").read_bytes())
+    monkeypatch.setattr(cv_data, "_unpacked", lambda package: tmp_path if package == "fake-theme" else None)
+    data = realdata._icon_theme("fake", "fake-theme", "usr/share/icons/fake", ("32x32", "48x48"))
+    groups = np.concatenate([data.dev.groups, data.test.groups])
+    labels = np.concatenate([data.dev.labels, data.test.labels])
+    assert len(labels) == len(realdata.ICON_CONTEXTS) * 12 * 2  # no alias; of a copy and its icon, one
+    assert not {"alias", *(f"{context}-copy" for context in realdata.ICON_CONTEXTS)} & set(groups)
+    items = [image.tobytes() for image in [*data.dev.items, *data.test.items]]
+    assert len(set(items)) == len(items)
+    for group in set(groups):  # an icon's two sizes: one group, of its context's class
+        assert len(set(labels[groups == group])) == 1 and np.sum(groups == group) == 2
+    assert sorted(np.bincount(labels)) == [24] * len(realdata.ICON_CONTEXTS)
+    assert not set(data.dev.groups) & set(data.test.groups)
+    assert data.dev.items[0].shape[-1] == 3  # RGB on white, as the cut-outs
+
+
 def _files_with_test_labels(root: Path, truth: dict) -> list[Path]:
     """Files under the competition's folders that pair a test id with its true label."""
     found = []
