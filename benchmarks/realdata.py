@@ -313,8 +313,8 @@ SETS = {  # name -> its loader, cheapest first: a run that is stopped has the mo
     "amazon": amazon,
     "nyt": nyt,
     "tweets": tweets,
-    "icons": icons,
     "gnome-icons": gnome_icons,
+    "icons": icons,
     "fashion": _from_cv_data("fashion-medium"),
 }
 
