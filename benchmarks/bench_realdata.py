@@ -134,8 +134,10 @@ def default(spec: Path, download: Path, truth: dict, work: Path, data: realdata.
 
 
 def submitted(subs: Path, name: str, truth: dict, data: realdata.RealSet) -> tuple[Path, dict]:
-    """(the newest submission, its test score): what `make submit` would upload, scored once."""
+    """(the newest submission, its test score): what `make submit` would upload, scored once, and
+    what it got wrong (`test_confusion`: a row a true class, a column a predicted one)."""
     import pandas as pd
+    from sklearn.metrics import confusion_matrix
 
     from pipeline.runs.submission_files import newest_submission
 
@@ -144,7 +146,9 @@ def submitted(subs: Path, name: str, truth: dict, data: realdata.RealSet) -> tup
     predicted = dict(zip(frame.iloc[:, 0], frame.iloc[:, 1].astype(int), strict=True))  # id, class
     ids = sorted(truth)
     labels, decided = np.array([truth[i] for i in ids]), np.array([predicted[i] for i in ids])
-    return csv, realdata_gaps.test_score(labels, decided, len(data.classes), data.test.groups)
+    confusion = confusion_matrix(labels, decided, labels=range(len(data.classes)))
+    scored = realdata_gaps.test_score(labels, decided, len(data.classes), data.test.groups)
+    return csv, {**scored, "test_confusion": confusion.tolist()}
 
 
 def choice_rows(runs: Path) -> list[dict] | None:

@@ -84,7 +84,8 @@ def seed_row(found: dict) -> dict:
     row.update(
         {"winner": run.get("backbone"), "reported": round(said, 4), "reported_kind": run["reported"]["kind"]}
     )
-    row.update({k: run[k] for k in ("test_macro_f1", "test_95", "test_95_over")})
+    scored = ("test_macro_f1", "test_95", "test_95_over", "test_confusion")  # the last since 2026-11-30
+    row.update({k: run[k] for k in scored if k in run})
     row["cv_minus_test"] = round(said - run["test_macro_f1"], 4)
     if "baseline" in found:  # measured at seed 0 only
         row["baseline_test"] = found["baseline"]["test_macro_f1"]

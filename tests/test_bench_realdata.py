@@ -233,6 +233,28 @@ def test_a_seed_row_splits_the_gap_into_its_parts():
     assert "baseline_test" not in row  # measured at seed 0 only
 
 
+def test_the_submission_is_scored_once_with_what_it_got_wrong_class_by_class(tmp_path):
+    from benchmarks.bench_realdata import submitted
+    from benchmarks.realdata_gaps import seed_row
+
+    data = _fake("image", grouped=True)
+    truth = {f"t{i:06d}": int(label) for i, label in enumerate(data.test.labels)}
+    predicted = {  # every fourth test row one class along
+        i: (label + 1) % CLASSES if n % 4 == 0 else label for n, (i, label) in enumerate(truth.items())
+    }
+    pd.DataFrame({"id": list(predicted), "label": list(predicted.values())}).to_csv(
+        tmp_path / "fake.csv", index=False
+    )
+    _, scored = submitted(tmp_path, "fake", truth, data)
+    confusion = np.array(scored["test_confusion"])  # a row a true class, a column a predicted one
+    assert confusion.sum() == len(truth) and np.trace(confusion) == sum(n % 4 != 0 for n in range(len(truth)))
+    for true in range(CLASSES):
+        assert confusion[true].sum() == np.sum(data.test.labels == true)
+        assert confusion[true, (true + 2) % CLASSES] == 0  # each mistake one class along, none two
+    default = {"reported": {"score": 0.6, "kind": "cv"}, "seconds": {}, "commit": "abc", **scored}
+    assert seed_row({"default": default})["test_confusion"] == scored["test_confusion"]
+
+
 def test_seed_0s_default_alone_is_judged_against_the_baseline_stored_for_its_split():
     from benchmarks.bench_realdata import record
 
