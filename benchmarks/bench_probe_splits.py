@@ -49,8 +49,10 @@ TRIO = ("efficientnet-lite-trio-taps", 260)  # the image candidates' (its two ta
 # bench-realdata writes: each image a JPEG at its own size (`trio`), or squared to 192 px first as
 # it was written until 2026-11-30 (`trio-192`), decoded and resized to 260 as petals resizes.
 # `trio-folds`: the `trio` probe as the default predicts test, the mean of its 5 fold models'
-# probabilities (each fitted on 4/5 of dev), not one fit on all of dev.
-ARMS = ("baseline", "lite0-224", "trio", "trio-192", "trio-folds")
+# probabilities (each fitted on 4/5 of dev), not one fit on all of dev. `trio-folds-f16`: the same
+# fitted on the dev views rounded to float16, as petals' feature cache stores what its probe reads
+# (pipeline/modeling/feature_pass.py), test read in float32 as predict reads it (since 2026-11-30).
+ARMS = ("baseline", "lite0-224", "trio", "trio-192", "trio-folds", "trio-folds-f16")
 FOLDS = 5  # the CV group's, as bench-realdata's default runs it
 
 
@@ -145,6 +147,10 @@ def run_set(name: str, count: int) -> dict:
         predicted["trio-folds"] = fold_mean_probe(
             views[:, dev], labels[dev], groups[dev], views[0, test], grouped
         )
+        cached = views[:, dev].astype(np.float16).astype(np.float32)
+        predicted["trio-folds-f16"] = fold_mean_probe(
+            cached, labels[dev], groups[dev], views[0, test], grouped
+        )
         scored = {
             arm: realdata_gaps.test_score(labels[test], found, len(data.classes), test_groups)[
                 "test_macro_f1"
@@ -167,6 +173,8 @@ def run_set(name: str, count: int) -> dict:
                 ("trio", "trio-192"),
                 ("trio-folds", "baseline"),
                 ("trio", "trio-folds"),
+                ("trio-folds-f16", "trio-folds"),
+                ("trio-folds-f16", "baseline"),
             )
         },
         "feature_seconds": seconds,
