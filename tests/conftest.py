@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -193,6 +194,21 @@ def backoff(monkeypatch) -> list[float]:
     slept: list[float] = []
     monkeypatch.setattr(kaggle_client, "time", SimpleNamespace(sleep=slept.append))
     return slept
+
+
+@contextlib.contextmanager
+def kernel_help_recorded():
+    """Kernel generation with the script's --help check recorded, not run: the check imports every
+    stage in a fresh process (about 6 CPU-seconds each time). For tests whose claim is the kernel's
+    files and settings; the real check runs in tests/test_hostile_kernel.py (from a clean clone, in
+    a fresh process) and tests/test_submit_code.py, its caching in tests/test_kernel_parts.py.
+    Yields the folders the check was asked for, so a test still sees that generation asks."""
+    from pipeline.kernels.client import check
+
+    asked: list[Path] = []
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(check, "_answers_help", lambda code, folder, *args, **kwargs: asked.append(folder))
+        yield asked
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pipeline.kernels.client import metadata as kernel
 from pipeline.runs import leaderboard
 from pipeline.runs.submission_files import sample_ids
 from pipeline.tasks.competitions import check_submission
-from tests.conftest import REPO, TINY, error_lines
+from tests.conftest import REPO, TINY, error_lines, kernel_help_recorded
 from tests.kaggle_server import Behaviour, KaggleTestServer
 
 pytestmark = pytest.mark.slow
@@ -28,18 +28,25 @@ pytestmark = pytest.mark.slow
 KERNEL_RECIPE = [o for o in TINY if not o.startswith("data.image_size")]
 
 
-def _generate(kernels_dir, *extra: str) -> int:
+def _generate(kernels_dir, *extra: str, asked: list | None = None) -> int:
+    """`kernel generate` of the tiny recipe; the folders its --help check was asked for are added
+    to `asked` (the check itself is not run here: see `kernel_help_recorded`)."""
     args = ["kernel", "generate", "--kernels-dir", str(kernels_dir), "--recipe", "default"]
     for override in KERNEL_RECIPE:
         args += ["--set", override]
-    return cli.main([*args, *extra])
+    with kernel_help_recorded() as recorded:
+        code = cli.main([*args, *extra])
+    (asked if asked is not None else []).extend(recorded)
+    return code
 
 
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory):
-    """A kernel for the tiny recipe, generated once (generation runs the script's --help)."""
-    kernels_dir = tmp_path_factory.mktemp("kernels")
-    assert _generate(kernels_dir, "--owner", "petals-user", "--name", "petals-tiny") == 0
+    """A kernel for the tiny recipe, generated once (its --help check asked for, not run: see
+    `kernel_help_recorded`)."""
+    kernels_dir, asked = tmp_path_factory.mktemp("kernels"), []
+    assert _generate(kernels_dir, "--owner", "petals-user", "--name", "petals-tiny", asked=asked) == 0
+    assert asked == [kernels_dir / "petals-tiny"]
     return kernels_dir / "petals-tiny"
 
 
