@@ -320,3 +320,24 @@ def test_manifest_that_is_not_json_is_named(tmp_path):
     with pytest.raises(PetalsError, match=r"manifest.json is not valid JSON"):
         manifest_module.read_manifest(tmp_path)
     assert os.path.exists(tmp_path / "manifest.json")
+
+
+@pytest.mark.slow  # a Python process running the fetch stage
+def test_a_fetch_with_nothing_to_do_or_refused_at_once_starts_no_framework(tiny_data_dir, tmp_path):
+    """What needs no reading (data already there; a source that is the data dir) is answered
+    before TensorFlow starts: a second, not TensorFlow's start-up (5-10 s, a minute under load)."""
+    from tests.conftest import run_python
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    done = run_python(
+        f"""
+        import sys
+        from pipeline import cli
+        codes = [cli.main(["fetch", "--data-dir", {str(tiny_data_dir)!r}]),
+                 cli.main(["fetch", "--data-dir", {str(mine)!r}, "--source", "dir", "--from", {str(mine)!r}])]
+        print(codes, sorted(m for m in ("keras", "tensorflow", "jax") if m in sys.modules))
+        """
+    )
+    assert done.stdout.strip() == "[0, 2] []", done.stderr[-2000:]
+    assert "nothing to do" in done.stderr and "overlap (--from is the data dir)" in done.stderr

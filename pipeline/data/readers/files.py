@@ -1,6 +1,10 @@
 """Image folders and tables, unpacked into the data dir (pipeline/data/competition_files.py) and
 read as examples (pipeline/data/file_examples.py): a pool is its splits' examples joined, a part
-the examples of its ids."""
+the examples of its ids.
+
+TensorFlow is imported where examples are read, not here: what fetch asks of a reader first (does
+this folder hold the competition, unpack and check it) needs none, so a fetch that refuses its
+input or finds its data already there says so in a second, not after TensorFlow's start-up."""
 
 from __future__ import annotations
 
@@ -8,17 +12,21 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tensorflow as tf
 
 from competition import CompetitionSpec
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
-from pipeline.data import competition_files, datasets, file_examples, targets
-from pipeline.data.file_examples import Examples, joined
+from pipeline.data import competition_files, targets
 from pipeline.data.readers.base import Got, Pool, Reader, Taken, register
 from pipeline.formats.base import format_of
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from pipeline.data.file_examples import Examples
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,8 @@ class FileSplit:
 
     @property
     def training_examples(self) -> Examples:
+        from pipeline.data.file_examples import joined
+
         return self.examples if self.pseudo is None else joined(self.examples, self.pseudo)
 
     def pseudo_part(self) -> FileSplit | None:
@@ -54,6 +64,8 @@ class FileSplit:
 
     def train_dataset(self, config: Config, batch_size: int, input_context=None) -> tf.data.Dataset:
         """Endless shuffled batches of exactly `batch_size`, augmented as the records' are."""
+        from pipeline.data import datasets, file_examples
+
         examples = self.training_examples
         if input_context is not None:  # this input pipeline's share: every n-th example
             rows = np.arange(
@@ -83,6 +95,8 @@ class FileSplit:
         pad_to_batch: bool = False,
         with_ids: bool = False,
     ) -> tf.data.Dataset:
+        from pipeline.data import datasets, file_examples
+
         examples = self.examples if labeled else replace(self.examples, labels=None)
         batches = file_examples.file_dataset(
             examples,
@@ -104,6 +118,10 @@ class FileSplit:
     def naming_bad(self, labeled: bool) -> Iterator[None]:
         """tf.data's anonymous decode error as one line naming the photo (tables were read whole
         and checked at fetch)."""
+        import tensorflow as tf
+
+        from pipeline.data import datasets, file_examples
+
         images = self.images
         try:
             yield
@@ -172,5 +190,8 @@ class Files(Reader):
         return competition_files.holds_competition(spec)
 
     def pool(self, root: str, spec: CompetitionSpec, config: Config, splits: Sequence[str]) -> FilePool:
+        from pipeline.data import file_examples
+        from pipeline.data.file_examples import joined
+
         found = joined(*(file_examples.examples(Path(root), spec, split) for split in splits))
         return FilePool(found, spec, root)

@@ -1,6 +1,8 @@
 """TFRecord shards, read where they lie at one of the resolutions Kaggle ships (the flower
 competitions): checked and fingerprinted by pipeline/data/layout.py, streamed by
-pipeline/data/datasets.py. A pool's part is the pooled shards read for its ids only."""
+pipeline/data/datasets.py. A pool's part is the pooled shards read for its ids only.
+
+TensorFlow is imported where shards are read (files.py says why)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import tensorflow as tf
 
 from competition import CompetitionSpec
 from pipeline.core.config import Config
-from pipeline.data import datasets, layout, records, targets
-from pipeline.data.pseudo_records import PseudoRecords
+from pipeline.data import targets
 from pipeline.data.readers.base import Got, Pool, Reader, Taken, register
 from pipeline.formats.records import records_of
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from pipeline.data.pseudo_records import PseudoRecords
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,8 @@ class RecordSplit:
 
     @cached_property
     def count(self) -> int:
+        from pipeline.data import records
+
         labelled = records.count_images(self.files) if self.only is None else len(self.only)
         return labelled + (self.pseudo.count if self.pseudo is not None else 0)
 
@@ -44,6 +52,8 @@ class RecordSplit:
         return self.pseudo
 
     def train_dataset(self, config: Config, batch_size: int, input_context=None) -> tf.data.Dataset:
+        from pipeline.data import datasets
+
         return datasets.train_dataset(
             self.files, self.spec, config, batch_size, input_context, self.only, self.pseudo
         )
@@ -56,11 +66,15 @@ class RecordSplit:
         pad_to_batch: bool = False,
         with_ids: bool = False,
     ) -> tf.data.Dataset:
+        from pipeline.data import datasets
+
         return datasets.eval_dataset(
             self.files, self.spec, config, batch_size, labeled, pad_to_batch, with_ids, self.only
         )
 
     def class_counts(self, config: Config) -> np.ndarray:
+        from pipeline.data import datasets
+
         extra = self.pseudo.class_counts(config) if self.pseudo is not None else 0
         if self.only_labels is not None:
             return targets.class_counts(self.only_labels, self.spec.num_classes) + extra
@@ -68,6 +82,8 @@ class RecordSplit:
         return datasets.class_counts(self.files, self.spec, size, skip_bad) + extra
 
     def naming_bad(self, labeled: bool):
+        from pipeline.data import datasets
+
         return datasets.naming_bad_records(self.files, self.spec, self.image_size, labeled)
 
 
@@ -80,6 +96,8 @@ class ShardPool(Pool):
     image_size: int
 
     def ids_and_labels(self) -> tuple[np.ndarray, np.ndarray]:
+        from pipeline.data import records
+
         return records.ids_and_labels(self.files, records_of(self.spec).schema)
 
     def whole(self) -> RecordSplit:
@@ -89,6 +107,8 @@ class ShardPool(Pool):
         return RecordSplit(self.files, self.spec, self.image_size, only=ids, only_labels=labels)
 
     def as_pseudo(self, ids: np.ndarray, labels: np.ndarray, whose: str) -> PseudoRecords:
+        from pipeline.data.pseudo_records import PseudoRecords
+
         return PseudoRecords(self.files, self.spec, self.image_size, ids, labels)
 
 
@@ -110,6 +130,8 @@ class Shards(Reader):
     name = "shards"
 
     def take_in(self, got: Got, staging: Path, spec: CompetitionSpec, drawn: bool) -> Taken:
+        from pipeline.data import layout
+
         counts = layout.verify_layout(got.root, spec, got.sizes)
         if not drawn:  # an embedded dataset's counts are its own
             _note_unusual_counts(counts, spec)
@@ -130,11 +152,15 @@ class Shards(Reader):
         return holds
 
     def pool(self, root: str, spec: CompetitionSpec, config: Config, splits: Sequence[str]) -> ShardPool:
+        from pipeline.data import datasets
+
         size = config.data.image_size
         files = [f for split in splits for f in datasets.shard_files(root, spec, size, split)]
         return ShardPool(files, spec, size)
 
     def skipped_report(self, root: str, spec: CompetitionSpec, config: Config) -> list[str]:
+        from pipeline.data import datasets
+
         size = config.data.image_size
         reports = [
             report

@@ -7,7 +7,6 @@ from pathlib import Path
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.paths import inside, shown
 from pipeline.core.progress import Progress
-from pipeline.data.layout import data_files, found_sizes
 from pipeline.data.sources.base import Context, Got, Source, register
 
 GCS_PATH_VARIABLE = "PETALS_GCS_PATH"
@@ -18,6 +17,8 @@ def copy_tree(source_root: str, dest: Path, spec, sizes: list[int], progress: bo
     Object names are the bucket owner's to choose: every one is checked to stay inside `dest`
     before the first copy."""
     import tensorflow as tf
+
+    from pipeline.data.layout import data_files
 
     prefix = source_root.rstrip("/") + "/"
     targets = []
@@ -56,6 +57,8 @@ class Gcs(Source):
             raise PetalsError(f"--source gcs reads TFRecords; competition {spec.name} has {spec.format} data")
         if not options.gcs_path:
             raise PetalsError(f"--source gcs needs --gcs-path gs://... (or the {GCS_PATH_VARIABLE} variable)")
+        from pipeline.data.layout import found_sizes  # TensorFlow's file system: on a bucket only
+
         remote = options.gcs_path.rstrip("/")
         sizes = options.sizes or tuple(found_sizes(remote, spec))
         if options.gcs_in_place:
