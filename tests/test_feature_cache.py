@@ -297,7 +297,7 @@ def test_a_file_competitions_fold_takes_its_rows_of_the_pooled_examples_by_id(tm
 
     spec = load_spec("dogs-vs-cats")
     data_dir = tmp_path / "data"
-    fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=0.2, progress=False), spec)
+    fetch(FetchOptions(source="synthetic", data_dir=data_dir, scale=0.05, progress=False), spec)  # 50 photos
     config = load_config(overrides=[*CACHED, "competition=dogs-vs-cats", "train.folds=2", "train.fold=1"])
     cut = network_cut.cut(registry.build_classifier("cnn", TINY_SIZE, spec.num_classes), 4, True)
     table, (train, val) = fold_splits(cut, config, spec, data_dir, tmp_path / "runs", cpu)
