@@ -37,6 +37,18 @@ def test_count_images_uses_names_and_falls_back_to_reading(tmp_path, spec):
     assert not list(tmp_path.glob("*.partial"))  # writes are atomic
 
 
+def test_shards_read_in_one_pass_give_each_its_own_count_and_ids_in_shard_order(tmp_path, spec):
+    paths = [str(tmp_path / f"{name}.tfrec") for name in ("b", "empty", "a")]
+    for path, n in zip(paths, (3, 0, 2), strict=True):
+        _write(path, spec, n)
+    assert records.count_records_each(paths) == [3, 0, 2] and records.count_records_each([]) == []
+    ids, labels = records.ids_and_labels(paths, records_of(spec).schema)
+    assert ids.tolist() == ["id000", "id001", "id002", "id000", "id001"]
+    assert labels.tolist() == [0, 1, 2, 0, 1]
+    empty = records.ids_and_labels([], records_of(spec).schema)
+    assert empty[0].shape == empty[1].shape == (0,)
+
+
 @pytest.mark.parametrize("size", [32, 33])
 def test_read_record_gives_static_shapes_for_labeled_and_unlabeled(tmp_path, spec, size):
     _write(tmp_path / "l.tfrec", spec, 4, labeled=True, size=size)

@@ -87,11 +87,7 @@ def verify_layout(
                     f"{where}: {len(shards)} shards, expected {records_of(spec).shards_per_split}"
                 )
             images = 0
-            for path in shards:
-                try:
-                    n = records.count_records(path)
-                except tf.errors.OpError as err:
-                    raise PetalsError(f"corrupt shard {path}: {first_line(err)}") from None
+            for path, n in zip(shards, _counts(shards), strict=True):
                 named = records.count_from_name(path)
                 if named is not None and named != n:
                     raise PetalsError(f"{path}: its name says {named} records but it holds {n}")
@@ -100,6 +96,19 @@ def verify_layout(
             counts[size][split] = {"images": images, "shards": len(shards)}
     _check_sample_submission(root, spec, counts)
     return counts
+
+
+def _counts(shards: list[str]) -> list[int]:
+    """Each shard's record count, read in one pass; a corrupt one is named by reading each alone."""
+    try:
+        return records.count_records_each(shards)
+    except tf.errors.OpError:
+        for path in shards:
+            try:
+                records.count_records(path)
+            except tf.errors.OpError as err:
+                raise PetalsError(f"corrupt shard {path}: {first_line(err)}") from None
+        raise
 
 
 def _check_sample_submission(root: str, spec: CompetitionSpec, counts: dict) -> None:

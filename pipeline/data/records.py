@@ -96,9 +96,27 @@ def check_local_shards(paths: Sequence[str]) -> None:
 def count_records(path: str) -> int:
     """Count records by reading the whole shard (also verifies every record's checksums); each
     record's declared length is checked first (`check_record_lengths`)."""
-    check_record_lengths(path)
-    dataset = tf.data.TFRecordDataset(path)
-    return int(dataset.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1).numpy())
+    return count_records_each([path])[0]
+
+
+def count_records_each(paths: Sequence[str]) -> list[int]:
+    """`count_records` of each shard, read in one pass: one dataset for all of them, where one per
+    shard cost 35 ms of set-up each (a verify of the 48 tiny shards: 1.2 s, mostly that; 0.1 s now). A
+    corrupt shard raises TensorFlow's error, which does not say which shard it was."""
+    for path in paths:
+        check_record_lengths(path)
+    if not paths:
+        return []
+    names = tf.constant(list(paths))
+    shard_of_each_record = (
+        tf.data.Dataset.range(len(paths))
+        .interleave(lambda i: tf.data.TFRecordDataset(names[i]).map(lambda _: i), cycle_length=1)
+        .batch(1 << 16)
+    )
+    counts = np.zeros(len(paths), np.int64)
+    for shards in shard_of_each_record.as_numpy_iterator():
+        counts += np.bincount(shards, minlength=len(paths))
+    return counts.tolist()
 
 
 def count_images(paths: Iterable[str]) -> int:
@@ -203,11 +221,13 @@ def ids_and_labels(files: Sequence[str], schema: RecordSchema) -> tuple[np.ndarr
         schema.label: tf.io.FixedLenFeature([], tf.int64),
     }
     ids, labels = [], []
-    for path in files:
-        for batch in tf.data.TFRecordDataset(path).batch(4096):
-            parsed = tf.io.parse_example(batch, feature)
-            ids.append(parsed[schema.id].numpy().astype(str))
-            labels.append(parsed[schema.label].numpy())
+    # One dataset over the shards, read one after another in their order (a dataset per shard
+    # cost 20 ms each: 0.55 s for the 32 tiny labelled shards, 0.05 s this way).
+    batches = tf.data.TFRecordDataset(list(files)).batch(4096) if files else []
+    for batch in batches:
+        parsed = tf.io.parse_example(batch, feature)
+        ids.append(parsed[schema.id].numpy().astype(str))
+        labels.append(parsed[schema.label].numpy())
     if not ids:
         return np.zeros(0, str), np.zeros(0, np.int64)
     return np.concatenate(ids), np.concatenate(labels).astype(np.int64)
