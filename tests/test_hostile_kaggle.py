@@ -218,15 +218,15 @@ def test_a_gcs_listing_leaving_its_folder_is_refused_before_copying(
     tmp_path, tiny_dataset, capsys, monkeypatch, name
 ):
     """A bucket's object names are its owner's: the listing is checked before the first copy."""
-    from pipeline.data.sources import gcs
+    from pipeline.data import layout
 
     remote = str(tiny_dataset)
-    listed = gcs.data_files
+    listed = layout.data_files  # what the gcs source lists a bucket with
 
     def hostile_listing(root, spec, sizes, labelled_only=False):
         return [*listed(root, spec, sizes, labelled_only), f"{root.rstrip('/')}/{name}"]
 
-    monkeypatch.setattr(gcs, "data_files", hostile_listing)
+    monkeypatch.setattr(layout, "data_files", hostile_listing)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     tree = Tree(tmp_path)
     args = [
