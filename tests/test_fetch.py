@@ -18,7 +18,7 @@ from pipeline.data.layout import verify_layout
 from pipeline.formats.records import records_of
 from pipeline.stages import fetch as fetch_stage
 from pipeline.stages.fetch import FetchOptions, fetch
-from tests.conftest import TINY_SCALE, TINY_SIZE
+from tests.conftest import TINY_SCALE, TINY_SIZE, run_python
 
 
 @pytest.fixture
@@ -326,8 +326,6 @@ def test_manifest_that_is_not_json_is_named(tmp_path):
 def test_a_fetch_with_nothing_to_do_or_refused_at_once_starts_no_framework(tiny_data_dir, tmp_path):
     """What needs no reading (data already there; a source that is the data dir) is answered
     before TensorFlow starts: a second, not TensorFlow's start-up (5-10 s, a minute under load)."""
-    from tests.conftest import run_python
-
     mine = tmp_path / "mine"
     mine.mkdir()
     done = run_python(

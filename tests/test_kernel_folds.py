@@ -22,12 +22,11 @@ from pipeline.cv import held, merge
 from pipeline.cv.group import fold_config, group_id
 from pipeline.data import folds
 from pipeline.data.manifest import read_manifest
-from pipeline.kernels.client import check
 from pipeline.modeling.inference import Predictions
 from pipeline.runs.submission_files import sample_ids
 from pipeline.tasks.competitions import load_competition, size_of
 from pipeline.tasks.recipe_config import load_config
-from tests.conftest import TINY
+from tests.conftest import TINY, kernel_help_recorded
 from tests.kaggle_server import Behaviour, KaggleTestServer
 
 K = 2
@@ -261,7 +260,7 @@ def test_fold_runs_collected_with_track_mlflow_are_their_groups_children_once(
         assert fold.info.status == "FINISHED"
 
 
-def test_a_folds_kernel_is_generated_with_its_folds_and_bad_folds_are_refused(tmp_path, capsys, monkeypatch):
+def test_a_folds_kernel_is_generated_with_its_folds_and_bad_folds_are_refused(tmp_path, capsys):
     recipe = [arg for o in TINY if not o.startswith("data.image_size") for arg in ("--set", o)]
     base = ["kernel", "generate", "--kernels-dir", str(tmp_path), "--recipe", "default", "--owner", "me",
             "--name", "folds", *recipe]  # fmt: skip
@@ -273,23 +272,21 @@ def test_a_folds_kernel_is_generated_with_its_folds_and_bad_folds_are_refused(tm
         assert cli.main([*base, *extra]) == 2
         assert message in capsys.readouterr().err
         assert not (tmp_path / "folds").exists()
-    # The real check runs the script's --help (about 20 s: test_kernel.py does); the settings are
-    # what this test is about.
-    monkeypatch.setattr(check, "_answers_help", lambda *args, **kwargs: None)
-    assert cli.main([*base, "--folds", "3", "--fold", "0,2"]) == 0
+    with kernel_help_recorded():  # the settings are what this test is about
+        assert cli.main([*base, "--folds", "3", "--fold", "0,2"]) == 0
     text = (tmp_path / "folds" / "petals_kernel.py").read_text()
     settings = ast.literal_eval(re.search(r"^SETTINGS = (.*?)\nBUNDLE = ", text, re.S | re.M).group(1))
     assert settings["folds"] == 3 and settings["fold_list"] == [0, 2]
 
 
-def test_a_folds_kernel_carries_the_fold_table_dealt_here(tmp_path, data_dir, table, spec, monkeypatch):
+def test_a_folds_kernel_carries_the_fold_table_dealt_here(tmp_path, data_dir, table, spec):
     # 192 px records on Kaggle; the tiny data here is 32 px: the table, of ids, is the same.
     recipe = [arg for o in TINY if not o.startswith("data.image_size") for arg in ("--set", o)]
-    monkeypatch.setattr(check, "_answers_help", lambda *args, **kwargs: None)
     base = ["kernel", "generate", "--kernels-dir", str(tmp_path / "k"), "--recipe", "default",
             "--owner", "me",
             "--name", "folds", *recipe, "--folds", str(K), "--data-dir", str(data_dir)]  # fmt: skip
-    assert cli.main(base) == 0
+    with kernel_help_recorded():
+        assert cli.main(base) == 0
     text = (tmp_path / "k" / "folds" / "petals_kernel.py").read_text()
     settings = ast.literal_eval(re.search(r"^SETTINGS = (.*?)\nBUNDLE = ", text, re.S | re.M).group(1))
     carried = settings["fold_table"]
