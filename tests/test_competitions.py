@@ -19,7 +19,7 @@ from pipeline.stages import evaluate, leaderboard, train
 from pipeline.stages.fetch import FetchOptions, fetch
 from pipeline.tasks.competitions import check_network, check_submission, load_competition, task_of
 from pipeline.tasks.recipe_config import load_config
-from tests.conftest import competition_of, run_cli
+from tests.conftest import REPO, competition_of, run_cli
 
 # Recipes that train in seconds; the rest is each competition's own cpu recipe.
 TINY = {
@@ -247,6 +247,20 @@ def test_each_competition_has_its_own_cpu_and_tpu_recipes():
             assert loaded.competition == name and loaded.recipe == recipe
     with pytest.raises(PetalsError, match=r"^unknown recipe 'densenet201' for imdb: no "):
         load_config("densenet201", ["competition=imdb"])
+
+
+def test_the_readme_names_each_competition_and_links_each_page_of_sources():
+    """README's opening says what `COMPETITION=` picks: every folder in competition/ by the name it
+    takes; and each competition page in docs/competitions/ is linked (it said "five more" while
+    eight trained, and left Jigsaw's page out)."""
+    readme = (REPO / "README.md").read_text()
+    opening = readme.split("\n## ", 1)[0]
+    names = sorted(p.parent.name for p in (REPO / "competition").glob("*/competition.toml"))
+    others = [name for name in names if name != "flowers"]
+    assert [name for name in others if f"`{name}`" not in opening] == []
+    assert "picks eight more" in opening and len(others) == 8
+    pages = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "docs" / "competitions").glob("*.md"))
+    assert [page for page in pages if f"]({page})" not in readme] == []
 
 
 @pytest.mark.slow
