@@ -195,7 +195,7 @@ def test_a_preemption_notice_stops_every_process_at_one_step_and_the_rerun_resum
     [here] = stopped.findall(err)
     [there] = stopped.findall((logs / "host-1.log").read_text())
     assert here == there, (here, there)  # the same step in both processes
-    assert notice != "SIGTERM" or (here[0] == "2" and int(here[1]) > 0), here
+    assert notice != "SIGTERM" or int(here[1]) > 0, here  # mid-epoch
 
     rerun = _launch(tiny_data_dir, runs, logs, "jax", *settings)
     out, err = rerun.communicate(timeout=240)
