@@ -90,7 +90,9 @@ def shrinkage_lda(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray,
     return coef, -0.5 * np.einsum("kd,kd->k", means, coef) + np.log(priors), classes
 
 
-def fitted_arm(arm: str, views: np.ndarray, dev, test, labels, groups, blocks: list[np.ndarray]) -> np.ndarray:
+def fitted_arm(
+    arm: str, views: np.ndarray, dev, test, labels, groups, blocks: list[np.ndarray]
+) -> np.ndarray:
     """The arm fitted on the dev rows' views [2, dev, d] -> its predicted classes of test's first view."""
     from pipeline.modeling import probe
 
@@ -136,8 +138,10 @@ def run_set(name: str, count: int) -> dict:
         for arm in ARMS[1:]:
             predicted[arm] = fitted_arm(arm, views, dev, test, labels, groups, blocks)
         scored = {
-            arm: realdata_gaps.test_score(labels[test], found, len(data.classes), test_groups)["test_macro_f1"]
-            for arm, found in predicted.items()
+            arm: realdata_gaps.test_score(labels[test], classes, len(data.classes), test_groups)[
+                "test_macro_f1"
+            ]
+            for arm, classes in predicted.items()
         }
         rows.append({"seed": seed, "test": len(test), **scored})
         print(f"  {name} seed {seed}: {rows[-1]}", flush=True)

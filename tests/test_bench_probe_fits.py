@@ -20,7 +20,8 @@ def _rows(seed: int, n: int = 90, p: int = 300, classes: int = 4):
     unevenly; a class with two rows, one constant column."""
     rng = np.random.default_rng(seed)
     y = np.concatenate([np.arange(n - 2) % (classes - 1), [classes - 1] * 2])
-    x = rng.normal(size=(n, p)) * rng.uniform(0.2, 3.0, p) + np.eye(classes)[y] @ rng.normal(size=(classes, p))
+    centres = np.eye(classes)[y] @ rng.normal(size=(classes, p))
+    x = rng.normal(size=(n, p)) * rng.uniform(0.2, 3.0, p) + centres
     x[:, 7] = 1.5
     return x, y
 
