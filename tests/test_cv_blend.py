@@ -207,3 +207,72 @@ def test_a_stack_these_rows_cannot_fit_leaves_compare_only_when_another_method_w
     for needed in (None, "stack"):  # the stack asked for, or every method: the one line as before
         with pytest.raises(PetalsError, match="outside fold 0 has a single row of class"):
             cv_blend.compare(members, labels, folds, LOG_LOSS, needed=needed)
+
+
+def _grouped(seed: int, n: int = 180, size: int = 3):
+    """Random labels, groups of `size` rows of one class, a fold table dealing whole groups."""
+    rng = np.random.default_rng(seed)
+    group_labels = rng.integers(0, CLASSES, n // size)
+    labels = np.repeat(group_labels, size)
+    groups = np.repeat([f"g{g}" for g in range(n // size)], size)
+    folds = np.repeat(rng.permutation(np.arange(n // size) % FOLDS), size)
+    return rng, labels, groups, folds
+
+
+def _straddling(splits, groups: np.ndarray) -> set:
+    return {g for train, test in splits for g in set(groups[train]) & set(groups[test])}
+
+
+def test_a_stacks_inner_cv_deals_whole_groups(monkeypatch):
+    """Each meta-model's penalty is chosen on inner folds that keep a group on one side: one group's
+    rows on both would reward the C that memorises the group."""
+    rng, labels, groups, folds = _grouped(12)
+    members = informative_and_noise(rng, labels)
+    seen = []
+    real = cv_blend.LogisticRegressionCV
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["cv"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cv_blend, "LogisticRegressionCV", spy)
+    results = cv_blend.compare(members, labels, folds, LOG_LOSS, groups=groups)
+    assert len(seen) == FOLDS + 1  # a meta-model for each fold's rows, and one on every row
+    for f, splits in enumerate(seen):
+        part = groups[folds != f] if f < FOLDS else groups
+        assert not _straddling(splits, part), f
+    assert results["stack"].score < LOG_LOSS.score(labels, members[1])
+    seen.clear()
+    cv_blend.stack_oof(members, labels, folds, LOG_LOSS)  # ungrouped: rows dealt one by one, as before
+    assert any(_straddling(splits, groups[folds != f]) for f, splits in enumerate(seen[:FOLDS]))
+
+
+def test_a_numbers_stacks_alpha_is_chosen_on_whole_groups(monkeypatch):
+    import sklearn.linear_model
+
+    rng, _, groups, folds = _grouped(13)
+    truth = np.repeat(rng.uniform(1, 100, len(set(groups))), 3)[:, None].astype(np.float32)
+    members = [truth + rng.normal(0, 10, truth.shape) for _ in range(2)]
+    seen = []
+    real = sklearn.linear_model.RidgeCV
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("cv"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sklearn.linear_model, "RidgeCV", spy)
+    grouped = cv_blend.stack_oof(members, truth, folds, METRICS["rmse"], groups=groups)
+    assert len(seen) == FOLDS + 1 and all(splits is not None for splits in seen)
+    for f, splits in enumerate(seen):
+        assert not _straddling(splits, groups[folds != f] if f < FOLDS else groups), f
+    assert grouped.score < min(METRICS["rmse"].score(truth, m) for m in members)
+    seen.clear()
+    cv_blend.stack_oof(members, truth, folds, METRICS["rmse"])
+    assert seen == [None] * (FOLDS + 1)  # ungrouped: leave-one-out, as before
+
+
+def test_a_stack_on_rows_of_one_group_is_refused_in_one_line():
+    rng, labels, _, folds = _grouped(14)
+    members = informative_and_noise(rng, labels)
+    with pytest.raises(PetalsError, match="holds a single group"):
+        cv_blend.stack_oof(members, labels, folds, LOG_LOSS, groups=np.full(len(labels), "one"))

@@ -245,3 +245,21 @@ def test_a_blend_tracked_in_mlflow_is_a_run_of_its_members_and_its_leaderboard_r
     for column in (spec.score_key, "cv_score", "cv_spread", "val_accuracy", "folds"):
         assert found.data.metrics[column] == pytest.approx(float(row[column]), abs=0), column
     assert [a.path for a in client.list_artifacts(found.info.run_id, "submission")] == ["submission/w.csv"]
+
+
+@pytest.mark.slow  # the ensemble stage over fold runs
+def test_a_blend_of_groups_hands_the_datas_groups_to_the_stacks_inner_cv(tmp_path, cassava, monkeypatch):
+    """Where the competition names groups, the OOF rows' groups reach `compare` (the stack's inner CV
+    deals them whole: tests/test_cv_blend.py); nowhere else would a stack learn of them."""
+    from pipeline.data import groups as data_groups
+
+    setting, spec = make_setting(tmp_path, cassava), cassava
+    for seed, name in enumerate(["cv3-a", "cv3-b"]):
+        write_group(setting, spec, name, seed)
+    named = np.array([f"p{i // 4}" for i in range(ROWS)])
+    asked, handed = [], []
+    monkeypatch.setattr(data_groups, "held_out_groups", lambda d, s, ids: asked.append(list(ids)) or named)
+    real = cv_blend.compare
+    monkeypatch.setattr(cv_blend, "compare", lambda *a, **k: handed.append(k["groups"]) or real(*a, **k))
+    assert cli.main(["--quiet", "ensemble", "--runs", "cv3-a", "cv3-b", *setting.args()]) == 0
+    assert asked == [list(setting.table.ids)] and handed[0] is named

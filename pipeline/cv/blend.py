@@ -4,7 +4,9 @@ Every member is a CV group's out-of-fold (OOF) probabilities [n, classes], rows 
 `folds[i]` is the fold row i was held out in. Whatever a blend fits (weights, a meta-model) is
 fitted without the rows it is then scored on: fold f's blended rows come from a choice made on
 the other folds, so the reported score is as honest as each member's OOF score. The weights and
-the meta-model applied to the test set are fitted once more on every row.
+the meta-model applied to the test set are fitted once more on every row. Where the competition
+names groups, a stack's inner CV (which chooses its penalty) deals whole groups too: a group on
+both sides of it would reward the penalty that lets the meta-model memorise the group.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression, LogisticRegressionCV
-from sklearn.model_selection import StratifiedKFold
+from sklearn.model_selection import GroupKFold, StratifiedGroupKFold, StratifiedKFold
 from threadpoolctl import threadpool_limits
 
 from competition.metric import METRICS, Metric
@@ -26,7 +28,7 @@ GRID = np.round(np.arange(0.0, 1.0001, 0.05), 2)  # the values each weight is tr
 CLIP = 1e-7  # log-probabilities of the meta-model's features are clipped here: log(0) is -inf
 STACK_CS = (0.01, 0.1, 1.0, 10.0)  # the meta-model's regularisation, chosen by an inner CV
 INNER_FOLDS = 3
-STACK_ALPHAS = (0.1, 1.0, 10.0, 100.0)  # a numbers stack's ridge penalties, chosen by leave-one-out
+STACK_ALPHAS = (0.1, 1.0, 10.0, 100.0)  # a numbers stack's ridge penalties: leave-one-out, or groups out
 
 
 @dataclass(frozen=True)
@@ -201,26 +203,38 @@ def stack_features(members: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([np.log(np.clip(m, CLIP, 1.0)) for m in members], axis=1)
 
 
+def inner_splits(labels: np.ndarray, groups: np.ndarray | None, inner: int) -> list:
+    """The (train, test) rows of a stack's inner CV: stratified by class, whole groups with
+    `groups` (None: each row its own)."""
+    rows = np.zeros((len(labels), 1))
+    if groups is None:
+        return list(StratifiedKFold(inner, shuffle=True, random_state=0).split(rows, labels))
+    return list(StratifiedGroupKFold(inner, shuffle=True, random_state=0).split(rows, labels, groups))
+
+
 def fit_meta_model(
-    features: np.ndarray, labels: np.ndarray, c: float | None, part: str
+    features: np.ndarray, labels: np.ndarray, c: float | None, part: str, groups: np.ndarray | None = None
 ) -> LogisticRegression | LogisticRegressionCV:
     """A multinomial logistic regression on `features`; C from an inner stratified CV on these
-    rows only when `c` is None (fewer inner folds when a class has fewer than INNER_FOLDS rows)."""
+    rows only when `c` is None (fewer inner folds when a class has fewer than INNER_FOLDS rows, or
+    the rows fewer `groups`), each group on one side of it."""
     classes, counts = np.unique(labels, return_counts=True)
     if len(classes) < 2:
         raise PetalsError(f"stacking: {part} holds only class {classes.tolist()}; a meta-model needs two")
     if c is not None:
         return LogisticRegression(C=c, max_iter=1000).fit(features, labels)
-    inner = min(INNER_FOLDS, int(counts.min()))
+    inner = min(INNER_FOLDS, int(counts.min()), len(set(groups)) if groups is not None else INNER_FOLDS)
     if inner < 2:
         rare = classes[counts < 2].tolist()
         raise PetalsError(
             f"stacking: {part} has a single row of class(es) {rare}; choosing C by inner CV needs 2 per class"
+            if rare
+            else f"stacking: {part} holds a single group; choosing C by inner CV needs 2"
         )
     return LogisticRegressionCV(
         Cs=list(STACK_CS),
         l1_ratios=(0.0,),
-        cv=StratifiedKFold(inner, shuffle=True, random_state=0),
+        cv=inner_splits(labels, groups, inner),
         scoring="neg_log_loss",  # the meta-model outputs probabilities: judge them as such
         max_iter=1000,
         use_legacy_attributes=False,
@@ -245,9 +259,11 @@ def stack_oof(
     metric: Metric,
     c: float | None = None,
     tests: list[np.ndarray] | None = None,
+    groups: np.ndarray | None = None,
 ) -> BlendResult:
     """A logistic-regression meta-model judged out of fold: fold f's rows are predicted by a
-    meta-model fitted (C included) on the other folds; the test set by one fitted on every row.
+    meta-model fitted (C included, by an inner CV of whole `groups`) on the other folds; the test
+    set by one fitted on every row.
 
     The outer loop is written out rather than `cross_val_predict` so that each outer training
     part picks its inner folds from its own rows only: nothing about fold f, not even its class
@@ -255,8 +271,9 @@ def stack_oof(
     """
     members, labels, folds, tests = _arrays(members, labels, folds, tests)
     k = check_inputs(members, labels, folds, tests)
+    groups = None if groups is None else np.asarray(groups).astype(str)
     if _numbers(labels):
-        return stack_numbers(members, labels, folds, metric, k, tests)
+        return stack_numbers(members, labels, folds, metric, k, tests, groups)
     classes = members[0].shape[1]
     features = stack_features(members)
     oof = np.zeros(members[0].shape, dtype=np.float32)
@@ -264,10 +281,11 @@ def stack_oof(
     with threadpool_limits(1):  # fits this small run several times slower on contended BLAS threads
         for f in range(k):
             held = folds == f
-            model = fit_meta_model(features[~held], labels[~held], c, f"the rows outside fold {f}")
+            kept = None if groups is None else groups[~held]
+            model = fit_meta_model(features[~held], labels[~held], c, f"the rows outside fold {f}", kept)
             oof[held] = meta_probabilities(model, features[held], classes)
             fold_c.append(_chosen_c(model))
-        model = fit_meta_model(features, labels, c, "all rows")
+        model = fit_meta_model(features, labels, c, "all rows", groups)
     return BlendResult(
         kind="stack",
         oof=oof,
@@ -286,14 +304,16 @@ def compare(
     metric: Metric,
     tests: list[np.ndarray] | None = None,
     needed: str | None = None,
+    groups: np.ndarray | None = None,
 ) -> dict[str, BlendResult]:
-    """Equal weights, searched weights and stacking, each scored out of fold, by kind. With
-    `needed`, only that kind must fit: another these rows cannot fit (a stack on classes of one row
-    outside a fold) is left out, said in one line, rather than stopping the one asked for."""
+    """Equal weights, searched weights and stacking, each scored out of fold, by kind (the stack's
+    inner CV over whole `groups`: the folds keep them whole already). With `needed`, only that kind
+    must fit: another these rows cannot fit (a stack on classes of one row outside a fold) is left
+    out, said in one line, rather than stopping the one asked for."""
     methods = {
         "equal": lambda: equal_weights(members, labels, folds, metric, tests),
         "search": lambda: weight_search_oof(members, labels, folds, metric, tests),
-        "stack": lambda: stack_oof(members, labels, folds, metric, tests=tests),
+        "stack": lambda: stack_oof(members, labels, folds, metric, tests=tests, groups=groups),
     }
     results = {}
     for kind, method in methods.items():
@@ -306,18 +326,19 @@ def compare(
     return results
 
 
-def stack_numbers(members, labels, folds, metric: Metric, k: int, tests=None) -> BlendResult:
+def stack_numbers(members, labels, folds, metric: Metric, k: int, tests=None, groups=None) -> BlendResult:
     """Numbers stacked by a ridge regression on the members' numbers side by side, judged out of
-    fold as the classes' meta-model is: fold f's rows by a ridge (its alpha by scikit-learn's
-    leave-one-out choice among STACK_ALPHAS) fitted on the other folds; the test set by one
-    fitted on every row. Several numbers a row: a ridge a column, on the members' numbers of that
-    column (each member's own estimate of it), its weights reported as their mean over the columns."""
+    fold as the classes' meta-model is: fold f's rows by a ridge (its alpha among STACK_ALPHAS by
+    scikit-learn's leave-one-out choice, or with `groups` an inner CV of whole groups) fitted on
+    the other folds; the test set by one fitted on every row. Several numbers a row: a ridge a
+    column, on the members' numbers of that column (each member's own estimate of it), its weights
+    reported as their mean over the columns."""
     columns = np.asarray(labels).reshape(len(labels), -1)  # as they came: [n] or [n, columns]
     oof = np.zeros(members[0].shape, dtype=np.float32)
     test = None if tests is None else np.zeros((len(tests[0]), columns.shape[1]), np.float32)
     weights = []
     for column in range(columns.shape[1]):
-        fitted = _ridge_column(members, columns[:, column], folds, k, column, oof, tests, test)
+        fitted = _ridge_column(members, columns[:, column], folds, k, column, oof, tests, test, groups)
         weights.append(np.asarray(fitted.coef_, np.float64))
     return BlendResult(
         kind="stack",
@@ -329,17 +350,29 @@ def stack_numbers(members, labels, folds, metric: Metric, k: int, tests=None) ->
     )
 
 
-def _ridge_column(members, target, folds, k: int, column: int, oof, tests, test):
+def _ridge_column(members, target, folds, k: int, column: int, oof, tests, test, groups=None):
     """One column's ridge stack: its OOF rows into `oof`, the test rows into `test`; the model
     fitted on every row."""
-    from sklearn.linear_model import RidgeCV
-
     features = np.stack([m[:, column] for m in members], axis=1)
     for f in range(k):
         held = folds == f
-        model = RidgeCV(alphas=STACK_ALPHAS).fit(features[~held], target[~held])
+        model = _ridge(features[~held], target[~held], None if groups is None else groups[~held])
         oof[held, column] = model.predict(features[held])
-    model = RidgeCV(alphas=STACK_ALPHAS).fit(features, target)
+    model = _ridge(features, target, groups)
     if tests is not None:
         test[:, column] = model.predict(np.stack([t[:, column] for t in tests], axis=1))
     return model
+
+
+def _ridge(features: np.ndarray, target: np.ndarray, groups: np.ndarray | None):
+    """A ridge whose alpha leave-one-out chooses, or with `groups` an inner CV of whole groups
+    (leave-one-out would hold out one row of a group and train on its others)."""
+    from sklearn.linear_model import RidgeCV
+
+    if groups is None:
+        return RidgeCV(alphas=STACK_ALPHAS).fit(features, target)
+    inner = min(INNER_FOLDS, len(set(groups)))
+    if inner < 2:
+        raise PetalsError("stacking: the rows outside a fold hold a single group; choosing alpha needs 2")
+    splits = list(GroupKFold(inner).split(features, target, groups))
+    return RidgeCV(alphas=STACK_ALPHAS, cv=splits, scoring="neg_mean_squared_error").fit(features, target)

@@ -261,6 +261,7 @@ def blend_groups(opts: EnsembleOptions, dirs: list[RunDir], method: str) -> Path
     """Blend CV groups out of fold by `method` (or the given weights) and write the ensemble."""
     from competition import load_spec
     from pipeline.cv.blend import compare
+    from pipeline.data.groups import held_out_groups
     from pipeline.data.manifest import read_manifest
 
     if opts.weights is not None and method != "equal":
@@ -273,7 +274,8 @@ def blend_groups(opts: EnsembleOptions, dirs: list[RunDir], method: str) -> Path
     labels = groups[0].oof.labels
     tests = aligned([g.test for g in groups], [g.run for g in groups], "test")
     members, test_members = [g.oof.probabilities for g in groups], [t.probabilities for t in tests]
-    results = compare(members, labels, folds, spec.metric, test_members, needed=method)
+    grouped = held_out_groups(opts.data_dir, spec, groups[0].oof.ids)  # a stack's inner CV: whole groups
+    results = compare(members, labels, folds, spec.metric, test_members, needed=method, groups=grouped)
     chosen = results[method]
     if opts.weights is not None:
         chosen = fixed_weights(members, labels, folds, spec.metric, test_members, opts.weights)
