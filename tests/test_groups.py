@@ -9,6 +9,7 @@ that ignored the groups: the same data dealt without them puts most documents on
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -385,3 +386,32 @@ def test_an_interval_of_no_rows_is_none_and_one_of_rows_all_right_is_what_they_r
     assert metric.interval(np.array([], np.int64), np.zeros((0, 3))) is None
     labels = np.arange(2_000)  # 2,000 classes, each row right: every draw scores 1
     assert metric.interval(labels, np.eye(2_000, dtype=np.float32), draws=4) == (1 - 3 / 2_000, 1.0)
+
+
+def _with_doc(data: Path, change) -> None:
+    """The fetched train.csv with its `doc` column changed by `change(row number, value)`."""
+    import pandas as pd
+
+    [path] = [p for p in data.rglob("train.csv")]
+    table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    table["doc"] = [change(i, value) for i, value in enumerate(table["doc"])]
+    table.to_csv(path, index=False)
+
+
+@pytest.mark.parametrize(("value", "said"), [("", "an empty"), ("   ", "an empty"),
+                                             ("NA", "a missing value's marker ('NA') as its"),
+                                             ("nan", "a missing value's marker ('nan') as its")])  # fmt: skip
+def test_a_group_value_that_says_none_is_refused_not_taken_for_one_group(tmp_path, value, said):
+    spec, data = _fetched(tmp_path, 'group_column = "doc"')
+    _with_doc(data, lambda i, doc: value if i in (7, 12) else doc)  # would merge two documents' rows
+    with pytest.raises(PetalsError, match=rf"train.csv: 'doc1_2' has {re.escape(said)} 'doc': name each"):
+        folds.fold_table(data, spec, _config(spec, folds=5))
+
+
+def test_spaces_around_a_group_value_keep_the_group_whole(tmp_path):
+    spec, data = _fetched(tmp_path, 'group_column = "doc"')
+    _with_doc(data, lambda i, doc: f" {doc}  " if i % 2 else doc)  # half of each document's rows
+    table = folds.fold_table(data, spec, _config(spec, folds=5))
+    for fold in range(5):
+        held = table.folds == fold
+        assert not _shared_documents(table.ids[~held], table.ids[held])

@@ -37,6 +37,9 @@ REPEATS = 0.5
 WITHIN_ONE_CLASS = 0.95
 # Rows that repeat another's input exactly, past which a random split is no longer honest.
 DUPLICATES = 0.01
+# A group column's values that say "no group" (pandas writes NaN as "" and str() of it as "nan"):
+# refused, not read as one group holding every such row.
+MISSING = ("", "nan", "NaN", "NAN", "None", "none", "null", "NULL", "NA", "N/A", "n/a", "<NA>")
 
 
 def group_ids(root: str, spec: CompetitionSpec, splits: Sequence[str], ids: np.ndarray) -> np.ndarray | None:
@@ -88,10 +91,16 @@ def _column(root: str, spec: CompetitionSpec, split: str, column: str) -> dict[s
     path, rows = read
     if column not in rows.columns:
         raise PetalsError(f"{path}: no column {shown(column)} ([data] group_column)")
-    empty = rows[column] == ""
-    if empty.any():
-        raise PetalsError(f"{path}: {shown(rows.index[empty.to_numpy()][0])} has an empty {column!r}")
-    return dict(zip(rows.index.astype(str), rows[column].astype(str), strict=True))
+    # "P1 " is P1 (a spreadsheet's stray space would split the group); a value that is blank, or
+    # that a writer puts where it had none (NaN, None, NA), would merge rows of unrelated groups.
+    values = rows[column].astype(str).str.strip()
+    missing = values.isin(MISSING)
+    if missing.any():
+        row = int(np.flatnonzero(missing.to_numpy())[0])
+        value = values.iloc[row]  # one of MISSING: nothing of the file's own is printed
+        said = "an empty" if value == "" else f"a missing value's marker ({value!r}) as its"
+        raise PetalsError(f"{path}: {shown(rows.index[row])} has {said} {column!r}: name each row's group")
+    return dict(zip(rows.index.astype(str), values, strict=True))
 
 
 def digest(ids: np.ndarray, groups: np.ndarray) -> str:
