@@ -215,3 +215,20 @@ def test_the_weight_search_never_ends_below_its_best_member():
     blended = ensemble.blend([first, second], weights).argmax(axis=1)
     best_member = max(f1_score(labels, p.argmax(axis=1), average="macro") for p in (first, second))
     assert f1_score(labels, blended, average="macro") >= best_member - 1e-9
+
+
+def test_a_val_score_whose_epoch_these_rows_chose_says_so_and_what_the_end_scored(
+    runs, tiny_data_dir, capsys
+):
+    """The weights evaluate scores are the epoch that scored best on val: where that is not the
+    schedule's end, the evaluation and its line say which epoch, of how many, and what the end scored."""
+    runs_dir, (name, _), subs = runs
+    history = pd.read_csv(runs_dir / name / "history.csv")
+    history.loc[0, "val_macro_f1"] = 0.99  # as if the first epoch had scored best on these rows
+    history.to_csv(runs_dir / name / "history.csv", index=False)
+    common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
+    assert _stage("evaluate", *common, "--run", name) == 0
+    evaluation = json.loads((runs_dir / name / "metrics.json").read_text())["evaluation"]
+    last = float(history["val_macro_f1"].iloc[-1])
+    assert evaluation["chosen_epoch"] == {"epoch": 1, "scored": 3, "last": pytest.approx(last)}
+    assert f"; epoch 1, the best of 3 on these rows (the last: {last:.4f}), TTA 1" in capsys.readouterr().out

@@ -266,6 +266,37 @@ def test_what_a_score_is_worth_reads_in_the_summary():
     grouped = {"images": 300, "groups": 60, "interval": [0.5, 0.7]}
     assert worth(grouped) == "on 300 rows of 60 groups (95% interval 0.500-0.700)"
     assert worth({"images": 10, "interval": None}) == "on 10 rows"
+    chosen = {"images": 120, "chosen_epoch": {"epoch": 3, "scored": 10, "last": 0.725}}
+    assert worth(chosen) == "on 120 rows; epoch 3, the best of 10 on these rows (the last: 0.7250)"
+    for bad in ({"epoch": "3", "scored": 10, "last": 0.7}, {"epoch": 3, "scored": True, "last": 0.7},
+                {"epoch": 3, "scored": 10, "last": float("nan")}, [3, 10, 0.7]):  # fmt: skip
+        assert worth({"images": 120, "chosen_epoch": bad}) == "on 120 rows"  # a kernel's output says anything
+
+
+@pytest.mark.parametrize(
+    ("scores", "greater", "chosen"),
+    [
+        ([0.34, 0.67, 0.758, 0.675, 0.725], True, {"epoch": 3, "scored": 5, "last": 0.725}),
+        ([12.2, 11.04, 11.3, 11.33], False, {"epoch": 2, "scored": 4, "last": 11.33}),  # RMSE: lower
+        ([0.5, None, 0.9, None, 0.7], True, {"epoch": 3, "scored": 3, "last": 0.7}),  # val_every = 2
+        ([0.5, 0.7, 0.9], True, None),  # the end is the best: nothing chosen over it
+        ([0.9, 0.7, 0.9], True, None),  # the end as good as the best
+        ([None, None, 0.8], True, None),  # one epoch scored
+    ],
+)
+def test_a_runs_epoch_chosen_on_its_val_rows_over_the_schedules_end(tmp_path, scores, greater, chosen):
+    import pandas as pd
+
+    from pipeline.core.rundir import RunDir
+    from pipeline.runs.report import chosen_epoch
+
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    pd.DataFrame({"epoch": range(1, len(scores) + 1), "loss": 1.0, "val_x": scores}).to_csv(
+        run.history_file, index=False
+    )
+    assert chosen_epoch(run, "val_x", greater) == chosen
+    assert chosen_epoch(RunDir(tmp_path / "none"), "val_x", greater) is None  # no history: none chosen
 
 
 def test_the_main_jobs_summary_and_the_cv_line_say_what_a_score_is_worth(tmp_path):

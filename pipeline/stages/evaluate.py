@@ -67,7 +67,7 @@ def evaluate(
     evaluation."""
     from pipeline.data.groups import held_out_groups
     from pipeline.modeling.inference import predict_split
-    from pipeline.runs import leaderboard, tracking
+    from pipeline.runs import leaderboard, report, tracking
     from pipeline.tasks import mistakes
 
     config = run.read_config()
@@ -90,6 +90,8 @@ def evaluate(
         "groups": None if grouped is None else len(set(grouped)),
         "interval": None if interval is None else [round(v, 5) for v in interval],
         "tta": tta,
+        # Its weights are the epoch that scored best on these rows: say so, and the schedule's end.
+        "chosen_epoch": report.chosen_epoch(run, spec.score_key, spec.metric.greater_is_better),
         "evaluated_at": leaderboard.now(),
         **{name: value for name, value in found.fields.items() if name != "val_accuracy"},
     }
