@@ -446,3 +446,33 @@ def test_spaces_around_a_group_value_keep_the_group_whole(tmp_path):
     for fold in range(5):
         held = table.folds == fold
         assert not _shared_documents(table.ids[~held], table.ids[held])
+
+
+def test_the_text_probe_chooses_its_penalty_on_whole_documents(grouped, cpu, tmp_path, caplog, monkeypatch):
+    """A TF-IDF probe run on the grouped passages: the inner CV that chooses its C is handed each
+    passage's document and keeps each document on one side, and its line says so."""
+    from pipeline.modeling import head_fits
+    from pipeline.stages import train
+    from pipeline.tasks.recipe_config import load_config
+
+    spec, data = grouped
+    handed = []
+    real = head_fits.inner_folds
+
+    def spy(labels, groups, views, seed):
+        splits = real(labels, groups, views, seed)
+        handed.append((np.asarray(groups), splits))
+        return splits
+
+    monkeypatch.setattr(head_fits, "inner_folds", spy)
+    caplog.set_level("INFO")
+    overrides = [f"competition={spec.file}", "model.backbone=tfidf", "data.batch_size=8",
+                 "data.sequence_length=32", "data.vocabulary_size=300", "train.epochs=1",
+                 "train.head_solver=logistic"]  # fmt: skip
+    job = train.prepare(load_config("cpu", overrides), cpu, data, tmp_path / "runs", None, None)
+    train.fit(job, progress=False)
+    [(documents, splits)] = handed
+    assert set(documents) <= {f"doc{d}" for d in range(DOCUMENTS)} and len(splits) >= 2
+    for kept, held in splits:
+        assert not set(documents[kept]) & set(documents[held])
+    assert "over whole groups" in caplog.text

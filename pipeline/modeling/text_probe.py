@@ -130,6 +130,7 @@ def train_head(trainer, vectors_of=None) -> dict[str, float]:
     rows = net.get_layer("logits").rows
     vector = f" and a {x.shape[1] - rows}-wide sentence vector" if x.shape[1] > rows else ""
     features = int((net.get_layer("tfidf").get_weights()[0] > 0).sum())
-    log.info("train: TF-IDF%s + %s fitted on %d texts, %d features (%s over whole examples)",
-             vector, head_fits.FITS[kind].title, len(ids), features, fitted.said)  # fmt: skip
+    whole = "whole groups" if job.groups_of is not None else "whole examples"  # as the image probe says
+    log.info("train: TF-IDF%s + %s fitted on %d texts, %d features (%s over %s)",
+             vector, head_fits.FITS[kind].title, len(ids), features, fitted.said, whole)  # fmt: skip
     return head_fits.training_logs(net, job.task, np.asarray(x @ table) + fitted.bias, labels)
