@@ -13,6 +13,7 @@ from sklearn.metrics import f1_score
 
 from pipeline import cli
 from pipeline.core.rundir import RunDir
+from pipeline.cv.blend import blend
 from pipeline.modeling.inference import Predictions
 from pipeline.runs import leaderboard
 from pipeline.runs.submission_files import sample_ids
@@ -152,7 +153,10 @@ def test_an_ensemble_blends_probabilities_and_its_weight_search_beats_each_membe
 
     assert _stage("ensemble", "--runs", *names, "--search", "--name", "searched", *common) == 0
     searched = json.loads((runs_dir / "searched" / "metrics.json").read_text())
+    # The tiny val holds one image a class: no stratified part can be dealt, so the weights' own
+    # rows score them, and the row says so (cross-fitting: the tests below).
     assert searched["weights_searched_on_val"] is True
+    assert searched["judged"] == "on val, the rows the weights were searched on"
     assert searched["val_macro_f1"] >= max(searched["member_val_macro_f1"].values()) - 1e-9
     assert sum(searched["members"].values()) == pytest.approx(1.0)
     board = leaderboard.read(subs / leaderboard.BOARD).set_index("entry")
@@ -232,3 +236,75 @@ def test_a_val_score_whose_epoch_these_rows_chose_says_so_and_what_the_end_score
     last = float(history["val_macro_f1"].iloc[-1])
     assert evaluation["chosen_epoch"] == {"epoch": 1, "scored": 3, "last": pytest.approx(last)}
     assert f"; epoch 1, the best of 3 on these rows (the last: {last:.4f}), TTA 1" in capsys.readouterr().out
+
+
+def _noise_val(seed: int, n: int = 200, members: int = 3, grouped: bool = False):
+    """Val predictions of `members` runs that know nothing (random probabilities, random labels of
+    4 classes), and groups of 4 rows of one class with `grouped`."""
+    rng = np.random.default_rng(seed)
+    labels = np.repeat(rng.integers(0, 4, n // 4), 4) if grouped else rng.integers(0, 4, n)
+    ids = np.array([f"v{i:04d}" for i in range(n)])
+    val = [Predictions(ids, rng.dirichlet(np.ones(4), n).astype(np.float32), labels) for _ in range(members)]
+    return val, (np.array([f"g{i // 4}" for i in range(n)]) if grouped else None)
+
+
+def test_a_searched_blend_of_runs_is_scored_cross_fitted_not_on_the_rows_it_chose_on():
+    """Weights searched on val flatter the blend on val: on members that know nothing the search
+    finds weights that score above chance on their own rows, while each fifth blended by weights
+    searched on the rest scores about chance. The test set gets the weights searched on all of val."""
+    from competition.metric import METRICS
+    from pipeline.cv.blend import search_weights
+
+    f1, flattered = METRICS["macro_f1"], []
+    for seed in (0, 1, 3):
+        val, _ = _noise_val(seed, n=120, members=4)
+        labels, members = val[0].labels, [v.probabilities for v in val]
+        weights, crossed = ensemble.cross_fitted_search(val, np.ones(4), f1, None)
+        np.testing.assert_allclose(weights, search_weights(members, labels, np.ones(4), f1))
+        in_sample = f1.score(labels, blend(members, weights))
+        assert f1.score(labels, crossed) < in_sample - 0.04, (
+            seed
+        )  # what the cross-fitted score does not report
+        flattered.append(in_sample)
+    assert np.mean(flattered) > 0.25 + 0.03  # the search fits noise on the rows it chose on (chance: 0.25)
+
+
+def test_a_searched_blends_parts_keep_each_group_whole(monkeypatch):
+    from competition.metric import METRICS
+    from pipeline.cv import blend as cv_blend
+
+    val, grouped = _noise_val(1, grouped=True)
+    seen = []
+    real = cv_blend.weight_search_oof
+    monkeypatch.setattr(
+        cv_blend,
+        "weight_search_oof",
+        lambda m, y, part, *a, **k: seen.append(part) or real(m, y, part, *a, **k),
+    )
+    ensemble.cross_fitted_search(val, np.ones(3), METRICS["macro_f1"], grouped)
+    [part] = seen
+    assert len(set(part)) == ensemble.CROSS_FOLDS
+    assert all(len(set(part[grouped == g])) == 1 for g in set(grouped))  # each group in one part
+
+
+def test_a_cross_fitted_blend_is_what_the_ensemble_writes_and_scores(runs, tiny_data_dir, monkeypatch):
+    """The blend of runs scores, writes and labels val as cross_fitted_search blended it."""
+    runs_dir, names, subs = runs
+    made = {}
+
+    def crossed(val, start, metric, grouped):
+        made["val"] = np.flip(val[0].probabilities, axis=1).copy()  # any blend it could have made
+        return np.array([0.5, 0.5]), made["val"]
+
+    monkeypatch.setattr(ensemble, "cross_fitted_search", crossed)
+    common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
+    assert _stage("ensemble", "--runs", *names, "--search", "--name", "crossed", *common) == 0
+    metrics = json.loads((runs_dir / "crossed" / "metrics.json").read_text())
+    written = Predictions.load(runs_dir / "crossed" / "val_predictions.npz")
+    np.testing.assert_allclose(written.probabilities, made["val"], atol=1e-6)
+    assert metrics["judged"].startswith("on val cross-fitted")
+    assert metrics["val_macro_f1"] == pytest.approx(
+        f1_score(written.labels, written.predicted, average="macro")
+    )
+    board = leaderboard.read(subs / leaderboard.BOARD).set_index("entry")
+    assert "(searched on val, scored cross-fitted)" in board.loc["crossed", "members"]

@@ -173,12 +173,14 @@ def weight_search_oof(
     folds: np.ndarray,
     metric: Metric,
     tests: list[np.ndarray] | None = None,
+    start: np.ndarray | None = None,
 ) -> BlendResult:
     """Searched weights judged out of fold: fold f's rows are blended with weights searched on
-    the other folds; the test set with weights searched on every row."""
+    the other folds; the test set with weights searched on every row (each search from `start`,
+    equal weights by default, and each member alone)."""
     members, labels, folds, tests = _arrays(members, labels, folds, tests)
     k = check_inputs(members, labels, folds, tests)
-    start = np.ones(len(members))
+    start = np.ones(len(members)) if start is None else np.asarray(start, float)
     oof = np.zeros(members[0].shape, dtype=np.float32)
     chosen = []
     for f in range(k):

@@ -3,8 +3,11 @@
 Single runs: `--runs a b --weights 0.6 0.4` averages the members' val and test probabilities with
 those weights (equal when none are given; they need not sum to 1). `--search` picks the weights
 that do best on the competition's val metric by coordinate ascent on a 0.05 grid, starting from
-equal weights; a score chosen on val flatters the blend, so the report and the leaderboard row say
-the weights were searched on the rows they are scored on. Members must have been trained on the
+the given (or equal) weights. A score chosen on val flatters the blend, so val is cross-fitted:
+dealt in CROSS_FOLDS parts (stratified, whole groups), each part blended by weights searched on
+the others, and the blend is scored on those rows; the test set gets the weights searched on all
+of val. Where val cannot be dealt so (rows of several labels), the weights searched on all of val
+score it, and the report and the leaderboard row say so. Members must have been trained on the
 same data and scored on the same val images; their predictions are made (or reused) as
 `evaluate` and `predict` would.
 
@@ -42,6 +45,8 @@ log = logging.getLogger(__name__)
 
 METHODS = ("equal", "search", "stack")
 SEARCHED = " searched on val, the very rows it is scored on: an optimistic score"
+CROSS_FITTED = " searched on val, scored cross-fitted (each fifth blended by weights searched on the rest)"
+CROSS_FOLDS = 5  # val's parts for a searched blend's score
 CAVEAT = "picking the best of these is itself a choice on those rows"
 
 
@@ -126,17 +131,19 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
     weights = np.ones(len(run_dirs)) if opts.weights is None else np.asarray(opts.weights, float)
     weights = weights / weights.sum()
     metric = spec.metric
-    if search:  # the very weights whose blend it scored, so the reported score is that one
-        weights = search_weights([v.probabilities for v in val], val[0].labels, weights, metric)
-    # Each scored as its submission decides, the way evaluate scores a run (a multi-label blend: its
-    # thresholds, cross-fitted on val), so members, blend and board rows read alike.
     task = task_of(spec)
     grouped = held_out_groups(opts.data_dir, spec, val[0].ids)  # thresholds judged out of group
+    crossed = None
+    if search:
+        weights, crossed = cross_fitted_search(val, weights, metric, grouped)
+    # Each scored as its submission decides, the way evaluate scores a run (a multi-label blend: its
+    # thresholds, cross-fitted on val), so members, blend and board rows read alike.
     members = {
         d.name: task.evaluate(v.labels, v.probabilities, spec, grouped).score
         for d, v in zip(run_dirs, val, strict=True)
     }
-    val_blend = Predictions(val[0].ids, blend([v.probabilities for v in val], weights), val[0].labels)
+    blended = blend([v.probabilities for v in val], weights) if crossed is None else crossed
+    val_blend = Predictions(val[0].ids, blended, val[0].labels)
     test_blend = Predictions(test[0].ids, blend([t.probabilities for t in test], weights))
     score = task.evaluate(val_blend.labels, val_blend.probabilities, spec, grouped).score
     accuracy = task_of(spec).scores(val_blend.probabilities, val_blend.labels)["accuracy"]
@@ -151,19 +158,64 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
             "metric": metric.name,
             f"member_{spec.score_key}": members,
             "weights_searched_on_val": search,
-            "judged": "on val, the rows the weights were searched on" if search else "on val",
+            "judged": _judged(search, crossed is not None),
             spec.score_key: score,
             "val_accuracy": accuracy,
             "images": len(val_blend.ids),
         },
-        described=described + (" (searched on val: scored on the same rows)" if search else ""),
+        described=described + _described(search, crossed is not None),
     )  # fmt: skip
     best_member = (max if metric.greater_is_better else min)(members.values())
+    said = "" if not search else CROSS_FITTED if crossed is not None else SEARCHED
     print(
         f"{name}: val {metric.title} {score:.4f} (best member {best_member:.4f}), accuracy {accuracy:.4f}; "
-        f"weights {described}{SEARCHED if search else ''} -> {path}"
+        f"weights {described}{said} -> {path}"
     )
     return path
+
+
+def cross_fitted_search(
+    val: list[Predictions], start: np.ndarray, metric, grouped: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the weights searched on all of val, which blend the test set; val's rows blended part by
+    part, each of CROSS_FOLDS parts by weights searched on the others: what the blend is scored
+    on). The parts are stratified and keep groups whole. None for the second where val cannot be
+    dealt so (rows of several labels; fewer than 2 rows or groups): then the weights' own rows."""
+    from pipeline.cv.blend import check_inputs, weight_search_oof
+    from pipeline.data import folds, targets
+
+    members, labels = [v.probabilities for v in val], np.asarray(val[0].labels)
+    ids = np.asarray(val[0].ids).astype(str)
+    several_labels = labels.ndim == 2 and labels.dtype.kind != "f"
+    # No more parts than the commonest class (or a number's bin) has rows: a stratified deal needs it
+    common = 0 if several_labels else int(np.bincount(targets.strata(labels)).max())
+    parts = min(CROSS_FOLDS, common, len(set(grouped)) if grouped is not None else len(ids))
+    if several_labels or parts < 2:
+        return search_weights(members, labels, start, metric), None
+    table = folds.deal(ids, labels, parts, 0, None if grouped is None else np.asarray(grouped).astype(str))
+    position = {i: n for n, i in enumerate(table.ids)}  # the table is in id order; val in its own
+    part = table.folds[[position[i] for i in ids]]
+    check_inputs(members, labels, part)
+    found = weight_search_oof(members, labels, part, metric, start=start)
+    return found.weights, found.oof
+
+
+def _judged(search: bool, crossed: bool) -> str:
+    if not search:
+        return "on val"
+    if crossed:
+        return f"on val cross-fitted: each of {CROSS_FOLDS} parts blended by weights searched on the others"
+    return "on val, the rows the weights were searched on"
+
+
+def _described(search: bool, crossed: bool) -> str:
+    if not search:
+        return ""
+    return (
+        " (searched on val, scored cross-fitted)"
+        if crossed
+        else " (searched on val: scored on the same rows)"
+    )
 
 
 def _members(opts: EnsembleOptions, platform):
