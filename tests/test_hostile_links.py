@@ -333,3 +333,46 @@ def test_a_run_file_from_a_kernels_output_is_read_by_the_rule(tmp_path, make, gi
     assert said in line and SECRET not in line and "\n" not in line
     assert tree.changes() == []
     record(f"run file from a kernel ({given.split(' ', 1)[1]})", given, line, None, "nothing read or written")
+
+
+@pytest.mark.parametrize(
+    "listed",
+    [
+        [{"name": "HOME", "epoch": 1, "step": 0}, {"name": "../../keep.txt", "epoch": 2, "step": 0}],
+        [{"name": "ckpt-1.npz", "epoch": 1, "step": 0, "sha256": "../../keep.txt"}],
+        "ckpt-1.npz",
+        [["ckpt-1.npz"]],
+    ],
+    ids=["paths", "bad-digest", "a-string", "a-list"],
+)
+def test_a_checkpoint_index_naming_files_outside_its_folder_deletes_and_reads_nothing_there(
+    tmp_path, caplog, listed
+):
+    """A runs folder comes back from a kernel, or is shared: its checkpoint index (latest.json)
+    lists the files the next save deletes. Names petals did not write (a path, `..`, not a
+    `ckpt-N.npz`) are not taken: the checkpoint files in the folder are, and nothing outside goes."""
+    import json
+
+    import keras
+    import numpy as np
+
+    from pipeline.modeling.checkpoint import Checkpoint
+
+    folder = tmp_path / "runs" / "shared-run" / "checkpoints"
+    folder.mkdir(parents=True)
+    (tmp_path / "home").mkdir()
+    victim, sibling = tmp_path / "home" / "notes.txt", tmp_path / "runs" / "keep.txt"
+    for path in (victim, sibling):
+        path.write_text("mine")
+    listed = json.loads(json.dumps(listed).replace("HOME", str(victim)))
+    (folder / "latest.json").write_text(json.dumps({"latest": "ckpt-2.npz", "checkpoints": listed}))
+    caplog.set_level("WARNING")
+    weights = [keras.Variable(np.zeros(3, np.float32))]
+    tree = Tree(tmp_path, allowed=(folder,))
+    Checkpoint(folder, {"net": weights}, keep=1).save(3, 0.5)
+    assert victim.read_text() == "mine" and sibling.read_text() == "mine" and tree.changes() == []
+    assert "not a checkpoint index petals wrote; looking for checkpoint files instead" in caplog.text
+    assert sorted(p.name for p in folder.iterdir()) == ["ckpt-3.npz", "latest.json"]
+    weights[0].assign(np.ones(3, np.float32))
+    assert Checkpoint(folder, {"net": weights}, keep=1).restore().epoch == 3
+    np.testing.assert_array_equal(weights[0].numpy(), np.zeros(3))

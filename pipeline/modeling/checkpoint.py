@@ -32,6 +32,7 @@ from pipeline.core.files import naming
 log = logging.getLogger(__name__)
 
 LATEST = "latest.json"
+SHA256 = r"[0-9a-f]{64}"
 
 
 @dataclass
@@ -145,12 +146,16 @@ class Checkpoint:
             return self._found()
         try:
             index = json.loads(_read_bytes(pointer))
-        except (OSError, ValueError) as err:
+        except (OSError, ValueError, RecursionError) as err:
             log.warning("%s: unreadable (%s); looking for checkpoint files instead", pointer, err)
             return self._found()
-        if "checkpoints" not in index:  # one unchecked checkpoint, as petals wrote them before
-            return [{"name": index["latest"], "epoch": index.get("epoch", 0), "step": 0}]
-        return index["checkpoints"]
+        entries = _listed(index)
+        if entries is None:
+            log.warning(
+                "%s: not a checkpoint index petals wrote; looking for checkpoint files instead", pointer
+            )
+            return self._found()
+        return entries
 
     def _found(self) -> list[dict]:
         names = _list(self.directory)
@@ -266,6 +271,29 @@ def _load(path: str, sha: str | None):
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as err:
         raise _Damaged(f"unreadable: {err}") from None
     return saved
+
+
+def _listed(index) -> list[dict] | None:
+    """An index's checkpoints, each named as petals names them (`_parse_name`), its epoch and step
+    read from the name; None for an index petals did not write. Its names are read and deleted in
+    this folder: a runs folder can be shared (a Kaggle dataset restored into a kernel), and an
+    index naming `../x` or `/home/u/x` would delete that file on the next save."""
+    if not isinstance(index, dict):
+        return None
+    listed = index.get("checkpoints", [{"name": index.get("latest")}])  # before: the latest alone
+    if not isinstance(listed, list):
+        return None
+    entries = []
+    for entry in listed:
+        name = entry.get("name") if isinstance(entry, dict) else None
+        parsed = _parse_name(name) if isinstance(name, str) else None
+        digest = entry.get("sha256") if parsed is not None else None
+        if parsed is None or not (
+            digest is None or (isinstance(digest, str) and re.fullmatch(SHA256, digest))
+        ):
+            return None
+        entries.append(parsed if digest is None else {**parsed, "sha256": digest})
+    return entries
 
 
 def _parse_name(name: str) -> dict | None:
