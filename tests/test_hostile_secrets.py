@@ -37,14 +37,30 @@ def test_a_refused_storage_url_shows_no_password(tmp_path):
     [
         ("postgresql://me:hunter2@h/db", "postgresql://me:***@h/db"),
         ("postgresql://me:hun@ter2/x@h:5432/db", "postgresql://me:***@h:5432/db"),  # unescaped @ and /
-        ("mysql://me@h/db?ssl_key=/k/hunter2&charset=utf8", "mysql://me@h/db?ssl_key=***&charset=utf8"),
-        ("postgresql://me@h/db?sslmode=require&PassWord=hunter3", "postgresql://me@h/db?sslmode=require&PassWord=***"),
+        ("mysql://me@h/db?ssl_key=/k/hunter2&charset=utf8", "mysql://***@h/db?ssl_key=***&charset=utf8"),
+        ("postgresql://me@h/db?sslmode=require&PassWord=hunter3", "postgresql://***@h/db?sslmode=require&PassWord=***"),
         ("sqlite:////tmp/x.db", "sqlite:////tmp/x.db"),
+        # a token as the user part (no password), as Git and MLflow servers take one
+        ("https://hunter2hunter2@mlflow.example/x", "https://***@mlflow.example/x"),
+        # a signed URL's signature, and its credential
+        ("https://b.example/o?X-Amz-Credential=hunter2&X-Amz-Signature=hunter3&x=1",
+         "https://b.example/o?X-Amz-Credential=***&X-Amz-Signature=***&x=1"),
+        ("https://a.example/b?sv=1&sig=hunter3", "https://a.example/b?sv=1&sig=***"),
     ],
 )  # fmt: skip
 def test_a_storage_url_is_shown_with_every_secret_masked(url, shown):
     assert study.shown_url(url) == shown
     assert study.hidden(f"could not connect to {url}", url) == f"could not connect to {shown}"
+    _no_password(study.shown_url(url))
+
+
+def test_a_drivers_error_quoting_the_password_decoded_is_masked_too():
+    """A password written percent-encoded in the URL (`%40` for `@`) reaches the driver decoded,
+    and its error may quote it so."""
+    url = "postgresql://me:hunter2%40x@h/db"
+    said = study.hidden("password authentication failed for me (hunter2@x)", url)
+    assert said == "password authentication failed for me (***)"
+    assert study.hidden("role me does not exist", "postgresql://me@h/db") == "role me does not exist"
 
 
 def test_a_failing_database_is_one_line_without_its_password(tmp_path, monkeypatch):
