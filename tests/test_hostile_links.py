@@ -376,3 +376,68 @@ def test_a_checkpoint_index_naming_files_outside_its_folder_deletes_and_reads_no
     weights[0].assign(np.ones(3, np.float32))
     assert Checkpoint(folder, {"net": weights}, keep=1).restore().epoch == 3
     np.testing.assert_array_equal(weights[0].numpy(), np.zeros(3))
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda p: p.write_text("[1, 2]"), _deep_json, _fifo, lambda p: p.write_text('{"a": 1')],
+    ids=["a-list", "deep", "fifo", "cut"],
+)
+def test_a_runs_config_and_a_data_manifest_that_are_no_json_object_are_one_line(tmp_path, make):
+    """config.json comes back in a kernel's output, manifest.json in a shared data dir: each is read
+    by the rule (never waited on, never a traceback), one line naming the file."""
+    from pipeline.core.config import read_config
+    from pipeline.data.manifest import read_manifest
+
+    (tmp_path / "run").mkdir()
+    make(tmp_path / "run" / "config.json")
+    with pytest.raises(PetalsError) as refused:
+        read_config(tmp_path / "run" / "config.json")
+    assert "config.json" in str(refused.value) and "\n" not in str(refused.value)
+    (tmp_path / "data").mkdir()
+    make(tmp_path / "data" / "manifest.json")
+    if make is _fifo:  # no file: no manifest (`make fetch` first), not waited on
+        assert read_manifest(tmp_path / "data") is None
+        return
+    with pytest.raises(PetalsError, match=r"manifest.json.*: delete it and fetch again"):
+        read_manifest(tmp_path / "data")
+
+
+def test_a_manifest_whose_root_is_no_path_is_one_line(tmp_path):
+    from pipeline.data.manifest import locate_data
+
+    (tmp_path / "manifest.json").write_text('{"root": ["/etc"]}')
+    with pytest.raises(PetalsError, match="its 'root' is not a path: delete it and fetch again"):
+        locate_data(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "make", [lambda p: p.write_text("[1]"), _deep_json, _fifo], ids=["a-list", "deep", "fifo"]
+)
+def test_a_submissions_record_or_intent_that_is_no_json_object_is_no_record(tmp_path, make):
+    """A submissions folder may be shared: a CSV's record (x.json beside x.csv) or submit's intent
+    file that is a list, 10,000 brackets or a FIFO is no record, read without waiting."""
+    import threading
+
+    from pipeline.runs import sent
+    from pipeline.runs.submission_files import newest_submission, sidecar
+
+    (tmp_path / "x.csv").write_text("id,label\n1,0\n")
+    make(tmp_path / "x.json")
+    make(tmp_path / "intent.json")
+    found = {}
+
+    def read():
+        found["newest"] = newest_submission(tmp_path, "flowers")
+        found["sidecar"] = sidecar(tmp_path / "x.csv", "0" * 64)
+        found["intent"] = sent.read_intent(tmp_path / "intent.json", {"sha256": "0"})
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout=20)
+    assert not reader.is_alive(), "waited on a FIFO"
+    assert found == {"newest": tmp_path / "x.csv", "sidecar": {}, "intent": {}}

@@ -9,7 +9,6 @@ resolved config is written beside every run's outputs (`Config.to_dict`) and rea
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -266,10 +265,12 @@ def resolve_recipe(recipe: str, device: str | None) -> str:
 
 def read_config(path: Path) -> Config:
     """A resolved config saved beside a run's outputs (`config.json`), every key checked again."""
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise PetalsError(f"{path}: unreadable config ({err})") from None
+    from pipeline.core.foreign_files import json_object
+
+    try:  # a run may come back in a kernel's output: read by the rule for foreign files
+        raw = json_object(path, "run file")
+    except PetalsError as err:
+        raise PetalsError(f"unreadable config: {err}") from None
     config = apply_updates(Config(), raw, str(path), CHOICES)
     validate(config)
     return config

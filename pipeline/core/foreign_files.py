@@ -140,6 +140,18 @@ def load_json(folder: Path, value: str, field: str, source: object = None, limit
     return _parsed(where, text, json.loads, json.JSONDecodeError, "JSON", " (a hostile file?)")
 
 
+def json_object(path: Path, field: str) -> dict:
+    """`load_json` of the file at `path` (inside its own folder), which must hold a JSON object:
+    one line naming it otherwise. For the files petals writes beside its outputs and reads back
+    (a run's config, a data dir's manifest, a submission's record), which come back from kernels
+    and shared folders as anything at all: a list, a FIFO, a gibibyte, 100,000 brackets."""
+    path = Path(path)
+    found = load_json(path.parent, path.name, field)
+    if not isinstance(found, dict):
+        raise PetalsError(f"{path}: not a JSON object")
+    return found
+
+
 def _parsed(where: Path, text: str, parse, error: type[Exception], kind: str, nested: str):
     """`parse(text)`: a file that does not parse, or nests deeper than MAX_DEPTH (the parsers recurse
     once per bracket: thousands are a RecursionError), is one line naming `where`."""

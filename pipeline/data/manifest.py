@@ -4,11 +4,11 @@ a stage that only reads the manifest (submit) starts in a second."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign_files import json_object
 
 MANIFEST = "manifest.json"
 
@@ -18,15 +18,17 @@ def read_manifest(data_dir: Path) -> dict[str, Any] | None:
     path = data_dir / MANIFEST
     if not path.is_file():
         return None
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise PetalsError(f"{path} is not valid JSON ({err}): delete it and fetch again") from None
+    try:  # a data dir may be shared (DATA=): read by the rule for foreign files
+        return json_object(path, "data manifest")
+    except PetalsError as err:
+        raise PetalsError(f"{err}: delete it and fetch again") from None
 
 
 def data_root(data_dir: Path, manifest: dict[str, Any]) -> str:
     """Where a fetched data dir's data lives: the data dir itself, a local path or a gs:// URL."""
-    root = manifest["root"]
+    root = manifest.get("root")
+    if not isinstance(root, str) or not root:
+        raise PetalsError(f"{data_dir / MANIFEST}: its 'root' is not a path: delete it and fetch again")
     return str(data_dir.resolve()) if root == "." else root
 
 

@@ -4,7 +4,6 @@ CSV of a competition with what was recorded about it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -111,10 +110,7 @@ def newest_submission(submissions_dir: Path, competition: str = DEFAULT_COMPETIT
     from pipeline.runs import leaderboard
 
     def made_for(path: Path) -> str:
-        try:
-            return json.loads(path.with_suffix(".json").read_text()).get("competition", competition)
-        except (OSError, json.JSONDecodeError):
-            return competition
+        return _record(path.with_suffix(".json")).get("competition", competition)
 
     files = [
         p for p in submissions_dir.glob("*.csv") if not leaderboard.is_board(p) and made_for(p) == competition
@@ -128,9 +124,19 @@ def newest_submission(submissions_dir: Path, competition: str = DEFAULT_COMPETIT
 
 def sidecar(path: Path, digest: str) -> dict:
     """What `predict`/`ensemble` recorded about the file, if it is still the file they wrote."""
-    meta = path.with_suffix(".json")
-    try:
-        recorded = json.loads(meta.read_text()) if meta.is_file() else {}
-    except json.JSONDecodeError:
-        return {}
+    recorded = _record(path.with_suffix(".json"))
     return recorded if recorded.get("csv_sha256") == digest else {}
+
+
+def _record(meta: Path) -> dict:
+    """A CSV's record (what predict or ensemble wrote beside it), {} where there is none to read:
+    a submissions folder may be shared, and a record that is a FIFO, a list or 100,000 brackets
+    is no record (read by the rule for foreign files, never waited on)."""
+    from pipeline.core.foreign_files import json_object
+
+    if not meta.is_file() and not meta.is_symlink():
+        return {}
+    try:
+        return json_object(meta, "submission record")
+    except PetalsError:
+        return {}
