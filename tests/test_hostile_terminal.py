@@ -416,6 +416,31 @@ def test_class_names_in_the_per_class_tables_cannot_start_a_formula(tmp_path):
     assert not _raw_in(lines) and "\\x1b[31mdog" in lines and "=cmd|' /C calc'!A0" in lines
 
 
+def test_a_regressions_column_names_in_its_table_and_lines_cannot_start_a_formula_or_act(tmp_path):
+    """Several numbers a row (Feedback Prize ELL): the columns' names come from the competition file
+    (a shared one says anything) into evaluate's per_class.csv, its lines and submit's description."""
+    import dataclasses
+
+    from competition import load_spec
+    from pipeline.core.rundir import RunDir
+    from pipeline.tasks.competitions import task_of
+    from pipeline.tasks.targets import regression_report
+
+    names = ("=cmd|' /C calc'!A0", "\x1b]0;OWNED\x07cohesion")
+    spec = load_spec("feedback-prize-ell")
+    spec = dataclasses.replace(spec, classes=names, submission_columns=names)
+    rng = np.random.default_rng(0)
+    true = rng.uniform(1, 5, (6, 2)).astype(np.float32)
+    result = regression_report.evaluation(true, true + rng.normal(0, 0.3, true.shape), spec)
+    result.files[RunDir.PER_CLASS](tmp_path / RunDir.PER_CLASS)
+    table = list(csv.DictReader((tmp_path / RunDir.PER_CLASS).open()))
+    assert [row["name"] for row in table] == ["'=cmd|' /C calc'!A0", names[1]]
+    lines = "\n".join(regression_report.summary_lines(result.fields))
+    described = task_of(spec).describe_submission(spec, None)
+    for said in (lines, described):
+        assert not _raw_in(said) and "\\x1b]0;OWNED\\x07cohesion" in said, said
+
+
 def test_a_logged_line_quoting_a_foreign_value_reaches_the_terminal_escaped():
     """A log line names files and Kaggle's words: its escapes are shown, not acted on."""
     import logging

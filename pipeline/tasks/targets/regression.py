@@ -152,9 +152,11 @@ class Regression(Task):
         return partial(regression_submission.check, spec=spec)
 
     def describe_submission(self, spec, summary) -> str:
-        if len(spec.submission_columns) == 1:
-            return f"a number per row ({spec.label_column})"
-        return f"{len(spec.submission_columns)} numbers per row ({', '.join(spec.submission_columns)})"
+        from pipeline.core.foreign import listed, text
+
+        if len(spec.submission_columns) == 1:  # names from a shared competition file: shown as text
+            return f"a number per row ({text(spec.label_column, 40)})"
+        return f"{len(spec.submission_columns)} numbers per row ({listed(spec.submission_columns)})"
 
     def submission_values(self, probabilities, spec, val=None):
         """Each row's numbers, clipped to the competition's stated range, else to each column's

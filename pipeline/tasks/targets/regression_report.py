@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from pipeline.core.files import pyplot, save_figure, write_atomically
+from pipeline.core.foreign import safe_cells, text
 from pipeline.core.rundir import RunDir
 from pipeline.tasks.base import Evaluation
 
@@ -75,8 +76,10 @@ def _columns_evaluation(true, predicted, labels, outputs, spec) -> Evaluation:
             row.name: {"rmse": row.rmse, "mae": row.mae, "r2": row.r2} for row in table.itertuples()
         },
     }
-    files = {
-        RunDir.PER_CLASS: lambda path: write_atomically(path, lambda tmp: table.to_csv(tmp, index=False)),
+    files = {  # the column names are a shared competition file's: no cell a spreadsheet would run
+        RunDir.PER_CLASS: lambda path: write_atomically(
+            path, lambda tmp: safe_cells(table).to_csv(tmp, index=False)
+        ),
         RunDir.PREDICTED_PLOT: lambda path: plot(true, predicted, spec.classes, path),
     }
     return Evaluation(fields, files, score=spec.metric.score(labels, outputs))
@@ -90,8 +93,9 @@ def summary_lines(evaluation: dict) -> list[str]:
         f" MAE {evaluation['val_mae']:.4f}, R^2 {evaluation['val_r2']:.4f}"
     ]
     for name, scores in evaluation.get("val_columns", {}).items():
+        shown = text(name, 40)  # a name from a shared competition file: nothing a terminal runs
         lines.append(
-            f"    {name}: RMSE {scores['rmse']:.4f}, MAE {scores['mae']:.4f}, R^2 {scores['r2']:.4f}"
+            f"    {shown}: RMSE {scores['rmse']:.4f}, MAE {scores['mae']:.4f}, R^2 {scores['r2']:.4f}"
         )
     return lines
 
