@@ -452,3 +452,47 @@ def test_a_logged_line_quoting_a_foreign_value_reaches_the_terminal_escaped():
     line = _Shown("%(message)s").format(record)
     assert line == "fetch: \\x1b]0;pwned\\x07\\u202eevil\\nFAKE: petals ok"
     assert not any(c in line for c in RAW)
+
+
+@pytest.mark.parametrize(
+    "finished",
+    ["2026-11-27T10:00:00Z\x1b]0;OWNED\x07", "\x1b[2J", "yesterday"],
+    ids=["osc", "clear", "words"],
+)
+def test_a_fold_runs_time_that_is_no_time_is_refused_in_one_line(tmp_path, finished):
+    """`make kernel-output` prints when each fold finished, as the kernel's summary says: an ISO time
+    (or nothing) passes, anything else (an escape sequence a terminal acts on) is one line."""
+    import json
+
+    from pipeline.core.errors import PetalsError
+    from pipeline.kernels.client.metadata import read_folds_summary
+
+    path = tmp_path / "petals_summary.json"
+    written = {"folds": 2, "fold_list": [0], "tta": 1, "fold_runs": {"cpu-run-fold0": "2026-11-27T10:00:00Z"}}
+    path.write_text(json.dumps(written))
+    assert read_folds_summary(path, "me/k")["fold_runs"] == written["fold_runs"]
+    written["fold_runs"]["cpu-run-fold0"] = finished
+    path.write_text(json.dumps(written))
+    with pytest.raises(PetalsError, match=r"fold_runs.cpu-run-fold0 .* is not a time") as refused:
+        read_folds_summary(path, "me/k")
+    assert not _raw_in(str(refused.value))
+
+
+def test_a_fold_trained_on_other_data_is_named_with_its_origin_escaped():
+    """A kernel's fold run carries the data manifest it trained on; `make kernel-output` says where
+    a fold it will not merge came from, in the manifest's words: escaped, never acted on."""
+    from types import SimpleNamespace
+
+    from pipeline.core.config import Config
+    from pipeline.cv.merge import foreign_data
+
+    run = SimpleNamespace(
+        name="cpu-run-fold0",
+        trained_on=lambda: {
+            "origin": "kaggle\x1b]0;OWNED\x07\x1b[2J",
+            "labelled_fingerprint": "sha256:\x1b[31mx",
+        },
+        read_config=Config,
+    )
+    said = foreign_data(run, "sha256:ours", None)
+    assert said.startswith("run (cpu-run-fold0): trained on kaggle\\x1b]0;OWNED\\x07") and not _raw_in(said)

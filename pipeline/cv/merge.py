@@ -19,6 +19,7 @@ from pathlib import Path
 
 from pipeline.core import rundir
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import text
 from pipeline.core.options import TRACK
 from pipeline.core.paths import check_name
 from pipeline.core.rundir import RunDir
@@ -54,8 +55,9 @@ def foreign_data(run: RunDir, identity: str, competition: Competition) -> str | 
     config = run.read_config()
     what = f"fold {config.train.fold}" if config.train.folds else "run"
     if theirs != identity:
-        origin = trained_on.get("origin") or trained_on.get("source") or "?"
-        where = f"{origin} ({theirs[:15] or '?'}…)"
+        # the data manifest came back in a kernel's output: its words are shown, never acted on
+        origin = text(trained_on.get("origin") or trained_on.get("source") or "?", 80)
+        where = f"{origin} ({text(theirs[:15]) or '?'}…)"
         return f"{what} ({run.name}): trained on {where}, not this data dir's: not merged"
     expected = rundir.run_id(config, identity, size_of(config, competition))
     if expected != run.name:

@@ -191,12 +191,15 @@ def read_folds_summary(path: Path, kernel: str) -> dict[str, Any]:
         raise PetalsError(f"{source}: fold_runs is not a JSON object")
     for name, finished in runs.items():
         check_name(name, "fold_runs", source)
-        if not isinstance(finished, str) or len(finished) > 40:
+        if not isinstance(finished, str) or not FINISHED.fullmatch(finished):
             raise PetalsError(f"{source}: fold_runs.{name} {shown(finished)} is not a time")
     return summary
 
 
 TRIAL_NUMBER = re.compile(r"[0-9]{1,9}")
+# When a fold finished, as the kernel writes it (an ISO time, to the second or finer, an offset or
+# Z), or empty: printed by `make kernel-output`, so nothing else (an escape sequence) passes.
+FINISHED = re.compile(r"|[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9:.]{5,15}(Z|[+-][0-9]{2}:?[0-9]{2})?")
 
 
 def read_trials_summary(path: Path, kernel: str) -> dict[str, Any]:
