@@ -182,6 +182,8 @@ FIELDS = [
      "[data.image_folder.test] members '../test/{id}.jpg' leaves its folder"),
     ("image_folder members braces", "dogs-vs-cats", 'members = "test/{id}.jpg"',
      'members = "test/{id.__class__}.jpg"', "only {label}, {number} and {id} may stand in braces"),
+    ("image_folder members twice", "dogs-vs-cats", 'members = "train/{label}.{number}.jpg"',
+     'members = "train/{label}.{label}.jpg"', "members 'train/{label}.{label}.jpg': {label} stands twice"),
     ("table file", "imdb", 'file = "testData.tsv"', 'file = "../../testData.tsv"',
      "[data.table.test] file '../../testData.tsv' leaves its folder"),
     ("table archive", "imdb", 'archive = "testData.tsv.zip"', 'archive = "/tmp/testData.tsv.zip"',

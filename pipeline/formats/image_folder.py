@@ -74,7 +74,13 @@ def _image_folder(
             raise ValueError(
                 f"[data.image_folder.{split}] members {shown(folder.members)}: name the split's folder first"
             )
-        fields = set(_FIELD.findall(folder.members))
+        named = _FIELD.findall(folder.members)
+        if len(named) != len(set(named)):  # a regex names a group once: `{label}.{label}` would not parse
+            twice = sorted({f for f in named if named.count(f) > 1})
+            raise ValueError(
+                f"[data.image_folder.{split}] members {shown(folder.members)}: {{{twice[0]}}} stands twice"
+            )
+        fields = set(named)
         wanted = {"label"} if split in labeled else {"id"}
         if not wanted <= fields:
             raise ValueError(
