@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from competition.spec import SPEC_DIR
@@ -441,3 +442,58 @@ def test_a_submissions_record_or_intent_that_is_no_json_object_is_no_record(tmp_
     reader.join(timeout=20)
     assert not reader.is_alive(), "waited on a FIFO"
     assert found == {"newest": tmp_path / "x.csv", "sidecar": {}, "intent": {}}
+
+
+def _npz(path: Path, arrays: dict, header: bytes | None = None) -> None:
+    """An .npz of these arrays, or of one raw `header` (and 16 bytes) per name."""
+    import io
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, value in arrays.items():
+            if header is not None:
+                archive.writestr(f"{name}.npy", header + b"\0" * 16)
+                continue
+            buffer = io.BytesIO()
+            np.save(buffer, value)
+            archive.writestr(f"{name}.npy", buffer.getvalue())
+
+
+def _declaring_a_terabyte(path: Path) -> None:
+    import io
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": (10**6,) * 2}
+    )
+    _npz(path, dict.fromkeys(("ids", "probabilities", "tta", "source")), header.getvalue())
+
+
+def _arrays(**changed):
+    arrays = {"ids": np.array(["a", "b"]), "probabilities": np.zeros((2, 3), np.float32), "tta": np.array(1),
+              "source": np.array("s")}  # fmt: skip
+    return lambda path: _npz(path, {**arrays, **changed})
+
+
+@pytest.mark.parametrize(
+    ("make", "said"),
+    [
+        (_declaring_a_terabyte, "declares 1,000,000,000,000 cells of float32 in 144 bytes"),
+        (lambda p: p.write_bytes(b"PK\x03\x04 cut"), "unreadable predictions"),
+        (_arrays(tta=np.array([1, 2])), "unreadable predictions"),
+        (
+            _arrays(probabilities=np.zeros((3, 3))),
+            "ids (2,) and probabilities (3, 3) disagree",
+        ),
+    ],
+    ids=["terabyte", "cut", "tta-a-list", "rows"],
+)
+def test_predictions_from_a_kernels_output_are_bounded_before_they_are_read(tmp_path, make, said):
+    """A kernel's run brings its predictions back (.npz): each array's size is read from its
+    header and bounded before numpy allocates it, and a file of the wrong shape is one line."""
+    from pipeline.modeling.inference import Predictions
+
+    make(tmp_path / "val_predictions.npz")
+    with pytest.raises(PetalsError) as refused:
+        Predictions.load(tmp_path / "val_predictions.npz")
+    assert said in str(refused.value) and "\n" not in str(refused.value)

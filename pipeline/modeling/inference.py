@@ -12,6 +12,7 @@ import collections
 import dataclasses
 import json
 import logging
+import zipfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -61,17 +62,29 @@ class Predictions:
 
     @classmethod
     def load(cls, path: Path) -> Predictions:
+        """The predictions saved at `path`: they may come back in a kernel's downloaded output, so
+        each array's size is read from its header and bounded before it is read (a 200-byte file
+        may declare 10^12 cells, a 2 MB one inflate to gigabytes), and their shapes must agree."""
         try:
+            _check_sizes(path)
             with np.load(path, allow_pickle=False) as saved:
-                return cls(
+                found = cls(
                     ids=saved["ids"],
                     probabilities=saved["probabilities"],
                     labels=saved.get("labels"),
                     tta=int(saved["tta"]),
                     source=str(saved["source"]),
                 )
-        except (OSError, ValueError, KeyError) as err:
+        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as err:
             raise PetalsError(f"{path}: unreadable predictions ({err}); delete it and rerun") from None
+        rows = len(found.ids)
+        if found.ids.ndim != 1 or found.probabilities.ndim != 2 or len(found.probabilities) != rows:
+            raise PetalsError(
+                f"{path}: ids {found.ids.shape} and probabilities {found.probabilities.shape} disagree"
+            )
+        if found.labels is not None and len(found.labels) != rows:
+            raise PetalsError(f"{path}: {len(found.labels)} labels for {rows} rows")
+        return found
 
     @property
     def predicted(self) -> np.ndarray:
@@ -85,6 +98,34 @@ class Predictions:
         return dataclasses.replace(
             self, ids=self.ids[order], probabilities=self.probabilities[order], labels=labels
         )
+
+
+# A split's saved predictions, every array of them: a million rows of 104 classes are 0.4 GiB.
+MAX_PREDICTION_BYTES = 4 * 2**30
+HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _check_sizes(path: Path) -> None:
+    """Each array of the .npz at `path` within MAX_PREDICTION_BYTES by its zip entry and by the
+    shape its header declares (read before any array is), and no larger than its entry holds."""
+    total = 0
+    with zipfile.ZipFile(path) as archive:
+        for entry in archive.infolist():
+            with archive.open(entry) as member:
+                version = np.lib.format.read_magic(member)
+                read = HEADERS.get(version)
+                if read is None:
+                    raise ValueError(f"{entry.filename}: .npy format {version}, not one numpy writes here")
+                shape, _, dtype = read(member)
+            cells = int(np.prod(shape, dtype=object))
+            declared = cells * dtype.itemsize
+            total += max(entry.file_size, declared)
+            if declared > entry.file_size or total > MAX_PREDICTION_BYTES:
+                raise ValueError(
+                    f"{entry.filename} declares {cells:,} cells of {dtype} in {entry.file_size:,} bytes"
+                    if declared > entry.file_size
+                    else f"larger than {MAX_PREDICTION_BYTES:,} bytes"
+                )
 
 
 # ----------------------------------------------------------------------------- finding runs
