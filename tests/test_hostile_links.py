@@ -497,3 +497,10 @@ def test_predictions_from_a_kernels_output_are_bounded_before_they_are_read(tmp_
     with pytest.raises(PetalsError) as refused:
         Predictions.load(tmp_path / "val_predictions.npz")
     assert said in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_a_predictions_source_nested_100000_deep_is_one_line():
+    from pipeline.cv.held import _source
+
+    with pytest.raises(PetalsError, match=r"its source .* is not what predict writes; delete it"):
+        _source("[" * 100_000, Path("val_predictions.npz"))

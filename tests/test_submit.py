@@ -241,3 +241,16 @@ def test_a_rerun_does_not_upload_the_same_bytes_twice_unless_forced(submit, csv,
     assert len(behaviour.created) == 2
     row = leaderboard.read(csv.parent / leaderboard.BOARD).set_index("entry").loc["tiny-run"]
     assert row["submission_ref"] == "1002"
+
+
+def test_a_boards_ref_with_escapes_is_shown_escaped_on_a_rerun(submit, csv, tiny_data_dir, kaggle_env):
+    """The leaderboard is a CSV in the submissions folder (a shared one says anything): a rerun that
+    finds the bytes uploaded shows the ref it records as text, nothing a terminal acts on."""
+    behaviour = Behaviour()
+    with KaggleTestServer(behaviour):
+        assert submit(csv, tiny_data_dir, kaggle_env).returncode == 0
+        board = csv.parent / leaderboard.BOARD
+        board.write_text(board.read_text().replace(",1001,", ",1001\x1b]0;OWNED\x07,"))
+        again = submit(csv, tiny_data_dir, kaggle_env)
+    assert again.returncode == 0 and len(behaviour.created) == 1
+    assert "(ref 1001\\x1b]0;OWNED\\x07)" in again.stdout and "\x1b" not in again.stdout

@@ -57,7 +57,7 @@ def saved_predictions(run: RunDir, data_dir: Path, split: str, tta: int) -> Pred
 def _source(text: str, path: Path) -> dict:
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # a kernel's output says anything: [[[[...
         value = None
     if not isinstance(value, dict):
         raise PetalsError(f"{path}: its source {text[:80]!r} is not what predict writes; delete it")

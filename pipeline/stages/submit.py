@@ -34,6 +34,8 @@ from pipeline.tasks.competitions import task_of
 
 log = logging.getLogger(__name__)
 
+PATH_MAX = 4096  # a path shown whole, its escapes shown, not acted on (a file name of a shared folder)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -193,7 +195,7 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
     page = f"https://www.kaggle.com/competitions/{slug}"
     described = task_of(spec).describe_submission(spec, summary)
     what = (
-        f"{path} ({summary.rows} rows, {described}, {summary.bytes} bytes, "
+        f"{text(path, PATH_MAX)} ({summary.rows} rows, {described}, {summary.bytes} bytes, "
         f"sha256 {digest[:12]}) to competition {slug!r} ({page}/submissions) with message {message!r}"
     )
     credentials = kaggle_client.find_credentials()
@@ -221,7 +223,11 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
     board = leaderboard.board_file(opts.submissions_dir, spec.name)
     done = sent.uploaded_before(board, entry, digest)
     if done and not opts.force:  # a rerun: Kaggle counts every upload against the day's limit
-        print(f"ALREADY UPLOADED {path} to {slug!r} (ref {done}); FORCE=1 (--force) uploads it again")
+        # the ref is the board's, a CSV of the submissions folder: shown as text, as every ref here
+        print(
+            f"ALREADY UPLOADED {text(path, PATH_MAX)} to {slug!r} (ref {text(done, 40)}); "
+            "FORCE=1 (--force) uploads it again"
+        )
         return
     # An upload Kaggle accepted is recorded once even if this process is killed before writing its
     # row: the intent is written first, and a rerun that finds it asks Kaggle before uploading again.
@@ -234,7 +240,7 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
         ref, said = answer.ref, text(answer.message or "accepted")
     sent.recorded(board, entry, str(path), ref, digest, intent)
     print(
-        f"UPLOADED {path} to {slug!r}: {said} (ref {text(ref, 40)}); "
+        f"UPLOADED {text(path, PATH_MAX)} to {slug!r}: {said} (ref {text(ref, 40)}); "
         "`make leaderboard-sync` fetches its public score once Kaggle has scored it"
     )
     print(
@@ -300,7 +306,7 @@ def submit_kernel(opts: SubmitOptions, spec, checked: Checked) -> None:
     done = sent.uploaded_before(board, checked.entry, digest)
     if done and not opts.force:  # a rerun: a version is hours of accelerator time
         print(
-            f"ALREADY SUBMITTED kernel {kernel} (sha256 {digest[:12]}) to {slug!r} (ref {done}); "
+            f"ALREADY SUBMITTED kernel {kernel} (sha256 {digest[:12]}) to {slug!r} (ref {text(done, 40)}); "
             "FORCE=1 (--force) pushes and submits it again"
         )
         return
