@@ -317,7 +317,7 @@ def test_verify_reports_a_missing_resolution(tiny_copy, spec):
 
 def test_manifest_that_is_not_json_is_named(tmp_path):
     (tmp_path / "manifest.json").write_text("{not json")
-    with pytest.raises(PetalsError, match=r"manifest.json is not valid JSON"):
+    with pytest.raises(PetalsError, match=r"manifest.json: not valid JSON .*: delete it and fetch again"):
         manifest_module.read_manifest(tmp_path)
     assert os.path.exists(tmp_path / "manifest.json")
 

@@ -8,6 +8,8 @@ beside the data must be that one (its digest) and list exactly their OOF rows.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,3 +120,22 @@ def stored_table(path: Path, config):
 
     ids, labels, fold = read_table(path, config.train.folds)
     return FoldTable(ids, labels, fold, config.train.folds, config.train.fold_seed)
+
+
+def aligned(predictions: list, run_dirs: list[RunDir], split: str) -> list:
+    """Every member's predictions in the first member's id order; an error if the id sets differ."""
+    first = predictions[0]
+    ids = set(first.ids.tolist())
+    for run_dir, other in zip(run_dirs[1:], predictions[1:], strict=True):
+        if set(other.ids.tolist()) != ids:
+            raise PetalsError(
+                f"{run_dirs[0].name} and {run_dir.name} predicted different {split} images "
+                "(another fold or data split): blend runs scored on the same split"
+            )
+    return [first, *(p.by_ids(first.ids) for p in predictions[1:])]
+
+
+def ensemble_id(names: list[str], weights: np.ndarray, method: str | None = None) -> str:
+    """Same members and weights (and method, for CV groups) -> the same ensemble id."""
+    key = [names, [round(float(w), 4) for w in weights]] + ([method] if method else [])
+    return "ensemble-" + hashlib.sha256(json.dumps(key).encode()).hexdigest()[:8]

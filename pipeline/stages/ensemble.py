@@ -15,7 +15,8 @@ CV groups (`runs/cv5-...`, `pipeline.cv`): every member a group dealt the same f
 blend is judged out of fold (`pipeline.cv.blend`): `--method equal|search|stack` (`--search` is
 `--method search`), each fold's rows blended by a choice made on the other folds. The reported
 score is the chosen method's OOF score; every method's is recorded beside it. The test set gets
-the choice refit on every row, applied to the groups' fold-averaged test predictions.
+the choice refit on every row, applied to the groups' fold-averaged test predictions
+(`pipeline/stages/ensemble_groups.py`).
 
 The blend lives in `runs/ensemble-<hash>/` like a run, with its own leaderboard row and
 `submissions/` CSV (and with `--track mlflow` an MLflow run: its members, method and row).
@@ -24,8 +25,6 @@ The blend lives in `runs/ensemble-<hash>/` like a run, with its own leaderboard 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import logging
 from pathlib import Path
 
@@ -35,8 +34,8 @@ from pipeline.core import options
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import EnsembleOptions
 from pipeline.core.rundir import RunDir
-from pipeline.cv.blend import BlendResult, blend, search_weights
-from pipeline.cv.members import Group, check_groups, group_config, group_dir, load_group, shared_folds
+from pipeline.cv.blend import blend, search_weights
+from pipeline.cv.members import aligned, ensemble_id, group_dir
 from pipeline.modeling.inference import Predictions
 from pipeline.stages import arguments
 from pipeline.tasks.competitions import task_of
@@ -47,7 +46,6 @@ METHODS = ("equal", "search", "stack")
 SEARCHED = " searched on val, the very rows it is scored on: an optimistic score"
 CROSS_FITTED = " searched on val, scored cross-fitted (each fifth blended by weights searched on the rest)"
 CROSS_FOLDS = 5  # val's parts for a searched blend's score
-CAVEAT = "picking the best of these is itself a choice on those rows"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,6 +91,8 @@ def ensemble(opts: EnsembleOptions) -> Path:
         raise PetalsError(f"--weights {given}: need weights >= 0 with a positive sum")
     groups = [group_dir(opts.runs_dir, name) for name in opts.runs]
     if all(groups):
+        from pipeline.stages.ensemble_groups import blend_groups  # it reads this module's helpers
+
         return blend_groups(opts, groups, method)
     if any(groups):
         group = next(g for g in groups if g).name
@@ -278,175 +278,13 @@ def _write_run_blend(
         },  # one column for accuracy
         submission=str(path),
     )
-    _tracked(opts, spec, manifest, out, path)
+    tracked(opts, spec, manifest, out, path)
     return path
 
 
-def _tracked(opts: EnsembleOptions, spec, manifest: dict, out: RunDir, submission: Path) -> None:
+def tracked(opts: EnsembleOptions, spec, manifest: dict, out: RunDir, submission: Path) -> None:
     """With TRACK=mlflow, the blend as a run of its own: its members, method and leaderboard row."""
     from pipeline.runs import leaderboard, tracking
 
     board = leaderboard.board_file(opts.submissions_dir, spec.name)
     tracking.ensemble_written(out, board, submission, opts.track, spec.name, manifest.get("fingerprint"))
-
-
-# ----------------------------------------------------------------------------- CV groups
-
-
-def fixed_weights(members, labels, folds, metric, tests, weights) -> BlendResult:
-    """The given weights: nothing is fitted, so their OOF score is honest as it is."""
-    from pipeline.cv.blend import fold_scores
-
-    weights = np.asarray(weights, float) / np.sum(weights)
-    oof = blend(members, weights)
-    return BlendResult(
-        kind="weights",
-        oof=oof,
-        score=float(metric.score(labels, oof)),
-        fold_scores=fold_scores(oof, labels, folds, metric),
-        test=blend(tests, weights),
-        weights=weights,
-    )
-
-
-def blend_groups(opts: EnsembleOptions, dirs: list[RunDir], method: str) -> Path:
-    """Blend CV groups out of fold by `method` (or the given weights) and write the ensemble."""
-    from competition import load_spec
-    from pipeline.cv.blend import compare
-    from pipeline.data.groups import held_out_groups
-    from pipeline.data.manifest import read_manifest
-
-    if opts.weights is not None and method != "equal":
-        raise PetalsError(f"--weights with --method {method}: the {method} fits its own blend out of fold")
-    groups = [load_group(d) for d in dirs]
-    manifest = read_manifest(opts.data_dir)
-    check_groups(groups, manifest, opts.data_dir)
-    spec = load_spec(group_config(groups[0]).competition)  # a name, or a competition file's path
-    folds = shared_folds(groups, opts.data_dir, spec)
-    labels = groups[0].oof.labels
-    tests = aligned([g.test for g in groups], [g.run for g in groups], "test")
-    members, test_members = [g.oof.probabilities for g in groups], [t.probabilities for t in tests]
-    grouped = held_out_groups(opts.data_dir, spec, groups[0].oof.ids)  # a stack's inner CV: whole groups
-    results = compare(members, labels, folds, spec.metric, test_members, needed=method, groups=grouped)
-    chosen = results[method]
-    if opts.weights is not None:
-        chosen = fixed_weights(members, labels, folds, spec.metric, test_members, opts.weights)
-    return write_group_ensemble(opts, spec, manifest, groups, tests[0].ids, results, chosen)
-
-
-def group_metrics(spec, groups: list[Group], results: dict[str, BlendResult], chosen: BlendResult) -> dict:
-    """The ensemble's metrics.json: the chosen blend's OOF score, every method's, what was fitted."""
-    metric, key = spec.metric, spec.score_key
-    labels = groups[0].oof.labels
-    fold_weights = chosen.fold_weights or []
-    return {
-        "kind": "ensemble",
-        "judged": "out of fold",
-        "method": chosen.kind,
-        "members": {
-            g.run.name: None if chosen.weights is None else float(w) for g, w in _weighted(groups, chosen)
-        },
-        "metric": metric.name,
-        f"member_{key}": {g.run.name: float(metric.score(labels, g.oof.probabilities)) for g in groups},
-        "methods": {kind: result.score for kind, result in results.items()},  # each out of fold
-        key: chosen.score,  # the board's score column: the OOF score, as a CV group's
-        "cv_score": chosen.score,
-        "fold_scores": chosen.fold_scores,
-        "fold_std": _spread(chosen),
-        "fold_weights": [[float(w) for w in weights] for weights in fold_weights] or None,
-        "stack_c": chosen.c,
-        "fold_c": chosen.fold_c,
-        "val_accuracy": task_of(spec).scores(chosen.oof, labels)["accuracy"],
-        "examples": len(labels),
-        "folds": len(chosen.fold_scores),
-        "fold_table": groups[0].info.get("fold_table"),
-    }
-
-
-def write_group_ensemble(opts, spec, manifest: dict, groups, test_ids, results, chosen: BlendResult) -> Path:
-    """`runs/ensemble-<hash>/` (metrics, OOF and test predictions), the submission and the board's row."""
-    from pipeline.runs import leaderboard
-    from pipeline.runs.submission_files import write_submission
-
-    names = [g.run.name for g in groups]
-    weights = np.asarray([] if chosen.weights is None else chosen.weights)
-    name = opts.name or ensemble_id(names, weights, chosen.kind)
-    out = RunDir(opts.runs_dir / name)
-    out.path.mkdir(parents=True, exist_ok=True)
-    oof = Predictions(
-        groups[0].oof.ids, chosen.oof, groups[0].oof.labels, source=f"{chosen.kind} out of fold"
-    )
-    oof.save(out.predictions("oof"))
-    Predictions(test_ids, chosen.test, source=chosen.kind).save(out.predictions("test"))
-    metrics = group_metrics(spec, groups, results, chosen)
-    out.write_json(RunDir.METRICS, metrics)
-    values = task_of(spec).submission_values(chosen.test, spec, oof)
-    path = write_submission(
-        opts.submissions_dir, name, test_ids, values, spec, opts.data_dir, manifest, chosen.score, out.path
-    )
-    if chosen.weights is None:
-        described = " + ".join(names) + f" stacked (C={chosen.c:g})"
-    else:
-        described = " ".join(f"{g.run.name}:{w:.3f}" for g, w in _weighted(groups, chosen))
-    leaderboard.update(
-        leaderboard.board_file(opts.submissions_dir, spec.name),
-        name,
-        kind="ensemble",
-        time=leaderboard.now(),
-        competition=spec.name,
-        data_source=manifest.get("source"),
-        data_fingerprint=manifest.get("fingerprint"),
-        members=f"{described} ({chosen.kind}, judged out of fold)",
-        **{"val_accuracy": round(metrics["val_accuracy"], 5), spec.score_key: round(chosen.score, 5)},
-        cv_score=round(chosen.score, 5),
-        cv_spread=round(metrics["fold_std"], 5),
-        folds=metrics["folds"],
-        submission=str(path),
-    )
-    _tracked(opts, spec, manifest, out, path)
-    print(group_summary(name, spec, metrics, described, path))
-    return path
-
-
-def group_summary(name: str, spec, metrics: dict, described: str, path: Path) -> str:
-    """One line: the chosen blend's OOF score and spread, every method's beside it, the caveat."""
-    title = spec.metric.title
-    methods = ", ".join(f"{kind} {score:.4f}" for kind, score in metrics["methods"].items())
-    best = (max if spec.metric.greater_is_better else min)(metrics[f"member_{spec.score_key}"].values())
-    return (
-        f"{name}: OOF {title} {metrics['cv_score']:.4f} +- {metrics['fold_std']:.4f} by {metrics['method']} "
-        f"over {metrics['examples']} examples in {metrics['folds']} folds (best member {best:.4f}); "
-        f"every method out of fold: {methods} ({CAVEAT}); {described} -> {path}"
-    )
-
-
-def _weighted(groups: list[Group], chosen: BlendResult) -> list:
-    weights = [None] * len(groups) if chosen.weights is None else chosen.weights
-    return list(zip(groups, weights, strict=True))
-
-
-def _spread(chosen: BlendResult) -> float:
-    """The folds' standard deviation, as a CV group's `fold_std`."""
-    return float(np.std(chosen.fold_scores, ddof=1)) if len(chosen.fold_scores) > 1 else 0.0
-
-
-# ----------------------------------------------------------------------------- shared
-
-
-def aligned(predictions: list, run_dirs: list[RunDir], split: str) -> list:
-    """Every member's predictions in the first member's id order; an error if the id sets differ."""
-    first = predictions[0]
-    ids = set(first.ids.tolist())
-    for run_dir, other in zip(run_dirs[1:], predictions[1:], strict=True):
-        if set(other.ids.tolist()) != ids:
-            raise PetalsError(
-                f"{run_dirs[0].name} and {run_dir.name} predicted different {split} images "
-                "(another fold or data split): blend runs scored on the same split"
-            )
-    return [first, *(p.by_ids(first.ids) for p in predictions[1:])]
-
-
-def ensemble_id(names: list[str], weights: np.ndarray, method: str | None = None) -> str:
-    """Same members and weights (and method, for CV groups) -> the same ensemble id."""
-    key = [names, [round(float(w), 4) for w in weights]] + ([method] if method else [])
-    return "ensemble-" + hashlib.sha256(json.dumps(key).encode()).hexdigest()[:8]
