@@ -28,8 +28,6 @@ Prints one line a split and a set, and writes benchmarks/probe_fits.json.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -41,11 +39,9 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import cv_data, realdata, realdata_gaps  # noqa: E402
 from benchmarks.bench_cv import commit  # noqa: E402
-from benchmarks.bench_fetch import machine  # noqa: E402
-from benchmarks.bench_probe_splits import TRIO, as_petals_reads, difference, splits_of  # noqa: E402
+from benchmarks.bench_probe_splits import TRIO, as_petals_reads, command, difference, splits_of  # noqa: E402
 from benchmarks.bench_probe_taps import TAPPED, tap_columns, trio_features  # noqa: E402
 from benchmarks.bench_probes import pooled_model  # noqa: E402
-from pipeline.core.files import write_json  # noqa: E402  (atomic)
 
 ARMS = ("baseline", "logistic", "signed-sqrt", "l2-taps", "shrinkage-lda")
 
@@ -166,20 +162,7 @@ def _runs(columns: np.ndarray):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--sets", nargs="+", default=["stamps", "gnome-icons"], choices=realdata.SETS)
-    parser.add_argument("--splits", type=int, default=20)
-    args = parser.parse_args()
-    path = REPO / "benchmarks" / "probe_fits.json"
-    results = json.loads(path.read_text())["sets"] if path.is_file() else {}
-    for name in args.sets:
-        results[name] = run_set(name, args.splits)
-        for pair, found in results[name]["differences"].items():
-            print(f"{name}: {pair} {found['mean']:+.4f} +- {found['se']:.4f} (se) over {args.splits} splits; "
-                  f"ahead on {found['ahead']}, behind on {found['behind']}", flush=True)  # fmt: skip
-        write_json(path, {"machine": machine(), "sets": results})
+    command(__doc__, ["stamps", "gnome-icons"], "probe_fits.json", run_set)
 
 
 if __name__ == "__main__":

@@ -191,13 +191,17 @@ def difference(rows: list[dict], a: str, b: str) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--sets", nargs="+", default=["stamps", "faces"], choices=realdata.SETS)
+    command(__doc__, ["stamps", "faces"], "probe_splits.json", run_set)
+
+
+def command(doc: str, sets: list[str], file: str, run_set) -> None:
+    """A probe benchmark's command line: `--sets` and `--splits`, each set's `run_set(name, splits)`
+    printed (its differences) and written to benchmarks/`file` after each set, atomically."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sets", nargs="+", default=sets, choices=realdata.SETS)
     parser.add_argument("--splits", type=int, default=20)
     args = parser.parse_args()
-    path = REPO / "benchmarks" / "probe_splits.json"
+    path = REPO / "benchmarks" / file
     results = json.loads(path.read_text())["sets"] if path.is_file() else {}
     for name in args.sets:
         results[name] = run_set(name, args.splits)

@@ -153,12 +153,27 @@ def equal_weights(
     tests: list[np.ndarray] | None = None,
 ) -> BlendResult:
     """The plain mean: nothing is fitted, so its score on the OOF rows is honest as it is."""
+    return given_weights(members, labels, folds, metric, tests, kind="equal")
+
+
+def given_weights(
+    members: list[np.ndarray],
+    labels: np.ndarray,
+    folds: np.ndarray,
+    metric: Metric,
+    tests: list[np.ndarray] | None = None,
+    weights=None,
+    kind: str = "weights",
+) -> BlendResult:
+    """The members blended with `weights` as given (equal where none are), scaled to sum to 1:
+    nothing is fitted, so their score on the OOF rows is honest as it is."""
     members, labels, folds, tests = _arrays(members, labels, folds, tests)
     check_inputs(members, labels, folds, tests)
-    weights = np.full(len(members), 1.0 / len(members))
+    weights = np.ones(len(members)) if weights is None else np.asarray(weights, float)
+    weights = weights / weights.sum()
     oof = blend(members, weights)
     return BlendResult(
-        kind="equal",
+        kind=kind,
         oof=oof,
         score=float(metric.score(labels, oof)),
         fold_scores=fold_scores(oof, labels, folds, metric),

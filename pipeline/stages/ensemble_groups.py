@@ -13,7 +13,7 @@ import numpy as np
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import EnsembleOptions
 from pipeline.core.rundir import RunDir
-from pipeline.cv.blend import BlendResult, blend
+from pipeline.cv.blend import BlendResult, given_weights
 from pipeline.cv.members import (
     Group,
     aligned,
@@ -27,22 +27,6 @@ from pipeline.modeling.inference import Predictions
 from pipeline.tasks.competitions import task_of
 
 CAVEAT = "picking the best of these is itself a choice on those rows"
-
-
-def fixed_weights(members, labels, folds, metric, tests, weights) -> BlendResult:
-    """The given weights: nothing is fitted, so their OOF score is honest as it is."""
-    from pipeline.cv.blend import fold_scores
-
-    weights = np.asarray(weights, float) / np.sum(weights)
-    oof = blend(members, weights)
-    return BlendResult(
-        kind="weights",
-        oof=oof,
-        score=float(metric.score(labels, oof)),
-        fold_scores=fold_scores(oof, labels, folds, metric),
-        test=blend(tests, weights),
-        weights=weights,
-    )
 
 
 def blend_groups(opts: EnsembleOptions, dirs: list[RunDir], method: str) -> Path:
@@ -66,7 +50,7 @@ def blend_groups(opts: EnsembleOptions, dirs: list[RunDir], method: str) -> Path
     results = compare(members, labels, folds, spec.metric, test_members, needed=method, groups=grouped)
     chosen = results[method]
     if opts.weights is not None:
-        chosen = fixed_weights(members, labels, folds, spec.metric, test_members, opts.weights)
+        chosen = given_weights(members, labels, folds, spec.metric, test_members, opts.weights)
     return write_group_ensemble(opts, spec, manifest, groups, tests[0].ids, results, chosen)
 
 
