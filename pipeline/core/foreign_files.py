@@ -152,6 +152,18 @@ def json_object(path: Path, field: str) -> dict:
     return found
 
 
+def json_record(path: Path, field: str) -> dict:
+    """`json_object`, or {} where there is none to read: for a record petals can do without (a
+    CSV's sidecar, an intent file), where a FIFO, a list or 100,000 brackets is no record."""
+    path = Path(path)
+    if not path.is_file() and not path.is_symlink():
+        return {}
+    try:
+        return json_object(path, field)
+    except PetalsError:
+        return {}
+
+
 def _parsed(where: Path, text: str, parse, error: type[Exception], kind: str, nested: str):
     """`parse(text)`: a file that does not parse, or nests deeper than MAX_DEPTH (the parsers recurse
     once per bracket: thousands are a RecursionError), is one line naming `where`."""

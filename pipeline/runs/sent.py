@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from pipeline.core.errors import PetalsError
+from pipeline.core.foreign_files import json_record
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def recorded(board: Path, entry: str, submission: str, ref, digest: str, intent:
 
 def read_intent(intent: Path, record: dict) -> dict:
     """What an earlier, stopped submit of these very bytes recorded (its version), or {}."""
-    earlier = _intent(intent)
+    earlier = json_record(intent, "submit's intent file")
     return earlier if all(earlier.get(k) == v for k, v in record.items()) else {}
 
 
@@ -50,7 +50,7 @@ def already_submitted(intent: Path, path: Path, digest: str, slug: str, message:
     began uploading (its intent file is there) and Kaggle lists it; None when it must be sent."""
     from pipeline.core import kaggle_client
 
-    earlier = _intent(intent)
+    earlier = json_record(intent, "submit's intent file")
     if (earlier.get("sha256"), earlier.get("slug"), earlier.get("message")) != (digest, slug, message):
         return None
     found = kaggle_client.find_submission(slug, path.name, message)
@@ -58,16 +58,3 @@ def already_submitted(intent: Path, path: Path, digest: str, slug: str, message:
         return None
     log.info("submit: an earlier submit of %s was stopped after Kaggle accepted it (ref %s)", path, found.ref)
     return str(found.ref)
-
-
-def _intent(intent: Path) -> dict:
-    """An intent file's record, {} where there is none to read (missing, not a JSON object, a FIFO:
-    read by the rule for foreign files, never waited on)."""
-    from pipeline.core.foreign_files import json_object
-
-    if not intent.is_file() and not intent.is_symlink():
-        return {}
-    try:
-        return json_object(intent, "submit's intent file")
-    except PetalsError:
-        return {}

@@ -14,6 +14,7 @@ from pipeline.core.config import DEFAULT_COMPETITION
 from pipeline.core.csv_bounds import LABEL_CSV, check_csv, check_csv_stream
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import sha256, write_atomically, write_json
+from pipeline.core.foreign_files import json_record
 
 
 def sample_ids(data_dir: Path, spec: CompetitionSpec) -> list[str]:
@@ -110,7 +111,7 @@ def newest_submission(submissions_dir: Path, competition: str = DEFAULT_COMPETIT
     from pipeline.runs import leaderboard
 
     def made_for(path: Path) -> str:
-        return _record(path.with_suffix(".json")).get("competition", competition)
+        return json_record(path.with_suffix(".json"), "submission record").get("competition", competition)
 
     files = [
         p for p in submissions_dir.glob("*.csv") if not leaderboard.is_board(p) and made_for(p) == competition
@@ -124,19 +125,5 @@ def newest_submission(submissions_dir: Path, competition: str = DEFAULT_COMPETIT
 
 def sidecar(path: Path, digest: str) -> dict:
     """What `predict`/`ensemble` recorded about the file, if it is still the file they wrote."""
-    recorded = _record(path.with_suffix(".json"))
+    recorded = json_record(path.with_suffix(".json"), "submission record")
     return recorded if recorded.get("csv_sha256") == digest else {}
-
-
-def _record(meta: Path) -> dict:
-    """A CSV's record (what predict or ensemble wrote beside it), {} where there is none to read:
-    a submissions folder may be shared, and a record that is a FIFO, a list or 100,000 brackets
-    is no record (read by the rule for foreign files, never waited on)."""
-    from pipeline.core.foreign_files import json_object
-
-    if not meta.is_file() and not meta.is_symlink():
-        return {}
-    try:
-        return json_object(meta, "submission record")
-    except PetalsError:
-        return {}
