@@ -139,3 +139,26 @@ def ensemble_id(names: list[str], weights: np.ndarray, method: str | None = None
     """Same members and weights (and method, for CV groups) -> the same ensemble id."""
     key = [names, [round(float(w), 4) for w in weights]] + ([method] if method else [])
     return "ensemble-" + hashlib.sha256(json.dumps(key).encode()).hexdigest()[:8]
+
+
+def record_blend(opts, spec, manifest: dict, name: str, out: RunDir, submission: Path, members: str,
+                 accuracy: float, score: float, **more) -> None:  # fmt: skip
+    """A blend's row on the offline leaderboard (`more`: a CV blend's columns) and, with
+    TRACK=mlflow, the blend as a run of its own: its members, method and row."""
+    from pipeline.runs import leaderboard, tracking
+
+    board = leaderboard.board_file(opts.submissions_dir, spec.name)
+    leaderboard.update(
+        board,
+        name,
+        kind="ensemble",
+        time=leaderboard.now(),
+        competition=spec.name,
+        data_source=manifest.get("source"),
+        data_fingerprint=manifest.get("fingerprint"),
+        members=members,
+        **{"val_accuracy": round(accuracy, 5), spec.score_key: round(score, 5)},  # one column for accuracy
+        **more,
+        submission=str(submission),
+    )
+    tracking.ensemble_written(out, board, submission, opts.track, spec.name, manifest.get("fingerprint"))

@@ -35,7 +35,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.options import EnsembleOptions
 from pipeline.core.rundir import RunDir
 from pipeline.cv.blend import blend, search_weights
-from pipeline.cv.members import aligned, ensemble_id, group_dir
+from pipeline.cv.members import aligned, ensemble_id, group_dir, record_blend
 from pipeline.modeling.inference import Predictions
 from pipeline.stages import arguments
 from pipeline.tasks.competitions import task_of
@@ -250,7 +250,6 @@ def _write_run_blend(
     opts, spec, manifest, name, val_blend, test_blend, score: float, metrics: dict, described: str
 ) -> Path:
     """The blend's run dir (its predictions and metrics), its submission and its leaderboard row."""
-    from pipeline.runs import leaderboard
     from pipeline.runs.submission_files import write_submission
 
     out = RunDir(opts.runs_dir / name)
@@ -258,33 +257,9 @@ def _write_run_blend(
     val_blend.save(out.predictions("val"))
     test_blend.save(out.predictions("test"))
     out.write_json(RunDir.METRICS, metrics)
-    key = spec.score_key
     values = task_of(spec).submission_values(test_blend.probabilities, spec, val_blend)
     path = write_submission(
         opts.submissions_dir, name, test_blend.ids, values, spec, opts.data_dir, manifest, score, out.path
     )
-    leaderboard.update(
-        leaderboard.board_file(opts.submissions_dir, spec.name),
-        name,
-        kind="ensemble",
-        time=leaderboard.now(),
-        competition=spec.name,
-        data_source=manifest.get("source"),
-        data_fingerprint=manifest.get("fingerprint"),
-        members=described,
-        **{
-            "val_accuracy": round(metrics["val_accuracy"], 5),
-            key: round(score, 5),
-        },  # one column for accuracy
-        submission=str(path),
-    )
-    tracked(opts, spec, manifest, out, path)
+    record_blend(opts, spec, manifest, name, out, path, described, metrics["val_accuracy"], score)
     return path
-
-
-def tracked(opts: EnsembleOptions, spec, manifest: dict, out: RunDir, submission: Path) -> None:
-    """With TRACK=mlflow, the blend as a run of its own: its members, method and leaderboard row."""
-    from pipeline.runs import leaderboard, tracking
-
-    board = leaderboard.board_file(opts.submissions_dir, spec.name)
-    tracking.ensemble_written(out, board, submission, opts.track, spec.name, manifest.get("fingerprint"))

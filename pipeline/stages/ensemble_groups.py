@@ -21,6 +21,7 @@ from pipeline.cv.members import (
     ensemble_id,
     group_config,
     load_group,
+    record_blend,
     shared_folds,
 )
 from pipeline.modeling.inference import Predictions
@@ -85,7 +86,6 @@ def group_metrics(spec, groups: list[Group], results: dict[str, BlendResult], ch
 
 def write_group_ensemble(opts, spec, manifest: dict, groups, test_ids, results, chosen: BlendResult) -> Path:
     """`runs/ensemble-<hash>/` (metrics, OOF and test predictions), the submission and the board's row."""
-    from pipeline.runs import leaderboard, tracking
     from pipeline.runs.submission_files import write_submission
 
     names = [g.run.name for g in groups]
@@ -108,23 +108,11 @@ def write_group_ensemble(opts, spec, manifest: dict, groups, test_ids, results, 
         described = " + ".join(names) + f" stacked (C={chosen.c:g})"
     else:
         described = " ".join(f"{g.run.name}:{w:.3f}" for g, w in _weighted(groups, chosen))
-    board = leaderboard.board_file(opts.submissions_dir, spec.name)
-    leaderboard.update(
-        board,
-        name,
-        kind="ensemble",
-        time=leaderboard.now(),
-        competition=spec.name,
-        data_source=manifest.get("source"),
-        data_fingerprint=manifest.get("fingerprint"),
-        members=f"{described} ({chosen.kind}, judged out of fold)",
-        **{"val_accuracy": round(metrics["val_accuracy"], 5), spec.score_key: round(chosen.score, 5)},
-        cv_score=round(chosen.score, 5),
-        cv_spread=round(metrics["fold_std"], 5),
-        folds=metrics["folds"],
-        submission=str(path),
-    )
-    tracking.ensemble_written(out, board, path, opts.track, spec.name, manifest.get("fingerprint"))
+    record_blend(
+        opts, spec, manifest, name, out, path, f"{described} ({chosen.kind}, judged out of fold)",
+        metrics["val_accuracy"], chosen.score,
+        cv_score=round(chosen.score, 5), cv_spread=round(metrics["fold_std"], 5), folds=metrics["folds"],
+    )  # fmt: skip
     print(group_summary(name, spec, metrics, described, path))
     return path
 
