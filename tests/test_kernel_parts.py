@@ -149,11 +149,24 @@ def test_offline_weights_come_from_an_attached_dataset(tmp_path, settings):
     mounted = tmp_path / "input" / "datasets" / "me" / "b7-weights"
     mounted.mkdir(parents=True)
     (mounted / name).write_bytes(b"weights")
-    settings["weights_file"] = name
+    settings["weights_file"], settings["datasets"] = name, ["me/b7-weights"]
     args = argparse.Namespace(input=tmp_path / "input")
     done = template.provide_offline(args, tmp_path / "keras")
     assert (tmp_path / "keras" / "models" / name).read_bytes() == b"weights"
     assert done == [f"weights {mounted / name}"]
+
+
+def test_weights_in_the_competitions_folder_are_not_linked_into_keras(tmp_path, settings):
+    """A competition's files (or a source the kernel was not given) are untrusted: a file there named
+    as Keras's weights would be the backbone's ImageNet weights."""
+    name = "efficientnet-b7_noisy-student_notop.h5"
+    hostile = tmp_path / "input" / "competitions" / "tpu-getting-started"
+    hostile.mkdir(parents=True)
+    (hostile / name).write_bytes(b"not the weights")
+    settings["weights_file"] = name
+    with pytest.raises(PetalsError, match="no attached source"):
+        template.provide_offline(argparse.Namespace(input=tmp_path / "input"), tmp_path / "keras")
+    assert not (tmp_path / "keras" / "models" / name).exists()
 
 
 def test_offline_weights_that_no_source_holds_stop_the_kernel_in_one_line(tmp_path, settings):
@@ -171,6 +184,71 @@ def test_a_missing_package_without_internet_or_wheel_is_one_line(tmp_path, setti
     args = argparse.Namespace(input=tmp_path / "input")
     with pytest.raises(PetalsError, match="the image lacks the no_such_package_petals package, no attached"):
         template.provide_offline(args, tmp_path / "keras")
+
+
+def test_a_wheel_in_the_competitions_folder_is_not_a_wheel_to_install(tmp_path, settings):
+    """An installed wheel runs its code in the kernel: one in an attached source the kernel was not
+    given (here the competition's folder) is never handed to pip."""
+    settings["packages"] = {"no_such_package_petals": ["no-such-package-petals==1.0"]}
+    hostile = tmp_path / "input" / "competitions" / "tpu-getting-started"
+    hostile.mkdir(parents=True)
+    (hostile / "no_such_package_petals-1.0-py3-none-any.whl").write_bytes(b"a stranger's code")
+    args = argparse.Namespace(input=tmp_path / "input")
+    with pytest.raises(PetalsError, match="the image lacks the no_such_package_petals package, no attached"):
+        template.provide_offline(args, tmp_path / "keras")
+
+
+WHEEL = "petals_lite-0.1.0-py3-none-any.whl"
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    """The wheels dataset as Kaggle mounts it, and the {name: sha256} `make kernel` recorded of it."""
+    import hashlib
+
+    mounted = tmp_path / "input" / "datasets" / "me" / "petals-wheels"
+    mounted.mkdir(parents=True)
+    (mounted / WHEEL).write_bytes(b"the wheel make kernel downloaded")
+    return {WHEEL: hashlib.sha256(b"the wheel make kernel downloaded").hexdigest()}
+
+
+@pytest.mark.parametrize("where", ["competitions/tpu-getting-started", "datasets/me/petals-wheels"])
+def test_pip_sees_only_wheels_whose_bytes_make_kernel_recorded(tmp_path, recorded, where, capsys):
+    """A wheel named as a recorded one but holding other bytes (beside it in a stranger's folder, or
+    in place of it), and a wheel make kernel never saw (a newer version pip would prefer), are not in
+    the one folder pip is given; the recorded bytes are, when any folder holds them."""
+    from pipeline.kernels.client import wheels
+
+    hostile = tmp_path / "input" / where
+    hostile.mkdir(parents=True, exist_ok=True)
+    (hostile / "petals_lite-9.0-py3-none-any.whl").write_bytes(b"a newer version, by a stranger")
+    (hostile / "zz").mkdir()  # searched after the dataset's own folder
+    (hostile / "zz" / WHEEL).write_bytes(b"the same name, a stranger's code")
+    if where.startswith("datasets"):  # the dataset's own copy replaced
+        (hostile / WHEEL).write_bytes(b"the same name, a stranger's code")
+    checked = tmp_path / "checked"
+    assert wheels.mounted(recorded, ["me/petals-wheels"], tmp_path / "input", checked) == [checked]
+    kept = {p.name: p.read_bytes() for p in checked.iterdir()}
+    if where.startswith("datasets"):
+        assert kept == {}
+    else:
+        assert kept == {WHEEL: b"the wheel make kernel downloaded"}
+    said = capsys.readouterr().out
+    assert f"{WHEEL} is not the wheel `make kernel` downloaded" in said
+    assert "petals_lite-9.0" not in said
+
+
+def test_without_recorded_wheels_only_the_given_datasets_folders_are_searched(tmp_path):
+    from pipeline.kernels.client import wheels
+
+    given = tmp_path / "input" / "datasets" / "me" / "my-wheels" / "py312"
+    given.mkdir(parents=True)
+    (given / WHEEL).write_bytes(b"wheel")
+    stranger = tmp_path / "input" / "competitions" / "tpu-getting-started"
+    stranger.mkdir(parents=True)
+    (stranger / WHEEL).write_bytes(b"wheel")
+    assert wheels.mounted(None, ["me/my-wheels"], tmp_path / "input", tmp_path / "x") == [given]
+    assert wheels.mounted(None, [], tmp_path / "input", tmp_path / "x") == []
 
 
 @pytest.mark.parametrize("mounted", ["notebooks/me/petals-tpu", "petals-tpu"])

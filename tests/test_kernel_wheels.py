@@ -6,10 +6,12 @@ loopback server; pip downloads from a local folder standing in for the package i
 from __future__ import annotations
 
 import argparse
+import ast
 import base64
 import hashlib
 import importlib
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -56,6 +58,12 @@ def make_wheel(
     return path.read_bytes()
 
 
+def settings_of(script) -> dict:
+    return ast.literal_eval(
+        re.search(r"^SETTINGS = (.*?)\nBUNDLE = ", script.read_text(), re.S | re.M).group(1)
+    )
+
+
 @pytest.fixture
 def index(tmp_path, monkeypatch):
     """A folder of wheels standing in for the package index (pip reads no other configuration)."""
@@ -86,6 +94,8 @@ def test_an_offline_kernel_of_the_default_recipe_attaches_its_wheels(index, tmp_
     declared = json.loads((folder / private_datasets.DATASET_METADATA).read_text())
     assert declared["id"] == f"{OWNER}/{wheels.SLUG}" and len(declared["licenses"]) == 1
     assert f"attaches the private dataset {OWNER}/{wheels.SLUG}" in capsys.readouterr().out
+    settings = settings_of(kernels / NAME / kernel.SCRIPT)  # the kernel installs these bytes, no others
+    assert settings["wheel_hashes"] == {wheel: hashlib.sha256((index / wheel).read_bytes()).hexdigest()}
     (index / wheel).unlink()  # held already: a second generation downloads nothing
     assert _generate(kernels) == 0
     assert (folder / wheel).is_file()
@@ -217,7 +227,7 @@ def test_the_kernel_installs_them_from_the_attached_dataset_with_no_index(tmp_pa
     """What `make kernel-emulate` runs whole: here pip installs the attached wheel into a folder."""
     mounted = tmp_path / "input" / "datasets" / OWNER / wheels.SLUG
     mounted.mkdir(parents=True)
-    make_wheel(mounted, "petals_test_wheel", "1.0", "petals_test_wheel")
+    held = make_wheel(mounted, "petals_test_wheel", "1.0", "petals_test_wheel")
     monkeypatch.setenv("PIP_TARGET", str(tmp_path / "site"))
     monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
     (tmp_path / "site" / "petals_present").mkdir(parents=True)  # the image has it: looked for, not imported
@@ -226,7 +236,9 @@ def test_the_kernel_installs_them_from_the_attached_dataset_with_no_index(tmp_pa
     # keras-hub first, as a SentencePiece family's kernel lists it: imported before sentencepiece is
     # installed, it would keep its SentencePiece tokenizers off for the whole process.
     packages = {"petals_present": ["petals-present==1.0"], "petals_test_wheel": ["petals-test-wheel==1.0"]}
-    settings = {"internet": False, "weights_file": None, "packages": packages}
+    recorded = {"petals_test_wheel-1.0-py3-none-any.whl": hashlib.sha256(held).hexdigest()}
+    settings = {"internet": False, "weights_file": None, "packages": packages, "wheel_hashes": recorded,
+                "datasets": [f"{OWNER}/{wheels.SLUG}"]}  # fmt: skip
     monkeypatch.setattr(kernel_main, "SETTINGS", settings)
     commands, run = [], subprocess.run
     monkeypatch.setattr(
@@ -239,4 +251,6 @@ def test_the_kernel_installs_them_from_the_attached_dataset_with_no_index(tmp_pa
         "petals_test_wheel"
     )  # this process
     (command,) = commands
-    assert "--no-index" in command and command[command.index("--find-links") + 1] == str(mounted)
+    # pip is given the checked copies, not the mounted folder
+    (checked,) = [command[i + 1] for i, a in enumerate(command) if a == "--find-links"]
+    assert "--no-index" in command and checked != str(mounted) and "petals-wheels-" in checked

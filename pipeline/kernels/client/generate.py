@@ -99,7 +99,12 @@ def kernel_recipe(options: KernelOptions) -> str:
 
 
 def kernel_settings(
-    options: KernelOptions, config, spec, kernel_id: str, shipped: dict | None = None
+    options: KernelOptions,
+    config,
+    spec,
+    kernel_id: str,
+    shipped: dict | None = None,
+    wheel_hashes: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     from pipeline import networks
     from pipeline.core.git import git_commit
@@ -121,6 +126,7 @@ def kernel_settings(
         "weights_file": weights_file(config.model.backbone, config.model.weights),
         "shipped_weights": shipped,  # {dataset, file, bytes, sha256}: the backbone's file, `weights.py`
         "packages": networks.packages(config),
+        "wheel_hashes": wheel_hashes,  # {file: sha256} of the wheels dataset: the kernel installs no other
         "resume_from": resume_sources(options.resume_from, kernel_id),
         "datasets": list(options.dataset),  # one may hold trained runs (petals_runs/) to predict with
         "time_limit": options.timeout or SESSION_LIMIT[session],
@@ -206,14 +212,14 @@ def generate(options: KernelOptions, competition: Competition) -> Path:
     name = options.name or default_name(config.recipe, spec.name)
     owner = find_owner(options.owner)
     meta = metadata(options, owner, name, slug)  # the name checked before anything is downloaded
-    if requirements:  # what the image lacks, as Kaggle does it: wheels in a private dataset it attaches
-        dataset = wheels.build(options.kernels_dir, requirements, owner)
-        options = dataclasses.replace(options, dataset=(*options.dataset, dataset))
+    built = wheels.build(options.kernels_dir, requirements, owner) if requirements else None
+    if built is not None:  # what the image lacks, as Kaggle does it: wheels in a private dataset it attaches
+        options = dataclasses.replace(options, dataset=(*options.dataset, built["dataset"]))
     shipped = weights.ship(options.kernels_dir, source, owner) if source is not None else None
     if shipped is not None:  # the backbone's weights file, the same way
         options = dataclasses.replace(options, dataset=(*options.dataset, shipped["dataset"]))
     meta = metadata(options, owner, name, slug)
-    settings = kernel_settings(options, config, spec, meta["id"], shipped)
+    settings = kernel_settings(options, config, spec, meta["id"], shipped, built and built["wheels"])
     text = script_text(settings, bundle(REPO, members, extra), notebook=options.kernel_type == "notebook")
     return place_checked(options.kernels_dir / name, text, meta)
 

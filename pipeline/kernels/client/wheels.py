@@ -8,12 +8,18 @@ that folder as a private dataset with the official client before the kernel: cre
 version when its wheels changed, reused while they have not. The kernel installs from it with
 `pip --no-index --find-links` (`pipeline/kernels/script/main.py`: `provide_offline`).
 
+An attached folder is untrusted (a competition's files, a stranger's dataset), and a wheel installed
+from it runs its code in the kernel. So the kernel's settings carry each wheel's sha256 as downloaded
+here, and inside the kernel (`mounted`) pip sees only copies whose bytes hash to one of them; a
+kernel given its own datasets (DATASETS=) installs from those datasets' folders, and from no other.
+
 The folder only grows: a kernel generated later with other packages adds its wheels beside the
 earlier ones, so a kernel generated earlier still finds its own in the newest version.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -24,7 +30,8 @@ import tempfile
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import write_json
+from pipeline.core.files import sha256, write_json
+from pipeline.core.foreign import text
 from pipeline.kernels.client import private_datasets
 
 SLUG = "petals-wheels"  # <owner>/petals-wheels: one per Kaggle account, shared by its kernels
@@ -51,6 +58,7 @@ IMAGE_HAS = frozenset({
     "tensorflow", "tensorflow-cpu", "keras", "jax", "jaxlib", "ml-dtypes", "absl-py", "tqdm", "pyyaml",
 })  # fmt: skip
 PIP_TIMEOUT_S = 900
+MAX_WHEEL_BYTES = 2 << 30  # larger than any wheel a recipe needs (TensorFlow's is ~0.6 GB)
 
 
 def folder_for(kernels_dir: Path) -> Path:
@@ -123,10 +131,11 @@ def _download(pip: list[str], python: str, into: Path) -> None:
         )
 
 
-def build(kernels_dir: Path, requirements: list[list[str]], owner: str) -> str:
+def build(kernels_dir: Path, requirements: list[list[str]], owner: str) -> dict:
     """Download what the folder lacks of `requirements` (for each of Kaggle's Pythons) and write the
-    dataset's metadata for `<owner>/petals-wheels`; the dataset's handle. Wheels arrive in a staging
-    folder and move in only once every download succeeded."""
+    dataset's metadata for `<owner>/petals-wheels`; what the kernel's settings carry: {dataset,
+    wheels: {file name: sha256}}. Wheels arrive in a staging folder and move in only once every
+    download succeeded."""
     folder = folder_for(kernels_dir)
     present = {_distribution(wheel.name) for wheel in folder.glob("*.whl")}
     held = [r for r in read_manifest(folder) if _normalised(_name(r)) in present]  # a wheel deleted: again
@@ -155,9 +164,50 @@ def build(kernels_dir: Path, requirements: list[list[str]], owner: str) -> str:
         f"{', '.join(pip[-1] for pip in requirements)} from it without internet; "
         "`make kernel-push` uploads it first"
     )
-    return dataset
+    return {"dataset": dataset, "wheels": {name: sha256(folder / name) for name in wheels}}
 
 
 def publish(kernel_folder: Path, report=print) -> str | None:
     """Before a kernel is pushed: `<owner>/petals-wheels` on Kaggle (`private_datasets.publish`)."""
     return private_datasets.publish(kernel_folder, KIND, report)
+
+
+def mounted(recorded: dict[str, str] | None, datasets: list[str], root: Path, into: Path) -> list[Path]:
+    """Inside the kernel: the folders pip may install wheels from, as untrusted input. With `recorded`
+    ({file name: sha256}, what `build` downloaded), each recorded wheel found in a folder under `root`
+    is copied into `into` and kept only where its bytes hash as recorded: [into], and pip sees no
+    other file. Without, the folders of the datasets the kernel was given (DATASETS=), never the
+    competition's or another source's. A recorded name whose bytes differ is said and left out."""
+    from pipeline.core import kaggle_input
+
+    if not recorded:
+        given = [
+            root / r for h in datasets for r in kaggle_input.layouts("dataset", h) if (root / r).is_dir()
+        ]
+        found = {w.parent for d in given for f in kaggle_input.attached(d) for w in f.glob("*.whl")}
+        return sorted(found)
+    into.mkdir(parents=True, exist_ok=True)
+    for folder in kaggle_input.attached(root):
+        for name, digest in recorded.items():
+            source, copy = folder / name, into / name
+            if copy.exists() or not source.is_file():
+                continue
+            if _copy_hashed(source, copy) != digest:
+                copy.unlink()
+                print(f"petals kernel: {text(str(source))} is not the wheel `make kernel` downloaded (its "
+                      "sha256 differs): not installed")  # fmt: skip
+    return [into]
+
+
+def _copy_hashed(source: Path, copy: Path) -> str:
+    """`source` copied to `copy`, its sha256 taken from the bytes copied (not read twice, so not
+    changed between the check and pip's read); "" for a file larger than any wheel."""
+    digest, size = hashlib.sha256(), 0
+    with open(source, "rb") as src, open(copy, "wb") as out:
+        while chunk := src.read(1 << 22):
+            size += len(chunk)
+            if size > MAX_WHEEL_BYTES:
+                return ""
+            digest.update(chunk)
+            out.write(chunk)
+    return digest.hexdigest()

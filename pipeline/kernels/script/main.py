@@ -100,8 +100,10 @@ def provide_offline(args: argparse.Namespace, keras_home: Path) -> list[str]:
     done = []
     models = keras_home / "models"
     models.mkdir(parents=True, exist_ok=True)
-    # An earlier version's checkpoints (petals_runs/) are not pretrained weights.
-    attached = [f for f in kaggle_input.attached(args.input) if RUNS not in f.parts]
+    # Only the datasets the kernel was given (DATASETS=) lend it weights: the competition's folder and
+    # other sources are untrusted. An earlier version's checkpoints (petals_runs/) are not weights.
+    given = [args.input / r for h in SETTINGS.get("datasets", []) for r in kaggle_input.layouts("dataset", h)]
+    attached = [f for d in given if d.is_dir() for f in kaggle_input.attached(d) if RUNS not in f.parts]
     for folder in attached:
         for path in sorted(folder.glob("*.h5")):
             if not (models / path.name).exists():
@@ -113,12 +115,19 @@ def provide_offline(args: argparse.Namespace, keras_home: Path) -> list[str]:
             f"model.weights needs {needed}, no attached source under {args.input} holds it, and the kernel "
             "has no internet: attach a dataset with that file (make kernel DATASETS=owner/slug)"
         )
+    wheels = None
     for package, spec in SETTINGS.get("packages", {}).items():  # {import name: pip arguments}
         # Looked for, not imported: keras-hub imported before sentencepiece is installed keeps its
         # SentencePiece tokenizers off for the whole process (it tries the import once, at its own).
         if importlib.util.find_spec(package) is not None:
             continue
-        wheels = sorted({str(p.parent) for f in attached for p in f.glob("*.whl")})
+        if wheels is None:  # only wheels make kernel downloaded (by sha256), or the given datasets'
+            from pipeline.kernels.client import wheels as kernel_wheels
+
+            checked = scratch_dir("petals-wheels-")
+            folders = kernel_wheels.mounted(SETTINGS.get("wheel_hashes"), SETTINGS.get("datasets", []),
+                                            args.input, checked)  # fmt: skip
+            wheels = [str(f) for f in folders if any(f.glob("*.whl"))]
         if not SETTINGS["internet"] and not wheels:
             raise PetalsError(
                 f"the image lacks the {package} package, no attached source holds a wheel, and the kernel "
