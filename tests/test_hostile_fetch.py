@@ -376,3 +376,31 @@ def test_a_pipe_in_your_folder_is_one_line_not_a_blocked_copy(tmp_path, capsys, 
     code, line = _fetch_here(capsys, *CATS, "--from", str(mine), "--data-dir", str(tmp_path / "data"))
     _assert_refused(code, line, f"{mine}: file '{where}' is not a plain file or folder", tree)
     record(f"fetch: a pipe in --from ({where})", f"`{where}` is a FIFO", line, 2, "nothing written")
+
+
+@pytest.mark.parametrize("what", ["link out", "pipe", "dangling"])
+def test_a_shard_folder_read_in_place_refuses_a_link_out_or_a_pipe(tmp_path, capsys, tiny_dataset, what):
+    """TFRecord shards are read where they lie (not copied), so the check is at the listing: a shard
+    linked to someone's file outside (here a valid shard: it would be trained on unseen), or a pipe
+    named as a shard (the read would block), is one line naming it."""
+    import shutil
+
+    mine = tmp_path / "mine"
+    shutil.copytree(tiny_dataset, mine)
+    shard = sorted(mine.glob("tfrecords-jpeg-*/train/*.tfrec"))[0]
+    outside = tmp_path / "private.tfrec"
+    shutil.copy(shard, outside)
+    shard.unlink()
+    if what == "link out":
+        shard.symlink_to(outside)
+        says = f"{mine}: shard '{shard.relative_to(mine)}' leaves {mine} (a link out of it)"
+    elif what == "pipe":
+        os.mkfifo(shard)
+        says = f"{shard}: not a regular file (a pipe or a device); not read"
+    else:
+        shard.symlink_to(mine / "gone.tfrec")
+        says = f"{shard}: cannot be read (No such file or directory)"
+    tree = Tree(tmp_path)
+    code, line = _fetch_here(capsys, "--from", str(mine), "--data-dir", str(tmp_path / "data"))
+    _assert_refused(code, line, says, tree)
+    record(f"fetch: a shard read in place ({what})", f"a `.tfrec` is a {what}", line, 2, "nothing written")

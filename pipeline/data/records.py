@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import struct
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
 from competition import CompetitionSpec
 from pipeline.core.errors import PetalsError
+from pipeline.core.paths import inside
 from pipeline.formats.records import RecordSchema, records_of
 
 # Kaggle's shard names end in `-<count>.tfrec`; public kernels count images with this.
@@ -125,8 +128,23 @@ def count_images(paths: Iterable[str]) -> int:
 
 
 def list_shards(root: str, spec: CompetitionSpec, size: int, split: str) -> list[str]:
-    """Sorted shard paths of one split at one resolution."""
-    return sorted(tf.io.gfile.glob(f"{root.rstrip('/')}/{records_of(spec).record_dir(size)}/{split}/*.tfrec"))
+    """Sorted shard paths of one split at one resolution. A local folder is read in place and may be
+    shared, links and all: each shard must lie inside `root` once links are resolved (a link out
+    would train on, or predict, a file of someone else's) and be a regular file (a pipe would block
+    the read), or it is refused in one line."""
+    shards = sorted(
+        tf.io.gfile.glob(f"{root.rstrip('/')}/{records_of(spec).record_dir(size)}/{split}/*.tfrec")
+    )
+    if "://" not in root:
+        for path in shards:
+            inside(Path(root), os.path.relpath(path, root), "shard", root)
+            try:
+                mode = os.stat(path).st_mode
+            except OSError as err:  # a link to nothing
+                raise PetalsError(f"{path}: cannot be read ({err.strerror})") from None
+            if not stat.S_ISREG(mode):
+                raise PetalsError(f"{path}: not a regular file (a pipe or a device); not read")
+    return shards
 
 
 def feature_spec(schema: RecordSchema, labeled: bool) -> dict[str, tf.io.FixedLenFeature]:
