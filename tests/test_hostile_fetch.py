@@ -280,8 +280,28 @@ def test_too_many_members_are_refused(tmp_path, capsys, monkeypatch):
     archive = _zip(tmp_path / "cats.zip", {f"train/cat.{i}.jpg": b"" for i in range(6)})
     tree = Tree(tmp_path)
     code, line = _fetch_here(capsys, *CATS, "--from", str(archive), "--data-dir", str(tmp_path / "data"))
-    _assert_refused(code, line, "cats.zip: 6 members, over the 5 petals unpacks", tree)
+    _assert_refused(code, line, "cats.zip: over 5 members, more than petals unpacks in one fetch", tree)
     record("fetch: zip with too many files", "more members than the bound", line, 2, "nothing written")
+
+
+def test_members_are_counted_before_zipfile_reads_them_and_not_by_the_end_records_word(
+    tmp_path, capsys, monkeypatch
+):
+    """zipfile holds a record of every member as it opens (0.8 KB each): a directory of 20 million
+    would fill memory before they could be counted. So the headers are counted first, and the end
+    record's total (here rewritten to say 1) is not believed."""
+    monkeypatch.setattr(files, "MAX_MEMBERS", 5)
+    archive = _zip(tmp_path / "cats.zip", {f"train/cat.{i}.jpg": b"" for i in range(6)})
+    raw = bytearray(archive.read_bytes())
+    end = raw.rfind(b"PK\x05\x06")
+    struct.pack_into("<HH", raw, end + 8, 1, 1)  # entries on this disk, entries in all
+    archive.write_bytes(bytes(raw))
+    opened = []
+    monkeypatch.setattr(files.zipfile, "ZipFile", lambda *a, **k: opened.append(a))
+    tree = Tree(tmp_path)
+    code, line = _fetch_here(capsys, *CATS, "--from", str(archive), "--data-dir", str(tmp_path / "data"))
+    _assert_refused(code, line, "cats.zip: over 5 members", tree)
+    assert opened == []  # refused before zipfile parsed a record
 
 
 @pytest.mark.parametrize(

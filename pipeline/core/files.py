@@ -2,9 +2,10 @@
 
 Figures go the same way: `pyplot()` gives matplotlib on its file-only backend (servers and
 kernels have no display), `save_figure` writes a PNG atomically and frees the figure. Archives are
-unpacked only after their members are checked (`check_members`: no paths out, no links or devices,
-bounded sizes) and as plain files (`extract_members`), and the folders petals works in carry a
-marker (`make_work_folder`), so that petals deletes only what it made (`is_work_folder`).
+unpacked only after their members are counted (`open_zip`, before zipfile reads their records)
+and checked (`check_members`: no paths out, no links or devices, bounded sizes), and as plain
+files (`extract_members`); the folders petals works in carry a marker (`make_work_folder`), so
+that petals deletes only what it made (`is_work_folder`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import secrets
 import shutil
 import stat
+import struct
 import zipfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -120,7 +122,10 @@ class Budget:
     @classmethod
     def left_after(cls, folder: Path) -> Budget:
         """The budget left once what `folder` already holds is counted (the outer archive's files)."""
-        sizes = [p.stat().st_size for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
+        held = (
+            [p for p in folder.rglob("*") if p.is_file() and p.name != WORK_MARKER] if folder.is_dir() else []
+        )
+        sizes = [p.stat().st_size for p in held]
         return cls(MAX_UNPACKED_BYTES - sum(sizes), MAX_MEMBERS - len(sizes))
 
 
@@ -135,10 +140,43 @@ def _too_big(archive: Path, size: int) -> PetalsError:
     )
 
 
+CENTRAL_HEADER = struct.Struct("<4s24xHHH12x")  # a central directory entry's 46 bytes: what it spans
+
+
+def open_zip(archive: Path, budget: Budget | None = None) -> zipfile.ZipFile:
+    """`archive` opened, once its central directory is known to list at most `budget.members`: zipfile
+    holds every member's record (about 0.8 KB each) as it opens, so a directory of tens of millions
+    of entries (a GB of file) would fill memory before `check_members` could count them. The entries
+    are counted by their headers, not by the end record's total, which can say anything."""
+    limit = (budget or Budget()).members
+    with open(archive, "rb") as f:
+        end = zipfile._EndRecData(f)  # what zipfile itself reads first (zip64 and comments handled)
+        if end is not None:
+            size = end[zipfile._ECD_SIZE]
+            zip64 = end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64
+            f.seek(max(0, end[zipfile._ECD_LOCATION] - size - (76 if zip64 else 0)))
+            counted = spanned = 0
+            while spanned + CENTRAL_HEADER.size <= size and counted <= limit:
+                header = f.read(CENTRAL_HEADER.size)
+                if len(header) < CENTRAL_HEADER.size or header[:4] != b"PK\x01\x02":
+                    break  # zipfile says what is wrong
+                _, name, extra, comment = CENTRAL_HEADER.unpack(header)
+                f.seek(name + extra + comment, os.SEEK_CUR)
+                spanned += CENTRAL_HEADER.size + name + extra + comment
+                counted += 1
+            if counted > limit:
+                raise PetalsError(
+                    f"archive {archive}: over {limit} members, more than petals unpacks in one fetch "
+                    "(a zip bomb?); nothing was kept"
+                )
+    return zipfile.ZipFile(archive)
+
+
 def check_members(zf: zipfile.ZipFile, archive: Path, budget: Budget) -> None:
     """Refuse, in one line naming the archive and the member, an archive petals will not unpack:
     a path leaving the folder (absolute, `..`), a member that is not a plain file or folder
-    (a symbolic link, a device, a pipe), more members or declared bytes than `budget` allows."""
+    (a symbolic link, a device, a pipe), more declared bytes than `budget` allows (`open_zip` bounded
+    their number)."""
     members = zf.infolist()
     if (unsafe := unsafe_member(zf)) is not None:
         raise PetalsError(f"corrupt archive {archive}: unsafe member path {shown(unsafe)}")
@@ -150,11 +188,6 @@ def check_members(zf: zipfile.ZipFile, archive: Path, budget: Budget) -> None:
                 f"archive {archive}: member {shown(m.filename)} is {what}; petals unpacks only "
                 "files and folders"
             )
-    if len(members) > budget.members:
-        raise PetalsError(
-            f"archive {archive}: {len(members)} members, over the {MAX_MEMBERS} petals unpacks "
-            "(a zip bomb?); nothing was kept"
-        )
     declared = sum(m.file_size for m in members)
     if declared > budget.bytes:
         raise _too_big(archive, MAX_UNPACKED_BYTES - budget.bytes + declared)

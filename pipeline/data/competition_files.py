@@ -24,7 +24,7 @@ import pandas as pd
 from competition import CompetitionSpec
 from pipeline.core.csv_bounds import LABEL_CSV, check_csv
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import WORK_MARKER, Budget, check_members, extract_members, sha256
+from pipeline.core.files import WORK_MARKER, Budget, check_members, extract_members, open_zip, sha256
 from pipeline.core.paths import inside, shown
 from pipeline.formats.base import format_of
 
@@ -101,8 +101,8 @@ def _copy_inside(source: Path, name: str, dest: Path) -> None:
 
 def _unzip(archive: Path, dest: Path) -> None:
     try:
-        with zipfile.ZipFile(archive) as opened:
-            budget = Budget.left_after(dest)  # the outer archive's files count against the same bounds
+        budget = Budget.left_after(dest)  # the outer archive's files count against the same bounds
+        with open_zip(archive, budget) as opened:
             check_members(opened, archive, budget)
             extract_members(opened, opened.infolist(), dest, archive, budget)
     except (zipfile.BadZipFile, EOFError, zlib.error) as err:

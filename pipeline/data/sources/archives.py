@@ -13,7 +13,7 @@ import zlib
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import WORK_MARKER, Budget, check_members, extract_members
+from pipeline.core.files import WORK_MARKER, Budget, check_members, extract_members, open_zip
 from pipeline.core.progress import MB, Progress
 from pipeline.formats.base import resolutions_of
 from pipeline.formats.records import records_of
@@ -31,8 +31,8 @@ def unpack(
     or refused download is deleted, so the next run fetches it again; a user's own archive is kept."""
     keep_dirs = {records_of(spec).record_dir(s) for s in sizes} if sizes and resolutions_of(spec) else None
     try:
-        with zipfile.ZipFile(archive) as zf:
-            budget = Budget.left_after(dest)
+        budget = Budget.left_after(dest)
+        with open_zip(archive, budget) as zf:
             check_members(zf, archive, budget)
             members = [m for m in zf.infolist() if not m.is_dir()]
             if keep_dirs is not None:  # drop the other resolutions' folders, wherever they sit
