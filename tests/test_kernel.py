@@ -267,6 +267,43 @@ def test_checks_before_a_push_refuse_and_push_nothing(
     assert behaviour.requests == []
 
 
+@pytest.mark.parametrize("how", ["with ..", "absolute", "a link out", "metadata a list", "deep metadata"])
+def test_a_shared_kernel_folder_cannot_push_a_file_from_outside_it(
+    generated, tmp_path, in_kaggle_env, capsys, how
+):
+    """The client uploads whatever code_file names: a kernel folder someone shared, naming a private
+    file of yours (by `..`, a path, a link), would push it to Kaggle. Refused in one line, nothing sent."""
+    private = tmp_path / "id_rsa"
+    private.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    folder = tmp_path / "petals-tiny"
+    folder.mkdir()
+    meta = json.loads((generated / kernel.METADATA).read_text())
+    (folder / kernel.SCRIPT).write_bytes((generated / kernel.SCRIPT).read_bytes())
+    if how == "a link out":
+        (folder / kernel.SCRIPT).unlink()
+        (folder / kernel.SCRIPT).symlink_to(private)
+    named = {"with ..": "../id_rsa", "absolute": str(private)}.get(how, kernel.SCRIPT)
+    text = json.dumps({**meta, "code_file": named})
+    if how == "metadata a list":
+        text = json.dumps([meta])
+    elif how == "deep metadata":
+        text = "[" * 100_000
+    (folder / kernel.METADATA).write_text(text)
+    says = {
+        "with ..": "code_file '../id_rsa' is not a plain name",
+        "absolute": "code_file '/tmp/",  # shown cut
+        "a link out": f"code_file '{kernel.SCRIPT}' leaves {folder} (a link out of it)",
+        "metadata a list": f"{folder / kernel.METADATA}: not a JSON object",
+        "deep metadata": f"{folder / kernel.METADATA}: nested deeper than 32 levels",
+    }[how]
+    behaviour = Behaviour()
+    with KaggleTestServer(behaviour):
+        assert cli.main(["kernel", "push", "--kernels-dir", str(tmp_path), "--name", "petals-tiny"]) == 2
+    (line,) = error_lines(capsys.readouterr().err)
+    assert says in line, line
+    assert behaviour.requests == []
+
+
 def test_a_refused_push_is_one_actionable_line(generated, in_kaggle_env, capsys):
     behaviour = Behaviour(fail_with=[403])
     with KaggleTestServer(behaviour):

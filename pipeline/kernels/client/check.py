@@ -17,9 +17,12 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign_files import present, read_small_text
+from pipeline.core.paths import check_name
 from pipeline.kernels.client.metadata import (
     DATASET_SOURCE,
     METADATA,
@@ -29,13 +32,24 @@ from pipeline.kernels.client.metadata import (
     notebook_entry,
 )
 
+MAX_METADATA_BYTES = 1 << 20
+# A generated script is a few MB (its bundle in base64); the bundle inflates to a few more.
+MAX_CODE_BYTES = 64 << 20
+MAX_BUNDLE_BYTES = 256 << 20
 
-def _code(folder: Path, meta: dict) -> str:
-    path = folder / meta["code_file"]
-    text = path.read_text()
+
+def _code(folder: Path, meta: dict, where: Path) -> str:
+    """The code Kaggle would run, read as untrusted input: a kernel folder gets shared, and the
+    client uploads whatever `code_file` names (`../../.ssh/id_rsa`, a link out of the folder), so it
+    must be a plain name of a regular file inside the folder, of a bounded size."""
+    name = check_name(meta["code_file"], "code_file", where / METADATA)
+    text = read_small_text(folder, name, "code_file", where / METADATA, MAX_CODE_BYTES)
     if meta["kernel_type"] == "notebook":
-        cells = json.loads(text)["cells"]
-        return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        try:
+            cells = json.loads(text)["cells"]
+            return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+        except (ValueError, TypeError, KeyError, RecursionError):
+            raise PetalsError(f"{where / name}: not a notebook petals wrote; regenerate it") from None
     return text
 
 
@@ -64,11 +78,14 @@ def check(folder: Path, shown_as: Path | None = None) -> None:
     from slugify import slugify
 
     where = shown_as or folder
-    path, label = folder / METADATA, where / METADATA
+    label = where / METADATA
     try:
-        meta = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise PetalsError(f"{label}: unreadable ({err})") from None
+        metadata_text = read_small_text(folder, METADATA, "the file", where, MAX_METADATA_BYTES)
+        meta = json.loads(metadata_text)
+    except (ValueError, RecursionError) as err:
+        raise PetalsError(f"{label}: unreadable ({str(err)[:200]})") from None
+    if not isinstance(meta, dict):
+        raise PetalsError(f"{label}: not a JSON object")
     required = ("id", "title", "code_file", "language", "kernel_type", "is_private", "enable_internet")
     missing = [key for key in required if key not in meta]
     if missing:
@@ -100,10 +117,10 @@ def check(folder: Path, shown_as: Path | None = None) -> None:
     for source in meta.get("kernel_sources", []):
         if not DATASET_SOURCE.fullmatch(source):
             raise PetalsError(f"{label}: kernel source {source!r} must be owner/kernel-slug")
-    if not (folder / meta["code_file"]).is_file():
-        raise PetalsError(f"{where / meta['code_file']}: the code file is missing")
-    code = _code(folder, meta)
-    texts = {meta["code_file"]: code, METADATA: path.read_text()}
+    if not present(folder / str(meta["code_file"])):
+        raise PetalsError(f"{where / str(meta['code_file'])}: the code file is missing")
+    code = _code(folder, meta, where)
+    texts = {meta["code_file"]: code, METADATA: metadata_text}
     texts.update((f"bundled file {name}", text) for name, text in _bundled_texts(code).items())
     for secret in _secrets():
         for name, text in texts.items():
@@ -130,8 +147,15 @@ def _bundled_texts(code: str) -> dict[str, str]:
     match = re.search(r'BUNDLE = """\n(.*?)\n"""', code, re.S)
     if not match:
         raise PetalsError("the kernel script carries no bundle; regenerate it (make kernel)")
-    with zipfile.ZipFile(io.BytesIO(base64.b64decode(match.group(1)))) as archive:
-        return {name: archive.read(name).decode("utf-8", "replace") for name in archive.namelist()}
+    try:
+        with zipfile.ZipFile(io.BytesIO(base64.b64decode(match.group(1)))) as archive:
+            if sum(info.file_size for info in archive.infolist()) > MAX_BUNDLE_BYTES:  # a read stops there
+                raise PetalsError(
+                    f"the kernel's bundle unpacks to over {MAX_BUNDLE_BYTES >> 20} MiB; regenerate it"
+                )
+            return {name: archive.read(name).decode("utf-8", "replace") for name in archive.namelist()}
+    except (ValueError, zipfile.BadZipFile, EOFError, zlib.error):  # not base64, not a zip, cut
+        raise PetalsError("the kernel script's bundle is not one petals made; regenerate it") from None
 
 
 # Scripts this process saw answer --help, by `_help_key`: the same code need not start again (a
