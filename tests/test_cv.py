@@ -228,3 +228,40 @@ def test_each_folds_line_says_the_time_left_at_the_pace_of_the_folds_trained(
         f"cv: fold 0 of 2 ({fold_runs[0].name})",  # no fold trained yet: no pace to go by
         f"cv: fold 1 of 2 ({fold_runs[1].name}); about 2 min 00 s left (2 min 00 s a fold)",
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("folds", [0, 2])
+def test_a_fold_keeps_its_schedules_end_and_a_single_run_its_best_epoch(
+    data_dir, tmp_path, cpu, monkeypatch, folds
+):
+    """A fold's val rows are the out-of-fold rows its group is scored on: an epoch chosen on them
+    would make the CV score lean high, so a fold keeps its latest scored epoch even where an earlier
+    one scored better. A single run keeps its best (and evaluate says which it was)."""
+    from pipeline.modeling import trainer
+    from pipeline.stages import train
+
+    spec = load_spec("flowers")
+    real_score, saved = trainer.Trainer._score, []
+
+    def first_epoch_best(self, val):  # as if the first epoch had scored best on these rows
+        scores = real_score(self, val)
+        return {**scores, spec.score_key: 0.99 if len(self.history) == 0 else 0.01}
+
+    monkeypatch.setattr(trainer.Trainer, "_score", first_epoch_best)
+    real_save = trainer.save_weights
+    monkeypatch.setattr(
+        trainer, "save_weights", lambda net, path: saved.append(path.name) or real_save(net, path)
+    )
+    config = load_config(overrides=[*OVERRIDES, f"train.folds={folds}"])
+    job = train.prepare(config, cpu, data_dir, tmp_path / "runs", None, None)
+    train.fit(job, progress=False)
+    run = RunDir(job.run_dir)
+    metrics = run.metrics()
+    best, last = run.best_weights.name, run.last_weights.name
+    if folds:
+        assert saved == [best, last, best] and metrics["best_epoch"] == 2
+        assert metrics[spec.score_key] == pytest.approx(0.01)
+    else:
+        assert saved == [best, last] and metrics["best_epoch"] == 1
+        assert metrics[spec.score_key] == pytest.approx(0.99)

@@ -330,6 +330,11 @@ def test_the_main_jobs_summary_and_the_cv_line_say_what_a_score_is_worth(tmp_pat
         "; each row scored by a fold model trained on the other 4/5; submitted: the 5 fold models' mean;"
         in (summary_line("cv5-x", spec, {**metrics, "folds": 5}))
     )
+    # folds that kept their schedule's end need no second figure; a group trained earlier, whose folds
+    # kept an epoch chosen on their rows, gives the end beside it
+    ended = {**metrics, "epochs": 6, "fold_scores_last": [0.8, 0.9]}
+    assert "schedule's end" not in summary_line("cv5-x", spec, {**ended, "best_epochs": [6, 6]})
+    assert "; at the schedule's end 0.8500" in summary_line("cv5-x", spec, {**ended, "best_epochs": [4, 6]})
     group = tmp_path / "runs" / "cv5-x"
     group.mkdir()
     (group / "metrics.json").write_text(json.dumps(metrics))

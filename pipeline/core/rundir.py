@@ -207,7 +207,11 @@ def run_id(config, fingerprint: str, size: int) -> str:
     """Same config and data -> same id, so rerunning a command finds (and resumes) its run.
     `size` is the one the competition's task reads: the image's side, or a text's tokens
     (`pipeline.tasks.competitions.size_of`)."""
-    digest = hashlib.sha256(json.dumps([config.to_dict(), fingerprint], sort_keys=True).encode()).hexdigest()
+    # A CV fold keeps its schedule's end since 2026-12-01, no longer its best epoch: one trained
+    # before is not this run, and must not be found finished and reused.
+    kept = ["the schedule's end"] if config.train.folds else []
+    identity = [config.to_dict(), fingerprint, *kept]
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     return f"{config.recipe}-{config.model.backbone}-{size}-{digest[:8]}"
 
 

@@ -8,10 +8,10 @@ for a rule of thumb on its size. The candidates live in a file beside the recipe
 `CHOOSE=path.toml`): each table is a candidate, its sub-tables the config sections it changes over
 the recipe and the command line's `--set`s (an empty table: the recipe as written).
 
-Each candidate is judged by its folds' val scores at the end of its schedule, not by the CV score
-of its out-of-fold rows: those come from each fold's best epoch, chosen on the very rows that
-score it, and on folds of a few dozen examples the best of six noisy epochs flatters a candidate
-whose curve is noisy (the one that memorises). Listed simplest first: the winner is the first
+Each candidate is judged by its folds' val scores at the end of its schedule: what each fold
+keeps (a group trained before 2026-12-01 kept each fold's best epoch, chosen on the very rows that
+score it, and on folds of a few dozen examples the best of six noisy epochs flattered a candidate
+whose curve is noisy: the one that memorises). Listed simplest first: the winner is the first
 candidate within one standard error of the best (the folds' spread over sqrt(K): the
 one-standard-error rule of Breiman et al. 1984; Hastie et al., The Elements of Statistical
 Learning, 7.10): two scores a fold's noise apart do not say the bigger model is better.
@@ -19,7 +19,7 @@ Learning, 7.10): two scores a fold's noise apart do not say the bigger model is 
 Candidates differ in what trains, never in the data or its folds (`SHARED` keys are refused).
 The choice (every candidate's group, scores, spread and epoch, and the winner) is written to
 `runs/choose-<recipe>-<hash>/choice.json`; `make predict FOLDS=5 CHOOSE=1` predicts with the
-winner's group: its fold mean (each fold's best-epoch weights, as every CV group's), or `REFIT=1`,
+winner's group: its fold mean (each fold's schedule's-end weights, as every CV group's), or `REFIT=1`,
 a refit to the epoch its CV chose. The winner's CV figures are the ones it won on, so they lean
 high; a held-out test part (`make bench-choose`) or Kaggle's score is the fair figure.
 """
@@ -266,7 +266,7 @@ def _done_with_features(opts: CVOptions, setups: list) -> None:
 def report(choice: dict, spec) -> list[str]:
     lines = [
         f"choose: {spec.metric.title} of each candidate, {choice['folds']} folds ({choice['rule']}); "
-        "beside it the CV score of its best epochs:"
+        "beside it its out-of-fold CV score:"
     ]
     for row in choice["rows"]:
         mark = "  <- chosen" if row["candidate"] == choice["winner"] else ""

@@ -242,8 +242,10 @@ def summary_line(name: str, spec, metrics: dict) -> str:
     folds = " ".join(f"{s:.4f}" for s in metrics["fold_scores"])
     at = metrics.get("fold_mean_at_cv_epoch")
     at = "not scored" if at is None else f"{at:.4f}"
-    last = metrics.get("fold_scores_last")  # each fold's best epoch was chosen on its own rows
-    end = f"; at the schedule's end {sum(last) / len(last):.4f}" if last else ""
+    # A group trained before folds kept their schedule's end: each fold's best epoch, chosen on its rows.
+    last = metrics.get("fold_scores_last")
+    chosen = any(b not in (None, metrics.get("epochs")) for b in metrics.get("best_epochs") or [])
+    end = f"; at the schedule's end {sum(last) / len(last):.4f}" if last and chosen else ""
     # A multi-label group's CV score is its decisions' (thresholds chosen on the rows, cross-fitted);
     # each fold's score and the epochs' are the metric's own reading, at 0.5.
     at_half = metrics.get("oof_evaluation", {}).get(f"{spec.score_key}_at_half")

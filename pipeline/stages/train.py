@@ -368,6 +368,8 @@ def _fit(job: Job, progress: bool, restart: bool, stop, keep_checkpoints: int) -
     key, metric = job.spec.score_key, job.spec.metric
     if job.val is None:
         best = history.iloc[-1]
+    elif trainer.keeps_latest:  # a CV fold: the latest scored epoch's weights, none chosen on its val
+        best = history.dropna(subset=[key]).iloc[-1]
     else:
         best = history.loc[history[key].idxmax() if metric.greater_is_better else history[key].idxmin()]
     seconds = float(history["seconds"].sum())
