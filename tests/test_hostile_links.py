@@ -10,6 +10,7 @@ errors as `python -m pipeline`) and asserts the line, exit 2 and that nothing ch
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -504,3 +505,41 @@ def test_a_predictions_source_nested_100000_deep_is_one_line():
 
     with pytest.raises(PetalsError, match=r"its source .* is not what predict writes; delete it"):
         _source("[" * 100_000, Path("val_predictions.npz"))
+
+
+@pytest.mark.parametrize(
+    "shape", ["a pipe", "a list", "deep", "a pid of 1e300", "a time past the year 9999", "a link out"]
+)
+def test_a_lock_file_of_any_shape_is_no_holder_and_is_taken_over(tmp_path, caplog, shape):
+    """A writer's lock (`writer.lock` in a runs folder, `<data dir>.lock`) comes with a shared
+    folder as anything at all: read as the foreign file it is, it is no holder, and is taken over
+    with a line, not a traceback or a read that blocks forever."""
+    import signal
+
+    from pipeline.core import lock
+
+    path, secret = tmp_path / "shared" / "data.lock", tmp_path / "home" / "private.json"
+    path.parent.mkdir()
+    secret.parent.mkdir()
+    secret.write_text('{"pid": 1, "host": "elsewhere"}')  # pid 1 lives: as a lock, it would hold
+    if shape == "a pipe":
+        os.mkfifo(path)
+    elif shape == "a link out":
+        path.symlink_to(secret)
+    else:
+        written = {"a list": "[1]", "deep": "[" * 100_000, "a pid of 1e300": '{"pid": 1e300}',
+                   "a time past the year 9999": '{"pid": 1073741824, "time": 1e300}'}  # fmt: skip
+        path.write_text(written[shape])
+
+    def blocked(*_):
+        raise TimeoutError("the lock's read blocked")
+
+    previous = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(30)  # the old reader blocked on the pipe
+    try:
+        with lock.holding(path, "fetch"):
+            assert json.loads(path.read_text())["pid"] == os.getpid()
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not path.exists() and secret.is_file() and "taking over the lock" in caplog.text

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign import text
+from pipeline.core.foreign_files import json_record, present
 
 log = logging.getLogger(__name__)
 
@@ -53,16 +55,24 @@ def _alive(holder: dict) -> bool:
 
 def _describe(holder: dict) -> str:
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.get("time", 0)))
-    return f"pid {holder.get('pid')} on {holder.get('host')} ({holder.get('what', '?')}, since {since})"
+    host, what = text(holder.get("host"), 80), text(holder.get("what", "?"), 80)
+    return f"pid {holder.get('pid')} on {host} ({what}, since {since})"
 
 
 def _read(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
+    """The lock's holder; None where there is no lock, {} where no holder can be named (so nobody is
+    alive behind it). A lock comes with a shared folder as anything at all: it is read by the rule for
+    foreign files (a pipe, a link out, a list, 100,000 brackets: no holder), and a pid or a time that
+    petals would not write is no pid or time."""
+    if not present(path):
         return None
-    except (OSError, ValueError):
-        return {}  # unreadable: no holder can be named, so nobody is alive behind it
+    holder = json_record(path, "lock file")
+    pid, since = holder.get("pid"), holder.get("time")
+    if not (type(pid) is int and 0 < pid < 1 << 31):
+        holder.pop("pid", None)
+    if not (type(since) in (int, float) and 0 <= since < 1e11):  # up to the year 5138
+        holder.pop("time", None)
+    return holder
 
 
 def _try_take(path: Path, me: dict) -> bool:
