@@ -3,6 +3,8 @@ back by MLflow's client: the numbers are history.csv's and the leaderboard's."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -237,3 +239,24 @@ def test_a_cv_groups_folds_nest_under_its_mlflow_run_and_group_in_tensorboard(
         assert tensorboard_events(place)["train/loss"]
         hparams = _hparams(place)
         assert hparams["cv_group"] == group and hparams["fold"] == float(tags["fold"])
+
+
+@pytest.mark.parametrize(
+    ("tags", "says"),
+    [
+        ({"study": "../../../outside/pwn", "trial": 1}, "study '../../../outside/pwn' is not a plain name"),
+        ({"cv_group": "/tmp/petals-pwn", "fold": 0}, "cv_group '/tmp/petals-pwn' is not a plain name"),
+        ({"study": "s", "trial": "1/../../x"}, "trial '1/../../x' is not a whole number"),
+    ],
+)
+def test_a_runs_tags_from_elsewhere_cannot_place_its_events_outside_it(tmp_path, tags, says):
+    """tags.json names the run's event folder and comes back in a kernel's output: a name with a
+    way out of the run is one line, and nothing is written outside."""
+    run = RunDir(tmp_path / "runs" / "r")
+    run.path.mkdir(parents=True)
+    run.write_json(RunDir.METRICS, {"epochs": 1})
+    run.write_json(RunDir.TAGS, tags)
+    with pytest.raises(PetalsError, match=re.escape(f"{run.file(RunDir.TAGS)}: {says}")):
+        tracking.evaluated(run, "flowers", {}, tmp_path / "board.csv", "none")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"] and not (run.path / "tensorboard").exists()
+    assert not (tmp_path.parent / "outside").exists() and not (tmp_path / "outside").exists()

@@ -17,6 +17,7 @@ from typing import Any
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import TRACKS
+from pipeline.core.paths import check_name, shown
 from pipeline.core.rundir import RunDir
 from pipeline.runs import tensorboard
 
@@ -31,18 +32,28 @@ def mlflow_asked(track: str) -> bool:
     return track == "mlflow"
 
 
-def place_label(tags: dict[str, Any]) -> str:
-    """The event folder's name: where the run stands, so TensorBoard's run filter groups it."""
+def place_label(tags: dict[str, Any], source: object = None) -> str:
+    """The event folder's name: where the run stands, so TensorBoard's run filter groups it. The
+    tags name a folder and come back in a run's tags.json from kernels and shared runs folders, so
+    a study's and a group's names must be plain names and a trial's and a fold's numbers whole, or
+    one line says which (`source`: where they were read)."""
+
+    def number(key: str) -> int:
+        value = tags.get(key)
+        if type(value) is not int or value < 0:
+            raise PetalsError(f"{source or 'tags'}: {key} {shown(value)} is not a whole number")
+        return value
+
     parts = []
     if tags.get("study") is not None:
-        parts.append(f"{tags['study']}-trial{tags['trial']}")
+        parts.append(f"{check_name(tags['study'], 'study', source)}-trial{number('trial')}")
     if tags.get("cv_group") is not None:
-        parts.append(f"{tags['cv_group']}-fold{tags['fold']}")
+        parts.append(f"{check_name(tags['cv_group'], 'cv_group', source)}-fold{number('fold')}")
     return "-".join(parts) or "run"
 
 
 def event_folder(run: RunDir, tags: dict[str, Any]) -> Path:
-    return run.file(RunDir.TENSORBOARD) / place_label(tags)
+    return run.file(RunDir.TENSORBOARD) / place_label(tags, run.file(RunDir.TAGS))
 
 
 def _mlflow_tags(run: RunDir, competition: str, tags: dict[str, Any]) -> dict[str, str]:
