@@ -5,6 +5,7 @@ assemble is the one the same folds make trained here; Kaggle's limits hold share
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import numpy as np
@@ -252,6 +253,13 @@ def test_a_push_past_kaggles_session_limit_waits_and_a_bad_state_file_is_one_lin
     state.write_text(json.dumps({**settings, "recipe": "cpu", "shares": []}))
     assert _fanout(tmp_path, data_dir) == 2
     assert "a fan-out of recipe 'cpu', not 'default'; move it aside" in capsys.readouterr().err
+    state.write_text("[" * 100_000)  # the state file is a foreign file: nested past reason
+    assert _fanout(tmp_path, data_dir) == 2
+    assert "nested deeper than 32 levels" in capsys.readouterr().err
+    state.unlink()
+    os.mkfifo(state)  # a pipe: read, it would block forever
+    assert _fanout(tmp_path, data_dir) == 2
+    assert "is not a regular file" in capsys.readouterr().err
 
 
 def test_a_state_file_written_before_trials_could_be_fanned_out_still_reads(data_dir, tmp_path, capsys):

@@ -8,12 +8,12 @@ other settings (a rerun would mix kernels of two kinds in one experiment).
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import text
+from pipeline.core.foreign_files import load_json
 from pipeline.core.paths import check_name, shown
 from pipeline.kernels.client.metadata import check_kernel
 
@@ -75,10 +75,9 @@ def load(path: Path, plan, report) -> dict[int, Share]:
 def read_state(path: Path, settings: dict, count: int) -> list[Share]:
     """The state file's shares, each field checked: it names folders and Kaggle slugs, and its
     numbers decide what is pushed."""
+    # By the rule for foreign files: a pipe, a link out, a gibibyte or 100,000 brackets is one line.
+    raw = load_json(path.parent, path.name, "fan-out state", limit=MAX_STATE_BYTES)
     try:
-        if path.stat().st_size > MAX_STATE_BYTES:
-            raise PetalsError(f"{path}: larger than {MAX_STATE_BYTES} bytes; not a fan-out's state")
-        raw = json.loads(path.read_text())
         for key, value in settings.items():
             if raw.get(key) != value:
                 raise PetalsError(
@@ -87,9 +86,7 @@ def read_state(path: Path, settings: dict, count: int) -> list[Share]:
                 )
         # A fold fan-out's state before trials could be fanned out named a share's number `fold`.
         shares = [Share(**{LEGACY.get(k, k): v for k, v in entry.items()}) for entry in raw["shares"]]
-    except OSError as err:
-        raise PetalsError(f"{path}: cannot read the fan-out's state ({err.strerror or err})") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, KeyError, TypeError) as err:
+    except (AttributeError, KeyError, TypeError) as err:
         raise PetalsError(f"{path}: not a fan-out's state ({err})") from None
     for share in shares:
         if not is_state(share, count):

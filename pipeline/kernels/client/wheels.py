@@ -20,7 +20,6 @@ earlier ones, so a kernel generated earlier still finds its own in the newest ve
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import re
 import shutil
@@ -32,6 +31,7 @@ from pathlib import Path
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import sha256, write_json
 from pipeline.core.foreign import text
+from pipeline.core.foreign_files import json_record
 from pipeline.kernels.client import private_datasets
 
 SLUG = "petals-wheels"  # <owner>/petals-wheels: one per Kaggle account, shared by its kernels
@@ -101,12 +101,7 @@ def manifest_of(folder: Path) -> Path:
 
 
 def read_manifest(folder: Path) -> list[str]:
-    path = manifest_of(folder)
-    try:
-        raw = json.loads(path.read_text()) if path.is_file() else {}
-    except (OSError, json.JSONDecodeError):
-        raw = {}
-    listed = raw.get("requirements") if isinstance(raw, dict) else None
+    listed = json_record(manifest_of(folder), "the wheels' manifest").get("requirements")
     return [str(r) for r in listed] if isinstance(listed, list) else []
 
 
