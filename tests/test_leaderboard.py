@@ -103,3 +103,41 @@ def test_defaults_fill_only_a_new_row(tmp_path):
         table.loc["evaluated", "val_macro_f1"] == 0.8 and table.loc["predicted-first", "val_macro_f1"] == 0.5
     )
     assert table["submission"].tolist() == ["evaluated.csv", "predicted-first.csv"]
+
+
+@pytest.mark.parametrize(
+    ("written", "says"),
+    [("", "unreadable leaderboard"), ("entry\n" + "x" * (70 << 10) + "\n", "characters")],
+)
+def test_a_board_that_is_no_board_is_one_line(tmp_path, written, says):
+    """A submissions folder gets shared and synced: an empty file (pandas' EmptyDataError), a cell of
+    70 KB (read whole before) is one line naming the board."""
+    from pipeline.core.errors import PetalsError
+
+    board = tmp_path / leaderboard.BOARD
+    board.write_text(written)
+    with pytest.raises(PetalsError, match=f"{board}"):
+        leaderboard.read(board)
+
+
+def test_a_boards_odd_numbers_and_a_runs_odd_fields_print_as_no_number(tmp_path):
+    """A hand-edited board (an image size of 1.5, inf folds) and a run from a kernel's output whose
+    metrics.json says anything still print: what is not a whole number shows as none."""
+    import json
+
+    from competition import load_spec
+    from pipeline.core.rundir import RunDir
+
+    spec = load_spec("flowers")
+    board = tmp_path / leaderboard.BOARD
+    board.write_text("entry,kind,image_size,epochs,cv_score,folds,val_macro_f1\na,cv,1.5,inf,0.6,inf,0.6\n")
+    shown = leaderboard.ranked(leaderboard.read(board), spec)
+    assert (shown.loc[0, "judged"], shown.loc[0, "image_size"], shown.loc[0, "epochs"]) == ("CV", "", "")
+    run = RunDir(tmp_path / "runs" / "r")
+    run.path.mkdir(parents=True)
+    (run.path / RunDir.METRICS).write_text(json.dumps(
+        {"train_seconds": "12; rm -rf", "epochs": "3 epochs", "image_size": 1e300, "recipe": "\x1b[2J" * 100}
+    ))  # fmt: skip
+    fields = leaderboard.run_fields(run)
+    assert fields["train_seconds"] is None and fields["epochs"] is None and fields["image_size"] is None
+    assert "\x1b" not in fields["recipe"] and len(fields["recipe"]) < 300

@@ -25,9 +25,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 
 from pipeline.core.config import DEFAULT_COMPETITION
+from pipeline.core.csv_bounds import CsvBounds, check_csv
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure, write_atomically
 from pipeline.core.foreign import safe_cells, text
@@ -118,13 +120,20 @@ def locked(board: Path) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+# A board of 100,000 runs is about 30 MB; its cells are short (a summary's fields are cut at 200).
+BOARD_CSV = CsvBounds(256 << 20, 64 << 10)
+
+
 def read(board: Path) -> pd.DataFrame:
+    """The board, read as the foreign file it may be (submissions folders get shared and synced):
+    bounded before pandas reads it, one line where it cannot be read."""
     if not board.is_file():
         return pd.DataFrame(columns=COLUMNS)
+    check_csv(board, BOARD_CSV)
     try:
         table = pd.read_csv(board, dtype={"entry": str, "submission_ref": str, "git_commit": str})
-    except (pd.errors.ParserError, UnicodeDecodeError) as err:
-        raise PetalsError(f"{board}: unreadable leaderboard ({err})") from None
+    except (ValueError, UnicodeDecodeError) as err:  # pandas' parser and empty-file errors among them
+        raise PetalsError(f"{board}: unreadable leaderboard ({str(err)[:200]})") from None
     return table.reindex(columns=list(dict.fromkeys([*COLUMNS, *table.columns])))
 
 
@@ -155,8 +164,23 @@ def update(board: Path, entry: str, defaults: dict[str, Any] | None = None, **fi
 # ----------------------------------------------------------------------------- what a row says
 
 
+def _count(value: Any) -> int | None:
+    """A whole number a run's files give (epochs, a size), or None: a run comes back in a kernel's
+    output, and its metrics.json can say anything."""
+    return value if type(value) is int and 0 <= value < 1 << 31 else None
+
+
+def _seconds(value: Any) -> float | None:
+    return round(float(value), 1) if type(value) in (int, float) and 0 <= value < 1e12 else None
+
+
+def _name(value: Any) -> str | None:
+    return text(value, 200) if value is not None else None
+
+
 def run_fields(run: RunDir) -> dict[str, Any]:
-    """A run's leaderboard fields, from what `train` wrote into its dir."""
+    """A run's leaderboard fields, from what `train` wrote into its dir, each kept only in the shape
+    train writes it (a number, a short text)."""
     metrics, config, manifest, meta = (
         run.read_json(name, default={})
         for name in (RunDir.METRICS, RunDir.CONFIG, RunDir.DATA_MANIFEST, RunDir.RUN_INFO)
@@ -168,11 +192,11 @@ def run_fields(run: RunDir) -> dict[str, Any]:
         "competition": config.get("competition"),
         "data_source": manifest.get("source"),
         "data_fingerprint": manifest.get("fingerprint"),
-        "recipe": metrics.get("recipe"),
-        "backbone": metrics.get("backbone"),
-        "image_size": metrics.get("image_size"),
-        "epochs": metrics.get("epochs"),
-        "train_seconds": round(metrics["train_seconds"], 1) if "train_seconds" in metrics else None,
+        "recipe": _name(metrics.get("recipe")),
+        "backbone": _name(metrics.get("backbone")),
+        "image_size": _count(metrics.get("image_size")),
+        "epochs": _count(metrics.get("epochs")),
+        "train_seconds": _seconds(metrics.get("train_seconds")),
     }
 
 
@@ -219,7 +243,7 @@ def judged(table: pd.DataFrame, column: str) -> pd.Series:
             group = re.match(r"refit of (\S+)", members[i])  # a refit's members: "refit of <group> to ..."
             if kinds[i] == "refit" or group:
                 return f"refit (CV of {group.group(1) if group else 'its group'})"
-            return f"{int(folds[i])}-fold CV" if pd.notna(folds[i]) else "CV"
+            return f"{int(folds[i])}-fold CV" if 2 <= folds[i] < 1000 else "CV"  # NaN, inf: no number
         return SINGLE_SPLIT if pd.notna(val[i]) else ""
 
     return pd.Series([one(i) for i in table.index], index=table.index, dtype=object)
@@ -250,8 +274,10 @@ def ranked(table: pd.DataFrame, spec: CompetitionSpec) -> pd.DataFrame:
         **{metric.name: [_shown_score(score[i], spread[i]) for i in order.index]},
     ).reset_index(drop=True)
     shown.insert(0, "rank", range(1, len(shown) + 1))
-    for number in ("image_size", "epochs"):
-        shown[number] = pd.to_numeric(shown[number], errors="coerce").astype("Int64")
+    for number in ("image_size", "epochs"):  # whole numbers, or none (a hand-edited board: 1.5, inf)
+        values = pd.to_numeric(shown[number], errors="coerce")
+        whole = values.where(np.isfinite(values) & (values == values.round()) & (values.abs() < 1 << 31))
+        shown[number] = whole.astype("Int64")
     columns = ["rank", "entry", "kind", "judged", "backbone", "image_size", "epochs", metric.name]
     columns += [
         *(["val_accuracy"] if column != "val_accuracy" else []),
