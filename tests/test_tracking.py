@@ -260,3 +260,21 @@ def test_a_runs_tags_from_elsewhere_cannot_place_its_events_outside_it(tmp_path,
         tracking.evaluated(run, "flowers", {}, tmp_path / "board.csv", "none")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"] and not (run.path / "tensorboard").exists()
     assert not (tmp_path.parent / "outside").exists() and not (tmp_path / "outside").exists()
+
+
+@pytest.mark.parametrize(
+    "picture", [b"not a png", b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\x7f\xff\xff\xff\x7f\xff\xff\xff"]
+)
+def test_a_runs_pictures_and_numbers_from_elsewhere_are_left_out_not_a_traceback(tmp_path, caplog, picture):
+    """A regression writes no confusion.png, so one in its folder came from a kernel's output: not a
+    PNG, or one declaring 2 billion px a side, is left out with a line; an epoch count that is not a
+    number is step 0; a per_class.csv that is not evaluate's table is not drawn."""
+    run = RunDir(tmp_path / "runs" / "r")
+    run.path.mkdir(parents=True)
+    run.write_json(RunDir.METRICS, {"epochs": "3 epochs"})
+    (run.path / RunDir.CONFUSION_PLOT).write_bytes(picture)
+    (run.path / RunDir.PER_CLASS).write_text("")
+    tracking.evaluated(run, "flowers", {"val_macro_f1": 0.5}, tmp_path / "board.csv", "none")
+    assert "evaluate/confusion_matrix is not a picture it can draw; left out" in caplog.text
+    events = tensorboard_events(tracking.event_folder(run, {}))
+    assert [(step, float(v)) for step, v in events["evaluate/macro_f1"]] == [(0, 0.5)]

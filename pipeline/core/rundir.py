@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.files import write_json
+from pipeline.core.foreign import text
 from pipeline.core.foreign_files import load_json
 
 # An epoch table is a row an epoch of a few numbers: 1,000 epochs (the bound on train.epochs) of
@@ -186,9 +187,9 @@ class RunDir:
         trained_on = self.trained_on()
         if data_identity(trained_on) != data_identity(manifest):
             raise PetalsError(
-                f"{self.name} was trained on {trained_on.get('origin')} "
-                f"({data_identity(trained_on)[:15] or '?'}…), but {data_dir} holds "
-                f"{manifest.get('origin')} ({data_identity(manifest)[:15] or '?'}…): "
+                f"{self.name} was trained on {text(trained_on.get('origin'), 200)} "
+                f"({text(data_identity(trained_on)[:15]) or '?'}…), but {data_dir} holds "
+                f"{text(manifest.get('origin'), 200)} ({text(data_identity(manifest)[:15]) or '?'}…): "
                 "pass the run's --data-dir"
             )
 
@@ -199,8 +200,10 @@ class RunDir:
 def data_identity(manifest: dict[str, Any]) -> str:
     """What a run trained on, from a data dir's manifest: its labelled splits' fingerprint, so
     another test set (a code competition's hidden one) is the same training data. A manifest
-    written before petals kept that (2026-11-25) has its whole data's."""
-    return manifest.get("labelled_fingerprint") or manifest.get("fingerprint", "")
+    written before petals kept that (2026-11-25) has its whole data's. A run's copy comes back in a
+    kernel's output: a fingerprint that is not text is none."""
+    found = manifest.get("labelled_fingerprint") or manifest.get("fingerprint", "")
+    return found if isinstance(found, str) else ""
 
 
 def run_id(config, fingerprint: str, size: int) -> str:

@@ -18,6 +18,7 @@ import logging
 import math
 import numbers
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -104,15 +105,34 @@ class EventLog:
         self.writer.flush()
 
     def images(self, pngs: dict[str, bytes], step: int) -> None:
-        """PNG files' bytes, each an image summary under its tag."""
+        """PNG files' bytes, each an image summary under its tag. One that is not a PNG of at most
+        MAX_PNG_SIDE px a side (its header read before it is decoded: a run's picture may come back
+        in a kernel's output) is left out with a line."""
         with self.tf.device("/cpu:0"), self.writer.as_default():
             for tag, png in pngs.items():
-                image = self.tf.image.decode_png(png, channels=3)[None]
+                try:
+                    if not _png_fits(png):
+                        raise ValueError("not a PNG of a drawable size")
+                    image = self.tf.image.decode_png(png, channels=3)[None]
+                except (ValueError, self.tf.errors.OpError):
+                    log.warning("tensorboard: %s is not a picture it can draw; left out", tag)
+                    continue
                 self.tf.summary.image(tag, image, step=step)
         self.writer.flush()
 
     def close(self) -> None:
         self.writer.close()
+
+
+MAX_PNG_SIDE = 16384
+
+
+def _png_fits(png: bytes) -> bool:
+    """A PNG whose header (IHDR: width, height) declares at most MAX_PNG_SIDE px a side."""
+    if len(png) < 24 or png[:8] != b"\x89PNG\r\n\x1a\n" or png[12:16] != b"IHDR":
+        return False
+    width, height = struct.unpack(">II", png[16:24])
+    return 0 < width <= MAX_PNG_SIDE and 0 < height <= MAX_PNG_SIDE
 
 
 def finite(value: Any) -> bool:

@@ -15,13 +15,17 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.csv_bounds import CsvBounds, check_csv
 from pipeline.core.errors import PetalsError
+from pipeline.core.foreign_files import present, read_small_bytes
 from pipeline.core.options import TRACKS
 from pipeline.core.paths import check_name, shown
 from pipeline.core.rundir import RunDir
 from pipeline.runs import tensorboard
 
 log = logging.getLogger(__name__)
+MAX_PNG_BYTES = 64 << 20  # a confusion matrix of 1,500 classes is a few MB
+REPORT_CSV = CsvBounds(64 << 20, 64 << 10)  # per_class.csv: a row a class, short cells
 
 
 def mlflow_asked(track: str) -> bool:
@@ -175,15 +179,24 @@ def evaluated(run: RunDir, competition: str, evaluation: dict[str, Any], board: 
     import pandas as pd
 
     asked = mlflow_asked(track)
-    step = int(run.metrics().get("epochs", 0))
+    epochs = run.metrics().get("epochs")
+    step = epochs if type(epochs) is int and 0 <= epochs < 1 << 31 else 0  # a kernel's file says anything
     events = tensorboard.EventLog(event_folder(run, _tags(run)))
     scores = {k: v for k, v in evaluation.items() if k.startswith("val_") and tensorboard.finite(v)}
     events.scalars({f"evaluate/{k[4:]}": v for k, v in scores.items()}, step)
     pngs = {}
-    if run.file(RunDir.CONFUSION_PLOT).is_file():
-        pngs["evaluate/confusion_matrix"] = run.file(RunDir.CONFUSION_PLOT).read_bytes()
+    # The run's pictures: one carried in from a kernel's output (a regression never writes its own)
+    # is a foreign file, read bounded (`EventLog.images` draws only a PNG of a sane size).
+    if present(run.file(RunDir.CONFUSION_PLOT)):
+        pngs["evaluate/confusion_matrix"] = read_small_bytes(
+            run.path, RunDir.CONFUSION_PLOT, "the run's picture", run.path, MAX_PNG_BYTES
+        )
     if run.file(RunDir.PER_CLASS).is_file():
-        drawn = tensorboard.per_class_png(pd.read_csv(run.file(RunDir.PER_CLASS)))
+        check_csv(run.file(RunDir.PER_CLASS), REPORT_CSV)
+        try:
+            drawn = tensorboard.per_class_png(pd.read_csv(run.file(RunDir.PER_CLASS)))
+        except (ValueError, KeyError, TypeError):  # not the table evaluate writes
+            drawn = None
         if drawn is not None:
             pngs["evaluate/per_class_scores"] = drawn
     events.images(pngs, step)
