@@ -392,3 +392,11 @@ def test_outputs_within_the_cap_are_moved_into_place_together(tmp_path, in_kaggl
         assert cli.main(args) == 0
     assert (output / "runs" / "a" / "model.keras").read_bytes() == b"weights"
     assert {p.name for p in output.iterdir()} == {"petals-tiny.log", "runs", SUMMARY}
+
+
+def test_a_quota_answer_past_what_a_duration_holds_is_one_line(in_kaggle_env):
+    """Kaggle's answers are a stranger's: a quota of 10^30 hours overflowed the client's
+    timedelta (an OverflowError traceback out of `make kernel-fanout`)."""
+    said = r"is not one this kaggle client can read \(OverflowError"
+    with KaggleTestServer(Behaviour(quota={"gpu": (0.0, 0.0, 1e30)})), pytest.raises(PetalsError, match=said):
+        kaggle_client.accelerator_quota()

@@ -482,12 +482,13 @@ def _arrays(**changed):
         (_declaring_a_terabyte, "declares 1,000,000,000,000 cells of float32 in 144 bytes"),
         (lambda p: p.write_bytes(b"PK\x03\x04 cut"), "unreadable predictions"),
         (_arrays(tta=np.array([1, 2])), "unreadable predictions"),
+        (_arrays(tta=np.array(np.inf)), "unreadable predictions"),
         (
             _arrays(probabilities=np.zeros((3, 3))),
             "ids (2,) and probabilities (3, 3) disagree",
         ),
     ],
-    ids=["terabyte", "cut", "tta-a-list", "rows"],
+    ids=["terabyte", "cut", "tta-a-list", "tta-infinite", "rows"],
 )
 def test_predictions_from_a_kernels_output_are_bounded_before_they_are_read(tmp_path, make, said):
     """A kernel's run brings its predictions back (.npz): each array's size is read from its
@@ -543,3 +544,10 @@ def test_a_lock_file_of_any_shape_is_no_holder_and_is_taken_over(tmp_path, caplo
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     assert not path.exists() and secret.is_file() and "taking over the lock" in caplog.text
+
+
+def test_a_runs_data_fingerprint_that_is_not_text_is_none():
+    """A run's data_manifest.json comes back in a kernel's output: a fingerprint of 7 was sliced."""
+    from pipeline.core.rundir import data_identity
+
+    assert data_identity({"labelled_fingerprint": 7}) == "" and data_identity({"fingerprint": "ab"}) == "ab"

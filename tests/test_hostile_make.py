@@ -323,3 +323,16 @@ def test_a_storage_password_reaches_the_sweep_unechoed_and_whole(tmp_path):
         done.returncode,
         "nothing; the password in no output and no argv",
     )
+
+
+def test_every_knob_with_a_default_is_taken_as_written():
+    """A knob missing from KNOBS has its `$(shell ...)` run by Make (BACKBONES was, for
+    bench-backbones). The set-up knobs are the exceptions: they name the Python and its install."""
+    import re
+
+    text = (REPO / "Makefile").read_text()
+    defaults = set(re.findall(r"^([A-Z_][A-Z0-9_]*)\s*\?=", text, re.MULTILINE))
+    listed = set(re.search(r"^KNOBS := (.*?)\n(?!\t)", text, re.MULTILINE | re.DOTALL).group(1).split()) - {
+        "\\"
+    }
+    assert defaults - listed == {"PYTHON", "VENV", "VENV_FLAGS", "INSTALLER", "TF_EXTRA"}

@@ -41,7 +41,7 @@ def answers_checked(action: str) -> Any:
             raise
         except KeyError as err:  # an enum's unknown name: the value itself is the argument
             said = f"a value it does not know, {quoted(err.args[0] if err.args else '')} (a new status?)"
-        except (ValueError, TypeError, AttributeError, RecursionError) as err:
+        except (ValueError, TypeError, AttributeError, RecursionError, OverflowError) as err:
             said = f"{type(err).__name__}: {text(err, 120)}"
         raise UnreadableAnswer(
             f"Kaggle's answer while {action} is not one this kaggle client can read ({said}); "

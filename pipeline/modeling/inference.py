@@ -75,7 +75,7 @@ class Predictions:
                     tta=int(saved["tta"]),
                     source=str(saved["source"]),
                 )
-        except (OSError, ValueError, KeyError, TypeError, zipfile.BadZipFile) as err:
+        except (OSError, ValueError, KeyError, TypeError, OverflowError, zipfile.BadZipFile) as err:
             raise PetalsError(f"{path}: unreadable predictions ({err}); delete it and rerun") from None
         rows = len(found.ids)
         if found.ids.ndim != 1 or found.probabilities.ndim != 2 or len(found.probabilities) != rows:
