@@ -92,7 +92,8 @@ def test_the_uploaded_bytes_arrive_intact_and_the_run_is_recorded(submit, csv, t
         result = submit(csv, tiny_data_dir, kaggle_env, "--message", "first try")
     assert result.returncode == 0, result.stderr
     assert list(behaviour.uploads.values()) == [csv.read_bytes()]
-    start = behaviour.requests[0]
+    listed, start = behaviour.requests[:2]  # what Kaggle holds before (a retry looks for what it added)
+    assert listed["path"].endswith("CompetitionApiService/ListSubmissions")
     assert start["path"].endswith("CompetitionApiService/StartSubmissionUpload")
     assert start["json"]["fileName"] == csv.name and start["json"]["contentLength"] == csv.stat().st_size
     (created,) = behaviour.created
@@ -111,6 +112,18 @@ def test_a_server_error_is_retried(submit, csv, tiny_data_dir, kaggle_env, caplo
     assert result.returncode == 0, result.stderr
     assert "HTTP 500, retrying in 2 s (attempt 2 of 3)" in caplog.text and backoff == [2.0]
     assert list(behaviour.uploads.values())[-1] == csv.read_bytes() and len(behaviour.created) == 1
+
+
+def test_a_lost_answer_is_not_uploaded_again(submit, csv, tiny_data_dir, kaggle_env, caplog, backoff):
+    """Kaggle took the file but its answer was lost (a 502): the retry finds the submission the
+    first try made, and does not spend another of the day's submissions on the same file."""
+    behaviour = Behaviour(lost_answers=1)
+    with KaggleTestServer(behaviour):
+        result = submit(csv, tiny_data_dir, kaggle_env)
+    assert result.returncode == 0, result.stderr
+    assert len(behaviour.created) == 1 and "ref 1001" in result.stdout
+    row = leaderboard.read(csv.parent / leaderboard.BOARD).set_index("entry").loc["tiny-run"]
+    assert row["submission_ref"] == "1001"
 
 
 @pytest.mark.parametrize(

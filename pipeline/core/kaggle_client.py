@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import requests
@@ -277,11 +278,13 @@ def list_submissions(slug: str) -> list[Any]:
     """Your submissions to `slug`, newest first, each checked to be of the shape petals reads: the
     client reads the list's scalars untyped, so a ref that is not a whole number or a file name or
     description that is not text is one line naming it (the status is the client's to read)."""
-    submissions = with_client(
-        lambda client: client.competition_submissions(slug, page_size=100) or [],
-        slug=slug,
-        action=f"listing your submissions to {slug!r}",
+    return with_client(
+        lambda client: _submissions(client, slug), slug=slug, action=f"listing your submissions to {slug!r}"
     )
+
+
+def _submissions(client, slug: str) -> list[Any]:
+    submissions = client.competition_submissions(slug, page_size=100) or []
     check_submissions(submissions, slug)
     return submissions
 
@@ -299,9 +302,27 @@ def submit_file(path: Path, slug: str, message: str, *, retries: int = 3) -> Any
     """Upload a submission CSV with the official client; its answer (`message`, `ref`).
 
     The client's flow: ask for an upload URL, PUT the bytes there, then create the submission.
+    Every upload counts against the day's submissions, and an answer can be lost after Kaggle took
+    the file (a 502, a timeout): so the refs listed before the first try are kept, and each retry
+    first looks for a submission of this file and description that was not there before.
     """
+    before: set[str] | None = None
 
     def once(client) -> Any:
+        nonlocal before
+        if before is None:
+            before = {str(s.ref) for s in _submissions(client, slug)}
+        else:
+            mine = (path.name, message)
+            added = [s for s in _submissions(client, slug) if str(s.ref) not in before]
+            taken = next((s for s in added if ((s.file_name or ""), (s.description or "")) == mine), None)
+            if taken is not None:
+                log.warning(
+                    "submit: the last try reached Kaggle (ref %s) though its answer was lost", taken.ref
+                )
+                return SimpleNamespace(
+                    ref=taken.ref, message="accepted (its answer was lost; found on Kaggle)"
+                )
         answer = client.competition_submit(str(path), message, slug, quiet=False)
         if answer.message == client.COMPETITION_SUBMIT_UPLOAD_FAILED_MESSAGE:
             raise UploadIncomplete("the file upload did not complete")
