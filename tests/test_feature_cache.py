@@ -367,3 +367,16 @@ def test_a_streamed_pass_keeps_each_batchs_ids_and_marks_only_its_last_piece_fin
     rows = [row for p, _ in pieces for row in zip(p.features[0][:, 0], p.labels, p.ids, strict=True)]
     assert rows == [(2.0 * b, b, f"{b}{k}") for b in range(batches) for k in "ab"]
     assert all(piece.features.dtype == np.float16 for piece, _ in pieces)
+
+
+@pytest.mark.parametrize("damage", ["empty", "cut"])
+def test_a_damaged_cache_file_is_a_miss_not_a_traceback(tmp_path, caplog, damage):
+    """A power cut can leave a cache file empty or cut short (a rename lands before the disk has the
+    bytes): it is computed again, said in a line, rather than a traceback on every rerun."""
+    rows = feature_cache.Rows(np.ones((4, 3), np.float16), np.arange(4), np.array(["a", "b", "c", "d"]))
+    path = tmp_path / "train.npz"
+    feature_cache.save(path, rows, {"v": 1})
+    assert feature_cache.cached(path, {"v": 1}).features.shape == (4, 3)
+    path.write_bytes(b"" if damage == "empty" else path.read_bytes()[:100])
+    assert feature_cache.cached(path, {"v": 1}) is None and not path.exists()
+    assert f"features: {path} is damaged" in caplog.text

@@ -17,6 +17,8 @@ import logging
 import re
 import shutil
 import time
+import zipfile
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -197,12 +199,19 @@ def cached(path: Path, signature_: dict) -> Rows | None:
     held = _HELD.get(_held_key(path, signature_))
     if held is not None:
         return held
-    with np.load(path) as saved:
-        if "signature" not in saved.files or json.loads(str(saved["signature"])) != signature_:
-            return None
-        if "ids" not in saved.files:
-            return None  # saved before rows carried their ids
-        return Rows(saved["features"], saved["labels"], saved["ids"].astype(str))
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            if "signature" not in saved.files or json.loads(str(saved["signature"])) != signature_:
+                return None
+            if "ids" not in saved.files:
+                return None  # saved before rows carried their ids
+            return Rows(saved["features"], saved["labels"], saved["ids"].astype(str))
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error) as err:
+        # A cut file (a power cut before the disk had it) is a cache miss: computed again, not a
+        # traceback on every rerun.
+        log.warning("features: %s is damaged (%s); computing its rows again", path, type(err).__name__)
+        path.unlink(missing_ok=True)
+        return None
 
 
 def save(path: Path, rows: Rows, signature_: dict) -> None:
