@@ -178,6 +178,17 @@ def test_ensemble_bad_input_is_one_line(runs, tiny_data_dir, capsys, extra, mess
     assert not subs.exists()
 
 
+def test_a_blend_named_as_a_run_is_refused_and_the_run_kept(runs, tiny_data_dir, capsys):
+    """`--name` naming a trained run would replace its metrics, predictions and board row with the
+    blend's (its training lost): refused in one line, the run as it was."""
+    runs_dir, names, subs = runs
+    metrics = (runs_dir / names[0] / "metrics.json").read_bytes()
+    common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
+    assert cli.main(["ensemble", "--runs", *names, "--name", names[0], *common]) == 2
+    assert f"{runs_dir / names[0]}: not a blend (it holds config.json)" in capsys.readouterr().err
+    assert (runs_dir / names[0] / "metrics.json").read_bytes() == metrics
+
+
 def test_members_scored_on_different_images_are_refused(tmp_path):
     a = Predictions(np.array(["x", "y"]), np.eye(2, dtype=np.float32), np.array([0, 1]))
     b = Predictions(np.array(["x", "z"]), np.eye(2, dtype=np.float32), np.array([0, 1]))

@@ -135,6 +135,21 @@ def aligned(predictions: list, run_dirs: list[RunDir], split: str) -> list:
     return [first, *(p.by_ids(first.ids) for p in predictions[1:])]
 
 
+def blend_dir(runs_dir: Path, name: str) -> RunDir:
+    """The blend's folder, made; refused in one line where `name` (ENSEMBLE_NAME, --name) is a run,
+    a CV group or anything but an earlier blend: its metrics, predictions and board row would be
+    replaced by the blend's, and its training lost."""
+    out = RunDir(Path(runs_dir) / name)
+    if out.path.exists():
+        kind = out.read_json(RunDir.METRICS, default={}).get("kind") if out.path.is_dir() else None
+        trained = [f for f in (RunDir.CONFIG, "group.json", "writer.lock") if (out.path / f).exists()]
+        if kind != "ensemble" or trained:
+            why = f"it holds {trained[0]}" if trained else "another kind of run"
+            raise PetalsError(f"{out.path}: not a blend ({why}); give the blend another name, or none")
+    out.path.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 def ensemble_id(names: list[str], weights: np.ndarray, method: str | None = None) -> str:
     """Same members and weights (and method, for CV groups) -> the same ensemble id."""
     key = [names, [round(float(w), 4) for w in weights]] + ([method] if method else [])

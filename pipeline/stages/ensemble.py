@@ -35,7 +35,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.options import EnsembleOptions
 from pipeline.core.rundir import RunDir
 from pipeline.cv.blend import blend, search_weights
-from pipeline.cv.members import aligned, ensemble_id, group_dir, record_blend
+from pipeline.cv.members import aligned, blend_dir, ensemble_id, group_dir, record_blend
 from pipeline.modeling.inference import Predictions
 from pipeline.stages import arguments
 from pipeline.tasks.competitions import task_of
@@ -252,8 +252,7 @@ def _write_run_blend(
     """The blend's run dir (its predictions and metrics), its submission and its leaderboard row."""
     from pipeline.runs.submission_files import write_submission
 
-    out = RunDir(opts.runs_dir / name)
-    out.path.mkdir(parents=True, exist_ok=True)
+    out = blend_dir(opts.runs_dir, name)
     val_blend.save(out.predictions("val"))
     test_blend.save(out.predictions("test"))
     out.write_json(RunDir.METRICS, metrics)

@@ -17,6 +17,7 @@ from pipeline.cv.blend import BlendResult, given_weights
 from pipeline.cv.members import (
     Group,
     aligned,
+    blend_dir,
     check_groups,
     ensemble_id,
     group_config,
@@ -91,8 +92,7 @@ def write_group_ensemble(opts, spec, manifest: dict, groups, test_ids, results, 
     names = [g.run.name for g in groups]
     weights = np.asarray([] if chosen.weights is None else chosen.weights)
     name = opts.name or ensemble_id(names, weights, chosen.kind)
-    out = RunDir(opts.runs_dir / name)
-    out.path.mkdir(parents=True, exist_ok=True)
+    out = blend_dir(opts.runs_dir, name)
     oof = Predictions(
         groups[0].oof.ids, chosen.oof, groups[0].oof.labels, source=f"{chosen.kind} out of fold"
     )
