@@ -370,3 +370,28 @@ def test_a_folds_kernel_run_as_kaggle_runs_it_leaves_its_fold_run_and_prediction
     assert run.finished and run.read_config().train.fold == 1
     assert run.predictions("val").is_file() and run.predictions("test").is_file()
     assert not (working / "submission.csv").exists()
+
+
+def test_two_merges_placing_one_fold_at_once_leave_it_whole(tmp_path, monkeypatch):
+    """Two `make kernel-output` of one output at once: each copies into its own staging folder and
+    the first rename wins; the other finds the same run there. (One shared staging folder let each
+    delete the other's copy: a fold placed without its metrics, stuck as `busy`.)"""
+    from pipeline.cv import merge
+
+    fold = RunDir(tmp_path / "output" / "petals_runs" / "fold-run")
+    fold.path.mkdir(parents=True)
+    for name, text in ((RunDir.CONFIG, "{}"), (RunDir.METRICS, '{"epochs": 1}'), (RunDir.BEST, "w")):
+        (fold.path / name).write_text(text)
+    runs, real = tmp_path / "runs", merge._carried
+
+    def another_merge_places_it_meanwhile(run):
+        monkeypatch.setattr(merge, "_carried", real)
+        assert merge.place(run, runs) == "placed"
+        return real(run)
+
+    monkeypatch.setattr(merge, "_carried", another_merge_places_it_meanwhile)
+    assert merge.place(fold, runs) == "here"
+    assert sorted(p.name for p in runs.iterdir()) == ["fold-run"]
+    assert sorted(p.name for p in (runs / "fold-run").iterdir()) == sorted(
+        [RunDir.CONFIG, RunDir.METRICS, RunDir.BEST]
+    )

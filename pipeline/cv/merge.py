@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,14 +94,20 @@ def place(run: RunDir, runs_dir: Path) -> str:
         return "here" if _same(local, run) else "kept"
     if local.path.exists():
         return "busy"
-    partial = runs_dir / f".{run.name}.partial"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    # This process's own staging folder: two merges of one output at once (two terminals) each
+    # copy into their own, and the first rename wins; the other finds the run there.
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{run.name}.", suffix=".partial", dir=runs_dir))
     try:
         for path in _carried(run):
             copy = shutil.copytree if path.is_dir() else shutil.copy2
             copy(path, partial / path.name)
-        partial.rename(local.path)  # whole, in one step: a copy cut short leaves no finished run
+        try:  # whole, in one step: a copy cut short leaves no finished run
+            partial.rename(local.path)
+        except OSError:  # placed by another merge meanwhile (a folder there is never replaced)
+            if not local.finished:
+                return "busy"
+            return "here" if _same(local, run) else "kept"
     finally:
         shutil.rmtree(partial, ignore_errors=True)
     return "placed"
