@@ -191,3 +191,53 @@ def test_a_trial_that_scores_no_number_now_and_then_is_replaced_not_given_up_on(
     turns.run_share(found, objective, 4, None, url, catch=(KeyError,))
     states = [t.state.name for t in found.trials]
     assert states == ["FAIL"] * 5 + ["PRUNED", "FAIL", "COMPLETE"] + ["FAIL"] * 4 + ["COMPLETE"] * 2
+
+
+def test_a_killed_trials_values_are_run_again_so_its_run_resumes(tmp_path, monkeypatch):
+    """A trial whose process was killed (its heartbeat stopped) is failed and its values queued
+    again: the next trial takes them, and with them the same run (an id of its config), which
+    resumes from its checkpoint instead of being left behind for values drawn anew."""
+    import warnings
+
+    import optuna
+
+    from pipeline.sweep import study, turns
+
+    monkeypatch.setattr(study, "HEARTBEAT", 1)
+    monkeypatch.setattr(study, "GRACE", 1)
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    found = study.open_study("s", url, "maximize", 0, "none")
+    with warnings.catch_warnings():  # Optuna warns of a heartbeat outside optimize: as a dead one was
+        warnings.filterwarnings("ignore", "Heartbeat of storage", UserWarning)
+        dead = found.ask({"x": optuna.distributions.FloatDistribution(0.0, 1.0)})
+    found._storage.record_heartbeat(dead._trial_id)
+    time.sleep(2.5)
+    drawn = []
+    turns.run_share(
+        found, lambda trial: drawn.append(trial.suggest_float("x", 0.0, 1.0)) or 1.0, 1, None, url
+    )
+    assert [t.state.name for t in found.trials] == ["FAIL", "COMPLETE"] and drawn == [dead.params["x"]]
+
+
+def test_a_trial_stopped_by_a_signal_queues_its_values_again(tmp_path, monkeypatch):
+    """SIGTERM or the time limit stops the sweep: the trial fails (the sweep stops), and the rerun's
+    next trial takes its values, so its run resumes rather than staying at the epoch it was stopped."""
+    import optuna
+
+    from pipeline.core.options import SweepOptions
+    from pipeline.modeling.preemption import Preempted
+    from pipeline.stages import sweep as sweep_stage
+    from pipeline.stages import train as train_stage
+
+    found, _ = _study(tmp_path)
+    trial = found.ask({"x": optuna.distributions.FloatDistribution(0.0, 1.0)})
+
+    def stopped(*_, **__):
+        raise Preempted("SIGTERM")
+
+    monkeypatch.setattr(train_stage, "train", stopped)
+    judged = sweep_stage.Trial(trial, "val_macro_f1", last=2)
+    with pytest.raises(Preempted):
+        sweep_stage._run_trial(SweepOptions(), None, judged)
+    (queued,) = found.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert queued.system_attrs["fixed_params"] == trial.params  # what the next trial suggests

@@ -197,5 +197,8 @@ def _run_trial(opts: SweepOptions, competition: Competition, judged: Trial) -> d
         return train_stage.train(trial, judge=judged.epoch, tags=judged.tags, competition=competition) or {}
     except Preempted:
         if judged.pruned is None:  # a signal or the time limit: the sweep stops, the trial fails
+            # Its values go back in the queue: the rerun's next trial takes them, finds the same run
+            # (its id is its config's) and resumes it from its checkpoint, rather than drawing anew.
+            judged.trial.study.enqueue_trial(judged.trial.params)
             raise
         return {}  # its run stays, resumable, at the epoch it was stopped

@@ -37,6 +37,7 @@ PRUNERS = ("median", "hyperband", "none")
 ATTEMPTS = 4  # opening a study: a database's first users race to create its tables
 HEARTBEAT = 10  # seconds between a running trial's heartbeats
 GRACE = 60  # a trial whose heartbeat is older has lost its process (a killed sweep): it failed
+RETRIES = 2  # times a killed trial's values are queued again
 SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg", "postgresql+psycopg2", "mysql", "mysql+pymysql")
 _URL = re.compile(r"(?P<scheme>[a-z0-9+]+)://(?P<rest>[^\s'\"`;|<>$\\]*)")
 
@@ -119,7 +120,15 @@ def open_study(name: str, storage: str, direction: str, seed: int, prune: str):
         try:
             with warnings.catch_warnings():  # Optuna calls its heartbeat experimental
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                beats = {"heartbeat_interval": HEARTBEAT, "grace_period": GRACE}
+                # A trial whose process was killed is failed, and its values queued again (twice at
+                # most: a trial that kills its process each time is not retried forever): the rerun
+                # finds its run and resumes it.
+                retry = optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=RETRIES)
+                beats = {
+                    "heartbeat_interval": HEARTBEAT,
+                    "grace_period": GRACE,
+                    "heartbeat_stale_trial_callback": retry,
+                }
                 database = optuna.storages.RDBStorage(storage, **beats)
             study = optuna.create_study(
                 study_name=name,
