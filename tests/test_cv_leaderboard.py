@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from competition import load_spec
-from pipeline.runs import leaderboard
+from pipeline.runs import board_plot, leaderboard
 from tests.conftest import run_cli
 
 GROUP = "cv5-cpu-cnn-0123abcd"
@@ -120,7 +120,7 @@ def test_an_old_board_without_the_cv_columns_still_reads_prints_and_plots(tmp_pa
     assert shown["macro_f1"].tolist() == ["0.8500", "0.8000"]
     assert leaderboard.ranked(old, spec)["entry"].tolist() == ["b", "a"]  # a bare table, not read(): same
     assert "flatter" in leaderboard.board_text(table, spec)
-    leaderboard.plot(old, tmp_path / "old.png", spec)
+    board_plot.plot(old, tmp_path / "old.png", spec)
     assert _png_size(tmp_path / "old.png")[0] == 8 * 90
 
 
@@ -134,12 +134,12 @@ def test_the_plot_adds_the_offline_against_public_panel_once_kaggle_has_scored(
     tmp_path, public, monkeypatch, spec
 ):
     drawn = []
-    save = leaderboard.save_figure
+    save = board_plot.save_figure
     monkeypatch.setattr(
-        leaderboard, "save_figure", lambda fig, *a, **k: (drawn.append(fig), save(fig, *a, **k))
+        board_plot, "save_figure", lambda fig, *a, **k: (drawn.append(fig), save(fig, *a, **k))
     )
     table = _board(tmp_path / leaderboard.BOARD, public=public)
-    leaderboard.plot(table, tmp_path / "board.png", spec)
+    board_plot.plot(table, tmp_path / "board.png", spec)
     width, height = _png_size(tmp_path / "board.png")
     assert (width, height) == ((16 if public else 8) * 90, 4 * 90)
     axes = drawn[0].axes

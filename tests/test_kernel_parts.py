@@ -227,12 +227,12 @@ def test_pip_sees_only_wheels_whose_bytes_make_kernel_recorded(tmp_path, recorde
     if where.startswith("datasets"):  # the dataset's own copy replaced
         (hostile / WHEEL).write_bytes(b"the same name, a stranger's code")
     checked = tmp_path / "checked"
-    assert wheels.mounted(recorded, ["me/petals-wheels"], tmp_path / "input", checked) == [checked]
+    folders = wheels.mounted(recorded, ["me/petals-wheels"], tmp_path / "input", checked)
     kept = {p.name: p.read_bytes() for p in checked.iterdir()}
     if where.startswith("datasets"):
-        assert kept == {}
+        assert kept == {} and folders == []
     else:
-        assert kept == {WHEEL: b"the wheel make kernel downloaded"}
+        assert kept == {WHEEL: b"the wheel make kernel downloaded"} and folders == [checked]
     said = capsys.readouterr().out
     assert f"{WHEEL} is not the wheel `make kernel` downloaded" in said
     assert "petals_lite-9.0" not in said

@@ -6,7 +6,7 @@ import multiprocessing
 
 import pytest
 
-from pipeline.runs import leaderboard
+from pipeline.runs import board_plot, leaderboard
 from tests.conftest import run_cli
 from tests.kaggle_server import Behaviour, KaggleTestServer
 
@@ -45,7 +45,7 @@ def test_an_update_keeps_what_it_does_not_set_and_the_table_ranks_by_val_f1(tmp_
     assert table.set_index("entry").loc["a", "val_macro_f1"] == 0.5
     shown = leaderboard.ranked(table, spec)
     assert shown["entry"].tolist() == ["b", "a", "c"] and shown["image_size"].tolist()[1] == 192
-    leaderboard.plot(table, tmp_path / "board.png", spec)
+    board_plot.plot(table, tmp_path / "board.png", spec)
     assert (tmp_path / "board.png").stat().st_size > 5_000
     with pytest.raises(ValueError, match="unknown leaderboard column"):
         leaderboard.update(board, "a", score=1.0)

@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import requests
@@ -24,7 +23,7 @@ import requests.adapters
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign import listed, quoted, text
-from pipeline.core.kaggle_answers import answers_checked, check_submissions, whole_number
+from pipeline.core.kaggle_answers import answers_checked, whole_number
 from pipeline.core.paths import check_name
 
 log = logging.getLogger(__name__)
@@ -274,63 +273,6 @@ def download_competition(slug: str, dest: Path, *, retries: int = 3, quiet: bool
     return archives[0]
 
 
-def list_submissions(slug: str) -> list[Any]:
-    """Your submissions to `slug`, newest first, each checked to be of the shape petals reads: the
-    client reads the list's scalars untyped, so a ref that is not a whole number or a file name or
-    description that is not text is one line naming it (the status is the client's to read)."""
-    return with_client(
-        lambda client: _submissions(client, slug), slug=slug, action=f"listing your submissions to {slug!r}"
-    )
-
-
-def _submissions(client, slug: str) -> list[Any]:
-    submissions = client.competition_submissions(slug, page_size=100) or []
-    check_submissions(submissions, slug)
-    return submissions
-
-
-def find_submission(slug: str, file_name: str, message: str) -> Any | None:
-    """Your submission to `slug` of `file_name` with this description, newest first, or None."""
-    submissions = list_submissions(slug)
-    return next(
-        (s for s in submissions if (s.file_name or "") == file_name and (s.description or "") == message),
-        None,
-    )
-
-
-def submit_file(path: Path, slug: str, message: str, *, retries: int = 3) -> Any:
-    """Upload a submission CSV with the official client; its answer (`message`, `ref`).
-
-    The client's flow: ask for an upload URL, PUT the bytes there, then create the submission.
-    Every upload counts against the day's submissions, and an answer can be lost after Kaggle took
-    the file (a 502, a timeout): so the refs listed before the first try are kept, and each retry
-    first looks for a submission of this file and description that was not there before.
-    """
-    before: set[str] | None = None
-
-    def once(client) -> Any:
-        nonlocal before
-        if before is None:
-            before = {str(s.ref) for s in _submissions(client, slug)}
-        else:
-            mine = (path.name, message)
-            added = [s for s in _submissions(client, slug) if str(s.ref) not in before]
-            taken = next((s for s in added if ((s.file_name or ""), (s.description or "")) == mine), None)
-            if taken is not None:
-                log.warning(
-                    "submit: the last try reached Kaggle (ref %s) though its answer was lost", taken.ref
-                )
-                return SimpleNamespace(
-                    ref=taken.ref, message="accepted (its answer was lost; found on Kaggle)"
-                )
-        answer = client.competition_submit(str(path), message, slug, quiet=False)
-        if answer.message == client.COMPETITION_SUBMIT_UPLOAD_FAILED_MESSAGE:
-            raise UploadIncomplete("the file upload did not complete")
-        return answer
-
-    return with_client(once, slug=slug, action=f"submitting {path.name} to {slug!r}", retries=retries)
-
-
 def push_kernel(folder: Path, slug: str, kernel: str, timeout: int | None, accelerator: str | None) -> int:
     """`kaggle kernels push -p folder [-t timeout] [--accelerator id]`: the version number Kaggle gave
     the new version. A push's 400/403/404 are about its competition source `slug`, so they get the
@@ -362,23 +304,6 @@ def push_kernel(folder: Path, slug: str, kernel: str, timeout: int | None, accel
             "`make kernel-status` says where it stands"
         )
     return int(version)
-
-
-def submit_code(
-    slug: str, kernel: str, version: int, file_name: str, message: str, *, retries: int = 3
-) -> Any:
-    """Submit to a code competition the file `file_name` that version `version` of kernel `owner/slug`
-    wrote: the client's code-submission call (POST CompetitionApiService/CreateCodeSubmission, body
-    competitionName, kernelOwner, kernelSlug, kernelVersion, fileName, submissionDescription). Its
-    answer (`message`, `ref`)."""
-    return with_client(
-        lambda client: client.competition_submit_code(
-            file_name, message, slug, kernel=kernel, kernel_version=version, quiet=True
-        ),
-        slug=slug,
-        action=f"submitting {file_name} of kernel {kernel} version {version} to {slug!r}",
-        retries=retries,
-    )
 
 
 def accelerator_quota() -> Any | None:

@@ -1,11 +1,10 @@
 """One run's training, epoch by epoch, with Keras `fit` or a custom loop, on either backend.
 
 After each epoch, both loops: score val with the competition's metric (scikit-learn), append a row to
-`history.csv`, save the best weights when better (a CV fold's at each scored epoch: its schedule's
-end; the last ones after the final epoch), then a checkpoint of weights + optimizer + epoch. A
-rerun restores it and goes on from the next epoch. With `train.ema`, the optimizer also keeps a
-moving average of the weights; that average is what is scored and saved as best and last
-weights, while training goes on from the trained weights.
+`history.csv`, save the best weights when better (a CV fold's at each scored epoch; the last ones
+after the final epoch), then a checkpoint of weights + optimizer + epoch. A rerun restores it and
+goes on from the next epoch. With `train.ema`, the optimizer also keeps a moving average of the
+weights: what is scored and saved, while training goes on from the trained weights.
 """
 
 from __future__ import annotations
@@ -111,9 +110,8 @@ class Trainer:
         )
         # The best val score so far, greater is better (a lower-is-better metric negated; no val: -loss).
         self.best_score = -np.inf
-        # A fold of a CV group keeps its latest scored epoch (the schedule's end, once finished), not
-        # its best: its val rows are the out-of-fold rows the group is scored and judged on, and an
-        # epoch chosen on them made that score lean high (0.00-0.04 on real sets, bench-choose).
+        # A CV fold keeps its latest scored epoch, not its best: its val rows are its group's
+        # out-of-fold rows, and an epoch chosen on them made the CV score lean high (0.00-0.04).
         self.keeps_latest = config.train.folds > 0
         # The class counts a logit-adjusted loss weighs by (a regression's target scale); the columns'.
         self.target_summary = job.task.target_summary(job.train, config)
@@ -328,8 +326,9 @@ class Trainer:
             save_weights(self.net, self.run.last_weights)
         metric, key = self.job.spec.metric, self.job.spec.score_key
         sign = 1 if metric.greater_is_better else -1
-        score = -row["loss"] if self._val is None else sign * row[key] if key in row else None
-        # None: an epoch val was not scored after
+        score = (
+            -row["loss"] if self._val is None else sign * row[key] if key in row else None
+        )  # None: unscored
         if score is not None and (score > self.best_score or self.keeps_latest):
             self.best_score = score
             save_weights(self.net, self.run.best_weights)
@@ -383,14 +382,9 @@ class Trainer:
             for a, b, steps in calls:
                 if a >= b:
                     continue
-                self.classifier.fit(
-                    train,
-                    epochs=b,
-                    initial_epoch=a,
-                    steps_per_epoch=steps,
-                    callbacks=[epochs],
-                    verbose=0,  # petals' own progress (epoch_progress) and epoch lines
-                )
+                # verbose=0: petals' own progress (epoch_progress) and epoch lines
+                self.classifier.fit(train, epochs=b, initial_epoch=a, steps_per_epoch=steps,
+                                    callbacks=[epochs], verbose=0)  # fmt: skip
                 # Stopped at an epoch's end (`fit` returns early): that epoch's checkpoint is written.
                 self._stop_if_asked(int(self.history["epoch"].max()) if len(self.history) else a, 0)
 

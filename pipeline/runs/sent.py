@@ -48,12 +48,12 @@ def uploaded_before(board: Path, entry: str, digest: str) -> str | None:
 def already_submitted(intent: Path, path: Path, digest: str, slug: str, message: str) -> str | None:
     """The ref of this very file's submission when an earlier submit of it was stopped after it
     began uploading (its intent file is there) and Kaggle lists it; None when it must be sent."""
-    from pipeline.core import kaggle_client
+    from pipeline.core import kaggle_submissions
 
     earlier = json_record(intent, "submit's intent file")
     if (earlier.get("sha256"), earlier.get("slug"), earlier.get("message")) != (digest, slug, message):
         return None
-    found = kaggle_client.find_submission(slug, path.name, message)
+    found = kaggle_submissions.find_submission(slug, path.name, message)
     if found is None:
         return None
     log.info("submit: an earlier submit of %s was stopped after Kaggle accepted it (ref %s)", path, found.ref)

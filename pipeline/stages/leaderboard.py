@@ -8,7 +8,8 @@ import argparse
 import logging
 
 from pipeline.core.errors import PetalsError
-from pipeline.runs.leaderboard import board_file, board_text, plot, read, sync
+from pipeline.runs.board_plot import plot
+from pipeline.runs.leaderboard import board_file, board_text, read, sync
 from pipeline.stages import arguments
 
 log = logging.getLogger(__name__)

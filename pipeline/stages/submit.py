@@ -184,7 +184,7 @@ def default_message(entry: str, provenance: dict) -> str:
 
 def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
     """Upload the checked CSV (a file competition); a dry run without credentials."""
-    from pipeline.core import kaggle_client
+    from pipeline.core import kaggle_client, kaggle_submissions
     from pipeline.core.files import write_json
     from pipeline.runs import leaderboard
 
@@ -236,7 +236,7 @@ def submit_csv(opts: SubmitOptions, spec, checked: Checked) -> None:
     if ref is None:
         log.info("submit: uploading %s (credentials from %s)", what, credentials)
         write_json(intent, {"sha256": digest, "slug": slug, "message": message, "started": leaderboard.now()})
-        answer = kaggle_client.submit_file(path, slug, message, retries=opts.retries)
+        answer = kaggle_submissions.submit_file(path, slug, message, retries=opts.retries)
         ref, said = answer.ref, text(answer.message or "accepted")
     sent.recorded(board, entry, str(path), ref, digest, intent)
     print(

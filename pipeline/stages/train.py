@@ -366,10 +366,8 @@ def _fit(job: Job, progress: bool, restart: bool, stop, keep_checkpoints: int) -
         history = trainer.run_epochs()
     plot_curves(history, run.file(RunDir.CURVES), job.spec.score_key, job.task.metric_title(job.spec))
     key, metric = job.spec.score_key, job.spec.metric
-    if job.val is None:
-        best = history.iloc[-1]
-    elif trainer.keeps_latest:  # a CV fold: the latest scored epoch's weights, none chosen on its val
-        best = history.dropna(subset=[key]).iloc[-1]
+    if job.val is None or trainer.keeps_latest:  # a CV fold: its latest scored epoch's weights
+        best = history.iloc[-1] if job.val is None else history.dropna(subset=[key]).iloc[-1]
     else:
         best = history.loc[history[key].idxmax() if metric.greater_is_better else history[key].idxmin()]
     seconds = float(history["seconds"].sum())

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.core import kaggle_client
+from pipeline.core import kaggle_submissions
 from pipeline.core.files import write_json
 from pipeline.core.foreign import text
 from pipeline.kernels.client import remote
@@ -80,13 +80,13 @@ class KernelVersion:
 
     def _submitted(self, version: int, submitting_before: bool, retries: int) -> tuple[str, str]:
         if submitting_before:  # stopped while submitting: Kaggle may have it already
-            found = kaggle_client.find_submission(self.slug, self.file_name, self.message)
+            found = kaggle_submissions.find_submission(self.slug, self.file_name, self.message)
             if found is not None:
                 return str(found.ref), "found on Kaggle, not sent again"  # a whole number, checked
         write_json(
             self.intent, {**self.record, "version": version, "submitting": True, "started": leaderboard.now()}
         )
-        answer = kaggle_client.submit_code(
+        answer = kaggle_submissions.submit_code(
             self.slug, self.kernel, version, self.file_name, self.message, retries=retries
         )
         return answer.ref, text(answer.message or "accepted")  # the ref is shown escaped where printed

@@ -170,9 +170,10 @@ def publish(kernel_folder: Path, report=print) -> str | None:
 def mounted(recorded: dict[str, str] | None, datasets: list[str], root: Path, into: Path) -> list[Path]:
     """Inside the kernel: the folders pip may install wheels from, as untrusted input. With `recorded`
     ({file name: sha256}, what `build` downloaded), each recorded wheel found in a folder under `root`
-    is copied into `into` and kept only where its bytes hash as recorded: [into], and pip sees no
-    other file. Without, the folders of the datasets the kernel was given (DATASETS=), never the
-    competition's or another source's. A recorded name whose bytes differ is said and left out."""
+    is copied into `into` and kept only where its bytes hash as recorded: [into] (where it holds
+    any), and pip sees no other file. Without, the folders of the datasets the kernel was given
+    (DATASETS=), never the competition's or another source's. A recorded name whose bytes differ
+    is said and left out."""
     from pipeline.core import kaggle_input
 
     if not recorded:
@@ -191,7 +192,7 @@ def mounted(recorded: dict[str, str] | None, datasets: list[str], root: Path, in
                 copy.unlink()
                 print(f"petals kernel: {text(str(source))} is not the wheel `make kernel` downloaded (its "
                       "sha256 differs): not installed")  # fmt: skip
-    return [into]
+    return [into] if any(into.glob("*.whl")) else []
 
 
 def _copy_hashed(source: Path, copy: Path) -> str:

@@ -122,12 +122,10 @@ def provide_offline(args: argparse.Namespace, keras_home: Path) -> list[str]:
         if importlib.util.find_spec(package) is not None:
             continue
         if wheels is None:  # only wheels make kernel downloaded (by sha256), or the given datasets'
-            from pipeline.kernels.client import wheels as kernel_wheels
+            from pipeline.kernels.client.wheels import mounted
 
-            checked = scratch_dir("petals-wheels-")
-            folders = kernel_wheels.mounted(SETTINGS.get("wheel_hashes"), SETTINGS.get("datasets", []),
-                                            args.input, checked)  # fmt: skip
-            wheels = [str(f) for f in folders if any(f.glob("*.whl"))]
+            given = SETTINGS.get("wheel_hashes"), SETTINGS.get("datasets", [])
+            wheels = [str(f) for f in mounted(*given, args.input, scratch_dir("petals-wheels-"))]
         if not SETTINGS["internet"] and not wheels:
             raise PetalsError(
                 f"the image lacks the {package} package, no attached source holds a wheel, and the kernel "
