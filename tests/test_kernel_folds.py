@@ -395,3 +395,35 @@ def test_two_merges_placing_one_fold_at_once_leave_it_whole(tmp_path, monkeypatc
     assert sorted(p.name for p in (runs / "fold-run").iterdir()) == sorted(
         [RunDir.CONFIG, RunDir.METRICS, RunDir.BEST]
     )
+
+
+def test_a_link_inside_a_downloaded_folds_tokenizer_is_not_copied(tmp_path, caplog):
+    """A kernel's output can be shared, and a folder copied whole follows its links: the tokenizer's
+    `vocab.txt` linking to a key would land in runs/ as the key's bytes (and travel in a kernel
+    bundle from there). Only plain files and folders are placed; the link is said and left out."""
+    from pipeline.cv import merge
+
+    secret = tmp_path / "kaggle.json"
+    secret.write_text('{"key": "secret"}')
+    fold = RunDir(tmp_path / "output" / "petals_runs" / "fold-run")
+    (fold.path / RunDir.TOKENIZER).mkdir(parents=True)
+    for name, text in ((RunDir.CONFIG, "{}"), (RunDir.METRICS, '{"epochs": 1}'), (RunDir.BEST, "w")):
+        (fold.path / name).write_text(text)
+    (fold.path / RunDir.TOKENIZER / "config.json").write_text("{}")
+    (fold.path / RunDir.TOKENIZER / "vocab.txt").symlink_to(secret)
+    (fold.path / RunDir.TOKENIZER / "assets").symlink_to(tmp_path, target_is_directory=True)
+    assert merge.place(fold, tmp_path / "runs") == "placed"
+    placed = tmp_path / "runs" / "fold-run" / RunDir.TOKENIZER
+    assert sorted(p.name for p in placed.iterdir()) == ["config.json"]
+    assert "tokenizer/vocab.txt' of fold-run is not a plain file" in caplog.text
+    assert not any("secret" in p.read_text() for p in (tmp_path / "runs").rglob("*") if p.is_file())
+
+
+def test_a_downloaded_outputs_runs_folder_that_is_a_link_is_refused(tmp_path):
+    from pipeline.cv import merge
+
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "output").mkdir()
+    (tmp_path / "output" / "petals_runs").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(PetalsError, match="petals_runs is a link"):
+        merge.fold_runs_in(tmp_path / "output")

@@ -277,6 +277,26 @@ def test_an_earlier_versions_runs_are_copied_in_to_resume(tmp_path, settings, mo
     assert template.restore_runs(args, runs) == []  # a run already here is kept as it is
 
 
+def test_an_earlier_versions_links_are_not_followed_into_this_session(tmp_path, settings):
+    """An attached source is a folder petals did not write: a link in a run there (to this session's
+    credentials) or a run folder that is a link is not copied into the runs this kernel writes out."""
+    secret = tmp_path / "kaggle.json"
+    secret.write_text("secret")
+    earlier = tmp_path / "input" / "petals-tpu" / template.RUNS
+    (earlier / "tpu-cnn-192-abc").mkdir(parents=True)
+    (earlier / "tpu-cnn-192-abc" / "config.json").write_text("{}")
+    (earlier / "tpu-cnn-192-abc" / "best.weights.h5").symlink_to(secret)
+    (earlier / "tpu-cnn-192-def").symlink_to(tmp_path, target_is_directory=True)
+    settings["resume_from"] = ["me/petals-tpu"]
+    runs = tmp_path / "working" / template.RUNS
+    runs.mkdir(parents=True)
+    template.restore_runs(argparse.Namespace(input=tmp_path / "input"), runs)
+    assert sorted(p.relative_to(runs).as_posix() for p in runs.rglob("*")) == [
+        "tpu-cnn-192-abc",
+        "tpu-cnn-192-abc/config.json",
+    ]
+
+
 def test_a_trained_run_in_an_attached_dataset_is_copied_in(tmp_path, settings):
     """A code competition's kernel can predict with a run trained elsewhere, uploaded as a dataset."""
     trained = tmp_path / "input" / "datasets" / "me" / "leaf-runs" / template.RUNS / "cpu-cnn-224-abc"

@@ -257,6 +257,38 @@ def make_work_folder(path: Path) -> Path:
     return path
 
 
+def copy_plain(source: Path, dest: Path, leave_out: Sequence[str] = ()) -> list[Path]:
+    """`source`, a file or a folder, copied to `dest` with only its regular files and folders; what
+    else it holds is left out and returned. A folder downloaded or shared (a kernel's output, an
+    earlier version's runs) can hold a link to `~/.kaggle/kaggle.json`, which `shutil.copytree`
+    would copy as the file it points at, or a pipe, on which its read never returns. `leave_out`:
+    names (glob patterns) not copied, wherever they sit."""
+    skipped: list[Path] = []
+    patterns = shutil.ignore_patterns(*leave_out)
+
+    def ignored(folder: str, names: list[str]) -> set[str]:
+        out = set(patterns(folder, names))
+        for name in set(names) - out:
+            if not _plain(Path(folder) / name):
+                out.add(name)
+                skipped.append(Path(folder) / name)
+        return out
+
+    if not _plain(source):
+        return [source]
+    if source.is_dir():
+        shutil.copytree(source, dest, ignore=ignored, dirs_exist_ok=True)
+    else:
+        shutil.copy2(source, dest)
+    return skipped
+
+
+def _plain(path: Path) -> bool:
+    """A regular file or a folder, not reached through a link."""
+    mode = os.lstat(path).st_mode
+    return stat.S_ISREG(mode) or stat.S_ISDIR(mode)
+
+
 def sha256(path: Path) -> str:
     """The hex sha256 of a local file, read in 4 MiB chunks."""
     digest = hashlib.sha256()

@@ -13,6 +13,7 @@ the local config deals) and that its val ids are exactly that table's held-out i
 from __future__ import annotations
 
 import dataclasses
+import logging
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -20,14 +21,17 @@ from pathlib import Path
 
 from pipeline.core import rundir
 from pipeline.core.errors import PetalsError
+from pipeline.core.files import copy_plain
 from pipeline.core.foreign import text
 from pipeline.core.options import TRACK
-from pipeline.core.paths import check_name
+from pipeline.core.paths import check_name, shown
 from pipeline.core.rundir import RunDir
 from pipeline.tasks.competitions import Competition, size_of
 
 RUNS = "petals_runs"  # where a kernel writes its runs (pipeline/kernels/script/main.py: RUNS)
 PREDICTED = ("val", "test")  # the splits a kernel predicts for each fold it trains
+
+log = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- placing fold runs
@@ -36,6 +40,8 @@ PREDICTED = ("val", "test")  # the splits a kernel predicts for each fold it tra
 def fold_runs_in(output: Path) -> list[RunDir]:
     """The fold runs a kernel's downloaded outputs hold (runs with train.folds set), by name."""
     runs = output / RUNS
+    if runs.is_symlink():  # a shared output folder's runs elsewhere: not the kernel's
+        raise PetalsError(f"{output}: {RUNS} is a link; petals merges only the runs a kernel wrote there")
     if not runs.is_dir():
         return []
     found = []
@@ -99,9 +105,11 @@ def place(run: RunDir, runs_dir: Path) -> str:
     runs_dir.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=f".{run.name}.", suffix=".partial", dir=runs_dir))
     try:
-        for path in _carried(run):
-            copy = shutil.copytree if path.is_dir() else shutil.copy2
-            copy(path, partial / path.name)
+        for path in _carried(run):  # a link inside (a tokenizer's file to a key) is left out
+            for left in copy_plain(path, partial / path.name):
+                inner = shown(left.relative_to(run.path).as_posix())
+                log.warning("merge: %s of %s is not a plain file or folder (a link?); not copied",
+                            inner, run.name)  # fmt: skip
         try:  # whole, in one step: a copy cut short leaves no finished run
             partial.rename(local.path)
         except OSError:  # placed by another merge meanwhile (a folder there is never replaced)

@@ -159,6 +159,7 @@ def restore_runs(args: argparse.Namespace, runs: Path) -> list[str]:
     dataset holds in its petals_runs/, copied into `runs`: train resumes an interrupted run instead of
     starting over, and finds a finished one finished; a run already here is kept."""
     from pipeline.core import kaggle_input
+    from pipeline.core.files import copy_plain
 
     restored = []
     sources = [
@@ -181,15 +182,11 @@ def restore_runs(args: argparse.Namespace, runs: Path) -> list[str]:
                 )
             continue
         for run in sorted((found.path / RUNS).iterdir()):
-            if run.is_dir() and not (runs / run.name).exists():
+            if run.is_dir() and not run.is_symlink() and not (runs / run.name).exists():
                 # The earlier version is over: its writer's lock (left by a kill at the time limit)
-                # names a process of another machine, which would refuse this version's train.
-                shutil.copytree(
-                    run,
-                    runs / f".{run.name}.partial",
-                    dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("writer.lock", "*.partial"),
-                )
+                # names a process of another machine, which would refuse this version's train. Only
+                # plain files come: a link in an attached folder could name a file of this session's.
+                copy_plain(run, runs / f".{run.name}.partial", leave_out=("writer.lock", "*.partial"))
                 (runs / f".{run.name}.partial").rename(runs / run.name)
                 restored.append(f"{run.name} from {found}")
     return restored
