@@ -15,6 +15,7 @@ from typing import Any
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.overrides import apply_updates
+from pipeline.core.paths import check_name
 
 # The competition a command works on when none is named: the one place its name is written.
 DEFAULT_COMPETITION = "flowers"
@@ -278,6 +279,10 @@ def read_config(path: Path) -> Config:
 
 def validate(config: Config) -> None:
     """Value checks that a type alone cannot express."""
+    # Both name the run's folder (`rundir.run_id`): a backbone `x/../../y` from a shared recipe
+    # would send predict to read a "run" outside the runs dir. Every registry's names are plain.
+    check_name(config.recipe, "recipe")
+    check_name(config.model.backbone, "model.backbone")
     data, aug = config.data, config.augment
     if data.image_size <= 0 or data.input_size < 0:
         raise PetalsError(
