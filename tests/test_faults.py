@@ -148,6 +148,23 @@ def test_a_second_train_of_a_run_is_refused_and_a_dead_holder_is_taken_over(
     )
 
 
+def test_a_killed_processs_staging_folder_is_removed_by_the_next_and_no_other(tmp_path):
+    """A `kill -9` mid-download leaves `.petals-download-*` (up to Kaggle's 20 GB of outputs) in the
+    output folder: the next download removes it, never a live process's or another host's."""
+    dead = subprocess.Popen([sys.executable, "-c", "import os; print(os.getpid())"], stdout=subprocess.PIPE)
+    pid = int(dead.communicate()[0])
+    host = lock._me().split(".")[0]
+    left = tmp_path / f".petals-download-{host}.{pid}.123.abc"
+    mine = lock.staging_folder(tmp_path, ".petals-download-")
+    theirs = tmp_path / f".petals-download-another-host.{pid}.123.abc"
+    for folder in (left, theirs):
+        (folder / "0").mkdir(parents=True)
+    (left / "0" / "big").write_bytes(b"x" * 1000)
+    again = lock.staging_folder(tmp_path, ".petals-download-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, theirs.name, again.name])
+    assert mine.name.startswith(f".petals-download-{lock._me()}.")
+
+
 def test_a_second_fetch_of_a_data_dir_is_refused(tmp_path, capsys, live_holder):
     data_dir = tmp_path / "data"
     _lock_file(tmp_path / "data.lock", live_holder.pid, "fetch")

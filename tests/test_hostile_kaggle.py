@@ -394,6 +394,25 @@ def test_outputs_within_the_cap_are_moved_into_place_together(tmp_path, in_kaggl
     assert {p.name for p in output.iterdir()} == {"petals-tiny.log", "runs", SUMMARY}
 
 
+def test_a_killed_downloads_staging_folder_goes_with_the_next_download(tmp_path, in_kaggle_env):
+    """A `kill -9` mid-download left its staging folder (up to Kaggle's 20 GB) in the output folder
+    for good: the next `kernel output` removes it once its process is gone."""
+    import subprocess
+    import sys
+
+    from pipeline.core import lock
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    args = _kernel_folder(tmp_path)
+    output = tmp_path / "kernels" / "petals-tiny" / "output"
+    left = output / f".petals-download-{lock._me().split('.')[0]}.{int(gone.stdout)}.1.x" / "0"
+    left.mkdir(parents=True)
+    (left / "model.keras").write_bytes(b"x" * 1000)
+    with KaggleTestServer(Behaviour(kernel_files={SUMMARY: _summary()})):
+        assert cli.main(args) == 0
+    assert {p.name for p in output.iterdir()} == {"petals-tiny.log", SUMMARY}
+
+
 def test_a_quota_answer_past_what_a_duration_holds_is_one_line(in_kaggle_env):
     """Kaggle's answers are a stranger's: a quota of 10^30 hours overflowed the client's
     timedelta (an OverflowError traceback out of `make kernel-fanout`)."""

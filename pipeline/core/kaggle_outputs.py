@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -22,6 +21,7 @@ import requests
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
 from pipeline.core.kaggle_client import call_with_retries, explain_kernel_error, kernel_call
+from pipeline.core.lock import staging_folder
 from pipeline.core.paths import check_name, inside, shown
 from pipeline.core.progress import MB, Progress
 
@@ -143,7 +143,7 @@ def _download_all(checked: list[tuple[str, Path, str]], target: Path, kernel: st
     is removed, so nothing is left."""
     made_target = not target.exists()
     target.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".petals-download-", dir=target))
+    staging = staging_folder(target, ".petals-download-")  # a killed download's is removed
     arrived = False
     try:
         used = 0

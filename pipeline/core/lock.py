@@ -7,7 +7,9 @@ as `kill -9` or a lost machine leaves it) is taken over with a line saying so. A
 another host cannot be checked from here: the line says which host and how to clear it.
 
 The lock file appears whole or not at all (written beside it, then hard-linked into place, which
-fails when it exists), so a writer killed while taking it leaves no half-written lock.
+fails when it exists), so a writer killed while taking it leaves no half-written lock. A process's
+staging folder (`staging_folder`: a download or a copy arriving before it moves into place) is
+named for it the same way, so the next one removes what a killed one left.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import contextlib
 import json
 import logging
 import os
+import re
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,6 +56,27 @@ def _alive(holder: dict) -> bool:
         return True
     started = holder.get("process_start")
     return started is None or _process_start(pid) in (None, started)
+
+
+def _me() -> str:
+    """This process as a folder name's part: host (its name's plain characters), pid, start."""
+    host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
+    return f"{host}.{os.getpid()}.{_process_start(os.getpid())}"
+
+
+def staging_folder(parent: Path, prefix: str) -> Path:
+    """A new folder in `parent` for this process to stage a download or a copy in, before it moves
+    into place. A `kill -9` leaves its staging folder behind (gigabytes, for a kernel's outputs), so
+    those of `prefix` whose process is gone (on this host, by pid and start) are removed first."""
+    host = _me().split(".")[0]
+    for old in parent.glob(f"{prefix}*"):
+        owner = old.name[len(prefix) :].split(".")
+        if len(owner) < 3 or owner[0] != host or not owner[1].isdigit() or old.is_symlink():
+            continue  # another host's, or not one of these
+        pid, start = int(owner[1]), owner[2]
+        if old.is_dir() and not _alive({"pid": pid, "process_start": None if start == "None" else start}):
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{_me()}.", dir=parent))
 
 
 def _describe(holder: dict) -> str:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from pipeline.core import rundir
 from pipeline.core.errors import PetalsError
 from pipeline.core.files import copy_plain
 from pipeline.core.foreign import text
+from pipeline.core.lock import staging_folder
 from pipeline.core.options import TRACK
 from pipeline.core.paths import check_name, shown
 from pipeline.core.rundir import RunDir
@@ -103,7 +103,7 @@ def place(run: RunDir, runs_dir: Path) -> str:
     # This process's own staging folder: two merges of one output at once (two terminals) each
     # copy into their own, and the first rename wins; the other finds the run there.
     runs_dir.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{run.name}.", suffix=".partial", dir=runs_dir))
+    partial = staging_folder(runs_dir, f".{run.name}.partial.")  # a killed merge's is removed
     try:
         for path in _carried(run):  # a link inside (a tokenizer's file to a key) is left out
             for left in copy_plain(path, partial / path.name):
