@@ -76,6 +76,8 @@ class Behaviour:
     quota: dict[str, tuple[float, float, float]] | None = None
     quota_refresh: str = "2026-11-30T00:00:00Z"
     push_errors: list[str] = field(default_factory=list)  # SaveKernel's `error`, one per push, first
+    lost_pushes: int = 0  # the first this many SaveKernels make their version, then answer 502
+    hide_versions: bool = False  # GetKernel answers 403, as for a kernel Kaggle will not show
     # Datasets by owner/slug: each version's files, {name: bytes}, newest last.
     datasets: dict[str, list[dict[str, bytes]]] = field(default_factory=dict)
     dataset_requests: list[dict] = field(default_factory=list)  # CreateDataset(Version) requests
@@ -221,8 +223,18 @@ class _Handler(BaseHTTPRequestHandler):
             self.behaviour.pushed.append(payload)
             kernel = payload.get("slug", "")
             version = self.behaviour.versions[kernel] = self.behaviour.versions.get(kernel, 0) + 1
+            if self.behaviour.lost_pushes:  # Kaggle made the version; its answer is lost on the way back
+                self.behaviour.lost_pushes -= 1
+                return self._reply(502, b"{}", {"Content-Type": "application/json"})
             url = f"https://www.kaggle.com/code/{kernel}"
             return self._json({"ref": f"/code/{kernel}", "url": url, "versionNumber": version})
+        if method == "GetKernel":  # the kernel's metadata: its newest version number
+            version = self.behaviour.versions.get(f"{payload.get('userName')}/{payload.get('kernelSlug')}")
+            if self.behaviour.hide_versions or not version:
+                status = 403 if self.behaviour.hide_versions else 404
+                body = json.dumps({"code": status, "message": "no such notebook"}).encode()
+                return self._reply(status, body, {"Content-Type": "application/json"})
+            return self._json({"metadata": {"currentVersionNumber": version}})
         planned = self._planned(method, payload)
         if planned is not None:
             return planned

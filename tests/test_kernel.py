@@ -305,13 +305,37 @@ def test_a_shared_kernel_folder_cannot_push_a_file_from_outside_it(
 
 
 def test_a_refused_push_is_one_actionable_line(generated, in_kaggle_env, capsys):
-    behaviour = Behaviour(fail_with=[403])
+    behaviour = Behaviour(fail_with=[404, 403])  # a kernel never pushed; its push refused
     with KaggleTestServer(behaviour):
         code = cli.main(["kernel", "push", "--kernels-dir", str(generated.parent), "--name", "petals-tiny"])
     assert code == 2
     (line,) = error_lines(capsys.readouterr().err)
     assert "refused access (403) while pushing kernel petals-user/petals-tiny" in line
     assert not behaviour.pushed
+
+
+def test_a_push_whose_answer_was_lost_is_found_and_not_pushed_again(
+    generated, in_kaggle_env, capsys, caplog, backoff
+):
+    """Kaggle made the version (it runs, spending quota) but its answer was lost (a 502): the retry
+    finds the new version instead of pushing a second one."""
+    behaviour = Behaviour(lost_pushes=1, versions={"petals-user/petals-tiny": 4})
+    with KaggleTestServer(behaviour):
+        code = cli.main(["kernel", "push", "--kernels-dir", str(generated.parent), "--name", "petals-tiny"])
+    assert code == 0 and len(behaviour.pushed) == 1 and backoff == [2.0]
+    assert "kernel petals-user/petals-tiny version 5 pushed" in capsys.readouterr().out
+    assert "the last try made version 5 though its answer was lost" in caplog.text
+
+
+def test_a_lost_push_answer_where_kaggle_hides_the_versions_is_not_pushed_again(
+    generated, in_kaggle_env, capsys, backoff
+):
+    behaviour = Behaviour(lost_pushes=1, hide_versions=True)
+    with KaggleTestServer(behaviour):
+        code = cli.main(["kernel", "push", "--kernels-dir", str(generated.parent), "--name", "petals-tiny"])
+    (line,) = error_lines(capsys.readouterr().err)
+    assert code == 2 and len(behaviour.pushed) == 1, line
+    assert "the push may have made one: `make kernel-status` says whether a new version runs" in line
 
 
 @pytest.mark.thorough  # the script kernel's generation (above), as a notebook

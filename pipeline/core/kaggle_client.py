@@ -273,15 +273,57 @@ def download_competition(slug: str, dest: Path, *, retries: int = 3, quiet: bool
     return archives[0]
 
 
+def _newest_version(client: Any, kernel: str) -> int | None:
+    """The newest version number of kernel `owner/slug` on Kaggle: 0 for one never pushed (404),
+    None where Kaggle's answer does not say (another 4xx, a number that is not one)."""
+    from kagglesdk.kernels.types.kernels_api_service import ApiGetKernelRequest
+
+    request = ApiGetKernelRequest()
+    request.user_name, request.kernel_slug = kernel.split("/", 1)
+    try:
+        with client.build_kaggle_client() as kaggle:
+            answer = kaggle.kernels.kernels_api_client.get_kernel(request)
+    except requests.HTTPError as err:
+        status = err.response.status_code if err.response is not None else 0
+        if status >= 500:
+            raise  # retried like the push
+        return 0 if status == 404 else None
+    version = answer.metadata.current_version_number if answer.metadata else 0
+    return int(version) if whole_number(version) else None
+
+
 def push_kernel(folder: Path, slug: str, kernel: str, timeout: int | None, accelerator: str | None) -> int:
     """`kaggle kernels push -p folder [-t timeout] [--accelerator id]`: the version number Kaggle gave
     the new version. A push's 400/403/404 are about its competition source `slug`, so they get the
-    competition's explanations; an answer that names an error or rejected sources raises."""
-    answer = with_client(
-        lambda client: client.kernels_push(str(folder), str(timeout) if timeout else None, accelerator),
-        slug=slug,
-        action=f"pushing kernel {kernel}",
+    competition's explanations; an answer that names an error or rejected sources raises.
+
+    Each version runs, and spends accelerator quota, once pushed; an answer can be lost after Kaggle
+    made it (a 502, a timeout). So the kernel's newest version is read before the first try, and a
+    retry first looks for a newer one; where Kaggle does not say, the push is not sent again."""
+    before: list[int | None] = []  # the newest version before the first try, once read
+    lost = (
+        f"pushing kernel {kernel}: no answer came back and Kaggle does not say the kernel's versions, "
+        "so the push may have made one: `make kernel-status` says whether a new version runs; push "
+        "again only if none does"
     )
+
+    def once(client: Any) -> Any:
+        if not before:
+            before.append(_newest_version(client, kernel))
+        else:  # a retry: did the last try make a version though its answer was lost?
+            now = None if before[0] is None else _newest_version(client, kernel)
+            if now is None:
+                raise PetalsError(lost)
+            if now > before[0]:
+                log.warning(
+                    "pushing kernel %s: the last try made version %d though its answer was lost", kernel, now
+                )
+                return now
+        return client.kernels_push(str(folder), str(timeout) if timeout else None, accelerator)
+
+    answer = with_client(once, slug=slug, action=f"pushing kernel {kernel}")
+    if isinstance(answer, int):
+        return answer
     if answer.error:
         raise PetalsError(f"Kaggle refused kernel {kernel}: {text(answer.error)}")
     rejected = (
