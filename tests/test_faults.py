@@ -781,7 +781,7 @@ def test_the_half_written_files_of_a_killed_run_go_when_its_rerun_takes_the_lock
     kept = [run.path / "best.weights.h5", run.path / "checkpoints" / "ckpt-1.npz"]
     for path in half + kept:
         path.write_bytes(b"x")
-    with train._only_writer(run):
+    with run.writing():
         assert [p for p in half if p.exists()] == []
     assert all(p.exists() for p in kept) and leftovers(tmp_path) == []
 

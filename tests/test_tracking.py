@@ -135,6 +135,37 @@ def test_a_sweeps_trials_are_children_of_their_studys_run_and_grouped_by_name(tm
         tracking.mlflow_asked("mlfow")
 
 
+@pytest.mark.slow  # MLflow's store
+def test_a_stopped_failed_or_killed_trains_mlflow_run_is_not_left_running(tmp_path, monkeypatch):
+    """A stop, an error or a `kill -9` left the MLflow run RUNNING for good: a stop (resumable) is
+    KILLED, an error FAILED, a resume RUNNING again, and RETRAIN=1 after a kill ends the killed one."""
+    from pipeline.core.errors import Preempted
+
+    monkeypatch.delenv(mlflow_runs.URI_VARIABLE, raising=False)
+    run = RunDir(tmp_path / "runs" / "default-cnn-32-abc")
+    run.path.mkdir(parents=True)
+
+    def train(new: bool) -> tracking.Tracker:
+        return tracking.Tracker(run, "flowers", {"train": {"epochs": 3}}, {}, "mlflow", new=new)
+
+    def status(tracker) -> str:
+        return tracker.mlflow.client.get_run(tracker.mlflow.id).info.status
+
+    killed = train(new=True)  # then kill -9: nothing ends it
+    again = train(new=True)  # RETRAIN=1
+    assert again.mlflow.id != killed.mlflow.id and (status(killed), status(again)) == ("KILLED", "RUNNING")
+    again.stopped(Preempted("stopped by SIGTERM"))
+    assert status(again) == "KILLED"
+    resumed = train(new=False)
+    assert resumed.mlflow.id == again.mlflow.id and status(resumed) == "RUNNING"
+    resumed.stopped(ValueError("out of memory"))
+    assert status(resumed) == "FAILED"
+    last = train(new=False)
+    last.trained({"epochs": 3})
+    last.stopped(OSError("the feature cache could not be removed"))  # after the run finished
+    assert status(last) == "FINISHED"
+
+
 def test_an_unreachable_tracking_server_is_one_line_without_its_password(tmp_path, monkeypatch):
     monkeypatch.setenv(mlflow_runs.URI_VARIABLE, "http://me:hunter2@127.0.0.1:1")  # nothing listens there
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # MLflow's own retries take minutes

@@ -8,8 +8,10 @@ fingerprint, so the same command on the same data finds (and resumes) the same r
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -192,6 +194,27 @@ class RunDir:
                 f"{text(manifest.get('origin'), 200)} ({text(data_identity(manifest)[:15]) or '?'}…): "
                 "pass the run's --data-dir"
             )
+
+    @contextlib.contextmanager
+    def writing(self, what: str = "train") -> Iterator[None]:
+        """Hold the run's lock (a second writer is refused), first dropping what a writer killed
+        mid-write left: `*.partial` files and Keras's `partial-*.weights.h5` (with the lock held no
+        one else is writing them). The folders made only for the lock go again if nothing was
+        written in them."""
+        from pipeline.core import lock
+
+        made = [p for p in (self.path, *self.path.parents) if not p.exists()]  # what the lock makes
+        try:
+            with lock.holding(self.file(self.LOCK), what):
+                for path in [*self.path.glob("partial-*.weights.h5"), *self.path.rglob("*.partial")]:
+                    if path.is_file():
+                        path.unlink(missing_ok=True)
+                yield
+        finally:
+            for folder in made:  # innermost first; a folder with anything in it stays
+                if not folder.is_dir() or any(folder.iterdir()):
+                    break
+                folder.rmdir()
 
 
 # ----------------------------------------------------------------------------- ids and finding runs

@@ -72,7 +72,7 @@ class MlflowRun:
             self.experiment = self._experiment(runs_dir, f"petals-{competition}")
             found = None if new else self._newest({RUN_TAG: name})
             self.id = found or self._create(name, tags)
-            self.made = found is None
+            self.made, self.name = found is None, name
         except _errors() as err:
             raise PetalsError(f"TRACK=mlflow: {self.where}: {hidden(first_line(err), self.uri)}") from None
         log.info("mlflow: %s is run %s in %s", name, self.id, self.where)
@@ -153,6 +153,22 @@ class MlflowRun:
         for path in paths:
             if path.is_file():
                 self._guarded(f"storing {path.name}", self.client.log_artifact, self.id, str(path), folder)
+
+    def training(self, resumed: bool) -> None:
+        """Train's start. A resumed run is RUNNING again (its stop left it KILLED or FAILED); a new
+        one ends as KILLED this petals run's MLflow runs still RUNNING: a `kill -9` cannot end its
+        own, and RETRAIN=1 then starts another."""
+        if resumed:
+            self._guarded("resuming the run", self.client.update_run, self.id, "RUNNING")
+            return
+        query = f"tags.`{RUN_TAG}` = '{self.name}' and attributes.status = 'RUNNING'"
+
+        def end_the_killed() -> None:
+            for old in self.client.search_runs([self.experiment], query):
+                if old.info.run_id != self.id:
+                    self.client.set_terminated(old.info.run_id, "KILLED")
+
+        self._guarded("ending the runs a kill left running", end_the_killed)
 
     def finished(self, status: str = "FINISHED") -> None:
         self._guarded("ending the run", self.client.set_terminated, self.id, status)

@@ -100,8 +100,10 @@ class Tracker:
 
             self.mlflow = mlflow_runs.MlflowRun(run.path.parent, competition, run.name,
                                                 _mlflow_tags(run, competition, tags), new=new)  # fmt: skip
+            self.mlflow.training(resumed=not new)
             self.mlflow.params(params)
         self.logged = 0  # the last epoch MLflow has
+        self.done = False
 
     def epoch(self, history) -> None:
         """The history rows not written yet (on a resume, the restored ones first)."""
@@ -112,8 +114,20 @@ class Tracker:
     def trained(self, metrics: dict[str, Any]) -> None:
         """The run's own numbers and its curves (`_trained`); the event file closed."""
         self.events.close()
+        self.done = True
         if self.mlflow is not None:
             _trained(self.mlflow, self.run, metrics)
+
+    def stopped(self, err: BaseException) -> None:
+        """Training ended early: KILLED where it stopped with a checkpoint (a signal, its time limit,
+        Ctrl-C: the rerun resumes it), FAILED on an error. Once trained, nothing changes."""
+        from pipeline.core.errors import Preempted
+
+        if self.done:
+            return
+        self.events.close()
+        if self.mlflow is not None:
+            self.mlflow.finished("KILLED" if isinstance(err, (Preempted, KeyboardInterrupt)) else "FAILED")
 
 
 def _epochs(found, history, logged: int) -> int:

@@ -282,38 +282,15 @@ def fit(
     """Train the job's recipe to its last epoch, resuming from the last checkpoint; return its metrics.
     `stop` (a preemption.StopRequest) ends it early, with a checkpoint at the step reached."""
     try:
-        with _only_writer(job.run):
+        with job.run.writing():  # a second `train` of the run is refused
             return _fit(job, progress, restart, stop, keep_checkpoints)
+    except BaseException as err:  # in MLflow too, a run that stopped or failed is no longer RUNNING
+        if job.tracker is not None:
+            job.tracker.stopped(err)
+        raise
     finally:
         if job.run.path.parent.name.startswith(SCRATCH):  # process 0 kept what matters
             shutil.rmtree(job.run.path.parent, ignore_errors=True)
-
-
-def _drop_half_written(run: RunDir) -> None:
-    """A run killed mid-write (-9, a lost machine) leaves its temporary files (`*.partial`, Keras's
-    `partial-*.weights.h5`); with the lock held no one else is writing them, so they go."""
-    if run.path.is_dir():
-        for path in [*run.path.glob("partial-*.weights.h5"), *run.path.rglob("*.partial")]:
-            if path.is_file():
-                path.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def _only_writer(run: RunDir):
-    """Hold the run's lock (a second `train` of it is refused); the folders made only for the
-    lock go again if the run fails before writing anything."""
-    from pipeline.core import lock
-
-    made = [p for p in (run.path, *run.path.parents) if not p.exists()]  # folders the lock will make
-    try:
-        with lock.holding(run.file(RunDir.LOCK), "train"):
-            _drop_half_written(run)
-            yield
-    finally:
-        for folder in made:  # innermost first; a folder with anything in it stays
-            if not folder.is_dir() or any(folder.iterdir()):
-                break
-            folder.rmdir()
 
 
 def _fit(job: Job, progress: bool, restart: bool, stop, keep_checkpoints: int) -> dict:
