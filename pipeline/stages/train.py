@@ -102,6 +102,7 @@ def train(opts: TrainOptions, judge=None, tags: dict | None = None,
     if job.finished and not opts.force:
         log.info("train: %s is finished (val %s %s); --force to train again",
                  job.run, job.spec.metric.title, job.finished.get(job.spec.score_key))  # fmt: skip
+        _drop_feature_cache(job.run)
         return {**job.finished, "run": job.run.name} if judge is not None else None
     from pipeline.modeling import preemption
 
@@ -291,6 +292,16 @@ def fit(
     finally:
         if job.run.path.parent.name.startswith(SCRATCH):  # process 0 kept what matters
             shutil.rmtree(job.run.path.parent, ignore_errors=True)
+
+
+def _drop_feature_cache(run: RunDir) -> None:
+    """A kill after metrics.json, while the feature cache was being removed, left it for good (the
+    run is finished, so nothing trains it again): its rerun removes it, unless another writer holds it."""
+    from pipeline.modeling import features
+
+    if (run.path / features.FOLDER).is_dir():
+        with contextlib.suppress(PetalsError), run.writing():
+            features.remove_cache(run.path)
 
 
 def _fit(job: Job, progress: bool, restart: bool, stop, keep_checkpoints: int) -> dict:
