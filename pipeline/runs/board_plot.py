@@ -51,7 +51,8 @@ def _plot_over_time(axis, table: pd.DataFrame, column: str, metric) -> None:
         axis.scatter(times[rows], public[rows], marker="*", s=90, label="public score")
     axis.set_ylabel(f"{metric.title} (CV, else val)")
     axis.set_ylim(bottom=0)
-    axis.legend(loc="lower right", fontsize=8)
+    if axis.get_legend_handles_labels()[0]:  # a board of rows with no score has nothing to name
+        axis.legend(loc="lower right", fontsize=8)
     for label in axis.get_xticklabels():  # dates: slanted, as autofmt_xdate does for one panel
         label.set_rotation(30)
         label.set_horizontalalignment("right")
