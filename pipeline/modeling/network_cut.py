@@ -14,6 +14,7 @@ import keras
 
 from pipeline.core.config import Config
 from pipeline.networks import columns
+from pipeline.networks.base import fed
 
 
 @dataclass
@@ -67,11 +68,11 @@ def cut(net: keras.Model, unfrozen_layers: int, train_backbone: bool) -> Cut:
         inner = _tensors_in(first)[0]
         lower = keras.Model(backbone.input, inner, name="backbone_below_cut")
         upper = keras.Model(inner, backbone.output, name="backbone_above_cut")
-        bottom = keras.Model(net.input, lower(into_backbone), name="bottom")
+        bottom = keras.Model(net.input, fed(lower, into_backbone), name="bottom")
         at = first.name
     else:
         count, at, upper = 0, "head", None
-        bottom = keras.Model(net.input, backbone(into_backbone), name="bottom")
+        bottom = keras.Model(net.input, fed(backbone, into_backbone), name="bottom")
     activations = keras.Input(bottom.output.shape[1:], name="activations")
     x = upper(activations) if upper is not None else activations
     for layer in head:

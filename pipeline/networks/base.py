@@ -64,6 +64,13 @@ class WeightsPackage:
 _CHECKED: dict[Path, str] = {}
 
 
+def fed(model: keras.Model, pixels):
+    """`model(pixels)`, by name where the model takes {name: pixels} (DINO's keras-hub backbones):
+    a tensor there works, with a warning that its structure does not match."""
+    named = model.input if isinstance(model.input, dict) else None
+    return model({next(iter(named)): pixels} if named else pixels)
+
+
 def _sha256(path: Path) -> str:
     if path not in _CHECKED:
         from pipeline.core.files import sha256

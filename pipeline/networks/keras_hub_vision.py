@@ -28,7 +28,7 @@ from keras import layers
 
 from pipeline.core.errors import PetalsError
 from pipeline.core.foreign_files import load_json
-from pipeline.networks.base import PRESET_WEIGHTS, Network, RunFiles
+from pipeline.networks.base import PRESET_WEIGHTS, Network, RunFiles, fed
 
 log = logging.getLogger(__name__)
 
@@ -257,8 +257,7 @@ def classifier(
     configs = {part: keras.saving.serialize_keras_object(obj) for part, obj in parts.items()}
     body.name = "backbone"  # one nested layer: freezing it is one switch
     body.preset_configs = configs  # what `keep_architecture` writes
-    named = body.input if isinstance(body.input, dict) else None  # DINO's backbones take {name: pixels}
-    features = body({next(iter(named)): x} if named else x)
+    features = fed(body, x)  # DINO's backbones take {name: pixels}
     features = layers.Dropout(dropout, name="head_dropout")(pooled(entry, body, features))
     logits = layers.Dense(num_classes, name="logits")(features)
     return keras.Model(inputs, logits, name=f"{entry.name}-{size}")
