@@ -51,7 +51,7 @@ class Behaviour:
     uploads: dict[str, bytes] = field(default_factory=dict)  # upload token -> the bytes PUT there
     file_names: dict[str, str] = field(default_factory=dict)  # upload token -> the file's name
     created: list[dict] = field(default_factory=list)  # CreateSubmission requests that succeeded
-    lost_answers: int = 0  # the first this many CreateSubmissions are recorded, then answered 502
+    lost_answers: int = 0  # the first this many Create(Code)Submissions are recorded, then answered 502
     submissions: list[dict] = field(default_factory=list)  # what ListSubmissions answers
     kernel_status: str = "COMPLETE"  # what GetKernelSessionStatus answers once `kernel_statuses` is spent
     kernel_statuses: list[str] = field(default_factory=list)  # answered first, one per status request
@@ -182,6 +182,9 @@ class _Handler(BaseHTTPRequestHandler):
                 "status": "PENDING",
             }
         )
+        if self.behaviour.lost_answers:  # Kaggle took it; its answer is lost on the way back
+            self.behaviour.lost_answers -= 1
+            return self._reply(502, b"{}", {"Content-Type": "application/json"})
         competition = payload.get("competitionName")
         return self._json({"message": f"Successfully submitted to {competition}", "ref": ref})
 

@@ -195,8 +195,10 @@ def test_it_pushes_waits_until_complete_and_submits_that_versions_file(
         }
     ]
     methods = [r["path"].rsplit("/", 1)[-1] for r in behaviour.requests]
-    # The newest version is read before the push, so a lost answer is found rather than pushed twice.
-    assert methods == ["GetKernel", "SaveKernel", *["GetKernelSessionStatus"] * 4, "CreateCodeSubmission"]
+    # Each Kaggle call that spends quota or a submission looks first for what a lost answer made.
+    assert methods == [
+        "GetKernel", "SaveKernel", *["GetKernelSessionStatus"] * 4, "ListSubmissions", "CreateCodeSubmission"
+    ]  # fmt: skip
     states = [line for line in result.stdout.splitlines() if line.startswith(f"kernel {KERNEL} version 5: ")]
     assert [s.rsplit(": ", 1)[1] for s in states] == ["queued", "running", "complete"]
     assert f"SUBMITTED submission.csv of kernel {KERNEL} version 5 to '{SLUG}'" in result.stdout
@@ -236,6 +238,21 @@ def test_a_rerun_does_not_push_and_submit_the_same_kernel_twice_unless_forced(su
     assert len(behaviour.pushed) == 2 and behaviour.code_submissions[-1]["kernelVersion"] == 2
     row = _row(csv)
     assert row["submission"] == f"{KERNEL} version 2" and row["submission_ref"] == "2002"
+
+
+def test_a_code_submission_whose_answer_was_lost_is_found_not_sent_again(
+    submit, local, kaggle_env, caplog, backoff
+):
+    """Kaggle took the submission but its answer was lost (a 502): the retry finds it instead of
+    spending another of the day's submissions on the same version."""
+    _, csv = local
+    behaviour = Behaviour(lost_answers=1)
+    with KaggleTestServer(behaviour):
+        result = submit(kaggle_env)
+    assert result.returncode == 0, result.stderr
+    assert len(behaviour.code_submissions) == 1 and backoff == [2.0]
+    assert "the last try reached Kaggle (ref 2001) though its answer was lost" in caplog.text
+    assert _row(csv)["submission_ref"] == "2001"
 
 
 def test_a_wait_that_runs_out_is_one_line_and_the_rerun_waits_for_the_same_version(submit, local, kaggle_env):

@@ -6,6 +6,7 @@ never sends what Kaggle already took."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -40,14 +41,11 @@ def find_submission(slug: str, file_name: str, message: str) -> Any | None:
     )
 
 
-def submit_file(path: Path, slug: str, message: str, *, retries: int = 3) -> Any:
-    """Upload a submission CSV with the official client; its answer (`message`, `ref`).
-
-    The client's flow: ask for an upload URL, PUT the bytes there, then create the submission.
-    Every upload counts against the day's submissions, and an answer can be lost after Kaggle took
-    the file (a 502, a timeout): so the refs listed before the first try are kept, and each retry
-    first looks for a submission of this file and description that was not there before.
-    """
+def _unless_taken(slug: str, mine: tuple[str, str], send: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`send(client)` as one try of a retried call that never sends what Kaggle took already. Every
+    submission counts against the day's, and an answer can be lost after Kaggle took it (a 502, a
+    timeout): so the refs listed before the first try are kept, and each retry first looks for a
+    submission of this file name and description (`mine`) that was not there before."""
     before: set[str] | None = None
 
     def once(client) -> Any:
@@ -55,7 +53,6 @@ def submit_file(path: Path, slug: str, message: str, *, retries: int = 3) -> Any
         if before is None:
             before = {str(s.ref) for s in _submissions(client, slug)}
         else:
-            mine = (path.name, message)
             added = [s for s in _submissions(client, slug) if str(s.ref) not in before]
             taken = next((s for s in added if ((s.file_name or ""), (s.description or "")) == mine), None)
             if taken is not None:
@@ -65,11 +62,23 @@ def submit_file(path: Path, slug: str, message: str, *, retries: int = 3) -> Any
                 return SimpleNamespace(
                     ref=taken.ref, message="accepted (its answer was lost; found on Kaggle)"
                 )
+        return send(client)
+
+    return once
+
+
+def submit_file(path: Path, slug: str, message: str, *, retries: int = 3) -> Any:
+    """Upload a submission CSV with the official client; its answer (`message`, `ref`). The client's
+    flow: ask for an upload URL, PUT the bytes there, then create the submission; a retry never
+    uploads what Kaggle took already (`_unless_taken`)."""
+
+    def send(client) -> Any:
         answer = client.competition_submit(str(path), message, slug, quiet=False)
         if answer.message == client.COMPETITION_SUBMIT_UPLOAD_FAILED_MESSAGE:
             raise UploadIncomplete("the file upload did not complete")
         return answer
 
+    once = _unless_taken(slug, (path.name, message), send)
     return with_client(once, slug=slug, action=f"submitting {path.name} to {slug!r}", retries=retries)
 
 
@@ -79,11 +88,15 @@ def submit_code(
     """Submit to a code competition the file `file_name` that version `version` of kernel `owner/slug`
     wrote: the client's code-submission call (POST CompetitionApiService/CreateCodeSubmission, body
     competitionName, kernelOwner, kernelSlug, kernelVersion, fileName, submissionDescription). Its
-    answer (`message`, `ref`)."""
-    return with_client(
-        lambda client: client.competition_submit_code(
+    answer (`message`, `ref`); a retry never submits what Kaggle took already (`_unless_taken`)."""
+
+    def send(client) -> Any:
+        return client.competition_submit_code(
             file_name, message, slug, kernel=kernel, kernel_version=version, quiet=True
-        ),
+        )
+
+    return with_client(
+        _unless_taken(slug, (file_name, message), send),
         slug=slug,
         action=f"submitting {file_name} of kernel {kernel} version {version} to {slug!r}",
         retries=retries,
