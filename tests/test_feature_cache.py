@@ -232,25 +232,6 @@ def test_a_fold_waits_while_another_computes_the_pooled_pass(tmp_path, monkeypat
 
 
 @pytest.mark.slow
-def test_a_finished_runs_feature_cache_left_by_a_kill_goes_with_its_rerun(data_dir, tmp_path, caplog):
-    """kill -9 after metrics.json, while the cache (the run's largest folder) was being removed,
-    left it for good: the run is finished, so nothing trained it again."""
-    from pipeline import api
-
-    options = api.TrainOptions(
-        data_dir=data_dir, runs_dir=tmp_path, strategy="cpu", recipe="default", overrides=tuple(CACHED)
-    )
-    metrics = api.train(options)
-    left = tmp_path / metrics["run"] / features.FOLDER
-    assert not left.exists()
-    (left / "train").mkdir(parents=True)
-    (left / "train" / "pooled-0.npz").write_bytes(b"x" * 1000)
-    caplog.set_level("INFO")
-    assert api.train(options) is None and "is finished" in caplog.text
-    assert not left.exists() and (tmp_path / metrics["run"] / "metrics.json").is_file()
-
-
-@pytest.mark.slow
 def test_two_fold_runs_train_on_one_pooled_cache_that_outlives_them(cpu, data_dir, tmp_path, caplog):
     from pipeline.stages import train
 

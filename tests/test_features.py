@@ -93,6 +93,17 @@ def test_a_run_on_cached_views_scores_the_same_when_evaluated_on_images(cpu, tin
         best["val_macro_f1"], abs=1e-3
     )
     assert metrics["epochs"] == 2
+    # A kill while the cache was being removed left it for good (the run is finished, so nothing
+    # trained it again): the finished run's rerun removes it.
+    from pipeline import api
+
+    (job.run_dir / features.FOLDER / "train").mkdir(parents=True)
+    (job.run_dir / features.FOLDER / "train" / "pooled-0.npz").write_bytes(b"x" * 1000)
+    again = api.TrainOptions(
+        data_dir=tiny_data_dir, runs_dir=tmp_path, strategy="cpu", recipe="default", overrides=tuple(TRANSFER)
+    )
+    assert api.train(again) is None and "is finished" in caplog.text
+    assert not (job.run_dir / features.FOLDER).exists() and job.run.finished
 
 
 @pytest.mark.slow
