@@ -127,10 +127,39 @@ def spec() -> CompetitionSpec:
 
 @pytest.fixture(scope="session")
 def tiny_dataset(tmp_path_factory, spec) -> Path:
-    """A tiny synthetic data root (32 px) written once per session; copy it before changing it."""
-    root = tmp_path_factory.mktemp("tiny") / "data"
-    synthetic.write_dataset(root, spec, size=TINY_SIZE, seed=0, scale=TINY_SCALE, workers=2, progress=False)
+    """A tiny synthetic data root (32 px) written once per session; copy it before changing it.
+    Drawn by the first of the suite's workers to ask and read by the others (7.5 s of drawing, once
+    instead of once a worker: the same seed draws the same files)."""
+    with _shared_by_workers(tmp_path_factory, "tiny") as (folder, made):
+        root = folder / "data"
+        if not made:
+            synthetic.write_dataset(
+                root, spec, size=TINY_SIZE, seed=0, scale=TINY_SCALE, workers=2, progress=False
+            )
     return root
+
+
+@contextlib.contextmanager
+def _shared_by_workers(tmp_path_factory, name: str):
+    """(a folder, whether it was made before): one folder for every xdist worker of this run, made
+    under a lock by the first (a worker that dies while making it leaves no mark, and the next makes
+    it again); outside xdist, this session's own."""
+    import fcntl
+
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        yield tmp_path_factory.mktemp(name), False
+        return
+    root = tmp_path_factory.getbasetemp().parent / f"shared-{run[:16]}"
+    root.mkdir(exist_ok=True)
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+        yield folder, done.exists()
+        done.touch()
 
 
 @pytest.fixture(scope="session")
@@ -168,17 +197,19 @@ def cpu():
 
 @pytest.fixture(scope="session")
 def tiny_runs(tmp_path_factory, tiny_data_dir, cpu) -> list[Path]:
-    """Two finished tiny runs (seeds 0 and 1) on the tiny data, trained once per session."""
+    """Two finished tiny runs (seeds 0 and 1) on the tiny data, trained once per session (by the
+    first worker to ask: each test copies them before changing them)."""
     from pipeline.stages import train
     from pipeline.tasks.recipe_config import load_config
 
-    runs_dir = tmp_path_factory.mktemp("runs")
     run_dirs = []
-    for seed in (0, 1):
-        config = load_config(overrides=[*TINY, "train.epochs=3", f"seed={seed}"])
-        job = train.prepare(config, cpu, tiny_data_dir, runs_dir, None, None)
-        train.fit(job, progress=False)
-        run_dirs.append(job.run_dir)
+    with _shared_by_workers(tmp_path_factory, "runs") as (runs_dir, made):  # every test copies them
+        for seed in (0, 1):
+            config = load_config(overrides=[*TINY, "train.epochs=3", f"seed={seed}"])
+            job = train.prepare(config, cpu, tiny_data_dir, runs_dir, None, None)
+            if not made:
+                train.fit(job, progress=False)
+            run_dirs.append(job.run_dir)
     return run_dirs
 
 
