@@ -38,6 +38,7 @@ class RunDir:
     CURVES = "curves.png"
     METRICS = "metrics.json"  # written last by train: its presence means the run is finished
     CHECKPOINTS = "checkpoints"
+    FEATURES = "features"  # the feature cache (pipeline/modeling/features.py), removed once finished
     LOCK = "writer.lock"  # held while a `train` writes the run (pipeline.core.lock)
     PER_CLASS = "per_class.csv"
     CONFUSIONS = "confusions.csv"

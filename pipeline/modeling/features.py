@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
+from pipeline.core.rundir import RunDir
 from pipeline.data import passes, targets
 from pipeline.modeling import feature_cache, feature_pass
 from pipeline.modeling.network_cut import Cut
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FOLDER = "features"  # inside the run dir: removed once the run is finished
+FOLDER = RunDir.FEATURES  # inside the run dir: removed once the run is finished
 
 
 # ----------------------------------------------------------------------------- the cached splits

@@ -296,10 +296,11 @@ def fit(
 
 def _drop_feature_cache(run: RunDir) -> None:
     """A kill after metrics.json, while the feature cache was being removed, left it for good (the
-    run is finished, so nothing trains it again): its rerun removes it, unless another writer holds it."""
-    from pipeline.modeling import features
+    run is finished, so nothing trains it again): its rerun removes it, unless another writer holds it.
+    The modeling module (Keras, seconds to import) is imported only when there is a cache to remove."""
+    if (run.path / RunDir.FEATURES).is_dir():
+        from pipeline.modeling import features
 
-    if (run.path / features.FOLDER).is_dir():
         with contextlib.suppress(PetalsError), run.writing():
             features.remove_cache(run.path)
 
