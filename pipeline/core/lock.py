@@ -68,7 +68,8 @@ def staging_folder(parent: Path, prefix: str) -> Path:
     """A new folder in `parent` for this process to stage a download or a copy in, before it moves
     into place. A `kill -9` leaves its staging folder behind (gigabytes, for a kernel's outputs), so
     those of `prefix` whose process is gone (on this host, by pid and start) are removed first."""
-    host = _me().split(".")[0]
+    me = _me()
+    host = me.split(".")[0]
     for old in parent.glob(f"{prefix}*"):
         owner = old.name[len(prefix) :].split(".")
         if len(owner) < 3 or owner[0] != host or not owner[1].isdigit() or old.is_symlink():
@@ -76,7 +77,7 @@ def staging_folder(parent: Path, prefix: str) -> Path:
         pid, start = int(owner[1]), owner[2]
         if old.is_dir() and not _alive({"pid": pid, "process_start": None if start == "None" else start}):
             shutil.rmtree(old, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{_me()}.", dir=parent))
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{me}.", dir=parent))
 
 
 def _describe(holder: dict) -> str:
