@@ -277,6 +277,12 @@ def competition_of(run):
     return load_competition((run if isinstance(run, RunDir) else RunDir(run)).competition())
 
 
+def kept_score(evaluation: dict, key: str) -> float:
+    """What a run's kept weights score on all of val: its evaluation's score, or where that is its
+    epoch choice cross-fitted (`evaluate.crossed_epochs`), the kept epoch's own score beside it."""
+    return (evaluation.get("cross_fitted") or {}).get("kept", evaluation[key])
+
+
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 180
 ) -> subprocess.CompletedProcess:

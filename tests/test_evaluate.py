@@ -13,6 +13,7 @@ from sklearn.metrics import f1_score
 
 from pipeline import cli
 from pipeline.core.rundir import RunDir
+from pipeline.cv import crossfit
 from pipeline.cv.blend import blend
 from pipeline.modeling.inference import Predictions
 from pipeline.runs import leaderboard
@@ -20,7 +21,7 @@ from pipeline.runs.submission_files import sample_ids
 from pipeline.stages import ensemble
 from pipeline.tasks import mistakes
 from pipeline.tasks.competitions import check_submission
-from tests.conftest import competition_of
+from tests.conftest import competition_of, kept_score
 
 pytestmark = pytest.mark.slow
 
@@ -49,9 +50,9 @@ def test_evaluate_reports_scikit_learns_macro_f1_and_writes_its_files(runs, tiny
     assert val.probabilities.shape == (evaluation["images"], spec.num_classes)
     assert len(set(val.ids.tolist())) == len(val.ids) and val.labels.min() >= 0
     expected = f1_score(val.labels, val.predicted, average="macro")
-    assert evaluation["val_macro_f1"] == pytest.approx(expected)
+    assert kept_score(evaluation, "val_macro_f1") == pytest.approx(expected)
     # The best weights again give the val macro-F1 training recorded for its best epoch.
-    assert evaluation["val_macro_f1"] == pytest.approx(metrics["val_macro_f1"], abs=1e-6)
+    assert kept_score(evaluation, "val_macro_f1") == pytest.approx(metrics["val_macro_f1"], abs=1e-6)
     per_class = pd.read_csv(run_dir / "per_class.csv")
     assert len(per_class) == spec.num_classes and per_class["support"].sum() == len(val.ids)
     confusions = pd.read_csv(run_dir / "confusions.csv")
@@ -67,7 +68,7 @@ def test_evaluate_reports_scikit_learns_macro_f1_and_writes_its_files(runs, tiny
     with Image.open(run_dir / "mistakes.png") as grid:
         assert grid.size[0] <= 1300 and grid.size[1] <= 1600  # 6 x 6 images at most, downscaled
     out = capsys.readouterr().out
-    assert f"val macro-F1 {expected:.4f}" in out and "top confusions" in out
+    assert f"val macro-F1 {evaluation['val_macro_f1']:.4f}" in out and "top confusions" in out
     assert f"mistakes: the {shown} most confident of {wrong} wrong (of {len(val.ids)}) in {run_dir}" in out
     row = leaderboard.read(subs / leaderboard.BOARD).set_index("entry").loc[name]
     manifest = json.loads((tiny_data_dir / "manifest.json").read_text())
@@ -153,11 +154,16 @@ def test_an_ensemble_blends_probabilities_and_its_weight_search_beats_each_membe
 
     assert _stage("ensemble", "--runs", *names, "--search", "--name", "searched", *common) == 0
     searched = json.loads((runs_dir / "searched" / "metrics.json").read_text())
-    # The tiny val holds one image a class: no stratified part can be dealt, so the weights' own
-    # rows score them, and the row says so (cross-fitting: the tests below).
+    # The tiny val holds one image a class: its parts are dealt at random, not stratified, and
+    # scored cross-fitted (the tests below); the weights searched on all of val beat each member there.
     assert searched["weights_searched_on_val"] is True
-    assert searched["judged"] == "on val, the rows the weights were searched on"
-    assert searched["val_macro_f1"] >= max(searched["member_val_macro_f1"].values()) - 1e-9
+    assert searched["judged"].startswith("on val cross-fitted")
+    weights = [searched["members"][n] for n in names]
+    on_all = blend([members[0].probabilities, second.probabilities], np.asarray(weights)).argmax(axis=1)
+    assert (
+        f1_score(members[0].labels, on_all, average="macro")
+        >= max(f1_score(m.labels, m.predicted, average="macro") for m in members) - 1e-9
+    )
     assert sum(searched["members"].values()) == pytest.approx(1.0)
     board = leaderboard.read(subs / leaderboard.BOARD).set_index("entry")
     assert board.loc["blend", "kind"] == "ensemble" and "searched on val" in board.loc["searched", "members"]
@@ -236,17 +242,93 @@ def test_a_val_score_whose_epoch_these_rows_chose_says_so_and_what_the_end_score
     runs, tiny_data_dir, capsys
 ):
     """The weights evaluate scores are the epoch that scored best on val: where that is not the
-    schedule's end, the evaluation and its line say which epoch, of how many, and what the end scored."""
+    schedule's end, the evaluation and its line say which epoch, of how many, and what the end
+    scored. A run that kept no epoch's val predictions (trained before they were kept) scores the
+    choice on its own rows and says so."""
     runs_dir, (name, _), subs = runs
     history = pd.read_csv(runs_dir / name / "history.csv")
     history.loc[0, "val_macro_f1"] = 0.99  # as if the first epoch had scored best on these rows
     history.to_csv(runs_dir / name / "history.csv", index=False)
+    shutil.rmtree(runs_dir / name / RunDir.VAL_EPOCHS)
     common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
     assert _stage("evaluate", *common, "--run", name) == 0
     evaluation = json.loads((runs_dir / name / "metrics.json").read_text())["evaluation"]
     last = float(history["val_macro_f1"].iloc[-1])
     assert evaluation["chosen_epoch"] == {"epoch": 1, "scored": 3, "last": pytest.approx(last)}
+    assert evaluation["cross_fitted"] is None
     assert f"; epoch 1, the best of 3 on these rows (the last: {last:.4f}), TTA 1" in capsys.readouterr().out
+
+
+def test_a_single_runs_score_is_its_epoch_choice_cross_fitted_never_a_part_scored_by_its_own_choice(
+    runs, tiny_data_dir, capsys
+):
+    """A single run keeps the epoch that scored best on val. Its score is each part of val at the
+    epoch the other parts chose: an epoch that is right on one part and wrong on the rest wins on
+    all of val, and must not score that part (it would, were a part's own rows in its choice)."""
+    from pipeline.cv.crossfit import val_parts
+
+    runs_dir, (name, _), subs = runs
+    run = RunDir(runs_dir / name)
+    kept = run.metrics()["best_epoch"]
+    folder = run.file(RunDir.VAL_EPOCHS)
+    labels = np.load(folder / "labels.npy")
+    common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
+    assert _stage("evaluate", *common, "--run", name) == 0
+    val = Predictions.load(run.predictions("val"))
+    # Training's val rows are evaluate's, in its order: the kept epoch's probabilities are the same.
+    np.testing.assert_array_equal(labels, val.labels)
+    np.testing.assert_allclose(np.load(folder / f"epoch-{kept}.npy"), val.probabilities, atol=1e-5)
+    part = val_parts(val.ids, val.labels, None)
+    assert part is not None and len(set(part)) >= 2
+
+    # An epoch (not the kept one) right on part 0's rows and sure of a wrong class everywhere else.
+    forged = next(e for e in (1, 2, 3) if e != kept)
+    right = np.eye(val.probabilities.shape[1], dtype=np.float32)[val.labels]
+    wrong = np.roll(right, 1, axis=1)
+    np.save(folder / f"epoch-{forged}.npy", np.where((part == 0)[:, None], right, wrong))
+    chosen_on_all = f1_score(val.labels, np.where(part == 0, val.labels, -1), average="macro")
+    assert chosen_on_all > f1_score(val.labels, val.probabilities.argmax(axis=1), average="macro")
+
+    assert _stage("evaluate", *common, "--run", name) == 0
+    evaluation = run.metrics()["evaluation"]
+    epochs = evaluation["cross_fitted"]["epochs"]
+    assert len(epochs) == len(set(part)) and epochs[0] != forged  # part 0 scored by another epoch
+    stored = {e: np.load(folder / f"epoch-{e}.npy") for e in (1, 2, 3)}
+    stored[kept] = val.probabilities
+    judged = np.concatenate([stored[e][part == p] for p, e in enumerate(epochs)])
+    truth = np.concatenate([val.labels[part == p] for p in range(len(epochs))])
+    crossed = f1_score(truth, judged.argmax(axis=1), average="macro")
+    assert evaluation["val_macro_f1"] == pytest.approx(crossed)
+    assert evaluation["cross_fitted"]["kept"] == pytest.approx(
+        f1_score(val.labels, val.probabilities.argmax(axis=1), average="macro")
+    )
+    assert f"scored cross-fitted: each of {len(epochs)} parts at the epoch the others chose" in (
+        capsys.readouterr().out
+    )
+
+
+def test_a_runs_kept_epoch_predictions_are_read_only_when_they_fit_val(tmp_path):
+    """A run's folder may come back from a kernel's output: an epoch file whose header declares
+    more rows than val, or labels that are not val's, is one line naming the file, read no further."""
+    from pipeline.core.errors import PetalsError
+    from pipeline.modeling import val_epochs
+
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    labels, probabilities = np.array([0, 1, 2, 1]), np.full((4, 3), 1 / 3, np.float32)
+    for epoch in (1, 2):
+        val_epochs.keep(run, epoch, probabilities, labels)
+    found = val_epochs.read(run, [1, 2], labels, probabilities.shape)
+    np.testing.assert_array_equal(found[2], probabilities)
+    assert val_epochs.read(run, [1, 2, 3], labels, probabilities.shape) is None  # an epoch not kept
+    with pytest.raises(PetalsError, match=r"labels\.npy: not the val rows evaluate reads"):
+        val_epochs.read(run, [1, 2], labels[::-1], probabilities.shape)
+    huge = run.file(RunDir.VAL_EPOCHS) / "epoch-2.npy"
+    header = np.lib.format.header_data_from_array_1_0(probabilities)
+    with open(huge, "wb") as f:  # declares 10^12 rows in a few hundred bytes
+        np.lib.format.write_array_header_1_0(f, {**header, "shape": (10**12, 3)})
+    with pytest.raises(PetalsError, match=r"epoch-2\.npy"):
+        val_epochs.read(run, [1, 2], labels, probabilities.shape)
 
 
 def _noise_val(seed: int, n: int = 200, members: int = 3, grouped: bool = False):
@@ -294,7 +376,7 @@ def test_a_searched_blends_parts_keep_each_group_whole(monkeypatch):
     )
     ensemble.cross_fitted_search(val, np.ones(3), METRICS["macro_f1"], grouped)
     [part] = seen
-    assert len(set(part)) == ensemble.CROSS_FOLDS
+    assert len(set(part)) == crossfit.CROSS_FOLDS
     assert all(len(set(part[grouped == g])) == 1 for g in set(grouped))  # each group in one part
 
 

@@ -271,6 +271,15 @@ def test_what_a_score_is_worth_reads_in_the_summary():
     for bad in ({"epoch": "3", "scored": 10, "last": 0.7}, {"epoch": 3, "scored": True, "last": 0.7},
                 {"epoch": 3, "scored": 10, "last": float("nan")}, [3, 10, 0.7]):  # fmt: skip
         assert worth({"images": 120, "chosen_epoch": bad}) == "on 120 rows"  # a kernel's output says anything
+    crossed = {**chosen, "cross_fitted": {"epochs": [3, 3, 2, 3, 10], "kept": 0.7583}}
+    assert worth(crossed) == (
+        "on 120 rows; scored cross-fitted: each of 5 parts at the epoch the others chose (3 3 2 3 10); "
+        "the weights: epoch 3, the best of 10 on all of val (0.7583; the last: 0.7250)"
+    )
+    for bad in ({"epochs": [3, "2"], "kept": 0.7}, {"epochs": [3, 2], "kept": True},
+                {"epochs": [], "kept": 0.7}, {"epochs": [3] * 101, "kept": 0.7},
+                {"epochs": [3, 2], "kept": float("inf")}):  # fmt: skip
+        assert worth({**chosen, "cross_fitted": bad}) == worth(chosen)
 
 
 @pytest.mark.parametrize(

@@ -39,6 +39,7 @@ class RunDir:
     METRICS = "metrics.json"  # written last by train: its presence means the run is finished
     CHECKPOINTS = "checkpoints"
     FEATURES = "features"  # the feature cache (pipeline/modeling/features.py), removed once finished
+    VAL_EPOCHS = "val_epochs"  # a single run's val probabilities at each scored epoch (val_epochs.py)
     LOCK = "writer.lock"  # held while a `train` writes the run (pipeline.core.lock)
     PER_CLASS = "per_class.csv"
     CONFUSIONS = "confusions.csv"

@@ -1,8 +1,9 @@
 """One run's training, epoch by epoch, with Keras `fit` or a custom loop, on either backend.
 
-After each epoch, both loops: score val with the competition's metric (scikit-learn), append a row to
-`history.csv`, save the best weights when better (a CV fold's at each scored epoch; the last ones
-after the final epoch), then a checkpoint of weights + optimizer + epoch. A rerun restores it and
+After each epoch, both loops: score val with the competition's metric (scikit-learn; a single run
+keeps each scored epoch's val probabilities, `val_epochs`), append a row to `history.csv`, save the
+best weights when better (a CV fold's at each scored epoch; the last ones after the final epoch),
+then a checkpoint of weights + optimizer + epoch. A rerun restores it and
 goes on from the next epoch. With `train.ema`, the optimizer also keeps a moving average of the
 weights: what is scored and saved, while training goes on from the trained weights.
 """
@@ -31,6 +32,7 @@ from pipeline.modeling.fit_hooks import EpochHooks
 from pipeline.modeling.inference import predict_batches, val_scores
 from pipeline.modeling.network_cut import Cut, crossing_layers, cut_for, input_shape
 from pipeline.modeling.optimizer import averaged_weights, make_optimizer
+from pipeline.modeling.val_epochs import keep as keep_val_epoch
 
 log = logging.getLogger(__name__)
 KEPT = TrainOptions.keep_checkpoints
@@ -118,12 +120,9 @@ class Trainer:
         job.task.fit_output(self.net, self.target_summary)
         job.task.fit_input(self.net, job.train)
         if config.train.logit_adjustment:
-            log.info(
-                "train: logit adjustment tau=%g over %d..%d training images per class",
-                config.train.logit_adjustment,
-                self.target_summary.min(),
-                self.target_summary.max(),
-            )
+            counts, tau = self.target_summary, config.train.logit_adjustment
+            log.info("train: logit adjustment tau=%g over %d..%d training images per class",
+                     tau, counts.min(), counts.max())  # fmt: skip
         self.start = self._restore()  # a checkpoint that does not fit fails here, before any write
         gather = partial(host_predict.allgather, job.platform)  # each process restored on its own:
         hosts.agree(job.platform.hosts, "the epoch to resume from", self.start, CHECKPOINTS_HINT, gather)
@@ -184,8 +183,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ scoring
 
-    def _score(self, val) -> dict[str, float]:
-        """Loss, accuracy and the competition's metric on the val split, padding dropped."""
+    def _score(self, val, epoch: int) -> dict[str, float]:
+        """Loss, accuracy and the competition's metric on val after (0-based) `epoch`, unpadded."""
         spec = self.job.spec
         if self._val_labels is None:
             with self.job.val.naming_bad(labeled=True):
@@ -195,8 +194,10 @@ class Trainer:
         model = self.classifier.net if platform.hosts.several else self.classifier
         probabilities = predict_batches(model, inputs, platform)
         real = targets.real(self._val_labels)
-        self._scored_probabilities = probabilities[real]  # kept with the best weights
-        return val_scores(spec, probabilities[real], self._val_labels[real])
+        self._scored_probabilities, labels = probabilities[real], self._val_labels[real]  # kept with the best
+        if not self.keeps_latest and platform.hosts.writer:  # the epoch a single run keeps is a choice
+            keep_val_epoch(self.run, epoch + 1, self._scored_probabilities, labels)
+        return val_scores(spec, self._scored_probabilities, labels)
 
     # ------------------------------------------------------------------ the loop
 
@@ -296,7 +297,7 @@ class Trainer:
         row["images_per_second"] = images / seconds
         with averaged_weights(self.optimizer):  # what is scored and saved; training goes on from its own
             if self._val is not None and self._scored(epoch):
-                row.update(self._score(self._val))
+                row.update(self._score(self._val, epoch))
             self._save_weights(row)
         self.history = pd.concat([self.history, pd.DataFrame([row])], ignore_index=True)
         self._end_epoch(epoch, row, self.history)

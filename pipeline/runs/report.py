@@ -86,25 +86,39 @@ def closing_summary(
 
 
 def worth(evaluation: dict) -> str:
-    """What a val score is worth, in words: `on 2,797 rows (95% interval 0.951-0.966)`, and where
-    its weights are an epoch these rows chose over the schedule's end, which and what the end scored:
-    `; epoch 3, the best of 10 on these rows (the last: 0.7250)`."""
+    """What a val score is worth, in words: `on 2,797 rows (95% interval 0.951-0.966)`; where its
+    weights are an epoch val chose, how the choice was scored (each part of val at the epoch the
+    others chose) and what the kept epoch and the schedule's end score on all of val:
+    `; scored cross-fitted: each of 5 parts at the epoch the others chose (3 3 2 3 3); the weights:
+    epoch 3, the best of 10 on all of val (0.7583; the last: 0.7250)`. A run evaluated before
+    2026-12-02 scored the choice on its own rows: `; epoch 3, the best of 10 on these rows (...)`."""
     rows = f"on {evaluation['images']:,} rows"
     if evaluation.get("groups"):
         rows += f" of {evaluation['groups']:,} groups"
     interval = evaluation.get("interval")
     rows += f" (95% interval {interval[0]:.3f}-{interval[1]:.3f})" if interval else ""
+    crossed = evaluation.get("cross_fitted")
+    crossed = crossed if _crossed_shaped(crossed) else None
+    if crossed:
+        epochs = " ".join(str(e) for e in crossed["epochs"])
+        parts = len(crossed["epochs"])
+        rows += f"; scored cross-fitted: each of {parts} parts at the epoch the others chose ({epochs})"
     chosen = evaluation.get("chosen_epoch")
     if _chosen_shaped(chosen):
         epoch, scored, last = chosen["epoch"], chosen["scored"], chosen["last"]
-        rows += f"; epoch {epoch}, the best of {scored} on these rows (the last: {last:.4f})"
+        if crossed:
+            kept = f"{crossed['kept']:.4f}; the last: {last:.4f}"
+            rows += f"; the weights: epoch {epoch}, the best of {scored} on all of val ({kept})"
+        else:
+            rows += f"; epoch {epoch}, the best of {scored} on these rows (the last: {last:.4f})"
     return rows
 
 
 def chosen_epoch(run, key: str, greater_is_better: bool) -> dict | None:
     """Where a run's weights are not its schedule's end but the epoch that scored best on its val
     rows (`Trainer._save_weights`), that epoch, how many were scored, and the last one's score:
-    the score evaluate reports of those rows was chosen on them, and on a few hundred rows the
+    that epoch's score on those rows was chosen on them (evaluate scores the choice cross-fitted
+    where the run kept its epochs' val predictions), and on a few hundred rows the
     best of several noisy epochs sits above what the schedule earns (Watson's embedded pairs: 0.758
     at epoch 3 of 10, 0.725 at the end). None where nothing was chosen."""
     import pandas as pd
@@ -132,6 +146,23 @@ def _chosen_shaped(found: object) -> bool:
     last = found.get("last")
     return all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in counts) and (
         isinstance(last, float | int) and not isinstance(last, bool) and math.isfinite(last)
+    )
+
+
+def _crossed_shaped(found: object) -> bool:
+    """Whether `found` is what evaluate writes of a cross-fitted epoch choice."""
+    import math
+
+    if not isinstance(found, dict):
+        return False
+    epochs, kept = found.get("epochs"), found.get("kept")
+    return (
+        isinstance(epochs, list)
+        and 2 <= len(epochs) <= 100
+        and all(isinstance(e, int) and not isinstance(e, bool) and e > 0 for e in epochs)
+        and isinstance(kept, float | int)
+        and not isinstance(kept, bool)
+        and math.isfinite(kept)
     )
 
 

@@ -35,6 +35,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.options import EnsembleOptions
 from pipeline.core.rundir import RunDir
 from pipeline.cv.blend import blend, search_weights
+from pipeline.cv.crossfit import CROSS_FOLDS
 from pipeline.cv.members import aligned, blend_dir, ensemble_id, group_dir, record_blend
 from pipeline.modeling.inference import Predictions
 from pipeline.stages import arguments
@@ -45,7 +46,6 @@ log = logging.getLogger(__name__)
 METHODS = ("equal", "search", "stack")
 SEARCHED = " searched on val, the very rows it is scored on: an optimistic score"
 CROSS_FITTED = " searched on val, scored cross-fitted (each fifth blended by weights searched on the rest)"
-CROSS_FOLDS = 5  # val's parts for a searched blend's score
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -182,19 +182,13 @@ def cross_fitted_search(
     on). The parts are stratified and keep groups whole. None for the second where val cannot be
     dealt so (rows of several labels; fewer than 2 rows or groups): then the weights' own rows."""
     from pipeline.cv.blend import check_inputs, weight_search_oof
-    from pipeline.data import folds, targets
+    from pipeline.cv.crossfit import val_parts
 
     members, labels = [v.probabilities for v in val], np.asarray(val[0].labels)
-    ids = np.asarray(val[0].ids).astype(str)
     several_labels = labels.ndim == 2 and labels.dtype.kind != "f"
-    # No more parts than the commonest class (or a number's bin) has rows: a stratified deal needs it
-    common = 0 if several_labels else int(np.bincount(targets.strata(labels)).max())
-    parts = min(CROSS_FOLDS, common, len(set(grouped)) if grouped is not None else len(ids))
-    if several_labels or parts < 2:
+    part = None if several_labels else val_parts(val[0].ids, labels, grouped)
+    if part is None:
         return search_weights(members, labels, start, metric), None
-    table = folds.deal(ids, labels, parts, 0, None if grouped is None else np.asarray(grouped).astype(str))
-    position = {i: n for n, i in enumerate(table.ids)}  # the table is in id order; val in its own
-    part = table.folds[[position[i] for i in ids]]
     check_inputs(members, labels, part)
     found = weight_search_oof(members, labels, part, metric, start=start)
     return found.weights, found.oof

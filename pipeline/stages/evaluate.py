@@ -1,7 +1,9 @@
 """Evaluate stage: a run's val score (the competition's metric), accuracy, and what its task
 reports of the predictions, optionally with TTA.
 
-Predicts the val split with the run's best weights and writes, into the run dir:
+Predicts the val split with the run's best weights. A single run's are the epoch that scored best
+on val, so its score is that choice cross-fitted (`crossed_epochs`): each part of val at the epoch
+the other parts chose. Writes, into the run dir:
 `val_predictions.npz` (ids, labels, probabilities; `val_predictions-ttaN.npz` with TTA) and the
 task's files (one class an example: `per_class.csv`, precision, recall, F1 and support of every
 class; `confusion.png`, the row-normalised confusion matrix, every class named (past 200 classes,
@@ -17,6 +19,8 @@ import argparse
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from pipeline.core import options
 from pipeline.core.errors import PetalsError
@@ -78,8 +82,13 @@ def evaluate(
     spec = competition.spec
     val = predict_split(run, competition, data_dir, "val", tta, platform)
     grouped = held_out_groups(data_dir, spec, val.ids)
-    found = competition.task.evaluate(val.labels, val.probabilities, spec, grouped)
-    interval = spec.metric.interval(val.labels, val.probabilities, grouped)
+    # A single run's weights are the epoch its val rows chose: scored is the choice, cross-fitted.
+    crossed = crossed_epochs(run, val, spec, grouped)
+    judged = val.probabilities if crossed is None else crossed.pop("probabilities")
+    if crossed is not None:
+        crossed["kept"] = competition.task.evaluate(val.labels, val.probabilities, spec, grouped).score
+    found = competition.task.evaluate(val.labels, judged, spec, grouped)
+    interval = spec.metric.interval(val.labels, judged, grouped)
     evaluation = {
         "metric": spec.metric.name,
         spec.score_key: found.score,  # what the submission decides (a multi-label run: thresholded)
@@ -92,6 +101,9 @@ def evaluate(
         "tta": tta,
         # Its weights are the epoch that scored best on these rows: say so, and the schedule's end.
         "chosen_epoch": report.chosen_epoch(run, spec.score_key, spec.metric.greater_is_better),
+        # The choice scored: the epoch each part of val was scored at, each chosen on the others,
+        # and what the kept weights score on all of val, the rows that chose them.
+        "cross_fitted": crossed,
         "evaluated_at": leaderboard.now(),
         **{name: value for name, value in found.fields.items() if name != "val_accuracy"},
     }
@@ -115,6 +127,32 @@ def evaluate(
     )
     tracking.evaluated(run, spec.name, evaluation, board, track)
     return evaluation
+
+
+def crossed_epochs(run: RunDir, val, spec, grouped) -> dict | None:
+    """Where a single run kept the epoch that scored best on its val rows, out of several scored:
+    val's rows with each part (`crossfit.val_parts`) at the epoch the other parts chose (the kept
+    epoch's rows as evaluate predicted them, TTA and all), and the epoch each part got. None where
+    nothing was chosen: a CV fold (its schedule's end), one scored epoch, a run trained before its
+    epochs' val predictions were kept."""
+    from pipeline.cv.crossfit import pick_oof, val_parts
+    from pipeline.modeling import val_epochs
+
+    key = spec.score_key
+    history = run.read_history() if run.history_file.is_file() else None
+    if history is None or key not in history or "epoch" not in history:
+        return None
+    epochs = [int(e) for e in history.dropna(subset=[key])["epoch"]]
+    kept = run.metrics().get("best_epoch")
+    if len(epochs) < 2 or kept not in epochs:
+        return None
+    found = val_epochs.read(run, epochs, val.labels, np.shape(val.probabilities))
+    part = None if found is None else val_parts(val.ids, val.labels, grouped)
+    if part is None:
+        return None
+    found[kept] = val.probabilities
+    picked, probabilities = pick_oof([found[e] for e in epochs], val.labels, part, spec.metric)
+    return {"probabilities": probabilities, "epochs": [epochs[i] for i in picked]}
 
 
 def summary_text(name: str, evaluation: dict, task) -> str:

@@ -113,6 +113,8 @@ def train(opts: TrainOptions, judge=None, tags: dict | None = None,
     metric = job.spec.metric
     title = job.task.metric_title(job.spec)  # what the loops report beside the loss: accuracy, RMSE
     accuracy = "" if metric.name == title else f", {title} {metrics['val_accuracy']:.4f}"
+    if job.val is not None and metrics["best_epoch"] != metrics["epochs"]:  # a choice on these rows
+        accuracy += f" at epoch {metrics['best_epoch']}, chosen on these rows (evaluate scores the choice)"
     log.info(
         "train: %s: val %s %.4f%s, %.0f s, %.0f examples/s",
         job.run,
