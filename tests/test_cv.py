@@ -243,8 +243,8 @@ def test_a_fold_keeps_its_schedules_end_not_the_epoch_its_rows_scored_best(
     spec = load_spec("flowers")
     real_score, saved = trainer.Trainer._score, []
 
-    def first_epoch_best(self, val):  # as if the first epoch had scored best on these rows
-        scores = real_score(self, val)
+    def first_epoch_best(self, val, epoch):  # as if the first epoch had scored best on these rows
+        scores = real_score(self, val, epoch)
         return {**scores, spec.score_key: 0.99 if len(self.history) == 0 else 0.01}
 
     monkeypatch.setattr(trainer.Trainer, "_score", first_epoch_best)

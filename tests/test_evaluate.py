@@ -53,8 +53,13 @@ def test_evaluate_reports_scikit_learns_macro_f1_and_writes_its_files(runs, tiny
     assert kept_score(evaluation, "val_macro_f1") == pytest.approx(expected)
     # The best weights again give the val macro-F1 training recorded for its best epoch.
     assert kept_score(evaluation, "val_macro_f1") == pytest.approx(metrics["val_macro_f1"], abs=1e-6)
-    per_class = pd.read_csv(run_dir / "per_class.csv")
+    per_class = pd.read_csv(run_dir / "per_class.csv")  # of the kept weights, as the confusions are
     assert len(per_class) == spec.num_classes and per_class["support"].sum() == len(val.ids)
+    np.testing.assert_allclose(
+        per_class.set_index("class").loc[list(spec.classes), "f1"],
+        f1_score(val.labels, val.predicted, average=None, labels=range(spec.num_classes), zero_division=0),
+        atol=1e-4,
+    )
     confusions = pd.read_csv(run_dir / "confusions.csv")
     assert confusions["count"].sum() == int((val.predicted != val.labels).sum())
     assert set(confusions["true"]) <= set(spec.classes)
@@ -74,7 +79,7 @@ def test_evaluate_reports_scikit_learns_macro_f1_and_writes_its_files(runs, tiny
     manifest = json.loads((tiny_data_dir / "manifest.json").read_text())
     assert row["kind"] == "run" and row["backbone"] == "cnn"
     assert row["data_source"] == manifest["source"] and row["data_fingerprint"] == manifest["fingerprint"]
-    assert row["val_macro_f1"] == pytest.approx(expected, abs=1e-5)
+    assert row["val_macro_f1"] == pytest.approx(evaluation["val_macro_f1"], abs=1e-5)  # the run's score
 
 
 def test_predict_with_tta_writes_a_valid_submission_of_every_test_id(runs, tiny_data_dir, spec, caplog):

@@ -2,8 +2,9 @@
 reports of the predictions, optionally with TTA.
 
 Predicts the val split with the run's best weights. A single run's are the epoch that scored best
-on val, so its score is that choice cross-fitted (`crossed_epochs`): each part of val at the epoch
-the other parts chose. Writes, into the run dir:
+on val, so its score (and interval) is that choice cross-fitted (`crossed_epochs`): each part of val
+at the epoch the other parts chose; what the task reports besides is of the kept weights. Writes,
+into the run dir:
 `val_predictions.npz` (ids, labels, probabilities; `val_predictions-ttaN.npz` with TTA) and the
 task's files (one class an example: `per_class.csv`, precision, recall, F1 and support of every
 class; `confusion.png`, the row-normalised confusion matrix, every class named (past 200 classes,
@@ -82,17 +83,20 @@ def evaluate(
     spec = competition.spec
     val = predict_split(run, competition, data_dir, "val", tta, platform)
     grouped = held_out_groups(data_dir, spec, val.ids)
-    # A single run's weights are the epoch its val rows chose: scored is the choice, cross-fitted.
+    # The task's report (its fields, per-class files, mistakes) is of the kept weights, the model a
+    # submission is made from, as val_predictions.npz is. A single run's weights are the epoch its
+    # val rows chose, so its score and interval are that choice, cross-fitted.
+    found = competition.task.evaluate(val.labels, val.probabilities, spec, grouped)
     crossed = crossed_epochs(run, val, spec, grouped)
     judged = val.probabilities if crossed is None else crossed.pop("probabilities")
+    headline = found if crossed is None else competition.task.evaluate(val.labels, judged, spec, grouped)
     if crossed is not None:
-        crossed["kept"] = competition.task.evaluate(val.labels, val.probabilities, spec, grouped).score
-    found = competition.task.evaluate(val.labels, judged, spec, grouped)
+        crossed["kept"] = found.score
     interval = spec.metric.interval(val.labels, judged, grouped)
     evaluation = {
         "metric": spec.metric.name,
-        spec.score_key: found.score,  # what the submission decides (a multi-label run: thresholded)
-        "val_accuracy": found.fields["val_accuracy"],
+        spec.score_key: headline.score,  # what the submission decides (a multi-label run: thresholded)
+        "val_accuracy": headline.fields["val_accuracy"],
         "images": len(val.labels),
         # What the score is worth: the groups held out (where the competition names them) and a
         # 95% bootstrap interval over the held-out rows (whole groups drawn).
