@@ -280,6 +280,15 @@ def test_what_a_score_is_worth_reads_in_the_summary():
                 {"epochs": [], "kept": 0.7}, {"epochs": [3] * 101, "kept": 0.7},
                 {"epochs": [3, 2], "kept": float("inf")}):  # fmt: skip
         assert worth({**chosen, "cross_fitted": bad}) == worth(chosen)
+    # The end kept, yet a part chose another epoch: the headline is not the kept weights', so say both.
+    ended = {"images": 200, "metric": "roc_auc", "val_roc_auc": 0.89213}
+    ended["cross_fitted"] = {"epochs": [7, 8, 7, 8, 8], "kept": 0.89721}
+    assert worth(ended) == (
+        "on 200 rows; scored cross-fitted: each of 5 parts at the epoch the others chose (7 8 7 8 8); "
+        "the kept weights: 0.8972 on all of val"
+    )
+    ended["cross_fitted"] = {"epochs": [8] * 5, "kept": 0.89213}  # every part at the kept epoch
+    assert worth(ended).endswith("the others chose (8 8 8 8 8)")
 
 
 @pytest.mark.parametrize(

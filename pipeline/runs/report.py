@@ -90,8 +90,10 @@ def worth(evaluation: dict) -> str:
     weights are an epoch val chose, how the choice was scored (each part of val at the epoch the
     others chose) and what the kept epoch and the schedule's end score on all of val:
     `; scored cross-fitted: each of 5 parts at the epoch the others chose (3 3 2 3 3); the weights:
-    epoch 3, the best of 10 on all of val (0.7583; the last: 0.7250)`. A run evaluated before
-    2026-12-02 scored the choice on its own rows: `; epoch 3, the best of 10 on these rows (...)`."""
+    epoch 3, the best of 10 on all of val (0.7583; the last: 0.7250)`, or where the end was kept
+    yet some part chose another epoch, `; the kept weights: 0.8972 on all of val`. A run evaluated
+    before 2026-12-02 scored the choice on its own rows: `; epoch 3, the best of 10 on these rows
+    (...)`."""
     rows = f"on {evaluation['images']:,} rows"
     if evaluation.get("groups"):
         rows += f" of {evaluation['groups']:,} groups"
@@ -111,7 +113,17 @@ def worth(evaluation: dict) -> str:
             rows += f"; the weights: epoch {epoch}, the best of {scored} on all of val ({kept})"
         else:
             rows += f"; epoch {epoch}, the best of {scored} on these rows (the last: {last:.4f})"
+    elif crossed and f"{crossed['kept']:.4f}" != _shown(evaluation.get(f"val_{evaluation.get('metric')}")):
+        # the end kept (or one as good), yet some part's choice was another epoch: the figures differ
+        rows += f"; the kept weights: {crossed['kept']:.4f} on all of val"
     return rows
+
+
+def _shown(score: object) -> str | None:
+    """A score as the summary prints it, None for anything not a number."""
+    if isinstance(score, bool) or not isinstance(score, float | int):
+        return None
+    return f"{score:.4f}"
 
 
 def chosen_epoch(run, key: str, greater_is_better: bool) -> dict | None:
