@@ -357,7 +357,7 @@ def test_a_searched_blend_of_runs_is_scored_cross_fitted_not_on_the_rows_it_chos
     for seed in (0, 1, 3):
         val, _ = _noise_val(seed, n=120, members=4)
         labels, members = val[0].labels, [v.probabilities for v in val]
-        weights, crossed = ensemble.cross_fitted_search(val, np.ones(4), f1, None)
+        weights, crossed = ensemble.cross_fitted_blend(val, np.ones(4), f1, None)
         np.testing.assert_allclose(weights, search_weights(members, labels, np.ones(4), f1))
         in_sample = f1.score(labels, blend(members, weights))
         assert f1.score(labels, crossed) < in_sample - 0.04, (
@@ -367,34 +367,86 @@ def test_a_searched_blend_of_runs_is_scored_cross_fitted_not_on_the_rows_it_chos
     assert np.mean(flattered) > 0.25 + 0.03  # the search fits noise on the rows it chose on (chance: 0.25)
 
 
+def test_a_blend_of_runs_crosses_each_members_epoch_choice_never_a_part_blended_by_its_own(
+    runs, tiny_data_dir
+):
+    """A single run keeps the epoch its val rows chose, so a blend of runs scored on val carries
+    that choice: each part of val is blended with every member at the epoch the other parts chose.
+    A member's epoch right on part 0 and wrong elsewhere wins on all of val and must not blend part
+    0 (it would, were a part's own rows in its members' choices); even unsearched weights cross it."""
+    runs_dir, names, subs = runs
+    common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
+    members = [RunDir(runs_dir / n) for n in names]
+    assert _stage("ensemble", "--runs", *names, "--name", "first", *common) == 0  # each member's val
+    val = [Predictions.load(m.predictions("val")) for m in members]
+    val = [val[0], val[1].by_ids(val[0].ids)]  # in the blend's row order
+    labels, part = val[0].labels, crossfit.val_parts(val[0].ids, val[0].labels, None)
+    kept = members[0].metrics()["best_epoch"]
+    forged = next(e for e in (1, 2, 3) if e != kept)
+    folder = members[0].file(RunDir.VAL_EPOCHS)
+    order = [
+        int(np.flatnonzero(val[0].ids == i)[0]) for i in Predictions.load(members[0].predictions("val")).ids
+    ]
+    right = np.eye(val[0].probabilities.shape[1], dtype=np.float32)[labels]
+    made = np.where((part == 0)[:, None], right, np.roll(right, 1, axis=1))
+    np.save(folder / f"epoch-{forged}.npy", made[order])  # the run's own row order
+    assert f1_score(labels, made.argmax(1), average="macro") > f1_score(
+        labels, val[0].predicted, average="macro"
+    )
+
+    assert _stage("ensemble", "--runs", *names, "--name", "crossed", *common) == 0
+    metrics = json.loads((runs_dir / "crossed" / "metrics.json").read_text())
+    assert metrics["judged"] == (
+        f"on val cross-fitted: each of {crossfit.CROSS_FOLDS} parts blended with "
+        "members' epochs chosen on the others"
+    )
+    written = Predictions.load(runs_dir / "crossed" / "val_predictions.npz")
+    np.testing.assert_array_equal(written.ids, val[0].ids)
+
+    def epochs(m: int) -> list[np.ndarray]:  # every epoch member m scored, in the blend's order
+        stored = Predictions.load(members[m].predictions("val")).ids
+        at = [int(np.flatnonzero(stored == i)[0]) for i in val[m].ids]
+        found = {e: np.load(members[m].file(RunDir.VAL_EPOCHS) / f"epoch-{e}.npy")[at] for e in (1, 2, 3)}
+        found[members[m].metrics()["best_epoch"]] = val[m].probabilities
+        return [found[e] for e in (1, 2, 3)]
+
+    expected = np.zeros_like(written.probabilities)
+    for p in range(int(part.max()) + 1):
+        held = part == p
+        chosen = [max(epochs(m), key=lambda c: f1_score(labels[~held], c[~held].argmax(1), average="macro"))
+                  for m in (0, 1)]  # fmt: skip
+        expected[held] = blend([c[held] for c in chosen], np.array([0.5, 0.5]))
+        if p == 0:
+            assert not np.allclose(chosen[0][held], made[held])  # part 0 never blends the forged epoch
+    np.testing.assert_allclose(written.probabilities, expected, atol=1e-5)
+    assert metrics["val_macro_f1"] == pytest.approx(f1_score(labels, expected.argmax(1), average="macro"))
+
+
 def test_a_searched_blends_parts_keep_each_group_whole(monkeypatch):
     from competition.metric import METRICS
-    from pipeline.cv import blend as cv_blend
 
     val, grouped = _noise_val(1, grouped=True)
     seen = []
-    real = cv_blend.weight_search_oof
+    real = crossfit.blend_oof
     monkeypatch.setattr(
-        cv_blend,
-        "weight_search_oof",
-        lambda m, y, part, *a, **k: seen.append(part) or real(m, y, part, *a, **k),
+        crossfit, "blend_oof", lambda c, y, part, *a, **k: seen.append(part) or real(c, y, part, *a, **k)
     )
-    ensemble.cross_fitted_search(val, np.ones(3), METRICS["macro_f1"], grouped)
+    ensemble.cross_fitted_blend(val, np.ones(3), METRICS["macro_f1"], grouped)
     [part] = seen
     assert len(set(part)) == crossfit.CROSS_FOLDS
     assert all(len(set(part[grouped == g])) == 1 for g in set(grouped))  # each group in one part
 
 
 def test_a_cross_fitted_blend_is_what_the_ensemble_writes_and_scores(runs, tiny_data_dir, monkeypatch):
-    """The blend of runs scores, writes and labels val as cross_fitted_search blended it."""
+    """The blend of runs scores, writes and labels val as cross_fitted_blend blended it."""
     runs_dir, names, subs = runs
     made = {}
 
-    def crossed(val, start, metric, grouped):
+    def crossed(val, start, metric, grouped, *choices):
         made["val"] = np.flip(val[0].probabilities, axis=1).copy()  # any blend it could have made
         return np.array([0.5, 0.5]), made["val"]
 
-    monkeypatch.setattr(ensemble, "cross_fitted_search", crossed)
+    monkeypatch.setattr(ensemble, "cross_fitted_blend", crossed)
     common = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir), "--submissions-dir", str(subs)]
     assert _stage("ensemble", "--runs", *names, "--search", "--name", "crossed", *common) == 0
     metrics = json.loads((runs_dir / "crossed" / "metrics.json").read_text())

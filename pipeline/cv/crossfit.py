@@ -49,13 +49,35 @@ def pick_oof(
     """(the candidate picked for each part, the pooled predictions): part p's rows are the
     predictions of the candidate that scored best on the other parts (the first of equals)."""
     labels = np.asarray(labels)
-    sign = 1.0 if metric.greater_is_better else -1.0
     oof = np.zeros(np.shape(candidates[0]), np.float32)
     picked = []
     for p in range(int(part.max()) + 1):
         held = part == p
-        scores = [sign * metric.score(labels[~held], c[~held]) for c in candidates]
-        best = int(np.argmax(scores))
+        best = best_on(candidates, labels, ~held, metric)
         oof[held] = candidates[best][held]
         picked.append(best)
     return picked, oof
+
+
+def best_on(candidates: list[np.ndarray], labels: np.ndarray, rows: np.ndarray, metric: Metric) -> int:
+    """The candidate that scores best on `rows` (a mask), the first of equals."""
+    sign = 1.0 if metric.greater_is_better else -1.0
+    return int(np.argmax([sign * metric.score(labels[rows], c[rows]) for c in candidates]))
+
+
+def blend_oof(
+    choices: list[list[np.ndarray]], labels: np.ndarray, part: np.ndarray, metric: Metric, weigh
+) -> np.ndarray:
+    """Val's rows blended part by part, everything chosen on the other parts: each member's
+    candidate (a single run's scored epochs; one where it chose nothing) that scores best there on
+    its own, then the blend's weights, `weigh(members' rows, labels)` on those rows (searched, or
+    the given ones)."""
+    from pipeline.cv.blend import blend
+
+    labels = np.asarray(labels)
+    oof = np.zeros(np.shape(choices[0][0]), np.float32)
+    for p in range(int(part.max()) + 1):
+        held = part == p
+        members = [c[best_on(c, labels, ~held, metric)] if len(c) > 1 else c[0] for c in choices]
+        oof[held] = blend([m[held] for m in members], weigh([m[~held] for m in members], labels[~held]))
+    return oof

@@ -46,6 +46,28 @@ def keep(run: RunDir, epoch: int, probabilities: np.ndarray, labels: np.ndarray)
     _save(_epoch_file(folder, epoch), np.asarray(probabilities, np.float32))
 
 
+def choice(
+    run: RunDir, labels: np.ndarray, kept: np.ndarray, key: str
+) -> tuple[list[int], list[np.ndarray]] | None:
+    """Where a single run kept the epoch that scored best on its val rows (by `key`) out of several
+    scored: those epochs and each one's val probabilities, the kept epoch's being `kept` (what
+    evaluate or a blend predicted with the kept weights, TTA and all). None where nothing was
+    chosen: a CV fold (its schedule's end), one scored epoch, a run trained before its epochs' val
+    predictions were kept."""
+    history = run.read_history() if run.history_file.is_file() else None
+    if history is None or key not in history or "epoch" not in history:
+        return None
+    epochs = [int(e) for e in history.dropna(subset=[key])["epoch"]]
+    best = run.metrics().get("best_epoch")
+    if len(epochs) < 2 or best not in epochs:
+        return None
+    found = read(run, epochs, labels, np.shape(kept))
+    if found is None:
+        return None
+    found[best] = np.asarray(kept)
+    return epochs, [found[e] for e in epochs]
+
+
 def read(run: RunDir, epochs: list[int], labels: np.ndarray, shape: tuple) -> dict[int, np.ndarray] | None:
     """The probabilities (rows of `shape`) of each of `epochs` (None where the run kept none: one
     trained before 2026-12-02, a fold, one without val), checked against evaluate's val `labels`:

@@ -6,8 +6,10 @@ that do best on the competition's val metric by coordinate ascent on a 0.05 grid
 the given (or equal) weights. A score chosen on val flatters the blend, so val is cross-fitted:
 dealt in CROSS_FOLDS parts (stratified, whole groups), each part blended by weights searched on
 the others, and the blend is scored on those rows; the test set gets the weights searched on all
-of val. Where val cannot be dealt so (rows of several labels), the weights searched on all of val
-score it, and the report and the leaderboard row say so. Members must have been trained on the
+of val. A member that is a single run kept the epoch its val rows chose (`val_epochs`): each part
+is blended with every such member at the epoch the other parts chose too, searched or not. Where
+val cannot be dealt so (rows of several labels), the choices made on all of val score it, and the
+report and the leaderboard row say so. Members must have been trained on the
 same data and scored on the same val images; their predictions are made (or reused) as
 `evaluate` and `predict` would.
 
@@ -46,6 +48,8 @@ log = logging.getLogger(__name__)
 METHODS = ("equal", "search", "stack")
 SEARCHED = " searched on val, the very rows it is scored on: an optimistic score"
 CROSS_FITTED = " searched on val, scored cross-fitted (each fifth blended by weights searched on the rest)"
+EPOCHS_CROSSED = "; each member a run at the epoch the other fifths chose"
+EPOCHS_CHOSEN = "; its members' epochs chosen on val, the very rows it is scored on"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -127,15 +131,18 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
 
     platform = device.pick_from_args(opts)  # before Keras is imported: it fixes the backend
     log.info("device: %s", platform.describe("float32"))
-    spec, manifest, run_dirs, val, test = _members(opts, platform)
+    spec, manifest, run_dirs, val, test, choices = _members(opts, platform)
     weights = np.ones(len(run_dirs)) if opts.weights is None else np.asarray(opts.weights, float)
     weights = weights / weights.sum()
     metric = spec.metric
     task = task_of(spec)
     grouped = held_out_groups(opts.data_dir, spec, val[0].ids)  # thresholds judged out of group
+    # A member that is a single run kept the epoch its val rows chose: the blend's score crosses
+    # that choice too, as it does the weights' search.
+    chose = any(len(c) > 1 for c in choices)
     crossed = None
-    if search:
-        weights, crossed = cross_fitted_search(val, weights, metric, grouped)
+    if search or chose:
+        weights, crossed = cross_fitted_blend(val, weights, metric, grouped, choices, search)
     # Each scored as its submission decides, the way evaluate scores a run (a multi-label blend: its
     # thresholds, cross-fitted on val), so members, blend and board rows read alike.
     members = {
@@ -158,15 +165,17 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
             "metric": metric.name,
             f"member_{spec.score_key}": members,
             "weights_searched_on_val": search,
-            "judged": _judged(search, crossed is not None),
+            "judged": _judged(search, chose, crossed is not None),
             spec.score_key: score,
             "val_accuracy": accuracy,
             "images": len(val_blend.ids),
         },
-        described=described + _described(search, crossed is not None),
+        described=described + _described(search, chose, crossed is not None),
     )  # fmt: skip
     best_member = (max if metric.greater_is_better else min)(members.values())
     said = "" if not search else CROSS_FITTED if crossed is not None else SEARCHED
+    if chose:
+        said += EPOCHS_CROSSED if crossed is not None else EPOCHS_CHOSEN
     print(
         f"{name}: val {metric.title} {score:.4f} (best member {best_member:.4f}), accuracy {accuracy:.4f}; "
         f"weights {described}{said} -> {path}"
@@ -174,48 +183,65 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
     return path
 
 
-def cross_fitted_search(
-    val: list[Predictions], start: np.ndarray, metric, grouped: np.ndarray | None
+def cross_fitted_blend(
+    val: list[Predictions],
+    start: np.ndarray,
+    metric,
+    grouped: np.ndarray | None,
+    choices: list[list[np.ndarray]] | None = None,
+    search: bool = True,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """(the weights searched on all of val, which blend the test set; val's rows blended part by
-    part, each of CROSS_FOLDS parts by weights searched on the others: what the blend is scored
+    """(the weights that blend the test set: searched on all of val from `start` with `search`,
+    else `start`; val's rows blended part by part, each of CROSS_FOLDS parts by what was chosen on
+    the others: the weights searched there, and each member's epoch where it is a single run that
+    chose one (`choices`: each member's candidates, `val_epochs.choice`), what the blend is scored
     on). The parts are stratified and keep groups whole. None for the second where val cannot be
-    dealt so (rows of several labels; fewer than 2 rows or groups): then the weights' own rows."""
-    from pipeline.cv.blend import check_inputs, weight_search_oof
-    from pipeline.cv.crossfit import val_parts
+    dealt so (rows of several labels; fewer than 2 rows or groups): then the choices' own rows."""
+    from pipeline.cv.blend import check_inputs
+    from pipeline.cv.crossfit import blend_oof, val_parts
 
     members, labels = [v.probabilities for v in val], np.asarray(val[0].labels)
+    choices = choices or [[m] for m in members]
+    weights = search_weights(members, labels, start, metric) if search else np.asarray(start, float)
     several_labels = labels.ndim == 2 and labels.dtype.kind != "f"
     part = None if several_labels else val_parts(val[0].ids, labels, grouped)
     if part is None:
-        return search_weights(members, labels, start, metric), None
+        return weights, None
     check_inputs(members, labels, part)
-    found = weight_search_oof(members, labels, part, metric, start=start)
-    return found.weights, found.oof
+
+    def weigh(rows: list[np.ndarray], truth: np.ndarray) -> np.ndarray:
+        return search_weights(rows, truth, start, metric) if search else weights
+
+    return weights, blend_oof(choices, labels, part, metric, weigh)
 
 
-def _judged(search: bool, crossed: bool) -> str:
-    if not search:
+def _judged(search: bool, chose: bool, crossed: bool) -> str:
+    if not (search or chose):
         return "on val"
     if crossed:
-        return f"on val cross-fitted: each of {CROSS_FOLDS} parts blended by weights searched on the others"
-    return "on val, the rows the weights were searched on"
-
-
-def _described(search: bool, crossed: bool) -> str:
-    if not search:
-        return ""
-    return (
-        " (searched on val, scored cross-fitted)"
-        if crossed
-        else " (searched on val: scored on the same rows)"
+        on = " and ".join(
+            w for w, by in (("weights searched", search), ("members' epochs chosen", chose)) if by
+        )
+        return f"on val cross-fitted: each of {CROSS_FOLDS} parts blended with {on} on the others"
+    if not chose:
+        return "on val, the rows the weights were searched on"
+    return "on val, the rows its members' epochs were chosen on" + (
+        " and its weights searched" if search else ""
     )
+
+
+def _described(search: bool, chose: bool, crossed: bool) -> str:
+    if not (search or chose):
+        return ""
+    what = "searched on val" if search else "members' epochs chosen on val"
+    return f" ({what}, scored cross-fitted)" if crossed else f" ({what}: scored on the same rows)"
 
 
 def _members(opts: EnsembleOptions, platform):
     """The runs' competition, data manifest and run dirs, and their val and test predictions, each
     split aligned on the same ids; runs of two competitions or of other data are refused."""
     from pipeline.core.rundir import finished_run
+    from pipeline.modeling import val_epochs
     from pipeline.modeling.inference import check_same_data, predict_split
     from pipeline.tasks.competitions import load_competition
 
@@ -231,13 +257,21 @@ def _members(opts: EnsembleOptions, platform):
         check_same_data(run_dir, opts.data_dir)
     val = [predict_split(d, competition, opts.data_dir, "val", opts.tta, platform) for d in run_dirs]
     test = [predict_split(d, competition, opts.data_dir, "test", opts.tta, platform) for d in run_dirs]
-    return (
-        competition.spec,
-        manifest,
-        run_dirs,
-        aligned(val, run_dirs, "val"),
-        aligned(test, run_dirs, "test"),
-    )
+    key = competition.spec.score_key
+    chosen = [
+        val_epochs.choice(d, v.labels, v.probabilities, key) for d, v in zip(run_dirs, val, strict=True)
+    ]
+    own, val = val, aligned(val, run_dirs, "val")
+    candidates = [  # each member's, in the blend's row order: every epoch it scored, or its one prediction
+        [v.probabilities] if found is None else [_reordered(o, c, val[0].ids) for c in found[1]]
+        for v, o, found in zip(val, own, chosen, strict=True)
+    ]
+    return competition.spec, manifest, run_dirs, val, aligned(test, run_dirs, "test"), candidates
+
+
+def _reordered(member: Predictions, probabilities: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """`probabilities`, in `member`'s row order, put in the order of `ids`."""
+    return Predictions(member.ids, probabilities, member.labels).by_ids(ids).probabilities
 
 
 def _write_run_blend(

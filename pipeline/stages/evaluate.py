@@ -21,8 +21,6 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from pipeline.core import options
 from pipeline.core.errors import PetalsError
 from pipeline.core.options import ScoreOptions
@@ -142,20 +140,12 @@ def crossed_epochs(run: RunDir, val, spec, grouped) -> dict | None:
     from pipeline.cv.crossfit import pick_oof, val_parts
     from pipeline.modeling import val_epochs
 
-    key = spec.score_key
-    history = run.read_history() if run.history_file.is_file() else None
-    if history is None or key not in history or "epoch" not in history:
-        return None
-    epochs = [int(e) for e in history.dropna(subset=[key])["epoch"]]
-    kept = run.metrics().get("best_epoch")
-    if len(epochs) < 2 or kept not in epochs:
-        return None
-    found = val_epochs.read(run, epochs, val.labels, np.shape(val.probabilities))
+    found = val_epochs.choice(run, val.labels, val.probabilities, spec.score_key)
     part = None if found is None else val_parts(val.ids, val.labels, grouped)
     if part is None:
         return None
-    found[kept] = val.probabilities
-    picked, probabilities = pick_oof([found[e] for e in epochs], val.labels, part, spec.metric)
+    epochs, candidates = found
+    picked, probabilities = pick_oof(candidates, val.labels, part, spec.metric)
     return {"probabilities": probabilities, "epochs": [epochs[i] for i in picked]}
 
 
