@@ -146,14 +146,19 @@ def test_an_ensemble_blends_probabilities_and_its_weight_search_beats_each_membe
     members = [Predictions.load(runs_dir / n / "val_predictions.npz") for n in names]
     blended = Predictions.load(runs_dir / "blend" / "val_predictions.npz")
     second = members[1].by_ids(members[0].ids)
+    # The test set is blended with the weights given; val too, each part with each member at the
+    # epoch the other parts chose (the test below), which is the kept one wherever all agree.
+    tests = [Predictions.load(runs_dir / n / "test_predictions.npz") for n in names]
+    test = Predictions.load(runs_dir / "blend" / "test_predictions.npz")
     np.testing.assert_allclose(
-        blended.probabilities, 0.25 * members[0].probabilities + 0.75 * second.probabilities, atol=1e-6
+        test.probabilities,
+        0.25 * tests[0].by_ids(test.ids).probabilities + 0.75 * tests[1].by_ids(test.ids).probabilities,
+        atol=1e-6,
     )
     metrics = json.loads((runs_dir / "blend" / "metrics.json").read_text())
     assert metrics["val_macro_f1"] == pytest.approx(
         f1_score(blended.labels, blended.predicted, average="macro")
     )
-    test = Predictions.load(runs_dir / "blend" / "test_predictions.npz")
     check_submission(subs / "blend.csv", spec, sample_ids(tiny_data_dir, spec))
     assert test.probabilities.shape == (len(sample_ids(tiny_data_dir, spec)), spec.num_classes)
 
@@ -287,7 +292,7 @@ def test_a_single_runs_score_is_its_epoch_choice_cross_fitted_never_a_part_score
     assert part is not None and len(set(part)) >= 2
 
     # An epoch (not the kept one) right on part 0's rows and sure of a wrong class everywhere else.
-    forged = next(e for e in (1, 2, 3) if e != kept)
+    forged = max(e for e in (1, 2, 3) if e != kept)  # past the first: equals choose the first
     right = np.eye(val.probabilities.shape[1], dtype=np.float32)[val.labels]
     wrong = np.roll(right, 1, axis=1)
     np.save(folder / f"epoch-{forged}.npy", np.where((part == 0)[:, None], right, wrong))
@@ -367,6 +372,12 @@ def test_a_searched_blend_of_runs_is_scored_cross_fitted_not_on_the_rows_it_chos
     assert np.mean(flattered) > 0.25 + 0.03  # the search fits noise on the rows it chose on (chance: 0.25)
 
 
+def crossfit_metric():
+    from competition.metric import METRICS
+
+    return METRICS["macro_f1"]
+
+
 def test_a_blend_of_runs_crosses_each_members_epoch_choice_never_a_part_blended_by_its_own(
     runs, tiny_data_dir
 ):
@@ -382,7 +393,7 @@ def test_a_blend_of_runs_crosses_each_members_epoch_choice_never_a_part_blended_
     val = [val[0], val[1].by_ids(val[0].ids)]  # in the blend's row order
     labels, part = val[0].labels, crossfit.val_parts(val[0].ids, val[0].labels, None)
     kept = members[0].metrics()["best_epoch"]
-    forged = next(e for e in (1, 2, 3) if e != kept)
+    forged = max(e for e in (1, 2, 3) if e != kept)  # past the first: equals choose the first
     folder = members[0].file(RunDir.VAL_EPOCHS)
     order = [
         int(np.flatnonzero(val[0].ids == i)[0]) for i in Predictions.load(members[0].predictions("val")).ids
@@ -420,6 +431,12 @@ def test_a_blend_of_runs_crosses_each_members_epoch_choice_never_a_part_blended_
             assert not np.allclose(chosen[0][held], made[held])  # part 0 never blends the forged epoch
     np.testing.assert_allclose(written.probabilities, expected, atol=1e-5)
     assert metrics["val_macro_f1"] == pytest.approx(f1_score(labels, expected.argmax(1), average="macro"))
+    # The members beside it are scored alike: each part at the epoch the others chose.
+    alone = crossfit.pick_oof(epochs(0), labels, part, crossfit_metric())[1]
+    assert metrics["member_val_macro_f1"][names[0]] == pytest.approx(
+        f1_score(labels, alone.argmax(1), average="macro")
+    )
+    assert metrics["member_val_macro_f1"][names[0]] < f1_score(labels, made.argmax(1), average="macro")
 
 
 def test_a_searched_blends_parts_keep_each_group_whole(monkeypatch):

@@ -144,10 +144,12 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
     if search or chose:
         weights, crossed = cross_fitted_blend(val, weights, metric, grouped, choices, search)
     # Each scored as its submission decides, the way evaluate scores a run (a multi-label blend: its
-    # thresholds, cross-fitted on val), so members, blend and board rows read alike.
+    # thresholds, cross-fitted on val; a run's epoch choice, cross-fitted), so members, blend and
+    # board rows read alike.
+    part = blend_parts(val, grouped) if chose else None
     members = {
-        d.name: task.evaluate(v.labels, v.probabilities, spec, grouped).score
-        for d, v in zip(run_dirs, val, strict=True)
+        d.name: task.evaluate(v.labels, _member_judged(v, c, part, metric), spec, grouped).score
+        for d, v, c in zip(run_dirs, val, choices, strict=True)
     }
     blended = blend([v.probabilities for v in val], weights) if crossed is None else crossed
     val_blend = Predictions(val[0].ids, blended, val[0].labels)
@@ -198,13 +200,12 @@ def cross_fitted_blend(
     on). The parts are stratified and keep groups whole. None for the second where val cannot be
     dealt so (rows of several labels; fewer than 2 rows or groups): then the choices' own rows."""
     from pipeline.cv.blend import check_inputs
-    from pipeline.cv.crossfit import blend_oof, val_parts
+    from pipeline.cv.crossfit import blend_oof
 
     members, labels = [v.probabilities for v in val], np.asarray(val[0].labels)
     choices = choices or [[m] for m in members]
     weights = search_weights(members, labels, start, metric) if search else np.asarray(start, float)
-    several_labels = labels.ndim == 2 and labels.dtype.kind != "f"
-    part = None if several_labels else val_parts(val[0].ids, labels, grouped)
+    part = blend_parts(val, grouped)
     if part is None:
         return weights, None
     check_inputs(members, labels, part)
@@ -213,6 +214,26 @@ def cross_fitted_blend(
         return search_weights(rows, truth, start, metric) if search else weights
 
     return weights, blend_oof(choices, labels, part, metric, weigh)
+
+
+def blend_parts(val: list[Predictions], grouped: np.ndarray | None) -> np.ndarray | None:
+    """The part of each val row a blend of runs is cross-fitted on (`crossfit.val_parts`); None
+    for rows of several labels, or fewer than 2 rows or groups."""
+    from pipeline.cv.crossfit import val_parts
+
+    labels = np.asarray(val[0].labels)
+    several_labels = labels.ndim == 2 and labels.dtype.kind != "f"
+    return None if several_labels else val_parts(val[0].ids, labels, grouped)
+
+
+def _member_judged(member: Predictions, candidates: list[np.ndarray], part: np.ndarray | None, metric):
+    """A member's val rows as the blend scores it: each part at the epoch the others chose, where it
+    is a run that chose one and val has parts; else its kept weights' predictions."""
+    from pipeline.cv.crossfit import pick_oof
+
+    if part is None or len(candidates) < 2:
+        return member.probabilities
+    return pick_oof(candidates, member.labels, part, metric)[1]
 
 
 def _judged(search: bool, chose: bool, crossed: bool) -> str:
