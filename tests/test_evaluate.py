@@ -333,6 +333,10 @@ def test_a_runs_kept_epoch_predictions_are_read_only_when_they_fit_val(tmp_path)
     assert val_epochs.read(run, [1, 2, 3], labels, probabilities.shape) is None  # an epoch not kept
     with pytest.raises(PetalsError, match=r"labels\.npy: not the val rows evaluate reads"):
         val_epochs.read(run, [1, 2], labels[::-1], probabilities.shape)
+    big = RunDir(tmp_path / "big")
+    big.path.mkdir()
+    val_epochs.keep(big, 1, np.zeros((val_epochs.MAX_VALUES // 4 + 1, 4), np.float32), np.zeros(4))
+    assert not big.file(RunDir.VAL_EPOCHS).exists()  # a val too large to keep an epoch of is not kept
     huge = run.file(RunDir.VAL_EPOCHS) / "epoch-2.npy"
     header = np.lib.format.header_data_from_array_1_0(probabilities)
     with open(huge, "wb") as f:  # declares 10^12 rows in a few hundred bytes

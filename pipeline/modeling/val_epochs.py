@@ -22,6 +22,10 @@ from pipeline.core.rundir import RunDir
 from pipeline.data import targets
 
 LABELS = "labels.npy"
+# An epoch's probabilities past this many values (64 MiB of float32; the real flowers' val holds
+# 0.4 M) are not kept: a run folder holds one file an epoch, and its choice is then scored on the
+# rows that made it, as the summary says.
+MAX_VALUES = 1 << 24
 
 
 def _epoch_file(folder: Path, epoch: int) -> Path:
@@ -38,7 +42,9 @@ def _save(path: Path, array: np.ndarray) -> None:
 
 def keep(run: RunDir, epoch: int, probabilities: np.ndarray, labels: np.ndarray) -> None:
     """Epoch `epoch`'s (1-based) val probabilities, padding dropped; a rerun of the epoch (a resume)
-    writes it again."""
+    writes it again. Nothing past MAX_VALUES."""
+    if np.size(probabilities) > MAX_VALUES:
+        return
     folder = run.file(RunDir.VAL_EPOCHS)
     folder.mkdir(exist_ok=True)
     if epoch == 1 or not (folder / LABELS).is_file():
