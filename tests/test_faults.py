@@ -441,12 +441,12 @@ def test_a_full_disk_mid_run_is_one_line_leaves_no_partial_and_the_rerun_resumes
         index = disk / "runs" / "full" / "checkpoints" / "latest.json"
         while not index.is_file() and train.poll() is None:
             time.sleep(0.02)
-        with open(disk / "filler", "wb") as f:  # the rest of the disk, as another job would take it
-            try:
+        try:  # the rest of the disk, as another job would take it (closing may say it is full too)
+            with open(disk / "filler", "wb") as f:
                 while True:
                     f.write(b"\\0" * 65536); f.flush()
-            except OSError:
-                pass
+        except OSError:
+            pass
         err = train.communicate()[1]
         first = {{"code": train.returncode, "lines": [l for l in err.splitlines() if l.startswith("petals ")],
                  "left": leftovers(disk)}}
@@ -460,7 +460,7 @@ def test_a_full_disk_mid_run_is_one_line_leaves_no_partial_and_the_rerun_resumes
     assert first["code"] == 2 and len(first["lines"]) == 1, first
     line = first["lines"][0]
     assert "no space left on the device" in line and "MiB free in" in line, line
-    assert re.search(r"(weights\.h5|ckpt-\d+\.npz|history\.csv|latest\.json)", line), line
+    assert re.search(r"(weights\.h5|ckpt-\d+\.npz|history\.csv|latest\.json|epoch-\d+\.npy)", line), line
     assert first["left"] == []
     assert result["rerun"][0] == 0, result["rerun"][1]
     assert "resuming" in result["rerun"][1]
