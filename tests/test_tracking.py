@@ -166,6 +166,51 @@ def test_a_stopped_failed_or_killed_trains_mlflow_run_is_not_left_running(tmp_pa
     assert status(last) == "FINISHED"
 
 
+@pytest.mark.slow  # MLflow's store
+def test_retrain_ends_only_the_runs_whose_trainer_is_gone_never_one_training_on_another_machine(
+    tmp_path, monkeypatch
+):
+    """RETRAIN=1 ends as KILLED the runs a `kill -9` left RUNNING, never a run another machine
+    sharing the store still trains, nor one whose process still runs here."""
+    import subprocess
+    import sys
+
+    monkeypatch.delenv(mlflow_runs.URI_VARIABLE, raising=False)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    here = mlflow_runs.trainer().rsplit("/", 2)[0]
+    trainers = {
+        "killed here": f"{here}/{dead.stdout.strip()}/1",
+        "training here": mlflow_runs.trainer(alive.pid),
+        "its pid reused": f"{here}/{alive.pid}/1",  # the same pid, started at another moment
+        "on another machine": "kaggle-kernel-7:0f3a9c21/4242/999",
+        "before the tag": None,
+    }
+    ids = {}
+    try:
+        for what, tag in trainers.items():
+            old = mlflow_runs.MlflowRun(tmp_path, "flowers", "run-a", {}, new=True)
+            if tag is not None:
+                old.client.set_tag(old.id, mlflow_runs.TRAINER_TAG, tag)
+            ids[what] = old.id
+        again = mlflow_runs.MlflowRun(tmp_path, "flowers", "run-a", {}, new=True)
+        again.training(resumed=False)
+        status = {what: again.client.get_run(i).info.status for what, i in ids.items()}
+    finally:
+        alive.kill()
+        alive.wait()
+    assert status == {
+        "killed here": "KILLED",
+        "training here": "RUNNING",
+        "its pid reused": "KILLED",
+        "on another machine": "RUNNING",
+        "before the tag": "KILLED",
+    }
+    assert again.client.get_run(again.id).data.tags[mlflow_runs.TRAINER_TAG] == mlflow_runs.trainer()
+    assert mlflow_runs.gone(mlflow_runs.trainer())  # this process trains anew: its old run is done
+
+
 def test_an_unreachable_tracking_server_is_one_line_without_its_password(tmp_path, monkeypatch):
     monkeypatch.setenv(mlflow_runs.URI_VARIABLE, "http://me:hunter2@127.0.0.1:1")  # nothing listens there
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # MLflow's own retries take minutes

@@ -28,6 +28,7 @@ URI_VARIABLE = "MLFLOW_TRACKING_URI"
 DATABASE = "mlflow.db"  # the default store, in the runs dir
 ARTIFACTS = "mlflow-artifacts"
 RUN_TAG, STUDY_TAG, KIND_TAG = "petals.run", "petals.study", "petals.kind"
+TRAINER_TAG = "petals.trainer"  # the training process: `machine/pid/start` (`trainer`)
 GROUP_TAG = "cv_group"  # a fold's and its group's
 # What a fold's tags say of its CV group too: its run's tags when a fold makes it.
 GROUP_SHARED = ("competition", "recipe", "backbone", "git_commit", "data_fingerprint", STUDY_TAG, "trial")
@@ -47,6 +48,55 @@ def _errors() -> tuple[type[BaseException], ...]:
     from sqlalchemy.exc import SQLAlchemyError
 
     return (MlflowException, SQLAlchemyError, OSError, ImportError)
+
+
+def _machine() -> str:
+    """This machine: its host name and boot (containers on one host share the boot, not the name)."""
+    import socket
+
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
+    except OSError:
+        boot = "-"
+    return f"{socket.gethostname()}:{boot}"
+
+
+def _started(pid: int) -> str:
+    """When process `pid` started, in clock ticks since boot (Linux), so a reused pid is not it;
+    "-" where /proc cannot tell, "" where no such process runs."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return "" if Path("/proc/self/stat").exists() else "-"
+    except OSError:
+        return "-"
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22; the name before it may hold spaces
+
+
+def trainer(pid: int | None = None) -> str:
+    """The process `pid` (this one) as `TRAINER_TAG` names it."""
+    pid = os.getpid() if pid is None else pid
+    return f"{_machine()}/{pid}/{_started(pid)}"
+
+
+def gone(tag: str | None) -> bool:
+    """Whether the trainer a run's tag names has stopped: this process (it trains anew), or a
+    process of this machine no longer running. A run without the tag (tracked before it) counts
+    as gone; one of another machine, or a process that still runs, does not."""
+    if tag is None or tag == trainer():
+        return True
+    parts = tag.rsplit("/", 2)
+    if len(parts) != 3 or parts[0] != _machine() or not parts[1].isdigit():
+        return False
+    pid, started = int(parts[1]), parts[2]
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's: it runs
+        return False
+    now = _started(pid)
+    return now == "" or (started not in ("", "-") and now not in ("", "-") and now != started)
 
 
 class MlflowRun:
@@ -155,9 +205,12 @@ class MlflowRun:
                 self._guarded(f"storing {path.name}", self.client.log_artifact, self.id, str(path), folder)
 
     def training(self, resumed: bool) -> None:
-        """Train's start. A resumed run is RUNNING again (its stop left it KILLED or FAILED); a new
-        one ends as KILLED this petals run's MLflow runs still RUNNING: a `kill -9` cannot end its
-        own, and RETRAIN=1 then starts another."""
+        """Train's start, tagged with the process that trains (`TRAINER_TAG`). A resumed run is
+        RUNNING again (its stop left it KILLED or FAILED); a new one ends as KILLED this petals
+        run's MLflow runs still RUNNING whose trainer is gone: a `kill -9` cannot end its own, and
+        RETRAIN=1 then starts another. One trained on another machine sharing the store is left
+        as it is: nothing here can tell whether it still trains."""
+        self._guarded("tagging the trainer", self.client.set_tag, self.id, TRAINER_TAG, trainer())
         if resumed:
             self._guarded("resuming the run", self.client.update_run, self.id, "RUNNING")
             return
@@ -165,8 +218,13 @@ class MlflowRun:
 
         def end_the_killed() -> None:
             for old in self.client.search_runs([self.experiment], query):
-                if old.info.run_id != self.id:
+                if old.info.run_id == self.id:
+                    continue
+                if gone(old.data.tags.get(TRAINER_TAG)):
                     self.client.set_terminated(old.info.run_id, "KILLED")
+                else:
+                    log.warning("mlflow: %s's run %s is still RUNNING, trained by %s; left as it is",
+                                self.name, old.info.run_id, old.data.tags[TRAINER_TAG])  # fmt: skip
 
         self._guarded("ending the runs a kill left running", end_the_killed)
 
