@@ -63,6 +63,7 @@ VERBOSE     ?=#                  VERBOSE=1 also shows TensorFlow's, JAX's and th
 export VERBOSE
 PYTEST_ARGS ?=#                  extra pytest arguments, e.g. PYTEST_ARGS="-k fetch"
 TEST_WORKERS ?= 3#               parallel pytest workers (pytest-xdist): 3 on 2 cores, as tests wait on subprocesses and the loopback server; 0 runs them in this process
+HEAVY_WORKERS ?= 2#              make test-heavy's workers for its tests that may share the cores (those marked `alone` then run one at a time)
 ARGS_DIR    ?= .make#            where each stage's last arguments are kept
 
 # ---- knobs are values, never code
@@ -72,7 +73,7 @@ KNOBS := DATA SOURCE DATA_FROM COMPETITION GCS_PATH SIZE SEED SCALE FORCE RECIPE
 	RUNS_DIR RUN CHECKPOINT_DIR BACKEND STRATEGY CPU_REPLICAS HOSTS RETRAIN TRACK PORT TTA FOLDS FOLD REFIT CHOOSE RUNS WEIGHTS \
 	SPACE TRIALS TRIALS_PER_KERNEL STORAGE PRUNER \
 	SEARCH STACK SUBMISSIONS FILE MESSAGE SLUG KERNEL OWNER ACCELERATOR KERNEL_TYPE INTERNET DATASETS MODELS \
-	TIMEOUT RESUME_FROM CONCURRENT PYTEST_ARGS TEST_WORKERS ARGS_DIR BENCH_EPOCHS REALDATA REALDATA_SEEDS REALDATA_REFIT VERBOSE \
+	TIMEOUT RESUME_FROM CONCURRENT PYTEST_ARGS TEST_WORKERS HEAVY_WORKERS ARGS_DIR BENCH_EPOCHS REALDATA REALDATA_SEEDS REALDATA_REFIT VERBOSE \
 	BACKBONES
 # make kernel-fanout fans out a sweep's trials only when TRIALS is given on its command line (an
 # exported TRIALS is make sweep's default, not a request to fan trials out).
@@ -313,11 +314,18 @@ kernel-output: | $(STAMP) ## download the kernel's outputs and record its run on
 
 # Kaggle's TPU image as a second virtualenv (tests/kaggle-tpu-image.txt: TensorFlow CPU 2.20, Keras 3, JAX,
 # no efficientnet package), never mixed with the project's.
+# uv fills it as it fills the project's (pip took minutes of CI's 90 on this stack); pip where uv
+# cannot (INSTALLER=pip, or an index only pip knows).
 TPU_VENV := .venv-kaggle-tpu
-$(TPU_VENV)/.installed: tests/kaggle-tpu-image.txt
+TPU_PIP := $(TPU_VENV)/bin/python -m pip install --quiet
+define tpu_with_pip
+$(TPU_PIP) --upgrade pip && $(TPU_PIP) -r tests/kaggle-tpu-image.txt
+endef
+$(TPU_VENV)/.installed: tests/kaggle-tpu-image.txt | $(STAMP)
 	$(PYTHON) -m venv $(TPU_VENV)
-	$(TPU_VENV)/bin/python -m pip install --quiet --upgrade pip
-	$(TPU_VENV)/bin/python -m pip install --quiet -r tests/kaggle-tpu-image.txt
+	$(if $(filter uv,$(INSTALLER)),$(VENV)/bin/uv pip install --quiet --python $(TPU_VENV)/bin/python \
+	--compile-bytecode -r tests/kaggle-tpu-image.txt || { echo "petals: uv could not fill $(TPU_VENV); pip does"; \
+	$(tpu_with_pip); },$(tpu_with_pip))
 	@touch $@
 
 kernel-emulate: $(TPU_VENV)/.installed | $(STAMP) ## run generated kernels as Kaggle would (TPU image pins, /kaggle layout, no network): the TPU kernel on 8 JAX devices, the CPU recipe's offline
@@ -333,18 +341,20 @@ test: $(STAMP) ## the README's test command: the unit tests, the chain a first r
 test-thorough: $(STAMP) ## the variants of what make test proves once: other backbones and families, second backends, repeated chains, each further refusal (CI runs it)
 	$(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal -m "thorough" $(PYTEST_ARGS)
 
-# The heavy tier runs alone, one test at a time, here and in CI: the runs that occupy every core
-# (8 TensorFlow or JAX CPU replicas, whose duration rides on how the OS schedules their threads
-# beside other work: 33 s alone, 300 s beside another worker; the two backends training side by
-# side), a JAX process compiling a whole network (ImageNet convnets, the text networks: JAX runs
-# them at a quarter of TensorFlow's speed on this CPU; the fault suite's JAX stop and resume of
-# both loops stays in `make test`), the registry sweep's larger siblings (B1-B7, V2-B1..L:
-# their smallest builds in `make test`), and the longest chains: the main job through make, CV's
-# choice, folds trained in two processes, faults that stop a run mid-way (the disk filling, files
-# vanishing, SIGTERM), which kept `make test` near 10 minutes; each competition's learning check
-# stays in `make test`.
-test-heavy: $(STAMP) ## the heavy tier: 8-replica runs, backends side by side, the whole registry, the longest chains; one at a time (CI runs it too)
-	$(PY) -m pytest -m heavy $(PYTEST_ARGS)
+# The heavy tier runs by itself, here and in CI: the runs that occupy every core (8 TensorFlow or
+# JAX CPU replicas, whose duration rides on how the OS schedules their threads beside other work:
+# 33 s alone, 300 s beside another worker; two processes or backends training side by side; a stop
+# timed by the clock), a JAX process compiling a whole network (ImageNet convnets, the text
+# networks: JAX runs them at a quarter of TensorFlow's speed on this CPU; the fault suite's JAX
+# stop and resume of both loops stays in `make test`), the registry sweep's larger siblings
+# (B1-B7, V2-B1..L: their smallest builds in `make test`), and the longest chains: the main job
+# through make, CV's choice, folds trained in two processes, faults that stop a run mid-way (the
+# disk filling, files vanishing, SIGTERM), which kept `make test` near 10 minutes; each
+# competition's learning check stays in `make test`. The first, marked `alone`, run one at a time
+# after the rest, which share the two cores (one process each: a single run's threads).
+test-heavy: $(STAMP) ## the heavy tier: 8-replica runs, backends side by side, the whole registry, the longest chains; those marked alone one at a time (CI runs it too)
+	$(PY) -m pytest -n $(call q,HEAVY_WORKERS) --dist worksteal -m "heavy and not alone" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "heavy and alone" $(PYTEST_ARGS)
 
 test-fast: $(STAMP) ## the inner loop: the tests of make test that train nothing and start no process (pytest -m "not slow")
 	$(PY) -m pytest -n $(call q,TEST_WORKERS) --dist worksteal -m "not slow and not heavy and not thorough" $(PYTEST_ARGS)

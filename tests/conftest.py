@@ -55,6 +55,12 @@ def pytest_configure(config):
         "recipes, a second backend or loop, a chain repeated with one thing changed, each further "
         "refusal of one check): run by `make test-thorough` (not by `make test`; CI runs it)",
     )
+    config.addinivalue_line(
+        "markers",
+        "alone: a heavy test that needs both cores to itself (8 replicas or devices, several "
+        "processes side by side, a stop timed by the clock): `make test-heavy` runs these one at a "
+        "time, after the rest of its tier two at a time",
+    )
     _one_jax_cache(config)
 
 

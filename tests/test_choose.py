@@ -125,7 +125,7 @@ CACHED = ("train.feature_cache=true", "train.unfrozen_layers=4", "train.feature_
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.heavy  # a whole chain (`make test-heavy`)
 def test_cv_chooses_a_candidate_and_predict_submits_its_group(data_dir, tmp_path):
     candidates = write(tmp_path, "[short.train]\nepochs = 1\n\n[recipe]\n")
     chosen = ("--choose", str(candidates), *[a for o in CACHED for a in ("--set", o)])

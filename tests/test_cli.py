@@ -62,7 +62,7 @@ def test_an_unknown_slug_is_refused(capsys, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.heavy  # a whole chain (`make test-heavy`)
 def test_make_fetch_then_the_main_job_end_in_a_checked_dry_run(tmp_path):
     """The Make chain, smoke-tested: fetch runs once, then Make finds it done; `make train submit`
     runs every stage between and ends in the dry run and the closing summary."""
@@ -193,6 +193,7 @@ MAKE_OWN_DEFAULTS = {
     "ARGS_DIR": ".make",
     "HOSTS": "1",
     "TEST_WORKERS": "3",  # pytest's, not a stage's
+    "HEAVY_WORKERS": "2",  # pytest's too
     "BENCH_EPOCHS": "0",  # a bench's, not a stage's
 }
 

@@ -158,6 +158,7 @@ def test_a_competition_trains_scores_with_its_own_metric_and_writes_a_valid_subm
 
 @pytest.mark.slow
 @pytest.mark.heavy
+@pytest.mark.alone
 def test_on_jax_over_8_devices_text_runs_train_and_serve_what_they_scored_on_tensorflow(
     fetched, cpu, tmp_path
 ):
@@ -265,7 +266,7 @@ def test_the_readme_names_each_competition_and_links_each_page_of_sources():
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.heavy  # a whole chain (`make test-heavy`)
 def test_a_kernel_for_a_table_competition_fetches_its_kaggle_mount_and_writes_a_valid_submission(tmp_path):
     """The imdb kernel, run outside the repo as Kaggle would: the competition mounted under
     input/<slug>/ as the download holds it (each table zipped again), fetched, trained, scored."""

@@ -66,7 +66,7 @@ def close_to_whole(cut: Predictions, whole: Predictions) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.heavy  # a whole chain (`make test-heavy`)
 def test_folds_predict_out_of_fold_as_scored_and_the_test_set_through_one_bottom_pass(
     data_dir, tmp_path, spec, cpu, monkeypatch
 ):

@@ -61,6 +61,7 @@ def names(data_dir, tmp_path) -> tuple[RunDir, list[RunDir]]:
 
 @pytest.mark.slow
 @pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.alone
 def test_folds_trained_in_two_processes_make_one_group_of_every_labelled_example_once(
     data_dir, tmp_path, spec
 ):
@@ -121,6 +122,7 @@ def _stored(data_dir):
 
 @pytest.mark.slow
 @pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.alone
 def test_an_interrupted_fold_resumes_where_it_stopped(data_dir, tmp_path):
     command = [sys.executable, "-m", "pipeline", *cv_args("train", data_dir, tmp_path, "--fold", "0")]
     command[command.index("train.epochs=2")] = "train.epochs=3"

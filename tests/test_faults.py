@@ -183,6 +183,7 @@ def test_a_second_fetch_of_a_data_dir_is_refused(tmp_path, capsys, live_holder):
 
 
 @pytest.mark.heavy  # two training processes side by side
+@pytest.mark.alone
 def test_two_real_trains_of_one_run_at_once_leave_one_writer(tiny_data_dir, tmp_path):
     """Two processes started together: exactly one trains, the other is refused in one line."""
     args = _train_args(tiny_data_dir, tmp_path, "--run", "twice", "--set", "train.steps_per_epoch=40")
@@ -303,6 +304,7 @@ def test_a_stop_mid_epoch_saves_the_step_and_the_rerun_finishes_the_epoch(cpu, t
 
 
 @pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.alone
 def test_sigterm_saves_a_checkpoint_at_the_step_and_exits_75(tiny_data_dir, tmp_path):
     args = _train_args(
         tiny_data_dir,
@@ -374,6 +376,7 @@ def test_the_time_limit_stops_with_a_checkpoint_and_the_rerun_resumes(tiny_data_
 
 
 @pytest.mark.heavy  # JAX's convolutions on this CPU; the same stops on TensorFlow run in make test
+@pytest.mark.alone
 def test_both_loops_stop_and_resume_mid_epoch_on_jax(tiny_data_dir, tmp_path):
     done = run_python(
         f"""
@@ -417,6 +420,7 @@ needs_namespaces = pytest.mark.skipif(not namespaces_work(), reason="no user and
 
 @needs_namespaces
 @pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.alone
 def test_a_full_disk_mid_run_is_one_line_leaves_no_partial_and_the_rerun_resumes(tiny_data_dir, tmp_path):
     """The runs dir on a 32 MiB tmpfs that is filled up as soon as the first checkpoint is written."""
     args = _train_args(
@@ -554,6 +558,7 @@ def test_a_data_dir_this_user_may_not_write_is_one_line(tmp_path):
 
 
 @pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.alone
 def test_data_files_that_vanish_mid_run_are_named_and_the_rerun_resumes(
     tiny_data_dir, tmp_path, capsys, caplog, monkeypatch
 ):
@@ -622,6 +627,7 @@ def undisturbed_fetch(tmp_path_factory, spec) -> str:
 
 @pytest.mark.parametrize("seed", seeds())
 @pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.alone
 def test_a_fetch_killed_at_a_random_moment_reruns_to_the_same_data(tmp_path, seed, undisturbed_fetch):
     data_dir = tmp_path / "data"
     command = _cli(*_tiny_fetch(data_dir))
@@ -815,6 +821,7 @@ def test_two_writers_of_one_file_at_once_each_rename_a_whole_file(tmp_path):
 
 @pytest.mark.parametrize("seed", seeds())
 @pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.alone
 def test_a_train_killed_at_a_random_moment_resumes_from_its_last_epoch(tiny_data_dir, tmp_path, seed):
     overrides = ["train.epochs=4", "train.steps_per_epoch=10", "train.lr_ramp_epochs=2"]
     args = _train_args(
@@ -851,6 +858,7 @@ def test_a_train_killed_at_a_random_moment_resumes_from_its_last_epoch(tiny_data
 
 @pytest.mark.parametrize("seed", seeds())
 @pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.alone
 def test_a_predict_killed_at_a_random_moment_reruns_to_the_same_csv(tiny_runs, tiny_data_dir, tmp_path, seed):
     def fresh_run(name: str) -> Path:
         run = Path(shutil.copytree(tiny_runs[0], tmp_path / name))

@@ -107,7 +107,7 @@ def test_a_run_on_cached_views_scores_the_same_when_evaluated_on_images(cpu, tin
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.heavy  # a whole chain (`make test-heavy`)
 def test_an_interrupted_cached_run_resumes_from_its_cache(cpu, tiny_data_dir, tmp_path, caplog):
     """Stopped (as SIGTERM stops it) once its first epoch is checkpointed: the rerun reads the
     cached features instead of computing them again, and resumes."""

@@ -139,6 +139,7 @@ def _kill_process_1(tiny_data_dir, runs, logs, engine: str) -> int:
 @pytest.mark.slow  # it trains: make test, not test-fast
 @pytest.mark.parametrize("engine", ["jax", "tensorflow"])
 @pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.alone
 def test_two_processes_train_as_one_a_killed_one_ends_the_job_in_one_line_and_the_rerun_resumes(
     tiny_data_dir, tmp_path, engine
 ):
@@ -161,6 +162,7 @@ def test_two_processes_train_as_one_a_killed_one_ends_the_job_in_one_line_and_th
 
 @pytest.mark.slow
 @pytest.mark.heavy  # two JAX runs of two processes
+@pytest.mark.alone
 @pytest.mark.parametrize("notice", ["SIGTERM", "time limit"])
 def test_a_preemption_notice_stops_every_process_at_one_step_and_the_rerun_resumes_it(
     tiny_data_dir, tmp_path, notice
@@ -211,6 +213,7 @@ def test_a_preemption_notice_stops_every_process_at_one_step_and_the_rerun_resum
 
 @pytest.mark.slow
 @pytest.mark.heavy  # EfficientNet-Lite0 in two JAX processes
+@pytest.mark.alone
 def test_the_cpu_recipe_trains_in_two_processes_each_batch_of_its_feature_pass_predicted_once(
     tiny_data_dir, tmp_path
 ):
@@ -240,6 +243,7 @@ def test_the_cpu_recipe_trains_in_two_processes_each_batch_of_its_feature_pass_p
 
 @pytest.mark.slow
 @pytest.mark.heavy  # two JAX processes, and JAX's 10 s heartbeat
+@pytest.mark.alone
 def test_on_a_slice_a_host_whose_peer_died_ends_in_one_line_within_the_heartbeat(tiny_data_dir, tmp_path):
     """`make train HOSTS=slice` on each host of a real slice: no launcher sees the other hosts, so
     each host's own one-process launcher supervises its process. When another host dies, JAX's
@@ -320,6 +324,7 @@ def test_a_stages_one_line_error_in_a_process_is_the_launchs_last_line(tmp_path)
 
 @pytest.mark.slow
 @pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.alone
 def test_a_killed_tensorflow_worker_ends_the_job_in_one_line(tiny_data_dir, tmp_path):
     """TF_CONFIG workers: the survivor fails within 0.1 s of losing its peer, in the same poll of
     the launcher; the launcher still names the killed one. (The rerun: the heavy tier, above.)"""
@@ -365,6 +370,7 @@ def _train(tiny_data_dir, tmp_path, engine: str, layout: str) -> tuple[list[floa
 
 @pytest.mark.slow
 @pytest.mark.heavy  # four runs of two processes or one: the figure is `make bench-hosts`'s
+@pytest.mark.alone
 @pytest.mark.parametrize("engine", LAYOUTS)
 def test_two_processes_learn_as_one_of_all_the_devices_and_score_each_example_once(
     tiny_data_dir, tmp_path, engine

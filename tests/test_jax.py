@@ -75,6 +75,7 @@ def _train_args(data_dir, runs_dir, name, *overrides):
 
 @pytest.mark.slow
 @pytest.mark.heavy
+@pytest.mark.alone
 def test_jax_trains_in_bfloat16_over_8_devices_and_its_weights_serve_on_tensorflow(
     tiny_data_dir, tmp_path, caplog
 ):
@@ -123,6 +124,7 @@ def test_jax_trains_in_bfloat16_over_8_devices_and_its_weights_serve_on_tensorfl
 
 @pytest.mark.slow
 @pytest.mark.heavy  # 8 JAX devices
+@pytest.mark.alone
 def test_a_killed_jax_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
     """The custom loop (a jitted stateless step) on 8 devices, killed after its first checkpoint."""
     args = _train_args(
@@ -155,6 +157,7 @@ def test_a_killed_jax_run_resumes_from_its_last_epoch(tiny_data_dir, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.heavy  # 8 JAX devices
+@pytest.mark.alone
 @pytest.mark.parametrize("loop", ["fit", "custom"])
 def test_an_epoch_on_8_jax_devices_takes_its_steps_and_reports_their_mean_loss(loop, tiny_data_dir, tmp_path):
     """An epoch of 3 steps with 4 steps a call asked for, as a TPU's 32 a call met a kernel's
@@ -180,6 +183,7 @@ def test_an_epoch_on_8_jax_devices_takes_its_steps_and_reports_their_mean_loss(l
 
 @pytest.mark.slow
 @pytest.mark.heavy  # 8 JAX devices
+@pytest.mark.alone
 def test_a_step_on_8_jax_devices_is_the_step_on_one():
     """The same batch of 32 on one device and split over 8 by `keras.distribution.DataParallel` (what
     pick_jax sets): the same loss, accuracy and weights after a step. The gradient is the global
@@ -219,6 +223,7 @@ def test_a_step_on_8_jax_devices_is_the_step_on_one():
 
 @pytest.mark.slow
 @pytest.mark.heavy  # two training processes side by side
+@pytest.mark.alone
 def test_the_same_recipe_computes_the_same_on_both_backends(small_data_dir, tmp_path):
     """The CPU recipe (weight average, logit adjustment, label smoothing, frozen BatchNorm, the LR
     schedule) at 32 px, from the same initial weights over the same batches in the same order

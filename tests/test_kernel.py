@@ -87,7 +87,7 @@ def test_generate_writes_the_bundled_script_and_exact_metadata(generated, tmp_pa
     assert (again / "petals-tiny" / kernel.SCRIPT).read_bytes() == (generated / kernel.SCRIPT).read_bytes()
 
 
-@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.heavy  # a whole chain (`make test-heavy`)
 def test_the_generated_kernel_runs_end_to_end_on_cpu(generated, tiny_data_dir, spec, tmp_path):
     """Outside the repo, with no PYTHONPATH: everything it runs comes from its own bundle."""
     working = tmp_path / "working"

@@ -81,6 +81,7 @@ def _outputs(run: RunDir, fold: int) -> dict[str, bytes]:
 
 
 @pytest.mark.heavy  # 5 folds trained here on data whose every class has 5 examples: about 3 minutes
+@pytest.mark.alone
 def test_five_fold_kernels_one_failing_one_slow_make_the_group_trained_here(
     five_fold_data, trained_here, tmp_path, in_kaggle_env, capsys
 ):

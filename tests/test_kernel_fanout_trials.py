@@ -65,6 +65,7 @@ def data_dir(tiny_data_dir, tmp_path):
 
 
 @pytest.mark.heavy  # a chain: four fan-out commands and the kernel's script training in a process
+@pytest.mark.alone
 def test_trials_drawn_here_trained_in_kernels_are_told_to_the_study(
     data_dir, tmp_path, in_kaggle_env, capsys
 ):

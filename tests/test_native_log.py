@@ -65,7 +65,7 @@ def test_a_stage_process_imports_tensorflow_without_its_start_up_lines():
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # runs alone in `make test-heavy`: a whole chain or several processes
+@pytest.mark.heavy  # a whole chain (`make test-heavy`)
 def test_a_run_on_cached_float16_features_writes_no_engine_line(tiny_data_dir, tmp_path):
     """The feature cache keeps float16 rows; cast inside TensorFlow, they made oneDNN log
     "E0000 ... supports DT_HALF only on platforms with AVX-512" in every cached run on this CPU."""

@@ -102,7 +102,7 @@ def test_a_number_task_metric_or_label_column_that_disagree_are_refused_in_one_l
 
 
 @pytest.mark.slow
-@pytest.mark.heavy  # four fold runs and a blend: the longest chains run alone (`make test-heavy`)
+@pytest.mark.heavy  # four fold runs and a blend: a long chain (`make test-heavy`)
 def test_cv_groups_of_numbers_give_out_of_fold_numbers_and_blend_into_one_submission(cpu, tmp_path):
     """Two tiny CV groups on a tenth of the embedded Pawpularity photos: each group's OOF rows are
     every labelled photo with its score, its CV score the RMSE over them; their equal blend is the

@@ -177,6 +177,7 @@ def test_a_sweep_records_its_trials_and_its_rerun_continues_the_study(data_dir, 
 
 
 @pytest.mark.heavy  # two sweeps training side by side; the count itself: test_sweep_turns.py
+@pytest.mark.alone
 def test_two_processes_split_one_studys_trials_and_run_none_twice(data_dir, tmp_path):
     import optuna
 
@@ -209,6 +210,7 @@ def _split_and_none_twice(found, trials: int) -> None:
 
 
 @pytest.mark.heavy
+@pytest.mark.alone
 def test_two_processes_split_a_study_on_a_real_postgresql_server(data_dir, tmp_path, postgresql):
     import optuna
 

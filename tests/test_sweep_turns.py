@@ -74,6 +74,7 @@ def test_two_processes_ending_trials_together_run_exactly_the_trials_asked_on_sq
 
 
 @pytest.mark.heavy
+@pytest.mark.alone
 def test_two_processes_ending_trials_together_run_exactly_the_trials_asked_on_postgresql(
     tmp_path, postgresql
 ):

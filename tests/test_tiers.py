@@ -20,13 +20,20 @@ from _pytest.mark.expression import Expression  # pytest's own reading of `-m`
 
 from tests.conftest import COLLECTED_MARKERS, MARKERS_FILE, REPO
 
-# A target named test* whose recipe runs pytest with a marker expression.
-TIER = re.compile(r'^(test[\w-]*):[^\n]*\n(?:\t[^\n]*\n)*?\t[^\n]*-m pytest [^\n]*?-m ("[^"]*"|\w+)', re.M)
+# A target named test* and its recipe; each pytest line of it and its marker expression.
+TARGET = re.compile(r"^(test[\w-]*):[^\n]*\n((?:\t[^\n]*\n)*)", re.M)
+PYTEST_MARKS = re.compile(r'-m pytest [^\n]*?-m ("[^"]*"|\w+)')
 
 
 def make_tiers() -> dict[str, str]:
-    """Each tier's target and its marker expression, as the Makefile writes them."""
-    return {name: expr.strip('"') for name, expr in TIER.findall((REPO / "Makefile").read_text())}
+    """Each tier's target and the tests it runs, as a marker expression: its pytest lines' own,
+    joined by `or` (`make test-heavy` runs its tests in two passes)."""
+    tiers = {}
+    for name, recipe in TARGET.findall((REPO / "Makefile").read_text()):
+        passes = [expr.strip('"') for expr in PYTEST_MARKS.findall(recipe)]
+        if passes:
+            tiers[name] = " or ".join(f"({expr})" for expr in passes)
+    return tiers
 
 
 def ci_targets() -> set[str]:
@@ -90,6 +97,14 @@ def test_a_tier_ci_does_not_run_holds_only_tests_of_the_readmes_tier(collected):
         assert not outside, f"make {name} runs tests `make test` does not: {outside[:5]}"
     fast = [t for t, marks in collected.items() if in_tier(tiers["test-fast"], marks)]
     assert fast and all("slow" not in collected[t] for t in fast)  # the inner loop trains nothing
+
+
+def test_only_heavy_tests_are_marked_to_run_alone_and_the_heavy_tier_runs_them_all(collected):
+    alone = [t for t, marks in collected.items() if "alone" in marks]
+    assert alone and not [t for t in alone if "heavy" not in collected[t]]
+    heavy = make_tiers()["test-heavy"]
+    assert all(in_tier(heavy, collected[t]) for t in alone)
+    assert not in_tier(heavy, frozenset({"alone"}))  # `alone` alone puts no test in the tier
 
 
 def test_a_test_in_no_tier_or_in_two_is_named():

@@ -71,6 +71,7 @@ def test_a_run_directory_holds_everything_and_reruns_are_no_ops(cpu, tiny_data_d
 
 @pytest.mark.slow
 @pytest.mark.heavy
+@pytest.mark.alone
 # Alone on a CPU without AVX-512 (2026-11-27) fit's run took 230 s, against 30-70 s on the earlier
 # machine: the suite's 240 s would fail it on a slow machine, not on a fault.
 @pytest.mark.timeout(600)
