@@ -153,7 +153,7 @@ def test_a_killed_processs_staging_folder_is_removed_by_the_next_and_no_other(tm
     output folder: the next download removes it, never a live process's or another host's."""
     dead = subprocess.Popen([sys.executable, "-c", "import os; print(os.getpid())"], stdout=subprocess.PIPE)
     pid = int(dead.communicate()[0])
-    host = lock._me().split(".")[0]
+    host = lock.process_name().split(".")[0]
     left = tmp_path / f".petals-download-{host}.{pid}.123.abc"
     mine = lock.staging_folder(tmp_path, ".petals-download-")
     theirs = tmp_path / f".petals-download-another-host.{pid}.123.abc"
@@ -162,7 +162,7 @@ def test_a_killed_processs_staging_folder_is_removed_by_the_next_and_no_other(tm
     (left / "0" / "big").write_bytes(b"x" * 1000)
     again = lock.staging_folder(tmp_path, ".petals-download-")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([mine.name, theirs.name, again.name])
-    assert mine.name.startswith(f".petals-download-{lock._me()}.")
+    assert mine.name.startswith(f".petals-download-{lock.process_name()}.")
 
 
 def test_a_second_fetch_of_a_data_dir_is_refused(tmp_path, capsys, live_holder):

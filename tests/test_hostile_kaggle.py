@@ -405,7 +405,7 @@ def test_a_killed_downloads_staging_folder_goes_with_the_next_download(tmp_path,
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
     args = _kernel_folder(tmp_path)
     output = tmp_path / "kernels" / "petals-tiny" / "output"
-    left = output / f".petals-download-{lock._me().split('.')[0]}.{int(gone.stdout)}.1.x" / "0"
+    left = output / f".petals-download-{lock.process_name().split('.')[0]}.{int(gone.stdout)}.1.x" / "0"
     left.mkdir(parents=True)
     (left / "model.keras").write_bytes(b"x" * 1000)
     with KaggleTestServer(Behaviour(kernel_files={SUMMARY: _summary()})):

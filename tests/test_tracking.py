@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from pipeline import api
+from pipeline.core import lock
 from pipeline.core.errors import PetalsError
 from pipeline.core.rundir import RunDir
 from pipeline.runs import leaderboard, mlflow_runs, tracking
@@ -179,12 +180,12 @@ def test_retrain_ends_only_the_runs_whose_trainer_is_gone_never_one_training_on_
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)  # fmt: skip
     alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    here = mlflow_runs.trainer().rsplit("/", 2)[0]
+    here = lock.process_name().split(".")[0]
     trainers = {
-        "killed here": f"{here}/{dead.stdout.strip()}/1",
-        "training here": mlflow_runs.trainer(alive.pid),
-        "its pid reused": f"{here}/{alive.pid}/1",  # the same pid, started at another moment
-        "on another machine": "kaggle-kernel-7:0f3a9c21/4242/999",
+        "killed here": f"{here}.{dead.stdout.strip()}.1",
+        "training here": lock.process_name(alive.pid),
+        "its pid reused": f"{here}.{alive.pid}.1",  # the same pid, started at another moment
+        "on another machine": "kaggle-kernel-7.4242.999",
         "before the tag": None,
     }
     ids = {}
@@ -207,8 +208,8 @@ def test_retrain_ends_only_the_runs_whose_trainer_is_gone_never_one_training_on_
         "on another machine": "RUNNING",
         "before the tag": "KILLED",
     }
-    assert again.client.get_run(again.id).data.tags[mlflow_runs.TRAINER_TAG] == mlflow_runs.trainer()
-    assert mlflow_runs.gone(mlflow_runs.trainer())  # this process trains anew: its old run is done
+    assert again.client.get_run(again.id).data.tags[mlflow_runs.TRAINER_TAG] == lock.process_name()
+    assert mlflow_runs.gone(lock.process_name())  # this process trains anew: its old run is done
 
 
 def test_an_unreachable_tracking_server_is_one_line_without_its_password(tmp_path, monkeypatch):

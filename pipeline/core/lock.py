@@ -58,26 +58,30 @@ def _alive(holder: dict) -> bool:
     return started is None or _process_start(pid) in (None, started)
 
 
-def _me() -> str:
-    """This process as a folder name's part: host (its name's plain characters), pid, start."""
+def process_name(pid: int | None = None) -> str:
+    """A process (this one) as a name's part: host (its name's plain characters), pid, start."""
     host = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:40] or "host"
-    return f"{host}.{os.getpid()}.{_process_start(os.getpid())}"
+    pid = os.getpid() if pid is None else pid
+    return f"{host}.{pid}.{_process_start(pid)}"
+
+
+def ended(name: str) -> bool | None:
+    """Whether the process `name` begins with (`process_name`'s form) has stopped; None where it
+    is another host's, whose processes cannot be seen from here, or `name` is not of that form."""
+    owner = name.split(".")
+    if len(owner) < 3 or owner[0] != process_name().split(".")[0] or not owner[1].isdigit():
+        return None
+    return not _alive({"pid": int(owner[1]), "process_start": None if owner[2] == "None" else owner[2]})
 
 
 def staging_folder(parent: Path, prefix: str) -> Path:
     """A new folder in `parent` for this process to stage a download or a copy in, before it moves
     into place. A `kill -9` leaves its staging folder behind (gigabytes, for a kernel's outputs), so
     those of `prefix` whose process is gone (on this host, by pid and start) are removed first."""
-    me = _me()
-    host = me.split(".")[0]
     for old in parent.glob(f"{prefix}*"):
-        owner = old.name[len(prefix) :].split(".")
-        if len(owner) < 3 or owner[0] != host or not owner[1].isdigit() or old.is_symlink():
-            continue  # another host's, or not one of these
-        pid, start = int(owner[1]), owner[2]
-        if old.is_dir() and not _alive({"pid": pid, "process_start": None if start == "None" else start}):
+        if old.is_dir() and not old.is_symlink() and ended(old.name[len(prefix) :]):
             shutil.rmtree(old, ignore_errors=True)
-    return Path(tempfile.mkdtemp(prefix=f"{prefix}{me}.", dir=parent))
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{process_name()}.", dir=parent))
 
 
 def _describe(holder: dict) -> str:

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from pipeline.core import lock
 from pipeline.core.errors import PetalsError, first_line
 from pipeline.core.urls import hidden, shown_url
 
@@ -28,7 +29,7 @@ URI_VARIABLE = "MLFLOW_TRACKING_URI"
 DATABASE = "mlflow.db"  # the default store, in the runs dir
 ARTIFACTS = "mlflow-artifacts"
 RUN_TAG, STUDY_TAG, KIND_TAG = "petals.run", "petals.study", "petals.kind"
-TRAINER_TAG = "petals.trainer"  # the training process: `machine/pid/start` (`trainer`)
+TRAINER_TAG = "petals.trainer"  # the training process: `host.pid.start` (`lock.process_name`)
 GROUP_TAG = "cv_group"  # a fold's and its group's
 # What a fold's tags say of its CV group too: its run's tags when a fold makes it.
 GROUP_SHARED = ("competition", "recipe", "backbone", "git_commit", "data_fingerprint", STUDY_TAG, "trial")
@@ -50,53 +51,11 @@ def _errors() -> tuple[type[BaseException], ...]:
     return (MlflowException, SQLAlchemyError, OSError, ImportError)
 
 
-def _machine() -> str:
-    """This machine: its host name and boot (containers on one host share the boot, not the name)."""
-    import socket
-
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()[:8]
-    except OSError:
-        boot = "-"
-    return f"{socket.gethostname()}:{boot}"
-
-
-def _started(pid: int) -> str:
-    """When process `pid` started, in clock ticks since boot (Linux), so a reused pid is not it;
-    "-" where /proc cannot tell, "" where no such process runs."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return "" if Path("/proc/self/stat").exists() else "-"
-    except OSError:
-        return "-"
-    return stat.rsplit(")", 1)[1].split()[19]  # field 22; the name before it may hold spaces
-
-
-def trainer(pid: int | None = None) -> str:
-    """The process `pid` (this one) as `TRAINER_TAG` names it."""
-    pid = os.getpid() if pid is None else pid
-    return f"{_machine()}/{pid}/{_started(pid)}"
-
-
 def gone(tag: str | None) -> bool:
     """Whether the trainer a run's tag names has stopped: this process (it trains anew), or a
-    process of this machine no longer running. A run without the tag (tracked before it) counts
-    as gone; one of another machine, or a process that still runs, does not."""
-    if tag is None or tag == trainer():
-        return True
-    parts = tag.rsplit("/", 2)
-    if len(parts) != 3 or parts[0] != _machine() or not parts[1].isdigit():
-        return False
-    pid, started = int(parts[1]), parts[2]
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # another user's: it runs
-        return False
-    now = _started(pid)
-    return now == "" or (started not in ("", "-") and now not in ("", "-") and now != started)
+    process of this host no longer running (`lock.ended`: by pid and start). A run without the tag
+    (tracked before it) counts as gone; one of another host, or a process that still runs, does not."""
+    return tag is None or tag == lock.process_name() or lock.ended(tag) is True
 
 
 class MlflowRun:
@@ -210,7 +169,7 @@ class MlflowRun:
         run's MLflow runs still RUNNING whose trainer is gone: a `kill -9` cannot end its own, and
         RETRAIN=1 then starts another. One trained on another machine sharing the store is left
         as it is: nothing here can tell whether it still trains."""
-        self._guarded("tagging the trainer", self.client.set_tag, self.id, TRAINER_TAG, trainer())
+        self._guarded("tagging the trainer", self.client.set_tag, self.id, TRAINER_TAG, lock.process_name())
         if resumed:
             self._guarded("resuming the run", self.client.update_run, self.id, "RUNNING")
             return
