@@ -20,7 +20,7 @@ size and, for comparison, squared to 192 px first as that competition was writte
 here scored what petals' default scored there, to the digit: this measures the default's probe,
 not an idealised one.
 
-Usage: python benchmarks/bench_probe_splits.py [--sets stamps faces] [--splits 20]
+Usage: python benchmarks/bench_probe_splits.py [--sets stamps faces] [--splits 20] [--arms baseline trio ...]
 Prints one line a set and writes benchmarks/probe_splits.json (each set's figures and commit).
 """
 
@@ -117,7 +117,9 @@ def views_of(model, images: list[np.ndarray]) -> np.ndarray:
     return np.stack([features(model, images, TRIO[1]), features(model, images, TRIO[1], mirror=True)])
 
 
-def run_set(name: str, count: int) -> dict:
+def run_set(name: str, count: int, arms: tuple[str, ...] = ARMS) -> dict:
+    """The arms' test scores on `count` splits of set `name`; an arm left out is not computed (the
+    `trio-folds` arms read the `trio` features)."""
     data = realdata.load(name, False)
     images = data.dev.items + data.test.items
     labels = np.concatenate([data.dev.labels, data.test.labels])
@@ -126,31 +128,38 @@ def run_set(name: str, count: int) -> dict:
         np.concatenate([data.dev.groups, data.test.groups]) if grouped else np.arange(len(labels)).astype(str)
     )
     started = time.perf_counter()
-    lite0 = {192: cv_data.probe_features(images), 224: cv_data.probe_features(images, 224)}
-    model = pooled_model(*TRIO)
+    lite0_arms = {arm: size for arm, size in (("baseline", 192), ("lite0-224", 224)) if arm in arms}
+    lite0 = {size: cv_data.probe_features(images, size) for size in lite0_arms.values()}
+    needs_trio = {"trio", "trio-folds", "trio-folds-f16"} & set(arms)
+    trio_arms = {arm: written for arm, written in (("trio", None), ("trio-192", cv_data.SIZE))
+                 if arm in arms or (arm == "trio" and needs_trio)}  # fmt: skip
+    model = pooled_model(*TRIO) if trio_arms else None
     trio = {
         arm: views_of(model, [as_petals_reads(image, TRIO[1], written) for image in images])
-        for arm, written in (("trio", None), ("trio-192", cv_data.SIZE))
+        for arm, written in trio_arms.items()
     }
     seconds = round(time.perf_counter() - started, 1)
     rows = []
     for seed, dev, test in splits_of(data, count):
         test_groups = groups[test] if grouped else None
         predicted = {}
-        for arm, size in (("baseline", 192), ("lite0-224", 224)):
+        for arm, size in lite0_arms.items():
             x = lite0[size]
             found, _ = cv_data.fit_probe(x[dev], labels[dev], x[test], groups[dev] if grouped else None)
             predicted[arm] = found.argmax(axis=1)
         for arm, views in trio.items():
-            predicted[arm] = trio_probe(views[:, dev], labels[dev], groups[dev], views[0, test])
-        views = trio["trio"]
-        predicted["trio-folds"] = fold_mean_probe(
-            views[:, dev], labels[dev], groups[dev], views[0, test], grouped
-        )
-        cached = views[:, dev].astype(np.float16).astype(np.float32)
-        predicted["trio-folds-f16"] = fold_mean_probe(
-            cached, labels[dev], groups[dev], views[0, test], grouped
-        )
+            if arm in arms:
+                predicted[arm] = trio_probe(views[:, dev], labels[dev], groups[dev], views[0, test])
+        views = trio.get("trio")
+        if "trio-folds" in arms:
+            predicted["trio-folds"] = fold_mean_probe(
+                views[:, dev], labels[dev], groups[dev], views[0, test], grouped
+            )
+        if "trio-folds-f16" in arms:
+            cached = views[:, dev].astype(np.float16).astype(np.float32)
+            predicted["trio-folds-f16"] = fold_mean_probe(
+                cached, labels[dev], groups[dev], views[0, test], grouped
+            )
         scored = {
             arm: realdata_gaps.test_score(labels[test], found, len(data.classes), test_groups)[
                 "test_macro_f1"
@@ -163,7 +172,7 @@ def run_set(name: str, count: int) -> dict:
         "classes": len(data.classes),
         "images": len(labels),
         "splits": rows,
-        "mean": {arm: round(float(np.mean([row[arm] for row in rows])), 4) for arm in ARMS},
+        "mean": {arm: round(float(np.mean([row[arm] for row in rows])), 4) for arm in arms},
         "differences": {
             f"{a} - {b}": difference(rows, a, b)
             for a, b in (
@@ -176,6 +185,7 @@ def run_set(name: str, count: int) -> dict:
                 ("trio-folds-f16", "trio-folds"),
                 ("trio-folds-f16", "baseline"),
             )
+            if a in arms and b in arms
         },
         "feature_seconds": seconds,
         "commit": commit(),
@@ -191,20 +201,23 @@ def difference(rows: list[dict], a: str, b: str) -> dict:
 
 
 def main() -> None:
-    command(__doc__, ["stamps", "faces"], "probe_splits.json", run_set)
+    command(__doc__, ["stamps", "faces"], "probe_splits.json", run_set, ARMS)
 
 
-def command(doc: str, sets: list[str], file: str, run_set) -> None:
-    """A probe benchmark's command line: `--sets` and `--splits`, each set's `run_set(name, splits)`
-    printed (its differences) and written to benchmarks/`file` after each set, atomically."""
+def command(doc: str, sets: list[str], file: str, run_set, arms: tuple[str, ...] = ()) -> None:
+    """A probe benchmark's command line: `--sets` and `--splits` (and `--arms`, where it names
+    them), each set's `run_set(name, splits[, arms])` printed (its differences) and written to
+    benchmarks/`file` after each set, atomically."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="+", default=sets, choices=realdata.SETS)
     parser.add_argument("--splits", type=int, default=20)
+    if arms:
+        parser.add_argument("--arms", nargs="+", default=list(arms), choices=arms)
     args = parser.parse_args()
     path = REPO / "benchmarks" / file
     results = json.loads(path.read_text())["sets"] if path.is_file() else {}
     for name in args.sets:
-        results[name] = run_set(name, args.splits)
+        results[name] = run_set(name, args.splits, tuple(args.arms)) if arms else run_set(name, args.splits)
         for pair, found in results[name]["differences"].items():
             print(f"{name}: {pair} {found['mean']:+.4f} +- {found['se']:.4f} (se) over {args.splits} splits; "
                   f"ahead on {found['ahead']}, behind on {found['behind']}", flush=True)  # fmt: skip
