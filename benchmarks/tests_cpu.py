@@ -1,6 +1,7 @@
 """Where `make test`'s time goes: each test's wall seconds, its own CPU seconds (the pytest worker's
 threads, fixtures included) and its subprocesses' (stages run as `python -m pipeline`, `make`,
-kernels), so that the 6-minute goal is worked on where the seconds are, not where they seem.
+kernels), so that the 6-minute goal is worked on where the seconds are, not where they seem; and
+the tail: how long the suite ran on after its first worker had nothing left to do.
 
 As a pytest plugin (`-p benchmarks.tests_cpu`, what `make bench-tests` runs) it appends one line
 per test to a file per worker in $PETALS_TESTS_CPU_DIR; as a script it sums those files: the
@@ -44,27 +45,32 @@ def pytest_runtest_protocol(item, nextitem):
     yield
     line = (
         f"{item.nodeid}\t{time.perf_counter() - wall:.2f}\t{time.process_time() - own:.2f}\t"
-        f"{_children_cpu() - children:.2f}\n"
+        f"{_children_cpu() - children:.2f}\t{time.time():.2f}\n"
     )
     with open(Path(os.environ[FOLDER]) / f"{os.getpid()}.tsv", "a") as out:
         out.write(line)
 
 
-def read(folder: Path) -> list[tuple[str, float, float, float]]:
-    rows = []
+def read(folder: Path) -> tuple[list[tuple[str, float, float, float]], list[float]]:
+    """The measured tests (name, wall, own and children's CPU seconds), and when each worker
+    finished its last test (seconds since the epoch)."""
+    rows, finished = [], []
     for path in sorted(folder.glob("*.tsv")):
+        ends = []
         for number, line in enumerate(path.read_text().splitlines(), 1):
             try:
-                test, wall, own, children = line.split("\t")
+                test, wall, own, children, end = line.split("\t")
                 rows.append((test, float(wall), float(own), float(children)))
+                ends.append(float(end))
             except ValueError:
-                sys.exit(f"{path}:{number}: not a measured test (name, wall, own and children's seconds)")
+                sys.exit(f"{path}:{number}: not a measured test (name, wall, own and children's CPU-s, end)")
+        finished += [max(ends)] if ends else []
     if not rows:
         sys.exit(f"{folder}: no measured tests (run `make bench-tests` first)")
-    return rows
+    return rows, finished
 
 
-def summary(rows, top: int) -> dict:
+def summary(rows, finished: list[float], top: int) -> dict:
     cpu = {test: own + children for test, _, own, children in rows}
     by_file = collections.Counter()
     for test, seconds in cpu.items():
@@ -75,6 +81,9 @@ def summary(rows, top: int) -> dict:
         "wall_sum_s": round(sum(r[1] for r in rows), 1),
         "cpu_own_s": round(sum(r[2] for r in rows), 1),
         "cpu_children_s": round(sum(r[3] for r in rows), 1),
+        # the seconds the suite ran on after its first worker ran out of tests: what an order
+        # with the longest tests first could win at most
+        "tail_s": round(max(finished) - min(finished), 1),
         "by_size": {
             band: {
                 "tests": sum(low <= s < high for s in cpu.values()),
@@ -94,7 +103,7 @@ def main() -> None:
     parser.add_argument("folder", type=Path)
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args()
-    figures = summary(read(args.folder), args.top)
+    figures = summary(*read(args.folder), args.top)
     sys.path.insert(0, str(REPO))
     from benchmarks.bench_fetch import machine, record
 
