@@ -21,6 +21,7 @@ here scored what petals' default scored there, to the digit: this measures the d
 not an idealised one.
 
 Usage: python benchmarks/bench_probe_splits.py [--sets stamps faces] [--splits 20] [--arms baseline trio ...]
+    [--out probe_splits.json]
 Prints one line a set and writes benchmarks/probe_splits.json (each set's figures and commit).
 """
 
@@ -52,7 +53,11 @@ TRIO = ("efficientnet-lite-trio-taps", 260)  # the image candidates' (its two ta
 # probabilities (each fitted on 4/5 of dev), not one fit on all of dev. `trio-folds-f16`: the same
 # fitted on the dev views rounded to float16, as petals' feature cache stores what its probe reads
 # (pipeline/modeling/feature_pass.py), test read in float32 as predict reads it (since 2026-11-30).
-ARMS = ("baseline", "lite0-224", "trio", "trio-192", "trio-folds", "trio-folds-f16")
+# `trio-folds-f16-tta`: the same, each test image's probabilities averaged over it and its mirror
+# (`--tta 2`), where the others read the image alone. `trio-1`: the `trio` probe fitted on the
+# first view alone, as petals caches above `train.feature_views_up_to` images.
+ARMS = ("baseline", "lite0-224", "trio", "trio-1", "trio-192",
+        "trio-folds", "trio-folds-f16", "trio-folds-f16-tta")  # fmt: skip
 FOLDS = 5  # the CV group's, as bench-realdata's default runs it
 
 
@@ -77,7 +82,8 @@ def trio_probe(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, plain:
 def fold_mean_probe(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, plain: np.ndarray,
                     grouped: bool) -> np.ndarray:  # fmt: skip
     """The default's test prediction: petals' probe fitted on each of FOLDS folds' kept dev rows,
-    their softmax probabilities on `plain` averaged -> predicted classes. The folds are petals' own
+    their softmax probabilities on `plain` ([m, d], or [passes, m, d]: each pass's probabilities
+    averaged too, as `--tta` does) averaged -> predicted classes. The folds are petals' own
     deal (folds.deal from the default fold seed: stratified, whole groups where the set is grouped)
     of the dev rows in their written order, which is their ids' order in the competition
     bench-realdata writes."""
@@ -94,7 +100,8 @@ def fold_mean_probe(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, p
     for fold in range(FOLDS):
         kept = np.flatnonzero(table.folds != fold)
         fitted = probe.fit(views[:, kept], labels[kept], groups[kept], 0, "logistic", int(labels.max()) + 1)
-        mean = mean + softmax(plain @ fitted.weights + fitted.bias, axis=1) / FOLDS
+        passes = softmax(plain @ fitted.weights + fitted.bias, axis=-1)
+        mean = mean + (passes.mean(axis=0) if plain.ndim == 3 else passes) / FOLDS
     return mean.argmax(axis=1)
 
 
@@ -130,7 +137,7 @@ def run_set(name: str, count: int, arms: tuple[str, ...] = ARMS) -> dict:
     started = time.perf_counter()
     lite0_arms = {arm: size for arm, size in (("baseline", 192), ("lite0-224", 224)) if arm in arms}
     lite0 = {size: cv_data.probe_features(images, size) for size in lite0_arms.values()}
-    needs_trio = {"trio", "trio-folds", "trio-folds-f16"} & set(arms)
+    needs_trio = {"trio", "trio-1", "trio-folds", "trio-folds-f16", "trio-folds-f16-tta"} & set(arms)
     trio_arms = {arm: written for arm, written in (("trio", None), ("trio-192", cv_data.SIZE))
                  if arm in arms or (arm == "trio" and needs_trio)}  # fmt: skip
     model = pooled_model(*TRIO) if trio_arms else None
@@ -151,15 +158,16 @@ def run_set(name: str, count: int, arms: tuple[str, ...] = ARMS) -> dict:
             if arm in arms:
                 predicted[arm] = trio_probe(views[:, dev], labels[dev], groups[dev], views[0, test])
         views = trio.get("trio")
+        if "trio-1" in arms:
+            predicted["trio-1"] = trio_probe(views[:1, dev], labels[dev], groups[dev], views[0, test])
         if "trio-folds" in arms:
             predicted["trio-folds"] = fold_mean_probe(
                 views[:, dev], labels[dev], groups[dev], views[0, test], grouped
             )
-        if "trio-folds-f16" in arms:
-            cached = views[:, dev].astype(np.float16).astype(np.float32)
-            predicted["trio-folds-f16"] = fold_mean_probe(
-                cached, labels[dev], groups[dev], views[0, test], grouped
-            )
+        for arm, read in (("trio-folds-f16", views[0, test]), ("trio-folds-f16-tta", views[:, test])):
+            if arm in arms:
+                cached = views[:, dev].astype(np.float16).astype(np.float32)
+                predicted[arm] = fold_mean_probe(cached, labels[dev], groups[dev], read, grouped)
         scored = {
             arm: realdata_gaps.test_score(labels[test], found, len(data.classes), test_groups)[
                 "test_macro_f1"
@@ -177,6 +185,8 @@ def run_set(name: str, count: int, arms: tuple[str, ...] = ARMS) -> dict:
             f"{a} - {b}": difference(rows, a, b)
             for a, b in (
                 ("trio", "baseline"),
+                ("trio", "trio-1"),
+                ("trio-1", "baseline"),
                 ("trio", "lite0-224"),
                 ("trio-192", "baseline"),
                 ("trio", "trio-192"),
@@ -184,6 +194,8 @@ def run_set(name: str, count: int, arms: tuple[str, ...] = ARMS) -> dict:
                 ("trio", "trio-folds"),
                 ("trio-folds-f16", "trio-folds"),
                 ("trio-folds-f16", "baseline"),
+                ("trio-folds-f16-tta", "trio-folds-f16"),
+                ("trio-folds-f16-tta", "baseline"),
             )
             if a in arms and b in arms
         },
@@ -207,14 +219,17 @@ def main() -> None:
 def command(doc: str, sets: list[str], file: str, run_set, arms: tuple[str, ...] = ()) -> None:
     """A probe benchmark's command line: `--sets` and `--splits` (and `--arms`, where it names
     them), each set's `run_set(name, splits[, arms])` printed (its differences) and written to
-    benchmarks/`file` after each set, atomically."""
+    benchmarks/`file` (or `--out`) after each set, atomically."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sets", nargs="+", default=sets, choices=realdata.SETS)
     parser.add_argument("--splits", type=int, default=20)
     if arms:
         parser.add_argument("--arms", nargs="+", default=list(arms), choices=arms)
+    parser.add_argument("--out", default=file, help=f"its file in benchmarks/ (default {file})")
     args = parser.parse_args()
-    path = REPO / "benchmarks" / file
+    if Path(args.out).name != args.out or not args.out.endswith(".json"):
+        parser.error(f"--out {args.out!r}: a .json file's name, written in benchmarks/")
+    path = REPO / "benchmarks" / args.out
     results = json.loads(path.read_text())["sets"] if path.is_file() else {}
     for name in args.sets:
         results[name] = run_set(name, args.splits, tuple(args.arms)) if arms else run_set(name, args.splits)
