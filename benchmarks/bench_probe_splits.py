@@ -42,7 +42,9 @@ from benchmarks import cv_data, realdata, realdata_gaps  # noqa: E402
 from benchmarks.bench_cv import commit  # noqa: E402
 from benchmarks.bench_fetch import machine  # noqa: E402
 from benchmarks.bench_probes import features, pooled_model  # noqa: E402
+from pipeline.core.errors import PetalsError  # noqa: E402
 from pipeline.core.files import write_json  # noqa: E402  (atomic)
+from pipeline.core.paths import check_name  # noqa: E402
 
 TRIO = ("efficientnet-lite-trio-taps", 260)  # the image candidates' (its two taps since 2026-11-30)
 # What each probe reads: bench-realdata's baseline (Lite0 at 192 from the images, one view), the
@@ -79,11 +81,12 @@ def trio_probe(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, plain:
     return (plain @ fitted.weights + fitted.bias).argmax(axis=1)
 
 
-def fold_mean_probe(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, plain: np.ndarray,
-                    grouped: bool) -> np.ndarray:  # fmt: skip
+def fold_mean_probe(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, reads: list[np.ndarray],
+                    grouped: bool) -> list[np.ndarray]:  # fmt: skip
     """The default's test prediction: petals' probe fitted on each of FOLDS folds' kept dev rows,
-    their softmax probabilities on `plain` ([m, d], or [passes, m, d]: each pass's probabilities
-    averaged too, as `--tta` does) averaged -> predicted classes. The folds are petals' own
+    their softmax probabilities on each of `reads` ([m, d], or [passes, m, d]: each pass's
+    probabilities averaged too, as `--tta` does) averaged -> each read's predicted classes (one
+    set of fold fits for all the reads). The folds are petals' own
     deal (folds.deal from the default fold seed: stratified, whole groups where the set is grouped)
     of the dev rows in their written order, which is their ids' order in the competition
     bench-realdata writes."""
@@ -96,13 +99,14 @@ def fold_mean_probe(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, p
     table = folds.deal(
         np.arange(len(labels)), labels, FOLDS, Config().train.fold_seed, groups if grouped else None
     )
-    mean = 0.0
+    means = [0.0] * len(reads)
     for fold in range(FOLDS):
         kept = np.flatnonzero(table.folds != fold)
         fitted = probe.fit(views[:, kept], labels[kept], groups[kept], 0, "logistic", int(labels.max()) + 1)
-        passes = softmax(plain @ fitted.weights + fitted.bias, axis=-1)
-        mean = mean + (passes.mean(axis=0) if plain.ndim == 3 else passes) / FOLDS
-    return mean.argmax(axis=1)
+        for at, read in enumerate(reads):
+            passes = softmax(read @ fitted.weights + fitted.bias, axis=-1)
+            means[at] = means[at] + (passes.mean(axis=0) if read.ndim == 3 else passes) / FOLDS
+    return [mean.argmax(axis=1) for mean in means]
 
 
 def as_petals_reads(image: np.ndarray, size: int, written: int | None) -> np.ndarray:
@@ -161,13 +165,15 @@ def run_set(name: str, count: int, arms: tuple[str, ...] = ARMS) -> dict:
         if "trio-1" in arms:
             predicted["trio-1"] = trio_probe(views[:1, dev], labels[dev], groups[dev], views[0, test])
         if "trio-folds" in arms:
-            predicted["trio-folds"] = fold_mean_probe(
-                views[:, dev], labels[dev], groups[dev], views[0, test], grouped
+            [predicted["trio-folds"]] = fold_mean_probe(
+                views[:, dev], labels[dev], groups[dev], [views[0, test]], grouped
             )
-        for arm, read in (("trio-folds-f16", views[0, test]), ("trio-folds-f16-tta", views[:, test])):
-            if arm in arms:
-                cached = views[:, dev].astype(np.float16).astype(np.float32)
-                predicted[arm] = fold_mean_probe(cached, labels[dev], groups[dev], read, grouped)
+        f16 = [(arm, read) for arm, read in (("trio-folds-f16", views[0, test]),
+               ("trio-folds-f16-tta", views[:, test])) if arm in arms]  # fmt: skip
+        if f16:  # one set of fold fits on the cached views, test read without and with its mirror
+            cached = views[:, dev].astype(np.float16).astype(np.float32)
+            found = fold_mean_probe(cached, labels[dev], groups[dev], [read for _, read in f16], grouped)
+            predicted.update({arm: classes for (arm, _), classes in zip(f16, found, strict=True)})
         scored = {
             arm: realdata_gaps.test_score(labels[test], found, len(data.classes), test_groups)[
                 "test_macro_f1"
@@ -227,7 +233,11 @@ def command(doc: str, sets: list[str], file: str, run_set, arms: tuple[str, ...]
         parser.add_argument("--arms", nargs="+", default=list(arms), choices=arms)
     parser.add_argument("--out", default=file, help=f"its file in benchmarks/ (default {file})")
     args = parser.parse_args()
-    if Path(args.out).name != args.out or not args.out.endswith(".json"):
+    try:
+        check_name(args.out, "--out")
+    except PetalsError as err:
+        parser.error(str(err))
+    if not args.out.endswith(".json"):
         parser.error(f"--out {args.out!r}: a .json file's name, written in benchmarks/")
     path = REPO / "benchmarks" / args.out
     results = json.loads(path.read_text())["sets"] if path.is_file() else {}
