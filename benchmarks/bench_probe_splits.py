@@ -81,8 +81,14 @@ def trio_probe(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, plain:
     return (plain @ fitted.weights + fitted.bias).argmax(axis=1)
 
 
-def fold_mean_probe(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, reads: list[np.ndarray],
-                    grouped: bool) -> list[np.ndarray]:  # fmt: skip
+def fold_mean_probe(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, plain: np.ndarray,
+                    grouped: bool) -> np.ndarray:  # fmt: skip
+    """The default's test prediction of `plain` [m, d]: `fold_mean_probes` with one read."""
+    return fold_mean_probes(views, labels, groups, [plain], grouped)[0]
+
+
+def fold_mean_probes(views: np.ndarray, labels: np.ndarray, groups: np.ndarray, reads: list[np.ndarray],
+                     grouped: bool) -> list[np.ndarray]:  # fmt: skip
     """The default's test prediction: petals' probe fitted on each of FOLDS folds' kept dev rows,
     their softmax probabilities on each of `reads` ([m, d], or [passes, m, d]: each pass's
     probabilities averaged too, as `--tta` does) averaged -> each read's predicted classes (one
@@ -165,14 +171,14 @@ def run_set(name: str, count: int, arms: tuple[str, ...] = ARMS) -> dict:
         if "trio-1" in arms:
             predicted["trio-1"] = trio_probe(views[:1, dev], labels[dev], groups[dev], views[0, test])
         if "trio-folds" in arms:
-            [predicted["trio-folds"]] = fold_mean_probe(
-                views[:, dev], labels[dev], groups[dev], [views[0, test]], grouped
+            predicted["trio-folds"] = fold_mean_probe(
+                views[:, dev], labels[dev], groups[dev], views[0, test], grouped
             )
         f16 = [(arm, read) for arm, read in (("trio-folds-f16", views[0, test]),
                ("trio-folds-f16-tta", views[:, test])) if arm in arms]  # fmt: skip
         if f16:  # one set of fold fits on the cached views, test read without and with its mirror
             cached = views[:, dev].astype(np.float16).astype(np.float32)
-            found = fold_mean_probe(cached, labels[dev], groups[dev], [read for _, read in f16], grouped)
+            found = fold_mean_probes(cached, labels[dev], groups[dev], [read for _, read in f16], grouped)
             predicted.update({arm: classes for (arm, _), classes in zip(f16, found, strict=True)})
         scored = {
             arm: realdata_gaps.test_score(labels[test], found, len(data.classes), test_groups)[
