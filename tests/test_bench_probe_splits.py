@@ -102,3 +102,22 @@ def test_the_fold_mean_arm_averages_five_fits_each_blind_to_its_held_out_fold(gr
             rows = np.isin(groups, list(kept))
             assert set(groups[rows]) == kept and not set(groups[~rows]) & kept
     assert (predicted == labels).mean() > 0.9
+
+
+def test_the_trio_reads_the_mirror_only_where_an_arm_asks_for_it():
+    """`views_of`: the image's features and its mirror's, or the image's alone (a `trio-1`-only run
+    on a large set skips half the passes), the first view the same either way."""
+
+    class Columns:  # a stand-in network: each image's left and right halves' mean, so a mirror shows
+        def predict_on_batch(self, batch):
+            half = batch.shape[2] // 2
+            sides = batch[:, :, :half], batch[:, :, half:]
+            return np.stack([side.mean(axis=(1, 2, 3)) for side in sides], 1)
+
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 255, (20, 20, 3), dtype=np.uint8) for _ in range(5)]
+    both = bench_probe_splits.views_of(Columns(), images)
+    alone = bench_probe_splits.views_of(Columns(), images, mirror=False)
+    assert both.shape == (2, 5, 2) and alone.shape == (1, 5, 2)
+    np.testing.assert_array_equal(alone[0], both[0])
+    np.testing.assert_allclose(both[1], both[0][:, ::-1], rtol=1e-5)  # the mirror swaps the halves
