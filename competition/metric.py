@@ -162,24 +162,10 @@ class Metric:
         reads decided labels (a task's thresholds decide them) or no draw can be scored."""
         if self.reads == "labels" or len(labels) == 0:
             return None
-        labels, probabilities = np.asarray(labels), np.asarray(probabilities)
-        if self.reads == "class":  # the argmax once, not at every draw (as one-hot rows, no C x C matrix)
-            decided = np.zeros(probabilities.shape, np.int8)
-            decided[np.arange(len(decided)), probabilities.argmax(axis=1)] = 1
-            probabilities = decided
-        rng = np.random.default_rng(0)  # the same interval for the same predictions
-        keys = np.arange(len(labels)) if groups is None else np.unique(groups, return_inverse=True)[1]
-        members = None
-        if groups is not None:  # each group's rows, from one sort
-            members = np.split(np.argsort(keys, kind="stable"), np.cumsum(np.bincount(keys))[:-1])
-        scores = []
-        for _ in range(draws):
-            drawn = rng.integers(0, keys.max() + 1, keys.max() + 1)
-            rows = drawn if members is None else np.concatenate([members[k] for k in drawn])
-            try:
-                scores.append(self.score(labels[rows], probabilities[rows]))
-            except ValueError:  # one class alone in the draw: ROC AUC is undefined there
-                continue
+        labels, probabilities = np.asarray(labels), self._drawable(probabilities)
+        drawn = self._draws(labels, groups, draws)
+        scores = [self._scored(labels[rows], probabilities[rows]) for rows in drawn]
+        scores = [score for score in scores if score is not None]
         if len(scores) < draws // 2:
             return None
         low, high = np.percentile(scores, [2.5, 97.5])
@@ -187,8 +173,64 @@ class Metric:
             # Every row (group) right: no draw can hold an error, and the bootstrap says [1, 1]. The
             # rule of three bounds what the rows allow: with no error in n of them, an error rate
             # of 3/n or more is ruled out at 95% only (Hanley & Lippman-Hand 1983).
-            low = max(0.0, 1.0 - 3.0 / (keys.max() + 1))
+            keys = len(labels) if groups is None else len(set(np.asarray(groups).tolist()))
+            low = max(0.0, 1.0 - 3.0 / keys)
         return float(low), float(high)
+
+    def difference(
+        self,
+        labels: np.ndarray,
+        first: np.ndarray,
+        second: np.ndarray,
+        groups: np.ndarray | None = None,
+        draws: int = INTERVAL_DRAWS,
+    ) -> tuple[float, float, float, float] | None:
+        """Two predictions of the same rows compared: `second`'s score less `first`'s, its standard
+        error and 95% percentile-bootstrap interval, each draw scoring both on the same rows (whole
+        groups with `groups`), so what both get right or wrong together cancels. None where
+        `interval` would be."""
+        if self.reads == "labels" or len(labels) == 0:
+            return None
+        labels, first, second = np.asarray(labels), self._drawable(first), self._drawable(second)
+        found = []
+        for rows in self._draws(labels, groups, draws):
+            pair = self._scored(labels[rows], first[rows]), self._scored(labels[rows], second[rows])
+            if None not in pair:
+                found.append(pair[1] - pair[0])
+        if len(found) < draws // 2:
+            return None
+        low, high = np.percentile(found, [2.5, 97.5])
+        gap = self.score(labels, second) - self.score(labels, first)
+        return float(gap), float(np.std(found)), float(low), float(high)
+
+    def _drawable(self, probabilities: np.ndarray) -> np.ndarray:
+        """What the draws score: the argmax once where the metric reads the class (as one-hot rows,
+        no C x C matrix at every draw), the probabilities otherwise."""
+        probabilities = np.asarray(probabilities)
+        if self.reads != "class":
+            return probabilities
+        decided = np.zeros(probabilities.shape, np.int8)
+        decided[np.arange(len(decided)), probabilities.argmax(axis=1)] = 1
+        return decided
+
+    def _scored(self, labels: np.ndarray, probabilities: np.ndarray) -> float | None:
+        try:
+            return self.score(labels, probabilities)
+        except ValueError:  # one class alone in the draw: ROC AUC is undefined there
+            return None
+
+    @staticmethod
+    def _draws(labels: np.ndarray, groups: np.ndarray | None, draws: int):
+        """`draws` bootstrap draws of the rows (of whole groups with `groups`), the same for the
+        same rows: row indices, a group's rows moving together."""
+        rng = np.random.default_rng(0)
+        keys = np.arange(len(labels)) if groups is None else np.unique(groups, return_inverse=True)[1]
+        members = None
+        if groups is not None:  # each group's rows, from one sort
+            members = np.split(np.argsort(keys, kind="stable"), np.cumsum(np.bincount(keys))[:-1])
+        for _ in range(draws):
+            drawn = rng.integers(0, keys.max() + 1, keys.max() + 1)
+            yield drawn if members is None else np.concatenate([members[k] for k in drawn])
 
     def better(self, a: float, b: float) -> bool:
         """Whether score a beats score b."""

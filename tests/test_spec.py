@@ -130,6 +130,32 @@ def test_number_metrics_are_scikit_learns_lower_is_better_and_have_an_interval()
     assert low < rmse.score(*column) < high and high - low < 2
 
 
+def test_two_predictions_of_the_same_rows_are_compared_paired_and_whole_groups_move_together():
+    """`Metric.difference`: the second's score less the first's, and a bootstrap over the same draws
+    for both. A change confined to one group is judged as one group's worth of evidence."""
+    from competition.metric import METRICS
+
+    metric = METRICS["macro_f1"]
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 4, 400)
+    first = np.eye(4)[np.where(rng.random(400) < 0.7, labels, rng.integers(0, 4, 400))]
+    assert metric.difference(labels, first, first) == (0.0, 0.0, 0.0, 0.0)
+    fixed = first.copy()
+    wrong = np.flatnonzero(first.argmax(axis=1) != labels)[:40]
+    fixed[wrong] = np.eye(4)[labels[wrong]]  # forty of its mistakes put right, nothing else changed
+    gap, se, low, high = metric.difference(labels, first, fixed)
+    assert gap == pytest.approx(metric.score(labels, fixed) - metric.score(labels, first))
+    assert 0 < low < gap < high and 0 < se < (high - low) / 2
+    unpaired = metric.interval(labels, first), metric.interval(labels, fixed)
+    # pairing cancels what both share: narrower than either run's own interval (two unpaired
+    # intervals' difference would be about 1.4 times as wide as one)
+    assert high - low < min(hi - lo for lo, hi in unpaired)
+    groups = np.arange(400).astype(str)
+    groups[wrong] = "one"  # the forty put right are one group's rows: they move together
+    _, _, low_grouped, _ = metric.difference(labels, first, fixed, groups)
+    assert low_grouped <= 0 < low
+
+
 def test_a_metric_given_the_wrong_shape_says_so(scored):
     from competition.metric import get_metric
 
