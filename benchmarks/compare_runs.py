@@ -50,7 +50,7 @@ def compare(first: Path, second: Path, data_dir: Path | None = None) -> dict:
         raise PetalsError(f"{spec.metric.title} cannot be bootstrapped on these rows")
     gap, se, low, high = paired
     return {
-        "metric": spec.metric.title,
+        "metric": spec.metric.title + ("" if spec.metric.greater_is_better else " (lower is better)"),
         "rows": len(ids),
         "groups": None if groups is None else len(set(groups.tolist())),
         "first": spec.metric.score(a.labels, a.probabilities),
