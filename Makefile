@@ -41,7 +41,7 @@ TRIALS      ?=#                  make sweep: the study's trials in all, however 
 STORAGE     ?=#                  make sweep: the study's database URL (default: SQLite in RUNS_DIR/sweeps/), e.g. postgresql://user@host/petals to share it between machines
 TRIALS_PER_KERNEL ?=#           make kernel-fanout TRIALS=N: the trials one kernel runs (default 1)
 PRUNER      ?=#                  make sweep: median (default) | hyperband | none (stops a trial that trails the others at the same epoch or fold)
-RUNS        ?=#                  make ensemble: the run ids to blend, RUNS="a b" (or CV group ids: blended out of fold)
+RUNS        ?=#                  make ensemble: the run ids to blend, RUNS="a b" (or CV group ids: blended out of fold); make compare: the two runs to compare
 WEIGHTS     ?=#                  make ensemble: one weight per run (default equal)
 SEARCH      ?=#                  make ensemble: SEARCH=1 picks the weights on val macro-F1 (CV groups: out of fold)
 STACK       ?=#                  make ensemble: STACK=1 stacks CV groups (a logistic regression judged out of fold)
@@ -136,7 +136,7 @@ inspect_ARGS := --data-dir $(call q,DATA) --out $(call q,INSPECT_DIR) $(device_A
 train_ARGS := --data-dir $(call q,DATA) --runs-dir $(call q,RUNS_DIR) $(device_ARGS) $(config_ARGS) \
 	$(call opt,--run,RUN) $(if $(RETRAIN),--force) $(call opt,--checkpoint-dir,CHECKPOINT_DIR) $(call opt,--track,TRACK)
 
-.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-thorough test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-regularise bench-encoder bench-text-blocks bench-probes bench-probe-splits bench-probe-targets bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata bench-mistakes tensorboard bench-backbones
+.PHONY: help install config fetch inspect train sweep evaluate predict ensemble submit leaderboard compare leaderboard-sync kernel kernel-push kernel-status kernel-fanout kernel-output kernel-emulate test test-fast test-thorough test-heavy lint format bench bench-fetch bench-input bench-train bench-backends bench-submit bench-kernel bench-onednn bench-forward bench-pass bench-competitions bench-text-real bench-images-real bench-tests bench-transfer bench-cv bench-sweep bench-folds bench-choose bench-views bench-passes bench-regularise bench-encoder bench-text-blocks bench-probes bench-probe-splits bench-probe-targets bench-lite-parity bench-hosts bench-bounds fault-table security-table clean clean-data always bench-realdata bench-mistakes tensorboard bench-backbones
 
 # A stage reruns when its arguments change, not only when its inputs do: each stage's
 # arguments live in $(ARGS_DIR)/<stage>.args, one per line as the stage gets them, rewritten
@@ -284,6 +284,9 @@ leaderboard: | $(STAMP) ## print the offline leaderboard and plot it (SUBMISSION
 # Every run writes its event files into runs/<run-id>/tensorboard/<place>/ (pipeline/runs/tensorboard.py).
 tensorboard: | $(STAMP) ## serve RUNS_DIR's TensorBoard events on localhost:PORT: each run's curves, config (HPARAMS), evaluate's pictures; filter runs by a CV group's or a study's name
 	$(VENV)/bin/tensorboard --logdir $(call q,RUNS_DIR) --host localhost $(call opt,--port,PORT)
+
+compare: | $(STAMP) ## RUNS="a b": is run (or CV group) b ahead of a beyond the noise of the rows both held out? Paired: one bootstrap draws the same rows for both
+	$(PY) -m pipeline leaderboard --compare $(call qs,RUNS) --runs-dir $(call q,RUNS_DIR) --data-dir $(call q,DATA) $(leaderboard_ARGS)
 
 leaderboard-sync: | $(STAMP) ## pull your Kaggle submissions' public scores into the leaderboard, then print it
 	$(PY) -m pipeline leaderboard --sync $(leaderboard_ARGS)

@@ -285,7 +285,7 @@ def competition_of(run):
 
 def kept_score(evaluation: dict, key: str) -> float:
     """What a run's kept weights score on all of val: its evaluation's score, or where that is its
-    epoch choice cross-fitted (`evaluate.crossed_epochs`), the kept epoch's own score beside it."""
+    epoch choice cross-fitted (`crossfit.crossed_epochs`), the kept epoch's own score beside it."""
     return (evaluation.get("cross_fitted") or {}).get("kept", evaluation[key])
 
 

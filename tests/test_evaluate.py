@@ -479,3 +479,33 @@ def test_a_cross_fitted_blend_is_what_the_ensemble_writes_and_scores(runs, tiny_
     )
     board = leaderboard.read(subs / leaderboard.BOARD).set_index("entry")
     assert "(searched on val, scored cross-fitted)" in board.loc["crossed", "members"]
+
+
+def test_make_compare_pairs_two_runs_on_the_rows_both_held_out_each_as_evaluate_scored_it(
+    runs, tiny_data_dir, capsys
+):
+    """`make compare RUNS="a b"`: each run's score is its evaluate's (the epoch choice cross-fitted),
+    and the difference, B's less A's, is drawn on the same rows for both; a run with nothing
+    evaluated yet, or named twice, is one line."""
+    from pipeline.cv.compare import compare
+
+    runs_dir, names, subs = runs
+    where = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir)]
+    assert _stage("leaderboard", "--compare", *names, *where) == 2
+    assert f"{names[0]}: no val predictions yet; `make evaluate RUN={names[0]}`" in capsys.readouterr().err
+    scores = []
+    for name in names:
+        assert _stage("evaluate", *where, "--submissions-dir", str(subs), "--run", name) == 0
+        evaluation = json.loads((runs_dir / name / "metrics.json").read_text())["evaluation"]
+        scores.append(evaluation["val_macro_f1"])
+    found = compare(runs_dir, tuple(names), tiny_data_dir)
+    assert found.scores == pytest.approx(tuple(scores))  # what evaluate reported of each
+    assert found.rows == len(Predictions.load(runs_dir / names[0] / "val_predictions.npz").ids)
+    assert found.difference == pytest.approx(scores[1] - scores[0])
+    assert found.interval[0] <= found.difference <= found.interval[1]
+    capsys.readouterr()
+    assert _stage("leaderboard", "--compare", *names, *where) == 0
+    assert capsys.readouterr().out == found.line() + "\n"
+    assert found.line().startswith(f"macro-F1 on {found.rows:,} rows both held out: {names[0]} ")
+    assert _stage("leaderboard", "--compare", names[0], names[0], *where) == 2
+    assert "two different runs, each once" in capsys.readouterr().err

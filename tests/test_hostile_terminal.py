@@ -496,3 +496,13 @@ def test_a_fold_trained_on_other_data_is_named_with_its_origin_escaped():
     )
     said = foreign_data(run, "sha256:ours", None)
     assert said.startswith("run (cpu-run-fold0): trained on kaggle\\x1b]0;OWNED\\x07") and not _raw_in(said)
+
+
+def test_a_compared_runs_name_from_a_shared_folder_is_shown_escaped():
+    """`make compare` prints run names, and runs folders get shared: a name's escapes stay text."""
+    from pipeline.cv.compare import Comparison
+
+    found = Comparison((f"run{ESCAPES}", "b"), "macro-F1", 10, None, (0.5, 0.6), 0.1, 0.05, (0.0, 0.2), 1)
+    line = found.line()
+    assert not any(raw in line for raw in RAW) and "\n" not in line
+    assert line.startswith(f"macro-F1 on 10 rows both held out: run{ESCAPES_SHOWN} 0.5000, b 0.6000")

@@ -43,6 +43,23 @@ def val_parts(ids: np.ndarray, labels: np.ndarray, grouped: np.ndarray | None) -
     return np.array([part_of[g] for g in groups], np.int64)
 
 
+def crossed_epochs(run, val, spec, grouped) -> dict | None:
+    """Where a single run kept the epoch that scored best on its val rows, out of several scored:
+    val's rows with each part (`val_parts`) at the epoch the other parts chose (the kept epoch's
+    rows as evaluate predicted them, TTA and all), and the epoch each part got. None where nothing
+    was chosen: a CV fold (its schedule's end), one scored epoch, a run trained before its epochs'
+    val predictions were kept."""
+    from pipeline.modeling import val_epochs
+
+    found = val_epochs.choice(run, val.labels, val.probabilities, spec.score_key)
+    part = None if found is None else val_parts(val.ids, val.labels, grouped)
+    if part is None:
+        return None
+    epochs, candidates = found
+    picked, probabilities = pick_oof(candidates, val.labels, part, spec.metric)
+    return {"probabilities": probabilities, "epochs": [epochs[i] for i in picked]}
+
+
 def pick_oof(
     candidates: list[np.ndarray], labels: np.ndarray, part: np.ndarray, metric: Metric
 ) -> tuple[list[int], np.ndarray]:

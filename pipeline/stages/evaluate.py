@@ -2,9 +2,9 @@
 reports of the predictions, optionally with TTA.
 
 Predicts the val split with the run's best weights. A single run's are the epoch that scored best
-on val, so its score (and interval) is that choice cross-fitted (`crossed_epochs`): each part of val
-at the epoch the other parts chose; what the task reports besides is of the kept weights. Writes,
-into the run dir:
+on val, so its score (and interval) is that choice cross-fitted
+(`pipeline.cv.crossfit.crossed_epochs`): each part of val at the epoch the other parts chose; what
+the task reports besides is of the kept weights. Writes, into the run dir:
 `val_predictions.npz` (ids, labels, probabilities; `val_predictions-ttaN.npz` with TTA) and the
 task's files (one class an example: `per_class.csv`, precision, recall, F1 and support of every
 class; `confusion.png`, the row-normalised confusion matrix, every class named (past 200 classes,
@@ -68,6 +68,7 @@ def evaluate(
     """Score the run (on `competition`, its config's) on its val split, write the report files,
     record it (the leaderboard; the run's TensorBoard events; MLflow with `track`); return the
     evaluation."""
+    from pipeline.cv import crossfit
     from pipeline.data.groups import held_out_groups
     from pipeline.modeling.inference import predict_split
     from pipeline.runs import leaderboard, report, tracking
@@ -85,7 +86,7 @@ def evaluate(
     # submission is made from, as val_predictions.npz is. A single run's weights are the epoch its
     # val rows chose, so its score and interval are that choice, cross-fitted.
     found = competition.task.evaluate(val.labels, val.probabilities, spec, grouped)
-    crossed = crossed_epochs(run, val, spec, grouped)
+    crossed = crossfit.crossed_epochs(run, val, spec, grouped)
     judged = val.probabilities if crossed is None else crossed.pop("probabilities")
     headline = found if crossed is None else competition.task.evaluate(val.labels, judged, spec, grouped)
     if crossed is not None:
@@ -129,24 +130,6 @@ def evaluate(
     )
     tracking.evaluated(run, spec.name, evaluation, board, track)
     return evaluation
-
-
-def crossed_epochs(run: RunDir, val, spec, grouped) -> dict | None:
-    """Where a single run kept the epoch that scored best on its val rows, out of several scored:
-    val's rows with each part (`crossfit.val_parts`) at the epoch the other parts chose (the kept
-    epoch's rows as evaluate predicted them, TTA and all), and the epoch each part got. None where
-    nothing was chosen: a CV fold (its schedule's end), one scored epoch, a run trained before its
-    epochs' val predictions were kept."""
-    from pipeline.cv.crossfit import pick_oof, val_parts
-    from pipeline.modeling import val_epochs
-
-    found = val_epochs.choice(run, val.labels, val.probabilities, spec.score_key)
-    part = None if found is None else val_parts(val.ids, val.labels, grouped)
-    if part is None:
-        return None
-    epochs, candidates = found
-    picked, probabilities = pick_oof(candidates, val.labels, part, spec.metric)
-    return {"probabilities": probabilities, "epochs": [epochs[i] for i in picked]}
 
 
 def summary_text(name: str, evaluation: dict, task) -> str:

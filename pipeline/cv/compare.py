@@ -1,0 +1,117 @@
+"""Two runs judged on the rows both held out: is the second ahead of the first beyond what those
+rows can tell?
+
+Each run's held-out predictions, as its own score was made: a CV group's out-of-fold rows, a single
+run's val rows as evaluate scores them (each part of val at the epoch the other parts chose, where
+the run chose its epoch on val). On the rows both held out, matched by id, both scores and the
+second's less the first's, with its standard error and 95% interval from one bootstrap that draws
+the same rows (whole groups, where the competition names them) for both runs
+(`competition.metric.Metric.difference`): what the two get right or wrong together cancels. Two
+runs' own intervals overlap long after such a difference is clear of zero; on the embedded flowers
+two recipes 0.003 apart, each interval 0.013 wide, were judged so (docs/BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pipeline.core.errors import PetalsError
+from pipeline.core.rundir import RunDir, finished_run
+from pipeline.cv.crossfit import crossed_epochs
+from pipeline.cv.held import saved_predictions
+from pipeline.modeling.inference import Predictions
+
+
+@dataclass(frozen=True)
+class Comparison:
+    names: tuple[str, str]
+    metric: str  # as people write it, and which way is better where lower is
+    rows: int
+    groups: int | None
+    scores: tuple[float, float]
+    difference: float  # the second's score less the first's
+    se: float
+    interval: tuple[float, float]
+    changed: int  # rows whose predicted class differs (0 where the metric reads no class)
+
+    def line(self) -> str:
+        """One line for a terminal: the run names come from folders, which get shared, so they are
+        shown as `foreign.text` shows any foreign value (no escape sequence acts)."""
+        from pipeline.core.foreign import text
+
+        return text(self._said(), 2000)
+
+    def _said(self) -> str:
+        over = f"{self.rows:,} rows both held out" + (f" ({self.groups:,} groups)" if self.groups else "")
+        low, high = self.interval
+        changed = f"; {self.changed:,} rows predicted differently" if self.changed else ""
+        return (
+            f"{self.metric} on {over}: {self.names[0]} {self.scores[0]:.4f}, {self.names[1]} "
+            f"{self.scores[1]:.4f}; the second less the first {self.difference:+.4f} "
+            f"(se {self.se:.4f}, 95% interval {low:+.4f} to {high:+.4f}){changed}"
+        )
+
+
+def compare(runs_dir: Path, names: tuple[str, str], data_dir: Path) -> Comparison:
+    """Runs (or CV groups) `names`, by id under `runs_dir` or by path, on the rows both held out of
+    `data_dir`'s labelled data."""
+    from pipeline.data.groups import held_out_groups
+    from pipeline.tasks.competitions import load_competition
+
+    if len(set(names)) != 2:
+        raise PetalsError(f"compare {' '.join(names)}: two different runs, each once")
+    runs = [finished_run(runs_dir, name) for name in names]
+    competitions = {run.competition() for run in runs}
+    if len(competitions) > 1:
+        listed = ", ".join(sorted(competitions))
+        raise PetalsError(f"compare: the runs belong to different competitions ({listed})")
+    spec = load_competition(competitions.pop()).spec
+    first, second = (held_out(run, spec, data_dir) for run in runs)
+    ids = np.intersect1d(first.ids, second.ids)
+    if not len(ids):
+        raise PetalsError(f"compare: {runs[0].name} and {runs[1].name} held out no row in common")
+    first, second = first.by_ids(ids), second.by_ids(ids)
+    if not np.array_equal(first.labels, second.labels):
+        raise PetalsError(f"compare: {runs[0].name} and {runs[1].name} hold other labels for the same ids")
+    groups = held_out_groups(data_dir, spec, ids)
+    paired = spec.metric.difference(first.labels, first.probabilities, second.probabilities, groups)
+    if paired is None:
+        raise PetalsError(f"compare: {spec.metric.title} cannot be drawn again on these rows")
+    difference, se, low, high = paired
+    changed = first.probabilities.argmax(1) != second.probabilities.argmax(1)
+    return Comparison(
+        names=(runs[0].name, runs[1].name),
+        metric=spec.metric.title + ("" if spec.metric.greater_is_better else " (lower is better)"),
+        rows=len(ids),
+        groups=None if groups is None else len(set(groups.tolist())),
+        scores=(
+            spec.metric.score(first.labels, first.probabilities),
+            spec.metric.score(second.labels, second.probabilities),
+        ),
+        difference=difference,
+        se=se,
+        interval=(low, high),
+        changed=int(changed.sum()) if spec.metric.reads == "class" else 0,
+    )
+
+
+def held_out(run: RunDir, spec, data_dir: Path) -> Predictions:
+    """What `run`'s score was made of: a CV group's out-of-fold predictions; a single run's val
+    predictions (saved by evaluate, of this data), each part at the epoch the other parts chose."""
+    from pipeline.data.groups import held_out_groups
+
+    if run.file(RunDir.GROUP).is_file():
+        path = run.predictions("oof")
+        if not path.is_file():
+            raise PetalsError(f"{run.name}: the CV group has no out-of-fold predictions yet; train its folds")
+        return Predictions.load(path)
+    if not run.predictions("val", 1).is_file():
+        raise PetalsError(f"{run.name}: no val predictions yet; `make evaluate RUN={run.name}` writes them")
+    val = saved_predictions(run, data_dir, "val", 1)
+    if val.labels is None:
+        raise PetalsError(f"{run.predictions('val', 1)}: val predictions without labels")
+    crossed = crossed_epochs(run, val, spec, held_out_groups(data_dir, spec, val.ids))
+    return val if crossed is None else Predictions(val.ids, crossed["probabilities"], val.labels, val.tta)
