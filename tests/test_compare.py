@@ -1,0 +1,43 @@
+"""pipeline/cv/compare.py's reading of what each run held out, without training: a CV group is
+judged by its out-of-fold rows, as its own score was made, and a group without them is one line.
+The comparison of two trained runs, through `make compare`, is in tests/test_evaluate.py."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from competition import load_spec
+from pipeline.core.errors import PetalsError
+from pipeline.core.rundir import RunDir
+from pipeline.cv.compare import held_out
+from pipeline.modeling.inference import Predictions
+
+
+def _group(folder, with_oof: bool) -> RunDir:
+    run = RunDir(folder)
+    folder.mkdir()
+    (folder / RunDir.CONFIG).write_text(json.dumps({"competition": "flowers"}))
+    (folder / RunDir.GROUP).write_text(json.dumps({"folds": 5}))
+    (folder / RunDir.METRICS).write_text(json.dumps({"kind": "cv"}))
+    if with_oof:
+        rng = np.random.default_rng(0)
+        oof = Predictions(np.array(["a", "b", "c"]), rng.dirichlet(np.ones(104), 3), np.array([0, 5, 7]))
+        oof.save(run.predictions("oof"))
+    return run
+
+
+def test_a_cv_group_is_judged_by_its_out_of_fold_rows(tmp_path):
+    run = _group(tmp_path / "cv5-x", with_oof=True)
+    found = held_out(run, load_spec("flowers"), tmp_path / "no-data-needed")
+    saved = Predictions.load(run.predictions("oof"))
+    assert found.ids.tolist() == ["a", "b", "c"] and found.labels.tolist() == [0, 5, 7]
+    np.testing.assert_array_equal(found.probabilities, saved.probabilities)
+
+
+def test_a_group_without_out_of_fold_rows_is_one_line(tmp_path):
+    run = _group(tmp_path / "cv5-y", with_oof=False)
+    with pytest.raises(PetalsError, match="cv5-y: the CV group has no out-of-fold predictions yet"):
+        held_out(run, load_spec("flowers"), tmp_path)
