@@ -41,3 +41,18 @@ def test_a_group_without_out_of_fold_rows_is_one_line(tmp_path):
     run = _group(tmp_path / "cv5-y", with_oof=False)
     with pytest.raises(PetalsError, match="cv5-y: the CV group has no out-of-fold predictions yet"):
         held_out(run, load_spec("flowers"), tmp_path)
+
+
+def test_runs_of_two_competitions_or_one_run_twice_are_one_line(tmp_path):
+    from pipeline.cv.compare import runs_named
+
+    for name, competition in (("a", "flowers"), ("b", "dogs-vs-cats")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / RunDir.CONFIG).write_text(json.dumps({"competition": competition}))
+        (tmp_path / name / RunDir.METRICS).write_text("{}")
+    with pytest.raises(PetalsError, match=r"different competitions \(dogs-vs-cats, flowers\)"):
+        runs_named(tmp_path, ("a", "b"))
+    with pytest.raises(PetalsError, match="compare a a: two different runs, each once"):
+        runs_named(tmp_path, ("a", "a"))
+    with pytest.raises(PetalsError, match="two different runs, each once"):  # one run, two names
+        runs_named(tmp_path, ("a", str(tmp_path / "b" / ".." / "a")))

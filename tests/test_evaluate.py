@@ -487,7 +487,7 @@ def test_make_compare_pairs_two_runs_on_the_rows_both_held_out_each_as_evaluate_
     """`make compare RUNS="a b"`: each run's score is its evaluate's (the epoch choice cross-fitted),
     and the difference, B's less A's, is drawn on the same rows for both; a run with nothing
     evaluated yet, or named twice, is one line."""
-    from pipeline.cv.compare import compare
+    from pipeline.cv.compare import compare, runs_named
 
     runs_dir, names, subs = runs
     where = ["--data-dir", str(tiny_data_dir), "--runs-dir", str(runs_dir)]
@@ -498,7 +498,8 @@ def test_make_compare_pairs_two_runs_on_the_rows_both_held_out_each_as_evaluate_
         assert _stage("evaluate", *where, "--submissions-dir", str(subs), "--run", name) == 0
         evaluation = json.loads((runs_dir / name / "metrics.json").read_text())["evaluation"]
         scores.append(evaluation["val_macro_f1"])
-    found = compare(runs_dir, tuple(names), tiny_data_dir)
+    both, _ = runs_named(runs_dir, tuple(names))
+    found = compare(both, competition_of(both[0]).spec, tiny_data_dir)
     assert found.scores == pytest.approx(tuple(scores))  # what evaluate reported of each
     assert found.rows == len(Predictions.load(runs_dir / names[0] / "val_predictions.npz").ids)
     assert found.difference == pytest.approx(scores[1] - scores[0])

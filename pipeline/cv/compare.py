@@ -55,20 +55,24 @@ class Comparison:
         )
 
 
-def compare(runs_dir: Path, names: tuple[str, str], data_dir: Path) -> Comparison:
-    """Runs (or CV groups) `names`, by id under `runs_dir` or by path, on the rows both held out of
-    `data_dir`'s labelled data."""
-    from pipeline.data.groups import held_out_groups
-    from pipeline.tasks.competitions import load_competition
-
-    if len(set(names)) != 2:
-        raise PetalsError(f"compare {' '.join(names)}: two different runs, each once")
+def runs_named(runs_dir: Path, names: tuple[str, str]) -> tuple[list[RunDir], str]:
+    """The two finished runs (or CV groups) `names` name, by id under `runs_dir` or by path, and
+    their one competition's name (the stage resolves it)."""
     runs = [finished_run(runs_dir, name) for name in names]
+    if len(names) != 2 or runs[0].path.resolve() == runs[1].path.resolve():
+        raise PetalsError(f"compare {' '.join(names)}: two different runs, each once")
     competitions = {run.competition() for run in runs}
     if len(competitions) > 1:
         listed = ", ".join(sorted(competitions))
         raise PetalsError(f"compare: the runs belong to different competitions ({listed})")
-    spec = load_competition(competitions.pop()).spec
+    return runs, competitions.pop()
+
+
+def compare(runs: list[RunDir], spec, data_dir: Path) -> Comparison:
+    """The two runs of the competition `spec` on the rows both held out of `data_dir`'s labelled
+    data."""
+    from pipeline.data.groups import held_out_groups
+
     first, second = (held_out(run, spec, data_dir) for run in runs)
     ids = np.intersect1d(first.ids, second.ids)
     if not len(ids):

@@ -39,9 +39,10 @@ def run(args: argparse.Namespace) -> None:
     from pipeline.tasks.competitions import load_competition
 
     if args.compare:
-        from pipeline.cv.compare import compare
+        from pipeline.cv.compare import compare, runs_named
 
-        print(compare(args.runs_dir, tuple(args.compare), args.data_dir).line())
+        runs, competition = runs_named(args.runs_dir, tuple(args.compare))
+        print(compare(runs, load_competition(competition).spec, args.data_dir).line())
         return
 
     spec = load_competition(args.competition).spec
