@@ -17,10 +17,13 @@ from pipeline.modeling.inference import Predictions
 
 
 def _group(folder, with_oof: bool) -> RunDir:
+    """A CV group's files as pipeline/cv/experiment.py writes them (no config.json of its own), on
+    the data of `_data`."""
     run = RunDir(folder)
     folder.mkdir()
-    (folder / RunDir.CONFIG).write_text(json.dumps({"competition": "flowers"}))
-    (folder / RunDir.GROUP).write_text(json.dumps({"folds": 5}))
+    group = {"kind": "cv", "competition": "flowers", "competition_given": "flowers", "folds": 5}
+    group["data"] = "sha256:d"
+    (folder / RunDir.GROUP).write_text(json.dumps(group))
     (folder / RunDir.METRICS).write_text(json.dumps({"kind": "cv"}))
     if with_oof:
         rng = np.random.default_rng(0)
@@ -29,18 +32,33 @@ def _group(folder, with_oof: bool) -> RunDir:
     return run
 
 
-def test_a_cv_group_is_judged_by_its_out_of_fold_rows(tmp_path):
+def _data(folder, fingerprint="sha256:d"):
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps({"labelled_fingerprint": fingerprint}))
+    return folder
+
+
+def test_a_cv_group_is_judged_by_its_out_of_fold_rows_of_its_own_data(tmp_path):
+    from pipeline.cv.compare import runs_named
+
     run = _group(tmp_path / "cv5-x", with_oof=True)
-    found = held_out(run, load_spec("flowers"), tmp_path / "no-data-needed")
+    found = held_out(run, load_spec("flowers"), _data(tmp_path / "data"))
     saved = Predictions.load(run.predictions("oof"))
     assert found.ids.tolist() == ["a", "b", "c"] and found.labels.tolist() == [0, 5, 7]
     np.testing.assert_array_equal(found.probabilities, saved.probabilities)
+    with pytest.raises(PetalsError, match=r"cv5-x was trained on other data than .*other holds"):
+        held_out(run, load_spec("flowers"), _data(tmp_path / "other", "sha256:e"))
+    single = tmp_path / "run"
+    single.mkdir()
+    (single / RunDir.CONFIG).write_text(json.dumps({"competition": "flowers"}))
+    (single / RunDir.METRICS).write_text("{}")
+    assert runs_named(tmp_path, ("cv5-x", "run"))[1] == "flowers"  # a group's: group.json's
 
 
 def test_a_group_without_out_of_fold_rows_is_one_line(tmp_path):
     run = _group(tmp_path / "cv5-y", with_oof=False)
     with pytest.raises(PetalsError, match="cv5-y: the CV group has no out-of-fold predictions yet"):
-        held_out(run, load_spec("flowers"), tmp_path)
+        held_out(run, load_spec("flowers"), _data(tmp_path / "data"))
 
 
 def test_runs_of_two_competitions_or_one_run_twice_are_one_line(tmp_path):

@@ -61,11 +61,23 @@ def runs_named(runs_dir: Path, names: tuple[str, str]) -> tuple[list[RunDir], st
     runs = [finished_run(runs_dir, name) for name in names]
     if len(names) != 2 or runs[0].path.resolve() == runs[1].path.resolve():
         raise PetalsError(f"compare {' '.join(names)}: two different runs, each once")
-    competitions = {run.competition() for run in runs}
+    competitions = {_competition(run) for run in runs}
     if len(competitions) > 1:
         listed = ", ".join(sorted(competitions))
         raise PetalsError(f"compare: the runs belong to different competitions ({listed})")
     return runs, competitions.pop()
+
+
+def _competition(run: RunDir) -> str:
+    """The competition a run's config names, or a CV group's (group.json: a group has no config
+    of its own): a name, or a competition file's path."""
+    if run.file(RunDir.GROUP).is_file():
+        info = run.read_json(RunDir.GROUP)
+        found = info.get("competition_given") or info.get("competition")
+        if not isinstance(found, str) or not found:
+            raise PetalsError(f"{run.file(RunDir.GROUP)}: names no competition; train the group again")
+        return found
+    return run.competition()
 
 
 def compare(runs: list[RunDir], spec, data_dir: Path) -> Comparison:
@@ -108,9 +120,15 @@ def held_out(run: RunDir, spec, data_dir: Path) -> Predictions:
     from pipeline.data.groups import held_out_groups
 
     if run.file(RunDir.GROUP).is_file():
+        from pipeline.core.rundir import data_identity
+        from pipeline.data.manifest import read_manifest
+
         path = run.predictions("oof")
         if not path.is_file():
             raise PetalsError(f"{run.name}: the CV group has no out-of-fold predictions yet; train its folds")
+        manifest = read_manifest(data_dir)
+        if manifest is None or data_identity(manifest) != run.read_json(RunDir.GROUP).get("data"):
+            raise PetalsError(f"{run.name} was trained on other data than {data_dir} holds: pass its data")
         return Predictions.load(path)
     if not run.predictions("val", 1).is_file():
         raise PetalsError(f"{run.name}: no val predictions yet; `make evaluate RUN={run.name}` writes them")
