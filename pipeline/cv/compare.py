@@ -47,7 +47,8 @@ class Comparison:
     def _said(self) -> str:
         over = f"{self.rows:,} rows both held out" + (f" ({self.groups:,} groups)" if self.groups else "")
         low, high = self.interval
-        changed = f"; {self.changed:,} rows predicted differently" if self.changed else ""
+        rows = "row" if self.changed == 1 else "rows"
+        changed = f"; {self.changed:,} {rows} predicted differently" if self.changed else ""
         return (
             f"{self.metric} on {over}: {self.names[0]} {self.scores[0]:.4f}, {self.names[1]} "
             f"{self.scores[1]:.4f}; the second less the first {self.difference:+.4f} "
