@@ -74,3 +74,19 @@ def test_runs_of_two_competitions_or_one_run_twice_are_one_line(tmp_path):
         runs_named(tmp_path, ("a", "a"))
     with pytest.raises(PetalsError, match="two different runs, each once"):  # one run, two names
         runs_named(tmp_path, ("a", str(tmp_path / "b" / ".." / "a")))
+
+
+def test_two_groups_compare_on_common_rows_and_decided_labels_are_refused_saying_why(tmp_path):
+    from pipeline.cv.compare import compare, runs_named
+
+    data = _data(tmp_path / "data")
+    first, second = _group(tmp_path / "cv5-a", with_oof=True), _group(tmp_path / "cv5-b", with_oof=True)
+    found = compare(runs_named(tmp_path, ("cv5-a", "cv5-b"))[0], load_spec("flowers"), data)
+    assert (found.rows, found.difference, found.changed) == (3, 0.0, 0)  # the same rows, the same draws
+    leaves = load_spec("plant-pathology-2021")
+    for run in (first, second):  # rows of labels: a task's thresholds decide them
+        rows = Predictions(np.array(["a", "b"]), np.full((2, 6), 0.5), np.eye(6)[[0, 1]])
+        rows.save(run.predictions("oof"))
+    said = r"mean F1 cannot be drawn again on these rows \(it scores labels decided"
+    with pytest.raises(PetalsError, match=said):
+        compare([first, second], leaves, data)

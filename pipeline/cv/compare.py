@@ -38,22 +38,20 @@ class Comparison:
     changed: int  # rows whose predicted class differs (0 where the metric reads no class)
 
     def line(self) -> str:
-        """One line for a terminal: the run names come from folders, which get shared, so they are
-        shown as `foreign.text` shows any foreign value (no escape sequence acts)."""
+        """One line for a terminal. The run names come from folders, which get shared, so the line
+        is shown as `foreign.text` shows any foreign value (no escape sequence acts)."""
         from pipeline.core.foreign import text
 
-        return text(self._said(), 2000)
-
-    def _said(self) -> str:
         over = f"{self.rows:,} rows both held out" + (f" ({self.groups:,} groups)" if self.groups else "")
         low, high = self.interval
         rows = "row" if self.changed == 1 else "rows"
         changed = f"; {self.changed:,} {rows} predicted differently" if self.changed else ""
-        return (
+        said = (
             f"{self.metric} on {over}: {self.names[0]} {self.scores[0]:.4f}, {self.names[1]} "
             f"{self.scores[1]:.4f}; the second less the first {self.difference:+.4f} "
             f"(se {self.se:.4f}, 95% interval {low:+.4f} to {high:+.4f}){changed}"
         )
+        return text(said, 2000)
 
 
 def runs_named(runs_dir: Path, names: tuple[str, str]) -> tuple[list[RunDir], str]:
@@ -95,8 +93,10 @@ def compare(runs: list[RunDir], spec, data_dir: Path) -> Comparison:
         raise PetalsError(f"compare: {runs[0].name} and {runs[1].name} hold other labels for the same ids")
     groups = held_out_groups(data_dir, spec, ids)
     paired = spec.metric.difference(first.labels, first.probabilities, second.probabilities, groups)
-    if paired is None:
-        raise PetalsError(f"compare: {spec.metric.title} cannot be drawn again on these rows")
+    if paired is None:  # labels decided by thresholds chosen on these rows, or no draw scorable
+        decided = spec.metric.reads == "labels"
+        why = " (it scores labels decided by thresholds chosen on them)" if decided else ""
+        raise PetalsError(f"compare: {spec.metric.title} cannot be drawn again on these rows{why}")
     difference, se, low, high = paired
     changed = first.probabilities.argmax(1) != second.probabilities.argmax(1)
     return Comparison(
