@@ -12,7 +12,7 @@ import pytest
 from competition import load_spec
 from pipeline.core.errors import PetalsError
 from pipeline.core.rundir import RunDir
-from pipeline.cv.compare import held_out
+from pipeline.cv.compare import Comparison, held_out
 from pipeline.modeling.inference import Predictions
 
 
@@ -90,3 +90,8 @@ def test_two_groups_compare_on_common_rows_and_decided_labels_are_refused_saying
     said = r"mean F1 cannot be drawn again on these rows \(it scores labels decided"
     with pytest.raises(PetalsError, match=said):
         compare([first, second], leaves, data)
+
+
+def test_a_difference_that_rounds_to_nothing_reads_plus_zero():
+    found = Comparison(("a", "b"), "macro-F1", 10, None, (0.5, 0.5), -0.00001, 0.0, (-0.00004, 0.0), 0)
+    assert "the second less the first +0.0000 (se 0.0000, 95% interval +0.0000 to +0.0000)" in found.line()

@@ -48,10 +48,15 @@ class Comparison:
         changed = f"; {self.changed:,} {rows} predicted differently" if self.changed else ""
         said = (
             f"{self.metric} on {over}: {self.names[0]} {self.scores[0]:.4f}, {self.names[1]} "
-            f"{self.scores[1]:.4f}; the second less the first {self.difference:+.4f} "
-            f"(se {self.se:.4f}, 95% interval {low:+.4f} to {high:+.4f}){changed}"
+            f"{self.scores[1]:.4f}; the second less the first {_signed(self.difference)} "
+            f"(se {self.se:.4f}, 95% interval {_signed(low)} to {_signed(high)}){changed}"
         )
         return text(said, 2000)
+
+
+def _signed(value: float) -> str:
+    """`+0.0123`; a difference that rounds to nothing reads +0.0000, never -0.0000."""
+    return f"{round(value, 4) + 0.0:+.4f}"
 
 
 def runs_named(runs_dir: Path, names: tuple[str, str]) -> tuple[list[RunDir], str]:
