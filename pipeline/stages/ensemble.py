@@ -140,13 +140,12 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
     # A member that is a single run kept the epoch its val rows chose: the blend's score crosses
     # that choice too, as it does the weights' search.
     chose = any(len(c) > 1 for c in choices)
-    crossed = None
+    crossed, part = None, blend_parts(val, grouped) if search or chose else None
     if search or chose:
-        weights, crossed = cross_fitted_blend(val, weights, metric, grouped, choices, search)
+        weights, crossed = cross_fitted_blend(val, weights, metric, grouped, choices, search, part)
     # Each scored as its submission decides, the way evaluate scores a run (a multi-label blend: its
     # thresholds, cross-fitted on val; a run's epoch choice, cross-fitted), so members, blend and
-    # board rows read alike.
-    part = blend_parts(val, grouped) if chose else None
+    # board rows read alike, on the same parts.
     members = {
         d.name: task.evaluate(v.labels, _member_judged(v, c, part, metric), spec, grouped).score
         for d, v, c in zip(run_dirs, val, choices, strict=True)
@@ -192,20 +191,22 @@ def cross_fitted_blend(
     grouped: np.ndarray | None,
     choices: list[list[np.ndarray]] | None = None,
     search: bool = True,
+    part: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """(the weights that blend the test set: searched on all of val from `start` with `search`,
     else `start`; val's rows blended part by part, each of CROSS_FOLDS parts by what was chosen on
     the others: the weights searched there, and each member's epoch where it is a single run that
     chose one (`choices`: each member's candidates, `val_epochs.choice`), what the blend is scored
     on). The parts are stratified and keep groups whole. None for the second where val cannot be
-    dealt so (rows of several labels; fewer than 2 rows or groups): then the choices' own rows."""
+    dealt so (rows of several labels; fewer than 2 rows or groups): then the choices' own rows.
+    `part`: the parts `blend_parts` dealt, where the caller dealt them already."""
     from pipeline.cv.blend import check_inputs
     from pipeline.cv.crossfit import blend_oof
 
     members, labels = [v.probabilities for v in val], np.asarray(val[0].labels)
     choices = choices or [[m] for m in members]
     weights = search_weights(members, labels, start, metric) if search else np.asarray(start, float)
-    part = blend_parts(val, grouped)
+    part = blend_parts(val, grouped) if part is None else part
     if part is None:
         return weights, None
     check_inputs(members, labels, part)
