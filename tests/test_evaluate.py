@@ -12,6 +12,7 @@ from PIL import Image
 from sklearn.metrics import f1_score
 
 from pipeline import cli
+from pipeline.core.machine import cpu_name
 from pipeline.core.rundir import RunDir
 from pipeline.cv import crossfit
 from pipeline.cv.blend import blend
@@ -46,6 +47,8 @@ def test_evaluate_reports_scikit_learns_macro_f1_and_writes_its_files(runs, tiny
     run_dir = runs_dir / name
     metrics = json.loads((run_dir / "metrics.json").read_text())
     evaluation = metrics["evaluation"]
+    made = RunDir(run_dir).read_json(RunDir.RUN_INFO)  # where its numbers were computed
+    assert made["cpu"] == cpu_name() and made["built_with"]["numpy"] == np.__version__
     val = Predictions.load(run_dir / "val_predictions.npz")
     assert val.probabilities.shape == (evaluation["images"], spec.num_classes)
     assert len(set(val.ids.tolist())) == len(val.ids) and val.labels.min() >= 0

@@ -89,6 +89,39 @@ def tensorflow_build() -> tuple[str, str]:
     return "", ""
 
 
+def cpu_name(info: str = "/proc/cpuinfo") -> str:
+    """This CPU's model and whether it has AVX-512 (`AMD EPYC, AVX-512`); "" where the kernel does
+    not say. A run records it: oneDNN picks its kernels, so its round-off, by instruction set, and
+    one fine-tune at one commit and seed scored 0.8986 and 0.9049 on 2,000 test images with AVX-512
+    and held to AVX2 (docs/BENCHMARKS.md), as much as a seed moves it."""
+    try:
+        with open(info, errors="replace") as lines:
+            first = lines.read(1 << 16).split("\n\n")[0]  # the first processor's block
+    except OSError:
+        return ""
+    fields = {}
+    for line in first.splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    model = " ".join(fields.get("model name", "").split())[:80]
+    if not model:
+        return ""
+    return f"{model}, {'AVX-512' if 'avx512f' in fields.get('flags', '').split() else 'no AVX-512'}"
+
+
+def built_with() -> dict[str, str]:
+    """The versions of what computes a run's numbers (TensorFlow, Keras, JAX, NumPy), read without
+    importing them; a package not installed is left out."""
+    found = {}
+    name, version = tensorflow_build()
+    if name:
+        found[name] = version
+    for package in ("keras", "jax", "jaxlib", "numpy"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[package] = importlib.metadata.version(package)
+    return found
+
+
 def jax_installed() -> bool:
     try:
         importlib.metadata.version("jax")

@@ -36,6 +36,7 @@ class Comparison:
     se: float
     interval: tuple[float, float]
     changed: int  # rows whose predicted class differs (0 where the metric reads no class)
+    apart: str = ""  # how the two were made on other machines or libraries, where run.json says so
 
     def line(self) -> str:
         """One line for a terminal. The run names come from folders, which get shared, so the line
@@ -46,10 +47,11 @@ class Comparison:
         low, high = self.interval
         rows = "row" if self.changed == 1 else "rows"
         changed = f"; {self.changed:,} {rows} predicted differently" if self.changed else ""
+        apart = f"; trained {self.apart}, which moves a score as a seed does" if self.apart else ""
         said = (
             f"{self.metric} on {over}: {self.names[0]} {self.scores[0]:.4f}, {self.names[1]} "
             f"{self.scores[1]:.4f}; the second less the first {_signed(self.difference)} "
-            f"(se {self.se:.4f}, 95% interval {_signed(low)} to {_signed(high)}){changed}"
+            f"(se {self.se:.4f}, 95% interval {_signed(low)} to {_signed(high)}){changed}{apart}"
         )
         return text(said, 2000)
 
@@ -117,7 +119,40 @@ def compare(runs: list[RunDir], spec, data_dir: Path) -> Comparison:
         se=se,
         interval=(low, high),
         changed=int(changed.sum()) if spec.metric.reads == "class" else 0,
+        apart=apart(*(made_on(run) for run in runs)),
     )
+
+
+def made_on(run: RunDir) -> dict:
+    """What a run's run.json says it was trained on (`cpu`, `built_with`); a CV group's, its first
+    fold's. {} where it says nothing (a run trained before petals recorded it)."""
+    from pipeline.core.paths import check_name
+
+    if run.file(RunDir.GROUP).is_file():
+        folds = run.metrics().get("fold_runs")
+        if not isinstance(folds, dict) or not folds:
+            return {}
+        name = check_name(folds[min(folds)], "fold_runs", run.metrics_file)  # a name, never a path
+        run = RunDir(run.path.parent / name)
+    info = run.read_json(RunDir.RUN_INFO, default={})
+    return info if isinstance(info, dict) else {}
+
+
+def apart(first: dict, second: dict) -> str:
+    """`on other CPUs (X; Y)` and/or `with other libraries (tensorflow 2.20.0; 2.21.0)` where both
+    runs recorded theirs and they differ: oneDNN's round-off follows the CPU's instruction set, and
+    one fine-tune moved 0.006-0.009 between two at one commit and seed (docs/BENCHMARKS.md)."""
+    said = []
+    cpus = first.get("cpu"), second.get("cpu")
+    if all(isinstance(c, str) and c for c in cpus) and cpus[0] != cpus[1]:
+        said.append(f"on other CPUs ({cpus[0]}; {cpus[1]})")
+    ours, theirs = first.get("built_with"), second.get("built_with")
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        changed = sorted(k for k in set(ours) & set(theirs) if ours[k] != theirs[k])
+        if changed:
+            listed = ", ".join(f"{k} {ours[k]}; {theirs[k]}" for k in changed)
+            said.append(f"with other libraries ({listed})")
+    return " and ".join(said)
 
 
 def held_out(run: RunDir, spec, data_dir: Path) -> Predictions:

@@ -29,6 +29,7 @@ from pipeline.core.errors import PetalsError
 from pipeline.core.files import pyplot, save_figure
 from pipeline.core.git import git_commit
 from pipeline.core.hosts import preemption_sync_jax
+from pipeline.core.machine import built_with, cpu_name
 from pipeline.core.options import TrainOptions
 from pipeline.core.paths import check_name
 from pipeline.core.rundir import RunDir
@@ -339,6 +340,9 @@ def _fit(job: Job, progress: bool, restart: bool, stop, keep_checkpoints: int) -
             "steps_per_execution": trainer.steps_per_execution,
             "augment_where": trainer.data_config.augment.where,
             "fold_table": job.fold_table,
+            # Where its numbers were computed: another CPU or library moves a fine-tune as a seed does.
+            "cpu": cpu_name(),
+            "built_with": built_with(),
         },
     )
     if trainer.text_inputs is not None:
