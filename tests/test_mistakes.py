@@ -120,3 +120,30 @@ def test_the_grid_holds_at_most_max_images(tmp_path, n, monkeypatch):
     Val.labels, Val.probabilities = labels, probabilities
     entry = mistakes.write(tmp_path, tmp_path, None, spec, Val)
     assert drawn["rows"] == entry["shown"] == (36 if n == 0 else n) and entry["wrong"] == 60
+
+
+def test_the_grid_pastes_each_image_whole_and_centred_in_its_square_under_its_title():
+    """One picture holds every image at its own pixels (matplotlib draws one image, not an axes
+    each), a wide one centred in its square; each title is a plain text of the figure."""
+    from pipeline.tasks.inputs.image import CELL, GAP, HEADING, TITLE_LINE
+
+    wide = np.zeros((3, 8, 16, 3))
+    for k in range(3):
+        wide[k, ..., k] = 255.0  # red, green, blue
+    figure = image_grid(wide, ["a", "b", "c $x$"], "heading", cols=2)
+    (axes,) = figure.axes
+    picture = np.asarray(axes.images[0].get_array())
+    per_inch = 16 / CELL  # the picture's pixels an inch: the widest side fills its square
+    band = TITLE_LINE + 0.1  # one line of title above each image
+    for k in range(3):
+        rows, cols = np.nonzero(np.all(picture == np.eye(3)[k], axis=-1))
+        assert (len(set(rows)), len(set(cols)), len(rows)) == (8, 16, 128)  # whole, once, unscaled
+        row, col = divmod(k, 2)
+        middle = (
+            (HEADING + row * (band + CELL) + band + CELL / 2) * per_inch,
+            (GAP / 2 + col * (CELL + GAP) + CELL / 2) * per_inch,
+        )
+        assert abs(rows.mean() + 0.5 - middle[0]) <= 1 and abs(cols.mean() + 0.5 - middle[1]) <= 1
+    assert np.all(picture[0] == 1)  # the heading's band: white
+    assert [t.get_text() for t in figure.texts] == ["a", "b", "c $x$", "heading"]
+    assert not any(t.get_parse_math() for t in figure.texts)
