@@ -136,7 +136,7 @@ def test_the_grid_pastes_each_image_whole_and_centred_in_its_square_under_its_ti
     per_inch = 16 / CELL  # the picture's pixels an inch: the widest side fills its square
     band = TITLE_LINE + 0.1  # one line of title above each image
     for k in range(3):
-        rows, cols = np.nonzero(np.all(picture == np.eye(3)[k], axis=-1))
+        rows, cols = np.nonzero(np.all(picture == 255 * np.eye(3)[k], axis=-1))
         assert (len(set(rows)), len(set(cols)), len(rows)) == (8, 16, 128)  # whole, once, unscaled
         row, col = divmod(k, 2)
         middle = (
@@ -144,6 +144,6 @@ def test_the_grid_pastes_each_image_whole_and_centred_in_its_square_under_its_ti
             (GAP / 2 + col * (CELL + GAP) + CELL / 2) * per_inch,
         )
         assert abs(rows.mean() + 0.5 - middle[0]) <= 1 and abs(cols.mean() + 0.5 - middle[1]) <= 1
-    assert np.all(picture[0] == 1)  # the heading's band: white
+    assert np.all(picture[0] == 255)  # the heading's band: white
     assert [t.get_text() for t in figure.texts] == ["a", "b", "c $x$", "heading"]
     assert not any(t.get_parse_math() for t in figure.texts)

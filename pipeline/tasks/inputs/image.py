@@ -142,7 +142,7 @@ def image_grid(images: np.ndarray, titles: list[str], heading: str, cols: int = 
     band = lines * TITLE_LINE + 0.1  # above each image: its title
     width, height = cols * (CELL + GAP), HEADING + rows * (band + CELL) + GAP / 2
     per_inch = max(max(images.shape[1:3], default=1), 1) / CELL  # the picture's pixels an inch
-    picture = np.ones((round(height * per_inch), round(width * per_inch), 3), np.float32)
+    picture = np.full((round(height * per_inch), round(width * per_inch), 3), 255, np.uint8)  # white
     fig = plt.figure(figsize=(width, height))
     for k, (image, title) in enumerate(zip(images, titles, strict=False)):
         row, col = divmod(k, cols)
@@ -151,7 +151,7 @@ def image_grid(images: np.ndarray, titles: list[str], heading: str, cols: int = 
         tall, wide = image.shape[:2]
         y = round(top * per_inch + (CELL * per_inch - tall) / 2)
         x = round(left * per_inch + (CELL * per_inch - wide) / 2)
-        picture[y : y + tall, x : x + wide] = np.clip(np.asarray(image, np.float32) / 255.0, 0.0, 1.0)
+        picture[y : y + tall, x : x + wide] = np.rint(np.clip(image, 0, 255)).astype(np.uint8)
         fig.text((left + CELL / 2) / width, 1 - (top - TITLE_PAD) / height, title,
                  ha="center", va="bottom", fontsize=8, parse_math=False)  # fmt: skip
     axes = fig.add_axes((0, 0, 1, 1))
