@@ -38,8 +38,10 @@ def test_the_cpu_is_named_with_its_avx512_and_an_unknown_one_is_nothing(tmp_path
 
 
 def test_the_libraries_are_read_without_importing_them_and_a_benchmark_names_the_cpu():
-    found = built_with()
-    assert found["numpy"] == np.__version__ and "keras" in found
+    on_tensorflow, on_jax = built_with("tensorflow"), built_with("jax")
+    assert on_tensorflow["numpy"] == np.__version__ and "keras" in on_tensorflow
+    assert "jax" not in on_tensorflow  # what did not compute the run is not its
+    assert "jax" in on_jax and not any(name.startswith("tensorflow") for name in on_jax)
     assert (f"CPUs ({cpu_name()})," if cpu_name() else "CPUs,") in machine()
 
 

@@ -109,14 +109,17 @@ def cpu_name(info: str = "/proc/cpuinfo") -> str:
     return f"{model}, {'AVX-512' if 'avx512f' in fields.get('flags', '').split() else 'no AVX-512'}"
 
 
-def built_with() -> dict[str, str]:
-    """The versions of what computes a run's numbers (TensorFlow, Keras, JAX, NumPy), read without
-    importing them; a package not installed is left out."""
+def built_with(backend: str) -> dict[str, str]:
+    """The versions of what computes a run's numbers on `backend` (TensorFlow, or JAX and jaxlib;
+    Keras and NumPy on both), read without importing them; a package not installed is left out."""
     found = {}
-    name, version = tensorflow_build()
+    name, version = tensorflow_build() if backend == "tensorflow" else ("", "")
     if name:
         found[name] = version
-    for package in ("keras", "jax", "jaxlib", "numpy"):
+    for package in ("jax", "jaxlib") if backend == "jax" else ():
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[package] = importlib.metadata.version(package)
+    for package in ("keras", "numpy"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[package] = importlib.metadata.version(package)
     return found

@@ -342,7 +342,7 @@ def _fit(job: Job, progress: bool, restart: bool, stop, keep_checkpoints: int) -
             "fold_table": job.fold_table,
             # Where its numbers were computed: another CPU or library moves a fine-tune as a seed does.
             "cpu": cpu_name(),
-            "built_with": built_with(),
+            "built_with": built_with(platform.backend),
         },
     )
     if trainer.text_inputs is not None:
