@@ -121,7 +121,7 @@ def _one_augmented_batch(train, config, images: int):
 # The grid's measures in inches: each image's square, the gap beside it, a title line's height
 # (8 points and leading), the heading's band. Laid out by hand, the images pasted into one picture:
 # matplotlib's tight_layout measured every title again, and an axes per image cost 36 sets of tick
-# artists, each about as long as drawing the images (1.0 CPU-s a grid of 36 against 0.3).
+# artists, each about as long as drawing the images (1.4 CPU-s a grid of 36 against 0.4).
 CELL, GAP, TITLE_LINE, HEADING = 2.4, 0.2, 0.16, 0.5
 TITLE_PAD = 6 / 72  # inches between an image and its title: matplotlib's axes title pad, 6 points
 
