@@ -51,12 +51,10 @@ print(json.dumps({{"images_per_second": steps * batch / (time.perf_counter() - s
 
 
 def cpu_flags() -> list[str]:
-    wanted = ("avx512_bf16", "avx512_vnni", "amx_bf16", "avx_vnni")
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    flags = next(
-        (line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), []
-    )
-    return [flag for flag in wanted if flag in flags]
+    from pipeline.core.machine import cpu_info
+
+    flags = cpu_info()[1]
+    return [flag for flag in ("avx512_bf16", "avx512_vnni", "amx_bf16", "avx_vnni") if flag in flags]
 
 
 # (name, TF_ENABLE_ONEDNN_OPTS, Keras dtype policy)

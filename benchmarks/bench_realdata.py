@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -189,15 +188,6 @@ def run_set(
     return result
 
 
-def cpu() -> str:
-    models = [
-        line.split(":", 1)[1].strip()
-        for line in Path("/proc/cpuinfo").read_text().splitlines()
-        if line.startswith("model name")
-    ]
-    return models[0] if models else platform.processor()
-
-
 def table(results: dict) -> str:
     """One line a set: sizes, the default's test and reported scores and their gap, the baseline."""
     lines = [f"{'set':<10} {'dev':>5} {'test':>5} {'default':>8} {'reported':>12} {'gap':>6} {'baseline':>9}"]
@@ -285,7 +275,7 @@ def main() -> None:
             if not args.quick:  # read again just before: another bench of other sets may have written
                 stored = json.loads(RESULTS.read_text())["sets"] if RESULTS.is_file() else {}
                 record(stored, name, seed, found)
-                write_json(RESULTS, {"machine": f"{machine()}, {cpu()}, no GPU", "sets": stored})
+                write_json(RESULTS, {"machine": f"{machine()}, no GPU", "sets": stored})  # the CPU named
     stored = json.loads(RESULTS.read_text())["sets"] if RESULTS.is_file() else {}
     print(table(results if args.quick else {name: stored[name] for name in args.sets}))  # as recorded
     if not args.quick and not args.baselines_only:

@@ -89,37 +89,36 @@ def tensorflow_build() -> tuple[str, str]:
     return "", ""
 
 
+def cpu_info(info: str = "/proc/cpuinfo") -> tuple[str, frozenset[str]]:
+    """(this CPU's model, its flags), from the first processor's block; ("", none) where the kernel
+    does not say."""
+    try:
+        with open(info, errors="replace") as lines:
+            first = lines.read(1 << 16).split("\n\n")[0]  # the first processor's block
+    except OSError:
+        return "", frozenset()
+    fields = {}
+    for line in first.splitlines():
+        key, _, value = line.partition(":")
+        fields[key.strip()] = value.strip()
+    return " ".join(fields.get("model name", "").split())[:80], frozenset(fields.get("flags", "").split())
+
+
 def cpu_name(info: str = "/proc/cpuinfo") -> str:
     """This CPU's model and whether it has AVX-512 (`AMD EPYC, AVX-512`); "" where the kernel does
     not say. A run records it: oneDNN picks its kernels, so its round-off, by instruction set, and
     one fine-tune at one commit and seed scored 0.8986 and 0.9049 on 2,000 test images with AVX-512
     and held to AVX2 (docs/BENCHMARKS.md), as much as a seed moves it."""
-    try:
-        with open(info, errors="replace") as lines:
-            first = lines.read(1 << 16).split("\n\n")[0]  # the first processor's block
-    except OSError:
-        return ""
-    fields = {}
-    for line in first.splitlines():
-        key, _, value = line.partition(":")
-        fields[key.strip()] = value.strip()
-    model = " ".join(fields.get("model name", "").split())[:80]
-    if not model:
-        return ""
-    return f"{model}, {'AVX-512' if 'avx512f' in fields.get('flags', '').split() else 'no AVX-512'}"
+    model, flags = cpu_info(info)
+    return f"{model}, {'AVX-512' if 'avx512f' in flags else 'no AVX-512'}" if model else ""
 
 
 def built_with(backend: str) -> dict[str, str]:
     """The versions of what computes a run's numbers on `backend` (TensorFlow, or JAX and jaxlib;
     Keras and NumPy on both), read without importing them; a package not installed is left out."""
-    found = {}
     name, version = tensorflow_build() if backend == "tensorflow" else ("", "")
-    if name:
-        found[name] = version
-    for package in ("jax", "jaxlib") if backend == "jax" else ():
-        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-            found[package] = importlib.metadata.version(package)
-    for package in ("keras", "numpy"):
+    found = {name: version} if name else {}
+    for package in ("jax", "jaxlib", "keras", "numpy") if backend == "jax" else ("keras", "numpy"):
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[package] = importlib.metadata.version(package)
     return found
