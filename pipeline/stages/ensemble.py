@@ -140,8 +140,9 @@ def blend_runs(opts: EnsembleOptions, search: bool) -> Path:
     # A member that is a single run kept the epoch its val rows chose: the blend's score crosses
     # that choice too, as it does the weights' search.
     chose = any(len(c) > 1 for c in choices)
-    crossed, part = None, blend_parts(val, grouped) if search or chose else None
+    crossed = part = None
     if search or chose:
+        part = blend_parts(val, grouped)
         weights, crossed = cross_fitted_blend(val, weights, metric, grouped, choices, search, part)
     # Each scored as its submission decides, the way evaluate scores a run (a multi-label blend: its
     # thresholds, cross-fitted on val; a run's epoch choice, cross-fitted), so members, blend and

@@ -141,7 +141,7 @@ def image_grid(images: np.ndarray, titles: list[str], heading: str, cols: int = 
     lines = max((t.count("\n") + 1 for t in titles), default=1)
     band = lines * TITLE_LINE + 0.1  # above each image: its title
     width, height = cols * (CELL + GAP), HEADING + rows * (band + CELL) + GAP / 2
-    per_inch = max(max(images.shape[1:3], default=1), 1) / CELL  # the picture's pixels an inch
+    per_inch = max(images.shape[1:3]) / CELL  # the picture's pixels an inch
     picture = np.full((round(height * per_inch), round(width * per_inch), 3), 255, np.uint8)  # white
     fig = plt.figure(figsize=(width, height))
     for k, (image, title) in enumerate(zip(images, titles, strict=False)):
