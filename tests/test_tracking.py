@@ -61,7 +61,9 @@ def test_a_run_on_jax_writes_its_events_too(tiny_data_dir, tmp_path):
     done = run_python(f"from pipeline import cli\nassert cli.main({args!r}) == 0")
     assert done.returncode == 0, done.stderr[-3000:]
     run = RunDir(tmp_path / "on-jax")
-    assert run.read_json(RunDir.RUN_INFO)["backend"] == "jax"
+    info = run.read_json(RunDir.RUN_INFO)
+    assert info["backend"] == "jax" and "jax" in info["built_with"]  # what computed it, recorded
+    assert not any(name.startswith("tensorflow") for name in info["built_with"])
     events, history = tensorboard_events(run.file(RunDir.TENSORBOARD) / "run"), run.read_history()
     for column in ("loss", "val_macro_f1", "lr", "images_per_second"):
         np.testing.assert_allclose(
