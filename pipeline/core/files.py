@@ -1,7 +1,8 @@
 """Atomic writes: an output is either the old file or the complete new one, never half of it.
 
 Figures go the same way: `pyplot()` gives matplotlib on its file-only backend (servers and
-kernels have no display), `save_figure` writes a PNG atomically and frees the figure. Archives are
+kernels have no display), `plain_text` makes a figure draw every text as written, and
+`save_figure` writes a PNG atomically and frees the figure. Archives are
 unpacked only after their members are counted (`open_zip`, before zipfile reads their records)
 and checked (`check_members`: no paths out, no links or devices, bounded sizes), and as plain
 files (`extract_members`); the folders petals works in carry a marker (`make_work_folder`), so
@@ -11,6 +12,7 @@ that petals deletes only what it made (`is_work_folder`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -306,6 +308,19 @@ def pyplot() -> Any:
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def plain_text(draw: Callable[..., Any]) -> Callable[..., Any]:
+    """`draw`, a function that makes a figure, with matplotlib's TeX parsing off for each text it
+    creates: class and column names come from shared files, and a name such as `a$\\frac{x$` would
+    otherwise stop the stage with mathtext's parse error (or draw `$5 to $10` as math)."""
+
+    @functools.wraps(draw)
+    def drawn(*args: Any, **kwargs: Any) -> Any:
+        with pyplot().rc_context({"text.parse_math": False}):  # read as each Text is made
+            return draw(*args, **kwargs)
+
+    return drawn
 
 
 def save_figure(fig: Any, path: Path, dpi: int) -> None:

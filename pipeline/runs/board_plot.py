@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from pipeline.core.files import pyplot, save_figure
+from pipeline.core.files import plain_text, pyplot, save_figure
 from pipeline.runs.leaderboard import COLUMNS, SINGLE_SPLIT, _numbers, board_score, judged, score_column
 
 if TYPE_CHECKING:
@@ -20,6 +20,7 @@ KIND_MARKERS = {"run": "o", "ensemble": "s", "kaggle": "^", "cv": "D", "refit": 
 JUDGED_MARKERS = {SINGLE_SPLIT: "o", "CV": "D", "refit": "P"}
 
 
+@plain_text
 def plot(table: pd.DataFrame, path: Path, spec: CompetitionSpec) -> None:
     """One figure: the board's scores (CV where there is one) and public scores over time; beside it,
     once Kaggle has scored some rows, the offline score against the public one, the picture that

@@ -22,6 +22,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from pipeline.core.files import plain_text, pyplot
+
 log = logging.getLogger(__name__)
 
 SPEED_COLUMNS = ("seconds", "images", "images_per_second")
@@ -140,12 +142,11 @@ def finite(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
+@plain_text
 def per_class_png(per_class) -> bytes | None:
     """Precision, recall and F1 of each class (a per_class.csv table), the weakest by F1 at the top;
     past MAX_CLASSES_DRAWN classes the weakest of them. None for a table without those columns."""
     import io
-
-    from pipeline.core.files import pyplot
 
     if not {"class", "f1"} <= set(per_class.columns):
         return None

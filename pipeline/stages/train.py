@@ -26,7 +26,7 @@ import numpy as np
 from pipeline.core import options, rundir
 from pipeline.core.config import Config
 from pipeline.core.errors import PetalsError
-from pipeline.core.files import pyplot, save_figure
+from pipeline.core.files import plain_text, pyplot, save_figure
 from pipeline.core.git import git_commit
 from pipeline.core.hosts import preemption_sync_jax
 from pipeline.core.machine import built_with, cpu_name
@@ -243,6 +243,7 @@ def _own_run_dir(run: RunDir, hosts) -> RunDir:
 # ----------------------------------------------------------------------------- outputs
 
 
+@plain_text
 def curves_figure(history, score_key: str = "val_macro_f1", accuracy: str = "accuracy"):
     """Loss on the left, accuracy and the metric on the right; val is drawn where it was scored
     (every `train.val_every`-th epoch), its points joined, not broken by the epochs between."""

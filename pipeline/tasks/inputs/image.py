@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from pipeline.core.errors import PetalsError
+from pipeline.core.files import plain_text, pyplot, save_figure
 from pipeline.tasks.base import RECIPES_DIR, Task
 
 
@@ -63,8 +64,6 @@ class ImageInput(Task):
 
     def show_batch(self, train, spec, config, out: Path, size: int, where: str) -> Path:
         """One augmented training batch as a grid, each image titled with its class."""
-        from pipeline.core.files import save_figure
-
         with train.naming_bad(labeled=True):
             images, labels = _one_augmented_batch(train, config, size)
         path = out / "batch.png"
@@ -78,7 +77,6 @@ class ImageInput(Task):
     def show_mistakes(self, split, shown, config, folder: Path) -> Path:
         """The images of `shown` as a grid (at most mistakes.MAX_IMAGES, each downscaled to
         mistakes.THUMBNAIL px), each titled with its true and predicted classes and its score."""
-        from pipeline.core.files import save_figure
         from pipeline.core.rundir import RunDir
         from pipeline.tasks import mistakes
 
@@ -126,14 +124,12 @@ CELL, GAP, TITLE_LINE, HEADING = 2.4, 0.2, 0.16, 0.5
 TITLE_PAD = 6 / 72  # inches between an image and its title: matplotlib's axes title pad, 6 points
 
 
+@plain_text
 def image_grid(images: np.ndarray, titles: list[str], heading: str, cols: int = 5):
     """Images (0-255, [n, height, width, 3]) as a grid, each under its title, the whole under
     `heading`: `make inspect`'s batch, evaluate's mistakes. Each image is drawn whole in its square,
-    centred, at its own pixels (the picture's resolution is the largest side's). The titles are
-    drawn as plain text (a `$` in a class name is no formula to matplotlib); what they quote from
-    files the caller makes safe (foreign.text)."""
-    from pipeline.core.files import pyplot
-
+    centred, at its own pixels (the picture's resolution is the largest side's). What the titles
+    quote from files the caller makes safe (foreign.text)."""
     plt = pyplot()
     n = len(images)
     cols = max(min(n, cols), 1)
@@ -153,9 +149,9 @@ def image_grid(images: np.ndarray, titles: list[str], heading: str, cols: int = 
         x = round(left * per_inch + (CELL * per_inch - wide) / 2)
         picture[y : y + tall, x : x + wide] = np.rint(np.clip(image, 0, 255)).astype(np.uint8)
         fig.text((left + CELL / 2) / width, 1 - (top - TITLE_PAD) / height, title,
-                 ha="center", va="bottom", fontsize=8, parse_math=False)  # fmt: skip
+                 ha="center", va="bottom", fontsize=8)  # fmt: skip
     axes = fig.add_axes((0, 0, 1, 1))
     axes.axis("off")
     axes.imshow(picture, interpolation="nearest", aspect="auto")
-    fig.text(0.5, 1 - 0.15 / height, heading, ha="center", va="top", fontsize=10, parse_math=False)
+    fig.text(0.5, 1 - 0.15 / height, heading, ha="center", va="top", fontsize=10)
     return fig

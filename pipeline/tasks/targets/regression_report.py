@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.core.files import pyplot, save_figure, write_atomically
+from pipeline.core.files import plain_text, pyplot, save_figure, write_atomically
 from pipeline.core.foreign import safe_cells, text
 from pipeline.core.rundir import RunDir
 from pipeline.tasks.base import Evaluation
@@ -100,6 +100,7 @@ def summary_lines(evaluation: dict) -> list[str]:
     return lines
 
 
+@plain_text
 def plot(true: np.ndarray, predicted: np.ndarray, names, path: Path) -> None:
     """Predicted against true, with the line where they are equal: one panel a column."""
     plt = pyplot()

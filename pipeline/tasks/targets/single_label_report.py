@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pipeline.core.files import pyplot, save_figure, write_atomically
+from pipeline.core.files import plain_text, pyplot, save_figure, write_atomically
 from pipeline.core.foreign import EACH, listed, safe_cells, text
 from pipeline.core.rundir import RunDir
 from pipeline.tasks.base import Evaluation
@@ -130,6 +130,7 @@ def plotted_classes(labels: np.ndarray, predicted: np.ndarray, n: int) -> np.nda
     return np.sort(np.argsort(-involved, kind="stable")[:MAX_PLOTTED_CLASSES])
 
 
+@plain_text
 def plot_confusion(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str, ...], path: Path) -> None:
     """The confusion matrix (counts) normalised by row, large enough that 200 class names stay
     legible; past MAX_PLOTTED_CLASSES, only the classes with the most mistakes (the title says so)."""
