@@ -8,6 +8,8 @@ pipeline/core/progress.py).
    labels from the split; predictions drawn so that about one row in twenty is wrong, as the
    main job's 0.96), into a temporary folder: the val shards scanned for the ids, the images
    decoded, the 6 x 6 grid drawn and saved.
+3. Figures: the 104-class confusion matrix evaluate draws (`plot_confusion`, the flowers' classes,
+   the val split's size, one row in ten wrong), CPU seconds a plot, in this process.
 
 Usage: python benchmarks/bench_mistakes.py [--data-dir data-flowers] [--repeats 3]
 (`make bench-mistakes`; the data dir is the main job's: `make fetch` draws it).
@@ -85,6 +87,26 @@ def mistakes_seconds(data_dir: Path, repeats: int) -> tuple[list[float], dict]:
     return seconds, entry
 
 
+def confusion_seconds(repeats: int) -> list[float]:
+    """CPU seconds to draw and save the flowers' confusion matrix, once for each repeat (after one
+    untimed call that loads matplotlib and its fonts)."""
+    from competition import load_spec
+    from pipeline.tasks.recipe_config import load_config
+    from pipeline.tasks.targets.single_label_report import plot_confusion
+
+    classes = load_spec(load_config("cpu").competition).classes
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, len(classes), 3712)
+    predicted = np.where(rng.random(len(labels)) < 0.9, labels, rng.integers(0, len(classes), len(labels)))
+    seconds = []
+    with tempfile.TemporaryDirectory() as folder:
+        for _ in range(repeats + 1):
+            started = time.process_time()
+            plot_confusion(labels, predicted, tuple(classes), Path(folder) / "confusion.png")
+            seconds.append(time.process_time() - started)
+    return seconds[1:]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", type=Path, default=REPO / "data-flowers")
@@ -101,6 +123,7 @@ def main() -> None:
     per_call = progress_seconds()
     updates = main_job_updates(config, *counts)
     seconds, entry = mistakes_seconds(args.data_dir, args.repeats)
+    confusion = confusion_seconds(args.repeats)
     print(
         json.dumps(
             {
@@ -111,6 +134,8 @@ def main() -> None:
                 "mistakes_seconds": [round(s, 2) for s in seconds],
                 "mistakes_median_seconds": round(statistics.median(seconds), 2),
                 "mistakes": entry,
+                "confusion_cpu_seconds": [round(s, 2) for s in confusion],
+                "confusion_median_cpu_seconds": round(statistics.median(confusion), 2),
             },
             indent=1,
         )

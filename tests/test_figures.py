@@ -68,3 +68,22 @@ def test_a_figure_drawn_plain_leaves_matplotlib_as_it_found_it():
 def _closed():
     yield
     pyplot().close("all")
+
+
+def test_the_confusion_plot_holds_every_name_whole_inside_it_and_cuts_a_long_one(tmp_path, monkeypatch):
+    """Laid out by hand around the widest name: no label may fall off the picture's edge."""
+    plt, kept = pyplot(), []
+    monkeypatch.setattr(single_label_report, "save_figure", lambda fig, path, dpi: kept.append(fig))
+    classes = ("rose", "x" * 300, "iris W" * 6)
+    single_label_report.plot_confusion(np.array([0, 1, 2]), np.array([1, 1, 2]), classes, tmp_path / "c.png")
+    fig = kept[0]
+    fig.draw_without_rendering()  # where the axes' labels go is worked out as the figure is drawn
+    renderer = fig.canvas.get_renderer()
+    edge = fig.bbox
+    names = [t for axis in fig.axes[:1] for t in axis.get_xticklabels() + axis.get_yticklabels()]
+    assert len(names) == 6
+    for label in [*names, fig.axes[0].title, fig.axes[0].xaxis.label, fig.axes[0].yaxis.label]:
+        box = label.get_window_extent(renderer)
+        assert edge.x0 <= box.x0 and box.x1 <= edge.x1 and edge.y0 <= box.y0 and box.y1 <= edge.y1, label
+    assert "(260 more characters)" in names[1].get_text() and len(names[1].get_text()) < 70
+    plt.close(fig)

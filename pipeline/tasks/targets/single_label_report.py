@@ -24,6 +24,8 @@ TOP_CONFUSIONS = 10
 # square, 2.3 GB of pixels, and took evaluate past 6 GB; 200 classes are 3,200 px, 40 MB. Flowers'
 # 104 classes are all drawn.
 MAX_PLOTTED_CLASSES = 200
+NAME_CHARS, NAME_POINTS = 40, 6  # a class name on the plot: cut (a 1,000-character name would
+# squeeze the matrix away), in 6-point type
 # The (true, predicted) pairs confusions.csv lists, most frequent first: a reader's table, and
 # a few MB however many classes and val examples there are.
 MAX_CONFUSION_ROWS = 10_000
@@ -145,24 +147,41 @@ def plot_confusion(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str
     both = (position[labels] >= 0) & (position[predicted] >= 0)
     np.add.at(matrix, (position[labels[both]], position[predicted[both]]), 1)
     shares = matrix / np.maximum(support[:, None], 1)  # of the whole true class, drawn or not
-    side = max(6.0, n * 0.16)  # ~0.16 inch per class: 6-point names do not overlap
-    fig, axis = plt.subplots(figsize=(side + 1.5, side))
-    shown = np.ma.masked_equal(shares, 0)  # empty cells stay white, so mistakes stand out
-    image = axis.imshow(shown, cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
-    names = [classes[i] for i in drawn]
-    axis.set_xticks(
-        np.arange(n), [f"{c} {i}" for i, c in zip(drawn, names, strict=True)], rotation=90, fontsize=6
-    )
-    axis.set_yticks(np.arange(n), [f"{i} {c}" for i, c in zip(drawn, names, strict=True)], fontsize=6)
-    axis.set_xlabel("predicted")
-    axis.set_ylabel("true")
+    names = [text(classes[i], NAME_CHARS) for i in drawn]
+    x_names = [f"{c} {i}" for i, c in zip(drawn, names, strict=True)]
+    y_names = [f"{i} {c}" for i, c in zip(drawn, names, strict=True)]
     title = "confusion matrix (share of each true class)"
     if n < len(classes):
         title += f"\nthe {n} of {len(classes)} classes with the most mistakes"
+    # Laid out by hand, around the widest name as measured: tight_layout measured every label
+    # twice and drew the whole figure once more on saving, half of the plot's seconds.
+    side = max(4.0, n * 0.16)  # ~0.16 inch per class: 6-point names do not overlap
+    fig = plt.figure()
+    names_inch = _widest(fig, x_names + y_names, NAME_POINTS) + 0.1  # and the ticks' 7 points
+    left = bottom = names_inch + 0.35  # and the axis's label
+    top, right = 0.3 + 0.2 * title.count("\n"), 0.9  # the title; the colour bar and its numbers
+    width, height = left + side + right, bottom + side + top
+    fig.set_size_inches(width, height)
+    axis = fig.add_axes((left / width, bottom / height, side / width, side / height))
+    bar = fig.add_axes(((left + side + 0.15) / width, bottom / height, 0.2 / width, side / height))
+    shown = np.ma.masked_equal(shares, 0)  # empty cells stay white, so mistakes stand out
+    image = axis.imshow(shown, cmap="viridis", vmin=0, vmax=1, interpolation="nearest", aspect="auto")
+    axis.set_xticks(np.arange(n), x_names, rotation=90, fontsize=NAME_POINTS)
+    axis.set_yticks(np.arange(n), y_names, fontsize=NAME_POINTS)
+    axis.set_xlabel("predicted")
+    axis.set_ylabel("true")
     axis.set_title(title)
-    fig.colorbar(image, ax=axis, fraction=0.03)
-    fig.tight_layout()
+    fig.colorbar(image, cax=bar)
     save_figure(fig, path, dpi=100)
+
+
+def _widest(fig, labels: list[str], points: float) -> float:
+    """The widest of `labels` in inches at `points`, as the figure's renderer draws it."""
+    from matplotlib.font_manager import FontProperties
+
+    renderer, font = fig.canvas.get_renderer(), FontProperties(size=points)
+    wide = (renderer.get_text_width_height_descent(label, font, ismath=False)[0] for label in labels)
+    return max(wide, default=0) / fig.dpi
 
 
 def mistakes(labels: np.ndarray, probabilities: np.ndarray, classes: tuple[str, ...]) -> pd.DataFrame:
