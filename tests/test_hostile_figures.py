@@ -1,6 +1,6 @@
-"""The figures petals draws (pipeline/core/files.py's `plain_text`, each report's plot): names from
-a competition's files are drawn as written, never parsed as TeX, and each figure is laid out
-without measuring every label twice."""
+"""Names from a competition's files in the figures petals draws (pipeline/core/files.py's
+`plain_text`, each report's plot): drawn as written, never parsed as TeX, and whole inside the
+picture, a long one cut."""
 
 from __future__ import annotations
 
