@@ -325,6 +325,10 @@ def plain_text(draw: Callable[..., Any]) -> Callable[..., Any]:
 
 def save_figure(fig: Any, path: Path, dpi: int) -> None:
     """A matplotlib figure as a PNG at `path`, atomically, then closed."""
+    from matplotlib.layout_engine import PlaceHolderLayoutEngine
+
+    if isinstance(fig.get_layout_engine(), PlaceHolderLayoutEngine):  # what tight_layout leaves
+        fig.set_layout_engine(None)  # it lays out nothing, but savefig drew the figure twice for it
     write_atomically(path, lambda tmp: fig.savefig(tmp, format="png", dpi=dpi))
     pyplot().close(fig)
 
