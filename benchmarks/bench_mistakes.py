@@ -9,7 +9,8 @@ pipeline/core/progress.py).
    main job's 0.96), into a temporary folder: the val shards scanned for the ids, the images
    decoded, the 6 x 6 grid drawn and saved.
 3. Figures: the 104-class confusion matrix evaluate draws (`plot_confusion`, the flowers' classes,
-   the val split's size, one row in ten wrong), CPU seconds a plot, in this process.
+   the val split's size, one row in ten wrong) and the learning curves train draws (12 epochs),
+   CPU seconds a figure, in this process.
 
 Usage: python benchmarks/bench_mistakes.py [--data-dir data-flowers] [--repeats 3]
 (`make bench-mistakes`; the data dir is the main job's: `make fetch` draws it).
@@ -87,10 +88,13 @@ def mistakes_seconds(data_dir: Path, repeats: int) -> tuple[list[float], dict]:
     return seconds, entry
 
 
-def confusion_seconds(repeats: int) -> list[float]:
-    """CPU seconds to draw and save the flowers' confusion matrix, once for each repeat (after one
-    untimed call that loads matplotlib and its fonts)."""
+def figure_seconds(repeats: int) -> dict[str, list[float]]:
+    """CPU seconds to draw and save the flowers' confusion matrix and a 12-epoch run's learning
+    curves, once for each repeat (after one untimed call each that loads matplotlib and its fonts)."""
+    import pandas as pd
+
     from competition import load_spec
+    from pipeline.stages.train import plot_curves
     from pipeline.tasks.recipe_config import load_config
     from pipeline.tasks.targets.single_label_report import plot_confusion
 
@@ -98,13 +102,23 @@ def confusion_seconds(repeats: int) -> list[float]:
     rng = np.random.default_rng(0)
     labels = rng.integers(0, len(classes), 3712)
     predicted = np.where(rng.random(len(labels)) < 0.9, labels, rng.integers(0, len(classes), len(labels)))
-    seconds = []
+    epochs = np.arange(1, 13)
+    history = pd.DataFrame(
+        {"epoch": epochs, "loss": 2 / epochs, "val_loss": 2.2 / epochs, "accuracy": 1 - 0.8 / epochs}
+        | {"val_accuracy": 1 - 0.9 / epochs, "val_macro_f1": 1 - 0.95 / epochs}
+    )
+    draws = {
+        "confusion": lambda path: plot_confusion(labels, predicted, tuple(classes), path),
+        "curves": lambda path: plot_curves(history, path),
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in draws}
     with tempfile.TemporaryDirectory() as folder:
         for _ in range(repeats + 1):
-            started = time.process_time()
-            plot_confusion(labels, predicted, tuple(classes), Path(folder) / "confusion.png")
-            seconds.append(time.process_time() - started)
-    return seconds[1:]
+            for name, draw in draws.items():  # alternated: the machine's speed drifts
+                started = time.process_time()
+                draw(Path(folder) / f"{name}.png")
+                seconds[name].append(time.process_time() - started)
+    return {name: found[1:] for name, found in seconds.items()}
 
 
 def main() -> None:
@@ -123,7 +137,7 @@ def main() -> None:
     per_call = progress_seconds()
     updates = main_job_updates(config, *counts)
     seconds, entry = mistakes_seconds(args.data_dir, args.repeats)
-    confusion = confusion_seconds(args.repeats)
+    figures = figure_seconds(args.repeats)
     print(
         json.dumps(
             {
@@ -134,8 +148,8 @@ def main() -> None:
                 "mistakes_seconds": [round(s, 2) for s in seconds],
                 "mistakes_median_seconds": round(statistics.median(seconds), 2),
                 "mistakes": entry,
-                "confusion_cpu_seconds": [round(s, 2) for s in confusion],
-                "confusion_median_cpu_seconds": round(statistics.median(confusion), 2),
+                **{f"{name}_cpu_seconds": [round(s, 2) for s in found] for name, found in figures.items()},
+                **{f"{k}_median_cpu_seconds": round(statistics.median(f), 2) for k, f in figures.items()},
             },
             indent=1,
         )
