@@ -154,7 +154,7 @@ def plot_confusion(labels: np.ndarray, predicted: np.ndarray, classes: tuple[str
     if n < len(classes):
         title += f"\nthe {n} of {len(classes)} classes with the most mistakes"
     # Laid out by hand, around the widest name as measured: tight_layout measured every label
-    # twice and drew the whole figure once more on saving, half of the plot's seconds.
+    # again and left savefig to draw the whole figure twice, a quarter of the plot's seconds.
     side = max(4.0, n * 0.16)  # ~0.16 inch per class: 6-point names do not overlap
     fig = plt.figure()
     names_inch = _widest(fig, x_names + y_names, NAME_POINTS) + 0.1  # and the ticks' 7 points
