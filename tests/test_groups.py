@@ -499,3 +499,20 @@ def test_the_text_probe_chooses_its_penalty_on_whole_documents(grouped, cpu, tmp
     for kept, held in splits:
         assert not set(documents[kept]) & set(documents[held])
     assert "over whole groups" in caplog.text
+
+
+def test_the_groups_of_several_sets_of_held_out_rows_come_from_one_read_of_the_column(grouped, monkeypatch):
+    """`make compare` asks the groups of each run's val rows and of the rows both hold: one read of
+    the group column (it was three), the same groups as reading it each time."""
+    spec, data = grouped
+    reads = []
+    column = groups._column
+    monkeypatch.setattr(groups, "_column", lambda *a: reads.append(a[2]) or column(*a))
+    ids = np.array([f"doc{d}_{p}" for d in range(DOCUMENTS) for p in range(PASSAGES)])
+    groups_of = groups.held_out_grouping(data, spec)
+    found = [groups_of(ids[:7]), groups_of(ids[3:]), groups_of(ids[3:7])]
+    assert reads == list(spec.labeled_splits)
+    for part, got in zip((ids[:7], ids[3:], ids[3:7]), found, strict=True):
+        assert got.tolist() == groups.held_out_groups(data, spec, part).tolist() == _document(part).tolist()
+    with pytest.raises(PetalsError, match="example 'nope' has no 'doc'"):
+        groups_of(np.array(["nope"]))

@@ -89,16 +89,17 @@ def _competition(run: RunDir) -> str:
 def compare(runs: list[RunDir], spec, data_dir: Path) -> Comparison:
     """The two runs of the competition `spec` on the rows both held out of `data_dir`'s labelled
     data."""
-    from pipeline.data.groups import held_out_groups
+    from pipeline.data.groups import held_out_grouping
 
-    first, second = (held_out(run, spec, data_dir) for run in runs)
+    groups_of = held_out_grouping(data_dir, spec)  # the group column read once for both runs
+    first, second = (held_out(run, spec, data_dir, groups_of) for run in runs)
     ids = np.intersect1d(first.ids, second.ids)
     if not len(ids):
         raise PetalsError(f"compare: {runs[0].name} and {runs[1].name} held out no row in common")
     first, second = first.by_ids(ids), second.by_ids(ids)
     if not np.array_equal(first.labels, second.labels):
         raise PetalsError(f"compare: {runs[0].name} and {runs[1].name} hold other labels for the same ids")
-    groups = held_out_groups(data_dir, spec, ids)
+    groups = groups_of(ids)
     paired = spec.metric.difference(first.labels, first.probabilities, second.probabilities, groups)
     if paired is None:  # labels decided by thresholds chosen on these rows, or no draw scorable
         decided = spec.metric.reads == "labels"
@@ -155,10 +156,11 @@ def apart(first: dict, second: dict) -> str:
     return " and ".join(said)
 
 
-def held_out(run: RunDir, spec, data_dir: Path) -> Predictions:
+def held_out(run: RunDir, spec, data_dir: Path, groups_of=None) -> Predictions:
     """What `run`'s score was made of: a CV group's out-of-fold predictions; a single run's val
-    predictions (saved by evaluate, of this data), each part at the epoch the other parts chose."""
-    from pipeline.data.groups import held_out_groups
+    predictions (saved by evaluate, of this data), each part at the epoch the other parts chose,
+    its parts whole groups (`groups_of(ids)`: the data's groups, read where not given)."""
+    from pipeline.data.groups import held_out_grouping
 
     if run.file(RunDir.GROUP).is_file():
         from pipeline.core.rundir import data_identity
@@ -176,5 +178,6 @@ def held_out(run: RunDir, spec, data_dir: Path) -> Predictions:
     val = saved_predictions(run, data_dir, "val", 1)
     if val.labels is None:
         raise PetalsError(f"{run.predictions('val', 1)}: val predictions without labels")
-    crossed = crossed_epochs(run, val, spec, held_out_groups(data_dir, spec, val.ids))
+    groups_of = groups_of or held_out_grouping(data_dir, spec)
+    crossed = crossed_epochs(run, val, spec, groups_of(val.ids))
     return val if crossed is None else Predictions(val.ids, crossed["probabilities"], val.labels, val.tta)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -49,9 +49,17 @@ def group_ids(root: str, spec: CompetitionSpec, splits: Sequence[str], ids: np.n
         return np.array([str(i).rsplit(spec.group_by_id, 1)[0] for i in ids], dtype=object)
     if spec.group_column is None:
         return None
+    return _looked_up(root, spec, _group_column(root, spec, splits), ids)
+
+
+def _group_column(root: str, spec: CompetitionSpec, splits: Sequence[str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for split in splits:
         found.update(_column(root, spec, split, spec.group_column))
+    return found
+
+
+def _looked_up(root: str, spec: CompetitionSpec, found: dict[str, str], ids: np.ndarray) -> np.ndarray:
     missing = next((i for i in ids if str(i) not in found), None)
     if missing is not None:
         raise PetalsError(f"{root}: example {shown(missing)} has no {spec.group_column!r} (its group)")
@@ -65,9 +73,7 @@ def training_groups(root: str, spec: CompetitionSpec, ids: np.ndarray) -> np.nda
         return np.asarray(ids, dtype=object)
     if spec.group_by_id is not None:
         return group_ids(root, spec, (), ids)
-    found: dict[str, str] = {}
-    for split in spec.labeled_splits:
-        found.update(_column(root, spec, split, spec.group_column))
+    found = _group_column(root, spec, spec.labeled_splits)
     return np.array([found.get(str(i), f"example {i}") for i in ids], dtype=object)
 
 
@@ -79,6 +85,18 @@ def held_out_groups(data_dir: Path, spec: CompetitionSpec, ids: np.ndarray) -> n
     from pipeline.data.manifest import locate_data
 
     return group_ids(locate_data(data_dir), spec, list(spec.labeled_splits), ids)
+
+
+def held_out_grouping(data_dir: Path, spec: CompetitionSpec) -> Callable[[np.ndarray], np.ndarray | None]:
+    """`held_out_groups` for several sets of ids of one data dir (`make compare`'s two runs and the
+    rows they share), its group column read once."""
+    if spec.group_column is None:  # no group, or groups the ids name: nothing to read
+        return functools.partial(held_out_groups, data_dir, spec)
+    from pipeline.data.manifest import locate_data
+
+    root = locate_data(data_dir)
+    found = _group_column(root, spec, spec.labeled_splits)
+    return functools.partial(_looked_up, root, spec, found)
 
 
 def _column(root: str, spec: CompetitionSpec, split: str, column: str) -> dict[str, str]:
