@@ -48,6 +48,9 @@ def test_a_cv_group_is_judged_by_its_out_of_fold_rows_of_its_own_data(tmp_path):
     np.testing.assert_array_equal(found.probabilities, saved.probabilities)
     with pytest.raises(PetalsError, match=r"cv5-x was trained on other data than .*other holds"):
         held_out(run, load_spec("flowers"), _data(tmp_path / "other", "sha256:e"))
+    (tmp_path / "unfetched").mkdir()  # the same words as a blend of groups says (cv/members.py)
+    with pytest.raises(PetalsError, match=r"unfetched: no manifest.json; run `make fetch`"):
+        held_out(run, load_spec("flowers"), tmp_path / "unfetched")
     single = tmp_path / "run"
     single.mkdir()
     (single / RunDir.CONFIG).write_text(json.dumps({"competition": "flowers"}))

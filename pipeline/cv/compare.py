@@ -163,15 +163,13 @@ def held_out(run: RunDir, spec, data_dir: Path, groups_of=None) -> Predictions:
     from pipeline.data.groups import held_out_grouping
 
     if run.file(RunDir.GROUP).is_file():
-        from pipeline.core.rundir import data_identity
+        from pipeline.cv.members import check_data
         from pipeline.data.manifest import read_manifest
 
         path = run.predictions("oof")
         if not path.is_file():
             raise PetalsError(f"{run.name}: the CV group has no out-of-fold predictions yet; train its folds")
-        manifest = read_manifest(data_dir)
-        if manifest is None or data_identity(manifest) != run.read_json(RunDir.GROUP).get("data"):
-            raise PetalsError(f"{run.name} was trained on other data than {data_dir} holds: pass its data")
+        check_data(run.name, run.read_json(RunDir.GROUP).get("data"), read_manifest(data_dir), data_dir)
         return Predictions.load(path)
     if not run.predictions("val", 1).is_file():
         raise PetalsError(f"{run.name}: no val predictions yet; `make evaluate RUN={run.name}` writes them")

@@ -58,8 +58,6 @@ def load_group(run: RunDir) -> Group:
 
 def check_groups(groups: list[Group], manifest: dict | None, data_dir: Path) -> None:
     """One line unless every group was dealt the same fold table from the data in `data_dir`."""
-    from pipeline.core.rundir import data_identity
-
     first = groups[0]
     for other in groups[1:]:
         names = f"{first.run.name} and {other.run.name}"
@@ -72,12 +70,18 @@ def check_groups(groups: list[Group], manifest: dict | None, data_dir: Path) -> 
             )
         if other.info.get("data") != first.info.get("data"):
             raise PetalsError(f"{names} were trained on different data: blend groups of one data dir")
+    check_data(first.run.name, first.info.get("data"), manifest, data_dir)
+
+
+def check_data(name: str, data: str | None, manifest: dict | None, data_dir: Path) -> None:
+    """One line unless `data`, the data a run or group was trained on (its identity), is what the
+    fetched `data_dir` (its `manifest`) holds."""
+    from pipeline.core.rundir import data_identity
+
     if manifest is None:
         raise PetalsError(f"{data_dir}: no manifest.json; run `make fetch` (or pass the fetched --data-dir)")
-    if data_identity(manifest) != first.info.get("data"):
-        raise PetalsError(
-            f"{first.run.name} was trained on other data than {data_dir} holds: pass its --data-dir"
-        )
+    if data_identity(manifest) != data:
+        raise PetalsError(f"{name} was trained on other data than {data_dir} holds: pass its --data-dir")
 
 
 def group_config(group: Group):
