@@ -80,23 +80,20 @@ def training_groups(root: str, spec: CompetitionSpec, ids: np.ndarray) -> np.nda
 def held_out_groups(data_dir: Path, spec: CompetitionSpec, ids: np.ndarray) -> np.ndarray | None:
     """The group of each held-out example of a fetched data dir (its labelled splits read: a val
     split or out-of-fold rows), None where the competition names none."""
-    if not spec.grouped:
-        return None
-    from pipeline.data.manifest import locate_data
-
-    return group_ids(locate_data(data_dir), spec, list(spec.labeled_splits), ids)
+    return held_out_grouping(data_dir, spec)(ids)
 
 
 def held_out_grouping(data_dir: Path, spec: CompetitionSpec) -> Callable[[np.ndarray], np.ndarray | None]:
     """`held_out_groups` for several sets of ids of one data dir (`make compare`'s two runs and the
     rows they share), its group column read once."""
-    if spec.group_column is None:  # no group, or groups the ids name: nothing to read
-        return functools.partial(held_out_groups, data_dir, spec)
+    if not spec.grouped:
+        return lambda ids: None
     from pipeline.data.manifest import locate_data
 
     root = locate_data(data_dir)
-    found = _group_column(root, spec, spec.labeled_splits)
-    return functools.partial(_looked_up, root, spec, found)
+    if spec.group_by_id is not None:  # the ids name their groups: nothing to read
+        return functools.partial(group_ids, root, spec, ())
+    return functools.partial(_looked_up, root, spec, _group_column(root, spec, spec.labeled_splits))
 
 
 def _column(root: str, spec: CompetitionSpec, split: str, column: str) -> dict[str, str]:
