@@ -7,7 +7,9 @@ pieces, on texts of two shapes:
 
 The pass is linear in the number of texts at a given width, so the seconds for the recipe's
 `train.choose_up_to` texts (20,000) follow from the rate; each text is encoded once a process
-(a CV group's folds share the vectors), and the test texts once more at predict.
+(a CV group's folds share the vectors), and the test texts once more at predict. What the next
+process pays for texts a process encoded (`seconds_read_back`): the vectors read from the runs
+dir, where `probe.sentence_vectors` keeps a frozen encoder's (pipeline/modeling/vector_store.py).
 
 The process's peak memory is written beside the rates: `--attention-cells` sets what one batch's
 attention may hold (`probe.ATTENTION_CELLS`; 8388608 = 256 x 128^2, the batches before it), so the
@@ -70,16 +72,27 @@ def encoder():
 
 
 def rate(net, encode, texts: list[str]) -> dict:
-    from pipeline.modeling import probe
+    """The pass over `texts` in a fresh runs dir, and the next process's over the same texts: their
+    vectors read back from the runs dir (`vector_store`), the same to the bit."""
+    from pipeline.modeling import probe, vector_store
 
     probe._VECTORS.clear()  # each measurement encodes every text
+    vector_store._STORES.clear()
     inputs = encode((np.array(texts),))
     pieces = np.asarray(inputs["padding_mask"]).sum(axis=1)
-    started = time.perf_counter()
-    vectors = probe.sentence_vectors(net, inputs)
-    seconds = time.perf_counter() - started
+    with tempfile.TemporaryDirectory(prefix="bench-encoder-runs-") as runs:
+        started = time.perf_counter()
+        vectors = probe.sentence_vectors(net, inputs, Path(runs))
+        seconds = time.perf_counter() - started
+        probe._VECTORS.clear()  # as the next process (evaluate after train) starts
+        vector_store._STORES.clear()
+        started = time.perf_counter()
+        again = probe.sentence_vectors(net, inputs, Path(runs))
+        read_back = time.perf_counter() - started
     assert vectors.shape == (len(texts), 384) and np.isfinite(vectors).all()
+    assert np.array_equal(again, vectors)
     return {
+        "seconds_read_back": round(read_back, 2),
         "texts": len(texts),
         "word_pieces_mean": round(float(pieces.mean()), 1),
         "word_pieces_max": int(pieces.max()),

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from pipeline.core.errors import PetalsError
-from pipeline.modeling import probe
+from pipeline.modeling import probe, vector_store
 from pipeline.networks import keras_hub_text, sentence
 from pipeline.networks.base import WeightsPackage
 from pipeline.tasks.recipe_config import load_config
@@ -149,8 +149,36 @@ def test_a_text_encoded_once_by_the_same_weights_is_read_back_not_encoded_again(
     probe._VECTORS[key] = np.full_like(probe._VECTORS[key], 7.0)  # what the memo says is what comes back
     again = probe.sentence_vectors(net, inputs)
     assert (again == 7.0).all(axis=1).sum() == (2 if np.array_equal(first[0], first[2]) else 1)
-    monkeypatch.setattr(probe, "_weights_key", lambda layer: "other weights")  # another encoder: no hit
+    monkeypatch.setattr(vector_store, "encoder_digest", lambda layer: "other weights")  # another: no hit
     np.testing.assert_allclose(probe.sentence_vectors(net, inputs), first, atol=1e-6)
+
+
+@pytest.mark.slow  # the encoder's passes over 4 texts
+def test_another_process_reads_the_vectors_kept_beside_the_runs_and_encodes_only_new_texts(
+    encoder, monkeypatch, tmp_path
+):
+    """Train, evaluate and predict are processes of their own: what one encoded with a frozen
+    encoder, the next reads from the runs dir, the same to the bit, and encodes only what is new."""
+    net, encode = encoder
+    texts = np.array(["A cat sat.", "Rain fell all day on the hills.", "A cat sat."])
+    monkeypatch.setattr(probe, "_VECTORS", {})
+    monkeypatch.setattr(vector_store, "_STORES", {})
+    first = probe.sentence_vectors(net, encode((texts,)), tmp_path)
+    (kept,) = tmp_path.glob(f"{vector_store.PREFIX}*/*.npy")
+    assert np.load(kept).shape == (2, vector_store.KEY_BYTES + 4 * 384)  # the text twice: kept once
+
+    monkeypatch.setattr(probe, "_VECTORS", {})  # as a fresh process starts
+    monkeypatch.setattr(vector_store, "_STORES", {})
+    batches, encoded = probe._encoder_batches, []
+    monkeypatch.setattr(
+        probe, "_encoder_batches", lambda order, lengths: encoded.extend(order) or batches(order, lengths)
+    )
+    again = probe.sentence_vectors(net, encode((np.array([*texts, "Snow."]),)), tmp_path)
+    np.testing.assert_array_equal(again[:3], first)
+    assert encoded == [3]  # "Snow." alone
+    assert len(list(tmp_path.glob(f"{vector_store.PREFIX}*/*.npy"))) == 2
+    monkeypatch.setattr(probe, "_VECTORS", {})
+    np.testing.assert_array_equal(probe.sentence_vectors(net, encode((texts,))), first)  # none kept: computed
 
 
 # The vector alone is no shipped candidate: small data's text default is `joined` (the bag beside

@@ -327,7 +327,7 @@ def predict_split(
     from pipeline import networks
     from pipeline.data import datasets, passes, splits
     from pipeline.data.manifest import locate_data
-    from pipeline.modeling import vector_predict
+    from pipeline.modeling import probe, vector_predict
 
     run = run if isinstance(run, RunDir) else RunDir(run)
     manifest = check_same_data(run, data_dir)
@@ -356,6 +356,8 @@ def predict_split(
     with platform.scope():
         net = load_inference_model(run, competition)
     head = vector_predict.above(net) if streams(platform) else None
+    # A frozen encoder's vectors (a probe's) are the same in every run: kept beside the runs.
+    kept = run.path.parent if config.train.head_solver == probe.SOLVER else None
     with examples.naming_bad(labeled):
         tags = list(dataset.map(lambda images, *tags: tags).as_numpy_iterator())
         ids = np.concatenate([t[-1] for t in tags]).astype(str)
@@ -368,7 +370,7 @@ def predict_split(
                 tf.random.set_seed(config.seed + index)  # the same random views on every rerun
                 views = dataset.map(lambda inputs, *_, i=index: view(inputs, i))
                 if head is not None:  # a sentence encoder's texts encoded once in the process
-                    total += vector_predict.predict(net, head, views.as_numpy_iterator(), bar)[real]
+                    total += vector_predict.predict(net, head, views.as_numpy_iterator(), bar, kept)[real]
                 else:
                     total += predict_batches(net, views, platform, bar)[real]
                 log.info("%s: %s pass %d/%d done", run.name, split, index + 1, tta)

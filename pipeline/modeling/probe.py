@@ -27,7 +27,9 @@ the `tfidf` networks are fitted as TF-IDF + a linear fit (pipeline/modeling/text
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -158,7 +160,8 @@ def train_head(trainer, start: int) -> None:
         from pipeline.modeling import text_probe
 
         # A bag beside a sentence encoder (`tfidf-sentence`): its vectors a block of the same fit.
-        vectors_of = sentence_vectors if "pool" in names else None
+        kept = trainer.run.path.parent  # the runs dir: the encoder's vectors for later processes
+        vectors_of = functools.partial(sentence_vectors, runs_dir=kept) if "pool" in names else None
         logs, rows = text_probe.train_head(trainer, vectors_of), trainer.job.train.count
     elif trainer.text_inputs is not None:
         logs, rows = _fit_sentences(trainer)  # a frozen sentence encoder (probe.check let no other in)
@@ -190,34 +193,29 @@ def _fit_views(trainer) -> tuple[dict[str, float], int]:
     return logs, len(x)
 
 
-# Sentence vectors already computed in this process, by the encoder's weights and the text's ids:
+# Sentence vectors already computed in this process, by the encoder's digest and the text's key:
 # the K folds of a CV group (one process trains them all) share one frozen encoder, so each text
-# is encoded once, not K - 1 times. Keyed by everything a vector depends on; bounded.
+# is encoded once, not K - 1 times. Keyed by everything a vector depends on; bounded. Other
+# processes' vectors come from the runs dir's store (`vector_store`), when one is given.
 _VECTORS: dict[tuple[str, bytes], np.ndarray] = {}
 MEMO_VECTORS = 200_000  # 384 float64s each: ~600 MB at most; past it, forget
 
 
-def _weights_key(layer) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    for weight in layer.get_weights():
-        digest.update(np.ascontiguousarray(weight).tobytes())
-    return digest.hexdigest()
-
-
-def sentence_vectors(net, inputs: dict[str, np.ndarray]) -> np.ndarray:
+def sentence_vectors(net, inputs: dict[str, np.ndarray], runs_dir: Path | None = None) -> np.ndarray:
     """A sentence encoder's inputs [n, length] -> its pooled vectors [n, d] (the input of `logits`),
     the texts taken shortest first and each batch cut to its longest text: what attention reads of
     the padding is masked, so the vectors are those of the whole width (a test holds them to it), at
     a fraction of the cost on short texts. A text this process encoded with the same weights is
-    not encoded again."""
+    not encoded again, nor, with `runs_dir`, one any process kept there (`vector_store`), where
+    the vectors this call computes are kept."""
+    from pipeline.modeling import vector_store
+
     backbone, pool = net.get_layer("backbone"), net.get_layer("pool")
-    weights, names = _weights_key(backbone), sorted(inputs)
-    keys = [
-        (weights, b"".join(np.asarray(inputs[name][row]).tobytes() for name in names))
-        for row in range(len(inputs["padding_mask"]))
-    ]
+    digest = vector_store.encoder_digest(backbone)
+    keys = [(digest, key) for key in vector_store.row_keys(inputs)]
+    store = None if runs_dir is None else vector_store.store(runs_dir, digest, backbone.hidden_dim)
+    if store is not None and any(key not in _VECTORS for key in keys):
+        _remember({(digest, key): vector for key, vector in store.new_rows().items()})
     vectors = np.zeros((len(keys), backbone.hidden_dim))  # a mean keeps the width
     todo = np.array([row for row, key in enumerate(keys) if key not in _VECTORS], np.int64)
     lengths = np.asarray(inputs["padding_mask"]).sum(axis=1)
@@ -226,14 +224,22 @@ def sentence_vectors(net, inputs: dict[str, np.ndarray]) -> np.ndarray:
         width = max(1, int(lengths[rows].max()))
         batch = {name: np.asarray(value)[rows, :width] for name, value in inputs.items()}
         vectors[rows] = np.asarray(pool([backbone(batch)["sequence_output"], batch["padding_mask"]]))
-    if len(_VECTORS) + len(todo) > MEMO_VECTORS:
-        _VECTORS.clear()
+    if store is not None and len(todo):
+        new = dict(zip((keys[row][1] for row in todo), vectors[todo], strict=True))  # a text twice: once
+        store.add(list(new), np.stack(list(new.values())))
+    found = {keys[row]: vectors[row] for row in todo}
     for row, key in enumerate(keys):
         if key in _VECTORS:
             vectors[row] = _VECTORS[key]
-        else:
-            _VECTORS[key] = vectors[row].copy()
+    _remember(found)
     return vectors
+
+
+def _remember(found: dict[tuple[str, bytes], np.ndarray]) -> None:
+    if len(_VECTORS) + len(found) > MEMO_VECTORS:
+        _VECTORS.clear()
+    for key, vector in found.items():
+        _VECTORS.setdefault(key, np.array(vector, np.float64))
 
 
 def _encoder_batches(order: np.ndarray, lengths: np.ndarray):
@@ -256,7 +262,7 @@ def _fit_sentences(trainer) -> tuple[dict[str, float], int]:
     examples = job.train.training_examples
     ids = np.asarray(examples.ids, dtype=str)
     labels = np.asarray(examples.labels)
-    vectors = sentence_vectors(net, job.train.encode(examples.inputs))
+    vectors = sentence_vectors(net, job.train.encode(examples.inputs), trainer.run.path.parent)
     groups = job.groups_of(ids) if job.groups_of is not None else ids
     kind = job.task.probe
     outputs, summary = job.spec.num_classes, trainer.target_summary

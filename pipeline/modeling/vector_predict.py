@@ -16,6 +16,8 @@ two to the same probabilities.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import keras
 import numpy as np
 
@@ -40,25 +42,33 @@ def above(net: keras.Model) -> tuple[keras.Model, list[str]] | None:
     return keras.Model(inputs, net.output, name=f"{net.name}-above-pool"), others
 
 
-def predict(net: keras.Model, head: tuple[keras.Model, list[str]], batches, bar: Progress) -> np.ndarray:
+def predict(
+    net: keras.Model,
+    head: tuple[keras.Model, list[str]],
+    batches,
+    bar: Progress,
+    runs_dir: Path | None = None,
+) -> np.ndarray:
     """`net`'s outputs for every batch of `batches` (numpy dicts by input name), in order: the
-    encoder's vectors from `probe.sentence_vectors`, then `head` (`above(net)`) over them."""
+    encoder's vectors from `probe.sentence_vectors` (those kept in `runs_dir`, if given, read back),
+    then `head` (`above(net)`) over them."""
     top, others = head
     pieces = list(net.get_layer("backbone").input)
     outputs, chunk = [], []
     for batch in batches:
         chunk.append(batch)
         if sum(len(b[pieces[0]]) for b in chunk) >= ROWS:
-            outputs.append(_through(net, top, others, pieces, chunk, bar))
+            outputs.append(_through(net, top, others, pieces, chunk, bar, runs_dir))
             chunk = []
     if chunk:
-        outputs.append(_through(net, top, others, pieces, chunk, bar))
+        outputs.append(_through(net, top, others, pieces, chunk, bar, runs_dir))
     return np.concatenate(outputs)
 
 
-def _through(net, top, others, pieces, chunk, bar) -> np.ndarray:
+def _through(net, top, others, pieces, chunk, bar, runs_dir) -> np.ndarray:
     inputs = {name: np.concatenate([b[name] for b in chunk]) for name in (*others, *pieces)}
-    vectors = probe.sentence_vectors(net, {name: inputs[name] for name in pieces}).astype(np.float32)
+    vectors = probe.sentence_vectors(net, {name: inputs[name] for name in pieces}, runs_dir)
+    vectors = vectors.astype(np.float32)
     out = []
     for i in range(0, len(vectors), probe.BATCH):
         rows = slice(i, i + probe.BATCH)
