@@ -158,9 +158,10 @@ def test_a_text_config_the_probe_cannot_run_is_one_line():
             probe.check(load_config("cpu", [*PROBE, *overrides]), task)
 
 
-def probe_run(overrides: list[str], cpu, tmp_path, scale: float) -> tuple[float, float]:
+def probe_run(overrides: list[str], cpu, tmp_path, scale: float, between=None) -> tuple[float, float]:
     """A probe run on drawn imdb reviews (`scale` of the set): its recorded val score, and the score
-    evaluate's prediction of val computes; the run itself trains one epoch, its best."""
+    evaluate's prediction of val computes (after `between()`, if given: a new process, say); the run
+    itself trains one epoch, its best."""
     from competition import load_spec
     from pipeline.stages.fetch import FetchOptions, fetch
 
@@ -170,6 +171,8 @@ def probe_run(overrides: list[str], cpu, tmp_path, scale: float) -> tuple[float,
     metrics = train.fit(job, progress=False)
     history = pd.read_csv(job.run.history_file)
     assert history["epoch"].tolist() == [1] and metrics["best_epoch"] == 1
+    if between is not None:
+        between()
     predictions = predict_split(job.run, competition_of(job.run), data_dir, "val", 1, cpu, as_scored=False)
     recorded = history[f"val_{job.spec.metric.name}"].iloc[0]
     return recorded, job.spec.metric.score(predictions.labels, predictions.probabilities)

@@ -215,6 +215,27 @@ def val_scores(spec, probabilities: np.ndarray, labels: np.ndarray) -> dict[str,
 CALLS_IN_FLIGHT = 2
 
 
+def val_probabilities(model, net, inputs, platform, config, run_dir: Path) -> np.ndarray:
+    """Training's val outputs of `model` (`net` inside it) in the run `run_dir`: a probe's frozen
+    sentence encoder through its vectors (`vector_predict`: cut batches, and kept beside the runs
+    for evaluate to read), any other network whole (`predict_batches`)."""
+    from pipeline.modeling import vector_predict
+
+    kept = _kept_vectors(config, run_dir.parent)
+    head = vector_predict.above(net) if kept is not None and streams(platform) else None
+    if head is None:
+        return predict_batches(model, inputs, platform)
+    return vector_predict.predict(net, head, inputs.as_numpy_iterator(), Progress("", 0), kept)
+
+
+def _kept_vectors(config, runs_dir: Path) -> Path | None:
+    """Where a run's sentence vectors are kept: beside the runs for a frozen encoder (a probe's, the
+    same in every run), nowhere for one that trained (its weights its own)."""
+    from pipeline.modeling import probe
+
+    return runs_dir if config.train.head_solver == probe.SOLVER else None
+
+
 def predict_batches(model, batches, platform, bar: Progress | None = None) -> np.ndarray:
     """The model's outputs for every batch of a dataset of inputs, in order (each batch counted on
     `bar` as its outputs come, where one is given).
@@ -327,7 +348,7 @@ def predict_split(
     from pipeline import networks
     from pipeline.data import datasets, passes, splits
     from pipeline.data.manifest import locate_data
-    from pipeline.modeling import probe, vector_predict
+    from pipeline.modeling import vector_predict
 
     run = run if isinstance(run, RunDir) else RunDir(run)
     manifest = check_same_data(run, data_dir)
@@ -356,8 +377,7 @@ def predict_split(
     with platform.scope():
         net = load_inference_model(run, competition)
     head = vector_predict.above(net) if streams(platform) else None
-    # A frozen encoder's vectors (a probe's) are the same in every run: kept beside the runs.
-    kept = run.path.parent if config.train.head_solver == probe.SOLVER else None
+    kept = _kept_vectors(config, run.path.parent)
     with examples.naming_bad(labeled):
         tags = list(dataset.map(lambda images, *tags: tags).as_numpy_iterator())
         ids = np.concatenate([t[-1] for t in tags]).astype(str)

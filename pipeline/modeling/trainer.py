@@ -29,7 +29,7 @@ from pipeline.modeling.checkpoint import Checkpoint
 from pipeline.modeling.classifier import Classifier, set_backbone_trainable
 from pipeline.modeling.epoch_lines import epoch_header, epoch_line, epoch_progress
 from pipeline.modeling.fit_hooks import EpochHooks
-from pipeline.modeling.inference import predict_batches, val_scores
+from pipeline.modeling.inference import val_probabilities, val_scores
 from pipeline.modeling.network_cut import Cut, crossing_layers, cut_for, input_shape
 from pipeline.modeling.optimizer import averaged_weights, make_optimizer
 from pipeline.modeling.val_epochs import keep as keep_val_epoch
@@ -192,7 +192,7 @@ class Trainer:
         inputs = val.map(lambda inputs, _: inputs)
         platform = self.job.platform
         model = self.classifier.net if platform.hosts.several else self.classifier
-        probabilities = predict_batches(model, inputs, platform)
+        probabilities = val_probabilities(model, self.net, inputs, platform, self.config, self.run.path)
         real = targets.real(self._val_labels)
         self._scored_probabilities, labels = probabilities[real], self._val_labels[real]  # kept with the best
         if not self.keeps_latest and platform.hosts.writer:  # the epoch a single run keeps is a choice
