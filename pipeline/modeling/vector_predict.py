@@ -8,8 +8,10 @@ network, every fold model ran the encoder over the test set again, at the full 1
 text: evaluate and predict took 31-262 s on the real text sets of `make bench-realdata`, against
 6 s for `tfidf` (docs/BENCHMARKS.md). Here the vectors come from `probe.sentence_vectors`: shortest
 texts first, each batch cut to its longest text, and a text this process already encoded with the
-same weights (another fold's test set, training's texts) is not encoded again; the rest of the
-network (`above`: the bag beside the vector, the `logits`, the task's output) reads them.
+same weights (another fold's test set, training's texts) is not encoded again, nor one a frozen
+encoder's run kept beside the runs (`vector_store`: training scores val this way too, so evaluate
+reads its vectors); the rest of the network (`above`: the bag beside the vector, the `logits`,
+the task's output) reads them.
 The vectors are the whole network's up to rounding (the padding is masked), and a test holds the
 two to the same probabilities.
 """
