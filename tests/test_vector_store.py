@@ -136,6 +136,22 @@ def test_a_file_not_of_this_encoders_vectors_is_said_removed_and_computed_again(
         assert (tmp_path / "secret.npy").is_file()
 
 
+def test_a_file_of_a_name_the_store_does_not_give_is_never_read(tmp_path, monkeypatch, caplog):
+    """Only the names `add` gives (the digest of the rows) are read, so a foreign name is never
+    printed either (a name may hold a line break)."""
+    net = _Net(_Backbone())
+    first = probe.sentence_vectors(net, _inputs([1, 2]), tmp_path)
+    (path,) = tmp_path.glob(f"{vector_store.PREFIX}*/*.npy")
+    rows = np.load(path)
+    rows[0, vector_store.KEY_BYTES :] = 0
+    np.save(path.with_name("x\nforged.npy"), rows)
+    path.unlink()
+    _new_process(monkeypatch)
+    caplog.set_level("WARNING")
+    np.testing.assert_array_equal(probe.sentence_vectors(net, _inputs([1, 2]), tmp_path), first)
+    assert not caplog.records
+
+
 def test_the_folder_stops_growing_at_its_bound(tmp_path, monkeypatch):
     monkeypatch.setattr(vector_store, "MAX_ROWS", 3)
     net = _Net(_Backbone())

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 
 PREFIX = "vectors-"  # <runs dir>/vectors-<the encoder's digest>/<the keys' digest>.npy
 KEY_BYTES = 32  # a row's key: the sha256 of its ids
+OWN_NAME = re.compile(r"[0-9a-f]{24}\.npy")  # a file's name: the digest of its rows
 MAX_ROWS = 200_000  # 384 float32s and a key a row: ~320 MB a folder at most; past it, nothing added
 
 
@@ -48,7 +50,7 @@ class Store:
         if not self.folder.is_dir():
             return found
         for path in sorted(self.folder.glob("*.npy")):
-            if path.name in self._read:
+            if path.name in self._read or not OWN_NAME.fullmatch(path.name):  # not a name `add` gives
                 continue
             rows = self._load(path)
             self._read.add(path.name)
