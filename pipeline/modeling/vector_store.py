@@ -4,8 +4,9 @@ not once a process.
 The encoder's pass is the cost of a sentence-encoder run (`make bench-encoder`: 60-110 texts a
 second on 2 cores, so 20,000 texts take 3-5.5 minutes), and `probe.sentence_vectors` keeps what
 it computed only in its process. Train, evaluate and predict are processes of their own: evaluate
-encoded every val text again (a CV group's: every labelled text), a rerun (another penalty, a
-resumed run, the refit after CV's choice) all of them. Here each batch of new vectors is a file in
+encoded every val text again, a rerun (another penalty, a run resumed after a stop, a kernel's
+next version) every text, and a CV group's folds trained in processes of their own (`CONCURRENT`,
+kernels) each their own share. Here each batch of new vectors is a file in
 `<runs dir>/vectors-<encoder digest>/`, named by what it holds and written whole (renamed into
 place), so processes side by side each add their own and a reader sees whole files only.
 
