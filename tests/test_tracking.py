@@ -234,6 +234,28 @@ def test_the_per_class_picture_draws_the_weakest_classes(tmp_path):
     assert per_class_png(pd.DataFrame({"label": [0], "threshold": [0.5]})) is None
 
 
+def test_each_scores_bar_is_as_long_as_the_score():
+    """The bars are drawn as one collection a score (barh's patches cost a third of the picture):
+    each colour covers the picture in proportion to its score, a missing score draws nothing."""
+    import io
+
+    from PIL import Image
+
+    from pipeline.runs.tensorboard import per_class_png
+
+    # Short of the legend, in the lower right corner.
+    table = pd.DataFrame({"class": ["a", "b", "c", "d"], "precision": [0.1, 0.1, 0.1, np.nan],
+                          "recall": 0.3, "f1": 0.45})  # fmt: skip
+    pixels = np.asarray(Image.open(io.BytesIO(per_class_png(table))).convert("RGB")).astype(int)
+    colours = {"precision": (31, 119, 180), "recall": (255, 127, 14), "f1": (44, 160, 44)}  # C0, C1, C2
+    covered = {name: int((np.abs(pixels - rgb).sum(axis=-1) < 30).sum()) for name, rgb in colours.items()}
+    # Each colour: its legend's patch and its bars, 3 x 0.1, 4 x 0.3 and 4 x 0.45 long in all.
+    per_unit = (covered["recall"] - covered["precision"]) / (4 * 0.3 - 3 * 0.1)
+    legend = covered["precision"] - 3 * 0.1 * per_unit
+    assert 0 < legend < 0.3 * covered["precision"]
+    assert covered["f1"] == pytest.approx(legend + 4 * 0.45 * per_unit, rel=0.03)
+
+
 @pytest.mark.slow
 @pytest.mark.heavy  # a whole sweep, 45 s here beside other work; MlflowRun's nesting is tested above
 def test_a_sweeps_trials_are_tracked_as_children_of_its_study(tiny_data_dir, tmp_path, monkeypatch):

@@ -148,21 +148,30 @@ def per_class_png(per_class) -> bytes | None:
     past MAX_CLASSES_DRAWN classes the weakest of them. None for a table without those columns."""
     import io
 
+    import numpy as np
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Patch
+
     if not {"class", "f1"} <= set(per_class.columns):
         return None
     shown = per_class.sort_values("f1").head(MAX_CLASSES_DRAWN).iloc[::-1]
     plt = pyplot()
     fig, axes = plt.subplots(figsize=(6, 1 + 0.16 * len(shown)))
-    places = range(len(shown))
-    for offset, column in ((-0.27, "precision"), (0.0, "recall"), (0.27, "f1")):
-        if column in shown:
-            axes.barh([p + offset for p in places], shown[column], height=0.27, label=column)
-    axes.set_yticks(list(places), [str(name)[:40] for name in shown["class"]], fontsize=6)
+    places = np.arange(len(shown))
+    drawn = []
+    for offset, column, colour in ((-0.27, "precision", "C0"), (0.0, "recall", "C1"), (0.27, "f1", "C2")):
+        if column in shown:  # one collection of bars a score: barh's 104 patches each cost a third
+            low, width = places + offset - 0.135, np.nan_to_num(np.asarray(shown[column], np.float64))
+            corners = np.stack([np.zeros_like(width), low, width, low + 0.27], axis=1)
+            boxes = corners[:, [[0, 1], [0, 3], [2, 3], [2, 1]]]  # [bars, 4 corners, (x, y)]
+            axes.add_collection(PolyCollection(boxes, facecolors=colour, linewidths=0))
+            drawn.append(Patch(facecolor=colour, label=column))
+    axes.set_yticks(places, [str(name)[:40] for name in shown["class"]], fontsize=6)
     axes.set_ylim(-0.6, len(shown) - 0.4)
     axes.set_xlim(0, 1)
     cut = f", the {len(shown)} weakest of {len(per_class)}" if len(shown) < len(per_class) else ""
     axes.set_title(f"per-class scores on val{cut}", fontsize=8)
-    axes.legend(fontsize=6, loc="lower right")
+    axes.legend(handles=drawn, fontsize=6, loc="lower right")
     inch = 1 / fig.get_figheight()  # fixed margins: tight_layout measures every label first
     fig.subplots_adjust(left=0.32, right=0.97, top=1 - 0.3 * inch, bottom=0.4 * inch)
     buffer = io.BytesIO()
