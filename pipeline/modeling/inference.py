@@ -221,19 +221,11 @@ def val_probabilities(model, net, inputs, platform, config, run_dir: Path) -> np
     for evaluate to read), any other network whole (`predict_batches`)."""
     from pipeline.modeling import vector_predict
 
-    kept = _kept_vectors(config, run_dir.parent)
+    kept = vector_predict.kept(config, run_dir.parent)
     head = vector_predict.above(net) if kept is not None and streams(platform) else None
     if head is None:
         return predict_batches(model, inputs, platform)
     return vector_predict.predict(net, head, inputs.as_numpy_iterator(), Progress("", 0), kept)
-
-
-def _kept_vectors(config, runs_dir: Path) -> Path | None:
-    """Where a run's sentence vectors are kept: beside the runs for a frozen encoder (a probe's, the
-    same in every run), nowhere for one that trained (its weights its own)."""
-    from pipeline.modeling import probe
-
-    return runs_dir if config.train.head_solver == probe.SOLVER else None
 
 
 def predict_batches(model, batches, platform, bar: Progress | None = None) -> np.ndarray:
@@ -377,7 +369,7 @@ def predict_split(
     with platform.scope():
         net = load_inference_model(run, competition)
     head = vector_predict.above(net) if streams(platform) else None
-    kept = _kept_vectors(config, run.path.parent)
+    kept = vector_predict.kept(config, run.path.parent)
     with examples.naming_bad(labeled):
         tags = list(dataset.map(lambda images, *tags: tags).as_numpy_iterator())
         ids = np.concatenate([t[-1] for t in tags]).astype(str)

@@ -44,6 +44,12 @@ def above(net: keras.Model) -> tuple[keras.Model, list[str]] | None:
     return keras.Model(inputs, net.output, name=f"{net.name}-above-pool"), others
 
 
+def kept(config, runs_dir: Path) -> Path | None:
+    """Where a run's sentence vectors are kept: beside the runs for a frozen encoder (a probe's, the
+    same in every run), nowhere for one that trained (its weights its own)."""
+    return runs_dir if config.train.head_solver == probe.SOLVER else None
+
+
 def predict(
     net: keras.Model,
     head: tuple[keras.Model, list[str]],
