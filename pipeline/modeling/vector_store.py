@@ -19,6 +19,7 @@ removed, and its rows computed again. The folder stops growing at `MAX_ROWS`.
 from __future__ import annotations
 
 import hashlib
+import io
 import logging
 import os
 import re
@@ -26,7 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
+from pipeline.core.errors import PetalsError
 from pipeline.core.files import write_atomically
+from pipeline.core.foreign_files import read_small_bytes
 
 log = logging.getLogger(__name__)
 
@@ -83,18 +86,18 @@ class Store:
         """The rows of `path` [n, KEY_BYTES + 4 x width] (uint8), or None (said, and removed) where it
         is not a file this module wrote for this width, read no further than its size allows."""
         row_bytes = KEY_BYTES + 4 * self.width
+        limit = MAX_ROWS * row_bytes + 4096  # the header's 128 bytes, some spare
         try:
-            if path.is_symlink() or not path.is_file():
-                raise ValueError("not a plain file")
-            if path.stat().st_size > MAX_ROWS * row_bytes + 4096:  # the header's 128 bytes, some spare
-                raise ValueError("larger than the folder may hold")
-            rows = np.load(path, allow_pickle=False)
+            if path.is_symlink():  # the store writes none, even to a file of its own
+                raise ValueError("a link")
+            data = read_small_bytes(self.folder, path.name, "the file", limit=limit)  # regular, bounded
+            rows = np.load(io.BytesIO(data), allow_pickle=False)
             if rows.dtype != np.uint8 or rows.ndim != 2 or rows.shape[1] != row_bytes:
                 raise ValueError(f"rows of {rows.dtype} {rows.shape}, not {row_bytes} bytes each")
             if not np.isfinite(np.ascontiguousarray(rows[:, KEY_BYTES:]).view("<f4")).all():
                 raise ValueError("a vector that is not finite")
             return rows
-        except (OSError, ValueError, EOFError) as err:
+        except (PetalsError, OSError, ValueError, EOFError) as err:
             log.warning("vectors: %s is not a file of this encoder's vectors (%s); computing its rows again",
                         path, err)  # fmt: skip
             if path.is_symlink() or path.is_file():  # a link goes, not what it names
