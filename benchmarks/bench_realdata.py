@@ -289,11 +289,20 @@ def main() -> None:
 def judge_stored(names: list[str]) -> None:
     """The bar judged over each set's stored seeds (realdata_verdict), written back and printed."""
     document = json.loads(RESULTS.read_text())
+    judged = []
     for name in names:
         entry = document["sets"].get(name)
         if entry:
             entry["verdict"] = realdata_verdict.verdict(entry)
+            judged.append(entry["verdict"])
             print("\n".join(realdata_verdict.lines(name, entry["verdict"])))
+    pooled = realdata_verdict.pooled_noise(judged)
+    if pooled and len(judged) > 1:
+        print(
+            f"over the {len(judged)} sets: |reported - test| within its noise on {pooled['within_noise']} "
+            f"of {pooled['n']} seeds; as many misses or more from honest reports: "
+            f"p = {pooled['p_as_many_misses']}"
+        )
     write_json(RESULTS, document)
 
 

@@ -87,6 +87,8 @@ def seed_row(found: dict) -> dict:
     scored = ("test_macro_f1", "test_95", "test_95_over", "test_confusion")  # the last since 2026-11-30
     row.update({k: run[k] for k in scored if k in run})
     row["cv_minus_test"] = round(said - run["test_macro_f1"], 4)
+    if run["reported"].get("interval"):  # the report's own 95% interval (since 2026-12-04)
+        row["reported_95"] = [round(bound, 4) for bound in run["reported"]["interval"]]
     if "baseline" in found:  # measured at seed 0 only
         row["baseline_test"] = found["baseline"]["test_macro_f1"]
     folds = run.get("folds_on_test")

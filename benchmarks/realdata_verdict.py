@@ -9,6 +9,12 @@ single split's noise exceeds says so: "not judgeable from one split". Where a se
 `expected_minus_test` (a probe's CV carried to all of dev along its folds' learning curve, measured
 at 66366cb and not shipped: docs/BENCHMARKS.md, "Real data, judged honestly"), the same bar is
 judged for it on the same seeds, and the two gaps side by side: whether it lands closer to test.
+
+A gap is also judged against its own noise, seed by seed: the reported figure is uncertain by its
+own 95% interval (over dev's rows or groups, as the run's summary says it) and the test score by
+its test part's, so an honest report misses its test score by more than the two together
+(sqrt(a^2 + b^2) of the half-widths) on about one seed in twenty. More than that is a report that
+says more than it knows.
 """
 
 from __future__ import annotations
@@ -78,6 +84,43 @@ def gap(rows: list[dict], key: str) -> dict | None:
     return _judgeable(found, half, GAP_BAR, abs(found["mean"]))
 
 
+def noise(rows: list[dict], reported_95: list[float] | None = None) -> dict | None:
+    """On how many seeds |reported - test| lies within the 95% noise of the two figures together:
+    sqrt(reported half-width^2 + test half-width^2). A seed's own reported interval where its row
+    keeps one (`reported_95`), else `reported_95` (the set's newest run's, on a dev part of the same
+    size), counted as borrowed."""
+    inside, borrowed, judged = 0, 0, 0
+    for row in rows:
+        own = row.get("reported_95")
+        interval = own or reported_95
+        if row.get("cv_minus_test") is None or not interval or not row.get("test_95"):
+            continue
+        reach = np.hypot((interval[1] - interval[0]) / 2, (row["test_95"][1] - row["test_95"][0]) / 2)
+        inside += int(abs(row["cv_minus_test"]) <= reach)
+        borrowed += int(own is None)
+        judged += 1
+    if not judged:
+        return None
+    return {"n": judged, "within_noise": inside, "borrowed": borrowed, "expected_share": 0.95}
+
+
+def pooled_noise(verdicts: list[dict]) -> dict | None:
+    """`noise` summed over the sets: seeds within, seeds judged, and how likely that many misses or
+    more are when each report is honest (a miss on 5% of seeds: the binomial tail)."""
+    held = [v["reported_noise"] for v in verdicts if v.get("reported_noise")]
+    if not held:
+        return None
+    from scipy.stats import binom
+
+    judged, inside = sum(h["n"] for h in held), sum(h["within_noise"] for h in held)
+    misses = judged - inside
+    return {
+        "n": judged,
+        "within_noise": inside,
+        "p_as_many_misses": round(float(binom.sf(misses - 1, judged, 0.05)), 3),
+    }
+
+
 def _judgeable(found: dict, half: float | None, bar: float, mean: float | None = None) -> dict:
     """Beside a verdict: the test interval's half-width against the bar (one split), and whether the
     seeds' mean lies beyond two standard errors of the bar (`mean`: the figure judged; default the
@@ -122,6 +165,7 @@ def verdict(entry: dict) -> dict:
         "baseline_bar": BASELINE_BAR if small else 0.0,
         "against_baseline": against_baseline(rows, BASELINE_BAR if small else 0.0),
         "reported_gap": gap(rows, "cv_minus_test"),
+        "reported_noise": noise(rows, ((entry.get("default") or {}).get("reported") or {}).get("interval")),
         "expected_gap": gap(rows, "expected_minus_test"),
         "expected_vs_cv": closer(rows),
     }
@@ -145,6 +189,13 @@ def lines(name: str, found: dict) -> list[str]:
                 f"  |{title} - test| <= {GAP_BAR}: on the mean {met} ({_shown(got)}, {got['over_seeds']}), "
                 f"per seed {got['seeds_within']} of {got['n']}; {_noise(got)}"
             )
+    held = found.get("reported_noise")
+    if held:
+        borrowed = f"; {held['borrowed']} with the newest run's reported interval" if held["borrowed"] else ""
+        out.append(
+            f"  |reported CV/val - test| within the two figures' 95% noise: {held['within_noise']} of "
+            f"{held['n']} seed(s) (an honest report: about {held['expected_share']:.0%}){borrowed}"
+        )
     both = found["expected_vs_cv"]
     if both:
         out.append(
@@ -169,7 +220,8 @@ def markdown(stored: dict, names: list[str]) -> str:
     docs/BENCHMARKS.md shows first, so its table is the file's and never typed by hand."""
     head = (
         "| set | kind | dev / test (groups), seed 0 | classes | seeds | default: test, mean (min-max) | "
-        "default - baseline (bar) | CV/val - test, mean +- sd; seeds within 0.05 | commits |"
+        "default - baseline (bar) | CV/val - test, mean +- sd; seeds within 0.05; within its noise | "
+        "commits |"
     )
     out = [head, "| --- " * 9 + "|"]
     for name in names:
@@ -189,7 +241,10 @@ def markdown(stored: dict, names: list[str]) -> str:
             if not base
             else (f"**{_shown(base)}** ({bar}: {'met' if base['met'] else 'not met'}; {base['over_seeds']})")
         )
+        held = found.get("reported_noise")
         gap_cell = "-" if not said else f"{_shown(said)}; {said['seeds_within']} of {said['n']}"
+        if said and held:
+            gap_cell += f"; within noise {held['within_noise']} of {held['n']}"
         commits = ", ".join((entry.get("over_seeds") or {}).get("commits") or [])
         out.append(
             f"| {name} | {entry['kind']} | {sizes} | {entry['classes']} | {found['seeds']} | "

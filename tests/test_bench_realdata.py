@@ -364,3 +364,30 @@ def test_the_markdown_table_is_the_stored_verdict_a_row_a_set():
     assert cells[:6] == ["icons", "image", "745 / 373 (219 / 110)", "7", "3", "0.610 (0.600-0.620)"]
     assert cells[6].startswith("**+0.010 +-0.000 (sd)** (>= 0.02: not met")  # the small image sets' bar
     assert cells[7] == "-0.017 +-0.055 (sd); 2 of 3" and cells[8] == "abc1234"
+
+
+def test_a_gap_is_judged_against_the_noise_of_both_figures_with_a_seeds_own_interval_first():
+    from benchmarks.realdata_verdict import pooled_noise, verdict
+
+    # test half-width 0.05, reported half-width 0.12 (borrowed): together 0.13; a gap of 0.12
+    # is inside, 0.14 is not
+    seeds = _seeds([0.6] * 3, [0.5] * 3, [0.12, -0.14, 0.02])
+    entry = {"kind": "text", "dev": 300, "seeds": seeds, "default": {"reported": {"interval": [0.5, 0.74]}}}
+    held = verdict(entry)["reported_noise"]
+    assert (held["within_noise"], held["n"], held["borrowed"]) == (2, 3, 3)
+    seeds["1"]["reported_95"] = [0.4, 0.7]  # its own: half-width 0.15, so 0.14 lies inside
+    held = verdict(entry)["reported_noise"]
+    assert (held["within_noise"], held["borrowed"]) == (3, 2)
+    del entry["default"]  # no interval of its own and none to borrow: those seeds are not judged
+    assert verdict(entry)["reported_noise"]["n"] == 1
+    pooled = pooled_noise([{"reported_noise": {"n": 40, "within_noise": 37}}, {"reported_noise": None}])
+    assert (pooled["n"], pooled["within_noise"]) == (40, 37)
+    assert pooled["p_as_many_misses"] == pytest.approx(0.323, abs=1e-3)  # 3+ misses of 40 at 5%
+
+
+def test_a_seed_row_keeps_the_reports_own_interval():
+    from benchmarks.realdata_gaps import seed_row
+
+    default = {"reported": {"score": 0.6, "kind": "cv", "interval": [0.512345, 0.68]}, "test_macro_f1": 0.62,
+               "test_95": [0.55, 0.7], "seconds": {}, "commit": "abc"}  # fmt: skip
+    assert seed_row({"default": default})["reported_95"] == [0.5123, 0.68]
